@@ -1,0 +1,5 @@
+import sys
+
+from meanfield.cli import main
+
+sys.exit(main())

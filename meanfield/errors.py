@@ -1,0 +1,33 @@
+"""Exceptions shared by the model, the solvers and the CLI.
+
+The CLI maps :class:`ConfigError` (and any ``ValueError`` raised while a
+configuration is validated) to exit status 2, and :class:`RunFailed` to exit
+status 1.  Every message names the offending option or config key.
+"""
+from __future__ import annotations
+
+__all__ = ["ConfigError", "RunFailed"]
+
+
+class ConfigError(ValueError):
+    """Bad input: a config key, a CLI option or a file that cannot be used.
+
+    Parameters
+    ----------
+    key : str
+        Dotted name of the offending key or option, e.g. ``"model.heads[1].Q"``.
+    message : str
+        What is wrong, in words a user can act on.
+    """
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        self.message = message
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+class RunFailed(RuntimeError):
+    """A run that started but could not finish (NaN/Inf, solver stall).
+
+    Every frame saved before the failure stays on disk.
+    """

@@ -1,0 +1,230 @@
+r"""Geometry of the unit sphere :math:`S^{d-1}\subset\mathbb{R}^d` and samplers of token clouds.
+
+All functions act row-wise on arrays of shape ``(n, d)``.  The samplers are
+registered by name in :data:`SAMPLERS` (``uniform``, ``vmf``, ``equiangular``,
+``orthogonal``, ``file``); the config's ``[init] kind`` picks one.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "normalize",
+    "project_tangent",
+    "retract",
+    "geodesic_distance",
+    "log_map",
+    "exp_map",
+    "sphere_error",
+    "sample_uniform",
+    "sample_vmf",
+    "sample_equiangular",
+    "sample_orthogonal",
+    "load_points",
+    "SAMPLERS",
+    "sample",
+]
+
+
+def normalize(x: np.ndarray) -> np.ndarray:
+    r"""Radial projection onto the sphere, :math:`x \mapsto x/\|x\|`, row-wise.
+
+    Parameters
+    ----------
+    x : (..., d) array
+    """
+    x = np.asarray(x, dtype=float)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def project_tangent(x: np.ndarray, u: np.ndarray) -> np.ndarray:
+    r"""Tangent projection :math:`P^\perp_x u = u - \langle x,u\rangle x` (row-wise).
+
+    Parameters
+    ----------
+    x : (n, d) array
+        Points on the sphere.
+    u : (n, d) array
+        Ambient vectors.
+    """
+    return u - np.sum(x * u, axis=-1, keepdims=True) * x
+
+
+def retract(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    r"""Projective retraction :math:`R_x(v) = (x+v)/\|x+v\|`."""
+    return normalize(x + v)
+
+
+def geodesic_distance(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    r"""Great-circle distance :math:`d_S(x,y)=\arccos\langle x,y\rangle`, computed stably.
+
+    Uses :math:`2\arctan2(\|x-y\|, \|x+y\|)`, exact to round-off also for
+    nearly equal and nearly antipodal points (``arccos`` loses half the digits there).
+    """
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    return 2.0 * np.arctan2(np.linalg.norm(x - y, axis=-1), np.linalg.norm(x + y, axis=-1))
+
+
+def log_map(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    r"""Riemannian logarithm :math:`\log_x y`: the tangent vector at ``x`` of length
+    :math:`d_S(x,y)` pointing to ``y`` (zero where ``y = x``)."""
+    u = project_tangent(x, y)
+    norm = np.linalg.norm(u, axis=-1, keepdims=True)
+    theta = geodesic_distance(x, y)[..., None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = np.where(norm > 0, theta / np.where(norm > 0, norm, 1.0), 0.0)
+    return scale * u
+
+
+def exp_map(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    r"""Riemannian exponential :math:`\exp_x v = \cos\|v\| x + \sin\|v\| v/\|v\|`."""
+    norm = np.linalg.norm(v, axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        direction = np.where(norm > 0, v / np.where(norm > 0, norm, 1.0), 0.0)
+    return normalize(np.cos(norm) * x + np.sin(norm) * direction)
+
+
+def sphere_error(x: np.ndarray) -> float:
+    r"""Largest violation of the constraint, :math:`\max_i |\|x_i\| - 1|`."""
+    return float(np.max(np.abs(np.linalg.norm(x, axis=-1) - 1.0)))
+
+
+# ----------------------------------------------------------------------------- samplers
+
+
+def sample_uniform(n: int, d: int, *, seed: int | None = 0) -> np.ndarray:
+    """``n`` i.i.d. points from the uniform (surface) measure on :math:`S^{d-1}`."""
+    rng = np.random.default_rng(seed)
+    return normalize(rng.standard_normal((n, d)))
+
+
+def sample_vmf(
+    n: int, d: int, *, mean: np.ndarray | list[float] | None = None, kappa: float = 4.0, seed: int | None = 0
+) -> np.ndarray:
+    r"""von Mises–Fisher sample, density :math:`\propto e^{\kappa\langle m, x\rangle}` on :math:`S^{d-1}`.
+
+    Wood's (1994) rejection sampler for the cosine :math:`w=\langle m,x\rangle`,
+    exact for every ``d ≥ 2`` and ``κ ≥ 0``.
+
+    Parameters
+    ----------
+    mean : (d,) array, optional
+        Mean direction (normalised here); default the last basis vector.
+    kappa : float
+        Concentration, ``κ = 0`` is uniform.
+    """
+    rng = np.random.default_rng(seed)
+    if mean is None:
+        mu = np.zeros(d)
+        mu[-1] = 1.0
+    else:
+        mu = np.asarray(mean, dtype=float)
+        if mu.shape != (d,) or not np.all(np.isfinite(mu)) or np.linalg.norm(mu) == 0:
+            raise ValueError(f"mean must be a non-zero finite vector of length d={d}, got {mean!r}")
+        mu = mu / np.linalg.norm(mu)
+    if kappa < 0 or not np.isfinite(kappa):
+        raise ValueError(f"kappa must be finite and >= 0, got {kappa}")
+    if kappa == 0:
+        return sample_uniform(n, d, seed=rng.integers(2**63))
+    # Wood (1994): sample w = <mu, x>.
+    b = (d - 1) / (2 * kappa + np.sqrt(4 * kappa**2 + (d - 1) ** 2))
+    x0 = (1 - b) / (1 + b)
+    c = kappa * x0 + (d - 1) * np.log(1 - x0**2)
+    w = np.empty(n)
+    filled = 0
+    while filled < n:
+        m = 2 * (n - filled) + 16
+        z = rng.beta((d - 1) / 2, (d - 1) / 2, size=m)
+        cand = (1 - (1 + b) * z) / (1 - (1 - b) * z)
+        u = rng.uniform(size=m)
+        ok = kappa * cand + (d - 1) * np.log(1 - x0 * cand) - c >= np.log(u)
+        take = cand[ok][: n - filled]
+        w[filled : filled + take.size] = take
+        filled += take.size
+    # uniform direction orthogonal to mu
+    v = rng.standard_normal((n, d))
+    v -= np.outer(v @ mu, mu)
+    v = normalize(v)
+    x = w[:, None] * mu[None, :] + np.sqrt(np.clip(1 - w**2, 0, None))[:, None] * v
+    return normalize(x)
+
+
+def sample_equiangular(n: int, d: int, *, gamma: float, seed: int | None = 0) -> np.ndarray:
+    r"""``n ≤ d`` unit vectors with :math:`\langle x_i,x_j\rangle=\gamma` for ``i ≠ j``.
+
+    Built from the Gram matrix :math:`G=(1-\gamma)I+\gamma\mathbf 1\mathbf 1^\top`
+    (positive definite for :math:`-1/(n-1)<\gamma<1`) by Cholesky, then rotated
+    by a seeded random orthogonal matrix.  This is the setting of seed 000, Thm 22.
+    """
+    if n > d:
+        raise ValueError(f"equiangular tokens need n <= d, got n={n}, d={d}")
+    lower = -1.0 / (n - 1) if n > 1 else -1.0
+    if not (lower < gamma < 1.0):
+        raise ValueError(f"gamma must lie in ({lower:.6g}, 1) for n={n}, got {gamma}")
+    gram = (1 - gamma) * np.eye(n) + gamma * np.ones((n, n))
+    chol = np.linalg.cholesky(gram)  # rows are coordinates in an n-dim subspace
+    rot = _random_orthogonal(d, seed)
+    x = np.zeros((n, d))
+    x[:, :n] = chol
+    return normalize(x @ rot.T)
+
+
+def sample_orthogonal(n: int, d: int, *, seed: int | None = 0) -> np.ndarray:
+    """``n ≤ d`` orthonormal tokens (equiangular with ``γ = 0``), randomly rotated."""
+    if n > d:
+        raise ValueError(f"orthogonal tokens need n <= d, got n={n}, d={d}")
+    return _random_orthogonal(d, seed)[:n].copy()
+
+
+def load_points(path: str | Path, *, d: int | None = None, n: int | None = None) -> np.ndarray:
+    """Tokens from a ``.npy`` file holding an ``(n, d)`` array; rows are normalised.
+
+    Raises ``ValueError`` on a wrong shape, a zero row, or non-finite values.
+    """
+    x = np.load(Path(path), allow_pickle=False)
+    if x.ndim != 2:
+        raise ValueError(f"{path}: expected an (n, d) array, got shape {x.shape}")
+    if d is not None and x.shape[1] != d:
+        raise ValueError(f"{path}: expected points in dimension d={d}, got shape {x.shape}")
+    if n is not None and x.shape[0] != n:
+        raise ValueError(f"{path}: expected n={n} points, got {x.shape[0]}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{path}: contains non-finite values")
+    norms = np.linalg.norm(x, axis=1)
+    if np.any(norms == 0):
+        raise ValueError(f"{path}: row {int(np.argmin(norms))} is zero and cannot be put on the sphere")
+    return x / norms[:, None]
+
+
+def _random_orthogonal(d: int, seed: int | None) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    q, r = np.linalg.qr(rng.standard_normal((d, d)))
+    return q * np.sign(np.diag(r))
+
+
+def _from_file(n: int | None, d: int, *, path: str, **_: Any) -> np.ndarray:
+    return load_points(path, d=d, n=n)
+
+
+#: initial-measure samplers by name: ``kind -> f(n, d, **params)``
+SAMPLERS: dict[str, Callable[..., np.ndarray]] = {
+    "uniform": sample_uniform,
+    "vmf": sample_vmf,
+    "equiangular": sample_equiangular,
+    "orthogonal": sample_orthogonal,
+    "file": _from_file,
+}
+
+
+def sample(kind: str, n: int | None, d: int, **params: Any) -> np.ndarray:
+    """Draw an initial token cloud from the sampler registered as ``kind``."""
+    try:
+        sampler = SAMPLERS[kind]
+    except KeyError:
+        raise ValueError(f"unknown initial measure {kind!r}; choose from {sorted(SAMPLERS)}") from None
+    return sampler(n, d, **params)

@@ -1,0 +1,1 @@
+"""Solvers for the mean-field transformer dynamics: particles, grid, JKO, and the run loop."""

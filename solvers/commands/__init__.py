@@ -1,0 +1,1 @@
+"""Sub-commands of the ``meanfield`` CLI that run solvers (registered as entry points)."""

@@ -1,0 +1,167 @@
+r"""Explicit Runge–Kutta integrators on the product of spheres, registered by name.
+
+Each scheme is a Butcher tableau held as class data.  On the sphere every stage
+point and the new state are put back on :math:`S^{d-1}` by the radial
+projection ("project, then renormalise"): the vector field is tangent, so the
+ambient flow preserves :math:`\|x\|=1` and the projection only removes the
+:math:`O(h^{p+1})` drift; the order :math:`p` of the tableau is kept.
+
+Registry: :data:`INTEGRATORS` (``euler``, ``heun``, ``rk4``, ``rk45``), looked
+up with :func:`from_name`.  ``rk45`` is Dormand–Prince 5(4) with error control
+(``rtol``, ``atol``) and first-same-as-last stages.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+__all__ = ["ExplicitRK", "Euler", "Heun", "RK4", "DormandPrince", "INTEGRATORS", "from_name"]
+
+VectorField = Callable[[np.ndarray, float], np.ndarray]
+Retraction = Callable[[np.ndarray], np.ndarray]
+
+
+def _identity(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+@dataclass
+class ExplicitRK:
+    """Fixed-step explicit Runge–Kutta scheme (subclasses set the tableau)."""
+
+    name: ClassVar[str] = ""
+    order: ClassVar[int] = 0
+    A: ClassVar[tuple[tuple[float, ...], ...]] = ()
+    b: ClassVar[tuple[float, ...]] = ()
+    c: ClassVar[tuple[float, ...]] = ()
+    adaptive: ClassVar[bool] = False
+
+    def step(self, f: VectorField, x: np.ndarray, t: float, h: float, *, retract: Retraction = _identity) -> np.ndarray:
+        r"""One step :math:`x_{k+1}=R\big(x_k+h\sum_s b_s k_s\big)`, :math:`k_s=f(R(x_k+h\sum_j a_{sj}k_j), t+c_sh)`."""
+        stages: list[np.ndarray] = []
+        for s, row in enumerate(self.A):
+            y = x
+            for a_sj, k_j in zip(row, stages):
+                if a_sj:
+                    y = y + (h * a_sj) * k_j
+            stages.append(f(retract(y) if s else x, t + self.c[s] * h))
+        update = sum(b_s * k_s for b_s, k_s in zip(self.b, stages) if b_s)
+        return retract(x + h * update)
+
+
+class Euler(ExplicitRK):
+    name = "euler"
+    order = 1
+    A = ((),)
+    b = (1.0,)
+    c = (0.0,)
+
+
+class Heun(ExplicitRK):
+    name = "heun"
+    order = 2
+    A = ((), (1.0,))
+    b = (0.5, 0.5)
+    c = (0.0, 1.0)
+
+
+class RK4(ExplicitRK):
+    name = "rk4"
+    order = 4
+    A = ((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0))
+    b = (1 / 6, 1 / 3, 1 / 3, 1 / 6)
+    c = (0.0, 0.5, 0.5, 1.0)
+
+
+class DormandPrince(ExplicitRK):
+    """Dormand–Prince 5(4) (Hairer, Nørsett & Wanner, *Solving ODEs I*, II.5)."""
+
+    name = "rk45"
+    order = 5
+    adaptive = True
+    A = (
+        (),
+        (1 / 5,),
+        (3 / 40, 9 / 40),
+        (44 / 45, -56 / 15, 32 / 9),
+        (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
+        (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656),
+        (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84),
+    )
+    b = (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0.0)
+    b_low = (5179 / 57600, 0.0, 7571 / 16695, 393 / 640, -92097 / 339200, 187 / 2100, 1 / 40)
+    c = (0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0, 1.0)
+
+    def attempt(
+        self, f: VectorField, x: np.ndarray, t: float, h: float, k1: np.ndarray, *, retract: Retraction, rtol: float, atol: float
+    ) -> tuple[np.ndarray, np.ndarray, float]:
+        """One trial step: returns ``(x_new, f(x_new), error_norm)``; accept when ``error_norm <= 1``."""
+        stages = [k1]
+        for s in range(1, 7):
+            y = x
+            for a_sj, k_j in zip(self.A[s], stages):
+                if a_sj:
+                    y = y + (h * a_sj) * k_j
+            y = retract(y)
+            if s == 6:  # FSAL: the last stage point is the 5th-order solution
+                x_new = y
+            stages.append(f(y, t + self.c[s] * h))
+        err = h * sum((bh - bl) * k for bh, bl, k in zip(self.b, self.b_low, stages) if bh != bl)
+        scale = atol + rtol * np.maximum(np.abs(x), np.abs(x_new))
+        error_norm = float(np.sqrt(np.mean((err / scale) ** 2)))
+        return x_new, stages[-1], error_norm
+
+    def integrate(
+        self,
+        f: VectorField,
+        x: np.ndarray,
+        t0: float,
+        t1: float,
+        *,
+        h0: float,
+        retract: Retraction = _identity,
+        rtol: float = 1e-8,
+        atol: float = 1e-10,
+        h_min: float = 1e-14,
+    ) -> tuple[np.ndarray, dict[str, int]]:
+        """Adaptive integration from ``t0`` to exactly ``t1`` starting with step ``h0``.
+
+        The controller restarts from ``h0`` on every call, so the result depends
+        only on ``(x, t0, t1)``: resumed runs are identical to uninterrupted ones.
+        """
+        t = t0
+        h = min(h0, t1 - t0)
+        k1 = f(x, t)
+        accepted = rejected = 0
+        while t1 - t > 1e-14 * max(1.0, abs(t1)):
+            h = min(h, t1 - t)
+            x_new, k_new, error = self.attempt(f, x, t, h, k1, retract=retract, rtol=rtol, atol=atol)
+            if not np.isfinite(error):
+                error = np.inf
+            if error <= 1.0:
+                last = h >= t1 - t
+                t = t1 if last else t + h
+                x, k1 = x_new, k_new
+                accepted += 1
+            else:
+                rejected += 1
+            factor = 5.0 if error == 0 else min(5.0, max(0.2, 0.9 * error ** (-1 / 5)))
+            h = h * factor
+            if h < h_min:
+                raise FloatingPointError(f"rk45 step size fell below {h_min:g} at t={t:.6g}")
+        return x, {"accepted": accepted, "rejected": rejected}
+
+
+#: integrators by name
+INTEGRATORS: dict[str, type[ExplicitRK]] = {cls.name: cls for cls in (Euler, Heun, RK4, DormandPrince)}
+
+
+def from_name(name: str) -> ExplicitRK:
+    """The integrator registered as ``name`` (``euler``, ``heun``, ``rk4``, ``rk45``)."""
+    try:
+        return INTEGRATORS[name]()
+    except KeyError:
+        raise ValueError(f"unknown integrator {name!r}; choose from {sorted(INTEGRATORS)}") from None

@@ -1,0 +1,187 @@
+r"""The run loop: one controller owns time, saving, trackers and the progress bar.
+
+A solver is a :class:`Stepper`: it only knows how to advance a state from one
+save time to the next.  The loop
+
+1. walks the save times :math:`t_k = t_0 + k\,\Delta t_{\mathrm{save}}` (the last one clipped
+   to ``t_final``),
+2. asks the stepper to advance the state exactly to each of them,
+3. hands every saved frame to the trackers (energy, sphere constraint, NaN,
+   steady state, W2 to a target, …) and to the writer, which appends it to
+   disk at once,
+4. stops when a tracker says so, keeping the reason in ``info["stop_reason"]``.
+
+Because the steps inside a save interval depend only on the interval, a run
+resumed from its last saved frame reproduces the uninterrupted run bit for bit.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = [
+    "Stepper",
+    "Tracker",
+    "StopRun",
+    "RunResult",
+    "save_times",
+    "run_loop",
+]
+
+
+class Stepper(Protocol):
+    """What the loop needs from a solver."""
+
+    def advance(self, state: np.ndarray, t0: float, t1: float) -> np.ndarray:
+        """Integrate the state from ``t0`` to exactly ``t1`` and return it."""
+        ...
+
+
+class StopRun(Exception):
+    """Raised by a tracker to end the run; ``failed`` runs exit with status 1."""
+
+    def __init__(self, reason: str, *, failed: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.failed = failed
+
+
+class Tracker(Protocol):
+    """Looks at every saved frame; may record scalars and may raise :class:`StopRun`."""
+
+    name: str
+
+    def __call__(self, t: float, state: np.ndarray) -> dict[str, float] | None: ...
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Frozen outcome of a run.
+
+    Attributes
+    ----------
+    t : (T,) array
+        Saved times (only those of this call when the run was resumed with ``keep_history=False``).
+    states : list of arrays
+        Saved states, or an empty list when the writer kept them on disk only.
+    diagnostics : dict of (T,) arrays
+        Scalars recorded by the trackers at each saved frame.
+    info : dict
+        ``steps`` (save intervals done), ``wall_time``, ``stop_reason``, ``failed``.
+    """
+
+    t: np.ndarray
+    states: list[np.ndarray]
+    diagnostics: dict[str, np.ndarray]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def final(self) -> np.ndarray:
+        return self.states[-1]
+
+
+def save_times(t_start: float, t_final: float, save_every: float) -> np.ndarray:
+    """Save times :math:`t_0 + k\\,\\Delta`, clipped to ``t_final`` (which is always included).
+
+    Computed from integers so that a resumed run sees the same floats.
+    """
+    if save_every <= 0:
+        raise ValueError("save_every must be positive")
+    count = int(math.floor((t_final - t_start) / save_every + 1e-9))
+    times = t_start + save_every * np.arange(count + 1)
+    if t_final - times[-1] > 1e-9 * max(1.0, abs(t_final)):
+        times = np.append(times, t_final)
+    return times
+
+
+def run_loop(
+    stepper: Stepper,
+    state: np.ndarray,
+    times: Sequence[float],
+    *,
+    trackers: Sequence[Tracker] = (),
+    write: Callable[[float, np.ndarray, dict[str, float]], None] | None = None,
+    progress: Any = None,
+    keep_states: bool = True,
+    record_first: bool = True,
+) -> RunResult:
+    """Drive ``stepper`` through the save ``times`` (``times[0]`` is the state's time).
+
+    Parameters
+    ----------
+    stepper : Stepper
+    state : array
+        State at ``times[0]``.
+    times : sequence of float
+        Save times, increasing.
+    trackers : sequence of Tracker
+        Called on every saved frame, in order; the scalars they return are
+        merged into the frame's diagnostics.
+    write : callable, optional
+        ``write(t, state, diagnostics)`` appends one frame to storage.
+    progress : tqdm-like, optional
+        Updated by the simulated time of each interval.
+    keep_states : bool
+        Keep the saved states in memory (``False`` for long runs on disk).
+    record_first : bool
+        Save and track the frame at ``times[0]`` (``False`` when resuming:
+        it is already on disk).
+    """
+    started = time.perf_counter()
+    saved_t: list[float] = []
+    saved: list[np.ndarray] = []
+    diags: dict[str, list[float]] = {}
+    stop_reason = "t_final"
+    failed = False
+
+    def record(t: float, current: np.ndarray) -> None:
+        values: dict[str, float] = {}
+        error: StopRun | None = None
+        for tracker in trackers:
+            try:
+                values.update(tracker(t, current) or {})
+            except StopRun as exc:  # keep the frame, then stop
+                error = exc
+                break
+        saved_t.append(t)
+        if keep_states:
+            saved.append(np.array(current, copy=True))
+        for key, value in values.items():
+            diags.setdefault(key, [math.nan] * (len(saved_t) - 1)).append(value)
+        for key, series in diags.items():
+            if len(series) < len(saved_t):
+                series.append(math.nan)
+        if write is not None:
+            write(t, current, values)
+        if error is not None:
+            raise error
+
+    steps = 0
+    try:
+        if record_first:
+            record(float(times[0]), state)
+        for t0, t1 in zip(times[:-1], times[1:]):
+            state = stepper.advance(state, float(t0), float(t1))
+            steps += 1
+            if progress is not None:
+                progress.update(float(t1) - float(t0))
+            record(float(t1), state)
+    except StopRun as exc:
+        stop_reason = exc.reason
+        failed = exc.failed
+    return RunResult(
+        t=np.asarray(saved_t),
+        states=saved,
+        diagnostics={k: np.asarray(v) for k, v in diags.items()},
+        info={
+            "steps": steps,
+            "wall_time": time.perf_counter() - started,
+            "stop_reason": stop_reason,
+            "failed": failed,
+        },
+    )

@@ -1,0 +1,131 @@
+"""Trackers: the only place where a run looks at itself (STYLE.md, practice 4).
+
+Each tracker is called on every saved frame as ``tracker(t, state)`` and
+returns a dict of scalars to record (or ``None``); it raises
+:class:`~solvers.loop.StopRun` to end the run.  The reason is kept in
+``info["stop_reason"]`` and in the HDF5 attribute ``stop_reason``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from meanfield.energy import head_energies
+from meanfield.model import Model
+from meanfield.sphere import sphere_error
+from solvers.loop import StopRun
+
+__all__ = [
+    "EnergyTracker",
+    "SphereTracker",
+    "FiniteTracker",
+    "SteadyStateTracker",
+    "ProgressTracker",
+    "CallbackTracker",
+]
+
+
+@dataclass
+class EnergyTracker:
+    r"""Records :math:`E_{\mathrm{multi}}` and every :math:`E_h` (seed 000).
+
+    Keys: ``energy`` and ``energy_h0``, ``energy_h1``, …; with time-dependent
+    weights also ``energy_theta`` (:math:`\sum_h w_h E_h`, seed 004).
+    """
+
+    model: Model
+    weights: np.ndarray | None = None
+    name: str = "energy"
+
+    def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
+        stack = self.model.heads.at(t)
+        with np.errstate(over="ignore"):
+            energies = head_energies(state, stack, beta=self.model.beta, weights=self.weights)
+        out = {"energy": float(energies.sum()), "energy_theta": float(stack.w @ energies)}
+        out.update({f"energy_h{h}": float(e) for h, e in enumerate(energies)})
+        return out
+
+
+@dataclass
+class SphereTracker:
+    r"""Records :math:`\max_i|\|x_i\|-1|` and stops the run if it exceeds ``tol``."""
+
+    tol: float = 1e-8
+    name: str = "sphere"
+
+    def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
+        err = sphere_error(state)
+        if not err <= self.tol:
+            raise StopRun(f"tokens left the sphere at t={t:.6g} (max | |x|-1 | = {err:.3g})", failed=True)
+        return {"sphere_error": err}
+
+
+@dataclass
+class FiniteTracker:
+    """Stops the run with a clear error at the first NaN/Inf (the frame is kept)."""
+
+    name: str = "finite"
+
+    def __call__(self, t: float, state: np.ndarray) -> None:
+        if not np.all(np.isfinite(state)):
+            bad = int(np.sum(~np.isfinite(state)))
+            raise StopRun(f"NaN/Inf in the state at t={t:.6g} ({bad} entries); frames up to this one are saved", failed=True)
+
+
+@dataclass
+class SteadyStateTracker:
+    r"""Stops when :math:`\max_i\|\dot x_i\|` falls below ``tol`` (records the speed)."""
+
+    velocity: Callable[[np.ndarray, float], np.ndarray]
+    tol: float = 0.0
+    name: str = "steady"
+
+    def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
+        speed = float(np.max(np.linalg.norm(self.velocity(state, t), axis=-1)))
+        if self.tol > 0 and speed < self.tol:
+            raise StopRun(f"steady state at t={t:.6g}: max |dx/dt| = {speed:.3g} < {self.tol:g}")
+        return {"max_speed": speed}
+
+
+@dataclass
+class ProgressTracker:
+    """A tqdm bar on stderr, advanced in simulated time (``quiet`` turns it off)."""
+
+    total: float
+    initial: float = 0.0
+    quiet: bool = False
+    desc: str = "simulate"
+    name: str = "progress"
+    bar: Any = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(
+            total=self.total,
+            initial=self.initial,
+            disable=self.quiet,
+            desc=self.desc,
+            unit="t",
+            bar_format="{l_bar}{bar}| t={n:.3g}/{total:.3g} [{elapsed}<{remaining}]",
+        )
+
+    def update(self, dt: float) -> None:
+        self.bar.update(dt)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+@dataclass
+class CallbackTracker:
+    """Wraps ``f(t, state) -> dict`` as a tracker."""
+
+    func: Callable[[float, np.ndarray], dict[str, float] | None]
+    name: str = "callback"
+
+    def __call__(self, t: float, state: np.ndarray) -> dict[str, float] | None:
+        return self.func(t, state)
