@@ -231,7 +231,8 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     if "=" not in assignment:
         raise ConfigError("--set", f"expected key=value, got {assignment!r}")
     dotted, text = assignment.split("=", 1)
-    parts = dotted.strip().split(".")
+    dotted = dotted.strip()
+    parts = dotted.split(".")
     if len(parts) != 2 or not all(parts):
         raise ConfigError("--set", f"expected section.key=value, got {assignment!r}")
     section, key = parts

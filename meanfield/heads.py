@@ -138,9 +138,10 @@ def _matrix(value: Any, *, key: str, d: int, rows: int | None, rng: np.random.Ge
 
 
 def _check_matrix(mat: np.ndarray, *, key: str, d: int, rows: int | None) -> np.ndarray:
-    want = f"{rows}×{d}" if rows is not None else f"k×{d}"
     if mat.ndim != 2 or mat.shape[1] != d or (rows is not None and mat.shape[0] != rows):
         got = "×".join(str(s) for s in mat.shape) if mat.ndim else "a scalar"
+        want_rows = rows if rows is not None else (mat.shape[0] if mat.ndim == 2 else "k")
+        want = f"{want_rows}×{d}"
         raise ConfigError(key, f"expected a {want} matrix, got {got}")
     if not np.all(np.isfinite(mat)):
         raise ConfigError(key, "contains non-finite entries")

@@ -19,7 +19,7 @@ from meanfield.errors import ConfigError, RunFailed
 __all__ = ["main", "COMMANDS"]
 
 #: sub-commands that need only the model, in the order ``meanfield --help`` lists them
-COMMANDS: tuple[str, ...] = ("info", "concentration", "diagnose", "theory", "inspect")
+COMMANDS: tuple[str, ...] = ("info", "diagnose", "theory", "inspect")
 #: entry-point group through which other packages (our ``solvers``) add sub-commands,
 #: so that the model package never imports a solver
 ENTRY_POINT_GROUP = "meanfield.commands"

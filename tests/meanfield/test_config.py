@@ -1,0 +1,129 @@
+"""Config validation: every bad input stops before any work, names the key, exits with 2."""
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from meanfield.cli import main
+from meanfield.config import load_config
+from meanfield.errors import ConfigError
+from meanfield.heads import head_from_spec
+
+GOOD = """
+[model]
+d = 3
+beta = 4.0
+attention = "softmax"
+[[model.heads]]
+Q = "identity"
+K = "identity"
+V = "identity"
+[init]
+kind = "uniform"
+n = 16
+seed = 0
+[solver]
+kind = "particle"
+method = "rk4"
+dt = 0.05
+t_final = 0.2
+save_every = 0.1
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "cfg.toml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_defaults_and_overrides(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD), ["model.beta=9", "solver.method=rk45", "init.mean=[0,0,1]"])
+    assert cfg["model"]["beta"] == 9.0
+    assert cfg["solver"]["method"] == "rk45"
+    assert cfg["init"]["mean"] == [0, 0, 1]
+    assert cfg["model"]["direction"] == "ascent"
+
+
+BAD = [
+    ("model.beta = -1.0", "model.beta", "must be >= 0"),
+    ("model.beta = nan", "model.beta", "finite"),
+    ("model.beta = inf", "model.beta", "finite"),
+    ("model.d = 1", "model.d", "must be >= 2"),
+    ("model.d = 3.5", "model.d", "integer"),
+    ("init.n = 0", "init.n", "must be >= 1"),
+    ("solver.dt = 0.0", "solver.dt", "must be > 0"),
+    ("solver.dt = -0.1", "solver.dt", "must be > 0"),
+    ("model.attention = \"linear\"", "model.attention", "expected one of"),
+    ("model.temperature = 1.0", "model.temperature", "unknown key"),
+    ("solver.method = \"rk3\"", "solver.method", "expected one of"),
+    ("init.kind = \"gaussian\"", "init.kind", "expected one of"),
+    ("init.mean = [0, 1]", "init.mean", "length d=3"),
+    ("init.mean = [0, nan, 1]", "init.mean[1]", "finite"),
+]
+
+
+@pytest.mark.parametrize("assignment, key, message", BAD)
+def test_bad_values_name_the_key(tmp_path, assignment, key, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, GOOD), [assignment])
+    assert info.value.key == key
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("assignment, key, message", BAD[:6])
+def test_cli_exit_status_2_and_message(tmp_path, capsys, assignment, key, message):
+    path = write(tmp_path, GOOD)
+    status = main(["simulate", str(path), "-o", str(tmp_path / "out.h5"), "--quiet", "--set", assignment])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert key in err and message in err
+    assert not (tmp_path / "out.h5").exists()  # validation came before any work
+
+
+def test_shape_mismatch_message(tmp_path, capsys):
+    text = GOOD + "\n[[model.heads]]\nQ = [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]\nK = \"identity\"\nV = \"identity\"\n"
+    path = write(tmp_path, text)
+    status = main(["simulate", str(path), "-o", str(tmp_path / "o.h5"), "--quiet"])
+    assert status == 2
+    assert "model.heads[1].Q: expected a 3×3 matrix, got 3×2" in capsys.readouterr().err
+
+
+def test_unknown_section_and_head_key(tmp_path):
+    with pytest.raises(ConfigError, match="unknown section"):
+        load_config({"modle": {}})
+    with pytest.raises(ConfigError) as info:
+        load_config({"model": {"heads": [{"Q": "identity", "W": 1}]}})
+    assert info.value.key == "model.heads[0].W"
+
+
+def test_non_finite_matrix_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load_config({"model": {"heads": [{"V": [[1, 0, 0], [0, float("inf"), 0], [0, 0, 1]]}]}})
+    assert info.value.key == "model.heads[0].V"
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config({"model": {"heads": [{"Q": "file:nope.npy"}]}})
+    with pytest.raises(ConfigError) as info:
+        load_config({"init": {"kind": "file", "path": str(tmp_path / "none.npy")}})
+    assert info.value.key == "init.path"
+
+
+def test_head_specs(tmp_path):
+    np.save(tmp_path / "q.npy", np.arange(6.0).reshape(2, 3))
+    head = head_from_spec({"Q": f"file:{tmp_path / 'q.npy'}", "K": "random", "V": "aligned"}, d=3, seed=1)
+    assert head.Q.shape == (2, 3) and head.K.shape == (2, 3)
+    np.testing.assert_allclose(head.V, head.Q.T @ head.K)
+    scalar = head_from_spec({"Q": 2.0, "K": "identity", "V": 0.5}, d=3)
+    np.testing.assert_allclose(scalar.B, 2.0 * np.eye(3))
+    np.testing.assert_allclose(scalar.V, 0.5 * np.eye(3))
+    again = head_from_spec({"Q": "random", "K": "random"}, d=4, seed=3)
+    np.testing.assert_allclose(again.Q, head_from_spec({"Q": "random", "K": "random"}, d=4, seed=3).Q)
+    with pytest.raises(ConfigError, match="aligned"):
+        head_from_spec({"Q": "aligned"}, d=3)
+
+
+def test_missing_config_file_exits_2(tmp_path, capsys):
+    assert main(["simulate", str(tmp_path / "nope.toml"), "-o", str(tmp_path / "o.h5")]) == 2
+    assert "file not found" in capsys.readouterr().err

@@ -1,0 +1,203 @@
+"""Particle solver: sphere constraint, measured orders, Thm 11, Thm 22, resume and NaN handling."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+from scipy.integrate import simpson
+
+from meanfield.cli import main
+from meanfield.config import load_config
+from meanfield.energy import energy_multi
+from meanfield.heads import Head, HeadStack, stack_heads
+from meanfield.io import read_run
+from meanfield.model import ConstantHeads, Model
+from meanfield.sphere import sample_equiangular, sample_uniform
+from meanfield.theory import solve_equiangular
+from solvers.integrators import INTEGRATORS
+from solvers.particle import simulate
+from solvers.run import simulate_config
+
+
+def random_model(rng, *, H=2, d=3, beta=2.0, kind="softmax"):
+    stack = HeadStack(B=rng.standard_normal((H, d, d)) / np.sqrt(d), V=rng.standard_normal((H, d, d)) / np.sqrt(d))
+    return Model(d=d, beta=beta, attention=kind, heads=ConstantHeads(stack))
+
+
+@pytest.mark.parametrize("method", sorted(INTEGRATORS))
+def test_points_stay_on_the_sphere(rng, method):
+    model = random_model(rng)
+    result = simulate(model, sample_uniform(40, 3, seed=1), t_final=2.0, dt=0.05, save_every=0.5, method=method)
+    for x in result.states:
+        np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("method, order, dts", [("euler", 1, (0.02, 0.01, 0.005)), ("heun", 2, (0.1, 0.05, 0.025)), ("rk4", 4, (0.2, 0.1, 0.05))])
+def test_measured_convergence_order(rng, method, order, dts):
+    model = random_model(rng, H=2, d=4)
+    x0 = sample_uniform(24, 4, seed=2)
+    finals = [simulate(model, x0, t_final=1.0, dt=dt, method=method).final for dt in dts]
+    e1 = np.abs(finals[0] - finals[1]).max()
+    e2 = np.abs(finals[1] - finals[2]).max()
+    observed = np.log2(e1 / e2)
+    np.testing.assert_allclose(observed, order, atol=0.2)
+
+
+def test_rk45_meets_its_tolerance(rng):
+    model = random_model(rng)
+    x0 = sample_uniform(30, 3, seed=3)
+    reference = simulate(model, x0, t_final=2.0, dt=0.005, method="rk4").final
+    result = simulate(model, x0, t_final=2.0, dt=0.1, method="rk45", rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(result.final, reference, atol=1e-7)
+    assert result.info["steps"] < 400  # it adapts: far fewer steps than the fixed-step reference
+
+
+def test_thm11_energy_identity_along_a_run(rng):
+    # symmetric value-aligned heads, unnormalized attention: dE_multi/dt = (1/n) Σ |dx_i/dt|²
+    d, n = 4, 30
+    heads = []
+    for _ in range(2):
+        q = rng.standard_normal((d, d)) / d
+        b = q.T @ q  # symmetric positive semi-definite score
+        heads.append(Head(Q=np.linalg.cholesky(b + 1e-9 * np.eye(d)).T, K=np.linalg.cholesky(b + 1e-9 * np.eye(d)).T, V=None))
+    stack = HeadStack(B=np.stack([h.B for h in heads]), V=np.stack([h.B for h in heads]))
+    model = Model(d=d, beta=1.5, attention="unnormalized", heads=ConstantHeads(stack))
+    result = simulate(model, sample_uniform(n, d, seed=4), t_final=2.0, dt=0.005, save_every=0.02)
+    energy = np.array([energy_multi(x, stack, beta=1.5) for x in result.states])
+    power = np.array([np.mean(np.sum(model.velocity(x, 0.0) ** 2, axis=1)) for x in result.states])
+    assert np.all(np.diff(energy) >= -1e-13)  # E never decreases
+    increase = energy[-1] - energy[0]
+    np.testing.assert_allclose(increase, simpson(power, x=result.t), rtol=1e-6)
+    # frame by frame, between consecutive saves (trapezoid error O(h^3) per interval)
+    np.testing.assert_allclose(np.diff(energy), 0.5 * (power[1:] + power[:-1]) * 0.02, rtol=2e-3, atol=1e-9)
+
+
+def test_thm22_equiangular_ode_matches_particles():
+    lambdas, beta, n, d = [0.5, 1.5], 1.0, 4, 6
+    stack = stack_heads([Head.scalar(lam, d) for lam in lambdas])
+    model = Model(d=d, beta=beta, attention="softmax", heads=ConstantHeads(stack))
+    x0 = sample_equiangular(n, d, gamma=0.1, seed=5)
+    result = simulate(model, x0, t_final=3.0, dt=0.01, save_every=0.25)
+    gram = np.einsum("tid,tjd->tij", np.array(result.states), np.array(result.states))
+    off = ~np.eye(n, dtype=bool)
+    gamma_particles = gram[:, off]
+    # equiangularity is preserved
+    np.testing.assert_allclose(gamma_particles.std(axis=1), 0.0, atol=1e-12)
+    gamma_ode = solve_equiangular(0.1, result.t, lambdas=lambdas, beta=beta, n=n)
+    np.testing.assert_allclose(gamma_particles.mean(axis=1), gamma_ode, rtol=0, atol=1e-9)
+
+
+def small_config(tmp_path, **solver):
+    cfg = {
+        "model": {"d": 3, "beta": 3.0, "attention": "softmax"},
+        "init": {"kind": "uniform", "n": 64, "seed": 1},
+        "solver": {"kind": "particle", "method": "rk4", "dt": 0.05, "t_final": 4.0, "save_every": 0.5, **solver},
+    }
+    path = tmp_path / "cfg.toml"
+    lines = []
+    for section, keys in cfg.items():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {v!r}".replace("'", '"') for k, v in keys.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return cfg, path
+
+
+def test_resume_after_interrupt_equals_uninterrupted(tmp_path):
+    cfg, _ = small_config(tmp_path)
+    full = simulate_config(load_config(cfg), tmp_path / "full.h5", quiet=True)
+    assert full.info["stop_reason"] == "t_final"
+    # a run that dies after 3 frames (KeyboardInterrupt raised from inside the loop)
+    resolved = load_config(cfg)
+    from solvers import run as run_module
+
+    original = run_module.setup_run
+
+    def dying_setup(c):
+        setup = original(c)
+        calls = {"n": 0}
+
+        def bomb(t, state):
+            calls["n"] += 1
+            if calls["n"] > 3:
+                raise KeyboardInterrupt
+            return None
+
+        setup.trackers.append(bomb)
+        return setup
+
+    run_module.setup_run = dying_setup
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            simulate_config(resolved, tmp_path / "part.h5", quiet=True)
+    finally:
+        run_module.setup_run = original
+    with h5py.File(tmp_path / "part.h5", "r") as f:
+        assert f["t"].shape[0] == 3
+    simulate_config(resolved, tmp_path / "part.h5", resume=True, quiet=True)
+    a, b = read_run(tmp_path / "full.h5"), read_run(tmp_path / "part.h5")
+    np.testing.assert_array_equal(a["t"], b["t"])
+    np.testing.assert_array_equal(a["x"], b["x"])  # bit for bit
+    assert b["status"] == "completed"
+
+
+def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
+    _, path = small_config(tmp_path, t_final=60.0, save_every=0.5, dt=0.005)
+    out = tmp_path / "killed.h5"
+    env = dict(os.environ, HDF5_USE_FILE_LOCKING="FALSE")
+    proc = subprocess.Popen([sys.executable, "-m", "meanfield", "simulate", str(path), "-o", str(out), "--quiet"], env=env)
+    deadline = time.time() + 60
+    frames = 0
+    while time.time() < deadline and proc.poll() is None:
+        time.sleep(0.3)
+        try:
+            with h5py.File(out, "r", locking=False) as f:
+                frames = f["t"].shape[0]
+        except (OSError, KeyError):
+            continue
+        if frames >= 4:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert frames >= 4, "the run should have saved frames before the kill"
+    status = main(["simulate", str(path), "-o", str(out), "--quiet", "--resume"])
+    assert status == 0
+    reference = tmp_path / "reference.h5"
+    assert main(["simulate", str(path), "-o", str(reference), "--quiet"]) == 0
+    a, b = read_run(reference), read_run(out)
+    np.testing.assert_array_equal(a["t"], b["t"])
+    np.testing.assert_array_equal(a["x"][-1], b["x"][-1])
+
+
+def test_resume_refuses_another_config(tmp_path, capsys):
+    _, path = small_config(tmp_path, t_final=1.0)
+    out = tmp_path / "o.h5"
+    assert main(["simulate", str(path), "-o", str(out), "--quiet"]) == 0
+    assert main(["simulate", str(path), "-o", str(out), "--quiet", "--resume", "--set", "model.beta=5"]) == 2
+    assert "model.beta" in capsys.readouterr().err
+    # extending t_final is allowed
+    assert main(["simulate", str(path), "-o", str(out), "--quiet", "--resume", "--set", "solver.t_final=2.0"]) == 0
+    assert read_run(out)["t"][-1] == 2.0
+
+
+def test_nan_stops_the_run_keeps_frames_and_exits_1(tmp_path, capsys):
+    _, path = small_config(tmp_path, t_final=2.0)
+    out = tmp_path / "nan.h5"
+    status = main(["simulate", str(path), "-o", str(out), "--quiet", "--set", "model.attention=unnormalized", "--set", "model.beta=900"])
+    assert status == 1
+    assert "NaN" in capsys.readouterr().err
+    run = read_run(out)
+    assert run["status"] == "failed"
+    assert len(run["t"]) >= 1 and np.all(np.isfinite(run["x"][0]))
+
+
+def test_steady_state_tracker_stops(tmp_path):
+    cfg, _ = small_config(tmp_path, t_final=200.0, save_every=1.0, dt=0.1, steady_tol=1e-4)
+    result = simulate_config(load_config(cfg), tmp_path / "steady.h5", quiet=True)
+    assert result.info["stop_reason"].startswith("steady state")
+    assert read_run(tmp_path / "steady.h5")["status"] == "stopped"
