@@ -43,6 +43,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from typing import Any
 
 from numba import prange as numba_prange
 
@@ -178,6 +179,13 @@ def _scratch(size: int, dtype: type) -> np.ndarray:
     return buf[:size]
 
 
+@lru_cache(maxsize=1)
+def _blas_controller() -> Any:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
 @lru_cache(maxsize=4)
 def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="meanfield-attn")
@@ -299,8 +307,9 @@ def velocity_blas(
     if nthreads <= 1:
         for rows in jobs:
             work(rows)
-    else:
-        list(_pool(nthreads).map(work, jobs))
+    else:  # one BLAS thread per pool thread: the pool already fills the cores
+        with _blas_controller().limit(limits=1, user_api="blas"):
+            list(_pool(nthreads).map(work, jobs))
     return out
 
 
