@@ -23,7 +23,7 @@ from typing import Any
 
 from meanfield.errors import ConfigError
 
-__all__ = ["SCHEMA", "Key", "load_config", "resolve", "apply_override", "config_hash", "dumps"]
+__all__ = ["SCHEMA", "Key", "load_config", "resolve", "apply_override", "config_hash", "dumps", "schema_markdown"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "dt": Key(NUM, 0.01, _at_least(0, strict=True), "ou: time step of the stored weight path"),
         "amplitude": Key(NUM, 0.5, _at_least(0), "oscillating: amplitude A"),
         "omega": Key(NUM, 1.0, _finite, "oscillating: angular frequency ω"),
+        "phases": Key((str,), "spread", _choice("spread", "equal", "random"), "oscillating: phases φ_h = 2πh/H, all 0, or uniform from weights.seed"),
     },
     "track": {
         "energy": Key((bool,), True, None, "record E_multi and E_h at every frame"),
@@ -182,6 +183,7 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None) -> None:
     model, init, solver = cfg["model"], cfg["init"], cfg["solver"]
     d = model["d"]
     heads = model["heads"]
+    on_grid = solver["kind"] == "grid" or (solver["kind"] == "jko" and solver["variant"] == "grid")
     if isinstance(heads, list):
         for index, spec in enumerate(heads):
             if not isinstance(spec, Mapping):
@@ -191,7 +193,7 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None) -> None:
         raise ConfigError("model.heads", f"expected an array of head tables or 'checkpoint:PATH#layer=L', got {heads!r}")
     if init["mean"] is not None and len(init["mean"]) != d:
         raise ConfigError("init.mean", f"expected a vector of length d={d}, got length {len(init['mean'])}")
-    if init["kind"] in ("equiangular", "orthogonal") and solver["kind"] != "grid" and init["n"] > d:
+    if init["kind"] in ("equiangular", "orthogonal") and not on_grid and init["n"] > d:
         raise ConfigError("init.n", f"kind={init['kind']!r} needs n <= d={d}, got n={init['n']}")
     if init["kind"] == "equiangular":
         n = init["n"]
@@ -207,9 +209,9 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None) -> None:
         if not path.exists():
             raise ConfigError("init.path", f"file not found: {path}")
         init["path"] = str(path)
-    if init["kind"] in ("mixture", "function") and solver["kind"] != "grid":
-        raise ConfigError("init.kind", f"kind={init['kind']!r} describes a density; it needs solver.kind = 'grid'")
-    if solver["kind"] == "grid" and d != 3:
+    if init["kind"] in ("mixture", "function") and not on_grid:
+        raise ConfigError("init.kind", f"kind={init['kind']!r} describes a density; it needs a grid solver (solver.kind = 'grid', or 'jko' with variant = 'grid')")
+    if on_grid and d != 3:
         raise ConfigError("model.d", f"the grid solver works on S² (d = 3), got d={d}")
     if solver["kind"] == "grid" and solver["method"] not in ("ssprk2", "ssprk3"):
         raise ConfigError("solver.method", f"the grid solver takes 'ssprk2' or 'ssprk3', got {solver['method']!r}")
@@ -280,3 +282,17 @@ def config_hash(cfg: Mapping[str, Any]) -> str:
     import hashlib
 
     return hashlib.sha256(dumps(cfg).encode()).hexdigest()[:16]
+
+
+def schema_markdown() -> str:
+    """The config keys as a Markdown table (the README's *Configuration* section)."""
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for section, keys in SCHEMA.items():
+        for key, spec in keys.items():
+            default = "—" if spec.default is None else json.dumps(spec.default)
+            lines.append(f"| `{section}.{key}` | {_type_name(spec.types)} | `{default}` | {spec.doc} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m meanfield.config  → the README table
+    print(schema_markdown())

@@ -133,6 +133,9 @@ def _optional_rows(module: str, function: str, **kwargs: Any) -> list[dict[str, 
     if func is None:
         return []
     out = func(**kwargs)
+    if isinstance(out, dict) and "rows" in out:  # {"rows": [...], "<extra>": {...}}
+        extra = [{"name": key, **value} for key, value in out.items() if key != "rows" and isinstance(value, dict)]
+        return list(out["rows"]) + extra
     return out if isinstance(out, list) else [out]
 
 
@@ -143,7 +146,7 @@ def run_benchmarks(*, quick: bool = False) -> dict[str, list[dict[str, Any]]]:
     grid = _optional_rows("solvers.grid", "bench_grid", cells_list=(2000,) if quick else (2000, 8000, 32000))
     if grid:
         tables["grid"] = grid
-    transport = _optional_rows("solvers.concentration", "bench_concentration")
+    transport = _optional_rows("solvers.concentration", "bench_concentration", quick=quick)
     if transport:
         tables["transport"] = transport
     return tables

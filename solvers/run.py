@@ -24,7 +24,7 @@ from solvers.loop import RunResult, Tracker, run_loop, save_times
 from solvers.particle import ParticleStepper
 from solvers.trackers import EnergyTracker, FiniteTracker, ProgressTracker, SphereTracker, SteadyStateTracker
 
-__all__ = ["RunSetup", "SOLVER_KINDS", "setup_run", "simulate_config"]
+__all__ = ["RunSetup", "SOLVER_KINDS", "available_solver_kinds", "setup_run", "simulate_config"]
 
 
 @dataclass
@@ -73,6 +73,12 @@ def _register_optional() -> None:
             SOLVER_KINDS[kind] = setup
 
 
+def available_solver_kinds() -> list[str]:
+    """The ``solver.kind`` values this installation can run."""
+    _register_optional()
+    return sorted(SOLVER_KINDS)
+
+
 def setup_run(cfg: dict[str, Any]) -> RunSetup:
     """Build the model, the solver, the initial state and the trackers of a config."""
     _register_optional()
@@ -80,6 +86,10 @@ def setup_run(cfg: dict[str, Any]) -> RunSetup:
     if kind not in SOLVER_KINDS:
         raise ConfigError("solver.kind", f"solver {kind!r} is not available in this installation")
     setup = SOLVER_KINDS[kind](cfg, build_model(cfg))
+    if cfg["weights"]["schedule"] != "constant" and "weights/t" not in setup.static:
+        from meanfield.schedules import weights_static  # the weight path, so the run can be replayed
+
+        setup.static.update(weights_static(setup.model.heads, cfg["solver"]["t_final"], dt=cfg["weights"]["dt"]))
     extra = _extra_trackers(cfg, setup)
     setup.trackers.extend(extra)
     return setup
@@ -154,6 +164,8 @@ def simulate_config(
         record_first = False
         writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape, resume=True)
         writer.truncate(frames)
+        for key, value in setup.static.items():  # e.g. a weight path extended to a later t_final
+            writer.write_static(key, value)
     elif out_path is not None:
         writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape, static=setup.static)
     progress = ProgressTracker(total=float(times[-1]), initial=float(times[0]), quiet=quiet)

@@ -65,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"meanfield {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed early
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print(f"meanfield {args.command}: interrupted; saved frames are kept", file=sys.stderr)
         return 1

@@ -13,9 +13,9 @@ naming the option, which the CLI maps to exit status 2.
 Extending: further sub-commands (e.g. ``clustering-time``) are added without
 editing this file's parsers, either
 
-* by a module listed in :data:`EXTENSION_MODULES` that defines
-  ``add_subparser(subparsers) -> None`` (it is imported when the parser is
-  built and skipped while it does not exist), or
+* by an entry point of the group :data:`ENTRY_POINT_GROUP` (``meanfield.theory``)
+  naming a module that defines ``add_subparser(subparsers) -> None`` — this is how
+  ``solvers`` adds the simulated ``clustering-time`` without the model importing it, or
 * by calling :func:`register` with such a function before the parser is built.
 
 Each adder must call ``subparsers.add_parser(name, ...)`` and set
@@ -28,6 +28,7 @@ import importlib
 import json
 import math
 import sys
+from importlib.metadata import entry_points
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -41,7 +42,7 @@ __all__ = [
     "add_parser",
     "register",
     "SUBCOMMANDS",
-    "EXTENSION_MODULES",
+    "ENTRY_POINT_GROUP",
     "parse_int",
     "parse_float",
     "parse_float_list",
@@ -50,8 +51,9 @@ __all__ = [
 
 Adder = Callable[[Any], None]
 
-#: modules that may add ``meanfield theory`` sub-commands via ``add_subparser(subparsers)``
-EXTENSION_MODULES: tuple[str, ...] = ("meanfield.cli.theory_clustering",)
+#: entry-point group through which other packages (our ``solvers``) add ``meanfield theory``
+#: sub-commands: each entry names a module with ``add_subparser(subparsers)``
+ENTRY_POINT_GROUP = "meanfield.theory"
 
 #: library parameter name -> CLI option, to re-key errors raised by :mod:`meanfield.theory`
 _OPTION_OF: dict[str, str] = {
@@ -283,14 +285,8 @@ def add_parser(subparsers: Any) -> None:
 
     parser.set_defaults(func=_usage)
     adders = list(SUBCOMMANDS)
-    for name in EXTENSION_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:  # an extension not written yet
-            if exc.name == name:
-                continue
-            raise
-        adder = getattr(module, "add_subparser")
+    for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        adder = getattr(importlib.import_module(entry.value), "add_subparser")
         if adder not in adders:
             adders.append(adder)
     for adder in adders:

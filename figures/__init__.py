@@ -1,0 +1,190 @@
+r"""The papers' figures: one thin script per figure, found by its file name.
+
+.. math::
+
+    \text{figure} = \text{script}(\text{public API}) \;\to\; (\texttt{ID.png},\ \texttt{ID.csv},\ \text{claim}(\texttt{ID.csv}))
+
+Every ``figures/figPPP_name.py`` (``PPP`` = the seed paper: ``000`` multi-head
+structure, ``002`` low-temperature concentration, ``004`` time-dependent
+multi-head flows) is a figure.  :func:`registry` lists them without importing
+them; ``meanfield reproduce --list`` prints the list, ``meanfield reproduce
+ID|all [--quick] [--out DIR]`` runs them, and ``tests/test_figures.py`` runs
+every one in ``--quick`` form and checks its claim.
+
+Adding a figure
+---------------
+Write one script ``figures/figPPP_what.py``; nothing else needs editing.  It must
+define, at module level:
+
+* ``ID = "figPPP_what"`` (the file stem), ``PAPER = "PPP"``,
+  ``THEOREM = "Thm 22"`` (or ``"Conj. 1"``, …) and ``DESCRIPTION`` — one
+  sentence saying what the figure shows.  These four are plain string
+  literals: they are read from the source, so listing never imports a script.
+* Its parameters as constants at the top, with the ``QUICK_…`` variants.
+* ``make(out_dir, *, quick=False) -> {"png": Path, "csv": Path}`` — computes
+  through the public API (:mod:`meanfield`, :func:`solvers.run.simulate_config`,
+  :func:`solvers.sweep.run_sweep`, …) and writes ``out_dir/ID.png`` and
+  ``out_dir/ID.csv`` (the numbers behind the picture, one tidy table).
+* ``claim(csv_path) -> {name: {"ok": bool, "value": float, "expected": str}}`` —
+  checks of the paper's statement computed *from the CSV alone* (e.g. a fitted
+  slope against its predicted value).
+* ``main(argv=None) -> int`` parsing ``--quick`` and ``--out`` (exit 0 when
+  every check holds, 1 otherwise) and ``if __name__ == "__main__":
+  sys.exit(main())``, so that ``python figures/figPPP_what.py --quick --out DIR``
+  works.  Scripts import only installed packages (not this one).
+* A module docstring opening with the equation and the theorem, the runtime,
+  and the command.  ``--quick`` must take under a minute on 2 cores (aim for
+  ~10 s): the default test suite runs it.
+
+Examples
+--------
+>>> sorted(registry())[:1]  # doctest: +SKIP
+['fig000_beta_star']
+>>> result = run_figure("fig000_beta_star", "/tmp/figs", quick=True)  # doctest: +SKIP
+>>> all(check["ok"] for check in result.checks.values())  # doctest: +SKIP
+True
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+__all__ = ["FIGURES_DIR", "METADATA", "FigureEntry", "FigureRun", "registry", "run_figure"]
+
+#: the folder the figure scripts live in
+FIGURES_DIR = Path(__file__).resolve().parent
+#: module-level string constants every figure script defines
+METADATA = ("ID", "PAPER", "THEOREM", "DESCRIPTION")
+#: the seed papers, by number
+PAPERS = {
+    "000": "multi-head gradient-flow structure",
+    "002": "low-temperature concentration",
+    "004": "time-dependent multi-head Wasserstein flows",
+}
+
+
+@dataclass(frozen=True)
+class FigureEntry:
+    """One registered figure: its script and what it shows.
+
+    Attributes
+    ----------
+    id : str
+        ``figPPP_name`` (the script's stem).
+    path : Path
+        The script.
+    paper : str
+        Seed paper: ``"000"``, ``"002"`` or ``"004"``.
+    theorem : str
+        The statement it illustrates (``"Thm 22"``).
+    description : str
+        One sentence: what the figure shows.
+    """
+
+    id: str
+    path: Path
+    paper: str
+    theorem: str
+    description: str
+
+    def load(self) -> ModuleType:
+        """Import the script (once) as ``figures.<id>``."""
+        name = f"figures.{self.id}"
+        if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(self.path):
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, self.path)
+        if spec is None or spec.loader is None:  # pragma: no cover - a .py file always has a loader
+            raise ImportError(f"cannot load {self.path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        for attr in ("make", "claim", "main"):
+            if not callable(getattr(module, attr, None)):
+                raise TypeError(f"{self.path.name}: a figure script must define {attr}() (see figures/__init__.py)")
+        return module
+
+
+@dataclass(frozen=True)
+class FigureRun:
+    """Outcome of :func:`run_figure`: the files written, the claim's checks, the time taken."""
+
+    id: str
+    png: Path
+    csv: Path
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(bool(check["ok"]) for check in self.checks.values())
+
+
+def _metadata(path: Path) -> dict[str, str]:
+    """The string constants ``ID, PAPER, THEOREM, DESCRIPTION`` of a script, read from its source."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name in METADATA:
+                try:
+                    value = ast.literal_eval(node.value)
+                except ValueError:
+                    raise ValueError(f"{path.name}: {name} must be a string literal") from None
+                if not isinstance(value, str):
+                    raise ValueError(f"{path.name}: {name} must be a string, got {value!r}")
+                found[name] = value
+    missing = [name for name in METADATA if name not in found]
+    if missing:
+        raise ValueError(f"{path.name}: a figure script must define {', '.join(missing)} (see figures/__init__.py)")
+    if found["ID"] != path.stem:
+        raise ValueError(f"{path.name}: ID = {found['ID']!r} must equal the file name {path.stem!r}")
+    if found["PAPER"] not in PAPERS:
+        raise ValueError(f"{path.name}: PAPER must be one of {', '.join(PAPERS)}, got {found['PAPER']!r}")
+    return found
+
+
+def registry(folder: str | Path | None = None) -> dict[str, FigureEntry]:
+    """Every figure script in ``folder`` (default: this package), by id, ordered by paper then id.
+
+    Raises
+    ------
+    ValueError
+        For a ``fig*.py`` script that lacks one of the metadata constants,
+        or whose ``ID`` differs from its file name.
+    """
+    root = Path(folder) if folder is not None else FIGURES_DIR
+    entries = []
+    for path in sorted(root.glob("fig*.py")):
+        meta = _metadata(path)
+        entries.append(FigureEntry(meta["ID"], path.resolve(), meta["PAPER"], meta["THEOREM"], meta["DESCRIPTION"]))
+    entries.sort(key=lambda e: (e.paper, e.id))
+    return {entry.id: entry for entry in entries}
+
+
+def run_figure(figure_id: str, out_dir: str | Path, *, quick: bool = False) -> FigureRun:
+    """Make one figure (PNG + CSV under ``out_dir``) and check its claim on the CSV.
+
+    Raises
+    ------
+    KeyError
+        For an id that is not registered.
+    """
+    figures = registry()
+    if figure_id not in figures:
+        raise KeyError(figure_id)
+    module = figures[figure_id].load()
+    started = time.perf_counter()
+    paths = module.make(Path(out_dir), quick=quick)
+    checks = module.claim(paths["csv"])
+    return FigureRun(figure_id, Path(paths["png"]), Path(paths["csv"]), checks, time.perf_counter() - started)

@@ -1,0 +1,971 @@
+r"""Parameter sweeps: one base config, many cases, run on a Dask cluster.
+
+.. math::
+
+    \{\,c_k\,\}_{k} = \{\text{base} \oplus \text{set} \oplus \text{case}_j \oplus g\;:\;
+    j \in \text{cases},\ g \in \textstyle\prod_{\text{key}} \text{grid}[\text{key}]\,\}
+
+A sweep file (TOML) names a base config and the cases to run::
+
+    base = "default.toml"              # relative to the sweep file, or absolute
+    results = "mypkg.metrics:scalars"  # optional: extra scalars per case
+    retries = 1                        # optional: re-runs of a failed case (default 1)
+
+    [set]                              # optional: overrides applied to every case
+    "solver.t_final" = 5.0
+
+    [grid]                             # the Cartesian product of these lists
+    "model.beta" = [4.0, 16.0, 64.0]
+    "init.seed" = [0, 1, 2]
+
+or, instead of (or combined with: each case × every grid point) ``[grid]``, a
+list of cases::
+
+    [[cases]]
+    "model.beta" = 4.0
+    [[cases]]
+    model.beta = 9.0                   # dotted bare keys (nested tables) work too
+    init.n = 64
+
+Every case is resolved up front with :func:`meanfield.config.load_config`
+(the base file plus ``section.key=value`` overrides), so bad input raises
+:class:`~meanfield.errors.ConfigError` (exit status 2) before any work.  A case
+is identified by the hash of its resolved config
+(:func:`meanfield.config.config_hash`); two cases with the same config are an
+error.
+
+Where it runs
+-------------
+* ``workers=0``: in this process, one case after the other (no Dask).
+* default: a :class:`distributed.LocalCluster` of single-threaded worker
+  processes, one per core (at most one per case);
+* ``scheduler="tcp://host:8786"``: any running Dask cluster (see the README for
+  SLURM with ``dask-jobqueue``).
+
+Processes × threads never oversubscribe the cores: each case calls
+:func:`meanfield._jit.set_num_threads` with ``cores // (worker threads on its
+host)`` (numba's thread count is per thread, so it is set inside the task), and
+local workers start with ``OMP/OPENBLAS/MKL_NUM_THREADS=1`` (the attention
+kernels size their own pools from ``MEANFIELD_NUM_THREADS``).  On a worker the
+sweep could not measure, ``MEANFIELD_NUM_THREADS`` from its environment is
+used, else 1.
+
+Results
+-------
+``DIR/cases/<hash>.h5`` holds each case's run (:func:`solvers.run.simulate_config`),
+and ``DIR/cases/<hash>.json`` the record of a successful case, written by the worker.
+``DIR/ledger.jsonl`` gets one JSON line per finished case, appended and
+``fsync``-ed as soon as the case ends: it is the durable record.
+``DIR/results.csv`` (and ``results.parquet`` when :mod:`pyarrow` is installed)
+is rebuilt from it — one row per case: ``case``, ``hash``, the swept keys
+(their resolved values), ``status`` (``ok``/``failed``), ``error``,
+``attempts``, ``wall_time``, and the scalars of :func:`case_scalars`
+(``frames``, ``t_last``, ``energy_final``, ``min_inner_product``, and with the
+concentration tracker ``t_min``, ``W2_min``), plus those of the ``results`` hook
+(``f(path, cfg) -> Mapping[str, float]``, which may also override the built-in ones).
+
+Faults
+------
+A case that raises (``RunFailed``: NaN/Inf, …) or whose worker dies is re-run
+``retries`` times (default once, from scratch) and then recorded as
+``failed`` with its errors; the sweep goes on.  A killed sweep continues with
+``resume=True``: cases already in the ledger are skipped (failed ones too,
+unless ``retry_failed=True``); a case that finished on a worker after the
+driver was killed is taken from its ``cases/<hash>.json`` without running
+again (``recovered`` in the ledger); and a case interrupted mid-run continues
+its HDF5 run from the last saved frame (``resumed_frames`` in its row).  The
+``wall_time`` of such a case covers the resumed part only.
+
+Examples
+--------
+>>> rows = run_sweep({"base": {"solver": {"t_final": 0.2}}, "grid": {"model.beta": [1.0, 2.0]}},
+...                  "/tmp/sweep-doc", workers=0, quiet=True)  # doctest: +SKIP
+>>> [r["status"] for r in rows]  # doctest: +SKIP
+['ok', 'ok']
+"""
+from __future__ import annotations
+
+import csv
+import importlib
+import importlib.util
+import io
+import itertools
+import json
+import logging
+import math
+import os
+import sys
+import time
+import tomllib
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meanfield.config import SCHEMA, config_hash, load_config
+from meanfield.errors import ConfigError
+
+__all__ = [
+    "SweepCase",
+    "Sweep",
+    "load_sweep",
+    "run_sweep",
+    "run_case",
+    "case_scalars",
+    "read_ledger",
+    "RESULT_COLUMNS",
+    "SWEEP_KEYS",
+]
+
+#: keys a sweep file may hold at its top level
+SWEEP_KEYS = ("base", "set", "grid", "cases", "results", "retries")
+#: fixed columns of ``results.csv`` after ``case, hash`` and the swept keys
+RESULT_COLUMNS = (
+    "status",
+    "error",
+    "attempts",
+    "wall_time",
+    "frames",
+    "t_last",
+    "energy_final",
+    "min_inner_product",
+    "t_min",
+    "W2_min",
+)
+#: columns written after the scalars
+TRAILING_COLUMNS = ("stop_reason", "resumed_frames", "path")
+#: least time between two rebuilds of results.csv while cases are finishing
+CSV_MIN_INTERVAL_S = 1.0
+
+
+# --------------------------------------------------------------------------- #
+# the sweep definition
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True)
+class SweepCase:
+    """One case of a sweep.
+
+    Attributes
+    ----------
+    index : int
+        Position in the sweep (row order of ``results.csv``).
+    params : dict
+        The swept keys (``"model.beta"`` …) and their values, as given.
+    overrides : tuple of str
+        ``section.key=value`` assignments (``[set]`` first, then the case's own).
+    config : dict
+        The resolved config.
+    hash : str
+        :func:`meanfield.config.config_hash` of ``config``; names ``cases/<hash>.h5``.
+    """
+
+    index: int
+    params: dict[str, Any]
+    overrides: tuple[str, ...]
+    config: dict[str, Any]
+    hash: str
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A resolved sweep: every case's config, checked.
+
+    Attributes
+    ----------
+    base : str or dict or None
+        Base config file (absolute path), an inline config table, or ``None`` (all defaults).
+    parameters : tuple of str
+        The swept keys, in order (the parameter columns of ``results.csv``).
+    cases : tuple of SweepCase
+    results : str or callable or None
+        ``"module:function"`` hook adding scalars per case.
+    retries : int
+        Re-runs of a failed case before it is recorded as failed.
+    source : Path or None
+        The sweep file.
+    """
+
+    base: str | dict[str, Any] | None
+    parameters: tuple[str, ...]
+    cases: tuple[SweepCase, ...]
+    results: str | Callable[..., Mapping[str, Any]] | None = None
+    retries: int = 1
+    source: Path | None = None
+    definition: dict[str, Any] = field(default_factory=dict)
+
+
+def _toml_value(value: Any, key: str) -> str:
+    """``value`` in TOML syntax (so that ``apply_override`` parses it back exactly)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(item, key) for item in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v, key)}" for k, v in value.items()) + "}"
+    raise ConfigError(key, f"cannot use a value of type {type(value).__name__} ({value!r}) as a config value")
+
+
+def _flatten(table: Any, where: str) -> dict[str, Any]:
+    """``{"model": {"beta": 4}}`` and ``{"model.beta": 4}`` both give ``{"model.beta": 4}``."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(where, f"expected a table of section.key = value, got {table!r}")
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if "." in key:
+            out[key] = value
+        elif key in SCHEMA and isinstance(value, Mapping):
+            for sub, item in value.items():
+                out[f"{key}.{sub}"] = item
+        else:
+            raise ConfigError(f"{where}.{key}", "expected a dotted config key such as \"model.beta\"")
+    for key in out:
+        section, _, name = key.partition(".")
+        if section not in SCHEMA:
+            raise ConfigError(f"{where}.{key}", f"unknown section {section!r}; expected one of {', '.join(SCHEMA)}")
+        if name not in SCHEMA[section]:
+            raise ConfigError(f"{where}.{key}", f"unknown key; allowed keys of [{section}] are {', '.join(SCHEMA[section])}")
+    return out
+
+
+def _cell(value: Any) -> Any:
+    """A parameter value as a table cell: scalars as they are, anything else as JSON."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def _check_hook(spec: Any) -> str | Callable[..., Mapping[str, Any]] | None:
+    if spec is None or callable(spec):
+        return spec
+    if not isinstance(spec, str) or spec.count(":") != 1:
+        raise ConfigError("results", f"expected \"module:function\", got {spec!r}")
+    _resolve_hook(spec)
+    return spec
+
+
+def _resolve_hook(spec: str | Callable[..., Mapping[str, Any]]) -> Callable[..., Mapping[str, Any]]:
+    if callable(spec):
+        return spec
+    module_name, _, func_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError("results", f"cannot import {module_name!r}: {exc}") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ConfigError("results", f"{module_name!r} has no function {func_name!r}")
+    return func
+
+
+def _check_available(cfg: dict[str, Any], where: str) -> None:
+    """Fail before any work when a case needs a solver family or tracker this installation lacks."""
+    from solvers import run as run_module
+
+    run_module._register_optional()  # noqa: SLF001 - the registry of solver families
+    kind = cfg["solver"]["kind"]
+    if kind not in run_module.SOLVER_KINDS:
+        raise ConfigError("solver.kind", f"solver {kind!r} is not available in this installation ({where})")
+    if cfg["track"]["concentration"] and importlib.util.find_spec("solvers.concentration") is None:
+        raise ConfigError("track.concentration", f"needs solvers.concentration, not available in this installation ({where})")
+
+
+def load_sweep(source: str | Path | Mapping[str, Any], *, base_dir: str | Path | None = None) -> Sweep:
+    """Read a sweep (TOML file or mapping) and resolve every case's config.
+
+    Parameters
+    ----------
+    source : path or mapping
+        Sweep file, or the same content as a dict.
+    base_dir : path, optional
+        Folder against which a relative ``base`` is taken when ``source`` is a
+        mapping (default: the current directory; for a file: its folder).
+
+    Returns
+    -------
+    Sweep
+
+    Raises
+    ------
+    ConfigError
+        For an unreadable sweep file, an unknown key, a grid entry that is not a
+        non-empty list, a config error in any case (the message names the key
+        and the case), duplicate cases, or a case that needs a solver that is
+        not installed.
+    """
+    path: Path | None = None
+    if isinstance(source, Mapping):
+        raw = dict(source)
+        folder = Path(base_dir) if base_dir is not None else Path.cwd()
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError("SWEEP", f"file not found: {path}")
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("SWEEP", f"{path} is not valid TOML: {exc}") from None
+        folder = path.resolve().parent
+    for key in raw:
+        if key not in SWEEP_KEYS:
+            raise ConfigError(key, f"unknown sweep key; allowed keys are {', '.join(SWEEP_KEYS)}")
+
+    base: str | dict[str, Any] | None = raw.get("base")
+    if isinstance(base, str):
+        base_path = Path(base).expanduser()
+        if not base_path.is_absolute():
+            base_path = folder / base_path
+        if not base_path.is_file():
+            raise ConfigError("base", f"config file not found: {base_path}")
+        base = str(base_path.resolve())
+    elif base is not None and not isinstance(base, Mapping):
+        raise ConfigError("base", f"expected a config file name or a config table, got {base!r}")
+    elif isinstance(base, Mapping):
+        base = dict(base)
+
+    fixed = _flatten(raw.get("set", {}), "set")
+    grid = _flatten(raw.get("grid", {}), "grid")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"grid.{key}", f"expected a non-empty list of values, got {values!r}")
+    raw_cases = raw.get("cases", [{}])
+    if not isinstance(raw_cases, list) or not raw_cases:
+        raise ConfigError("cases", "expected a non-empty array of tables ([[cases]])")
+    case_tables = [_flatten(table, f"cases[{k}]") for k, table in enumerate(raw_cases)]
+    for k, table in enumerate(case_tables):
+        for key in table:
+            if key in grid:
+                raise ConfigError(f"cases[{k}].{key}", "is also swept in [grid]; set it in one place only")
+    retries = raw.get("retries", 1)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ConfigError("retries", f"expected an integer >= 0, got {retries!r}")
+    hook = _check_hook(raw.get("results"))
+
+    parameters: list[str] = []
+    for table in case_tables:
+        parameters.extend(key for key in table if key not in parameters)
+    parameters.extend(key for key in grid if key not in parameters)
+
+    cases: list[SweepCase] = []
+    seen: dict[str, int] = {}
+    grid_points = list(itertools.product(*grid.values())) if grid else [()]
+    for table in case_tables:
+        for point in grid_points:
+            params = {**table, **dict(zip(grid, point))}
+            index = len(cases)
+            values = {**fixed, **params}
+            overrides = tuple(f"{key}={_toml_value(value, key)}" for key, value in values.items())
+            where = f"sweep case {index}: " + ", ".join(f"{k}={_cell(v)}" for k, v in params.items()) if params else f"sweep case {index}"
+            try:
+                cfg = load_config(base, overrides)
+            except ConfigError as exc:
+                raise ConfigError(exc.key, f"{exc.message} ({where})") from None
+            _check_available(cfg, where)
+            digest = config_hash(cfg)
+            if digest in seen:
+                raise ConfigError("cases", f"cases {seen[digest]} and {index} resolve to the same config (hash {digest}); remove one")
+            seen[digest] = index
+            cases.append(SweepCase(index, params, overrides, cfg, digest))
+
+    definition = {
+        "source": str(path.resolve()) if path is not None else None,
+        "base": base,
+        "set": fixed,
+        "grid": grid,
+        "cases": case_tables if "cases" in raw else [],
+        "results": hook if isinstance(hook, str) or hook is None else getattr(hook, "__qualname__", repr(hook)),
+        "retries": retries,
+    }
+    return Sweep(base, tuple(parameters), tuple(cases), hook, retries, path, definition)
+
+
+# --------------------------------------------------------------------------- #
+# one case (runs on a worker)
+# --------------------------------------------------------------------------- #
+def _usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _worker_address() -> str:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        return ""
+
+
+def _threads_here(threads: int | Mapping[str, int] | None) -> int | None:
+    """Kernel threads for a case on this worker (``None``: leave the process as it is)."""
+    if threads is None or isinstance(threads, int):
+        return threads
+    address = _worker_address()
+    if address in threads:
+        return int(threads[address])
+    env = os.environ.get("MEANFIELD_NUM_THREADS")
+    return max(1, int(env)) if env else 1
+
+
+def _frames_on_disk(path: Path) -> int:
+    """Saved frames of a resumable run file (0: missing, unreadable, failed or empty)."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            if str(f.attrs.get("status", "")) == "failed" or "t" not in f:
+                return 0
+            return int(f["t"].shape[0])
+    except (OSError, KeyError, ValueError):
+        return 0
+
+
+def _simulate_case(cfg: dict[str, Any], path: Path, *, resume_partial: bool) -> int:
+    """Run one case into ``path``; continue a run cut short when asked.  Returns the frames resumed from."""
+    from solvers.run import simulate_config
+
+    if resume_partial and path.exists():
+        frames = _frames_on_disk(path)
+        if frames > 0:
+            try:
+                simulate_config(cfg, path, resume=True, quiet=True)
+                return frames
+            except ConfigError:  # frames that do not match the save times: start afresh
+                pass
+    path.unlink(missing_ok=True)
+    simulate_config(cfg, path, quiet=True)
+    return 0
+
+
+def _last_finite(series: np.ndarray) -> float:
+    finite = np.flatnonzero(np.isfinite(series))
+    return float(series[finite[-1]]) if finite.size else math.nan
+
+
+def _concentration_scalars(t: np.ndarray, w2: np.ndarray) -> dict[str, float]:
+    r"""``t_min``, ``W2_min`` (and the metastable window) of :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` (seed 002, Thm 1).
+
+    Uses :func:`solvers.concentration.concentration_summary` when that module
+    is installed, else the minimiser over the saved frames.
+    """
+    nan = {"t_min": math.nan, "W2_min": math.nan}
+    if not np.any(np.isfinite(w2)):
+        return nan
+    try:
+        from solvers.concentration import concentration_summary
+    except ImportError:
+        k = int(np.nanargmin(w2))
+        return {"t_min": float(t[k]), "W2_min": float(w2[k])}
+    summary = concentration_summary(t, w2)
+    return {
+        "t_min": float(summary["t_min"]),
+        "W2_min": float(summary["w2_min"]),
+        "window_length": float(summary["window_length"]),
+        "W2_final": float(summary["w2_final"]),
+    }
+
+
+def case_scalars(path: str | Path) -> dict[str, Any]:
+    r"""The scalar results of one run file (a row of ``results.csv``).
+
+    .. math::
+
+        \min_{i<j}\langle x_i(T),x_j(T)\rangle, \qquad
+        t_{\min}=\arg\min_t W_2(\rho_t,\Pi_\sharp\rho_0),\quad W_{2,\min}=\min_t W_2
+
+    (the concentration observables of seed 002, Thm 1, when the run tracked
+    ``w2_target``).  Reads only the last frame and the diagnostics.
+
+    Returns
+    -------
+    dict
+        ``frames``, ``t_last``, ``energy_final`` (last finite ``E_multi``),
+        ``min_inner_product`` (particles; NaN for grid runs), ``t_min``,
+        ``W2_min`` (NaN without the concentration tracker), ``stop_reason``;
+        with the concentration tracker also ``window_length`` (metastable
+        window), ``W2_final`` and the final ``e_/v_eigenspace_distance``.
+    """
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        t = np.asarray(f["t"][()], dtype=float)
+        frames = int(t.shape[0])
+        out: dict[str, Any] = {
+            "frames": frames,
+            "t_last": float(t[-1]) if frames else math.nan,
+            "energy_final": math.nan,
+            "min_inner_product": math.nan,
+            "t_min": math.nan,
+            "W2_min": math.nan,
+            "stop_reason": str(f.attrs.get("stop_reason", "")),
+        }
+        diagnostics = f["diagnostics"] if "diagnostics" in f else {}
+        if "energy" in diagnostics:
+            out["energy_final"] = _last_finite(np.asarray(diagnostics["energy"][()], dtype=float))
+        if "x" in f and frames:
+            x = np.asarray(f["x"][frames - 1], dtype=float)
+            if x.shape[0] > 1:
+                gram = x @ x.T
+                out["min_inner_product"] = float(np.min(gram[np.triu_indices(x.shape[0], 1)]))
+        if "w2_target" in diagnostics:
+            out.update(_concentration_scalars(t, np.asarray(diagnostics["w2_target"][()], dtype=float)))
+            for key in ("e_eigenspace_distance", "v_eigenspace_distance"):  # seed 002, Conjecture 1
+                if key in diagnostics:
+                    out[f"{key}_final"] = _last_finite(np.asarray(diagnostics[key][()], dtype=float))
+    return out
+
+
+def run_case(task: Mapping[str, Any]) -> dict[str, Any]:
+    """Run one case and return its record; errors are caught and recorded, never raised.
+
+    ``task`` holds ``index``, ``hash``, ``params``, ``config`` (resolved),
+    ``path`` (HDF5 output), ``attempt``, ``resume_partial``, ``results``
+    (hook or ``None``) and ``threads`` (an int, a map worker address → int, or
+    ``None`` to leave the process's thread settings alone).  This is the
+    function the Dask workers execute.
+    """
+    started = time.perf_counter()
+    threads = _threads_here(task.get("threads"))
+    if threads is not None:
+        from meanfield._jit import set_num_threads
+
+        set_num_threads(threads)
+    path = Path(task["path"])
+    record: dict[str, Any] = {
+        "case": task["index"],
+        "hash": task["hash"],
+        "params": task["params"],
+        "attempt": task["attempt"],
+        "path": str(path),
+        "worker": _worker_address(),
+        "pid": os.getpid(),
+        "threads": threads,
+    }
+    try:
+        record["resumed_frames"] = _simulate_case(task["config"], path, resume_partial=bool(task.get("resume_partial")))
+        scalars = case_scalars(path)
+        if task.get("results") is not None:
+            extra = _resolve_hook(task["results"])(path, task["config"])
+            scalars.update({str(k): (v.item() if isinstance(v, np.generic) else v) for k, v in dict(extra).items()})
+        record.update(status="ok", error="", scalars=scalars)
+    except Exception as exc:  # a failed case is recorded, not raised
+        record.update(status="failed", error=f"{type(exc).__name__}: {exc}", scalars={})
+        record.setdefault("resumed_frames", 0)
+    record["wall_time"] = time.perf_counter() - started
+    if record["status"] == "ok":  # beside the run: found by --resume if the driver dies before the ledger hears of it
+        _atomic_write(path.with_suffix(".json"), json.dumps(record, sort_keys=True, default=_json_default).encode())
+    return record
+
+
+def _recovered(path: Path, digest: str) -> dict[str, Any] | None:
+    """The record a worker left beside a finished run (``cases/<hash>.json``), if any."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("hash") != digest or record.get("status") != "ok":
+        return None
+    record["recovered"] = True
+    return record
+
+
+# --------------------------------------------------------------------------- #
+# ledger and results table
+# --------------------------------------------------------------------------- #
+def read_ledger(path: str | Path) -> dict[str, dict[str, Any]]:
+    """Finished cases of a sweep, by hash (the last record of a hash wins).
+
+    A line cut short by a kill is skipped.
+    """
+    records: dict[str, dict[str, Any]] = {}
+    path = Path(path)
+    if not path.exists():
+        return records
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "hash" in record:
+            records[record["hash"]] = record
+    return records
+
+
+def _append_ledger(path: Path, record: Mapping[str, Any]) -> None:
+    """Append one record as a JSON line, flushed and fsync-ed (a kill loses nothing finished)."""
+    line = json.dumps(record, sort_keys=True, default=_json_default)
+    with open(path, "a+b") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":  # a line cut short by a kill: close it off
+                f.write(b"\n")
+        f.write(line.encode() + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    return repr(value)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _row(case: SweepCase, parameters: Iterable[str], record: Mapping[str, Any], out_dir: Path) -> dict[str, Any]:
+    row: dict[str, Any] = {"case": case.index, "hash": case.hash}
+    for key in parameters:
+        section, _, name = key.partition(".")
+        row[key] = _cell(case.config[section][name])
+    row.update(
+        status=record["status"],
+        error=record.get("error", ""),
+        attempts=record.get("attempts", 1),
+        wall_time=record.get("wall_time", math.nan),
+    )
+    scalars = dict(record.get("scalars") or {})
+    for key in RESULT_COLUMNS[4:]:
+        row[key] = scalars.pop(key, math.nan)
+    stop_reason = scalars.pop("stop_reason", "")
+    row.update(sorted(scalars.items()))
+    row["stop_reason"] = stop_reason
+    row["resumed_frames"] = record.get("resumed_frames", 0)
+    try:
+        row["path"] = str(Path(record.get("path", "")).resolve().relative_to(out_dir.resolve()))
+    except ValueError:
+        row["path"] = record.get("path", "")
+    return row
+
+
+def _columns(rows: list[dict[str, Any]]) -> list[str]:
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(key for key in row if key not in columns)
+    for key in TRAILING_COLUMNS:  # keep these last whatever the hook added
+        if key in columns:
+            columns.remove(key)
+            columns.append(key)
+    return columns
+
+
+def _write_tables(out_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """``results.csv`` (always) and ``results.parquet`` (with pyarrow), written atomically."""
+    columns = _columns(rows)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({key: _csv_cell(row.get(key)) for key in columns})
+    _atomic_write(out_dir / "results.csv", buffer.getvalue().encode())
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return
+    data: dict[str, list[Any]] = {}
+    for key in columns:
+        values = [row.get(key) for row in rows]
+        present = [v for v in values if v is not None and v != ""]
+        if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+            data[key] = [int(v) if v is not None and v != "" else None for v in values]
+        elif present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+            data[key] = [float(v) if v is not None and v != "" else None for v in values]
+        else:
+            data[key] = [None if v is None else str(v) for v in values]
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table(data), sink)
+    _atomic_write(out_dir / "results.parquet", sink.getvalue().to_pybytes())
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return value
+
+
+# --------------------------------------------------------------------------- #
+# executors
+# --------------------------------------------------------------------------- #
+def _finish(record: dict[str, Any], attempt: int, errors: list[str]) -> dict[str, Any]:
+    record["attempts"] = attempt
+    if record["status"] != "ok":
+        record["error"] = " | ".join(f"attempt {k + 1}: {e}" for k, e in enumerate([*errors, record["error"]]))
+    record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    return record
+
+
+def _lost_record(task: Mapping[str, Any], exc: BaseException) -> dict[str, Any]:
+    """Record of an attempt whose worker died (the task itself never returned)."""
+    return {
+        "case": task["index"],
+        "hash": task["hash"],
+        "params": task["params"],
+        "attempt": task["attempt"],
+        "path": task["path"],
+        "status": "failed",
+        "error": f"{type(exc).__name__}: {exc}",
+        "scalars": {},
+        "wall_time": math.nan,
+        "resumed_frames": 0,
+    }
+
+
+def _synchronous(tasks: list[dict[str, Any]], retries: int) -> Iterator[dict[str, Any]]:
+    for task in tasks:
+        errors: list[str] = []
+        for attempt in range(1, retries + 2):
+            record = run_case({**task, "attempt": attempt, "resume_partial": task["resume_partial"] and attempt == 1})
+            if record["status"] == "ok" or attempt == retries + 1:
+                yield _finish(record, attempt, errors)
+                break
+            errors.append(record["error"])
+
+
+def _threads_per_worker(client: Any) -> dict[str, int]:
+    """Kernel threads per worker: the host's cores over the worker threads on that host."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    if not workers:
+        return {}
+    cores = client.run(_usable_cores)
+    per_host: dict[str, int] = {}
+    for info in workers.values():
+        per_host[info["host"]] = per_host.get(info["host"], 0) + int(info["nthreads"])
+    return {
+        address: max(1, int(cores.get(address, 1)) // max(1, per_host[info["host"]]))
+        for address, info in workers.items()
+    }
+
+
+def _dask(client: Any, tasks: list[dict[str, Any]], retries: int) -> Iterator[dict[str, Any]]:
+    from distributed import as_completed
+
+    threads = _threads_per_worker(client)
+    pending: dict[str, tuple[dict[str, Any], int, list[str], Any]] = {}
+    queue = as_completed(loop=client.loop)
+    token = uuid.uuid4().hex[:8]
+
+    def submit(task: dict[str, Any], attempt: int, errors: list[str]) -> None:
+        payload = {**task, "attempt": attempt, "resume_partial": task["resume_partial"] and attempt == 1, "threads": threads}
+        future = client.submit(run_case, payload, key=f"meanfield-case-{task['hash']}-{attempt}-{token}", pure=False)
+        pending[future.key] = (payload, attempt, errors, future)
+        queue.add(future)
+
+    for task in tasks:
+        submit(task, 1, [])
+    try:
+        for future in queue:
+            payload, attempt, errors, _ = pending.pop(future.key)
+            try:
+                record = future.result()
+            except Exception as exc:  # the worker died or the task could not run
+                record = _lost_record(payload, exc)
+            future.release()
+            if record["status"] != "ok" and attempt <= retries:
+                submit(payload, attempt + 1, [*errors, record["error"]])
+                continue
+            yield _finish(record, attempt, errors)
+    finally:
+        if pending:  # interrupted: stop the cases still queued or running
+            try:
+                client.cancel([entry[3] for entry in pending.values()], force=True)
+            except (RuntimeError, OSError, TimeoutError):  # the connection is already gone
+                pass
+
+
+class _Cluster:
+    """A Dask client: on a local process cluster we start, or on a scheduler we connect to."""
+
+    def __init__(self, *, scheduler: str | None, workers: int | None, cases: int) -> None:
+        import dask
+        from distributed import Client, LocalCluster
+
+        self.cluster = None
+        if scheduler:
+            try:
+                self.client = Client(scheduler, timeout="20s", set_as_default=False)
+            except (OSError, TimeoutError, ValueError) as exc:
+                raise ConfigError("--scheduler", f"cannot connect to {scheduler!r}: {exc}") from None
+            return
+        cores = _usable_cores()
+        n = workers if workers else min(cores, max(1, cases))
+        threads = max(1, cores // n)
+        pre_spawn = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
+        pre_spawn.update(OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1, MKL_NUM_THREADS=1)
+        env = {"MEANFIELD_NUM_THREADS": str(threads), "NUMBA_NUM_THREADS": str(threads)}
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": pre_spawn}):
+            self.cluster = LocalCluster(
+                n_workers=n,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.CRITICAL,
+                env=env,
+            )
+        self.client = Client(self.cluster, set_as_default=False)
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+# --------------------------------------------------------------------------- #
+# the driver
+# --------------------------------------------------------------------------- #
+def run_sweep(
+    sweep: str | Path | Mapping[str, Any] | Sweep,
+    out_dir: str | Path,
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    resume: bool = False,
+    quiet: bool = False,
+    retry_failed: bool = False,
+) -> list[dict[str, Any]]:
+    r"""Run every case of a sweep and return the rows of ``results.csv``.
+
+    .. math::
+
+        \text{row}_k = \bigl(\text{params}_k,\ \text{status}_k,\ t^{\text{wall}}_k,\
+        \text{scalars}(\text{run}_k)\bigr),\qquad k = 1..K
+
+    Parameters
+    ----------
+    sweep : path, mapping or Sweep
+        The sweep file, its content, or a :func:`load_sweep` result.
+    out_dir : path
+        Output folder: ``cases/<hash>.h5``, ``ledger.jsonl``, ``results.csv``,
+        ``sweep.json``.
+    scheduler : str, optional
+        Address of a running Dask scheduler (``tcp://host:8786``).
+    workers : int, optional
+        Local worker processes (default: one per core, at most one per case);
+        ``0`` runs the cases in this process, one after the other.
+    resume : bool
+        Continue the sweep in ``out_dir``: skip finished cases, continue an
+        interrupted run from its last frame.  Without it, an ``out_dir`` that
+        already holds finished cases is refused.
+    quiet : bool
+        No progress bar.
+    retry_failed : bool
+        With ``resume``, run again the cases recorded as failed.
+
+    Returns
+    -------
+    list of dict
+        One row per case, in case order.
+
+    Raises
+    ------
+    ConfigError
+        Bad sweep (see :func:`load_sweep`), bad ``workers``/``scheduler``, or an
+        ``out_dir`` holding a sweep without ``resume``.
+    """
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+        raise ConfigError("--workers", f"expected an integer >= 0, got {workers!r}")
+    if scheduler and workers is not None:
+        raise ConfigError("--workers", "sizes the local cluster; it cannot be combined with --scheduler")
+    spec = sweep if isinstance(sweep, Sweep) else load_sweep(sweep)
+    out = Path(out_dir)
+    ledger_path = out / "ledger.jsonl"
+    done = read_ledger(ledger_path)
+    if done and not resume:
+        raise ConfigError("--out", f"{out} already holds a sweep ({len(done)} finished cases); pass --resume to continue it, or choose another directory")
+    recovered: list[dict[str, Any]] = []
+    if resume:  # runs that finished on a worker after the driver was killed: nothing to run again
+        for case in spec.cases:
+            if case.hash not in done:
+                record = _recovered(out / "cases" / f"{case.hash}.json", case.hash)
+                if record is not None:
+                    recovered.append(_finish(record, int(record.get("attempt", 1)), []))
+                    done[case.hash] = recovered[-1]
+    finished = {c.hash: done[c.hash] for c in spec.cases if c.hash in done}
+    if retry_failed:
+        finished = {h: r for h, r in finished.items() if r["status"] == "ok"}
+    tasks = [
+        {
+            "index": c.index,
+            "hash": c.hash,
+            "params": {k: _cell(v) for k, v in c.params.items()},
+            "config": c.config,
+            "path": str(out / "cases" / f"{c.hash}.h5"),
+            "resume_partial": resume and c.hash not in done,
+            "results": spec.results,
+        }
+        for c in spec.cases
+        if c.hash not in finished
+    ]
+    by_hash = {c.hash: c for c in spec.cases}
+
+    def rows() -> list[dict[str, Any]]:
+        return [_row(c, spec.parameters, finished[c.hash], out) for c in spec.cases if c.hash in finished]
+
+    # connect before writing anything: a bad --scheduler is bad input (exit 2), not a half-made sweep
+    cluster = _Cluster(scheduler=scheduler, workers=workers, cases=len(tasks)) if tasks and workers != 0 else None
+    records: Iterator[dict[str, Any]] = iter(())
+    bar = None
+    try:
+        (out / "cases").mkdir(parents=True, exist_ok=True)
+        _atomic_write(out / "sweep.json", json.dumps(
+            {**spec.definition, "cases_resolved": [{"index": c.index, "hash": c.hash, "params": c.params} for c in spec.cases]},
+            indent=1, sort_keys=True, default=_json_default,
+        ).encode())
+        for record in recovered:
+            _append_ledger(ledger_path, record)
+        _write_tables(out, rows())
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(spec.cases), initial=len(finished), disable=quiet, desc="sweep", unit="case", file=sys.stderr)
+        if cluster is not None:
+            records = _dask(cluster.client, tasks, spec.retries)
+        elif tasks:
+            records = _synchronous(tasks, spec.retries)
+        last_write = time.monotonic()
+        for record in records:
+            _append_ledger(ledger_path, record)
+            finished[record["hash"]] = record
+            bar.update(1)
+            if record["status"] != "ok" and not quiet:
+                bar.write(f"sweep: case {record['case']} {by_hash[record['hash']].params} failed: {record['error']}", file=sys.stderr)
+            if time.monotonic() - last_write >= CSV_MIN_INTERVAL_S:
+                _write_tables(out, rows())
+                last_write = time.monotonic()
+    finally:
+        if bar is not None:
+            bar.close()
+        close = getattr(records, "close", None)
+        if close is not None:  # cancel what is still queued while the client is alive
+            close()
+        if cluster is not None:
+            cluster.close()
+        if out.is_dir():
+            _write_tables(out, rows())
+    return rows()

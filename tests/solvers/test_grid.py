@@ -1,0 +1,402 @@
+"""Finite-volume grid solver (solvers.grid): invariants, cross-checks, measured orders.
+
+Default run: small meshes (≤ 2000 cells), well under a minute on two cores.
+``@pytest.mark.slow`` tests (run with ``--runslow``)
+repeat the refinement study and the particle comparison on finer meshes.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+import pytest
+
+from meanfield.errors import ConfigError, RunFailed
+from meanfield.heads import HeadStack, heads_from_config, stack_heads
+from meanfield.mesh import fibonacci_mesh, initial_mass
+from meanfield.model import ConstantHeads, Model
+from solvers import grid as G
+from solvers.loop import StopRun
+
+KINDS = ("softmax", "unnormalized", "relu", "pooled")
+
+
+def identity_model(beta: float = 4.0, kind: str = "softmax", **kw) -> Model:
+    heads = ConstantHeads(HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]))
+    return Model(d=3, beta=beta, attention=kind, heads=heads, **kw)
+
+
+def random_model(H: int, kind: str, beta: float = 2.0, direction: str = "ascent") -> Model:
+    specs = [{"Q": "random", "K": "random", "V": "random", "seed": 10 + h} for h in range(H)]
+    heads = ConstantHeads(stack_heads(heads_from_config(specs, d=3)))
+    return Model(d=3, beta=beta, attention=kind, heads=heads, direction=direction)
+
+
+# ----------------------------------------------------------------------------- operator
+
+
+def _rate_loop(mesh, mass, u):
+    """Plain-Python twin of upwind_rate (one edge at a time)."""
+    out = np.zeros(mesh.N)
+    for e, (i, j) in enumerate(mesh.edges):
+        up = mass[i] / mesh.areas[i] if u[e] > 0 else mass[j] / mesh.areas[j]
+        flux = mesh.edge_lengths[e] * u[e] * up
+        out[i] -= flux
+        out[j] += flux
+    return out
+
+
+def test_upwind_rate_matches_loop_and_conserves():
+    mesh = fibonacci_mesh(300)
+    rng = np.random.default_rng(1)
+    mass = rng.random(mesh.N)
+    mass /= mass.sum()
+    u = rng.standard_normal(mesh.E)
+    rate = G.upwind_rate(mesh, mass, u)
+    np.testing.assert_allclose(rate, _rate_loop(mesh, mass, u), rtol=1e-12, atol=1e-15)
+    assert abs(rate.sum()) < 1e-14
+
+
+def test_edge_velocity_and_cfl_step():
+    mesh = fibonacci_mesh(300)
+    rng = np.random.default_rng(2)
+    vel = rng.standard_normal((mesh.N, 3))
+    u = G.edge_velocity(mesh, vel)
+    for e in (0, 7, mesh.E - 1):
+        i, j = mesh.edges[e]
+        assert u[e] == pytest.approx(0.5 * (vel[i] + vel[j]) @ mesh.edge_normals[e], rel=1e-12)
+    out = np.zeros(mesh.N)
+    for e, (i, j) in enumerate(mesh.edges):
+        out[i] += mesh.edge_lengths[e] * max(u[e], 0.0)
+        out[j] += mesh.edge_lengths[e] * max(-u[e], 0.0)
+    moving = out > 0
+    assert G.cfl_step(mesh, u, 0.5) == pytest.approx(0.5 * np.min(mesh.areas[moving] / out[moving]), rel=1e-12)
+    assert G.cfl_step(mesh, np.zeros(mesh.E), 0.5) == math.inf
+
+
+@pytest.mark.parametrize("method", sorted(G.GRID_METHODS))
+def test_shu_osher_stability_polynomial(method):
+    """On dm/dt = λm every scheme reproduces the Taylor polynomial of e^z to its order."""
+    mesh = fibonacci_mesh(50)
+    stepper = G.GridStepper(identity_model(), mesh, method=method)
+    lam = -0.7
+    stepper.rate = lambda m, t: (lam * m, None)  # type: ignore[method-assign]
+    m0 = initial_mass(mesh, "uniform")
+    dt = 0.3
+    z = lam * dt
+    new = stepper._attempt(m0, 0.0, dt, lam * m0)
+    order = G.GRID_METHODS[method].order
+    taylor = sum(z**k / math.factorial(k) for k in range(order + 1))
+    np.testing.assert_allclose(new, taylor * m0, rtol=1e-13)
+
+
+def test_backends_agree():
+    mesh = fibonacci_mesh(400)
+    m0 = initial_mass(mesh, "vmf", kappa=3.0, mean=[1, 1, 0])
+    out = {}
+    for backend in ("blas", "numba", "numpy"):
+        stepper = G.GridStepper(identity_model(beta=6.0), mesh, backend=backend)
+        out[backend] = stepper.advance(m0, 0.0, 0.2)
+    np.testing.assert_allclose(out["numba"], out["blas"], rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(out["numpy"], out["blas"], rtol=1e-9, atol=1e-15)
+
+
+# ----------------------------------------------------------------------------- invariants
+
+
+@pytest.mark.parametrize("H", [1, 2])
+@pytest.mark.parametrize("kind", KINDS)
+def test_mass_and_positivity_every_step(kind, H):
+    mesh = fibonacci_mesh(300)
+    model = random_model(H, kind, beta=2.0, direction="descent" if H == 2 and kind == "relu" else "ascent")
+    stepper = G.GridStepper(model, mesh, method="ssprk3", cfl=0.5)
+    mass = initial_mass(mesh, "mixture", components=[{"weight": 2, "kind": "vmf", "kappa": 6.0, "mean": [0, 0, 1]},
+                                                      {"weight": 1, "kind": "vmf", "kappa": 3.0, "mean": [1, 0, 0]}])
+    t = 0.0
+    for _ in range(6):
+        mass, dt = stepper.step(mass, t)
+        t += dt
+        assert abs(mass.sum() - 1.0) <= 1e-12
+        assert mass.min() >= 0.0
+    assert stepper.min_mass >= 0.0
+    assert stepper.steps == 6
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_uniform_velocity_vanishes_with_refinement(kind):
+    """Identity heads: v[uniform](x) ∥ x by symmetry, so X = 0 up to the quadrature error."""
+    model = identity_model(beta=4.0, kind=kind)
+    errors = []
+    for n in (250, 1000, 4000):
+        mesh = fibonacci_mesh(n)
+        mass = initial_mass(mesh, "uniform")
+        vel = model.velocity(mesh.points, 0.0, weights=mass)
+        scale = np.linalg.norm(model.ambient_velocity(mesh.points, 0.0, weights=mass), axis=1).max()
+        errors.append(np.linalg.norm(vel, axis=1).max() / scale)
+    assert errors[0] < 5e-3
+    assert errors[2] < errors[0] / 5
+
+
+def test_uniform_stays_uniform():
+    model = identity_model(beta=4.0)
+    deviations = []
+    for n in (250, 1000):
+        mesh = fibonacci_mesh(n)
+        m0 = initial_mass(mesh, "uniform")
+        mT = G.GridStepper(model, mesh).advance(m0, 0.0, 1.0)
+        deviations.append(np.max(np.abs(mesh.density(mT) * 4 * math.pi - 1.0)))
+        assert abs(mT.sum() - 1.0) < 1e-13
+    assert deviations[0] < 5e-3
+    assert deviations[1] < deviations[0]
+
+
+def test_positivity_rejection_with_huge_cfl():
+    mesh = fibonacci_mesh(300)
+    model = identity_model(beta=4.0)
+    m0 = initial_mass(mesh, "vmf", kappa=8.0)
+    stepper = G.GridStepper(model, mesh, method="ssprk3", cfl=40.0)
+    out = stepper.advance(m0, 0.0, 0.5)
+    assert stepper.rejections > 0
+    assert out.min() >= 0.0
+    assert abs(out.sum() - 1.0) < 1e-12
+    # the rejected attempt really went negative, i.e. nothing was clipped
+    first, u = stepper.rate(m0, 0.0)
+    dt = G.cfl_step(mesh, u, 40.0)
+    assert stepper._attempt(m0, 0.0, dt, first) is None
+    # a stepper allowed no halving fails loudly
+    with pytest.raises(RunFailed):
+        G.GridStepper(model, mesh, cfl=40.0, max_halvings=0).advance(m0, 0.0, 0.5)
+
+
+def test_advance_is_deterministic_and_resumable():
+    mesh = fibonacci_mesh(300)
+    model = identity_model(beta=4.0)
+    m0 = initial_mass(mesh, "vmf", kappa=2.0, mean=[0, 1, 1])
+    a = G.GridStepper(model, mesh).advance(m0, 0.0, 0.7)
+    b = G.GridStepper(model, mesh).advance(m0, 0.0, 0.7)
+    assert np.array_equal(a, b)
+    full = G.solve_grid(model, mesh, m0, t_final=1.0, save_every=0.25)
+    head = G.solve_grid(model, mesh, m0, t_final=0.5, save_every=0.25)
+    tail = G.solve_grid(model, mesh, head.final, t_start=0.5, t_final=1.0, save_every=0.25)
+    assert np.array_equal(full.final, tail.final)
+    assert full.t.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
+
+
+def test_solve_grid_info_and_tracker():
+    mesh = fibonacci_mesh(300)
+    m0 = initial_mass(mesh, "vmf", kappa=2.0)
+    res = G.solve_grid(identity_model(), mesh, m0, t_final=0.5, save_every=0.25, method="ssprk2")
+    assert res.info["stop_reason"] == "t_final" and not res.info["failed"]
+    assert res.info["grid_steps"] >= 2 and res.info["rejections"] == 0 and res.info["method"] == "ssprk2"
+    assert np.all(res.diagnostics["mass_error"] <= 1e-12)
+    assert np.all(res.diagnostics["min_mass"] >= 0)
+    with pytest.raises(ValueError, match="mass0"):
+        G.solve_grid(identity_model(), mesh, 2 * m0, t_final=0.5, save_every=0.25)
+
+
+def test_mass_tracker_stops_failed_runs():
+    tracker = G.MassTracker(total=1.0)
+    assert tracker(0.0, np.array([0.5, 0.5]))["mass_error"] == 0.0
+    with pytest.raises(StopRun) as exc:
+        tracker(1.0, np.array([0.5, 0.5 + 1e-9]))
+    assert exc.value.failed and "mass" in exc.value.reason
+    with pytest.raises(StopRun) as exc:
+        tracker(1.0, np.array([1.5, -0.5]))
+    assert exc.value.failed and "negative" in exc.value.reason
+    with pytest.raises(StopRun):
+        tracker(1.0, np.array([np.nan, 1.0]))
+
+
+def test_stepper_rejects_bad_options():
+    mesh = fibonacci_mesh(50)
+    with pytest.raises(ValueError, match="method"):
+        G.GridStepper(identity_model(), mesh, method="rk4")
+    with pytest.raises(ValueError, match="cfl"):
+        G.GridStepper(identity_model(), mesh, cfl=0.0)
+    with pytest.raises(ValueError, match="d = 3"):
+        model = Model(d=4, beta=1.0, attention="softmax", heads=ConstantHeads(HeadStack(B=np.eye(4)[None], V=np.eye(4)[None])))
+        G.GridStepper(model, mesh)
+
+
+def test_time_dependent_heads_are_evaluated_at_stage_times():
+    class Ramp:
+        def at(self, t: float) -> HeadStack:
+            return HeadStack(B=np.eye(3)[None], V=(1.0 + t) * np.eye(3)[None])
+
+    mesh = fibonacci_mesh(200)
+    model = Model(d=3, beta=2.0, attention="softmax", heads=Ramp())
+    m0 = initial_mass(mesh, "vmf", kappa=2.0)
+    out = G.GridStepper(model, mesh).advance(m0, 0.0, 0.3)
+    assert abs(out.sum() - 1.0) < 1e-12 and out.min() >= 0
+
+
+# ----------------------------------------------------------------------------- W2 and convergence
+
+
+def test_w2_weighted_basic():
+    mesh = fibonacci_mesh(200)
+    m = initial_mass(mesh, "vmf", kappa=3.0)
+    assert G.w2_weighted(mesh.points, m, mesh.points, m) < 1e-7
+    # a rigid rotation by angle θ moves a measure by at most θ
+    theta = 0.1
+    R = np.array([[math.cos(theta), -math.sin(theta), 0], [math.sin(theta), math.cos(theta), 0], [0, 0, 1]])
+    m2 = initial_mass(mesh, "vmf", kappa=3.0, mean=[1, 0, 0])
+    val = G.w2_weighted(mesh.points, m2, mesh.points @ R.T, m2)
+    assert 0.5 * theta < val <= theta + 1e-9
+    # estimators with a capped problem size: off by at most the radius of the partition used
+    coarse = G.w2_weighted(mesh.points, m2, mesh.points @ R.T, m2, max_pairs=100 * 200)
+    common = fibonacci_mesh(math.isqrt(100 * 200))
+    assert abs(coarse - val) <= 2 * common.cell_radius.max()
+    fine = fibonacci_mesh(1600)
+    mf = initial_mass(fine, "vmf", kappa=3.0, mean=[1, 0, 0])
+    exact = G.w2_weighted(mesh.points, m2, fine.points @ R.T, mf)
+    onto = G.w2_weighted(mesh.points, m2, fine.points @ R.T, mf, max_pairs=200 * 200)
+    assert abs(onto - exact) <= 0.25 * mesh.cell_radius.max()
+
+
+def test_observed_orders():
+    h = [0.4, 0.2, 0.1]
+    assert G.observed_orders(h, [4.0, 1.0, 0.25])[1:] == pytest.approx([2.0, 2.0])
+    assert math.isnan(G.observed_orders(h, [1.0, 0.0, 1.0])[1])
+
+
+def test_refinement_study_quick():
+    model = identity_model(beta=4.0)
+    rows = G.convergence_study(model, "vmf", {"kappa": 2.0, "mean": [1.0, 0.0, 0.0]}, cells=[250, 500, 1000],
+                               reference_cells=2000, particles=1000, t_final=0.5)
+    study = [r for r in rows if r["role"] == "study"]
+    assert [r["cells"] for r in rows] == [250, 500, 1000, 2000]
+    ref = [r["w2_reference"] for r in study]
+    part = [r["w2_particles"] for r in rows]
+    assert ref[0] > ref[1] > ref[2] > 0
+    assert part[0] > part[1] > part[2]
+    # first-order upwind scheme: observed order about 1 (0.6–1.6 allowed)
+    for r in study[1:]:
+        assert 0.6 < r["order_reference"] < 1.6
+    assert all(r["mass_error"] <= 1e-12 and r["min_mass"] >= 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_refinement_study_full():
+    model = identity_model(beta=4.0)
+    rows = G.convergence_study(model, "vmf", {"kappa": 2.0, "mean": [1.0, 0.0, 0.0]}, cells=[500, 1000, 2000, 4000],
+                               reference_cells=16000, particles=8000, t_final=1.0)
+    study = [r for r in rows if r["role"] == "study"]
+    ref = [r["w2_reference"] for r in study]
+    assert all(a > b for a, b in zip(ref, ref[1:]))
+    orders = [r["order_reference"] for r in study[1:]]
+    assert 0.6 < float(np.mean(orders)) < 1.6
+    part = [r["w2_particles"] for r in study]
+    assert all(a > b for a, b in zip(part, part[1:]))
+
+
+def _agreement(n: int, beta: float, kappa: float, t_final: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """W2(grid, particles)(t) with particles started at the cell centres with the cell masses."""
+    model = identity_model(beta=beta)
+    mesh = fibonacci_mesh(n)
+    m0 = initial_mass(mesh, "vmf", kappa=kappa, mean=[0.0, 0.0, 1.0])
+    res = G.solve_grid(model, mesh, m0, t_final=t_final, save_every=t_final / 4)
+    xs = G.particle_states(model, mesh.points, list(res.t), weights=m0, dt=0.05)
+    w2 = np.array([G.w2_weighted(mesh.points, m, x, m0) for m, x in zip(res.states, xs)])
+    moved = G.w2_weighted(mesh.points, m0, xs[-1], m0)
+    return res.t, w2, moved
+
+
+@pytest.mark.parametrize("beta,kappa", [(4.0, 1.0), (9.0, 4.0)])
+def test_agreement_with_particles_vmf(beta, kappa):
+    """Grid vs particles from the same vMF density, W2 against time.
+
+    Tolerance: the particles leave the cell centres, so even an exact grid
+    solution is W2-far from them by up to the largest cell radius
+    (≈ 0.77 h on Fibonacci meshes); the upwind scheme adds numerical
+    diffusion ~ h|u| over the O(1) run.  We require W2(t) ≤ 1.5 h at every
+    saved time, that the particles moved several times further than that, and
+    that the discrepancy at t_final shrinks under refinement.
+    """
+    finals = []
+    for n in (400, 800):
+        t, w2, moved = _agreement(n, beta, kappa, 2.0)
+        h = math.sqrt(4 * math.pi / n)
+        assert w2[0] < 1e-7
+        assert np.all(w2 <= 1.5 * h), (n, w2)
+        assert moved > 2.5 * w2[-1]
+        finals.append(w2[-1])
+    assert finals[1] < finals[0] / 1.2
+
+
+@pytest.mark.slow
+def test_agreement_with_particles_vmf_fine():
+    finals = []
+    for n in (1000, 2000, 4000):
+        _, w2, moved = _agreement(n, 9.0, 4.0, 3.0)
+        assert np.all(w2 <= 1.5 * math.sqrt(4 * math.pi / n))
+        finals.append(w2[-1])
+    assert finals[0] > finals[1] > finals[2]
+
+
+def test_grid_vs_particles_series():
+    out = G.grid_vs_particles(identity_model(beta=4.0), fibonacci_mesh(300), "vmf", {"kappa": 2.0}, t_final=0.5,
+                              save_every=0.25, particles=300)
+    assert out["t"].tolist() == [0.0, 0.25, 0.5]
+    assert out["w2"][0] < 1e-7 and np.all(out["w2"] < 0.3)
+
+
+# ----------------------------------------------------------------------------- config runs, CLI, bench
+
+
+def test_run_setup_through_simulate_config():
+    from meanfield.config import load_config
+    from solvers.run import simulate_config
+
+    cfg = load_config({"model": {"beta": 4.0}, "init": {"kind": "vmf", "kappa": 2.0},
+                       "solver": {"kind": "grid", "t_final": 0.2, "save_every": 0.1}, "grid": {"cells": 200}})
+    res = simulate_config(cfg, quiet=True)
+    assert res.states[-1].shape == (200,)
+    assert np.all(res.diagnostics["mass_error"] <= 1e-12)
+    assert "energy" in res.diagnostics and "max_speed" in res.diagnostics
+    assert res.diagnostics["energy"][-1] > res.diagnostics["energy"][0]  # ascent of E (identity heads)
+
+
+def _cli(argv: list[str]) -> int:
+    from solvers.commands import convergence
+
+    parser = argparse.ArgumentParser(prog="meanfield")
+    sub = parser.add_subparsers(dest="command")
+    convergence.add_parser(sub)
+    args = parser.parse_args(["convergence", *argv])
+    return args.func(args)
+
+
+def test_cli_convergence(tmp_path, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[model]\nbeta = 4.0\n[init]\nkind = "vmf"\nkappa = 2.0\n[solver]\nkind = "grid"\nt_final = 0.25\n')
+    csv_path, png = tmp_path / "c.csv", tmp_path / "c.png"
+    assert _cli([str(cfg), "--cells", "100,200", "--particles", "200", "--csv", str(csv_path), "--plot", str(png), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "W2_ref" in out and "reference" in out
+    assert csv_path.read_text().count("\n") == 3
+    assert png.stat().st_size > 1000
+    with pytest.raises(ConfigError, match="--cells"):
+        _cli([str(cfg), "--cells", "100,abc"])
+    with pytest.raises(ConfigError, match="init.kind"):
+        _cli([str(cfg), "--cells", "100,200", "--set", "init.kind=orthogonal"])
+    with pytest.raises(ConfigError, match="--reference-cells"):
+        _cli([str(cfg), "--cells", "100,200", "--reference-cells", "5"])
+
+
+def test_cli_convergence_is_registered(tmp_path, capsys):
+    from meanfield.cli import main
+
+    assert main(["convergence", str(tmp_path / "missing.toml"), "--cells", "100,200"]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_bench_grid_quick():
+    rows = G.bench_grid([200], repeats=1)
+    row = rows[0]
+    assert row["cells"] == 200 and row["velocity_s"] > 0 and row["step_s"] > 0
+    assert row["cell_steps_per_s"] > 0 and row["peak_bytes"] > 0

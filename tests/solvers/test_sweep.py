@@ -1,0 +1,401 @@
+"""Parameter sweeps (solvers.sweep, ``meanfield sweep``): definition, results, faults, resume, Dask.
+
+The expensive paths run once each: one two-worker LocalCluster sweep with a
+failing case, and one sweep killed with SIGKILL in a subprocess and resumed.
+Everything else runs in-process (``workers=0``).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+import uuid
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from meanfield.config import config_hash, load_config
+from meanfield.errors import ConfigError
+from solvers.commands import sweep as sweep_command
+from solvers.sweep import _toml_value, case_scalars, load_sweep, read_ledger, run_case, run_sweep
+
+BASE_TOML = """
+[model]
+d = 3
+beta = 1.0
+attention = "softmax"
+
+[init]
+kind = "uniform"
+n = 12
+seed = 0
+
+[solver]
+method = "rk4"
+dt = 0.05
+t_final = 0.4
+save_every = 0.1
+"""
+
+#: a case that fails at run time: unnormalized attention with a huge β overflows to NaN
+FAILING = {"model.attention": "unnormalized", "model.beta": 1.0e4}
+
+
+def _base(tmp_path: Path) -> Path:
+    path = tmp_path / "base.toml"
+    path.write_text(BASE_TOML)
+    return path
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _hook_module(folder: Path) -> str:
+    """A results hook that logs every finished run (one line per execution) and adds a scalar."""
+    name = f"sweep_hook_{uuid.uuid4().hex[:8]}"
+    (folder / f"{name}.py").write_text(
+        "from pathlib import Path\n"
+        "def count(path, cfg):\n"
+        "    with open(Path(path).parent.parent / 'executions.log', 'a') as f:\n"
+        "        f.write(Path(path).stem + '\\n')\n"
+        "    return {'n_tokens': cfg['init']['n']}\n"
+    )
+    return name
+
+
+def _same(a: object, b: object) -> bool:
+    """Equality of rows, NaN equal to NaN."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+# --------------------------------------------------------------------------- definition
+@pytest.mark.parametrize(
+    "value",
+    [1, -3, 2.5, 1e-300, float("inf"), -float("inf"), True, "softmax", 'a "quoted" \\ string', [1.0, 2.0],
+     [[1.0, 0.0], [0.0, 1.0]], [{"Q": 1.0, "K": "identity", "V": "aligned"}]],
+)
+def test_override_values_round_trip_through_toml(value):
+    assert tomllib.loads(f"v = {_toml_value(value, 'k')}")["v"] == value
+
+
+def test_grid_is_the_cartesian_product_of_resolved_configs(tmp_path):
+    base = _base(tmp_path)
+    sub = tmp_path / "sweeps"
+    sub.mkdir()
+    sweep_file = sub / "s.toml"
+    sweep_file.write_text('base = "../base.toml"\n[set]\n"init.n" = 8\n[grid]\n"model.beta" = [1.0, 4.0]\n"init.seed" = [0, 1, 2]\n')
+    spec = load_sweep(sweep_file)
+    assert spec.parameters == ("model.beta", "init.seed")
+    assert len(spec.cases) == 6
+    expected = [(b, s) for b in (1.0, 4.0) for s in (0, 1, 2)]
+    for case, (beta, seed) in zip(spec.cases, expected):
+        reference = load_config(base, ["init.n=8", f"model.beta={beta}", f"init.seed={seed}"])
+        assert case.params == {"model.beta": beta, "init.seed": seed}
+        assert case.config == reference
+        assert case.hash == config_hash(reference)
+    assert len({case.hash for case in spec.cases}) == 6
+
+
+def test_cases_accept_dotted_and_nested_keys_and_combine_with_the_grid(tmp_path):
+    _base(tmp_path)
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text(
+        'base = "base.toml"\n'
+        '[[cases]]\n"model.attention" = "relu"\n'
+        '[[cases]]\nmodel.attention = "softmax"\ninit.n = 6\n'
+        '[grid]\n"model.beta" = [2.0, 3.0]\n'
+    )
+    spec = load_sweep(sweep_file)
+    assert [c.params for c in spec.cases] == [
+        {"model.attention": "relu", "model.beta": 2.0},
+        {"model.attention": "relu", "model.beta": 3.0},
+        {"model.attention": "softmax", "init.n": 6, "model.beta": 2.0},
+        {"model.attention": "softmax", "init.n": 6, "model.beta": 3.0},
+    ]
+    assert spec.parameters == ("model.attention", "init.n", "model.beta")
+    assert spec.cases[2].config["init"]["n"] == 6 and spec.cases[0].config["init"]["n"] == 12
+
+
+@pytest.mark.parametrize(
+    ("sweep", "key", "words"),
+    [
+        ({"grid": {"model.betta": [1.0]}}, "grid.model.betta", "unknown key"),
+        ({"grid": {"modell.beta": [1.0]}}, "grid.modell.beta", "unknown section"),
+        ({"grid": {"model.beta": 4.0}}, "grid.model.beta", "non-empty list"),
+        ({"grid": {"model.beta": [1.0, -2.0]}}, "model.beta", "sweep case 1"),
+        ({"cases": [{"model.beta": 2.0}, {"model.beta": 2.0}]}, "cases", "same config"),
+        ({"cases": [{"model.beta": 2.0}], "grid": {"model.beta": [1.0]}}, "cases[0].model.beta", "also swept"),
+        ({"gird": {"model.beta": [1.0]}}, "gird", "unknown sweep key"),
+        ({"base": "missing.toml"}, "base", "not found"),
+        ({"results": "no_such_module_xyz:f"}, "results", "cannot import"),
+        ({"retries": -1}, "retries", "integer >= 0"),
+    ],
+)
+def test_bad_sweeps_raise_config_error_before_any_work(tmp_path, sweep, key, words):
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError) as info:
+        run_sweep(sweep, out, workers=0, quiet=True)
+    assert info.value.key == key
+    assert words in str(info.value)
+    assert not out.exists()
+
+
+def test_cli_exit_status_2_names_the_key(tmp_path, capsys):
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text('[grid]\n"init.n" = [4, 0]\n')
+    assert sweep_command.cli([str(sweep_file), "--out", str(tmp_path / "out"), "--workers", "0"]) == 2
+    assert "init.n" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_lists_the_cases(tmp_path, capsys):
+    _base(tmp_path)
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text('base = "base.toml"\n[grid]\n"model.beta" = [1.0, 2.0, 3.0]\n')
+    assert sweep_command.cli([str(sweep_file), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "3 cases" in out and "model.beta=2.0" in out
+    assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- results
+def test_rows_hold_the_parameters_and_scalars_of_each_run(tmp_path):
+    _base(tmp_path)
+    sweep = {"base": "base.toml", "grid": {"model.beta": [1.0, 3.0]}, "set": {"init.n": 5}}
+    spec = load_sweep(sweep, base_dir=tmp_path)
+    rows = run_sweep(spec, tmp_path / "out", workers=0, quiet=True)
+    table = _read_csv(tmp_path / "out" / "results.csv")
+    assert [r["model.beta"] for r in table] == ["1.0", "3.0"]
+    assert [r["status"] for r in table] == ["ok", "ok"]
+    for row, case in zip(rows, spec.cases):
+        assert row["hash"] == case.hash and row["attempts"] == 1 and row["error"] == ""
+        with h5py.File(tmp_path / "out" / row["path"], "r") as f:
+            x = f["x"][-1]
+            stored = json.loads(f.attrs["config"])
+            frames = f["t"].shape[0]
+        assert stored == case.config
+        assert frames == row["frames"] == 5  # t = 0, 0.1, …, 0.4
+        smallest = min(float(np.dot(x[i], x[j])) for i in range(5) for j in range(i + 1, 5))
+        np.testing.assert_allclose(row["min_inner_product"], smallest, rtol=0, atol=1e-14)
+        # E_multi = (1/(2β n²)) Σ_ij exp(β <x_i, x_j>) for the identity head (MODEL.md §3)
+        beta = case.config["model"]["beta"]
+        energy = sum(np.exp(beta * np.dot(a, b)) for a in x for b in x) / (2 * beta * 25)
+        np.testing.assert_allclose(row["energy_final"], energy, rtol=1e-12)
+        assert np.isnan(row["t_min"]) and np.isnan(row["W2_min"])  # no concentration tracker
+    assert float(table[1]["energy_final"]) == rows[1]["energy_final"]  # full precision in the CSV
+
+
+def test_concentration_runs_report_t_min_and_w2_min(tmp_path):
+    path = tmp_path / "run.h5"
+    t = np.linspace(0.0, 2.0, 5)
+    w2 = np.array([0.9, 0.5, 0.2, 0.3, 0.8])
+    with h5py.File(path, "w") as f:
+        f.attrs["config"] = "{}"
+        f["t"] = t
+        f["x"] = np.zeros((5, 2, 3))
+        f.create_group("diagnostics")["w2_target"] = w2
+    scalars = case_scalars(path)
+    assert scalars["t_min"] == 1.0 and scalars["W2_min"] == 0.2
+    assert scalars["frames"] == 5 and scalars["t_last"] == 2.0
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_failing_case_is_retried_once_then_recorded_and_the_rest_complete(tmp_path):
+    _base(tmp_path)
+    sweep = {"base": "base.toml", "cases": [{"model.beta": 1.0}, FAILING, {"model.beta": 2.0}]}
+    rows = run_sweep(load_sweep(sweep, base_dir=tmp_path), tmp_path / "out", workers=0, quiet=True)
+    assert [r["status"] for r in rows] == ["ok", "failed", "ok"]
+    assert [r["attempts"] for r in rows] == [1, 2, 1]
+    assert rows[1]["error"].count("RunFailed") == 2 and "NaN" in rows[1]["error"]
+    assert [r["status"] for r in _read_csv(tmp_path / "out" / "results.csv")] == ["ok", "failed", "ok"]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_resume_skips_finished_cases_and_retry_failed_reruns_only_failures(tmp_path, monkeypatch):
+    _base(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hook = _hook_module(tmp_path)
+    sweep = {"base": "base.toml", "results": f"{hook}:count", "cases": [{"model.beta": 1.0}, FAILING]}
+    spec = load_sweep(sweep, base_dir=tmp_path)
+    out = tmp_path / "out"
+    first = run_sweep(spec, out, workers=0, quiet=True)
+    assert first[0]["n_tokens"] == 12  # the hook's scalar is a column
+    with pytest.raises(ConfigError, match="--resume"):
+        run_sweep(spec, out, workers=0, quiet=True)
+    again = run_sweep(spec, out, workers=0, resume=True, quiet=True)
+    assert _same(again, first)
+    log = (out / "executions.log").read_text().split()
+    assert log == [spec.cases[0].hash]  # the failing case never reached the hook; nothing ran twice
+    rerun = run_sweep(spec, out, workers=0, resume=True, retry_failed=True, quiet=True)
+    assert (out / "executions.log").read_text().split() == log
+    assert _same(rerun[0], first[0]) and rerun[1]["status"] == "failed"
+    assert len((out / "ledger.jsonl").read_text().splitlines()) == 3  # ok, failed, failed again
+
+
+def test_a_ledger_line_cut_by_a_kill_is_skipped_and_closed_off(tmp_path):
+    _base(tmp_path)
+    spec = load_sweep({"base": "base.toml", "grid": {"model.beta": [1.0, 2.0]}}, base_dir=tmp_path)
+    out = tmp_path / "out"
+    run_sweep(spec, out, workers=0, quiet=True)
+    ledger = out / "ledger.jsonl"
+    lines = ledger.read_text().splitlines()
+    ledger.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # the second record was being written
+    assert list(read_ledger(ledger)) == [spec.cases[0].hash]
+    rows = run_sweep(spec, out, workers=0, resume=True, quiet=True)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    records = [json.loads(line) for line in ledger.read_text().splitlines() if line.startswith("{") and line.endswith("}")]
+    assert [r["hash"] for r in records] == [c.hash for c in spec.cases]
+
+
+def test_run_case_records_errors_instead_of_raising(tmp_path):
+    cfg = load_config({"model": {"attention": "unnormalized", "beta": 1.0e4}, "init": {"n": 6}, "solver": {"t_final": 0.2}})
+    with np.errstate(all="ignore"):
+        record = run_case({"index": 0, "hash": "h", "params": {}, "config": cfg, "path": str(tmp_path / "c.h5"), "attempt": 1})
+    assert record["status"] == "failed" and record["error"].startswith("RunFailed")
+
+
+# --------------------------------------------------------------------------- Dask and kills
+def test_a_bad_scheduler_address_is_bad_input(tmp_path):
+    _base(tmp_path)
+    spec = load_sweep({"base": "base.toml"}, base_dir=tmp_path)
+    with pytest.raises(ConfigError) as info:
+        run_sweep(spec, tmp_path / "out", scheduler="bogus://nowhere", quiet=True)
+    assert info.value.key == "--scheduler"
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match="--scheduler"):
+        run_sweep(spec, tmp_path / "out", scheduler="tcp://127.0.0.1:8786", workers=2)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_two_worker_local_cluster_records_the_failure_and_completes_the_rest(tmp_path):
+    """Through --scheduler, on a running two-process LocalCluster (the --workers path runs in the SIGTERM test)."""
+    import logging
+
+    from distributed import LocalCluster
+
+    _base(tmp_path)
+    sweep = {"base": "base.toml", "cases": [{"model.beta": 1.0}, FAILING, {"model.beta": 2.0}, {"model.beta": 3.0}]}
+    spec = load_sweep(sweep, base_dir=tmp_path)
+    out = tmp_path / "out"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.CRITICAL) as cluster:
+        rows = run_sweep(spec, out, scheduler=cluster.scheduler_address, quiet=True)
+    assert [r["status"] for r in rows] == ["ok", "failed", "ok", "ok"]
+    assert rows[1]["attempts"] == 2 and rows[1]["error"].count("NaN/Inf") == 2
+    records = read_ledger(out / "ledger.jsonl")
+    assert len(records) == 4
+    cores = len(os.sched_getaffinity(0))
+    for record in records.values():
+        assert record["pid"] != os.getpid()  # ran in a worker process
+        assert record["worker"].startswith("tcp://")
+        assert record["threads"] == max(1, cores // 2)  # 2 single-threaded workers share the cores
+    assert len({r["pid"] for r in records.values()}) <= 2
+    assert len(_read_csv(out / "results.csv")) == 4
+    for case, row in zip(spec.cases, rows):
+        if row["status"] == "ok":
+            with h5py.File(out / "cases" / f"{case.hash}.h5", "r") as f:
+                assert f.attrs["status"] == "completed" and f["t"].shape[0] == 5
+
+
+def test_a_killed_sweep_resumes_and_runs_each_case_exactly_once(tmp_path, monkeypatch):
+    base = _base(tmp_path)
+    hook = _hook_module(tmp_path)
+    sweep_file = tmp_path / "sweep.toml"
+    sweep_file.write_text(
+        f'base = "{base.name}"\nresults = "{hook}:count"\n'
+        '[set]\n"init.n" = 128\n"solver.t_final" = 8.0\n"solver.save_every" = 0.2\n"solver.dt" = 0.01\n'
+        '[grid]\n"model.beta" = [1.0, 2.0, 3.0, 4.0]\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # the hook, for this process
+    spec = load_sweep(sweep_file)
+    out = tmp_path / "out"
+    ledger = out / "ledger.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "solvers.commands.sweep", str(sweep_file), "--out", str(out), "--workers", "0", "--quiet"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while not (ledger.exists() and ledger.read_text().count("\n") >= 1):
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.3)  # into the next case
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+    before = read_ledger(ledger)
+    assert 1 <= len(before) < len(spec.cases), "the kill must land mid-sweep"
+    untouched = {h: (out / "cases" / f"{h}.h5").stat().st_mtime_ns for h in before}
+
+    rows = run_sweep(sweep_file, out, workers=0, resume=True, quiet=True)
+
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    executions = (out / "executions.log").read_text().split()
+    assert sorted(executions) == sorted(c.hash for c in spec.cases)  # each case finished exactly once
+    lines = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert sorted(r["hash"] for r in lines) == sorted(c.hash for c in spec.cases)
+    assert all(r["attempts"] == 1 for r in lines)
+    for h, mtime in untouched.items():  # finished runs were not touched again
+        assert (out / "cases" / f"{h}.h5").stat().st_mtime_ns == mtime
+    assert all(r["frames"] == 41 and r["t_last"] == 8.0 for r in rows)
+    resumed = [(c, r) for c, r in zip(spec.cases, rows) if r["resumed_frames"] > 0]
+    assert all(c.hash not in before for c, _ in resumed)
+    for case, row in resumed:  # the interrupted run went on from its frames and ends where a fresh run ends
+        from solvers.run import simulate_config
+
+        fresh = simulate_config(case.config, None, quiet=True)
+        with h5py.File(out / row["path"], "r") as f:
+            np.testing.assert_allclose(f["x"][-1], fresh.final, rtol=0, atol=1e-12)
+
+
+def test_a_terminated_dask_sweep_resumes_without_running_anything_twice(tmp_path, monkeypatch):
+    """SIGTERM stops the driver of a 2-worker sweep; runs that still finish on the workers are recovered."""
+    base = _base(tmp_path)
+    hook = _hook_module(tmp_path)
+    sweep_file = tmp_path / "sweep.toml"
+    sweep_file.write_text(
+        f'base = "{base.name}"\nresults = "{hook}:count"\n'
+        '[set]\n"init.n" = 128\n"solver.t_final" = 4.0\n"solver.save_every" = 0.2\n"solver.dt" = 0.01\n'
+        '[grid]\n"model.beta" = [1.0, 2.0, 3.0, 4.0, 5.0]\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = load_sweep(sweep_file)
+    out = tmp_path / "out"
+    ledger = out / "ledger.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "solvers.commands.sweep", str(sweep_file), "--out", str(out), "--workers", "2", "--quiet"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while not (ledger.exists() and ledger.read_text().count("\n") >= 1):
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err.decode()
+    assert "--resume" in err.decode()
+    assert len(read_ledger(ledger)) < len(spec.cases)
+
+    rows = run_sweep(sweep_file, out, workers=0, resume=True, quiet=True)
+
+    assert [r["status"] for r in rows] == ["ok"] * len(spec.cases)
+    assert sorted((out / "executions.log").read_text().split()) == sorted(c.hash for c in spec.cases)
+    hashes = [json.loads(line)["hash"] for line in ledger.read_text().splitlines()]
+    assert sorted(hashes) == sorted(c.hash for c in spec.cases)  # one ledger record per case
+    assert all(r["frames"] == 21 for r in rows)
+    cores = len(os.sched_getaffinity(0))
+    for line in ledger.read_text().splitlines():  # every case ran in a worker process of the local cluster
+        record = json.loads(line)
+        if record.get("recovered"):
+            assert record["worker"].startswith("tcp://") and record["threads"] == max(1, cores // 2)

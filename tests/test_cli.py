@@ -1,0 +1,41 @@
+"""End-to-end CLI: the default experiment, info, and the registered sub-commands."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from meanfield.cli import build_parser, main
+
+
+def test_default_run_writes_trajectory_and_picture(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--quiet", "--set", "solver.t_final=1.0"]) == 0
+    out = capsys.readouterr().out
+    assert "data/runs/default.h5" in out and "figures/default_run.png" in out
+    assert (tmp_path / "data/runs/default.h5").stat().st_size > 0
+    assert (tmp_path / "figures/default_run.png").stat().st_size > 10_000
+    assert main(["info", "data/runs/default.h5"]) == 0
+    info = capsys.readouterr().out
+    assert "status:    completed" in info and "tokens n=256" in info
+
+
+def test_console_script_and_help():
+    proc = subprocess.run([sys.executable, "-m", "meanfield", "--help"], capture_output=True, text=True, check=True)
+    for command in ("run", "simulate", "info", "bench", "theory"):
+        assert command in proc.stdout
+
+
+def test_no_command_and_bad_option_exit_2(capsys):
+    assert main([]) == 2
+    parser = build_parser()
+    try:
+        parser.parse_args(["simulate"])  # missing CONFIG and -o
+    except SystemExit as exc:
+        assert exc.code == 2
+    else:  # pragma: no cover
+        raise AssertionError("argparse should have exited")
+
+
+def test_info_on_missing_file_exits_2(tmp_path, capsys):
+    assert main(["info", str(tmp_path / "none.h5")]) == 2
+    assert "not found" in capsys.readouterr().err
