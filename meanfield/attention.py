@@ -283,32 +283,34 @@ def velocity_blas(
     ones = np.ones((n, 1))
     # rhs: [x | 1]ᵀ, so that [beta x B | -c] @ rhs = beta s - c
     rhs_t = np.ascontiguousarray(np.hstack([x, ones]).T, dtype=dtype)
-    lhs: list[np.ndarray] = []
-    values: list[np.ndarray] = []
-    shifts: list[np.ndarray] = []
-    for h in range(heads.H):
-        xb = x @ heads.B[h]  # row i: (B^T x_i)^T
-        if kind == "relu":
-            lhs.append(np.ascontiguousarray(np.hstack([xb, np.zeros((n, 1))]), dtype=dtype))
-            shifts.append(np.zeros(n))
+    # one BLAS thread per pool thread: the pool already fills the cores, and threaded
+    # BLAS on these thin GEMMs only adds synchronisation (up to 50× slower on a loaded machine)
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        lhs: list[np.ndarray] = []
+        values: list[np.ndarray] = []
+        shifts: list[np.ndarray] = []
+        for h in range(heads.H):
+            xb = x @ heads.B[h]  # row i: (B^T x_i)^T
+            if kind == "relu":
+                lhs.append(np.ascontiguousarray(np.hstack([xb, np.zeros((n, 1))]), dtype=dtype))
+                shifts.append(np.zeros(n))
+            else:
+                c = beta * np.sqrt(np.sum(xb * xb, axis=1) * np.sum(x * x, axis=1).max())
+                lhs.append(np.ascontiguousarray(np.hstack([beta * xb, -c[:, None]]), dtype=dtype))
+                shifts.append(c)
+            values.append(np.ascontiguousarray(np.hstack([a[:, None] * (x @ heads.V[h].T), a[:, None]]), dtype=dtype))
+        block = _block_rows(n)
+        starts = range(0, n, block)
+        jobs = [slice(s, min(n, s + block)) for s in starts]
+        nthreads = min(threads or num_threads(), len(jobs))
+
+        def work(rows: slice) -> None:
+            _blas_rows(rows, x, heads, beta, kind, lhs, rhs_t, values, shifts, out, dtype)
+
+        if nthreads <= 1:
+            for rows in jobs:
+                work(rows)
         else:
-            c = beta * np.sqrt(np.sum(xb * xb, axis=1) * np.sum(x * x, axis=1).max())
-            lhs.append(np.ascontiguousarray(np.hstack([beta * xb, -c[:, None]]), dtype=dtype))
-            shifts.append(c)
-        values.append(np.ascontiguousarray(np.hstack([a[:, None] * (x @ heads.V[h].T), a[:, None]]), dtype=dtype))
-    block = _block_rows(n)
-    starts = range(0, n, block)
-    jobs = [slice(s, min(n, s + block)) for s in starts]
-    nthreads = min(threads or num_threads(), len(jobs))
-
-    def work(rows: slice) -> None:
-        _blas_rows(rows, x, heads, beta, kind, lhs, rhs_t, values, shifts, out, dtype)
-
-    if nthreads <= 1:
-        for rows in jobs:
-            work(rows)
-    else:  # one BLAS thread per pool thread: the pool already fills the cores
-        with _blas_controller().limit(limits=1, user_api="blas"):
             list(_pool(nthreads).map(work, jobs))
     return out
 

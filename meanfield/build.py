@@ -60,6 +60,10 @@ def initial_tokens(cfg: dict[str, Any]) -> np.ndarray:
     """The initial token cloud of ``[init]``, shape ``(n, d)``."""
     init, d = cfg["init"], cfg["model"]["d"]
     kind, n, seed = init["kind"], init["n"], init["seed"]
+    if kind == "sentence":
+        from meanfield.embeddings import tokens_from_config  # real-weights issue
+
+        return tokens_from_config(cfg)
     try:
         if kind == "uniform":
             return sample(kind, n, d, seed=seed)

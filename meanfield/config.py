@@ -78,7 +78,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "assumptions": Key((str,), "check", _choice("check", "warn", "skip"), "seed-002 Assumption 1 on (Q, K, V) when W2 to Π♯ρ₀ is tracked"),
     },
     "init": {
-        "kind": Key((str,), "uniform", _choice("uniform", "vmf", "equiangular", "orthogonal", "file", "mixture", "function"), "initial measure"),
+        "kind": Key((str,), "uniform", _choice("uniform", "vmf", "equiangular", "orthogonal", "file", "mixture", "function", "sentence"), "initial measure"),
         "n": Key((int,), 256, _at_least(1), "number of tokens (particles)"),
         "seed": Key((int,), 0, None, "sampler seed"),
         "path": Key((str,), None, None, "kind='file': an (n, d) .npy array (grid: an (N,) mass array)"),
@@ -87,6 +87,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "gamma": Key(NUM, 0.0, _finite, "kind='equiangular': ⟨x_i,x_j⟩ = γ"),
         "components": Key((list,), None, None, "kind='mixture' (grid): list of {weight, kind, mean, kappa}"),
         "expr": Key((str,), None, None, "kind='function' (grid): density as an expression in x, y, z"),
+        "sentence": Key((str,), None, None, "kind='sentence': text whose token embeddings (word + position, LayerNorm, normalised) are the initial tokens"),
+        "checkpoint": Key((str,), None, None, "kind='sentence': checkpoint for tokenizer and embeddings (PATH or 'minilm'; default: that of model.heads)"),
     },
     "solver": {
         "kind": Key((str,), "particle", _choice("particle", "grid", "jko", "zero-temperature"), "which solver"),
@@ -189,8 +191,14 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None) -> None:
             if not isinstance(spec, Mapping):
                 raise ConfigError(f"model.heads[{index}]", "expected a table with keys Q, K, V")
         heads_from_config(heads, d=d, seed=model["seed"], base=base)  # raises ConfigError naming the key
-    elif isinstance(heads, str) and not heads.startswith("checkpoint:"):
-        raise ConfigError("model.heads", f"expected an array of head tables or 'checkpoint:PATH#layer=L', got {heads!r}")
+    elif isinstance(heads, str):
+        if not heads.startswith("checkpoint:"):
+            raise ConfigError("model.heads", f"expected an array of head tables or 'checkpoint:PATH#layer=L', got {heads!r}")
+        from meanfield.weights import parse_checkpoint_spec  # a malformed spec fails before any work
+
+        spec = parse_checkpoint_spec(heads)
+        if base is not None and spec.path.lower() != "minilm" and not Path(spec.path).is_absolute():
+            model["heads"] = f"checkpoint:{base / spec.path}#{heads.rpartition('#')[2]}"
     if init["mean"] is not None and len(init["mean"]) != d:
         raise ConfigError("init.mean", f"expected a vector of length d={d}, got length {len(init['mean'])}")
     if init["kind"] in ("equiangular", "orthogonal") and not on_grid and init["n"] > d:
@@ -200,6 +208,14 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None) -> None:
         lower = -1.0 / (n - 1) if n > 1 else -1.0
         if not lower < init["gamma"] < 1.0:
             raise ConfigError("init.gamma", f"must lie in ({lower:.6g}, 1) for n={n}, got {init['gamma']}")
+    if init["kind"] == "sentence":
+        if on_grid:
+            raise ConfigError("init.kind", "kind='sentence' gives particles; it needs a particle solver")
+        if not init["sentence"]:
+            raise ConfigError("init.sentence", 'kind=\'sentence\' needs sentence = "some text"')
+        checkpoint = init["checkpoint"]
+        if checkpoint and base is not None and checkpoint.lower() != "minilm" and not Path(checkpoint).is_absolute():
+            init["checkpoint"] = str(base / checkpoint)
     if init["kind"] == "file":
         if not init["path"]:
             raise ConfigError("init.path", "kind='file' needs path = \"x0.npy\"")

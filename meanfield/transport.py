@@ -347,19 +347,23 @@ def _entropic_dual(a, b, C, v, eps: float, cap: float, max_iter: int = 20):
     def evaluate(v):
         Z = (v[None, :] - C) / eps
         mx = Z.max(axis=1)
-        E = np.exp(Z - mx[:, None])
+        Z -= mx[:, None]
+        E = np.exp(Z)
+        E[Z < -230.0] = 0.0  # no subnormals: they make the products crawl
         s = E.sum(axis=1)
-        F = float(b @ v - eps * (a @ (mx + np.log(s))))
+        F = float(np.dot(b, v) - eps * np.sum(a * (mx + np.log(s))))
         return F, E / s[:, None]
 
+    # Skinny (n, k) products go through einsum, not BLAS: multithreaded BLAS on
+    # (n, k)^T (n, k) stalls badly on an oversubscribed machine.
     with np.errstate(under="ignore"):
         F, P = evaluate(v)
         for _ in range(max_iter):
-            w = a @ P
+            w = np.einsum("i,ij->j", a, P)
             g = b - w
             if np.abs(g).sum() <= 1e-3 * float(b.min()):
                 break
-            H = (np.diag(w) - (P * a[:, None]).T @ P) / eps  # = -Hessian, PSD
+            H = (np.diag(w) - np.einsum("ij,ik->jk", P * a[:, None], P)) / eps  # -Hessian
             tr = np.trace(H) / k + 1e-300
             H += tr * np.full((k, k), 1.0 / k) + 1e-9 * tr * np.eye(k)
             step = np.linalg.solve(H, g)
