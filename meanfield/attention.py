@@ -439,6 +439,7 @@ def attention_velocity(
     kind: str = "softmax",
     weights: np.ndarray | None = None,
     backend: str = "blas",
+    precision: str = "float64",
 ) -> np.ndarray:
     r"""Ambient attention velocity :math:`v_i` of MODEL.md §2 (see the module docstring).
 
@@ -454,6 +455,9 @@ def attention_velocity(
     weights : (n,) array, optional
         Masses :math:`a_j` of the tokens (default :math:`1/n`).
     backend : {"blas", "numba", "numpy"}
+    precision : {"float64", "float32"}
+        Arithmetic of the ``blas`` kernel's score buffers (the other backends
+        are float64 only); see :func:`velocity_blas`.
 
     Returns
     -------
@@ -473,4 +477,10 @@ def attention_velocity(
         kernel = BACKENDS[backend]
     except KeyError:
         raise ValueError(f"unknown backend {backend!r}; choose from {sorted(BACKENDS)}") from None
+    if precision not in ("float64", "float32"):
+        raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
+    if precision == "float32":
+        if backend != "blas":
+            raise ValueError("precision='float32' is available with backend='blas' only")
+        return velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision)
     return kernel(x, heads, beta=beta, kind=kind, weights=weights)

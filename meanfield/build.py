@@ -53,6 +53,7 @@ def build_model(cfg: dict[str, Any], *, schedule: HeadSchedule | None = None) ->
         heads=schedule if schedule is not None else build_schedule(cfg),
         direction=m["direction"],
         backend=m["backend"],
+        precision=m["precision"],
     )
 
 

@@ -58,6 +58,9 @@ class Model:
         seed 004's public code descends it.
     backend : {"blas", "numba", "numpy"}
         Kernel used by :meth:`velocity`.
+    precision : {"float64", "float32"}
+        Score/exp arithmetic of the ``blas`` kernel (float32: about twice the
+        throughput, relative error ~1e-6).
     """
 
     d: int
@@ -66,6 +69,7 @@ class Model:
     heads: HeadSchedule
     direction: str = "ascent"
     backend: str = "blas"
+    precision: str = "float64"
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -79,7 +83,7 @@ class Model:
 
     def ambient_velocity(self, x: np.ndarray, t: float, *, weights: np.ndarray | None = None) -> np.ndarray:
         """:math:`v_i` of MODEL.md §2 at time ``t`` (unprojected, unsigned)."""
-        return attention_velocity(x, self.heads.at(t), beta=self.beta, kind=self.attention, weights=weights, backend=self.backend)
+        return attention_velocity(x, self.heads.at(t), beta=self.beta, kind=self.attention, weights=weights, backend=self.backend, precision=self.precision)
 
     def velocity(self, x: np.ndarray, t: float, *, weights: np.ndarray | None = None) -> np.ndarray:
         r"""Token velocity :math:`\sigma P^\perp_x v(x,t)`, shape ``(n, d)``."""

@@ -705,7 +705,7 @@ def w2_to_atoms(x: ArrayLike, atoms: ArrayLike, a: ArrayLike | None = None,
     * :math:`3 \le k \le 16` and :math:`n > 16384`: a dual guess from a
       subsample fixes the points with a clear preference, ``ot.emd2`` solves the
       rest, and complementary slackness of the combined plan is checked (it
-      certifies optimality to ``1e-11 * max(C)``; the reduced set grows until
+      certifies optimality to ``1e-12 * max(C)``; the reduced set grows until
       it holds, ending at the full ``ot.emd2`` if needed);
     * otherwise ``ot.emd2`` on the :math:`n \times k` cost matrix.
 
@@ -769,7 +769,7 @@ def w2(x: ArrayLike, y: ArrayLike, a: ArrayLike | None = None, b: ArrayLike | No
         The linear program with ``ot.emd2`` (network simplex).  Identical
         atoms are merged and zero weights dropped; if one side then has at
         most 16 atoms the structured solver of :func:`w2_to_atoms` is used
-        (:math:`n = 10^5` against 2 atoms takes ~0.05 s).  Options:
+        (:math:`n = 10^5` against 2 atoms takes ~0.1 s).  Options:
         ``numItermax`` (default :math:`\max(10^5, 100\,nm)`, capped at
         :math:`2^{31}-1`), ``merge_duplicates`` (default True).  A
         ``RuntimeWarning`` is issued when POT reports that the LP stopped

@@ -121,3 +121,19 @@ def test_bad_input():
         attention_velocity(np.ones((2, 4)), heads, beta=1.0)
     with pytest.raises(ValueError, match="backend"):
         attention_velocity(np.ones((2, 3)), heads, beta=1.0, backend="gpu")
+
+
+def test_model_float32_precision_runs_close_to_float64():
+    from meanfield.config import load_config
+    from meanfield.build import build_model, initial_tokens
+    from meanfield.errors import ConfigError
+
+    cfg64 = load_config({"init": {"n": 300}})
+    cfg32 = load_config({"init": {"n": 300}, "model": {"precision": "float32"}})
+    x = initial_tokens(cfg64)
+    v64 = build_model(cfg64).velocity(x, 0.0)
+    v32 = build_model(cfg32).velocity(x, 0.0)
+    np.testing.assert_allclose(v32, v64, rtol=0, atol=1e-5 * np.abs(v64).max())
+    with pytest.raises(ConfigError) as info:
+        load_config({"model": {"precision": "float32", "backend": "numba"}})
+    assert info.value.key == "model.precision"
