@@ -39,3 +39,15 @@ def test_no_command_and_bad_option_exit_2(capsys):
 def test_info_on_missing_file_exits_2(tmp_path, capsys):
     assert main(["info", str(tmp_path / "none.h5")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_readme_documents_every_config_key():
+    from pathlib import Path
+
+    from meanfield.config import SCHEMA
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    missing = [f"{s}.{k}" for s, keys in SCHEMA.items() for k in keys if f"`{s}.{k}`" not in readme]
+    assert not missing, f"README lacks config keys: {missing}"
+    assert 'pip install -e . && meanfield run' in readme
+    assert 'pip install -e ".[test]" && pytest' in readme
