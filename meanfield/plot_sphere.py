@@ -42,6 +42,8 @@ __all__ = [
     "plot_particles_sphere",
     "plot_grid_run",
     "plot_convergence",
+    "animate_particles",
+    "run_mesh",
 ]
 
 
@@ -431,7 +433,8 @@ def plot_particles_sphere(
 # ----------------------------------------------------------------------------- runs and studies
 
 
-def _run_mesh(run: dict[str, Any]) -> SphericalMesh:
+def run_mesh(run: dict[str, Any]) -> SphericalMesh:
+    """The mesh of a grid run (rebuilt from its stored generators or its config)."""
     from meanfield.mesh import mesh as build_mesh
     from meanfield.mesh import mesh_from_points
 
@@ -453,7 +456,7 @@ def plot_grid_run(run: dict[str, Any], png: str | Path, *, frames: int = 3, log:
     times (first, …, last) on one colour scale; bottom: the recorded
     diagnostics (energy, speed, mass error) against time, when present.
     """
-    mesh = _run_mesh(run)
+    mesh = run_mesh(run)
     t = np.asarray(run["t"], dtype=float)
     masses = np.asarray(run["mass"], dtype=float)
     if masses.ndim != 2 or masses.shape[1] != mesh.N or not len(t):
@@ -518,3 +521,34 @@ def plot_convergence(rows: Sequence[dict[str, Any]], png: str | Path, *, title: 
     path = Path(png)
     _save(fig, path, dpi)
     return path
+
+
+def animate_particles(t: Sequence[float], x: np.ndarray, path_gif: str | Path, *, fps: int = 8, dpi: int = 90) -> Path:
+    r"""GIF of a particle run on :math:`S^2` (first three coordinates), one frame per saved time.
+
+    Parameters
+    ----------
+    t : (T,) array
+    x : (T, n, d) array
+    path_gif : path-like
+    """
+    from matplotlib.animation import PillowWriter
+
+    path_gif = Path(path_gif)
+    path_gif.parent.mkdir(parents=True, exist_ok=True)
+    fig = Figure(figsize=(4.0, 4.0))
+    ax = fig.add_subplot(projection="3d")
+    writer = PillowWriter(fps=fps)
+    colours = np.arange(np.asarray(x).shape[1])
+    with writer.saving(fig, str(path_gif), dpi=dpi):
+        for k in range(len(t)):
+            ax.clear()
+            ax.set_box_aspect((1, 1, 1))
+            ax.set_axis_off()
+            ax.set_xlim(-1, 1)
+            ax.set_ylim(-1, 1)
+            ax.set_zlim(-1, 1)
+            ax.scatter(x[k, :, 0], x[k, :, 1], x[k, :, 2], c=colours, cmap="viridis", s=6)
+            ax.set_title(f"t = {t[k]:.3g}", fontsize=9)
+            writer.grab_frame()
+    return path_gif

@@ -51,3 +51,16 @@ def test_readme_documents_every_config_key():
     assert not missing, f"README lacks config keys: {missing}"
     assert 'pip install -e . && meanfield run' in readme
     assert 'pip install -e ".[test]" && pytest' in readme
+
+
+def test_info_draws_gif_animations(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--quiet", "--set", "solver.t_final=0.5", "--set", "init.n=32"]) == 0
+    assert main(["info", "data/runs/default.h5", "--plot", "particles.gif"]) == 0
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[init]\nkind = "vmf"\nkappa = 2.0\n[solver]\nkind = "grid"\nt_final = 0.2\nsave_every = 0.1\n[grid]\ncells = 200\n')
+    assert main(["simulate", str(grid), "-o", "grid.h5", "--quiet"]) == 0
+    assert main(["info", "grid.h5", "--plot", "grid.gif"]) == 0
+    for name in ("particles.gif", "grid.gif"):
+        data = (tmp_path / name).read_bytes()
+        assert data[:6] in (b"GIF89a", b"GIF87a") and len(data) > 1000

@@ -13,7 +13,7 @@ from meanfield.io import read_run
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("info", help="summarise a run file", description=__doc__)
     p.add_argument("run", help="HDF5 run file")
-    p.add_argument("--plot", metavar="PNG", help="also draw the run")
+    p.add_argument("--plot", metavar="PNG|GIF", help="also draw the run (a .gif path makes an animation)")
     p.set_defaults(func=main)
 
 
@@ -54,8 +54,17 @@ def summarise(path: str | Path) -> str:
 
 
 def plot_file(path: str | Path, png: str | Path) -> Path:
-    """Draw a run file (particles: snapshots and energy)."""
+    """Draw a run file: a PNG summary, or a GIF animation when ``png`` ends in ``.gif``.
+
+    Particles: snapshots on S² and the energy; grid: density maps and diagnostics.
+    """
     run = _load(path)
+    if str(png).lower().endswith(".gif"):
+        from meanfield.plot_sphere import animate_density, animate_particles, run_mesh
+
+        if "x" in run:
+            return animate_particles(run["t"], run["x"], png)
+        return animate_density(run_mesh(run), run["t"], run["mass"], png)
     if "x" in run:
         from meanfield.plotting import plot_particle_run
 
