@@ -5,7 +5,8 @@ For the softmax velocity (one head) at each ``(n, d)`` we time, in the same proc
 * the production kernel (:func:`meanfield.attention.velocity_blas`, float64 and float32),
 * the fused numba kernel,
 * (a) the NumPy twin (:func:`meanfield.attention.velocity_numpy`: GEMM → exp → GEMM
-  in row blocks, one thread) — the best plain-NumPy method,
+  in row blocks, in place in one preallocated buffer, one thread with BLAS held to
+  one thread too) — the best plain-NumPy method,
 * (b) the ``exp`` roofline: :math:`n^2` evaluations of NumPy's vectorised ``exp``
   over row blocks spread over all cores, i.e. the cost of the exponentials alone.
 
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from meanfield._jit import num_threads
-from meanfield.attention import BLOCK_ELEMENTS, _pool, velocity_blas, velocity_numba, velocity_numpy
+from meanfield.attention import BLOCK_ELEMENTS, _blas_controller, _pool, velocity_blas, velocity_numba, velocity_numpy
 from meanfield.heads import HeadStack
 from meanfield.sphere import sample_uniform
 
@@ -112,7 +113,8 @@ def bench_attention(
                 nxn_mib=pairs * 8 / 2**20,
             )
             if pairs * d <= twin_max_work:
-                t_twin = time_call(lambda: velocity_numpy(x, heads, beta=beta), repeat=2, min_time=0.0)
+                with _blas_controller().limit(limits=1, user_api="blas"):  # the twin is one thread, BLAS included
+                    t_twin = time_call(lambda: velocity_numpy(x, heads, beta=beta), repeat=2, min_time=0.0)
                 row.update(twin_s=t_twin, twin_pairs_per_s=pairs / t_twin, speedup_vs_twin=t_twin / t_kernel, float32_speedup_vs_twin=t_twin / t_f32)
             if pairs * d <= numba_max_work:
                 t_numba = time_call(lambda: velocity_numba(x, heads, beta=beta), repeat=2, min_time=0.0)
