@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from functools import lru_cache
 from typing import Any
 
 import numba
 
-__all__ = ["jit", "pjit", "num_threads", "set_num_threads"]
+__all__ = ["jit", "pjit", "num_threads", "set_num_threads", "one_blas_thread"]
 
 
 def jit(func: Callable[..., Any] | None = None, **options: Any) -> Any:
@@ -47,3 +49,20 @@ def set_num_threads(n: int) -> None:
     n = max(1, int(n))
     os.environ["MEANFIELD_NUM_THREADS"] = str(n)
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+@lru_cache(maxsize=1)
+def _blas_controller() -> Any:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def one_blas_thread() -> AbstractContextManager[Any]:
+    """Context in which BLAS runs on one thread (threadpoolctl; about 10 µs to enter).
+
+    Our kernels thread over row blocks themselves, and the products they hand to
+    BLAS are thin or small: letting OpenBLAS spread each of them over the cores
+    only adds synchronisation, 10–50× slower on a loaded 2-core machine.
+    """
+    return _blas_controller().limit(limits=1, user_api="blas")

@@ -43,13 +43,12 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
-from typing import Any
 
 from numba import prange as numba_prange
 
 import numpy as np
 
-from meanfield._jit import num_threads, pjit
+from meanfield._jit import num_threads, one_blas_thread, pjit
 from meanfield.heads import HeadStack
 
 __all__ = [
@@ -179,13 +178,6 @@ def _scratch(size: int, dtype: type) -> np.ndarray:
     return buf[:size]
 
 
-@lru_cache(maxsize=1)
-def _blas_controller() -> Any:
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
 @lru_cache(maxsize=4)
 def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="meanfield-attn")
@@ -285,7 +277,7 @@ def velocity_blas(
     rhs_t = np.ascontiguousarray(np.hstack([x, ones]).T, dtype=dtype)
     # one BLAS thread per pool thread: the pool already fills the cores, and threaded
     # BLAS on these thin GEMMs only adds synchronisation (up to 50× slower on a loaded machine)
-    with _blas_controller().limit(limits=1, user_api="blas"):
+    with one_blas_thread():
         lhs: list[np.ndarray] = []
         values: list[np.ndarray] = []
         shifts: list[np.ndarray] = []

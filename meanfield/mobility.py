@@ -35,11 +35,11 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from meanfield._jit import one_blas_thread
 from meanfield.attention import attention_velocity
 from meanfield.heads import HeadStack
 from meanfield.sphere import geodesic_distance, project_tangent
@@ -65,17 +65,10 @@ _BLOCK_ELEMENTS = 1 << 18
 _SMALL_D = 32
 
 
-@lru_cache(maxsize=1)
-def _blas_controller() -> Any:
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
 def _blas_limit(d: int) -> Any:
     if d >= _SMALL_D:
         return contextlib.nullcontext()
-    return _blas_controller().limit(limits=1, user_api="blas")
+    return one_blas_thread()
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,7 @@ from typing import Any
 import numpy as np
 from scipy.linalg import subspace_angles
 
+from meanfield._jit import one_blas_thread
 from meanfield.errors import ConfigError
 from meanfield.heads import Head
 
@@ -230,7 +231,9 @@ class AttentionLayer:
         if not 0 <= h < self.num_heads:
             raise ConfigError("heads", f"head {h} does not exist; layer {self.index} has heads 0..{self.num_heads - 1}")
         r = self.rows(h)
-        return Head(Q=self.W_q[r].copy(), K=self.W_k[r].copy(), V=self.W_o[:, r] @ self.W_v[r])
+        with one_blas_thread():
+            value = self.W_o[:, r] @ self.W_v[r]
+        return Head(Q=self.W_q[r].copy(), K=self.W_k[r].copy(), V=value)
 
     def heads(self, select: Sequence[int] | None = None) -> list[Head]:
         """All heads of the layer, or those in ``select`` (in that order)."""
@@ -249,7 +252,7 @@ class AttentionLayer:
         """
         r = self.rows(h)
         Q, K = self.W_q[r], self.W_k[r]
-        with _one_blas_thread():
+        with one_blas_thread():
             Rq = np.linalg.qr(Q.T, mode="r")
             Rk = np.linalg.qr(K.T, mode="r")
             op = float(np.linalg.norm(Rq @ Rk.T, 2))  # = ||Q^T K||_op
@@ -380,18 +383,6 @@ class Checkpoint:
             return None
         gamma, shift = ln
         return float(math.sqrt(np.sum(gamma**2) + np.sum(shift**2)))
-
-
-@lru_cache(maxsize=1)
-def _blas_controller() -> Any:
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
-def _one_blas_thread() -> Any:
-    """Run many small dense decompositions on one BLAS thread (threading them costs more than it saves)."""
-    return _blas_controller().limit(limits=1, user_api="blas")
 
 
 def _safetensors() -> Any:
@@ -965,7 +956,7 @@ def analyse_layer(
     -------
     LayerReport
     """
-    with _one_blas_thread():
+    with one_blas_thread():
         return _analyse_layer(heads, n=n, beta=beta, token_radius=token_radius, layer=layer,
                               head_ids=head_ids, bias_ratio=bias_ratio, rtol=rtol)
 
@@ -1068,7 +1059,7 @@ def analyse_checkpoint(
     n : float
         Typical sequence length for :math:`\beta^*`.
     """
-    with _one_blas_thread():
+    with one_blas_thread():
         return [
             _analyse_checkpoint_layer(checkpoint, L, heads=heads, n=n)
             for L in (range(checkpoint.num_layers) if layers is None else layers)

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from meanfield._jit import num_threads
-from meanfield.attention import BLOCK_ELEMENTS, _blas_controller, _pool, velocity_blas, velocity_numba, velocity_numpy
+from meanfield._jit import num_threads, one_blas_thread
+from meanfield.attention import BLOCK_ELEMENTS, _pool, velocity_blas, velocity_numba, velocity_numpy
 from meanfield.heads import HeadStack
 from meanfield.sphere import sample_uniform
 
@@ -113,7 +113,7 @@ def bench_attention(
                 nxn_mib=pairs * 8 / 2**20,
             )
             if pairs * d <= twin_max_work:
-                with _blas_controller().limit(limits=1, user_api="blas"):  # the twin is one thread, BLAS included
+                with one_blas_thread():  # the twin is one thread, BLAS included
                     t_twin = time_call(lambda: velocity_numpy(x, heads, beta=beta), repeat=2, min_time=0.0)
                 row.update(twin_s=t_twin, twin_pairs_per_s=pairs / t_twin, speedup_vs_twin=t_twin / t_kernel, float32_speedup_vs_twin=t_twin / t_f32)
             if pairs * d <= numba_max_work:

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from meanfield._jit import one_blas_thread
 from meanfield.diagnostics import cluster_statistics, entropy_and_production
 from meanfield.embeddings import embed_sentence
 from meanfield.errors import ConfigError
@@ -166,11 +167,12 @@ def random_like_heads(layer: AttentionLayer, select: Sequence[int] | None = None
         return g * (np.linalg.norm(block) / np.linalg.norm(g))
 
     heads = []
-    for h in ids:
-        layer.head(int(h))  # validates the index
-        r = layer.rows(int(h))
-        Q, K, Wv, Wo = like(layer.W_q[r]), like(layer.W_k[r]), like(layer.W_v[r]), like(layer.W_o[:, r])
-        heads.append(Head(Q=Q, K=K, V=Wo @ Wv))
+    with one_blas_thread():
+        for h in ids:
+            layer.head(int(h))  # validates the index
+            r = layer.rows(int(h))
+            Q, K, Wv, Wo = like(layer.W_q[r]), like(layer.W_k[r]), like(layer.W_v[r]), like(layer.W_o[:, r])
+            heads.append(Head(Q=Q, K=K, V=Wo @ Wv))
     return heads
 
 
@@ -225,9 +227,7 @@ def run_heads(
     run holds BLAS to one thread, which on a shared machine is 10–40× faster
     than letting each tiny GEMM spread over all cores.
     """
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_blas_thread():
         return _run_heads(heads, x0, beta=beta, t_final=t_final, label=label, attention=attention, direction=direction,
                           dt=dt, save_every=save_every, method=method, cluster_tol=cluster_tol)
 
