@@ -229,14 +229,16 @@ def beta_star_sign_experiment(
 
     In :func:`block_configuration` (``dominant_share`` :math:`=w_0^2`) each
     :math:`\beta` is simulated on :math:`[0,t_{\mathrm{short}}]` and the exact
-    chain-rule rates :math:`dE_h/dt` are recorded at every saved frame.  Below
+    chain-rule rates :math:`dE_h/dt` are recorded at every saved frame.  At :math:`t=0`, below
     :math:`\beta^*` every head's energy increases; above
     :math:`\beta_{\mathrm{flip}}` (:func:`beta_flip`, :math:`>\beta^*`) the
     dominant head's energy decreases.  :math:`\beta^*` is a sufficient
     threshold: the paper's bound takes the other heads' shadows at their
     largest, :math:`|a^{h'}|\le\|u^{h'}\|`.  Between :math:`\beta^*` and
-    :math:`\beta_{\mathrm{flip}}` the sign holds at :math:`t=0` but may be lost
-    within the window, as the shares :math:`w_h^2` drift.
+    :math:`\beta_{\mathrm{flip}}` the sign holds at :math:`t=0`.  Over the window
+    the sign can be lost at any :math:`\beta`, even :math:`\beta=0` (e.g. H = 3,
+    n = 8), because the tokens leave the Thm 19 configuration (they stop being
+    orthogonal) as soon as they move: the theorem is a statement at :math:`t=0`.
 
     Softmax attention is the default (MODEL.md assigns Thm 19 to it); the sign
     of :math:`dE_h/dt` at :math:`t=0` is the same for ``"unnormalized"``

@@ -21,6 +21,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_slow)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _one_blas_thread():
+    """Tests check results, not speed: keep BLAS on one thread so that the suite's
+    timing does not depend on how loaded the 2 cores are (threaded BLAS on small
+    products is 10–200× slower under load)."""
+    from meanfield._jit import one_blas_thread
+
+    with one_blas_thread():
+        yield
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261130)
