@@ -347,6 +347,7 @@ def test_cli_sweep_writes_table_csv_plot(tmp_path: Path, run_cli, capsys: pytest
     assert run_cli(argv) == 0
     out = capsys.readouterr()
     assert "fit t_min" in out.out and "fit log W2_min" in out.out
+    assert "(grid solver)" in out.out and "grid solver" in out.err  # on S² the family runs on the grid by default
     rows = np.genfromtxt(tmp_path / "s.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
     np.testing.assert_allclose(rows["beta"], [2.0, 4.0, 8.0], rtol=0)
     assert (tmp_path / "s.png").stat().st_size > 0
