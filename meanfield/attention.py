@@ -65,8 +65,9 @@ __all__ = [
 ATTENTION_KINDS: tuple[str, ...] = ("softmax", "unnormalized", "relu", "pooled")
 #: largest ``block × n`` score buffer per thread (elements): 4 MiB of float64 (fastest in `meanfield bench`)
 BLOCK_ELEMENTS = 1 << 19
-#: a shifted row sum below this means the Cauchy–Schwarz shift was too loose
-_UNDERFLOW = 1e-200
+#: a shifted row sum below this (by dtype) means the Cauchy–Schwarz shift was too loose:
+#: those rows are recomputed with the exact maximum (float32 sums below ~1e-31 lose digits)
+_UNDERFLOW = {"d": 1e-200, "f": 1e-25}
 
 
 def _masses(n: int, weights: np.ndarray | None) -> np.ndarray:
@@ -199,51 +200,43 @@ def _blas_rows(
     """Velocity of one row block; ``lhs[h]`` are the augmented queries (n, d+1)."""
     d = x.shape[1]
     blk = out[rows]
-    pooled_num = pooled_den = None
-    if kind == "pooled":
-        top = np.max(np.stack([s[rows] for s in shifts]), axis=0)
-        pooled_num = np.zeros((blk.shape[0], d))
-        pooled_den = np.zeros(blk.shape[0])
     z = _scratch(blk.shape[0] * rhs_t.shape[1], dtype).reshape(blk.shape[0], rhs_t.shape[1])
+    underflow = _UNDERFLOW[np.dtype(dtype).char]
+    pooled: list[tuple[np.ndarray, np.ndarray]] = []
     for h in range(heads.H):
         np.matmul(lhs[h][rows], rhs_t, out=z)  # beta*s - c_i  (or s for relu), shape (b, n)
         if kind == "relu":
             np.maximum(z, 0.0, out=z)
-        else:
-            np.exp(z, out=z)
-        acc = (z @ values[h]).astype(float, copy=False)  # (b, d+1): numerator | row sum
-        if kind == "relu":
-            blk += acc[:, :d]
+            blk += (z @ values[h]).astype(float, copy=False)[:, :d]
             continue
-        if kind == "unnormalized":
-            blk += acc[:, :d] * np.exp(shifts[h][rows])[:, None]
-            continue
-        den = acc[:, d]
-        low = den < _UNDERFLOW
-        if np.any(low):  # the shift overshot the row maximum: redo those rows exactly
+        np.exp(z, out=z)
+        acc = (z @ values[h]).astype(float)  # (b, d+1): numerator | row sum
+        shift = shifts[h][rows]
+        low = acc[:, d] < underflow
+        if np.any(low):  # the shift overshot the row maximum: redo those rows exactly, in float64
             idx = np.flatnonzero(low) + rows.start
             sub = beta * ((x[idx] @ heads.B[h]) @ x.T)
-            sub -= sub.max(axis=1, keepdims=True)
+            row_max = sub.max(axis=1)
+            sub -= row_max[:, None]
             np.exp(sub, out=sub)
-            fix = sub @ values[h].astype(float)
-            acc[low] = fix
-            den = acc[:, d]
-            if kind == "pooled":
-                shift_fix = np.max(beta * ((x[idx] @ heads.B[h]) @ x.T), axis=1)
-                local = shifts[h][rows].copy()
-                local[low] = shift_fix
-            else:
-                local = None
-        else:
-            local = shifts[h][rows] if kind == "pooled" else None
+            acc[low] = sub @ values[h].astype(float)
+            shift = shift.copy()
+            shift[low] = row_max
         if kind == "softmax":
-            blk += acc[:, :d] / den[:, None]
+            blk += acc[:, :d] / acc[:, d:]
+        elif kind == "unnormalized":
+            blk += acc[:, :d] * np.exp(shift)[:, None]
         else:
-            scale = heads.w[h] * np.exp(local - top)
-            pooled_num += scale[:, None] * acc[:, :d]
-            pooled_den += scale * den
+            pooled.append((acc, shift))
     if kind == "pooled":
-        blk[...] = pooled_num / pooled_den[:, None]
+        top = np.max(np.stack([shift for _, shift in pooled]), axis=0)
+        num = np.zeros((blk.shape[0], d))
+        den = np.zeros(blk.shape[0])
+        for h, (acc, shift) in enumerate(pooled):
+            scale = heads.w[h] * np.exp(shift - top)
+            num += scale[:, None] * acc[:, :d]
+            den += scale * acc[:, d]
+        blk[...] = num / den[:, None]
 
 
 def velocity_blas(

@@ -73,7 +73,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "attention": Key((str,), "softmax", _choice("softmax", "unnormalized", "relu", "pooled"), "velocity law (MODEL.md §2)"),
         "direction": Key((str,), "ascent", _choice("ascent", "descent"), "ascent of the energy (forward pass) or descent (seed 004 code)"),
         "heads": Key((list, str), None, None, "array of head tables, or 'checkpoint:PATH#layer=L'"),
-        "seed": Key((int,), 0, None, "seed of 'random' head matrices (head h uses seed + 1000 h unless it sets its own)"),
+        "seed": Key((int,), 0, _at_least(0), "seed of 'random' head matrices (head h uses seed + 1000 h unless it sets its own)"),
         "backend": Key((str,), "blas", _choice("blas", "numba", "numpy"), "attention kernel"),
         "precision": Key((str,), "float64", _choice("float64", "float32"), "score/exp arithmetic of the blas kernel (float32: ~2× faster, ~1e-6 relative error)"),
         "assumptions": Key((str,), "check", _choice("check", "warn", "skip"), "seed-002 Assumption 1 on (Q, K, V) when W2 to Π♯ρ₀ is tracked"),
@@ -81,7 +81,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "init": {
         "kind": Key((str,), "uniform", _choice("uniform", "vmf", "equiangular", "orthogonal", "file", "mixture", "function", "sentence"), "initial measure"),
         "n": Key((int,), 256, _at_least(1), "number of tokens (particles)"),
-        "seed": Key((int,), 0, None, "sampler seed"),
+        "seed": Key((int,), 0, _at_least(0), "sampler seed"),
         "path": Key((str,), None, None, "kind='file': an (n, d) .npy array (grid: an (N,) mass array)"),
         "mean": Key((list,), None, _finite, "kind='vmf': mean direction"),
         "kappa": Key(NUM, 4.0, _at_least(0), "kind='vmf': concentration κ"),
@@ -114,7 +114,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "schedule": Key((str,), "constant", _choice("constant", "ou", "oscillating"), "time dependence of the heads"),
         "kappa": Key(NUM, 1.0, _at_least(0), "ou: mean-reversion rate κ"),
         "sigma": Key(NUM, 0.1, _at_least(0), "ou: noise σ"),
-        "seed": Key((int,), 0, None, "ou: noise seed"),
+        "seed": Key((int,), 0, _at_least(0), "ou: noise seed"),
         "dt": Key(NUM, 0.01, _at_least(0, strict=True), "ou: time step of the stored weight path"),
         "amplitude": Key(NUM, 0.5, _at_least(0), "oscillating: amplitude A"),
         "omega": Key(NUM, 1.0, _finite, "oscillating: angular frequency ω"),
@@ -176,14 +176,15 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None) -> dict[str, An
         resolved[section] = out
     if resolved["solver"]["kind"] == "grid" and "method" not in raw.get("solver", {}):
         resolved["solver"]["method"] = "ssprk3"  # the grid's default integrator
-    _cross_checks(resolved, base=base)
+    _cross_checks(resolved, base=base, init_given=raw.get("init", {}))
     return resolved
 
 
-def _cross_checks(cfg: dict[str, Any], *, base: Path | None) -> None:
+def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping[str, Any] | None = None) -> None:
     from meanfield.heads import heads_from_config  # local: heads imports numpy only
 
     model, init, solver = cfg["model"], cfg["init"], cfg["solver"]
+    init_given = init_given or {}
     d = model["d"]
     heads = model["heads"]
     on_grid = solver["kind"] == "grid" or (solver["kind"] == "jko" and solver["variant"] == "grid")
@@ -192,6 +193,12 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None) -> None:
             if not isinstance(spec, Mapping):
                 raise ConfigError(f"model.heads[{index}]", "expected a table with keys Q, K, V")
         heads_from_config(heads, d=d, seed=model["seed"], base=base)  # raises ConfigError naming the key
+        if base is not None:  # store `file:` matrices by absolute path, so runs and sweeps find them anywhere
+            for spec in heads:
+                for name in ("Q", "K", "V"):
+                    value = spec.get(name)
+                    if isinstance(value, str) and value.startswith("file:") and not Path(value[5:]).is_absolute():
+                        spec[name] = f"file:{base / value[5:]}"
     elif isinstance(heads, str):
         if not heads.startswith("checkpoint:"):
             raise ConfigError("model.heads", f"expected an array of head tables or 'checkpoint:PATH#layer=L', got {heads!r}")
@@ -202,6 +209,8 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None) -> None:
             model["heads"] = f"checkpoint:{base / spec.path}#{heads.rpartition('#')[2]}"
     if init["mean"] is not None and len(init["mean"]) != d:
         raise ConfigError("init.mean", f"expected a vector of length d={d}, got length {len(init['mean'])}")
+    if init["mean"] is not None and not any(float(v) != 0.0 for v in init["mean"]):
+        raise ConfigError("init.mean", "must be a non-zero direction")
     if init["kind"] in ("equiangular", "orthogonal") and not on_grid and init["n"] > d:
         raise ConfigError("init.n", f"kind={init['kind']!r} needs n <= d={d}, got n={init['n']}")
     if init["kind"] == "equiangular":
@@ -226,6 +235,16 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None) -> None:
         if not path.exists():
             raise ConfigError("init.path", f"file not found: {path}")
         init["path"] = str(path)
+        if not on_grid:
+            import numpy as np
+
+            try:
+                rows = int(np.load(path, mmap_mode="r", allow_pickle=False).shape[0])
+            except (OSError, ValueError, IndexError) as exc:
+                raise ConfigError("init.path", f"cannot read an (n, d) array from {path}: {exc}") from None
+            if init_given.get("n") is not None and init_given["n"] != rows:
+                raise ConfigError("init.n", f"n={init_given['n']} but {path} holds {rows} tokens")
+            init["n"] = rows  # the stored config says how many tokens the run has
     if init["kind"] in ("mixture", "function") and not on_grid:
         raise ConfigError("init.kind", f"kind={init['kind']!r} describes a density; it needs a grid solver (solver.kind = 'grid', or 'jko' with variant = 'grid')")
     if on_grid and d != 3:

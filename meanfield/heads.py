@@ -161,13 +161,17 @@ def head_from_spec(
         if name not in allowed:
             raise ConfigError(f"{key}.{name}", f"unknown key; allowed keys are {sorted(allowed)}")
     head_seed = spec.get("seed", seed)
-    if isinstance(head_seed, bool) or not isinstance(head_seed, int):
-        raise ConfigError(f"{key}.seed", f"expected an integer, got {head_seed!r}")
+    if isinstance(head_seed, bool) or not isinstance(head_seed, int) or head_seed < 0:
+        raise ConfigError(f"{key}.seed", f"expected a non-negative integer, got {head_seed!r}")
     k = spec.get("k")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise ConfigError(f"{key}.k", f"expected a positive integer, got {k!r}")
     rng = np.random.default_rng(head_seed)
     q_val, k_val = spec.get("Q", "identity"), spec.get("K", "identity")
+    if k is not None:
+        for name, value in (("Q", q_val), ("K", k_val)):
+            if not (value == "random" or isinstance(value, (list, tuple)) or (isinstance(value, str) and value.startswith("file:"))) and k != d:
+                raise ConfigError(f"{key}.k", f"k={k} rows, but {name} = {value!r} is a {d}×{d} matrix; use 'random', a list of rows or a file")
     Q = _matrix(q_val, key=f"{key}.Q", d=d, rows=k, rng=rng, base=base)
     K = _matrix(k_val, key=f"{key}.K", d=d, rows=Q.shape[0] if k_val in ("random",) or k is not None else None, rng=rng, base=base)
     if K.shape[0] != Q.shape[0]:

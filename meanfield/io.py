@@ -24,7 +24,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-__all__ = ["RunWriter", "read_run", "read_config", "last_frame", "STATE_NAMES"]
+__all__ = ["RunWriter", "read_run", "read_config", "run_status", "last_frame", "STATE_NAMES"]
 
 #: dataset that holds the evolving state, by solver family
 STATE_NAMES = {"particle": "x", "grid": "mass"}
@@ -85,11 +85,11 @@ class RunWriter:
     def append(self, t: float, state: np.ndarray, diagnostics: Mapping[str, float] | None = None) -> None:
         """Append one frame (and its tracker scalars) and flush to disk."""
         count = self.frames
-        self.file["t"].resize((count + 1,))
-        self.file["t"][count] = t
-        data = self.file[self.state_name]
+        data = self.file[self.state_name]  # the state first: a frame counts once its time is written
         data.resize((count + 1, *data.shape[1:]))
         data[count] = state
+        self.file["t"].resize((count + 1,))
+        self.file["t"][count] = t
         group = self.file["diagnostics"]
         for key, value in (diagnostics or {}).items():
             if key not in group:
@@ -135,6 +135,12 @@ class RunWriter:
             self.file.close()
 
 
+def run_status(path: str | Path) -> tuple[str, str]:
+    """``(status, stop_reason)`` attributes of a run file."""
+    with h5py.File(path, "r") as f:
+        return str(f.attrs.get("status", "")), str(f.attrs.get("stop_reason", ""))
+
+
 def read_config(path: str | Path) -> dict[str, Any]:
     """The resolved config stored in a run file."""
     with h5py.File(path, "r") as f:
@@ -160,7 +166,7 @@ def read_run(path: str | Path) -> dict[str, Any]:
 def last_frame(path: str | Path, state_name: str) -> tuple[int, float, np.ndarray]:
     """``(frames, t_last, state_last)`` of a run file, for ``--resume``."""
     with h5py.File(path, "r") as f:
-        count = int(f["t"].shape[0])
+        count = min(int(f["t"].shape[0]), int(f[state_name].shape[0]))  # a kill may cut a frame in half
         if count == 0:
             raise ValueError(f"{path}: no saved frame to resume from")
         return count, float(f["t"][count - 1]), np.array(f[state_name][count - 1])

@@ -583,7 +583,7 @@ def run_setup(cfg: dict[str, Any], model: Model) -> Any:
     mass0 = initial_mass(msh, kind, **params)
     method = solver["method"] if solver["method"] in GRID_METHODS else "ssprk3"
     stepper = GridStepper(model, msh, method=method, cfl=solver["cfl"])
-    trackers: list[Tracker] = [MassTracker()]
+    trackers: list[Tracker] = [MassTracker(total=float(mass0.sum()))]  # baseline: the initial mass, also on resume
     if cfg.get("track", {}).get("energy", True):
         trackers.append(GridEnergyTracker(model, msh))
     trackers.append(GridSpeedTracker(stepper, tol=solver.get("steady_tol", 0.0)))

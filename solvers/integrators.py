@@ -18,6 +18,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from meanfield.errors import RunFailed
+
 __all__ = ["ExplicitRK", "Euler", "Heun", "RK4", "DormandPrince", "INTEGRATORS", "from_name"]
 
 VectorField = Callable[[np.ndarray, float], np.ndarray]
@@ -141,17 +143,18 @@ class DormandPrince(ExplicitRK):
             x_new, k_new, error = self.attempt(f, x, t, h, k1, retract=retract, rtol=rtol, atol=atol)
             if not np.isfinite(error):
                 error = np.inf
+            factor = 5.0 if error == 0 else min(5.0, max(0.2, 0.9 * error ** (-1 / 5)))
             if error <= 1.0:
                 last = h >= t1 - t
                 t = t1 if last else t + h
                 x, k1 = x_new, k_new
                 accepted += 1
+                h = h * factor
             else:
                 rejected += 1
-            factor = 5.0 if error == 0 else min(5.0, max(0.2, 0.9 * error ** (-1 / 5)))
-            h = h * factor
-            if h < h_min:
-                raise FloatingPointError(f"rk45 step size fell below {h_min:g} at t={t:.6g}")
+                h = h * factor
+                if h < h_min:  # only a rejected step can stall; a tiny last step is fine
+                    raise RunFailed(f"rk45 step size fell below {h_min:g} at t={t:.6g} (NaN/Inf or a stiff field)")
         return x, {"accepted": accepted, "rejected": rejected}
 
 

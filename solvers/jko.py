@@ -249,15 +249,19 @@ class _FieldCache:
             if k == key:
                 return value
         value = mobility_field(x, heads, beta=self.beta, weights=a)
+        self.put(key, value)
+        return value
+
+    def put(self, key: Any, value: MobilityField) -> None:
+        """Store a field, dropping the oldest beyond ``size``."""
         self.entries.append((key, value))
         if len(self.entries) > self.size:
             self.entries.pop(0)
-        return value
 
 
 def _steps_between(t0: float, t1: float, tau: float) -> int:
-    """``k = round((t1 - t0)/tau)``, at least 1."""
-    return max(1, int(round((t1 - t0) / tau)))
+    """``k = ceil((t1 - t0)/tau)``, at least 1: steps never exceed the requested τ."""
+    return max(1, math.ceil((t1 - t0) / tau - 1e-9))
 
 
 # ----------------------------------------------------------------------------- model checks
@@ -535,7 +539,7 @@ class ParticleJKOStepper:
         slope2 = float(np.sum(a * np.sum(tangent * tangent, axis=1) * np.exp(-fld.log_b)))
         energy_end = _energy(x, heads1, beta, a, fld)
         key = x.tobytes() + a.tobytes() + heads1.B.tobytes() + heads1.w.tobytes()
-        self._cache.entries.append((key, fld))
+        self._cache.put(key, fld)
         report = StepReport(
             t0=t0, t1=t1, iterations=iterations, residual=res, method=method, fallback=fallback,
             mobility_iterations=mob_iter, energy_start=energy_start, energy_mid=energy_mid, energy_end=energy_end,
@@ -951,7 +955,7 @@ def run_setup(cfg: dict[str, Any], model: Model) -> Any:
     mass0 = initial_mass(msh, kind, **params)
     stepper = GridJKOStepper(model, msh, tau=solver["tau"], mobility=solver["mobility"], tol=solver["tol"],
                              keep_reports=False)
-    trackers += [MassTracker(), JKOTracker(stepper)]
+    trackers += [MassTracker(total=float(mass0.sum())), JKOTracker(stepper)]
     if cfg["track"]["energy"]:
         trackers += [GridEnergyTracker(model, msh), EnergyDissipationTracker(model, mesh=msh)]
     static.update({"points": np.array(msh.points), "areas": np.array(msh.areas)})

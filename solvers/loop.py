@@ -24,6 +24,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from meanfield.errors import RunFailed
+
 __all__ = [
     "Stepper",
     "Tracker",
@@ -93,9 +95,11 @@ def save_times(t_start: float, t_final: float, save_every: float) -> np.ndarray:
     if save_every <= 0:
         raise ValueError("save_every must be positive")
     count = int(math.floor((t_final - t_start) / save_every + 1e-9))
-    times = t_start + save_every * np.arange(count + 1)
+    times = np.minimum(t_start + save_every * np.arange(count + 1), t_final)
     if t_final - times[-1] > 1e-9 * max(1.0, abs(t_final)):
         times = np.append(times, t_final)
+    else:
+        times[-1] = t_final  # within round-off of t_final: land on it exactly
     return times
 
 
@@ -174,6 +178,9 @@ def run_loop(
     except StopRun as exc:
         stop_reason = exc.reason
         failed = exc.failed
+    except (RunFailed, FloatingPointError) as exc:  # the stepper itself gave up (NaN, step size, positivity)
+        stop_reason = f"solver failed after t={saved_t[-1] if saved_t else times[0]:.6g}: {exc}"
+        failed = True
     return RunResult(
         t=np.asarray(saved_t),
         states=saved,

@@ -18,7 +18,7 @@ import numpy as np
 from meanfield.build import build_model, initial_tokens
 from meanfield.config import dumps
 from meanfield.errors import ConfigError, RunFailed
-from meanfield.io import RunWriter, last_frame, read_config
+from meanfield.io import RunWriter, last_frame, read_config, run_status
 from meanfield.model import Model
 from solvers.loop import RunResult, Tracker, run_loop, save_times
 from solvers.particle import ParticleStepper
@@ -156,6 +156,13 @@ def simulate_config(
     out_path = Path(out) if out is not None else None
     if out_path is not None and resume and out_path.exists():
         _check_resumable(read_config(out_path), cfg, out_path)
+        status_before, reason_before = run_status(out_path)
+        if status_before == "failed" and reason_before != "interrupted":
+            raise ConfigError(
+                "--resume",
+                f"the run in {out_path} failed ({reason_before}); resuming would continue from a bad frame. "
+                "Fix the config and start afresh without --resume",
+            )
         frames, t_last, state = last_frame(out_path, setup.state_name)
         done = times[times <= t_last + 1e-12 * max(1.0, abs(t_last))]
         if len(done) != frames or not math.isclose(done[-1], t_last, rel_tol=0, abs_tol=1e-12 * max(1.0, abs(t_last))):

@@ -556,7 +556,13 @@ def run_case(task: Mapping[str, Any]) -> dict[str, Any]:
         "threads": threads,
     }
     try:
-        record["resumed_frames"] = _simulate_case(task["config"], path, resume_partial=bool(task.get("resume_partial")))
+        from contextlib import nullcontext
+
+        from threadpoolctl import threadpool_limits
+
+        # BLAS (POT, sparse solves, NumPy) gets the case's share of the cores too, on any cluster
+        with threadpool_limits(limits=threads, user_api="blas") if threads is not None else nullcontext():
+            record["resumed_frames"] = _simulate_case(task["config"], path, resume_partial=bool(task.get("resume_partial")))
         scalars = case_scalars(path)
         if task.get("results") is not None:
             extra = _resolve_hook(task["results"])(path, task["config"])

@@ -40,9 +40,10 @@ def summarise(path: str | Path) -> str:
     if "x" in run:
         lines.append(f"frames:    {len(t)}  t in [{t[0]:.4g}, {t[-1]:.4g}]  tokens n={run['x'].shape[1]}")
         if len(t):
-            x = run["x"][-1]
-            gram = x @ x.T
-            lines.append(f"final:     min <x_i,x_j> = {gram.min():.6f}  (1 = one cluster)")
+            from meanfield.diagnostics import cluster_statistics  # blocked: no n×n array
+
+            stats = cluster_statistics(run["x"][-1])
+            lines.append(f"final:     min <x_i,x_j> = {stats['min_inner']:.6f}  (1 = one cluster)")
     elif "mass" in run:
         lines.append(f"frames:    {len(t)}  t in [{t[0]:.4g}, {t[-1]:.4g}]  cells N={run['mass'].shape[1]}")
     for key, series in sorted(run.get("diagnostics", {}).items()):

@@ -127,3 +127,38 @@ def test_head_specs(tmp_path):
 def test_missing_config_file_exits_2(tmp_path, capsys):
     assert main(["simulate", str(tmp_path / "nope.toml"), "-o", str(tmp_path / "o.h5")]) == 2
     assert "file not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ({"model": {"seed": -1}}, "model.seed"),
+        ({"init": {"seed": -1}}, "init.seed"),
+        ({"weights": {"seed": -2}}, "weights.seed"),
+        ({"model": {"heads": [{"Q": "random", "seed": -3}]}}, "model.heads[0].seed"),
+        ({"init": {"kind": "vmf", "mean": [0.0, 0.0, 0.0]}}, "init.mean"),
+        ({"model": {"heads": [{"Q": "identity", "k": 2}]}}, "model.heads[0].k"),
+    ],
+)
+def test_more_bad_values_name_the_key(raw, key):
+    with pytest.raises(ConfigError) as info:
+        load_config(raw)
+    assert info.value.key == key
+
+
+def test_file_tokens_set_n_and_relative_matrix_paths(tmp_path, monkeypatch):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    np.save(sub / "x0.npy", np.eye(3)[[0, 1, 2, 0, 1]] + 0.1)
+    np.save(sub / "B.npy", 2.0 * np.eye(3))
+    (sub / "c.toml").write_text('[model]\n[[model.heads]]\nQ = "file:B.npy"\n[init]\nkind = "file"\npath = "x0.npy"\n')
+    monkeypatch.chdir(tmp_path)  # not the config's folder
+    cfg = load_config(sub / "c.toml")
+    assert cfg["init"]["n"] == 5
+    assert cfg["model"]["heads"][0]["Q"] == f"file:{sub / 'B.npy'}"
+    from meanfield.build import build_model
+
+    np.testing.assert_allclose(build_model(cfg).heads.at(0.0).B[0], 2.0 * np.eye(3))
+    with pytest.raises(ConfigError) as info:
+        load_config(sub / "c.toml", ["init.n=4"])
+    assert info.value.key == "init.n"

@@ -426,3 +426,14 @@ def test_stability_experiments_full() -> None:
     assert np.all(inp["w2"] <= inp["bound"] * (1 + 1e-9)) and inp["rate"] < inp["L"]
     wts = weight_stability()
     np.testing.assert_allclose(wts["fit"][1], 1.0, atol=0.1)
+
+
+def test_jko_steps_never_exceed_tau_and_cache_is_bounded():
+    from solvers.jko import _FieldCache, _steps_between
+
+    assert _steps_between(0.0, 1.0, 0.4) == 3  # not 2 steps of 0.5
+    assert _steps_between(0.0, 1.0, 0.25) == 4
+    cache = _FieldCache(1.0, size=3)
+    for key in range(10):
+        cache.put(key, None)
+    assert len(cache.entries) == 3

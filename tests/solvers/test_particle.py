@@ -201,3 +201,28 @@ def test_steady_state_tracker_stops(tmp_path):
     result = simulate_config(load_config(cfg), tmp_path / "steady.h5", quiet=True)
     assert result.info["stop_reason"].startswith("steady state")
     assert read_run(tmp_path / "steady.h5")["status"] == "stopped"
+
+
+def test_solver_failures_keep_frames_and_reason(tmp_path, capsys):
+    # rk45 whose step size collapses on NaN: a failed run (exit 1), not a traceback
+    _, path = small_config(tmp_path, t_final=2.0, method="rk45")
+    out = tmp_path / "rk45.h5"
+    status = main(["simulate", str(path), "-o", str(out), "--quiet", "--set", "model.attention=unnormalized", "--set", "model.beta=900"])
+    assert status == 1
+    run = read_run(out)
+    assert run["status"] == "failed" and "rk45" in run["stop_reason"]
+    assert np.all(np.isfinite(run["x"][0]))
+    # resuming a failed run is refused, with the reason
+    status = main(["simulate", str(path), "-o", str(out), "--quiet", "--resume", "--set", "model.attention=unnormalized", "--set", "model.beta=900"])
+    assert status == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("t_final, save_every", [(0.7, 0.1), (0.9, 0.3), (1.0, 0.3), (5.0, 0.25)])
+def test_save_times_land_on_t_final(t_final, save_every):
+    from solvers.loop import save_times
+
+    times = save_times(0.0, t_final, save_every)
+    assert times[-1] == t_final
+    assert np.all(np.diff(times) > 0)
+    np.testing.assert_allclose(np.diff(times)[:-1], save_every, rtol=1e-12)
