@@ -388,10 +388,13 @@ def entropy_and_production(
     .. math::
 
         \mathcal H^h_i = -\sum_jp^h_{ij}\log p^h_{ij},\quad p^h_{ij}=\frac{a_je^{\beta s^h_{ij}}}{\sum_ka_ke^{\beta s^h_{ik}}},
-        \qquad \frac{d\mathcal H^h_i}{dt} = -\beta^2\,\mathrm{Cov}_{p^h_i}(s^h_{i\cdot},\dot s^h_{i\cdot}),
+        \qquad \frac{d\mathcal H^h_i}{dt} = -\beta^2\,\mathrm{Cov}_{p^h_i}(s^h_{i\cdot},\dot s^h_{i\cdot})
+        - \beta\,\mathrm{Cov}_{p^h_i}(\log a,\dot s^h_{i\cdot}),
 
     with :math:`\dot s^h_{ij}=\dot x_i^\top B_hx_j+x_i^\top B_h\dot x_j` from the
-    given velocity.  The covariance is formed from centred scores (two passes).
+    given velocity.  For particles (uniform masses) the second term vanishes and this is
+    Thm 27 exactly; it is needed for weighted measures (grid cells).  The covariance is
+    formed from centred values (two passes).
 
     Parameters
     ----------
@@ -399,7 +402,8 @@ def entropy_and_production(
     heads : HeadStack
     beta : float
     weights : (n,) array, optional
-        Positive masses; the entropy of uniform rows is then :math:`\log n`.
+        Positive masses :math:`a_j` (default :math:`1/n`); with uniform masses the
+        entropy of uniform rows is :math:`\log n`.
 
     Returns
     -------
@@ -427,9 +431,11 @@ def entropy_and_production(
             p /= z
             logp = logit - np.log(z)
             ent[h, rows] = -np.einsum("ij,ij->i", p, logp)
-            s -= np.einsum("ij,ij->i", p, s)[:, None]
+            # dH/dt = -β Cov_p(β s + log a, ṡ): the log-mass part vanishes for uniform masses
+            u = beta * s + loga
+            u -= np.einsum("ij,ij->i", p, u)[:, None]
             sdot -= np.einsum("ij,ij->i", p, sdot)[:, None]
-            rate[h, rows] = -(beta * beta) * np.einsum("ij,ij,ij->i", p, s, sdot)
+            rate[h, rows] = -beta * np.einsum("ij,ij,ij->i", p, u, sdot)
     return ent, rate
 
 
@@ -581,8 +587,9 @@ def series_names(H: int) -> list[str]:
     return names
 
 
-def _ratio(num: float, den: float) -> float:
-    return num / den if den > 0 else math.nan
+def _ratio(num: float, den: float, *, scale: float = 0.0) -> float:
+    """``num/den``, or NaN when ``den`` is at the round-off level of ``scale`` (a ratio of noise)."""
+    return num / den if den > 1e3 * np.finfo(float).eps * max(scale, 0.0) and den > 0 else math.nan
 
 
 def _assemble(
@@ -602,7 +609,8 @@ def _assemble(
     s["dEdt"] = float(rates.sum())
     s.update({f"dEdt_h{h}": float(rates[h]) for h in range(H)})
     s["kinetic"] = float(kinetic)
-    s["thm11_residual"] = _ratio(abs(s["dEdt"] - sigma * kinetic), abs(kinetic))
+    noise = float(np.max(np.abs(energies))) if energies.size else 0.0  # rates below eps·E are round-off
+    s["thm11_residual"] = _ratio(abs(s["dEdt"] - sigma * kinetic), abs(kinetic), scale=noise)
     off = ~np.eye(H, dtype=bool)
     for h in range(H):
         s[f"self_power_h{h}"] = float(split["self"][h])
@@ -610,7 +618,7 @@ def _assemble(
         s[f"shadow_sum_h{h}"] = float(split["shadow"][h][off[h]].sum())
         s[f"head_power_h{h}"] = float(split["power"][h])
     scale = max(float(np.max(np.abs(rates))), float(np.max(split["self"])))
-    s["split_residual"] = _ratio(float(np.max(np.abs(split["power"] - rates))), scale)
+    s["split_residual"] = _ratio(float(np.max(np.abs(split["power"] - rates))), scale, scale=noise)
     for p in range(H):
         for q in range(p + 1, H):
             s[f"cross_h{p}_h{q}"] = float(split["cross"][p, q])
@@ -618,7 +626,7 @@ def _assemble(
     for h in range(H):
         s[f"dominance_fraction_h{h}"] = float(split["dominance_fraction"][h])
         s[f"dominance_margin_h{h}"] = float(split["dominance_margin"][h])
-        s[f"aggregate_margin_h{h}"] = _ratio(sigma * float(rates[h]), float(split["self"][h]))
+        s[f"aggregate_margin_h{h}"] = _ratio(sigma * float(rates[h]), float(split["self"][h]), scale=noise)
     for h in range(H):
         s[f"entropy_mean_h{h}"] = float(entropy[h].mean())
         s[f"entropy_std_h{h}"] = float(entropy[h].std())
@@ -734,8 +742,8 @@ def frame_diagnostics_dense(
         P = softmax(beta * S + np.log(a)[None, :], axis=1)
         ent[h] = entr(P).sum(axis=1)
         for i in range(n):
-            cov = np.cov(S[i], Sdot[i], aweights=P[i], bias=True)[0, 1]
-            ent_rate[h, i] = -beta * beta * cov
+            cov = np.cov(beta * S[i] + np.log(a), Sdot[i], aweights=P[i], bias=True)[0, 1]
+            ent_rate[h, i] = -beta * cov
     self_power = np.zeros(H)
     cross = np.zeros((H, H))
     shadow = np.zeros((H, H))

@@ -27,7 +27,7 @@ def main(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     result = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet)
-    print(f"wrote {args.out} ({result.info['steps']} save intervals, {result.info['wall_time']:.2f} s, stop: {result.info['stop_reason']})")
+    print(f"wrote {args.out} ({len(result.t)} frames, {result.info['steps']} steps, {result.info['wall_time']:.2f} s, stop: {result.info['stop_reason']})")
     if args.plot:
         from meanfield.cli.info import plot_file
 
