@@ -226,3 +226,31 @@ def test_save_times_land_on_t_final(t_final, save_every):
     assert times[-1] == t_final
     assert np.all(np.diff(times) > 0)
     np.testing.assert_allclose(np.diff(times)[:-1], save_every, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(INTEGRATORS))
+def test_tableaux_satisfy_their_order_conditions(name):
+    """Butcher order conditions up to min(order, 4), and row sums c_i = Σ_j a_ij."""
+    scheme = INTEGRATORS[name]
+    A = np.zeros((len(scheme.c), len(scheme.c)))
+    for i, row in enumerate(scheme.A):
+        A[i, : len(row)] = row
+    b, c = np.array(scheme.b), np.array(scheme.c)
+    np.testing.assert_allclose(A.sum(axis=1), c, atol=1e-15)
+    conditions = [
+        (1, b.sum(), 1.0),
+        (2, b @ c, 1 / 2),
+        (3, b @ c**2, 1 / 3),
+        (3, b @ A @ c, 1 / 6),
+        (4, b @ c**3, 1 / 4),
+        (4, (b * c) @ A @ c, 1 / 8),
+        (4, b @ A @ c**2, 1 / 12),
+        (4, b @ A @ A @ c, 1 / 24),
+    ]
+    for order, value, expected in conditions:
+        if order <= scheme.order:
+            np.testing.assert_allclose(value, expected, rtol=0, atol=1e-14)
+    if name == "rk45":  # the embedded 4th-order weights too
+        b_low = np.array(scheme.b_low)
+        for value, expected in ((b_low.sum(), 1.0), (b_low @ c, 1 / 2), (b_low @ c**2, 1 / 3), (b_low @ A @ A @ c, 1 / 24)):
+            np.testing.assert_allclose(value, expected, atol=1e-14)
