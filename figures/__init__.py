@@ -31,7 +31,8 @@ define, at module level:
 * ``main(argv=None) -> int`` parsing ``--quick`` and ``--out`` (exit 0 when
   every check holds, 1 otherwise) and ``if __name__ == "__main__":
   sys.exit(main())``, so that ``python figures/figPPP_what.py --quick --out DIR``
-  works.  Scripts import only installed packages (not this one).
+  works; :func:`script_main` implements it in one line, and :func:`write_rows`
+  writes the CSV.  Scripts import only installed packages (this one is installed too).
 * A module docstring opening with the equation and the theorem, the runtime,
   and the command.  ``--quick`` must take under a minute on 2 cores (aim for
   ~10 s): the default test suite runs it.
@@ -55,7 +56,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["FIGURES_DIR", "METADATA", "FigureEntry", "FigureRun", "registry", "run_figure"]
+__all__ = ["FIGURES_DIR", "METADATA", "FigureEntry", "FigureRun", "registry", "run_figure", "write_rows", "script_main"]
 
 #: the folder the figure scripts live in
 FIGURES_DIR = Path(__file__).resolve().parent
@@ -188,3 +189,34 @@ def run_figure(figure_id: str, out_dir: str | Path, *, quick: bool = False) -> F
     paths = module.make(Path(out_dir), quick=quick)
     checks = module.claim(paths["csv"])
     return FigureRun(figure_id, Path(paths["png"]), Path(paths["csv"]), checks, time.perf_counter() - started)
+
+
+def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> Path:
+    """Write a figure's tidy table: one row per dict, floats with ``repr`` (full precision)."""
+    import csv
+
+    path = Path(path)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()} for row in rows)
+    return path
+
+
+def script_main(make: Any, claim: Any, description: str, argv: Any = None) -> int:
+    """The command line every figure script shares: ``[--quick] [--out DIR]``, then the claim checks.
+
+    Exit status 0 when every check holds, 1 otherwise.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="the small version the tests run")
+    parser.add_argument("--out", default="figures/gallery", help="output folder (default figures/gallery)")
+    args = parser.parse_args(argv)
+    paths = make(args.out, quick=args.quick)
+    checks = claim(paths["csv"])
+    print(f"wrote {paths['png']} and {paths['csv']}")
+    for name, check in checks.items():
+        print(f"  {'ok  ' if check['ok'] else 'FAIL'} {name}: {check['value']:.6g} (expected {check['expected']})")
+    return 0 if all(c["ok"] for c in checks.values()) else 1

@@ -24,7 +24,6 @@ Command: ``python figures/fig000_entropy.py [--quick] [--out DIR]``.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import sys
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from figures import script_main
 
 ID = "fig000_entropy"
 PAPER = "000"
@@ -151,16 +152,7 @@ def make(out_dir: str | Path, *, quick: bool = False) -> dict[str, Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=DESCRIPTION)
-    parser.add_argument("--quick", action="store_true", help="the small version the tests run")
-    parser.add_argument("--out", default="figures/gallery", help="output folder (default figures/gallery)")
-    args = parser.parse_args(argv)
-    paths = make(args.out, quick=args.quick)
-    checks = claim(paths["csv"])
-    print(f"wrote {paths['png']} and {paths['csv']}")
-    for name, check in checks.items():
-        print(f"  {'ok  ' if check['ok'] else 'FAIL'} {name}: {check['value']:.6g} (expected {check['expected']})")
-    return 0 if all(c["ok"] for c in checks.values()) else 1
+    return script_main(make, claim, DESCRIPTION, argv)
 
 
 if __name__ == "__main__":

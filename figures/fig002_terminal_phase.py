@@ -40,7 +40,6 @@ Command: ``python figures/fig002_terminal_phase.py [--quick] [--out DIR]``
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import csv
 import math
@@ -50,6 +49,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from figures import script_main, write_rows
 
 ID = "fig002_terminal_phase"
 PAPER = "002"
@@ -202,24 +203,12 @@ def make(out_dir: str | Path, *, quick: bool = False) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     rows = compute(quick=quick)
     csv_path = out / f"{ID}.csv"
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()} for row in rows)
+    write_rows(csv_path, rows)
     return {"png": plot(read_csv(csv_path), out / f"{ID}.png"), "csv": csv_path}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=DESCRIPTION)
-    parser.add_argument("--quick", action="store_true", help="the small version the tests run")
-    parser.add_argument("--out", default="figures/gallery", help="output folder (default figures/gallery)")
-    args = parser.parse_args(argv)
-    paths = make(args.out, quick=args.quick)
-    checks = claim(paths["csv"])
-    print(f"wrote {paths['png']} and {paths['csv']}")
-    for name, check in checks.items():
-        print(f"  {'ok  ' if check['ok'] else 'FAIL'} {name}: {check['value']:.6g} (expected {check['expected']})")
-    return 0 if all(c["ok"] for c in checks.values()) else 1
+    return script_main(make, claim, DESCRIPTION, argv)
 
 
 if __name__ == "__main__":
