@@ -59,6 +59,9 @@ __all__ = [
     "velocity_numpy",
     "velocity_blas",
     "velocity_numba",
+    "token_masses",
+    "check_tokens",
+    "block_rows",
 ]
 
 #: names of the velocity laws of MODEL.md §2
@@ -70,16 +73,20 @@ BLOCK_ELEMENTS = 1 << 19
 _UNDERFLOW = {"d": 1e-200, "f": 1e-25}
 
 
-def _masses(n: int, weights: np.ndarray | None) -> np.ndarray:
+def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False) -> np.ndarray:
+    """Token masses :math:`a_j`: :math:`1/n` by default, else checked (shape ``(n,)``, finite, ≥ 0 or > 0)."""
     if weights is None:
         return np.full(n, 1.0 / n)
     a = np.asarray(weights, dtype=float)
     if a.shape != (n,):
         raise ValueError(f"weights must have shape ({n},), got {a.shape}")
+    if not np.all(np.isfinite(a)) or np.any(a <= 0 if positive else a < 0):
+        raise ValueError(f"weights (token masses) must be finite and {'positive' if positive else 'non-negative'}")
     return a
 
 
-def _check(x: np.ndarray, heads: HeadStack, kind: str) -> np.ndarray:
+def check_tokens(x: np.ndarray, heads: HeadStack, kind: str) -> np.ndarray:
+    """``x`` as a contiguous float ``(n, d)`` array matching the heads; ``kind`` must be known."""
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; choose from {ATTENTION_KINDS}")
     x = np.ascontiguousarray(x, dtype=float)
@@ -88,8 +95,10 @@ def _check(x: np.ndarray, heads: HeadStack, kind: str) -> np.ndarray:
     return x
 
 
-def _block_rows(n: int) -> int:
-    return int(max(1, min(n, BLOCK_ELEMENTS // max(n, 1))))
+def block_rows(n: int, block_elements: int | None = None) -> int:
+    """Rows per block so that a ``rows × n`` buffer holds at most ``block_elements`` (default :data:`BLOCK_ELEMENTS`)."""
+    limit = BLOCK_ELEMENTS if block_elements is None else block_elements
+    return int(max(1, min(n, limit // max(n, 1))))
 
 
 # ------------------------------------------------------------------ NumPy twin (reference)
@@ -116,11 +125,11 @@ def velocity_numpy(
     (n, d) array
         The ambient velocity :math:`v_i` (not yet projected).
     """
-    x = _check(x, heads, kind)
+    x = check_tokens(x, heads, kind)
     n, d = x.shape
-    a = _masses(n, weights)
+    a = token_masses(n, weights)
     out = np.zeros((n, d))
-    block = _block_rows(n)
+    block = block_rows(n)
     values = [x @ heads.V[h].T for h in range(heads.H)]
     xt = np.ascontiguousarray(x.T)
     buffer = np.empty(block * n)
@@ -260,9 +269,9 @@ def velocity_blas(
         ``exp`` throughput; its relative error is about ``1e-6`` — fine for
         pictures and sweeps, too coarse for convergence-order studies.
     """
-    x = _check(x, heads, kind)
+    x = check_tokens(x, heads, kind)
     n, d = x.shape
-    a = _masses(n, weights)
+    a = token_masses(n, weights)
     dtype = {"float64": np.float64, "float32": np.float32}[precision]
     out = np.zeros((n, d))
     ones = np.ones((n, 1))
@@ -284,7 +293,7 @@ def velocity_blas(
                 lhs.append(np.ascontiguousarray(np.hstack([beta * xb, -c[:, None]]), dtype=dtype))
                 shifts.append(c)
             values.append(np.ascontiguousarray(np.hstack([a[:, None] * (x @ heads.V[h].T), a[:, None]]), dtype=dtype))
-        block = _block_rows(n)
+        block = block_rows(n)
         starts = range(0, n, block)
         jobs = [slice(s, min(n, s + block)) for s in starts]
         nthreads = min(threads or num_threads(), len(jobs))
@@ -403,8 +412,8 @@ def velocity_numba(
     Same parameters and result as :func:`velocity_numpy`.  Softmax and pooled
     rows use the exact row maximum (two passes over the row).
     """
-    x = _check(x, heads, kind)
-    a = _masses(x.shape[0], weights)
+    x = check_tokens(x, heads, kind)
+    a = token_masses(x.shape[0], weights)
     return _numba_kernel(x, heads.B, heads.V, heads.w, np.ascontiguousarray(a), float(beta), _MODES[kind])
 
 

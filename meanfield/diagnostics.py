@@ -88,8 +88,10 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from meanfield.attention import block_rows, check_tokens, token_masses
 from meanfield.energy import head_energies
 from meanfield.heads import HeadStack
+from meanfield.model import DIRECTIONS
 
 __all__ = [
     "BLOCK_ELEMENTS",
@@ -113,38 +115,20 @@ __all__ = [
 
 #: largest ``rows × n`` block of scores held at once (elements); tests lower it to force blocking
 BLOCK_ELEMENTS = 1 << 18
-#: attention kinds whose head outputs are defined (MODEL.md §2)
-_KINDS = ("softmax", "unnormalized", "relu", "pooled")
 
 
 def _block_rows(n: int) -> int:
-    return int(max(1, min(n, BLOCK_ELEMENTS // max(n, 1))))
+    return block_rows(n, BLOCK_ELEMENTS)  # this module's block size (tests lower it)
 
 
 def _masses(n: int, weights: np.ndarray | None) -> np.ndarray:
-    if weights is None:
-        return np.full(n, 1.0 / n)
-    a = np.asarray(weights, dtype=float)
-    if a.shape != (n,):
-        raise ValueError(f"weights must have shape ({n},), got {a.shape}")
-    if not np.all(a > 0) or not np.all(np.isfinite(a)):
-        raise ValueError("weights (token masses) must be positive and finite")
-    return a
+    return token_masses(n, weights, positive=True)  # entropies take log a
 
 
 def _sign(direction: str) -> float:
-    if direction not in ("ascent", "descent"):
-        raise ValueError(f"direction must be 'ascent' or 'descent', got {direction!r}")
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     return 1.0 if direction == "ascent" else -1.0
-
-
-def _check(x: np.ndarray, heads: HeadStack, kind: str) -> np.ndarray:
-    if kind not in _KINDS:
-        raise ValueError(f"unknown attention kind {kind!r}; choose from {_KINDS}")
-    x = np.ascontiguousarray(x, dtype=float)
-    if x.ndim != 2 or x.shape[1] != heads.d:
-        raise ValueError(f"x must have shape (n, {heads.d}), got {x.shape}")
-    return x
 
 
 # --------------------------------------------------------------------------- head outputs and velocity
@@ -180,7 +164,7 @@ def head_outputs(
     -------
     (H, n, d) array
     """
-    x = _check(x, heads, kind)
+    x = check_tokens(x, heads, kind)
     n, d = x.shape
     a = _masses(n, weights)
     H = heads.H
@@ -226,7 +210,7 @@ def head_outputs_dense(
     x: np.ndarray, heads: HeadStack, *, beta: float, kind: str, weights: np.ndarray | None = None
 ) -> np.ndarray:
     r"""Dense NumPy twin of :func:`head_outputs` (full :math:`n\times n` kernels; for tests and small ``n``)."""
-    x = _check(x, heads, kind)
+    x = check_tokens(x, heads, kind)
     n = x.shape[0]
     a = _masses(n, weights)
     H = heads.H
@@ -675,7 +659,7 @@ def frame_diagnostics(
         :func:`diagnose_trajectory`.
     """
     sigma = _sign(direction)
-    x = _check(x, heads, kind)
+    x = check_tokens(x, heads, kind)
     f = head_outputs(x, heads, beta=beta, kind=kind, weights=weights)
     xdot = token_velocity(f, x, direction=direction)
     a = _masses(x.shape[0], weights)
@@ -720,7 +704,7 @@ def frame_diagnostics_dense(
     from meanfield.attention import velocity_numpy
 
     sigma = _sign(direction)
-    x = _check(x, heads, kind)
+    x = check_tokens(x, heads, kind)
     n = x.shape[0]
     a = _masses(n, weights)
     H = heads.H

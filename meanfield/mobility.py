@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from meanfield._jit import one_blas_thread
-from meanfield.attention import attention_velocity
+from meanfield.attention import attention_velocity, token_masses
 from meanfield.heads import HeadStack
 from meanfield.sphere import geodesic_distance, project_tangent
 
@@ -100,17 +100,6 @@ class MobilityField:
         return self.flux * np.exp(-self.log_b)[:, None]
 
 
-def _masses(m: int, weights: np.ndarray | None) -> np.ndarray:
-    if weights is None:
-        return np.full(m, 1.0 / m)
-    a = np.asarray(weights, dtype=float)
-    if a.shape != (m,):
-        raise ValueError(f"weights must have shape ({m},), got {a.shape}")
-    if np.any(a < 0) or not np.all(np.isfinite(a)):
-        raise ValueError("weights must be finite and non-negative")
-    return a
-
-
 def mobility_field(
     x: np.ndarray,
     heads: HeadStack,
@@ -162,7 +151,7 @@ def _mobility_field(
     y = x if y is None else np.ascontiguousarray(y, dtype=float)
     n, d = x.shape
     m = y.shape[0]
-    a = _masses(m, weights)
+    a = token_masses(m, weights)
     live = a > 0
     if not np.any(live):
         raise ValueError("the measure has no mass")
@@ -243,7 +232,7 @@ def metric_slope_squared(
         Their masses (default :math:`1/n`).
     """
     x = np.asarray(x, dtype=float)
-    a = _masses(x.shape[0], weights)
+    a = token_masses(x.shape[0], weights)
     field = mobility_field(x, heads, beta=beta, weights=a)
     tangent = project_tangent(x, field.flux)
     return float(np.sum(a * np.sum(tangent * tangent, axis=1) * np.exp(-field.log_b)))
@@ -280,7 +269,7 @@ def authors_slope_squared(
         Use :math:`P^\perp v_i` (the motion on the sphere, default) or the ambient :math:`v_i`.
     """
     x = np.asarray(x, dtype=float)
-    a = _masses(x.shape[0], weights)
+    a = token_masses(x.shape[0], weights)
     scaled = HeadStack(B=heads.B, V=heads.V * heads.w[:, None, None], w=heads.w)
     v = attention_velocity(x, scaled, beta=beta, kind="softmax", weights=a, backend="numpy")
     if projected:
@@ -313,7 +302,7 @@ def energy_time_derivative(
     """
     x = np.ascontiguousarray(x, dtype=float)
     n = x.shape[0]
-    a = _masses(n, weights)
+    a = token_masses(n, weights)
     dB = np.asarray(dB, dtype=float)
     with _blas_limit(x.shape[1]):
         return _energy_time_derivative(x, heads, dB, beta=beta, a=a)
@@ -358,7 +347,7 @@ def weighted_transport_cost(
         :math:`\log\hat b` at the particles (frozen mobility).
     weights : (n,) array, optional
     """
-    a = _masses(np.asarray(x0).shape[0], weights)
+    a = token_masses(np.asarray(x0).shape[0], weights)
     dist = geodesic_distance(x0, x1)
     return float(np.sum(a * dist * dist * np.exp(-np.asarray(log_b, dtype=float))))
 
