@@ -66,6 +66,7 @@ from meanfield.errors import ConfigError, RunFailed
 from meanfield.mesh import SphericalMesh, coarsen, fibonacci_mesh, initial_mass, mesh as build_mesh, sample_initial
 from meanfield.model import Model
 from meanfield.sphere import normalize
+from meanfield.transport import w2
 from solvers.loop import RunResult, StopRun, Tracker, run_loop, save_times
 
 __all__ = [
@@ -581,8 +582,7 @@ def run_setup(cfg: dict[str, Any], model: Model) -> Any:
     msh = grid_mesh(cfg)
     kind, params = grid_init(cfg)
     mass0 = initial_mass(msh, kind, **params)
-    method = solver["method"] if solver["method"] in GRID_METHODS else "ssprk3"
-    stepper = GridStepper(model, msh, method=method, cfl=solver["cfl"])
+    stepper = GridStepper(model, msh, method=solver["method"], cfl=solver["cfl"])  # config allows grid methods only
     trackers: list[Tracker] = [MassTracker(total=float(mass0.sum()))]  # baseline: the initial mass, also on resume
     if cfg.get("track", {}).get("energy", True):
         trackers.append(GridEnergyTracker(model, msh))
@@ -592,10 +592,6 @@ def run_setup(cfg: dict[str, Any], model: Model) -> Any:
 
 
 # ----------------------------------------------------------------------------- W2 and particles
-
-
-def _geodesic_cost(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return np.arccos(np.clip(x @ y.T, -1.0, 1.0)) ** 2
 
 
 def w2_weighted(
@@ -613,7 +609,7 @@ def w2_weighted(
         W_2^2(\mu,\nu) = \min_{\pi\in\Pi(a,b)}\sum_{pq}\pi_{pq}\,d_S(x_p,y_q)^2
 
     solved exactly by :func:`meanfield.transport.w2` (``ot.emd2``, network
-    simplex; POT directly when that module is absent).  Atoms of zero mass are
+    simplex).  Atoms of zero mass are
     dropped and both weight vectors normalised.
 
     When :math:`n\cdot m` exceeds ``max_pairs`` (the cost matrix would pass
@@ -640,16 +636,7 @@ def w2_weighted(
             common = fibonacci_mesh(max(12, math.isqrt(max_pairs)))
             x, a = coarsen(x, a, common)
             y, b = coarsen(y, b, common)
-    try:
-        from meanfield.transport import w2 as transport_w2  # the shared estimator, when it exists
-    except ImportError:
-        transport_w2 = None
-    if transport_w2 is not None:
-        return float(transport_w2(x, y, a, b, cost="geodesic", method="exact"))
-    import ot
-
-    value = ot.emd2(a, b, _geodesic_cost(x, y), numItermax=100_000_000)
-    return float(math.sqrt(max(float(value), 0.0)))
+    return float(w2(x, y, a, b, cost="geodesic", method="exact"))
 
 
 def _quantise_on(x: np.ndarray, a: np.ndarray, sites: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

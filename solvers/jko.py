@@ -118,8 +118,8 @@ from meanfield.mobility import (
     energy_time_derivative,
     mobility_field,
 )
-from meanfield.model import ConstantHeads, Model
-from meanfield.schedules import head_structure, schedule_derivative, weights_static
+from meanfield.model import Model
+from meanfield.schedules import head_structure, schedule_derivative
 from meanfield.sphere import exp_map, geodesic_distance, log_map, normalize, project_tangent, sphere_error
 from solvers.loop import RunResult, Tracker, run_loop, save_times
 
@@ -924,8 +924,8 @@ def run_setup(cfg: dict[str, Any], model: Model) -> Any:
 
     Particles: state ``x``, trackers finite/sphere/JKO/energy/EDI.  Grid:
     state ``mass``, statics ``points``/``areas``, trackers mass/JKO/energy/EDI.
-    With time-dependent weights the path is stored under ``weights/``
-    (:func:`meanfield.schedules.weights_static`).
+    With time-dependent weights :func:`solvers.run.setup_run` stores the path under
+    ``weights/`` (:func:`meanfield.schedules.weights_static`).
     """
     from meanfield.build import initial_tokens
     from solvers.run import RunSetup
@@ -933,9 +933,7 @@ def run_setup(cfg: dict[str, Any], model: Model) -> Any:
 
     _check_config(cfg, model)
     solver = cfg["solver"]
-    static: dict[str, np.ndarray] = {}
-    if not isinstance(model.heads, ConstantHeads):
-        static.update(weights_static(model.heads, solver["t_final"], dt=cfg["weights"]["dt"]))
+    static: dict[str, np.ndarray] = {}  # the weight path is added by solvers.run.setup_run
     trackers: list[Tracker] = []
     if solver["variant"] == "particle":
         stepper: Any = ParticleJKOStepper(model, tau=solver["tau"], mobility=solver["mobility"], tol=solver["tol"],

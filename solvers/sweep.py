@@ -459,17 +459,13 @@ def _last_finite(series: np.ndarray) -> float:
 def _concentration_scalars(t: np.ndarray, w2: np.ndarray) -> dict[str, float]:
     r"""``t_min``, ``W2_min`` (and the metastable window) of :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` (seed 002, Thm 1).
 
-    Uses :func:`solvers.concentration.concentration_summary` when that module
-    is installed, else the minimiser over the saved frames.
+    Uses :func:`solvers.concentration.concentration_summary`.
     """
     nan = {"t_min": math.nan, "W2_min": math.nan}
     if not np.any(np.isfinite(w2)):
         return nan
-    try:
-        from solvers.concentration import concentration_summary
-    except ImportError:
-        k = int(np.nanargmin(w2))
-        return {"t_min": float(t[k]), "W2_min": float(w2[k])}
+    from solvers.concentration import concentration_summary
+
     summary = concentration_summary(t, w2)
     return {
         "t_min": float(summary["t_min"]),
