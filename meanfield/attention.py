@@ -54,6 +54,7 @@ from meanfield.heads import HeadStack
 __all__ = [
     "ATTENTION_KINDS",
     "BACKENDS",
+    "FUSED_MAX_D",
     "BLOCK_ELEMENTS",
     "attention_velocity",
     "velocity_numpy",
@@ -417,12 +418,26 @@ def velocity_numba(
     return _numba_kernel(x, heads.B, heads.V, heads.w, np.ascontiguousarray(a), float(beta), _MODES[kind])
 
 
-#: kernels by backend name
+def _velocity_fused(
+    x: np.ndarray, heads: HeadStack, *, beta: float, kind: str = "softmax", weights: np.ndarray | None = None
+) -> np.ndarray:
+    """The fused small-``d`` softmax kernel of :mod:`meanfield.fused` (softmax only)."""
+    if kind != "softmax":
+        raise ValueError(f"backend 'fused' computes the softmax law only, got kind={kind!r}; use 'blas'")
+    from meanfield.fused import velocity_fused  # imports this module: keep the import lazy
+
+    return velocity_fused(x, heads, beta=beta, weights=weights)
+
+
+#: kernels by backend name (``"auto"`` picks one per call, see :func:`attention_velocity`)
 BACKENDS: dict[str, Callable[..., np.ndarray]] = {
     "blas": velocity_blas,
+    "fused": _velocity_fused,
     "numba": velocity_numba,
     "numpy": velocity_numpy,
 }
+#: largest dimension for which ``"auto"`` uses the fused softmax kernel (it loses to BLAS above)
+FUSED_MAX_D = 8
 
 
 def attention_velocity(
@@ -432,7 +447,7 @@ def attention_velocity(
     beta: float,
     kind: str = "softmax",
     weights: np.ndarray | None = None,
-    backend: str = "blas",
+    backend: str = "auto",
     precision: str = "float64",
 ) -> np.ndarray:
     r"""Ambient attention velocity :math:`v_i` of MODEL.md §2 (see the module docstring).
@@ -448,7 +463,10 @@ def attention_velocity(
     kind : {"softmax", "unnormalized", "relu", "pooled"}
     weights : (n,) array, optional
         Masses :math:`a_j` of the tokens (default :math:`1/n`).
-    backend : {"blas", "numba", "numpy"}
+    backend : {"auto", "blas", "fused", "numba", "numpy"}
+        ``"auto"``: the fused kernel (:mod:`meanfield.fused`, one pass with a
+        vectorised ``exp``) for float64 softmax with ``d ≤`` :data:`FUSED_MAX_D`,
+        else ``"blas"``.
     precision : {"float64", "float32"}
         Arithmetic of the ``blas`` kernel's score buffers (the other backends
         are float64 only); see :func:`velocity_blas`.
@@ -467,6 +485,9 @@ def attention_velocity(
     >>> attention_velocity(x, heads, beta=4.0).shape
     (64, 3)
     """
+    if backend == "auto":
+        small = kind == "softmax" and precision == "float64" and heads.d <= FUSED_MAX_D
+        backend = "fused" if small else "blas"
     try:
         kernel = BACKENDS[backend]
     except KeyError:
@@ -475,6 +496,6 @@ def attention_velocity(
         raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
     if precision == "float32":
         if backend != "blas":
-            raise ValueError("precision='float32' is available with backend='blas' only")
+            raise ValueError("precision='float32' is available with backend='blas' (or 'auto') only")
         return velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision)
     return kernel(x, heads, beta=beta, kind=kind, weights=weights)

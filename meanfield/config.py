@@ -74,7 +74,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "direction": Key((str,), "ascent", _choice("ascent", "descent"), "ascent of the energy (forward pass) or descent (seed 004 code)"),
         "heads": Key((list, str), None, None, "array of head tables, or 'checkpoint:PATH#layer=L'"),
         "seed": Key((int,), 0, _at_least(0), "seed of 'random' head matrices (head h uses seed + 1000 h unless it sets its own)"),
-        "backend": Key((str,), "blas", _choice("blas", "numba", "numpy"), "attention kernel"),
+        "backend": Key((str,), "auto", _choice("auto", "blas", "fused", "numba", "numpy"), "attention kernel (auto: fused one-pass softmax for d ≤ 8 in float64, else blas)"),
         "precision": Key((str,), "float64", _choice("float64", "float32"), "score/exp arithmetic of the blas kernel (float32: ~2× faster, ~1e-6 relative error)"),
         "assumptions": Key((str,), "check", _choice("check", "warn", "skip"), "seed-002 Assumption 1 on (Q, K, V) when W2 to Π♯ρ₀ is tracked"),
     },
@@ -249,8 +249,10 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         raise ConfigError("init.kind", f"kind={init['kind']!r} describes a density; it needs a grid solver (solver.kind = 'grid', or 'jko' with variant = 'grid')")
     if on_grid and d != 3:
         raise ConfigError("model.d", f"the grid solver works on S² (d = 3), got d={d}")
-    if model["precision"] == "float32" and model["backend"] != "blas":
-        raise ConfigError("model.precision", f"float32 is available with backend = 'blas' only, got backend = {model['backend']!r}")
+    if model["precision"] == "float32" and model["backend"] not in ("auto", "blas"):
+        raise ConfigError("model.precision", f"float32 is available with backend = 'blas' (or 'auto') only, got backend = {model['backend']!r}")
+    if model["backend"] == "fused" and model["attention"] != "softmax":
+        raise ConfigError("model.backend", f"'fused' computes softmax attention only, got attention = {model['attention']!r}")
     if solver["kind"] == "grid" and solver["method"] not in ("ssprk2", "ssprk3"):
         raise ConfigError("solver.method", f"the grid solver takes 'ssprk2' or 'ssprk3', got {solver['method']!r}")
     if solver["kind"] in ("particle", "zero-temperature") and solver["method"] in ("ssprk2", "ssprk3"):

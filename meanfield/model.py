@@ -56,8 +56,8 @@ class Model:
     direction : {"ascent", "descent"}
         Sign of the flow: the forward pass ascends the energy (default);
         seed 004's public code descends it.
-    backend : {"blas", "numba", "numpy"}
-        Kernel used by :meth:`velocity`.
+    backend : {"auto", "blas", "fused", "numba", "numpy"}
+        Kernel used by :meth:`velocity` (see :func:`meanfield.attention.attention_velocity`).
     precision : {"float64", "float32"}
         Score/exp arithmetic of the ``blas`` kernel (float32: about twice the
         throughput, relative error ~1e-6).
@@ -68,7 +68,7 @@ class Model:
     attention: str
     heads: HeadSchedule
     direction: str = "ascent"
-    backend: str = "blas"
+    backend: str = "auto"
     precision: str = "float64"
 
     def __post_init__(self) -> None:

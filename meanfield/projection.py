@@ -502,8 +502,9 @@ def eigenspace_distance(x: ArrayLike, P: ArrayLike, weights: ArrayLike | None = 
     """
     xa = np.atleast_2d(np.asarray(x, dtype=float))
     proj = xa @ np.asarray(P, dtype=float).T
-    norms = np.linalg.norm(proj, axis=1)
-    residual = np.linalg.norm(xa - proj, axis=1)
+    rest = xa - proj
+    norms = np.sqrt(np.einsum("ij,ij->i", proj, proj))
+    residual = np.sqrt(np.einsum("ij,ij->i", rest, rest))
     angle = np.arctan2(residual, norms)  # = arccos |Px| on the sphere, accurate near 0 and π/2
     if weights is None:
         return float(np.sqrt(np.mean(angle**2)))

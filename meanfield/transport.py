@@ -266,6 +266,8 @@ def _merge(x: NDArray[np.float64], w: NDArray[np.float64], merge: bool):
     """
     keep = np.flatnonzero(w > 0)
     xk, wk = x[keep], w[keep]
+    if merge and xk.shape[0] == 2 and not np.array_equal(xk[0], xk[1]):  # the common 2-atom target
+        return xk, wk, keep, np.arange(2)
     if merge and xk.shape[0] > 1:
         xu, first, inverse = np.unique(xk, axis=0, return_index=True, return_inverse=True)
         # keep the order of first occurrence: the network simplex can be many
@@ -481,8 +483,8 @@ def _few_atoms(a, b, C, numItermax: int | None):
     return G, {"solver": "emd2", "result_code": code, "warning": msg, "numItermax": itm}
 
 
-def _exact(x, y, a, b, cost: str, numItermax: int | None, merge: bool):
-    """Exact squared W2, plan on the original atoms and a log."""
+def _exact(x, y, a, b, cost: str, numItermax: int | None, merge: bool, want_plan: bool = True):
+    """Exact squared W2, plan on the original atoms (``None`` unless ``want_plan``) and a log."""
     # Merge the smaller side first; against one or two atoms the closed form and the
     # greedy are exact with duplicates in the larger side, so merging it is wasted work
     # (it dominated the cost of tracking W2 to Π♯ρ₀ at every frame).
@@ -516,7 +518,7 @@ def _exact(x, y, a, b, cost: str, numItermax: int | None, merge: bool):
             f"exact W2: ot.emd2 did not reach optimality ({info.get('warning')}; "
             f"numItermax={info.get('numItermax')}); the value may be inaccurate. "
             "Pass a larger numItermax.", RuntimeWarning, stacklevel=3)
-    plan = _unmerge_plan(G, (x.shape[0], y.shape[0]), a, ka, ia, am, b, kb, ib, bm)
+    plan = _unmerge_plan(G, (x.shape[0], y.shape[0]), a, ka, ia, am, b, kb, ib, bm) if want_plan else None
     return value, plan, info
 
 
@@ -938,7 +940,7 @@ def w2(x: ArrayLike, y: ArrayLike, a: ArrayLike | None = None, b: ArrayLike | No
         raise ValueError(f"stopThr must be a positive finite number; got {opts['stopThr']!r}")
     if method == "exact":
         value2, plan, sub = _exact(xs, ys, aw, bw, cost, None if itm is None else int(itm),
-                                   bool(opts["merge_duplicates"]))
+                                   bool(opts["merge_duplicates"]), want_plan=log)
         value = float(np.sqrt(max(value2, 0.0)))
         info.update(sub)
         info.update({"w2_squared": value2, "plan": plan})

@@ -2,7 +2,9 @@ r"""Throughput of the kernels, measured against their NumPy twin and the ``exp``
 
 For the softmax velocity (one head) at each ``(n, d)`` we time, in the same process,
 
-* the production kernel (:func:`meanfield.attention.velocity_blas`, float64 and float32),
+* the BLAS kernel (:func:`meanfield.attention.velocity_blas`, float64 and float32),
+* for ``d ≤ 8`` the fused one-pass kernel with a vectorised ``exp``
+  (:func:`meanfield.fused.velocity_fused`; the default ``"auto"`` backend uses it there),
 * the fused numba kernel,
 * (a) the NumPy twin (:func:`meanfield.attention.velocity_numpy`: GEMM → exp → GEMM
   in row blocks, in place in one preallocated buffer, one thread with BLAS held to
@@ -25,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from meanfield._jit import num_threads, one_blas_thread
-from meanfield.attention import BLOCK_ELEMENTS, _pool, velocity_blas, velocity_numba, velocity_numpy
+from meanfield.attention import BLOCK_ELEMENTS, FUSED_MAX_D, _pool, velocity_blas, velocity_numba, velocity_numpy
+from meanfield.fused import velocity_fused
 from meanfield.heads import HeadStack
 from meanfield.sphere import sample_uniform
 
@@ -112,10 +115,16 @@ def bench_attention(
                 peak_mib=peak_memory(lambda: velocity_blas(x, heads, beta=beta)) / 2**20,
                 nxn_mib=pairs * 8 / 2**20,
             )
+            if d <= FUSED_MAX_D:  # the default ("auto") kernel for float64 softmax at small d
+                t_fused = time_call(lambda: velocity_fused(x, heads, beta=beta))
+                row.update(fused_s=t_fused, fused_pairs_per_s=pairs / t_fused, fused_over_roofline=t_fused / t_roof,
+                           fused_over_kernel=t_fused / t_kernel)
             if pairs * d <= twin_max_work:
                 with one_blas_thread():  # the twin is one thread, BLAS included
                     t_twin = time_call(lambda: velocity_numpy(x, heads, beta=beta), repeat=2, min_time=0.0)
                 row.update(twin_s=t_twin, twin_pairs_per_s=pairs / t_twin, speedup_vs_twin=t_twin / t_kernel, float32_speedup_vs_twin=t_twin / t_f32)
+                if "fused_s" in row:
+                    row["fused_speedup_vs_twin"] = t_twin / row["fused_s"]
             if pairs * d <= numba_max_work:
                 t_numba = time_call(lambda: velocity_numba(x, heads, beta=beta), repeat=2, min_time=0.0)
                 row.update(numba_s=t_numba, numba_pairs_per_s=pairs / t_numba, numba_over_kernel=t_numba / t_kernel)

@@ -25,14 +25,17 @@ def _fmt(value: Any) -> str:
 
 def _print_attention(rows: list[dict[str, Any]]) -> None:
     print("softmax velocity, one head, pairs/s (higher is better); ratios measured in this run")
-    header = f"{'n':>6} {'d':>3} {'kernel':>10} {'float32':>10} {'numpy twin':>10} {'numba':>10} {'roofline':>10} {'twin/kern':>9} {'kern/roof':>9} {'f32/roof':>8} {'peak MiB':>8} {'n² MiB':>8}"
+    header = (f"{'n':>6} {'d':>3} {'blas':>9} {'float32':>9} {'fused':>9} {'numpy twin':>10} {'numba':>9} {'roofline':>9} "
+              f"{'twin/blas':>9} {'twin/fused':>10} {'blas/roof':>9} {'f32/roof':>8} {'fused/roof':>10} {'peak MiB':>8} {'n² MiB':>8}")
     print(header)
+    nan = float("nan")
     for r in rows:
         print(
-            f"{r['n']:>6} {r['d']:>3} {r['kernel_pairs_per_s']:>10.3g} {r['float32_pairs_per_s']:>10.3g} "
-            f"{r.get('twin_pairs_per_s', float('nan')):>10.3g} {r.get('numba_pairs_per_s', float('nan')):>10.3g} "
-            f"{r['roofline_pairs_per_s']:>10.3g} {r.get('speedup_vs_twin', float('nan')):>9.2f} "
-            f"{r['kernel_over_roofline']:>9.2f} {r['float32_over_roofline']:>8.2f} {r['peak_mib']:>8.2f} {r['nxn_mib']:>8.0f}"
+            f"{r['n']:>6} {r['d']:>3} {r['kernel_pairs_per_s']:>9.3g} {r['float32_pairs_per_s']:>9.3g} "
+            f"{r.get('fused_pairs_per_s', nan):>9.3g} {r.get('twin_pairs_per_s', nan):>10.3g} {r.get('numba_pairs_per_s', nan):>9.3g} "
+            f"{r['roofline_pairs_per_s']:>9.3g} {r.get('speedup_vs_twin', nan):>9.2f} {r.get('fused_speedup_vs_twin', nan):>10.2f} "
+            f"{r['kernel_over_roofline']:>9.2f} {r['float32_over_roofline']:>8.2f} {r.get('fused_over_roofline', nan):>10.2f} "
+            f"{r['peak_mib']:>8.2f} {r['nxn_mib']:>8.0f}"
         )
 
 
