@@ -56,7 +56,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["FIGURES_DIR", "METADATA", "FigureEntry", "FigureRun", "registry", "run_figure", "write_rows", "script_main"]
+__all__ = ["FIGURES_DIR", "METADATA", "FigureEntry", "FigureRun", "registry", "run_figure", "write_rows", "script_main", "concentration_grid_config"]
 
 #: the folder the figure scripts live in
 FIGURES_DIR = Path(__file__).resolve().parent
@@ -220,3 +220,20 @@ def script_main(make: Any, claim: Any, description: str, argv: Any = None) -> in
     for name, check in checks.items():
         print(f"  {'ok  ' if check['ok'] else 'FAIL'} {name}: {check['value']:.6g} (expected {check['expected']})")
     return 0 if all(c["ok"] for c in checks.values()) else 1
+
+
+def concentration_grid_config(*, cells: int, t_final: float, cfl: float = 0.5, save_every: float = 0.1) -> dict[str, Any]:
+    """The default concentration experiment (``data/concentration.toml``'s head) on the grid, uniform density.
+
+    Shared by the seed-002 β-family figures.
+    """
+    import copy
+
+    from meanfield.config import load_config
+    from solvers.concentration import DEFAULT_CONCENTRATION_CONFIG
+
+    raw = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
+    raw.pop("init", None)  # the uniform density on the grid
+    raw["solver"] = {"kind": "grid", "method": "ssprk3", "cfl": cfl, "t_final": t_final, "save_every": save_every}
+    raw["grid"] = {"cells": cells, "family": "fibonacci"}
+    return load_config(raw)

@@ -35,7 +35,6 @@ Command: ``python figures/fig002_tmin_fit.py [--quick] [--out DIR]``
 """
 from __future__ import annotations
 
-import copy
 import csv
 import math
 import sys
@@ -45,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from figures import script_main, write_rows
+from figures import concentration_grid_config, script_main, write_rows
 
 ID = "fig002_tmin_fit"
 PAPER = "002"
@@ -64,24 +63,12 @@ CFL = 0.5
 MIN_R2 = 0.85
 
 
-def sweep_config(*, cells: int, t_final: float) -> dict[str, Any]:
-    """The resolved grid config of the default concentration experiment."""
-    from meanfield.config import load_config
-    from solvers.concentration import DEFAULT_CONCENTRATION_CONFIG
-
-    raw = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
-    raw.pop("init", None)  # the uniform density on the grid
-    raw["solver"] = {"kind": "grid", "method": "ssprk3", "cfl": CFL, "t_final": t_final, "save_every": SAVE_EVERY}
-    raw["grid"] = {"cells": cells, "family": "fibonacci"}
-    return load_config(raw)
-
-
 def compute(*, quick: bool = False) -> list[dict[str, Any]]:
     """One row per β: ``solver, cells, beta, log_beta, t_min, w2_min, w2_initial, w2_final, min_at_end, under_resolved``."""
     from solvers.concentration import sweep_beta
 
     cells = QUICK_CELLS if quick else CELLS
-    cfg = sweep_config(cells=cells, t_final=QUICK_T_FINAL if quick else T_FINAL)
+    cfg = concentration_grid_config(cells=cells, t_final=QUICK_T_FINAL if quick else T_FINAL, cfl=CFL, save_every=SAVE_EVERY)
     sweep = sweep_beta(cfg, QUICK_BETAS if quick else BETAS, solver="grid")
     return [
         {
@@ -100,12 +87,9 @@ def read_csv(path: str | Path) -> list[dict[str, Any]]:
 
 def fit(rows: list[dict[str, Any]]) -> dict[str, float]:
     r"""Least-squares :math:`t_{\min}\approx a\log\beta+b`: ``slope``, ``intercept``, ``r2``."""
-    x = np.array([r["log_beta"] for r in rows])
-    y = np.array([r["t_min"] for r in rows])
-    slope, intercept = np.polyfit(x, y, 1)
-    residual = y - (slope * x + intercept)
-    total = float(np.sum((y - y.mean()) ** 2))
-    return {"slope": float(slope), "intercept": float(intercept), "r2": 1.0 - float(np.sum(residual**2)) / total if total > 0 else 1.0}
+    from solvers.concentration import linear_fit
+
+    return linear_fit(np.array([r["log_beta"] for r in rows]), np.array([r["t_min"] for r in rows]))
 
 
 def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:

@@ -37,7 +37,6 @@ Command: ``python figures/fig002_w2_curves.py [--quick] [--out DIR]``
 """
 from __future__ import annotations
 
-import copy
 import csv
 import math
 import sys
@@ -47,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from figures import script_main, write_rows
+from figures import concentration_grid_config, script_main, write_rows
 
 ID = "fig002_w2_curves"
 PAPER = "002"
@@ -66,24 +65,12 @@ CFL = 0.5
 RISE = 1.05  # the curve must climb back above RISE · W2_min after its minimum
 
 
-def sweep_config(*, cells: int, t_final: float) -> dict[str, Any]:
-    """The resolved grid config of the default concentration experiment."""
-    from meanfield.config import load_config
-    from solvers.concentration import DEFAULT_CONCENTRATION_CONFIG
-
-    raw = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
-    raw.pop("init", None)  # the uniform density on the grid
-    raw["solver"] = {"kind": "grid", "method": "ssprk3", "cfl": CFL, "t_final": t_final, "save_every": SAVE_EVERY}
-    raw["grid"] = {"cells": cells, "family": "fibonacci"}
-    return load_config(raw)
-
-
 def compute(*, quick: bool = False) -> list[dict[str, Any]]:
     """Rows ``solver, cells, beta, rate, under_resolved, t, w2_target`` for every β and saved time."""
     from solvers.concentration import sweep_beta
 
     cells = QUICK_CELLS if quick else CELLS
-    cfg = sweep_config(cells=cells, t_final=QUICK_T_FINAL if quick else T_FINAL)
+    cfg = concentration_grid_config(cells=cells, t_final=QUICK_T_FINAL if quick else T_FINAL, cfl=CFL, save_every=SAVE_EVERY)
     sweep = sweep_beta(cfg, QUICK_BETAS if quick else BETAS, solver="grid")
     rows: list[dict[str, Any]] = []
     for curve, summary in zip(sweep.curves, sweep.summaries):
