@@ -109,6 +109,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "grid": {
         "cells": Key((int,), 2000, _at_least(12), "number of cells N"),
         "family": Key((str,), "fibonacci", _choice("fibonacci", "icosahedral"), "generators of the Voronoi mesh"),
+        "dt_max": Key(NUM, 0.0, _at_least(0), "largest time step of the grid solver (0: only the CFL condition and the save times limit it)"),
     },
     "weights": {
         "schedule": Key((str,), "constant", _choice("constant", "ou", "oscillating"), "time dependence of the heads"),

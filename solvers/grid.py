@@ -582,7 +582,8 @@ def run_setup(cfg: dict[str, Any], model: Model) -> Any:
     msh = grid_mesh(cfg)
     kind, params = grid_init(cfg)
     mass0 = initial_mass(msh, kind, **params)
-    stepper = GridStepper(model, msh, method=solver["method"], cfl=solver["cfl"])  # config allows grid methods only
+    dt_max = cfg["grid"]["dt_max"] or None  # 0: the CFL step alone (a slow field takes large steps)
+    stepper = GridStepper(model, msh, method=solver["method"], cfl=solver["cfl"], dt_max=dt_max)
     trackers: list[Tracker] = [MassTracker(total=float(mass0.sum()))]  # baseline: the initial mass, also on resume
     if cfg.get("track", {}).get("energy", True):
         trackers.append(GridEnergyTracker(model, msh))

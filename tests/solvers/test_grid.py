@@ -400,3 +400,14 @@ def test_bench_grid_quick():
     row = rows[0]
     assert row["cells"] == 200 and row["velocity_s"] > 0 and row["step_s"] > 0
     assert row["cell_steps_per_s"] > 0 and row["peak_bytes"] > 0
+
+
+def test_grid_dt_max_from_config_limits_the_step(tmp_path):
+    from meanfield.config import load_config
+    from solvers.run import simulate_config
+
+    raw = {"init": {"kind": "uniform"}, "solver": {"kind": "grid", "t_final": 0.2, "save_every": 0.2}, "grid": {"cells": 200}}
+    free = simulate_config(load_config(raw), None, quiet=True)
+    capped = simulate_config(load_config(raw, ["grid.dt_max=0.01"]), None, quiet=True)
+    assert free.info["grid_steps"] < 20 <= capped.info["grid_steps"]
+    assert capped.info["dt_max"] <= 0.01 + 1e-15
