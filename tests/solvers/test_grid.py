@@ -230,6 +230,20 @@ def test_time_dependent_heads_are_evaluated_at_stage_times():
     out = G.GridStepper(model, mesh).advance(m0, 0.0, 0.3)
     assert abs(out.sum() - 1.0) < 1e-12 and out.min() >= 0
 
+    class Recording(Ramp):  # the times at which the stages ask for the heads
+        seen: list[float] = []
+
+        def at(self, t: float) -> HeadStack:
+            self.seen.append(t)
+            return super().at(t)
+
+    for method, stages in (("ssprk2", (0.0, 1.0)), ("ssprk3", (0.0, 1.0, 0.5))):
+        heads = Recording()
+        heads.seen = []
+        stepper = G.GridStepper(Model(d=3, beta=2.0, attention="softmax", heads=heads), mesh, method=method)
+        stepper.step(m0, 0.4, 0.01)
+        np.testing.assert_allclose(heads.seen, [0.4 + c * 0.01 for c in stages], rtol=0, atol=1e-15)
+
 
 # ----------------------------------------------------------------------------- W2 and convergence
 
