@@ -864,7 +864,7 @@ def bench_grid(
     *,
     beta: float = 4.0,
     attention: str = "softmax",
-    backend: str = "blas",
+    backend: str = "auto",
     method: str = "ssprk3",
     family: str = "fibonacci",
     repeats: int = 1,
