@@ -68,6 +68,7 @@ from meanfield.model import Model
 from meanfield.sphere import normalize
 from meanfield.transport import w2
 from solvers.loop import RunResult, StopRun, Tracker, run_loop, save_times
+from solvers.trackers import EnergyTracker
 
 __all__ = [
     "ShuOsher",
@@ -494,32 +495,20 @@ def solve_grid(
 # ----------------------------------------------------------------------------- config runs
 
 
-class GridEnergyTracker:
+class GridEnergyTracker(EnergyTracker):
     r"""Records :math:`E_{\mathrm{multi}}=\sum_h E_h` of the grid measure (seed 000) at every frame.
 
     .. math::
 
         E_h(\mu)=\frac1{2\beta}\sum_{c,c'} m_c m_{c'} e^{\beta x_c^\top B_h x_{c'}}
 
-    (the midpoint quadrature of the double integral; :func:`meanfield.energy.head_energies`).
-    Keys ``energy``, ``energy_theta`` and ``energy_h0``, ``energy_h1``, ….
+    (the midpoint quadrature of the double integral): :class:`solvers.trackers.EnergyTracker`
+    on the cell centres.  Keys ``energy``, ``energy_theta`` and ``energy_h0``, ``energy_h1``, ….
     """
 
-    name = "energy"
-
     def __init__(self, model: Model, mesh: SphericalMesh) -> None:
-        self.model = model
+        super().__init__(model, points=mesh.points)
         self.mesh = mesh
-
-    def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
-        from meanfield.energy import head_energies
-
-        stack = self.model.heads.at(t)
-        with np.errstate(over="ignore"):
-            energies = head_energies(self.mesh.points, stack, beta=self.model.beta, weights=np.asarray(state, dtype=float))
-        out = {"energy": float(energies.sum()), "energy_theta": float(stack.w @ energies)}
-        out.update({f"energy_h{h}": float(e) for h, e in enumerate(energies)})
-        return out
 
 
 class GridSpeedTracker:

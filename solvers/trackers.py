@@ -33,17 +33,23 @@ class EnergyTracker:
     r"""Records :math:`E_{\mathrm{multi}}` and every :math:`E_h` (seed 000).
 
     Keys: ``energy`` and ``energy_h0``, ``energy_h1``, …; with time-dependent
-    weights also ``energy_theta`` (:math:`\sum_h w_h E_h`, seed 004).
+    weights also ``energy_theta`` (:math:`\sum_h w_h E_h`, seed 004).  With
+    ``points`` the state is a grid measure (cell masses at those points).
     """
 
     model: Model
     weights: np.ndarray | None = None
+    points: np.ndarray | None = None
     name: str = "energy"
 
     def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
         stack = self.model.heads.at(t)
+        if self.points is None:  # particles: the state is the tokens
+            x, weights = state, self.weights
+        else:  # a grid measure: the state is the cell masses at fixed points
+            x, weights = self.points, np.asarray(state, dtype=float)
         with np.errstate(over="ignore"):
-            energies = head_energies(state, stack, beta=self.model.beta, weights=self.weights)
+            energies = head_energies(x, stack, beta=self.model.beta, weights=weights)
         out = {"energy": float(energies.sum()), "energy_theta": float(stack.w @ energies)}
         out.update({f"energy_h{h}": float(e) for h, e in enumerate(energies)})
         return out
