@@ -16,9 +16,13 @@ enters without :math:`\beta`), ``pooled`` the effective-mobility form of seed 00
 The tokens' velocity is :math:`\dot x_i = \pm P^\perp_{x_i} v_i` (see
 :mod:`solvers.particle`); this module returns the ambient :math:`v_i`.
 
-Three implementations of every kind, which the tests compare:
+Implementations, which the tests compare (``backend="auto"``, the default, takes
+``"fused"`` for float64 softmax at ``d ≤`` :data:`FUSED_MAX_D` and ``"blas"`` otherwise):
 
-``"blas"`` (default)
+``"fused"`` (softmax only)
+    :mod:`meanfield.fused`: score → exp → accumulate in one numba pass over
+    column chunks, with a vectorisable ``exp`` of its own (≤ 1 ulp).
+``"blas"``
     Row blocks of scores by one GEMM, NumPy's vectorised ``exp`` in place, one
     GEMM back, blocks spread over a thread pool (NumPy and BLAS release the GIL).
     Softmax rows are shifted by the Cauchy–Schwarz bound
