@@ -525,6 +525,74 @@ def case_scalars(path: str | Path) -> dict[str, Any]:
     return out
 
 
+#: a case lock whose heartbeat is older than this (seconds) belongs to a dead run
+LOCK_STALE_AFTER = 60.0
+_HEARTBEAT = 5.0
+
+
+class CaseLock:
+    """An exclusive lock beside a case's run file (``cases/<hash>.lock``), so that a case runs once at a time.
+
+    After a killed driver, tasks it submitted to a remote cluster may still be
+    running when a resumed sweep reaches the same case: the second execution
+    waits for the first instead of writing the same HDF5 file.  The holder
+    refreshes the lock's mtime every few seconds; a lock is taken over when its
+    holder is a dead process on this host, or its heartbeat is older than
+    :data:`LOCK_STALE_AFTER`.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path.with_suffix(".lock")
+        self._stop: Any = None
+
+    def _stale(self) -> bool:
+        import socket
+
+        try:
+            info = json.loads(self.path.read_text() or "{}")
+            age = time.time() - self.path.stat().st_mtime
+        except (OSError, ValueError):
+            return True
+        if info.get("host") == socket.gethostname():
+            try:
+                os.kill(int(info.get("pid", -1)), 0)
+            except (OSError, ValueError):
+                return True  # its process is gone
+        return age > LOCK_STALE_AFTER
+
+    def __enter__(self) -> CaseLock:
+        import socket
+        import threading
+
+        while True:
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                if self._stale():
+                    self.path.unlink(missing_ok=True)
+                    continue
+                time.sleep(0.5)
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump({"host": socket.gethostname(), "pid": os.getpid()}, f)
+            break
+        self._stop = threading.Event()
+
+        def beat() -> None:
+            while not self._stop.wait(_HEARTBEAT):
+                try:
+                    os.utime(self.path)
+                except OSError:
+                    return
+
+        threading.Thread(target=beat, daemon=True, name="meanfield-case-lock").start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self.path.unlink(missing_ok=True)
+
+
 def run_case(task: Mapping[str, Any]) -> dict[str, Any]:
     """Run one case and return its record; errors are caught and recorded, never raised.
 
@@ -551,6 +619,15 @@ def run_case(task: Mapping[str, Any]) -> dict[str, Any]:
         "pid": os.getpid(),
         "threads": threads,
     }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with CaseLock(path):
+        done = _recovered(path.with_suffix(".json"), task["hash"])
+        if done is not None:  # another execution of this case finished while we waited: do not run it twice
+            return done
+        return _run_case_locked(task, path, record, threads, started)
+
+
+def _run_case_locked(task: Mapping[str, Any], path: Path, record: dict[str, Any], threads: int | None, started: float) -> dict[str, Any]:
     try:
         from contextlib import nullcontext
 

@@ -399,3 +399,52 @@ def test_a_terminated_dask_sweep_resumes_without_running_anything_twice(tmp_path
         record = json.loads(line)
         if record.get("recovered"):
             assert record["worker"].startswith("tcp://") and record["threads"] == max(1, cores // 2)
+
+
+def test_a_case_running_elsewhere_is_waited_for_not_run_twice(tmp_path, monkeypatch):
+    """Two executions of one case (a killed driver's task still running on a remote
+    worker, and the resumed sweep's): the second waits for the first and takes its record."""
+    import threading
+
+    import solvers.sweep as sweep_module
+    from meanfield.config import config_hash, load_config
+
+    cfg = load_config({"init": {"n": 16}, "solver": {"t_final": 0.2, "save_every": 0.1, "dt": 0.05}})
+    digest = config_hash(cfg)
+    task = {"index": 0, "hash": digest, "params": {}, "config": cfg, "path": str(tmp_path / "cases" / f"{digest}.h5"),
+            "attempt": 1, "resume_partial": False, "results": None, "threads": None}
+    calls = []
+    real = sweep_module._simulate_case
+
+    def slow_simulate(*args, **kwargs):
+        calls.append(threading.get_ident())
+        time.sleep(0.5)  # long enough for the other execution to find the lock
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "_simulate_case", slow_simulate)
+    records = []
+    threads = [threading.Thread(target=lambda: records.append(sweep_module.run_case(task))) for _ in range(2)]
+    for th in threads:
+        th.start()
+        time.sleep(0.1)
+    for th in threads:
+        th.join(timeout=60)
+    assert len(calls) == 1
+    assert sorted(r["status"] for r in records) == ["ok", "ok"]
+    assert sum(bool(r.get("recovered")) for r in records) == 1
+    assert not (tmp_path / "cases" / f"{digest}.lock").exists()
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
+    import json as _json
+    import socket
+
+    from solvers.sweep import CaseLock
+
+    path = tmp_path / "case.h5"
+    path.with_suffix(".lock").write_text(_json.dumps({"host": socket.gethostname(), "pid": 2**22 + 12345}))
+    started = time.perf_counter()
+    with CaseLock(path):
+        assert path.with_suffix(".lock").exists()
+    assert time.perf_counter() - started < 5
+    assert not path.with_suffix(".lock").exists()
