@@ -70,7 +70,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "model": {
         "d": Key((int,), 3, _at_least(2), "ambient dimension (tokens on S^{d-1})"),
         "beta": Key(NUM, 4.0, _at_least(0), "inverse temperature β ≥ 0"),
-        "attention": Key((str,), "softmax", _choice("softmax", "unnormalized", "relu", "pooled"), "velocity law (MODEL.md §2)"),
+        "attention": Key((str,), "softmax", _choice("softmax", "unnormalized", "relu", "pooled"), "velocity law: softmax, unnormalized, relu or pooled (see meanfield.attention)"),
         "direction": Key((str,), "ascent", _choice("ascent", "descent"), "ascent of the energy (forward pass) or descent (seed 004 code)"),
         "heads": Key((list, str), None, None, "array of head tables, or 'checkpoint:PATH#layer=L'"),
         "seed": Key((int,), 0, _at_least(0), "seed of 'random' head matrices (head h uses seed + 1000 h unless it sets its own)"),
