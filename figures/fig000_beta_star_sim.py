@@ -264,11 +264,11 @@ def plot(rows: list[dict[str, float]], path: Path) -> Path:
 
 def make(out_dir: str | Path, *, quick: bool = False) -> dict[str, Path]:
     """Compute, write ``ID.csv`` and ``ID.png`` under ``out_dir``."""
-    from threadpoolctl import threadpool_limits
+    from meanfield._jit import one_blas_thread
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with threadpool_limits(limits=1, user_api="blas"):  # small matrices: threads only contend
+    with one_blas_thread():  # small matrices: threads only contend
         rows = compute(quick=quick)
     csv_path = out / f"{ID}.csv"
     write_rows(csv_path, rows)

@@ -107,11 +107,11 @@ def compute(*, quick: bool = False, checkpoint: str | None = None) -> list[dict[
     from meanfield.weights import analyse_layer
     from solvers.real_heads import compare_with_random, random_like_heads
 
-    from threadpoolctl import threadpool_limits
+    from meanfield._jit import one_blas_thread
 
     rows: list[dict[str, Any]] = []
     # every product here is small (d = 384, d_h = 32): one BLAS thread is much faster on a shared machine
-    with threadpool_limits(limits=1, user_api="blas"), tempfile.TemporaryDirectory(prefix="fig000_real_heads_") as tmp:
+    with one_blas_thread(), tempfile.TemporaryDirectory(prefix="fig000_real_heads_") as tmp:
         model, ckpt = _checkpoint(checkpoint, Path(tmp))
         for L in range(ckpt.num_layers):
             layer = ckpt.layer(L)
