@@ -1,38 +1,34 @@
 r"""The papers' figures: one thin script per figure, found by its file name.
 
-.. math::
-
-    \text{figure} = \text{script}(\text{public API}) \;\to\; (\texttt{ID.png},\ \texttt{ID.csv},\ \text{claim}(\texttt{ID.csv}))
-
-Every ``figures/figPPP_name.py`` (``PPP`` = the seed paper: ``000`` multi-head
-structure, ``002`` low-temperature concentration, ``004`` time-dependent
-multi-head flows) is a figure.  :func:`registry` lists them without importing
-them; ``meanfield reproduce --list`` prints the list, ``meanfield reproduce
-ID|all [--quick] [--out DIR]`` runs them, and ``tests/test_figures.py`` runs
-every one in ``--quick`` form and checks its claim.
+Every script of this package (``meanfield.figures.<id>``, the file ``figures/<id>.py``
+of the repository) is a figure; its id names the topic and the result, e.g.
+``multihead_beta_star`` or ``concentration_w2_curves``.  :func:`registry` lists
+them without importing them; ``meanfield reproduce --list`` prints the list,
+``meanfield reproduce ID|all [--quick] [--out DIR]`` runs them, and the tests
+run every one in ``--quick`` form and check its claim.
 
 Adding a figure
 ---------------
-Write one script ``figures/figPPP_what.py``; nothing else needs editing.  It must
+Write one script ``figures/<topic>_<what>.py``; nothing else needs editing.  It must
 define, at module level:
 
-* ``ID = "figPPP_what"`` (the file stem), ``PAPER = "PPP"``,
-  ``THEOREM = "Thm 22"`` (or ``"Conj. 1"``, …) and ``DESCRIPTION`` — one
-  sentence saying what the figure shows.  These four are plain string
-  literals: they are read from the source, so listing never imports a script.
+* ``ID = "<topic>_<what>"`` (the file stem), ``PAPER`` — the arXiv number of the
+  paper it reproduces (a key of :data:`PAPERS`), ``THEOREM = "Thm 22"`` (or
+  ``"Conj. 1"``, …) and ``DESCRIPTION`` — one sentence saying what the figure
+  shows.  These four are plain string literals: they are read from the source,
+  so listing never imports a script.
 * Its parameters as constants at the top, with the ``QUICK_…`` variants.
 * ``make(out_dir, *, quick=False) -> {"png": Path, "csv": Path}`` — computes
-  through the public API (:mod:`meanfield`, :func:`solvers.run.simulate_config`,
-  :func:`solvers.sweep.run_sweep`, …) and writes ``out_dir/ID.png`` and
+  through the public API (:func:`meanfield.simulate`, :func:`meanfield.solve`,
+  :func:`meanfield.solvers.sweep.run_sweep`, …) and writes ``out_dir/ID.png`` and
   ``out_dir/ID.csv`` (the numbers behind the picture, one tidy table).
 * ``claim(csv_path) -> {name: {"ok": bool, "value": float, "expected": str}}`` —
   checks of the paper's statement computed *from the CSV alone* (e.g. a fitted
   slope against its predicted value).
 * ``main(argv=None) -> int`` parsing ``--quick`` and ``--out`` (exit 0 when
   every check holds, 1 otherwise) and ``if __name__ == "__main__":
-  sys.exit(main())``, so that ``python figures/figPPP_what.py --quick --out DIR``
-  works; :func:`script_main` implements it in one line, and :func:`write_rows`
-  writes the CSV.  Scripts import only installed packages (this one is installed too).
+  sys.exit(main())``; :func:`script_main` implements it in one line, and
+  :func:`write_rows` writes the CSV.
 * A module docstring opening with the equation and the theorem, the runtime,
   and the command.  ``--quick`` must take under a minute on 2 cores (aim for
   ~10 s): the default test suite runs it.
@@ -40,33 +36,45 @@ define, at module level:
 Examples
 --------
 >>> sorted(registry())[:1]  # doctest: +SKIP
-['fig000_beta_star']
->>> result = run_figure("fig000_beta_star", "/tmp/figs", quick=True)  # doctest: +SKIP
+['concentration_grid_density']
+>>> result = run_figure("multihead_beta_star", "/tmp/figs", quick=True)  # doctest: +SKIP
 >>> all(check["ok"] for check in result.checks.values())  # doctest: +SKIP
 True
 """
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["FIGURES_DIR", "METADATA", "FigureEntry", "FigureRun", "registry", "run_figure", "write_rows", "script_main", "concentration_grid_config"]
+__all__ = ["FIGURES_DIR", "METADATA", "PAPERS", "FigureEntry", "FigureRun", "registry", "run_figure", "write_rows", "script_main", "concentration_grid_config"]
 
 #: the folder the figure scripts live in
 FIGURES_DIR = Path(__file__).resolve().parent
 #: module-level string constants every figure script defines
 METADATA = ("ID", "PAPER", "THEOREM", "DESCRIPTION")
-#: the seed papers, by number
-PAPERS = {
-    "000": "multi-head gradient-flow structure",
-    "002": "low-temperature concentration",
-    "004": "time-dependent multi-head Wasserstein flows",
+#: the papers, by arXiv number: (short citation, topic, title)
+PAPERS: dict[str, tuple[str, str, str]] = {
+    "2605.04279": (
+        "Pendharkar, arXiv 2605.04279",
+        "multihead",
+        "Gradient Flow Structure and Quantitative Dynamics of Multi-Head Self-Attention",
+    ),
+    "2605.10931": (
+        "Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931",
+        "concentration",
+        "Quantifying Concentration Phenomena of Mean-Field Transformers in the Low-Temperature Regime",
+    ),
+    "2605.18870": (
+        "Massucco, Del Grande, Carioni, Brune and Schönlieb, arXiv 2605.18870",
+        "time_dependent",
+        "Multi-Headed Transformer Architectures as Time-dependent Wasserstein Gradient Flows",
+    ),
 }
 
 
@@ -77,11 +85,11 @@ class FigureEntry:
     Attributes
     ----------
     id : str
-        ``figPPP_name`` (the script's stem).
+        ``<topic>_<what>`` (the script's stem).
     path : Path
         The script.
     paper : str
-        Seed paper: ``"000"``, ``"002"`` or ``"004"``.
+        The arXiv number of the paper (a key of :data:`PAPERS`).
     theorem : str
         The statement it illustrates (``"Thm 22"``).
     description : str
@@ -94,21 +102,21 @@ class FigureEntry:
     theorem: str
     description: str
 
+    @property
+    def citation(self) -> str:
+        """The paper by its authors and arXiv number."""
+        return PAPERS[self.paper][0]
+
     def load(self) -> ModuleType:
-        """Import the script (once) as ``figures.<id>``."""
-        name = f"figures.{self.id}"
-        if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(self.path):
-            return sys.modules[name]
-        spec = importlib.util.spec_from_file_location(name, self.path)
-        if spec is None or spec.loader is None:  # pragma: no cover - a .py file always has a loader
-            raise ImportError(f"cannot load {self.path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
+        """Import the script as ``meanfield.figures.<id>`` (a folder of scripts elsewhere by file location)."""
+        if self.path.parent == FIGURES_DIR:
+            module = importlib.import_module(f"meanfield.figures.{self.id}")
+        else:
+            spec = importlib.util.spec_from_file_location(f"_figure_{self.id}", self.path)
+            if spec is None or spec.loader is None:  # pragma: no cover - a .py file always has a loader
+                raise ImportError(f"cannot load {self.path}")
+            module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]
-            raise
         for attr in ("make", "claim", "main"):
             if not callable(getattr(module, attr, None)):
                 raise TypeError(f"{self.path.name}: a figure script must define {attr}() (see figures/__init__.py)")
@@ -147,11 +155,14 @@ def _metadata(path: Path) -> dict[str, str]:
                 found[name] = value
     missing = [name for name in METADATA if name not in found]
     if missing:
-        raise ValueError(f"{path.name}: a figure script must define {', '.join(missing)} (see figures/__init__.py)")
+        raise ValueError(f"{path.name}: a figure script must define {', '.join(missing)} (see meanfield.figures)")
     if found["ID"] != path.stem:
         raise ValueError(f"{path.name}: ID = {found['ID']!r} must equal the file name {path.stem!r}")
     if found["PAPER"] not in PAPERS:
         raise ValueError(f"{path.name}: PAPER must be one of {', '.join(PAPERS)}, got {found['PAPER']!r}")
+    topic = PAPERS[found["PAPER"]][1]
+    if not found["ID"].startswith(topic + "_"):
+        raise ValueError(f"{path.name}: the id of a figure of arXiv {found['PAPER']} starts with {topic + '_'!r}")
     return found
 
 
@@ -161,12 +172,14 @@ def registry(folder: str | Path | None = None) -> dict[str, FigureEntry]:
     Raises
     ------
     ValueError
-        For a ``fig*.py`` script that lacks one of the metadata constants,
-        or whose ``ID`` differs from its file name.
+        For a script that lacks one of the metadata constants, whose ``ID``
+        differs from its file name, or whose id does not start with its paper's topic.
     """
     root = Path(folder) if folder is not None else FIGURES_DIR
     entries = []
-    for path in sorted(root.glob("fig*.py")):
+    for path in sorted(root.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
         meta = _metadata(path)
         entries.append(FigureEntry(meta["ID"], path.resolve(), meta["PAPER"], meta["THEOREM"], meta["DESCRIPTION"]))
     entries.sort(key=lambda e: (e.paper, e.id))
@@ -225,12 +238,12 @@ def script_main(make: Any, claim: Any, description: str, argv: Any = None) -> in
 def concentration_grid_config(*, cells: int, t_final: float, cfl: float = 0.5, save_every: float = 0.1) -> dict[str, Any]:
     """The default concentration experiment (``data/concentration.toml``'s head) on the grid, uniform density.
 
-    Shared by the seed-002 β-family figures.
+    Shared by the β-family figures of arXiv 2605.10931.
     """
     import copy
 
     from meanfield.config import load_config
-    from solvers.concentration import DEFAULT_CONCENTRATION_CONFIG
+    from meanfield.solvers.experiments.concentration import DEFAULT_CONCENTRATION_CONFIG
 
     raw = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
     raw.pop("init", None)  # the uniform density on the grid

@@ -1,6 +1,6 @@
 """From a resolved config to model objects: heads, their schedule, the model, the initial tokens.
 
-Solvers build their numerical part on top (see :mod:`solvers.run`); this
+Solvers build their numerical part on top (see :mod:`meanfield.solvers.run`); this
 module knows nothing about time stepping.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 from meanfield.errors import ConfigError
 from meanfield.heads import Head, heads_from_config, stack_heads
 from meanfield.model import ConstantHeads, HeadSchedule, Model
-from meanfield.sphere import sample
+from meanfield.geometry.sphere import sample
 
 __all__ = ["build_heads", "build_schedule", "build_model", "initial_tokens"]
 
@@ -23,7 +23,7 @@ def build_heads(cfg: dict[str, Any]) -> list[Head]:
     model = cfg["model"]
     spec = model["heads"]
     if isinstance(spec, str):
-        from meanfield.weights import heads_from_checkpoint_spec  # real-weights issue
+        from meanfield.heads.checkpoint import heads_from_checkpoint_spec  # real-weights issue
 
         heads = heads_from_checkpoint_spec(spec)
         if heads and heads[0].d != model["d"]:
@@ -38,7 +38,7 @@ def build_schedule(cfg: dict[str, Any], heads: list[Head] | None = None) -> Head
     schedule = cfg["weights"]["schedule"]
     if schedule == "constant":
         return ConstantHeads(stack_heads(heads))
-    from meanfield.schedules import schedule_from_config  # time-dependent weights issue
+    from meanfield.heads.schedules import schedule_from_config  # time-dependent weights issue
 
     return schedule_from_config(cfg, heads)
 
@@ -62,7 +62,7 @@ def initial_tokens(cfg: dict[str, Any]) -> np.ndarray:
     init, d = cfg["init"], cfg["model"]["d"]
     kind, n, seed = init["kind"], init["n"], init["seed"]
     if kind == "sentence":
-        from meanfield.embeddings import tokens_from_config  # real-weights issue
+        from meanfield.heads.embeddings import tokens_from_config  # real-weights issue
 
         return tokens_from_config(cfg)
     try:

@@ -16,6 +16,7 @@ import copy
 import json
 import math
 import tomllib
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,11 @@ from typing import Any
 
 from meanfield.errors import ConfigError
 
-__all__ = ["SCHEMA", "Key", "load_config", "resolve", "apply_override", "config_hash", "dumps", "schema_markdown"]
+__all__ = ["SCHEMA", "Key", "ConfigNote", "load_config", "read_toml", "resolve", "override_key", "apply_override", "config_hash", "dumps", "schema_markdown"]
+
+
+class ConfigNote(UserWarning):
+    """A choice the config resolution made for the user (e.g. the grid's default integrator); the CLI prints it as a note."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "model": {
         "d": Key((int,), 3, _at_least(2), "ambient dimension (tokens on S^{d-1})"),
         "beta": Key(NUM, 4.0, _at_least(0), "inverse temperature β ≥ 0"),
-        "attention": Key((str,), "softmax", _choice("softmax", "unnormalized", "relu", "pooled"), "velocity law: softmax, unnormalized, relu or pooled (see meanfield.attention)"),
+        "attention": Key((str,), "softmax", _choice("softmax", "unnormalized", "relu", "pooled"), "velocity law: softmax, unnormalized, relu or pooled (see meanfield.kernels.attention)"),
         "direction": Key((str,), "ascent", _choice("ascent", "descent"), "ascent of the energy (forward pass) or descent (seed 004 code)"),
         "heads": Key((list, str), None, None, "array of head tables, or 'checkpoint:PATH#layer=L'"),
         "seed": Key((int,), 0, _at_least(0), "seed of 'random' head matrices (head h uses seed + 1000 h unless it sets its own)"),
@@ -175,10 +180,26 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None) -> dict[str, An
             else:
                 out[key] = copy.deepcopy(spec.default)
         resolved[section] = out
-    if resolved["solver"]["kind"] == "grid" and "method" not in raw.get("solver", {}):
-        resolved["solver"]["method"] = "ssprk3"  # the grid's default integrator
+    _integrator_for_kind(resolved["solver"], given="method" in raw.get("solver", {}))
     _cross_checks(resolved, base=base, init_given=raw.get("init", {}))
     return resolved
+
+
+#: integrators of the particle-type solvers, and of the grid
+PARTICLE_METHODS = ("euler", "heun", "rk4", "rk45")
+GRID_METHODS = ("ssprk2", "ssprk3")
+
+
+def _integrator_for_kind(solver: dict[str, Any], *, given: bool) -> None:
+    """Pick the solver's default integrator when ``solver.method`` is one the solver does not take, and say so."""
+    kind, method = solver["kind"], solver["method"]
+    if kind == "grid" and method not in GRID_METHODS:
+        solver["method"] = "ssprk3"
+        if given:
+            warnings.warn(f"solver.method = {method!r} is not a grid method; the grid uses its default 'ssprk3'", ConfigNote, stacklevel=3)
+    elif kind in ("particle", "zero-temperature") and method in GRID_METHODS:
+        solver["method"] = "rk4"
+        warnings.warn(f"solver.method = {method!r} is a grid method; the {kind} solver uses its default 'rk4'", ConfigNote, stacklevel=3)
 
 
 def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping[str, Any] | None = None) -> None:
@@ -203,7 +224,7 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
     elif isinstance(heads, str):
         if not heads.startswith("checkpoint:"):
             raise ConfigError("model.heads", f"expected an array of head tables or 'checkpoint:PATH#layer=L', got {heads!r}")
-        from meanfield.weights import parse_checkpoint_spec  # a malformed spec fails before any work
+        from meanfield.heads.checkpoint import parse_checkpoint_spec  # a malformed spec fails before any work
 
         spec = parse_checkpoint_spec(heads)
         if base is not None and spec.path.lower() != "minilm" and not Path(spec.path).is_absolute():
@@ -254,10 +275,6 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         raise ConfigError("model.precision", f"float32 is available with backend = 'blas' (or 'auto') only, got backend = {model['backend']!r}")
     if model["backend"] == "fused" and model["attention"] != "softmax":
         raise ConfigError("model.backend", f"'fused' computes softmax attention only, got attention = {model['attention']!r}")
-    if solver["kind"] == "grid" and solver["method"] not in ("ssprk2", "ssprk3"):
-        raise ConfigError("solver.method", f"the grid solver takes 'ssprk2' or 'ssprk3', got {solver['method']!r}")
-    if solver["kind"] in ("particle", "zero-temperature") and solver["method"] in ("ssprk2", "ssprk3"):
-        raise ConfigError("solver.method", f"{solver['method']!r} is a grid method; particles take euler, heun, rk4 or rk45")
     if solver["save_every"] > max(solver["t_final"], 0) and solver["t_final"] > 0:
         solver["save_every"] = solver["t_final"]
 
@@ -269,27 +286,84 @@ def _parse_value(text: str) -> Any:
         return text  # a bare word: a string
 
 
+def override_key(name: str) -> tuple[str, str]:
+    """``"model.beta"`` or a bare ``"beta"`` (when only one section has it) → ``("model", "beta")``.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown key, or a bare key that several sections have (``seed``: say ``init.seed``).
+    """
+    parts = name.split(".")
+    if len(parts) == 2 and all(parts):
+        section, key = parts
+        if section not in SCHEMA:
+            raise ConfigError(name, f"unknown section; expected one of {', '.join(SCHEMA)}")
+        if key not in SCHEMA[section]:
+            raise ConfigError(name, f"unknown key; allowed keys are {', '.join(SCHEMA[section])}")
+        return section, key
+    if len(parts) != 1 or not name:
+        raise ConfigError(name, "expected a key such as 'beta' or 'model.beta'")
+    owners = [section for section, keys in SCHEMA.items() if name in keys]
+    if not owners:
+        raise ConfigError(name, "unknown config key; see the README's configuration table (e.g. beta, t_final, init.n)")
+    if len(owners) > 1:
+        choices = " or ".join(f"{section}.{name}" for section in owners)
+        raise ConfigError(name, f"ambiguous: several sections have it; say {choices} (e.g. **{{'{owners[0]}.{name}': …}})")
+    return owners[0], name
+
+
 def apply_override(raw: dict[str, Any], assignment: str) -> None:
     """Apply ``--set section.key=value`` (value in TOML syntax; bare words are strings)."""
     if "=" not in assignment:
         raise ConfigError("--set", f"expected key=value, got {assignment!r}")
     dotted, text = assignment.split("=", 1)
     dotted = dotted.strip()
-    parts = dotted.split(".")
-    if len(parts) != 2 or not all(parts):
+    if len(dotted.split(".")) != 2 or not all(dotted.split(".")):
         raise ConfigError("--set", f"expected section.key=value, got {assignment!r}")
-    section, key = parts
-    if section not in SCHEMA:
-        raise ConfigError(dotted, f"unknown section; expected one of {', '.join(SCHEMA)}")
-    if key not in SCHEMA[section]:
-        raise ConfigError(dotted, f"unknown key; allowed keys are {', '.join(SCHEMA[section])}")
+    section, key = override_key(dotted)
     raw.setdefault(section, {})[key] = _parse_value(text.strip())
 
 
+def read_toml(path: str | Path, *, key: str = "CONFIG") -> dict[str, Any]:
+    """Parse a TOML file; a missing, unreadable, binary or malformed file is a :class:`ConfigError` naming it."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(key, f"file not found: {path}")
+    if path.is_dir():
+        raise ConfigError(key, f"{path} is a folder, not a TOML file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {path}: {exc.strerror or exc}") from None
+    if data.startswith(b"\x89HDF"):
+        raise ConfigError(key, f"{path} is an HDF5 file (a run?), not a TOML config; 'meanfield info {path}' reads runs")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(key, f"{path} is not a UTF-8 text file (byte {exc.start} cannot be decoded)") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(key, f"{path} is not valid TOML: {exc}") from None
+
+
 def load_config(
-    source: str | Path | Mapping[str, Any] | None = None, overrides: Iterable[str] = ()
+    source: str | Path | Mapping[str, Any] | None = None,
+    overrides: Iterable[str] = (),
+    *,
+    values: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Read a TOML file (or take a mapping; ``None``: all defaults), apply overrides, resolve.
+
+    Parameters
+    ----------
+    source : path, mapping or None
+        A TOML file, a raw or resolved config mapping, or nothing (every default).
+    overrides : iterable of str
+        ``"section.key=value"`` assignments in TOML syntax (the CLI's ``--set``).
+    values : mapping, optional
+        Python values by key: ``{"beta": 9, "init.n": 500}`` (bare keys when one section has them).
 
     Relative paths inside the file (``init.path``, ``file:`` matrices) are
     taken relative to the file's folder.
@@ -298,18 +372,19 @@ def load_config(
     if source is None:
         raw: dict[str, Any] = {}
     elif isinstance(source, Mapping):
-        raw = copy.deepcopy(dict(source))
+        raw = copy.deepcopy({k: dict(v) if isinstance(v, Mapping) else v for k, v in source.items()})
+    elif isinstance(source, (str, Path)):
+        raw = read_toml(source)
+        base = Path(source).resolve().parent
     else:
-        path = Path(source)
-        if not path.exists():
-            raise ConfigError("CONFIG", f"file not found: {path}")
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError("CONFIG", f"{path} is not valid TOML: {exc}") from None
-        base = path.resolve().parent
+        raise ConfigError("config", f"expected a TOML path, a mapping or None, got {type(source).__name__}")
     for assignment in overrides:
         apply_override(raw, assignment)
+    for name, value in (values or {}).items():
+        section, key = override_key(name)
+        if not isinstance(raw.setdefault(section, {}), Mapping):
+            raise ConfigError(section, "expected a table")
+        raw[section][key] = value
     return resolve(raw, base=base)
 
 

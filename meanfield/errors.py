@@ -29,5 +29,10 @@ class ConfigError(ValueError):
 class RunFailed(RuntimeError):
     """A run that started but could not finish (NaN/Inf, solver stall).
 
-    Every frame saved before the failure stays on disk.
+    Every frame saved before the failure stays on disk; ``run``, when set, is
+    the :class:`meanfield.Run` with the frames up to the failure.
     """
+
+    def __init__(self, message: str, *, run: object = None) -> None:
+        super().__init__(message)
+        self.run = run

@@ -1,12 +1,16 @@
-r"""The model of MODEL.md §1–2 in one object: dimension, temperature, attention kind, heads.
+r"""The model in one object: dimension, temperature, attention kind, heads, direction.
 
 .. math::
 
     \dot x_i = \sigma\, P^\perp_{x_i} v_i[\mu](x_i, t),\qquad
     \sigma = +1 \text{ (ascent, default)},\ -1 \text{ (descent)}
 
-The heads may depend on time through a schedule: any object with
-``at(t) -> HeadStack`` (see :mod:`meanfield.schedules`).
+with :math:`v_i` one of the velocity laws of :mod:`meanfield.kernels.attention`.
+The forward pass of a transformer ascends the interaction energy (Geshkovski,
+Letrouit, Polyanskiy and Rigollet; Pendharkar, arXiv 2605.04279); the public code
+of Massucco et al. (arXiv 2605.18870) descends it.  The heads may depend on time
+through a schedule: any object with ``at(t) -> HeadStack`` (see
+:mod:`meanfield.heads.schedules`).
 """
 from __future__ import annotations
 
@@ -15,9 +19,9 @@ from typing import Protocol
 
 import numpy as np
 
-from meanfield.attention import ATTENTION_KINDS, attention_velocity
-from meanfield.heads import HeadStack
-from meanfield.sphere import project_tangent
+from meanfield.geometry.sphere import project_tangent
+from meanfield.heads.head import Head, HeadStack, stack_heads
+from meanfield.kernels.attention import ATTENTION_KINDS, attention_velocity
 
 __all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS"]
 
@@ -25,7 +29,7 @@ DIRECTIONS = ("ascent", "descent")
 
 
 class HeadSchedule(Protocol):
-    """Heads as a function of time (MODEL.md §6)."""
+    r"""Heads as a function of time (the weights :math:`\theta^{(h)}_t` of Massucco et al., arXiv 2605.18870)."""
 
     def at(self, t: float) -> HeadStack: ...
 
@@ -42,31 +46,40 @@ class ConstantHeads:
 
 @dataclass(frozen=True)
 class Model:
-    """Everything that defines the vector field, and nothing numerical.
+    r"""Everything that defines the vector field, and nothing numerical.
 
     Parameters
     ----------
     d : int
         Ambient dimension (tokens on :math:`S^{d-1}`).
     beta : float
-        Inverse temperature :math:`\\beta\\ge0`.
+        Inverse temperature :math:`\beta\ge0`.
     attention : {"softmax", "unnormalized", "relu", "pooled"}
-    heads : HeadSchedule
-        ``heads.at(t)`` gives the :class:`~meanfield.heads.HeadStack` at time ``t``.
+        The velocity law (default softmax).
+    heads : HeadSchedule, HeadStack, Head or list of Head
+        ``heads.at(t)`` gives the :class:`~meanfield.heads.HeadStack` at time ``t``;
+        constant heads may be given directly (default: one identity head).
     direction : {"ascent", "descent"}
-        Sign of the flow: the forward pass ascends the energy (default);
-        seed 004's public code descends it.
+        Sign of the flow: the forward pass ascends the energy (default); the
+        public code of Massucco et al. (arXiv 2605.18870) descends it.
     backend : {"auto", "blas", "fused", "numba", "numpy"}
-        Kernel used by :meth:`velocity` (see :func:`meanfield.attention.attention_velocity`).
+        Kernel used by :meth:`velocity` (see :func:`meanfield.kernels.attention.attention_velocity`).
     precision : {"float64", "float32"}
         Score/exp arithmetic of the ``blas`` kernel (float32: about twice the
         throughput, relative error ~1e-6).
+
+    Examples
+    --------
+    >>> import meanfield as mf
+    >>> model = mf.Model(d=3, beta=4.0, heads=mf.heads.identity(3))
+    >>> model.velocity(mf.sample_uniform(8, 3, seed=0), 0.0).shape
+    (8, 3)
     """
 
     d: int
     beta: float
-    attention: str
-    heads: HeadSchedule
+    attention: str = "softmax"
+    heads: HeadSchedule | HeadStack | Head | list[Head] | None = None
     direction: str = "ascent"
     backend: str = "auto"
     precision: str = "float64"
@@ -76,14 +89,29 @@ class Model:
             raise ValueError(f"unknown attention kind {self.attention!r}; choose from {ATTENTION_KINDS}")
         if self.direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {self.direction!r}")
+        heads = self.heads
+        if heads is None:
+            heads = HeadStack(B=np.eye(self.d)[None], V=np.eye(self.d)[None])
+        if isinstance(heads, Head):
+            heads = [heads]
+        if isinstance(heads, (list, tuple)):
+            heads = stack_heads(heads)
+        if isinstance(heads, HeadStack):
+            heads = ConstantHeads(heads)
+        if not callable(getattr(heads, "at", None)):
+            raise TypeError(f"heads must be a HeadStack, a Head, a list of Heads or a schedule with at(t), got {type(heads).__name__}")
+        object.__setattr__(self, "heads", heads)
 
     @property
     def sign(self) -> float:
+        """+1 for ascent, −1 for descent."""
         return 1.0 if self.direction == "ascent" else -1.0
 
     def ambient_velocity(self, x: np.ndarray, t: float, *, weights: np.ndarray | None = None) -> np.ndarray:
-        """:math:`v_i` of MODEL.md §2 at time ``t`` (unprojected, unsigned)."""
-        return attention_velocity(x, self.heads.at(t), beta=self.beta, kind=self.attention, weights=weights, backend=self.backend, precision=self.precision)
+        """The velocity law :math:`v_i` at time ``t`` (unprojected, unsigned)."""
+        return attention_velocity(
+            x, self.heads.at(t), beta=self.beta, kind=self.attention, weights=weights, backend=self.backend, precision=self.precision
+        )
 
     def velocity(self, x: np.ndarray, t: float, *, weights: np.ndarray | None = None) -> np.ndarray:
         r"""Token velocity :math:`\sigma P^\perp_x v(x,t)`, shape ``(n, d)``."""

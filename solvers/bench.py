@@ -2,11 +2,11 @@ r"""Throughput of the kernels, measured against their NumPy twin and the ``exp``
 
 For the softmax velocity (one head) at each ``(n, d)`` we time, in the same process,
 
-* the BLAS kernel (:func:`meanfield.attention.velocity_blas`, float64 and float32),
+* the BLAS kernel (:func:`meanfield.kernels.attention.velocity_blas`, float64 and float32),
 * for ``d ≤ 8`` the fused one-pass kernel with a vectorised ``exp``
-  (:func:`meanfield.fused.velocity_fused`; the default ``"auto"`` backend uses it there),
+  (:func:`meanfield.kernels.fused.velocity_fused`; the default ``"auto"`` backend uses it there),
 * the fused numba kernel,
-* (a) the NumPy twin (:func:`meanfield.attention.velocity_numpy`: GEMM → exp → GEMM
+* (a) the NumPy twin (:func:`meanfield.kernels.attention.velocity_numpy`: GEMM → exp → GEMM
   in row blocks, in place in one preallocated buffer, one thread with BLAS held to
   one thread too) — the best plain-NumPy method,
 * (b) the ``exp`` roofline: :math:`n^2` evaluations of NumPy's vectorised ``exp``
@@ -18,7 +18,6 @@ the peak memory that :mod:`tracemalloc` sees (NumPy reports its buffers to it).
 """
 from __future__ import annotations
 
-import importlib
 import time
 import tracemalloc
 from collections.abc import Callable, Sequence
@@ -26,13 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from meanfield._jit import num_threads, one_blas_thread
-from meanfield.attention import BLOCK_ELEMENTS, FUSED_MAX_D, _pool, velocity_blas, velocity_numba, velocity_numpy
-from meanfield.fused import velocity_fused
+from meanfield.kernels.jit import num_threads, one_blas_thread
+from meanfield.kernels.attention import BLOCK_ELEMENTS, FUSED_MAX_D, velocity_blas, velocity_numba, velocity_numpy
+from meanfield.kernels.blas import _pool
+from meanfield.kernels.fused import velocity_fused
 from meanfield.heads import HeadStack
-from meanfield.sphere import sample_uniform
+from meanfield.geometry.sphere import sample_uniform
 
-__all__ = ["time_call", "exp_roofline", "bench_attention", "run_benchmarks"]
+__all__ = ["time_call", "peak_memory", "exp_roofline", "bench_attention", "bench_grid", "run_benchmarks"]
 
 
 def time_call(func: Callable[[], Any], *, repeat: int = 3, min_time: float = 0.2) -> float:
@@ -132,32 +132,83 @@ def bench_attention(
     return rows
 
 
-def _optional_rows(module: str, function: str, **kwargs: Any) -> list[dict[str, Any]]:
-    """Rows from solver families that provide their own benchmark, when installed."""
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name == module:
-            return []
-        raise
-    func = getattr(mod, function, None)
-    if func is None:
-        return []
-    out = func(**kwargs)
-    if isinstance(out, dict) and "rows" in out:  # {"rows": [...], "<extra>": {...}}
-        extra = [{"name": key, **value} for key, value in out.items() if key != "rows" and isinstance(value, dict)]
-        return list(out["rows"]) + extra
-    return out if isinstance(out, list) else [out]
+def _once(fn: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def bench_grid(
+    cells_list: Sequence[int] = (2000, 8000, 32000),
+    *,
+    beta: float = 4.0,
+    attention: str = "softmax",
+    backend: str = "auto",
+    method: str = "ssprk3",
+    family: str = "fibonacci",
+    repeats: int = 1,
+) -> list[dict[str, Any]]:
+    r"""Time the grid solver's velocity quadrature and one SSP step, and their peak memory.
+
+    For each mesh size: one identity head, a vMF(κ=4) density; the best of
+    ``repeats`` timings of ``model.velocity`` on the cells (``velocity_s``) and
+    of one step at the CFL size (``step_s``, ``stages`` velocity evaluations
+    plus the fluxes), ``cell_steps_per_s = N / step_s``, and the peak of
+    :mod:`tracemalloc` over one step (``peak_bytes``, ``bytes_per_cell``;
+    NumPy allocations only — numba's own scratch is not traced).
+
+    Returns
+    -------
+    list of dict
+        Keys ``cells``, ``edges``, ``backend``, ``mesh_s``, ``velocity_s``,
+        ``step_s``, ``cell_steps_per_s``, ``peak_bytes``, ``bytes_per_cell``.
+    """
+    from meanfield.geometry.mesh import initial_mass, mesh as build_mesh, mesh_from_points
+    from meanfield.model import Model
+    from meanfield.solvers.grid import GridStepper
+
+    model = Model(d=3, beta=beta, attention=attention, backend=backend)
+    rows = []
+    for cells in cells_list:
+        started = time.perf_counter()
+        msh = build_mesh(int(cells), family)
+        mesh_s = time.perf_counter() - started
+        if family == "fibonacci":  # time an uncached build too
+            started = time.perf_counter()
+            mesh_from_points(msh.points, family=family)
+            mesh_s = time.perf_counter() - started
+        mass = initial_mass(msh, "vmf", kappa=4.0)
+        stepper = GridStepper(model, msh, method=method, backend=backend)
+        stepper.velocity(mass, 0.0)  # warm-up (numba compilation, thread pool)
+        vel_s = min(_once(lambda: stepper.velocity(mass, 0.0)) for _ in range(max(1, repeats)))
+        step_s = min(_once(lambda: stepper.step(mass, 0.0)) for _ in range(max(1, repeats)))
+        tracemalloc.start()
+        try:
+            stepper.step(mass, 0.0)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        rows.append({
+            "cells": msh.N,
+            "edges": msh.E,
+            "backend": backend,
+            "mesh_s": mesh_s,
+            "velocity_s": vel_s,
+            "step_s": step_s,
+            "cell_steps_per_s": msh.N / step_s,
+            "peak_bytes": int(peak),
+            "bytes_per_cell": peak / msh.N,
+        })
+    return rows
 
 
 def run_benchmarks(*, quick: bool = False) -> dict[str, list[dict[str, Any]]]:
     """All benchmark tables: attention, grid, optimal transport."""
     sizes = (1024, 4096) if quick else (1024, 4096, 16384)
+    from meanfield.solvers.experiments.concentration import bench_concentration
+
     tables = {"attention": bench_attention(sizes)}
-    grid = _optional_rows("solvers.grid", "bench_grid", cells_list=(2000,) if quick else (2000, 8000, 32000))
-    if grid:
-        tables["grid"] = grid
-    transport = _optional_rows("solvers.concentration", "bench_concentration", quick=quick)
-    if transport:
-        tables["transport"] = transport
+    tables["grid"] = bench_grid(cells_list=(2000,) if quick else (2000, 8000, 32000))
+    transport = bench_concentration(quick=quick)
+    tables["transport"] = list(transport["rows"]) + [{"name": "tracking", **transport["tracking"]}]
     return tables

@@ -7,7 +7,7 @@ r"""Finite-volume solver of the transformer continuity equation on :math:`S^2`.
 
 (MODEL.md §2; :math:`\sigma=\pm1` for ascent/descent).  The measure is a vector
 of cell masses :math:`m_c` on a spherical Voronoi mesh
-(:mod:`meanfield.mesh`), the velocity field is evaluated at the cell centres by
+(:mod:`meanfield.geometry.mesh`), the velocity field is evaluated at the cell centres by
 quadrature over the cells,
 
 .. math::
@@ -46,29 +46,25 @@ velocity changes between stages, a step whose stages or result would make a
 cell negative is **rejected** and retried with half the step (never clipped),
 and the rejections are counted.
 
-Public API: :class:`GridStepper` (the :class:`solvers.loop.Stepper` of the
-grid), :func:`solve_grid`, :class:`MassTracker`, :func:`convergence_study`,
-:func:`grid_vs_particles`, :func:`w2_weighted`, :func:`bench_grid`.
+Public API: :class:`GridSolver` (run it with :func:`meanfield.solve`), its
+:class:`GridStepper` (the :class:`meanfield.solvers.loop.Stepper` of the grid)
+and :class:`MassTracker`; refinement studies are in :mod:`meanfield.solvers.refinement`.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
-import tracemalloc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from meanfield.errors import ConfigError, RunFailed
-from meanfield.mesh import SphericalMesh, coarsen, fibonacci_mesh, initial_mass, mesh as build_mesh, sample_initial
+from meanfield.geometry.mesh import SphericalMesh, mesh as build_mesh
 from meanfield.model import Model
-from meanfield.sphere import normalize
-from meanfield.transport import w2
-from solvers.loop import RunResult, StopRun, Tracker, run_loop, save_times
-from solvers.trackers import EnergyTracker
+from meanfield.solvers.loop import RunSetup, StopRun, Tracker
+from meanfield.solvers.trackers import EnergyTracker
 
 __all__ = [
     "ShuOsher",
@@ -77,19 +73,13 @@ __all__ = [
     "upwind_rate",
     "cfl_step",
     "GridStepper",
+    "GridSolver",
     "MassTracker",
-    "solve_grid",
     "GridEnergyTracker",
     "GridSpeedTracker",
     "grid_init",
     "grid_mesh",
-    "run_setup",
-    "w2_weighted",
-    "particle_states",
-    "grid_vs_particles",
-    "convergence_study",
-    "observed_orders",
-    "bench_grid",
+    "solver_from_config",
 ]
 
 
@@ -190,7 +180,7 @@ def cfl_step(mesh: SphericalMesh, u: np.ndarray, cfl: float) -> float:
 
 
 class GridStepper:
-    r"""Finite-volume :class:`~solvers.loop.Stepper` of the continuity equation on a spherical mesh.
+    r"""Finite-volume :class:`~meanfield.solvers.loop.Stepper` of the continuity equation on a spherical mesh.
 
     .. math::
 
@@ -234,7 +224,7 @@ class GridStepper:
     >>> import numpy as np
     >>> from meanfield.heads import HeadStack
     >>> from meanfield.model import ConstantHeads, Model
-    >>> from meanfield.mesh import fibonacci_mesh, initial_mass
+    >>> from meanfield.geometry.mesh import fibonacci_mesh, initial_mass
     >>> heads = ConstantHeads(HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]))
     >>> model = Model(d=3, beta=4.0, attention="softmax", heads=heads)
     >>> mesh = fibonacci_mesh(500)
@@ -398,7 +388,7 @@ class MassTracker:
     r"""Checks :math:`|\sum_c m_c - M_0|\le\mathrm{tol}` and :math:`\min_c m_c\ge0` at every saved frame.
 
     Records ``mass_error`` and ``min_mass``; raises
-    :class:`~solvers.loop.StopRun` (``failed=True``) when either is violated or a
+    :class:`~meanfield.solvers.loop.StopRun` (``failed=True``) when either is violated or a
     mass is not finite.
 
     Parameters
@@ -431,65 +421,43 @@ class MassTracker:
         return {"mass_error": error, "min_mass": low}
 
 
-def _check_mass(mesh: SphericalMesh, mass0: np.ndarray) -> np.ndarray:
-    m = np.asarray(mass0, dtype=float)
-    if m.shape != (mesh.N,):
-        raise ValueError(f"mass0 must have shape ({mesh.N},), got {m.shape}")
-    if not np.all(np.isfinite(m)) or np.any(m < 0):
-        raise ValueError("mass0 must be finite and non-negative")
-    if abs(m.sum() - 1.0) > 1e-9:
-        raise ValueError(f"mass0 must sum to 1, got {m.sum():.17g}")
-    return m
+@dataclass(frozen=True)
+class GridSolver:
+    r"""Numerical options of the finite-volume solver on a spherical Voronoi mesh.
 
-
-def solve_grid(
-    model: Model,
-    mesh: SphericalMesh,
-    mass0: np.ndarray,
-    *,
-    t_final: float,
-    save_every: float,
-    method: str = "ssprk3",
-    cfl: float = 0.5,
-    dt_max: float | None = None,
-    backend: str | None = None,
-    t_start: float = 0.0,
-    trackers: Sequence[Tracker] | None = None,
-    write: Callable[[float, np.ndarray, dict[str, float]], None] | None = None,
-    progress: Any = None,
-    keep_states: bool = True,
-) -> RunResult:
-    r"""Solve :math:`\partial_t\mu+\operatorname{div}_S(\mu X[\mu])=0` on ``mesh`` from ``mass0``.
-
-    One-line wrapper of :class:`GridStepper` and :func:`solvers.loop.run_loop`
-    over :func:`solvers.loop.save_times`; a :class:`MassTracker` is always
-    run first (mass and positivity at every saved frame).
+    The problem's measure is a density given by its cell masses on ``problem.mesh``.
 
     Parameters
     ----------
-    model : Model
-    mesh : SphericalMesh
-    mass0 : (N,) array
-        Initial cell masses (non-negative, total 1).
-    t_final, save_every : float
-    method, cfl, dt_max, backend
-        See :class:`GridStepper`.
-    trackers : sequence of Tracker, optional
-        Extra trackers (after the mass tracker).
-
-    Returns
-    -------
-    RunResult
-        ``states`` are cell masses; ``info`` adds the stepper's counters
-        (``grid_steps``, ``rejections``, ``min_mass``, …).
+    method : {"ssprk3", "ssprk2", "euler"}
+        Shu–Osher SSP integrator.
+    cfl : float
+        CFL number (steps whose stages would make a cell negative are rejected and halved).
+    dt_max : float, optional
+        Largest step (default: the CFL condition and the save times alone).
+    backend : {"blas", "numba", "fused", "numpy"}, optional
+        Attention kernel of the velocity quadrature (default: the model's).
     """
-    m0 = _check_mass(mesh, mass0)
-    stepper = GridStepper(model, mesh, method=method, cfl=cfl, dt_max=dt_max, backend=backend)
-    times = save_times(t_start, t_final, save_every)
-    result = run_loop(
-        stepper, m0, times, trackers=[MassTracker(), *(trackers or ())], write=write, progress=progress, keep_states=keep_states
-    )
-    return dataclasses.replace(result, info={**result.info, **stepper.info})
+
+    method: str = "ssprk3"
+    cfl: float = 0.5
+    dt_max: float | None = None
+    backend: str | None = None
+    kind: ClassVar[str] = "grid"
+
+    def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:
+        """Stepper and trackers: mass and positivity (always), the energies, the largest speed."""
+        if not problem.on_grid:
+            raise ValueError("the grid solver takes a density on a mesh: Problem(model, masses, mesh=mesh)")
+        mesh, mass0 = problem.mesh, problem.initial
+        stepper = GridStepper(problem.model, mesh, method=self.method, cfl=self.cfl, dt_max=self.dt_max, backend=self.backend)
+        trackers: list[Tracker] = [MassTracker(total=float(mass0.sum()))]  # baseline: the initial mass, also on resume
+        if energy:
+            trackers.append(GridEnergyTracker(problem.model, mesh))
+        if speed:
+            trackers.append(GridSpeedTracker(stepper, tol=steady_tol))
+        static = {"points": np.array(mesh.points), "areas": np.array(mesh.areas)}
+        return RunSetup(problem.model, stepper, mass0, "mass", static, trackers, info=lambda: stepper.info)
 
 
 # ----------------------------------------------------------------------------- config runs
@@ -502,7 +470,7 @@ class GridEnergyTracker(EnergyTracker):
 
         E_h(\mu)=\frac1{2\beta}\sum_{c,c'} m_c m_{c'} e^{\beta x_c^\top B_h x_{c'}}
 
-    (the midpoint quadrature of the double integral): :class:`solvers.trackers.EnergyTracker`
+    (the midpoint quadrature of the double integral): :class:`meanfield.solvers.trackers.EnergyTracker`
     on the cell centres.  Keys ``energy``, ``energy_theta`` and ``energy_h0``, ``energy_h1``, ….
     """
 
@@ -555,365 +523,7 @@ def grid_mesh(cfg: Mapping[str, Any]) -> SphericalMesh:
     return build_mesh(grid.get("cells", 2000), grid.get("family", "fibonacci"))
 
 
-def run_setup(cfg: dict[str, Any], model: Model) -> Any:
-    """``solver.kind = "grid"`` for :mod:`solvers.run`: mesh, initial masses, stepper and trackers.
-
-    The state is the vector of cell masses (``state_name = "mass"``); the run
-    file also stores the mesh generators ``points`` and ``areas``.  Trackers:
-    :class:`MassTracker` (always), :class:`GridEnergyTracker` (``track.energy``),
-    :class:`GridSpeedTracker` (``solver.steady_tol``).
-    """
-    from solvers.run import RunSetup
-
-    if model.d != 3:
-        raise ConfigError("model.d", f"the grid solver works on S² (d = 3), got d={model.d}")
+def solver_from_config(cfg: Mapping[str, Any]) -> GridSolver:
+    """The :class:`GridSolver` of a resolved config (``solver.method``, ``solver.cfl``, ``grid.dt_max``)."""
     solver = cfg["solver"]
-    msh = grid_mesh(cfg)
-    kind, params = grid_init(cfg)
-    mass0 = initial_mass(msh, kind, **params)
-    dt_max = cfg["grid"]["dt_max"] or None  # 0: the CFL step alone (a slow field takes large steps)
-    stepper = GridStepper(model, msh, method=solver["method"], cfl=solver["cfl"], dt_max=dt_max)
-    trackers: list[Tracker] = [MassTracker(total=float(mass0.sum()))]  # baseline: the initial mass, also on resume
-    if cfg.get("track", {}).get("energy", True):
-        trackers.append(GridEnergyTracker(model, msh))
-    trackers.append(GridSpeedTracker(stepper, tol=solver.get("steady_tol", 0.0)))
-    static = {"points": np.array(msh.points), "areas": np.array(msh.areas)}
-    return RunSetup(model, stepper, mass0, "mass", static, trackers, info=lambda: stepper.info)
-
-
-# ----------------------------------------------------------------------------- W2 and particles
-
-
-def w2_weighted(
-    x: np.ndarray,
-    a: np.ndarray,
-    y: np.ndarray,
-    b: np.ndarray,
-    *,
-    max_pairs: int = 64_000_000,
-) -> float:
-    r"""Exact :math:`W_2` with geodesic cost between two weighted atom clouds on :math:`S^2`.
-
-    .. math::
-
-        W_2^2(\mu,\nu) = \min_{\pi\in\Pi(a,b)}\sum_{pq}\pi_{pq}\,d_S(x_p,y_q)^2
-
-    solved exactly by :func:`meanfield.transport.w2` (``ot.emd2``, network
-    simplex).  Atoms of zero mass are
-    dropped and both weight vectors normalised.
-
-    When :math:`n\cdot m` exceeds ``max_pairs`` (the cost matrix would pass
-    512 MB and the simplex a minute) the problem is first reduced: the larger
-    cloud is quantised on the Voronoi cells of the smaller one (each cell's mass
-    at its normalised barycentre) when the smaller has at most
-    :math:`\sqrt{\text{max\_pairs}}` atoms, otherwise both are quantised on one
-    Fibonacci mesh of :math:`\sqrt{\text{max\_pairs}}` cells
-    (:func:`meanfield.mesh.coarsen`).  By the triangle inequality the result is
-    then off by at most the largest radius of the partition used — about the
-    resolution of the coarser measure, i.e. the same order as the
-    discretisation errors a refinement study measures; the default
-    ``max_pairs`` (8000 × 8000) keeps studies up to 8000 cells against any
-    reference exact up to that quantisation of the reference only.
-    """
-    x, a = _clean(x, a)
-    y, b = _clean(y, b)
-    if x.shape[0] * y.shape[0] > max_pairs:
-        if x.shape[0] < y.shape[0]:
-            x, a, y, b = y, b, x, a
-        if y.shape[0] ** 2 <= max_pairs:  # quantise the larger cloud on the Voronoi cells of the smaller one
-            x, a = _quantise_on(x, a, y)
-        else:  # both on one Fibonacci mesh
-            common = fibonacci_mesh(max(12, math.isqrt(max_pairs)))
-            x, a = coarsen(x, a, common)
-            y, b = coarsen(y, b, common)
-    return float(w2(x, y, a, b, cost="geodesic", method="exact"))
-
-
-def _quantise_on(x: np.ndarray, a: np.ndarray, sites: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Barycentric quantisation of ``(x, a)`` on the Voronoi cells of ``sites`` (nearest site)."""
-    from scipy.spatial import cKDTree
-
-    cell = cKDTree(sites).query(x)[1]
-    k = sites.shape[0]
-    mass = np.bincount(cell, weights=a, minlength=k)
-    bary = np.stack([np.bincount(cell, weights=a * x[:, c], minlength=k) for c in range(x.shape[1])], axis=1)
-    keep = mass > 0
-    return normalize(bary[keep]), mass[keep]
-
-
-def _clean(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    x = np.asarray(x, dtype=float)
-    w = np.asarray(w, dtype=float)
-    keep = w > 0
-    return np.ascontiguousarray(x[keep]), w[keep] / w[keep].sum()
-
-
-def particle_states(
-    model: Model,
-    x0: np.ndarray,
-    times: Sequence[float],
-    *,
-    weights: np.ndarray | None = None,
-    dt: float | None = None,
-) -> list[np.ndarray]:
-    r"""Weighted particles :math:`\dot x_p = X[\mu^n](x_p)`, :math:`\mu^n=\sum_p w_p\delta_{x_p}`, by RK4.
-
-    The particle solver (:class:`solvers.particle.ParticleStepper`, classical
-    RK4 with the radial retraction) with a fixed step of at most ``dt``
-    (default :math:`\min(0.05, 0.25/(1+\beta))`, so that :math:`\beta\,\Delta t\le 1/4`
-    and the time error is far below the spatial errors measured against it).
-    The weights are carried along the trajectories (Lagrangian transport).
-    Returns the states at ``times`` (``times[0]`` is ``x0``'s time).
-    """
-    from solvers.particle import ParticleStepper
-
-    h_max = dt if dt is not None else min(0.05, 0.25 / (1.0 + model.beta))
-    stepper = ParticleStepper(model, method="rk4", dt=h_max, weights=None if weights is None else np.asarray(weights, dtype=float))
-    x = normalize(np.asarray(x0, dtype=float))
-    out = [x.copy()]
-    for t0, t1 in zip(times[:-1], times[1:]):
-        x = stepper.advance(x, float(t0), float(t1))
-        out.append(x.copy())
-    return out
-
-
-def grid_vs_particles(
-    model: Model,
-    mesh: SphericalMesh,
-    init_kind: str,
-    init_params: Mapping[str, Any] | None = None,
-    *,
-    t_final: float,
-    save_every: float,
-    particles: int = 4000,
-    particle_init: str = "quadrature",
-    particle_dt: float | None = None,
-    method: str = "ssprk3",
-    cfl: float = 0.5,
-    seed: int = 0,
-) -> dict[str, np.ndarray]:
-    r"""The series :math:`t\mapsto W_2(\mu^h_t, \mu^n_t)` between the grid and a particle run.
-
-    Both start from the same smooth density.  ``particle_init="quadrature"``
-    (default) puts the particles at the centres of a Fibonacci mesh of
-    ``particles`` cells with the midpoint-rule masses of the density
-    (deterministic, :math:`W_2(\mu^n_0,\mu_0)=O(n^{-1/2})` with a small
-    constant); ``"sample"`` draws ``particles`` i.i.d. points (Monte Carlo
-    floor :math:`\sim\sqrt{\log n/n}`).
-
-    Returns
-    -------
-    dict
-        ``t`` (T,), ``w2`` (T,), and ``grid`` (the :class:`RunResult`).
-    """
-    params = dict(init_params or {})
-    mass0 = initial_mass(mesh, init_kind, **params)
-    result = solve_grid(model, mesh, mass0, t_final=t_final, save_every=save_every, method=method, cfl=cfl)
-    x0, w0 = _particle_init(init_kind, params, particles, particle_init, seed)
-    states = particle_states(model, x0, list(result.t), weights=w0, dt=particle_dt)
-    w2 = np.array([w2_weighted(mesh.points, m, x, w0 if w0 is not None else np.full(len(x), 1.0 / len(x)))
-                   for m, x in zip(result.states, states)])
-    return {"t": result.t, "w2": w2, "grid": result}  # type: ignore[dict-item]
-
-
-def _particle_init(kind: str, params: Mapping[str, Any], n: int, how: str, seed: int) -> tuple[np.ndarray, np.ndarray | None]:
-    if how == "quadrature":
-        pmesh = fibonacci_mesh(int(n))
-        return pmesh.points.copy(), initial_mass(pmesh, kind, **params)
-    if how == "sample":
-        return sample_initial(kind, int(n), seed=seed, **params), None
-    raise ValueError(f"particle_init must be 'quadrature' or 'sample', got {how!r}")
-
-
-def observed_orders(h: Sequence[float], errors: Sequence[float]) -> list[float]:
-    r"""Observed orders :math:`p_k=\log(e_{k-1}/e_k)/\log(h_{k-1}/h_k)` (``nan`` first and where undefined)."""
-    out = [math.nan]
-    for k in range(1, len(h)):
-        e0, e1 = errors[k - 1], errors[k]
-        if e0 > 0 and e1 > 0 and math.isfinite(e0) and math.isfinite(e1) and h[k - 1] != h[k]:
-            out.append(math.log(e0 / e1) / math.log(h[k - 1] / h[k]))
-        else:
-            out.append(math.nan)
-    return out
-
-
-def convergence_study(
-    model: Model,
-    init_kind: str,
-    init_params: Mapping[str, Any] | None = None,
-    *,
-    cells: Sequence[int],
-    t_final: float,
-    save_every: float | None = None,
-    reference_cells: int | None = None,
-    particles: int | None = None,
-    particle_init: str = "quadrature",
-    particle_dt: float | None = None,
-    method: str = "ssprk3",
-    cfl: float = 0.5,
-    family: str = "fibonacci",
-    seed: int = 0,
-    max_pairs: int = 64_000_000,
-    log: Callable[[str], None] | None = None,
-) -> list[dict[str, Any]]:
-    r"""Refinement study of the grid solver: :math:`W_2` errors at ``t_final`` against :math:`h`.
-
-    .. math::
-
-        e^{\mathrm{ref}}_h = W_2(\mu^h_T, \mu^{h_{\mathrm{ref}}}_T),\qquad
-        e^{\mathrm{part}}_h = W_2(\mu^h_T, \mu^{n}_T),\qquad
-        p = \frac{\log(e_{h_1}/e_{h_2})}{\log(h_1/h_2)},\quad h=\sqrt{4\pi/N}.
-
-    The reference is the run on ``reference_cells`` cells, or the finest of
-    ``cells`` (whose row then has ``w2_reference = nan``).  The particle run
-    (when ``particles`` is given) uses :func:`particle_states` from the same
-    density (see :func:`grid_vs_particles` for ``particle_init``).  For the
-    upwind scheme the expected order is 1 for smooth solutions (numerical
-    diffusion :math:`\sim h|u|` and the :math:`O(h)` quantisation of a smooth
-    density by cell atoms); the particle error levels off at the particle
-    resolution.  :math:`W_2` by :func:`w2_weighted` (exact below ``max_pairs``).
-
-    Returns
-    -------
-    list of dict
-        One row per mesh, coarse to fine, with keys ``cells``, ``h``,
-        ``w2_reference``, ``order_reference``, ``w2_particles``,
-        ``order_particles``, ``grid_steps``, ``rejections``, ``mass_error``,
-        ``min_mass``, ``wall_time``, ``role`` (``"study"`` or ``"reference"``).
-    """
-    params = dict(init_params or {})
-    say = log or (lambda _msg: None)
-    if not cells:
-        raise ValueError("cells must list at least one mesh size")
-    study_meshes = {m.N: m for m in (build_mesh(int(c), family) for c in cells)}  # icosahedral sizes may coincide
-    ref_mesh_ = build_mesh(int(reference_cells), family) if reference_cells is not None else study_meshes[max(study_meshes)]
-    meshes = dict(study_meshes)
-    meshes[ref_mesh_.N] = ref_mesh_
-    ref_size = ref_mesh_.N
-    every = t_final if save_every is None else save_every
-    finals: dict[int, tuple[SphericalMesh, np.ndarray, dict[str, Any]]] = {}
-    for size in sorted(meshes):
-        msh = meshes[size]
-        started = time.perf_counter()
-        result = solve_grid(model, msh, initial_mass(msh, init_kind, **params), t_final=t_final, save_every=every,
-                            method=method, cfl=cfl)
-        if result.info["failed"]:
-            raise RunFailed(f"grid run on {msh.N} cells failed: {result.info['stop_reason']}")
-        info = dict(result.info)
-        info["wall_time"] = time.perf_counter() - started
-        info["mass_error"] = abs(float(result.final.sum()) - 1.0)
-        finals[size] = (msh, result.final, info)
-        say(f"grid N={msh.N}: {info['grid_steps']} steps, {info['rejections']} rejections, {info['wall_time']:.1f} s")
-    part: tuple[np.ndarray, np.ndarray] | None = None
-    if particles:
-        x0, w0 = _particle_init(init_kind, params, int(particles), particle_init, seed)
-        started = time.perf_counter()
-        xT = particle_states(model, x0, [0.0, t_final], weights=w0, dt=particle_dt)[-1]
-        part = (xT, w0 if w0 is not None else np.full(len(xT), 1.0 / len(xT)))
-        say(f"particles n={len(xT)}: {time.perf_counter() - started:.1f} s")
-    ref_mesh, ref_mass, _ = finals[ref_size]
-    rows: list[dict[str, Any]] = []
-    for size in sorted(finals):
-        msh, mass, info = finals[size]
-        is_ref = size == ref_size
-        row: dict[str, Any] = {
-            "cells": msh.N,
-            "h": msh.h,
-            "w2_reference": math.nan if is_ref else w2_weighted(msh.points, mass, ref_mesh.points, ref_mass, max_pairs=max_pairs),
-            "w2_particles": math.nan if part is None else w2_weighted(msh.points, mass, part[0], part[1], max_pairs=max_pairs),
-            "grid_steps": info["grid_steps"],
-            "rejections": info["rejections"],
-            "mass_error": info["mass_error"],
-            "min_mass": info["min_mass"],
-            "wall_time": info["wall_time"],
-            "role": "reference" if is_ref else "study",
-        }
-        rows.append(row)
-        say(f"W2 N={msh.N}: ref {row['w2_reference']:.4g}, particles {row['w2_particles']:.4g}")
-    study = [r for r in rows if r["role"] == "study"]
-    for key in ("reference", "particles"):
-        orders = observed_orders([r["h"] for r in study], [r[f"w2_{key}"] for r in study])
-        for r, p in zip(study, orders):
-            r[f"order_{key}"] = p
-    if part is not None:  # the particle order runs over every row, the reference included
-        orders = observed_orders([r["h"] for r in rows], [r["w2_particles"] for r in rows])
-        for r, p in zip(rows, orders):
-            r["order_particles"] = p
-    for r in rows:
-        r.setdefault("order_reference", math.nan)
-        r.setdefault("order_particles", math.nan)
-    return rows
-
-
-# ----------------------------------------------------------------------------- benchmark
-
-
-def bench_grid(
-    cells_list: Sequence[int] = (2000, 8000, 32000),
-    *,
-    beta: float = 4.0,
-    attention: str = "softmax",
-    backend: str = "auto",
-    method: str = "ssprk3",
-    family: str = "fibonacci",
-    repeats: int = 1,
-) -> list[dict[str, Any]]:
-    r"""Time the grid solver's velocity quadrature and one SSP step, and their peak memory.
-
-    For each mesh size: one identity head, a vMF(κ=4) density; the best of
-    ``repeats`` timings of ``model.velocity`` on the cells (``velocity_s``) and
-    of one step at the CFL size (``step_s``, ``stages`` velocity evaluations
-    plus the fluxes), ``cell_steps_per_s = N / step_s``, and the peak of
-    :mod:`tracemalloc` over one step (``peak_bytes``, ``bytes_per_cell``;
-    NumPy allocations only — numba's own scratch is not traced).
-
-    Returns
-    -------
-    list of dict
-        Keys ``cells``, ``edges``, ``backend``, ``mesh_s``, ``velocity_s``,
-        ``step_s``, ``cell_steps_per_s``, ``peak_bytes``, ``bytes_per_cell``.
-    """
-    from meanfield.heads import HeadStack
-    from meanfield.mesh import mesh_from_points
-    from meanfield.model import ConstantHeads
-
-    model = Model(d=3, beta=beta, attention=attention, heads=ConstantHeads(HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])),
-                  backend=backend)
-    rows = []
-    for cells in cells_list:
-        started = time.perf_counter()
-        msh = build_mesh(int(cells), family)
-        mesh_s = time.perf_counter() - started
-        if family == "fibonacci":  # time an uncached build too
-            started = time.perf_counter()
-            mesh_from_points(msh.points, family=family)
-            mesh_s = time.perf_counter() - started
-        mass = initial_mass(msh, "vmf", kappa=4.0)
-        stepper = GridStepper(model, msh, method=method, backend=backend)
-        stepper.velocity(mass, 0.0)  # warm-up (numba compilation, thread pool)
-        vel_s = min(_timed(lambda: stepper.velocity(mass, 0.0)) for _ in range(max(1, repeats)))
-        step_s = min(_timed(lambda: stepper.step(mass, 0.0)) for _ in range(max(1, repeats)))
-        tracemalloc.start()
-        try:
-            stepper.step(mass, 0.0)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-        rows.append({
-            "cells": msh.N,
-            "edges": msh.E,
-            "backend": backend,
-            "mesh_s": mesh_s,
-            "velocity_s": vel_s,
-            "step_s": step_s,
-            "cell_steps_per_s": msh.N / step_s,
-            "peak_bytes": int(peak),
-            "bytes_per_cell": peak / msh.N,
-        })
-    return rows
-
-
-def _timed(fn: Callable[[], Any]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
+    return GridSolver(method=solver["method"], cfl=solver["cfl"], dt_max=cfg["grid"]["dt_max"] or None)

@@ -9,7 +9,7 @@ r"""Minimizing movements (JKO) in the weighted Wasserstein geometry of seed 004 
 the authors' code).  The heads must be symmetric and value-aligned (:math:`V_h=B_h`);
 as :math:`\tau\to0` the scheme converges, at order 1, to the transformer PDE
 :math:`\partial_t\mu+\operatorname{div}(\mu\,\sigma\hat b P^\perp\nabla\delta E/\delta\mu)=0`,
-i.e. the ``pooled`` attention kind (:mod:`meanfield.mobility`).
+i.e. the ``pooled`` attention kind (:mod:`meanfield.analysis.mobility`).
 
 Particle JKO (:class:`ParticleJKOStepper`)
     With :math:`y_i=x_i^k` and the effective mobility :math:`\hat b_i` frozen at
@@ -49,7 +49,7 @@ Particle JKO (:class:`ParticleJKOStepper`)
     ``method = "lbfgs-frozen"``.
 
 Grid JKO on :math:`S^2` (:class:`GridJKOStepper`)
-    A linearised JKO step on a spherical Voronoi mesh (:mod:`meanfield.mesh`).
+    A linearised JKO step on a spherical Voronoi mesh (:mod:`meanfield.geometry.mesh`).
     Linearising the energy and freezing the metric at :math:`\mu_k`, the
     minimizing movement is the push-forward of :math:`\mu_k` by the time-:math:`\tau`
     flow of :math:`u^k=\sigma\hat b_k\nabla\phi_k`, :math:`\phi_k=\delta E/\delta\mu(\mu_k,t_{k+1})`.
@@ -76,7 +76,7 @@ Grid JKO on :math:`S^2` (:class:`GridJKOStepper`)
     conservative) until :math:`\|m^{(p+1)}-m^{(p)}\|_1\le` ``tol``.
     ``edge_flux = "velocity"`` uses instead the grid solver's edge velocity
     :math:`\tfrac12(X_i+X_j)\cdot n_{ij}` of the pooled field (same spatial
-    operator as :mod:`solvers.grid`, for comparisons).
+    operator as :mod:`meanfield.solvers.grid`, for comparisons).
 
 Energy–dissipation identity (tracked per step)
     :math:`E(\mu_T,T)-E(\mu_0,0)=\int_0^T[\tfrac12|\dot\mu|_m^2+\tfrac12|\partial E|^2+\partial_tE]\,dt`
@@ -92,7 +92,7 @@ Examples
 >>> import numpy as np
 >>> from meanfield.heads import HeadStack
 >>> from meanfield.model import ConstantHeads, Model
->>> from meanfield.sphere import sample_uniform
+>>> from meanfield.geometry.sphere import sample_uniform
 >>> model = Model(d=3, beta=1.0, attention="pooled", heads=ConstantHeads(HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])))
 >>> result = jko_simulate(model, sample_uniform(32, 3, seed=0), tau=0.1, t_final=0.5)
 >>> result.t.tolist(), bool(result.diagnostics["jko_residual"][-1] < 1e-10)
@@ -101,27 +101,28 @@ Examples
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
-from meanfield.energy import energy_theta
+from meanfield.analysis.energy import energy_theta
 from meanfield.errors import ConfigError, RunFailed
 from meanfield.heads import HeadStack
-from meanfield.mobility import (
+from meanfield.analysis.mobility import (
     MobilityField,
     authors_slope_squared,
     energy_time_derivative,
     mobility_field,
 )
 from meanfield.model import Model
-from meanfield.schedules import head_structure, schedule_derivative
-from meanfield.sphere import exp_map, geodesic_distance, log_map, normalize, project_tangent, sphere_error
-from solvers.loop import RunResult, Tracker, run_loop, save_times
+from meanfield.heads.schedules import head_structure, schedule_derivative
+from meanfield.geometry.sphere import exp_map, geodesic_distance, log_map, normalize, project_tangent, sphere_error
+from meanfield.solvers.loop import RunSetup, Tracker
+from meanfield.solvers.trackers import EnergyTracker, FiniteTracker, SphereTracker
 
 __all__ = [
     "StepReport",
@@ -130,8 +131,8 @@ __all__ = [
     "JKOTracker",
     "EnergyDissipationTracker",
     "check_gradient_structure",
-    "jko_simulate",
-    "run_setup",
+    "JKOSolver",
+    "solver_from_config",
     "JKO_VARIANTS",
     "MOBILITIES",
 ]
@@ -272,7 +273,7 @@ def check_gradient_structure(model: Model, *, t: float = 0.0) -> None:
 
     The JKO scheme is the gradient flow of :math:`E(\\mu,t)`, which drives the
     ``pooled`` dynamics only for :math:`B_h=B_h^\\top`, :math:`V_h=B_h` (seed 004).
-    The schedules of :mod:`meanfield.schedules` keep this structure at all times.
+    The schedules of :mod:`meanfield.heads.schedules` keep this structure at all times.
     """
     s = head_structure(model.heads.at(t))
     bad = [h for h in range(len(s["b_symmetric"])) if not (s["b_symmetric"][h] and s["v_aligned"][h])]
@@ -582,7 +583,7 @@ class GridJKOStepper:
         Picard iteration cap.
     edge_flux : {"potential", "velocity"}
         Two-point potential differences (default, the gradient-flow structure)
-        or the averaged cell-centre pooled velocity of :mod:`solvers.grid`.
+        or the averaged cell-centre pooled velocity of :mod:`meanfield.solvers.grid`.
     max_halvings : int
         Nested step halvings after which the step fails.
     """
@@ -802,7 +803,7 @@ class EnergyDissipationTracker:
     Keys: ``energy_theta`` (:math:`E(\mu_t,t)`), ``slope2`` (:math:`|\partial E|^2`),
     ``metric_speed2`` (:math:`|\dot\mu|_m^2=\int\|\dot x\|^2/\hat b\,d\mu`, with the
     model's own velocity), ``dE_dt_explicit`` (:math:`\partial_tE`) and
-    ``authors_G2`` (:func:`meanfield.mobility.authors_slope_squared`).  For the
+    ``authors_G2`` (:func:`meanfield.analysis.mobility.authors_slope_squared`).  For the
     pooled flow :math:`|\dot\mu|_m^2=|\partial E|^2` and
     :math:`\tfrac{d}{dt}E=|\partial E|^2+\partial_tE` (ascent).
 
@@ -845,68 +846,71 @@ class EnergyDissipationTracker:
 # ----------------------------------------------------------------------------- drivers
 
 
-def jko_simulate(
-    model: Model,
-    state0: np.ndarray,
-    *,
-    tau: float,
-    t_final: float,
-    save_every: float | None = None,
-    variant: str = "particle",
-    mobility: str = "frozen",
-    tol: float = 1e-10,
-    weights: np.ndarray | None = None,
-    mesh: Any = None,
-    trackers: Sequence[Tracker] = (),
-    **options: Any,
-) -> RunResult:
-    """Functional one-liner: JKO from ``state0`` to ``t_final``; the result carries the per-step reports.
+@dataclass(frozen=True)
+class JKOSolver:
+    r"""Numerical options of the JKO scheme (minimizing movements in the weighted Wasserstein metric).
+
+    .. math::
+
+        \mu_{k+1}\in\arg\min_\mu\ \frac{W_{m,2}^2(\mu,\mu_k)}{2\tau} - \sigma E(\mu, t_{k+1})
+
+    Tokens when the problem holds tokens, the linearised grid step when it holds a
+    density on a mesh.  The model must have symmetric value-aligned heads; the
+    scheme is the gradient flow whose PDE is the ``pooled`` kind.
 
     Parameters
     ----------
-    model : Model
-    state0 : array
-        Tokens (n, d) for ``variant="particle"``; cell masses (N,) for ``"grid"``.
-    tau, t_final : float
-    save_every : float, optional
-        Time between saved frames (default: only the first and last).
-    variant : {"particle", "grid"}
+    tau : float
+        Step :math:`\tau`.
     mobility : {"frozen", "implicit"}
+        Mobility frozen at :math:`\mu_k`, or iterated to the new measure.
     tol : float
-    weights : (n,) array, optional
-        Particle masses.
-    mesh : SphericalMesh
-        Required for ``variant="grid"``.
-    trackers : sequence of Tracker
-        Extra trackers (a :class:`JKOTracker` is always first).
-    **options
+        Inner-solver tolerance.
+    keep_reports : bool
+        Keep every step's :class:`StepReport` in ``run.info["reports"]``.
+    options : dict
         Passed to the stepper (``max_iter``, ``memory``, ``force_lbfgs``, ``edge_flux`` …).
-
-    Returns
-    -------
-    RunResult
-        ``info["reports"]`` is the list of :class:`StepReport`.
     """
-    if variant == "particle":
-        stepper: Any = ParticleJKOStepper(model, tau=tau, mobility=mobility, tol=tol, weights=weights, **options)
-        state = np.asarray(state0, dtype=float)
-        if sphere_error(state) > 1e-15:  # keep unit input bit-for-bit (replays, resumed runs)
-            state = normalize(state)
-    elif variant == "grid":
-        if mesh is None:
-            raise ValueError("variant='grid' needs a mesh")
-        stepper = GridJKOStepper(model, mesh, tau=tau, mobility=mobility, tol=tol, **options)
-        state = np.asarray(state0, dtype=float)
-    else:
-        raise ValueError(f"variant must be one of {JKO_VARIANTS}, got {variant!r}")
-    times = save_times(0.0, t_final, save_every or max(t_final, tau))
-    result = run_loop(stepper, state, times, trackers=[JKOTracker(stepper), *trackers])
-    result.info.update(stepper.stats)
-    result.info["reports"] = stepper.reports
-    return result
+
+    tau: float = 0.05
+    mobility: str = "frozen"
+    tol: float = 1e-10
+    keep_reports: bool = True
+    options: Mapping[str, Any] = field(default_factory=dict)
+    kind: ClassVar[str] = "jko"
+
+    def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:  # noqa: ARG002
+        """Stepper and trackers: the JKO step reports, finite values and the sphere (tokens) or the mass (grid), energies."""
+        model = problem.model
+        _check_model(model)
+        if not problem.on_grid:
+            stepper: Any = ParticleJKOStepper(model, tau=self.tau, mobility=self.mobility, tol=self.tol, weights=problem.weights,
+                                              keep_reports=self.keep_reports, **self.options)
+            trackers: list[Tracker] = [FiniteTracker(), SphereTracker(), JKOTracker(stepper)]
+            if energy:
+                trackers += [EnergyTracker(model, weights=problem.weights), EnergyDissipationTracker(model, weights=problem.weights)]
+            state_name, static = "x", {}
+        else:
+            from meanfield.solvers.grid import GridEnergyTracker, MassTracker
+
+            stepper = GridJKOStepper(model, problem.mesh, tau=self.tau, mobility=self.mobility, tol=self.tol,
+                                     keep_reports=self.keep_reports, **self.options)
+            trackers = [MassTracker(total=float(problem.initial.sum())), JKOTracker(stepper)]
+            if energy:
+                trackers += [GridEnergyTracker(model, problem.mesh), EnergyDissipationTracker(model, mesh=problem.mesh)]
+            state_name = "mass"
+            static = {"points": np.array(problem.mesh.points), "areas": np.array(problem.mesh.areas)}
+
+        def info() -> dict[str, Any]:
+            out = dict(stepper.stats)
+            if self.keep_reports:
+                out["reports"] = stepper.reports
+            return out
+
+        return RunSetup(model, stepper, problem.initial, state_name, static, trackers, info=info)
 
 
-def _check_config(cfg: dict[str, Any], model: Model) -> None:
+def _check_model(model: Model) -> None:
     try:
         check_gradient_structure(model)
     except ValueError as exc:
@@ -914,47 +918,12 @@ def _check_config(cfg: dict[str, Any], model: Model) -> None:
     if model.attention != "pooled" and not (model.attention == "softmax" and model.heads.at(0.0).H == 1):
         raise ConfigError(
             "model.attention",
-            f"the JKO scheme is the gradient flow whose PDE is the 'pooled' kind (seed 004); got {model.attention!r}"
-            " (softmax is accepted only with one head, where it coincides with pooled)",
+            f"the JKO scheme is the gradient flow whose PDE is the 'pooled' kind (Massucco et al., arXiv 2605.18870); "
+            f"got {model.attention!r} (softmax is accepted only with one head, where it coincides with pooled)",
         )
 
 
-def run_setup(cfg: dict[str, Any], model: Model) -> Any:
-    """``solver.kind = "jko"`` for :mod:`solvers.run` (``solver.variant``, ``tau``, ``mobility``, ``tol``).
-
-    Particles: state ``x``, trackers finite/sphere/JKO/energy/EDI.  Grid:
-    state ``mass``, statics ``points``/``areas``, trackers mass/JKO/energy/EDI.
-    With time-dependent weights :func:`solvers.run.setup_run` stores the path under
-    ``weights/`` (:func:`meanfield.schedules.weights_static`).
-    """
-    from meanfield.build import initial_tokens
-    from solvers.run import RunSetup
-    from solvers.trackers import EnergyTracker, FiniteTracker, SphereTracker
-
-    _check_config(cfg, model)
+def solver_from_config(cfg: dict[str, Any]) -> JKOSolver:
+    """The :class:`JKOSolver` of a resolved config (``solver.tau``, ``mobility``, ``tol``)."""
     solver = cfg["solver"]
-    static: dict[str, np.ndarray] = {}  # the weight path is added by solvers.run.setup_run
-    trackers: list[Tracker] = []
-    if solver["variant"] == "particle":
-        stepper: Any = ParticleJKOStepper(model, tau=solver["tau"], mobility=solver["mobility"], tol=solver["tol"],
-                                          keep_reports=False)
-        state = initial_tokens(cfg)
-        trackers += [FiniteTracker(), SphereTracker(), JKOTracker(stepper)]
-        if cfg["track"]["energy"]:
-            trackers += [EnergyTracker(model), EnergyDissipationTracker(model)]
-        return RunSetup(model, stepper, state, "x", static, trackers, info=lambda: stepper.stats)
-    if model.d != 3:
-        raise ConfigError("model.d", f"the grid JKO works on S² (d = 3), got d={model.d}")
-    from meanfield.mesh import initial_mass
-    from solvers.grid import GridEnergyTracker, MassTracker, grid_init, grid_mesh
-
-    msh = grid_mesh(cfg)
-    kind, params = grid_init(cfg)
-    mass0 = initial_mass(msh, kind, **params)
-    stepper = GridJKOStepper(model, msh, tau=solver["tau"], mobility=solver["mobility"], tol=solver["tol"],
-                             keep_reports=False)
-    trackers += [MassTracker(total=float(mass0.sum())), JKOTracker(stepper)]
-    if cfg["track"]["energy"]:
-        trackers += [GridEnergyTracker(model, msh), EnergyDissipationTracker(model, mesh=msh)]
-    static.update({"points": np.array(msh.points), "areas": np.array(msh.areas)})
-    return RunSetup(model, stepper, mass0, "mass", static, trackers, info=lambda: stepper.stats)
+    return JKOSolver(tau=solver["tau"], mobility=solver["mobility"], tol=solver["tol"], keep_reports=False)

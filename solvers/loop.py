@@ -27,6 +27,7 @@ import numpy as np
 from meanfield.errors import RunFailed
 
 __all__ = [
+    "RunSetup",
     "Stepper",
     "Tracker",
     "StopRun",
@@ -85,6 +86,35 @@ class RunResult:
     @property
     def final(self) -> np.ndarray:
         return self.states[-1]
+
+
+@dataclass
+class RunSetup:
+    """Everything the loop needs for one run, as a solver builds it.
+
+    Attributes
+    ----------
+    model : Model-like
+        The vector field (for summaries and trackers).
+    stepper : Stepper
+    state : array
+        The state at the first save time: tokens ``(n, d)`` or cell masses ``(N,)``.
+    state_name : {"x", "mass"}
+        The HDF5 dataset the states go to.
+    static : dict of arrays
+        Arrays written once (``points``, ``areas``, the weight path …).
+    trackers : list of Tracker
+    info : callable
+        Returns the stepper's counters once the run is over.
+    """
+
+    model: Any
+    stepper: Any
+    state: np.ndarray
+    state_name: str
+    static: dict[str, np.ndarray] = field(default_factory=dict)
+    trackers: list[Any] = field(default_factory=list)
+    info: Callable[[], dict[str, Any]] = dict
 
 
 def save_times(t_start: float, t_final: float, save_every: float) -> np.ndarray:

@@ -4,34 +4,26 @@ r"""Particle solver for :math:`\dot x_i=\sigma P^\perp_{x_i}v_i` (MODEL.md §1�
 
     \dot x_i = \sigma\,P^\perp_{x_i}\, v_i(x_1,\dots,x_n; t), \qquad x_i\in S^{d-1}
 
-integrated by a registered Runge–Kutta scheme (:mod:`solvers.integrators`)
+integrated by a registered Runge–Kutta scheme (:mod:`meanfield.solvers.integrators`)
 with stage points put back on the sphere.
 
-Examples
---------
->>> from meanfield.model import Model, ConstantHeads
->>> from meanfield.heads import HeadStack
->>> from meanfield.sphere import sample_uniform
->>> import numpy as np
->>> model = Model(d=3, beta=4.0, attention="softmax", heads=ConstantHeads(HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])))
->>> result = simulate(model, sample_uniform(64, 3, seed=0), t_final=1.0, dt=0.05, save_every=0.5)
->>> result.t.tolist()
-[0.0, 0.5, 1.0]
+Run it with :func:`meanfield.solve` and :class:`ParticleSolver`.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
 from meanfield.model import Model
-from meanfield.sphere import normalize
-from solvers.integrators import DormandPrince, from_name
-from solvers.loop import RunResult, Tracker, run_loop, save_times
+from meanfield.geometry.sphere import normalize
+from meanfield.solvers.integrators import DormandPrince, from_name
+from meanfield.solvers.loop import RunSetup, Tracker
+from meanfield.solvers.trackers import EnergyTracker, FiniteTracker, SphereTracker, SteadyStateTracker
 
-__all__ = ["ParticleStepper", "simulate"]
+__all__ = ["ParticleStepper", "ParticleSolver"]
 
 
 class ParticleStepper:
@@ -94,36 +86,46 @@ class ParticleStepper:
         return x
 
 
-def simulate(
-    model: Model,
-    x0: np.ndarray,
-    *,
-    t_final: float,
-    dt: float = 0.01,
-    save_every: float | None = None,
-    method: str = "rk4",
-    trackers: Sequence[Tracker] = (),
-    weights: np.ndarray | None = None,
-    **options: Any,
-) -> RunResult:
-    """Functional one-liner: integrate ``x0`` to ``t_final`` and return the saved frames.
+@dataclass(frozen=True)
+class ParticleSolver:
+    """Numerical options of the particle solver (tokens integrated on the sphere).
 
     Parameters
     ----------
-    model : Model
-    x0 : (n, d) array
-        Initial tokens (normalised here).
-    t_final, dt, save_every : float
-        Final time, step, and time between saved frames (default: only the
-        first and the last frame).
     method : {"euler", "heun", "rk4", "rk45"}
-    trackers : sequence of Tracker
-    weights : (n,) array, optional
-    **options
-        ``rtol``, ``atol`` for ``rk45``.
+        Runge–Kutta scheme; every stage point is put back on the sphere.
+    dt : float
+        Step (fixed schemes: the largest step that divides each save interval
+        evenly is used; ``rk45``: its first trial step).
+    rtol, atol : float
+        Error control of ``rk45``.
+
+    Examples
+    --------
+    >>> import meanfield as mf
+    >>> problem = mf.Problem(mf.Model(d=3, beta=4.0), mf.sample_uniform(32, 3, seed=0))
+    >>> mf.solve(problem, mf.ParticleSolver(method="rk4", dt=0.05), t_final=0.5).frames
+    2
     """
-    stepper = ParticleStepper(model, method=method, dt=dt, weights=weights, **options)
-    times = save_times(0.0, t_final, save_every or max(t_final, dt))
-    result = run_loop(stepper, normalize(np.asarray(x0, dtype=float)), times, trackers=trackers)
-    result.info.update(stepper.stats)
-    return result
+
+    method: str = "rk4"
+    dt: float = 0.01
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    kind: ClassVar[str] = "particle"
+
+    def stepper(self, problem: Any) -> ParticleStepper:
+        """The :class:`ParticleStepper` of ``problem`` (the field is ``problem.model.velocity``)."""
+        return ParticleStepper(problem.model, method=self.method, dt=self.dt, rtol=self.rtol, atol=self.atol, weights=problem.weights)
+
+    def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:
+        """Stepper and trackers: finite values, the sphere constraint, the energies, the largest speed."""
+        if problem.on_grid:
+            raise ValueError("the particle solver takes tokens; this problem holds a grid density (use GridSolver)")
+        stepper = self.stepper(problem)
+        trackers: list[Tracker] = [FiniteTracker(), SphereTracker()]
+        if energy:
+            trackers.append(EnergyTracker(problem.model, weights=problem.weights))
+        if speed:
+            trackers.append(SteadyStateTracker(lambda x, t: stepper.model.velocity(x, t, weights=problem.weights), tol=steady_tol))
+        return RunSetup(problem.model, stepper, problem.initial, "x", {}, trackers, info=lambda: dict(stepper.stats))

@@ -1,108 +1,133 @@
 """Run a resolved configuration end to end: build, step, track, write, resume.
 
-:func:`simulate_config` is what ``meanfield simulate`` and ``meanfield run``
-call.  Solver families are registered by ``solver.kind`` in :data:`SOLVER_KINDS`;
-each entry builds ``(stepper, initial_state, state_name, static_arrays, trackers)``.
+:func:`simulate_config` is what ``meanfield simulate``, ``meanfield run`` and
+:func:`meanfield.simulate` call.  A config becomes a
+:class:`~meanfield.solvers.problem.Problem` (:func:`problem_from_config`) and a
+solver (:func:`solver_from_config`); the solver builds the stepper and its
+trackers exactly as :func:`meanfield.solve` does, and the config adds its own
+trackers (``[track]``), the weight path of time-dependent heads, and the HDF5 writer.
 """
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from meanfield.analysis.concentration import ConcentrationTracker, single_head, tracker_from_head
 from meanfield.build import build_model, initial_tokens
-from meanfield.config import dumps
 from meanfield.errors import ConfigError, RunFailed
-from meanfield.io import RunWriter, last_frame, read_config, run_status
+from meanfield.geometry.mesh import initial_mass
+from meanfield.io.runfile import RunWriter, last_frame, read_config, run_status
 from meanfield.model import Model
-from solvers.loop import RunResult, Tracker, run_loop, save_times
-from solvers.particle import ParticleStepper
-from solvers.trackers import EnergyTracker, FiniteTracker, ProgressTracker, SphereTracker, SteadyStateTracker
+from meanfield.run import Run
+from meanfield.solvers import grid as grid_solver
+from meanfield.solvers import jko as jko_solver
+from meanfield.solvers.loop import RunResult, RunSetup, Tracker, run_loop, save_times
+from meanfield.solvers.particle import ParticleSolver
+from meanfield.solvers.problem import Problem, run_status as final_status
+from meanfield.solvers.trackers import ProgressTracker
+from meanfield.solvers.zero_temperature import ZeroTemperatureSolver
 
-__all__ = ["RunSetup", "SOLVER_KINDS", "available_solver_kinds", "setup_run", "simulate_config"]
-
-
-@dataclass
-class RunSetup:
-    """Everything a run needs, built from a config."""
-
-    model: Model
-    stepper: Any
-    state: np.ndarray
-    state_name: str
-    static: dict[str, np.ndarray] = field(default_factory=dict)
-    trackers: list[Tracker] = field(default_factory=list)
-    info: Callable[[], dict[str, Any]] = dict
-
-
-def _particle_setup(cfg: dict[str, Any], model: Model) -> RunSetup:
-    solver = cfg["solver"]
-    stepper = ParticleStepper(model, method=solver["method"], dt=solver["dt"], rtol=solver["rtol"], atol=solver["atol"])
-    x0 = initial_tokens(cfg)
-    trackers: list[Tracker] = [FiniteTracker(), SphereTracker()]
-    if cfg["track"]["energy"]:
-        trackers.append(EnergyTracker(model))
-    trackers.append(SteadyStateTracker(model.velocity, tol=solver["steady_tol"]))
-    return RunSetup(model, stepper, x0, "x", {}, trackers, info=lambda: dict(stepper.stats))
+__all__ = [
+    "SOLVER_KINDS",
+    "available_solver_kinds",
+    "on_grid",
+    "problem_from_config",
+    "solver_from_config",
+    "setup_run",
+    "concentration_tracker",
+    "simulate_config",
+]
 
 
-#: solver families by ``solver.kind``: ``f(cfg, model) -> RunSetup``
-SOLVER_KINDS: dict[str, Callable[[dict[str, Any], Model], RunSetup]] = {"particle": _particle_setup}
+def _particle(cfg: dict[str, Any]) -> ParticleSolver:
+    s = cfg["solver"]
+    return ParticleSolver(method=s["method"], dt=s["dt"], rtol=s["rtol"], atol=s["atol"])
 
 
-def _register_optional() -> None:
-    """Solver families that live in their own modules register here when present."""
-    import importlib
+def _zero_temperature(cfg: dict[str, Any]) -> ZeroTemperatureSolver:
+    s = cfg["solver"]
+    return ZeroTemperatureSolver(method=s["method"], dt=s["dt"], rtol=s["rtol"], atol=s["atol"])
 
-    for kind, module in (("zero-temperature", "solvers.zero_temperature"), ("grid", "solvers.grid"), ("jko", "solvers.jko")):
-        if kind in SOLVER_KINDS:
-            continue
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name == module:
-                continue
-            raise
-        setup = getattr(mod, "run_setup", None)
-        if setup is not None:
-            SOLVER_KINDS[kind] = setup
+
+#: solver options by ``solver.kind``: ``f(resolved config) -> solver``
+SOLVER_KINDS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "particle": _particle,
+    "grid": grid_solver.solver_from_config,
+    "jko": jko_solver.solver_from_config,
+    "zero-temperature": _zero_temperature,
+}
 
 
 def available_solver_kinds() -> list[str]:
-    """The ``solver.kind`` values this installation can run."""
-    _register_optional()
+    """The ``solver.kind`` values."""
     return sorted(SOLVER_KINDS)
 
 
-def setup_run(cfg: dict[str, Any]) -> RunSetup:
-    """Build the model, the solver, the initial state and the trackers of a config."""
-    _register_optional()
+def on_grid(cfg: dict[str, Any]) -> bool:
+    """Whether the config's measure is a density on a mesh (the grid solver, or the grid JKO)."""
+    solver = cfg["solver"]
+    return solver["kind"] == "grid" or (solver["kind"] == "jko" and solver["variant"] == "grid")
+
+
+def problem_from_config(cfg: dict[str, Any], model: Model | None = None) -> Problem:
+    """The model and the initial measure of a resolved config (tokens, or cell masses on its mesh)."""
+    model = build_model(cfg) if model is None else model
+    if on_grid(cfg):
+        if model.d != 3:
+            raise ConfigError("model.d", f"the grid solver works on S² (d = 3), got d={model.d}")
+        msh = grid_solver.grid_mesh(cfg)
+        kind, params = grid_solver.grid_init(cfg)
+        return Problem(model, initial_mass(msh, kind, **params), mesh=msh)
+    return Problem(model, initial_tokens(cfg))
+
+
+def solver_from_config(cfg: dict[str, Any]) -> Any:
+    """The solver options of ``[solver]`` (and ``[grid]``)."""
     kind = cfg["solver"]["kind"]
     if kind not in SOLVER_KINDS:
-        raise ConfigError("solver.kind", f"solver {kind!r} is not available in this installation")
-    setup = SOLVER_KINDS[kind](cfg, build_model(cfg))
+        raise ConfigError("solver.kind", f"unknown solver {kind!r}; choose from {', '.join(sorted(SOLVER_KINDS))}")
+    return SOLVER_KINDS[kind](cfg)
+
+
+def concentration_tracker(cfg: dict[str, Any], setup: RunSetup) -> ConcentrationTracker:
+    """The tracker ``[track] concentration = true`` adds: W2 to Π♯ρ₀ and the eigenspace distances.
+
+    Checks Assumption 1 per ``model.assumptions`` and builds Π♯ρ₀ from the run's
+    initial state (tokens, or the masses on the mesh's ``points``).
+
+    Raises
+    ------
+    ConfigError
+        More than one head, or Assumption 1 fails under ``model.assumptions = "check"``.
+    """
+    head = single_head(cfg)
+    points = setup.static.get("points") if setup.state_name == "mass" else None
+    return tracker_from_head(
+        head.Q, head.K, head.V, setup.state, points=points, method=cfg["track"]["w2_method"], policy=cfg["model"]["assumptions"]
+    )
+
+
+def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSetup:
+    """Build the problem, the solver, the initial state and every tracker of a config.
+
+    ``trackers`` are the caller's own, run after the built-in ones.
+    """
+    problem = problem_from_config(cfg)
+    solver = solver_from_config(cfg)
+    setup = solver.setup(problem, energy=cfg["track"]["energy"], speed=True, steady_tol=cfg["solver"]["steady_tol"])
     if cfg["weights"]["schedule"] != "constant" and "weights/t" not in setup.static:
-        from meanfield.schedules import weights_static  # the weight path, so the run can be replayed
+        from meanfield.heads.schedules import weights_static  # the weight path, so that the run can be replayed
 
         setup.static.update(weights_static(setup.model.heads, cfg["solver"]["t_final"], dt=cfg["weights"]["dt"]))
-    extra = _extra_trackers(cfg, setup)
-    setup.trackers.extend(extra)
-    return setup
-
-
-def _extra_trackers(cfg: dict[str, Any], setup: RunSetup) -> list[Tracker]:
-    """Optional trackers switched on in ``[track]`` (implemented in their own modules)."""
-    trackers: list[Tracker] = []
     if cfg["track"]["concentration"]:
-        from solvers.concentration import concentration_tracker
-
-        trackers.append(concentration_tracker(cfg, setup))
-    return trackers
+        setup.trackers.append(concentration_tracker(cfg, setup))
+    setup.trackers.extend(trackers)
+    return setup
 
 
 def _check_resumable(stored: dict[str, Any], cfg: dict[str, Any], path: Path) -> None:
@@ -126,7 +151,8 @@ def simulate_config(
     resume: bool = False,
     quiet: bool = False,
     keep_states: bool | None = None,
-) -> RunResult:
+    trackers: Sequence[Tracker] = (),
+) -> Run:
     """Run a resolved config; frames go to ``out`` (HDF5) as they are saved.
 
     Parameters
@@ -140,16 +166,25 @@ def simulate_config(
         result equals an uninterrupted run's.  A missing file starts afresh.
     quiet : bool
         No progress bar.
+    keep_states : bool, optional
+        Keep the saved states in memory (default: only without ``out``).
+    trackers : sequence of Tracker
+        Extra trackers, run after the built-in ones.
+
+    Returns
+    -------
+    Run
+        In memory, or (with ``out``) reading its frames from the file.
 
     Raises
     ------
     RunFailed
         When a tracker stops the run as failed (NaN/Inf, …); every frame saved
-        so far stays in ``out``.
+        so far stays in ``out``, and ``exc.run`` holds them.
     """
     solver = cfg["solver"]
     times = save_times(0.0, solver["t_final"], solver["save_every"])
-    setup = setup_run(cfg)
+    setup = setup_run(cfg, trackers=trackers)
     state = setup.state
     record_first = True
     writer: RunWriter | None = None
@@ -193,13 +228,34 @@ def simulate_config(
         )
         result.info.update(setup.info())
         reason = result.info["stop_reason"]
-        status = "failed" if result.info["failed"] else ("completed" if reason == "t_final" else "stopped")
+        status = final_status(result.info["failed"], reason)
     finally:
         progress.close()
         if writer is not None:
-            writer.finish(status, stop_reason=reason, info=result.info if result is not None else None)
+            writer.finish(status, stop_reason=reason, info=_jsonable_info(result.info) if result is not None else None)
+    if writer is not None:
+        run = Run.load(out_path)
+        run.info.update(result.info)  # this session's counters, with the objects that stay in memory
+        run._model = setup.model  # noqa: SLF001 - the model was built already
+    else:
+        run = Run.from_states(
+            t=result.t,
+            states=np.asarray(result.states) if result.states else np.zeros((0, *np.shape(setup.state))),
+            state_name=setup.state_name,
+            diagnostics=result.diagnostics,
+            static=setup.static,
+            config=cfg,
+            status=status,
+            stop_reason=reason,
+            info=result.info,
+            model=setup.model,
+        )
     if result.info["failed"]:
         where = f"; frames so far are in {out_path}" if out_path is not None else ""
-        raise RunFailed(f"{reason}{where}")
-    result.info["config"] = dumps(cfg)
-    return result
+        raise RunFailed(f"{reason}{where}", run=run)
+    return run
+
+
+def _jsonable_info(info: dict[str, Any]) -> dict[str, Any]:
+    """The counters of a run that go into the file (per-step reports and objects stay in memory)."""
+    return {k: v for k, v in info.items() if isinstance(v, (int, float, str, bool)) or v is None}

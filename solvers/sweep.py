@@ -43,7 +43,7 @@ Where it runs
   SLURM with ``dask-jobqueue``).
 
 Processes × threads never oversubscribe the cores: each case calls
-:func:`meanfield._jit.set_num_threads` with ``cores // (worker threads on its
+:func:`meanfield.kernels.jit.set_num_threads` with ``cores // (worker threads on its
 host)`` (numba's thread count is per thread, so it is set inside the task), and
 local workers start with ``OMP/OPENBLAS/MKL_NUM_THREADS=1`` (the attention
 kernels size their own pools from ``MEANFIELD_NUM_THREADS``).  On a worker the
@@ -52,7 +52,7 @@ used, else 1.
 
 Results
 -------
-``DIR/cases/<hash>.h5`` holds each case's run (:func:`solvers.run.simulate_config`),
+``DIR/cases/<hash>.h5`` holds each case's run (:func:`meanfield.solvers.run.simulate_config`),
 and ``DIR/cases/<hash>.json`` the record of a successful case, written by the worker.
 ``DIR/ledger.jsonl`` gets one JSON line per finished case, appended and
 ``fsync``-ed as soon as the case ends: it is the durable record.
@@ -87,7 +87,6 @@ from __future__ import annotations
 
 import csv
 import importlib
-import importlib.util
 import io
 import itertools
 import json
@@ -270,18 +269,6 @@ def _resolve_hook(spec: str | Callable[..., Mapping[str, Any]]) -> Callable[...,
     return func
 
 
-def _check_available(cfg: dict[str, Any], where: str) -> None:
-    """Fail before any work when a case needs a solver family or tracker this installation lacks."""
-    from solvers import run as run_module
-
-    run_module._register_optional()  # noqa: SLF001 - the registry of solver families
-    kind = cfg["solver"]["kind"]
-    if kind not in run_module.SOLVER_KINDS:
-        raise ConfigError("solver.kind", f"solver {kind!r} is not available in this installation ({where})")
-    if cfg["track"]["concentration"] and importlib.util.find_spec("solvers.concentration") is None:
-        raise ConfigError("track.concentration", f"needs solvers.concentration, not available in this installation ({where})")
-
-
 def load_sweep(source: str | Path | Mapping[str, Any], *, base_dir: str | Path | None = None) -> Sweep:
     """Read a sweep (TOML file or mapping) and resolve every case's config.
 
@@ -372,7 +359,6 @@ def load_sweep(source: str | Path | Mapping[str, Any], *, base_dir: str | Path |
                 cfg = load_config(base, overrides)
             except ConfigError as exc:
                 raise ConfigError(exc.key, f"{exc.message} ({where})") from None
-            _check_available(cfg, where)
             digest = config_hash(cfg)
             if digest in seen:
                 raise ConfigError("cases", f"cases {seen[digest]} and {index} resolve to the same config (hash {digest}); remove one")
@@ -436,7 +422,7 @@ def _frames_on_disk(path: Path) -> int:
 
 def _simulate_case(cfg: dict[str, Any], path: Path, *, resume_partial: bool) -> int:
     """Run one case into ``path``; continue a run cut short when asked.  Returns the frames resumed from."""
-    from solvers.run import simulate_config
+    from meanfield.solvers.run import simulate_config
 
     if resume_partial and path.exists():
         frames = _frames_on_disk(path)
@@ -459,12 +445,12 @@ def _last_finite(series: np.ndarray) -> float:
 def _concentration_scalars(t: np.ndarray, w2: np.ndarray) -> dict[str, float]:
     r"""``t_min``, ``W2_min`` (and the metastable window) of :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` (seed 002, Thm 1).
 
-    Uses :func:`solvers.concentration.concentration_summary`.
+    Uses :func:`meanfield.solvers.experiments.concentration.concentration_summary`.
     """
     nan = {"t_min": math.nan, "W2_min": math.nan}
     if not np.any(np.isfinite(w2)):
         return nan
-    from solvers.concentration import concentration_summary
+    from meanfield.solvers.experiments.concentration import concentration_summary
 
     summary = concentration_summary(t, w2)
     return {
@@ -605,7 +591,7 @@ def run_case(task: Mapping[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     threads = _threads_here(task.get("threads"))
     if threads is not None:
-        from meanfield._jit import set_num_threads
+        from meanfield.kernels.jit import set_num_threads
 
         set_num_threads(threads)
     path = Path(task["path"])

@@ -2,7 +2,7 @@
 
 Each tracker is called on every saved frame as ``tracker(t, state)`` and
 returns a dict of scalars to record (or ``None``); it raises
-:class:`~solvers.loop.StopRun` to end the run.  The reason is kept in
+:class:`~meanfield.solvers.loop.StopRun` to end the run.  The reason is kept in
 ``info["stop_reason"]`` and in the HDF5 attribute ``stop_reason``.
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.energy import head_energies
+from meanfield.analysis.energy import head_energies
 from meanfield.model import Model
-from meanfield.sphere import sphere_error
-from solvers.loop import StopRun
+from meanfield.geometry.sphere import sphere_error
+from meanfield.solvers.loop import StopRun
 
 __all__ = [
     "EnergyTracker",

@@ -11,7 +11,7 @@ the softmax weights :math:`\propto e^{\beta x^\top B y}` concentrate as
 :math:`y\mapsto x^\top By` over the sphere, so :math:`v(x)\to Vy^\star = Sx/\|B^\top x\|`.
 The tokens no longer interact: each one follows the curve
 :math:`\tau\mapsto e^{\tau S}x_0/\|e^{\tau S}x_0\|` with its own clock
-:math:`d\tau/dt = 1/\|B^\top x\|` (:func:`meanfield.projection.zero_temperature_flow`)
+:math:`d\tau/dt = 1/\|B^\top x\|` (:func:`meanfield.analysis.projection.zero_temperature_flow`)
 and converges exponentially to :math:`\Pi(x_0)` when ``S`` is symmetric with a gap.
 
 Selected with ``solver.kind = "zero-temperature"``; it reuses the particle
@@ -21,31 +21,30 @@ It needs one constant softmax head with an invertible ``B``.
 Examples
 --------
 >>> import numpy as np
->>> from meanfield.sphere import sample_uniform
->>> S, B = np.diag([1.0, 0.5, 0.25]), np.eye(3)
->>> result = simulate_zero_temperature(sample_uniform(8, 3, seed=1), S=S, B=B, t_final=30.0, dt=0.1)
->>> bool(np.all(np.abs(result.final[:, 0]) > 0.999))
+>>> import meanfield as mf
+>>> head = mf.heads.Head(Q=np.eye(3), K=np.eye(3), V=np.diag([1.0, 0.5, 0.25]))
+>>> problem = mf.Problem(mf.Model(d=3, beta=1.0, heads=head), mf.sample_uniform(8, 3, seed=1))
+>>> run = mf.solve(problem, mf.ZeroTemperatureSolver(dt=0.1), t_final=30.0)
+>>> bool(np.all(np.abs(run.final[:, 0]) > 0.999))
 True
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from meanfield.build import build_heads, initial_tokens
 from meanfield.errors import ConfigError
 from meanfield.model import Model
-from meanfield.projection import COND_MAX, score_and_value
-from meanfield.sphere import normalize, project_tangent
-from solvers.loop import RunResult, Tracker, run_loop, save_times
-from solvers.particle import ParticleStepper
-from solvers.run import RunSetup
-from solvers.trackers import FiniteTracker, SphereTracker, SteadyStateTracker
+from meanfield.analysis.projection import COND_MAX
+from meanfield.geometry.sphere import project_tangent
+from meanfield.solvers.loop import RunSetup, Tracker
+from meanfield.solvers.particle import ParticleStepper
+from meanfield.solvers.trackers import FiniteTracker, SphereTracker, SteadyStateTracker
 
-__all__ = ["ZeroTemperatureField", "RayleighTracker", "field_from_config", "run_setup", "simulate_zero_temperature"]
+__all__ = ["ZeroTemperatureField", "RayleighTracker", "ZeroTemperatureSolver", "field_of"]
 
 
 @dataclass(frozen=True)
@@ -92,74 +91,60 @@ class RayleighTracker:
         return {"rayleigh": float(np.mean(self.field.rayleigh(state)))}
 
 
-def field_from_config(cfg: dict[str, Any], model: Model | None = None) -> ZeroTemperatureField:
-    """The zero-temperature field of a resolved config (one constant softmax head, invertible ``B``).
+def field_of(model: Model) -> ZeroTemperatureField:
+    """The zero-temperature field of a model with one constant softmax head and an invertible ``B``.
 
     Raises
     ------
-    ConfigError
-        More than one head (``model.heads``), another attention kind
-        (``model.attention``), time-dependent weights (``weights.schedule``),
-        or a singular ``B`` (``model.heads``).
+    ValueError
+        Another attention kind, time-dependent heads, several heads, or a singular ``B``
+        (the message names the config key it comes from).
     """
-    if cfg["model"]["attention"] != "softmax":
-        raise ConfigError("model.attention", f"the zero-temperature solver is the β → ∞ limit of softmax attention, got {cfg['model']['attention']!r}")
-    if cfg["weights"]["schedule"] != "constant":
+    from meanfield.model import ConstantHeads
+
+    if model.attention != "softmax":
+        raise ConfigError("model.attention", f"the zero-temperature solver is the β → ∞ limit of softmax attention, got {model.attention!r}")
+    if not isinstance(model.heads, ConstantHeads):
         raise ConfigError("weights.schedule", "the zero-temperature solver needs constant heads")
-    heads = build_heads(cfg)
-    if len(heads) != 1:
-        raise ConfigError("model.heads", f"the zero-temperature solver needs a single head, got {len(heads)}")
-    head = heads[0]
-    B, S = score_and_value(head.Q, head.K, head.V)
+    stack = model.heads.at(0.0)
+    if stack.H != 1:
+        raise ConfigError("model.heads", f"the zero-temperature solver needs a single head, got {stack.H}")
+    B = stack.B[0]
     cond = float(np.linalg.cond(B))
     if not cond <= COND_MAX:
         raise ConfigError("model.heads[0]", f"B = QᵀK is singular (cond = {cond:.3g}); the zero-temperature field divides by |Bᵀx|")
-    sign = 1.0 if (model.direction if model is not None else cfg["model"]["direction"]) == "ascent" else -1.0
-    return ZeroTemperatureField(S=S, B=B, sign=sign)
+    return ZeroTemperatureField(S=stack.V[0] @ B.T, B=B, sign=model.sign)
 
 
-def run_setup(cfg: dict[str, Any], model: Model) -> RunSetup:
-    """Solver family ``zero-temperature`` for :mod:`solvers.run` (``solver.kind = "zero-temperature"``)."""
-    solver = cfg["solver"]
-    field = field_from_config(cfg, model)
-    stepper = ParticleStepper(field, method=solver["method"], dt=solver["dt"], rtol=solver["rtol"], atol=solver["atol"])  # type: ignore[arg-type]
-    x0 = initial_tokens(cfg)
-    trackers: list[Tracker] = [FiniteTracker(), SphereTracker()]
-    if cfg["track"]["energy"]:
-        trackers.append(RayleighTracker(field))
-    trackers.append(SteadyStateTracker(field.velocity, tol=solver["steady_tol"]))
-    return RunSetup(model, stepper, x0, "x", {}, trackers, info=lambda: dict(stepper.stats))
+@dataclass(frozen=True)
+class ZeroTemperatureSolver:
+    r"""Numerical options of the zero-temperature solver: the β → ∞ limit :math:`\dot x=\sigma P^\perp_x(Sx)/\|B^\top x\|`.
 
-
-def simulate_zero_temperature(
-    x0: ArrayLike,
-    *,
-    S: ArrayLike,
-    B: ArrayLike,
-    t_final: float,
-    dt: float = 0.01,
-    save_every: float | None = None,
-    method: str = "rk4",
-    direction: str = "ascent",
-    trackers: tuple[Tracker, ...] = (),
-    **options: Any,
-) -> RunResult:
-    r"""Functional one-liner: integrate :math:`\dot x=\sigma P^\perp_x(Sx)/\|B^\top x\|` from ``x0``.
+    The model must have one constant softmax head with an invertible ``B``; its β is not used.
 
     Parameters
     ----------
-    x0 : (n, d) array-like
-        Initial tokens (normalised here).
-    S, B : (d, d) array-like
-    t_final, dt, save_every : float
     method : {"euler", "heun", "rk4", "rk45"}
-    direction : {"ascent", "descent"}
-    **options
-        ``rtol``, ``atol`` for ``rk45``.
+    dt : float
+    rtol, atol : float
+        Error control of ``rk45``.
     """
-    field = ZeroTemperatureField(S=np.asarray(S, dtype=float), B=np.asarray(B, dtype=float), sign=1.0 if direction == "ascent" else -1.0)
-    stepper = ParticleStepper(field, method=method, dt=dt, **options)  # type: ignore[arg-type]
-    times = save_times(0.0, t_final, save_every or max(t_final, dt))
-    result = run_loop(stepper, normalize(np.asarray(x0, dtype=float)), times, trackers=trackers)
-    result.info.update(stepper.stats)
-    return result
+
+    method: str = "rk4"
+    dt: float = 0.01
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    kind: ClassVar[str] = "zero-temperature"
+
+    def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:
+        """Stepper and trackers: finite values, the sphere, the mean Rayleigh quotient, the largest speed."""
+        if problem.on_grid:
+            raise ValueError("the zero-temperature solver takes tokens, not a grid density")
+        field = field_of(problem.model)
+        stepper = ParticleStepper(field, method=self.method, dt=self.dt, rtol=self.rtol, atol=self.atol)  # type: ignore[arg-type]
+        trackers: list[Tracker] = [FiniteTracker(), SphereTracker()]
+        if energy:
+            trackers.append(RayleighTracker(field))
+        if speed:
+            trackers.append(SteadyStateTracker(field.velocity, tol=steady_tol))
+        return RunSetup(problem.model, stepper, problem.initial, "x", {}, trackers, info=lambda: dict(stepper.stats))

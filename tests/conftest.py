@@ -26,7 +26,7 @@ def _one_blas_thread():
     """Tests check results, not speed: keep BLAS on one thread so that the suite's
     timing does not depend on how loaded the 2 cores are (threaded BLAS on small
     products is 10–200× slower under load)."""
-    from meanfield._jit import one_blas_thread
+    from meanfield.kernels.jit import one_blas_thread
 
     with one_blas_thread():
         yield

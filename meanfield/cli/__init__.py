@@ -11,39 +11,46 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from importlib.metadata import entry_points
-from typing import Any
 
+from meanfield import __version__
 from meanfield.errors import ConfigError, RunFailed
 
-__all__ = ["main", "COMMANDS"]
+__all__ = ["main", "build_parser", "COMMANDS"]
 
-#: sub-commands that need only the model, in the order ``meanfield --help`` lists them
-COMMANDS: tuple[str, ...] = ("info", "diagnose", "theory", "inspect")
-#: entry-point group through which other packages (our ``solvers``) add sub-commands,
-#: so that the model package never imports a solver
-ENTRY_POINT_GROUP = "meanfield.commands"
+#: the sub-commands, in the order ``meanfield --help`` lists them: running, looking at a run,
+#: studies, the papers, real checkpoints, and the tools around them
+COMMANDS: tuple[str, ...] = (
+    "run",
+    "simulate",
+    "info",
+    "diagnose",
+    "concentration",
+    "convergence",
+    "sweep",
+    "reproduce",
+    "theory",
+    "inspect",
+    "bench",
+    "examples",
+)
 
-
-def _command_modules() -> list[Any]:
-    modules = []
-    for name in COMMANDS:
-        try:
-            modules.append(importlib.import_module(f"meanfield.cli.{name}"))
-        except ModuleNotFoundError as exc:  # a command not built in this installation
-            if exc.name != f"meanfield.cli.{name}":
-                raise
-    for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        modules.append(importlib.import_module(entry.value))
-    return modules
+DESCRIPTION = (
+    "Mean-field dynamics of transformers on the sphere: tokens are points of S^(d-1) and self-attention "
+    "moves them by the continuity equation d/dt mu + div(mu X[mu]) = 0. Solve it with particles, on a "
+    "spherical grid or by a JKO scheme, measure Wasserstein convergence, and reproduce the figures of "
+    "Pendharkar (arXiv 2605.04279), Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931) and Massucco, "
+    "Del Grande, Carioni, Brune and Schönlieb (arXiv 2605.18870)."
+)
+EPILOG = "Exit status: 0 success, 1 a failed run, 2 bad input. 'meanfield COMMAND --help' describes each command."
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``meanfield`` parser with every registered sub-command."""
-    parser = argparse.ArgumentParser(prog="meanfield", description="Mean-field transformer dynamics on the sphere.")
+    """The ``meanfield`` parser with every sub-command."""
+    parser = argparse.ArgumentParser(prog="meanfield", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"meanfield {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in _command_modules():
-        module.add_parser(sub)
+    for name in COMMANDS:
+        importlib.import_module(f"meanfield.cli.{name}").add_parser(sub)
     return parser
 
 
@@ -69,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
-        print(f"meanfield {args.command}: interrupted; saved frames are kept", file=sys.stderr)
+        message = getattr(args, "interrupted", "interrupted; saved frames are kept")
+        print(f"meanfield {args.command}: {message}", file=sys.stderr)
         return 1
     return int(status or 0)
 

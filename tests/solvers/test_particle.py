@@ -14,15 +14,16 @@ from scipy.integrate import simpson
 
 from meanfield.cli import main
 from meanfield.config import load_config
-from meanfield.energy import energy_multi
+from meanfield.analysis.energy import energy_multi
 from meanfield.heads import Head, HeadStack, stack_heads
-from meanfield.io import read_run
+from meanfield.run import load
 from meanfield.model import ConstantHeads, Model
-from meanfield.sphere import sample_equiangular, sample_uniform
-from meanfield.theory import solve_equiangular
-from solvers.integrators import INTEGRATORS
-from solvers.particle import simulate
-from solvers.run import simulate_config
+from meanfield.geometry.sphere import sample_equiangular, sample_uniform
+from meanfield.analysis.theory import solve_equiangular
+from meanfield.solvers.integrators import INTEGRATORS
+from meanfield.solvers.run import simulate_config
+from meanfield.solvers.particle import ParticleSolver
+from meanfield.solvers.problem import Problem, solve
 
 
 def random_model(rng, *, H=2, d=3, beta=2.0, kind="softmax"):
@@ -33,7 +34,7 @@ def random_model(rng, *, H=2, d=3, beta=2.0, kind="softmax"):
 @pytest.mark.parametrize("method", sorted(INTEGRATORS))
 def test_points_stay_on_the_sphere(rng, method):
     model = random_model(rng)
-    result = simulate(model, sample_uniform(40, 3, seed=1), t_final=2.0, dt=0.05, save_every=0.5, method=method)
+    result = solve(Problem(model, sample_uniform(40, 3, seed=1)), ParticleSolver(dt=0.05, method=method), t_final=2.0, save_every=0.5, energy=False, speed=False)
     for x in result.states:
         np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, rtol=0, atol=1e-12)
 
@@ -42,7 +43,7 @@ def test_points_stay_on_the_sphere(rng, method):
 def test_measured_convergence_order(rng, method, order, dts):
     model = random_model(rng, H=2, d=4)
     x0 = sample_uniform(24, 4, seed=2)
-    finals = [simulate(model, x0, t_final=1.0, dt=dt, method=method).final for dt in dts]
+    finals = [solve(Problem(model, x0), ParticleSolver(dt=dt, method=method), t_final=1.0, energy=False, speed=False).final for dt in dts]
     e1 = np.abs(finals[0] - finals[1]).max()
     e2 = np.abs(finals[1] - finals[2]).max()
     observed = np.log2(e1 / e2)
@@ -52,8 +53,8 @@ def test_measured_convergence_order(rng, method, order, dts):
 def test_rk45_meets_its_tolerance(rng):
     model = random_model(rng)
     x0 = sample_uniform(30, 3, seed=3)
-    reference = simulate(model, x0, t_final=2.0, dt=0.005, method="rk4").final
-    result = simulate(model, x0, t_final=2.0, dt=0.1, method="rk45", rtol=1e-9, atol=1e-11)
+    reference = solve(Problem(model, x0), ParticleSolver(dt=0.005, method="rk4"), t_final=2.0, energy=False, speed=False).final
+    result = solve(Problem(model, x0), ParticleSolver(dt=0.1, method="rk45", rtol=1e-9, atol=1e-11), t_final=2.0, energy=False, speed=False)
     np.testing.assert_allclose(result.final, reference, atol=1e-7)
     assert result.info["steps"] < 400  # it adapts: far fewer steps than the fixed-step reference
 
@@ -68,7 +69,7 @@ def test_thm11_energy_identity_along_a_run(rng):
         heads.append(Head(Q=np.linalg.cholesky(b + 1e-9 * np.eye(d)).T, K=np.linalg.cholesky(b + 1e-9 * np.eye(d)).T, V=None))
     stack = HeadStack(B=np.stack([h.B for h in heads]), V=np.stack([h.B for h in heads]))
     model = Model(d=d, beta=1.5, attention="unnormalized", heads=ConstantHeads(stack))
-    result = simulate(model, sample_uniform(n, d, seed=4), t_final=2.0, dt=0.005, save_every=0.02)
+    result = solve(Problem(model, sample_uniform(n, d, seed=4)), ParticleSolver(dt=0.005), t_final=2.0, save_every=0.02, energy=False, speed=False)
     energy = np.array([energy_multi(x, stack, beta=1.5) for x in result.states])
     power = np.array([np.mean(np.sum(model.velocity(x, 0.0) ** 2, axis=1)) for x in result.states])
     assert np.all(np.diff(energy) >= -1e-13)  # E never decreases
@@ -83,7 +84,7 @@ def test_thm22_equiangular_ode_matches_particles():
     stack = stack_heads([Head.scalar(lam, d) for lam in lambdas])
     model = Model(d=d, beta=beta, attention="softmax", heads=ConstantHeads(stack))
     x0 = sample_equiangular(n, d, gamma=0.1, seed=5)
-    result = simulate(model, x0, t_final=3.0, dt=0.01, save_every=0.25)
+    result = solve(Problem(model, x0), ParticleSolver(dt=0.01), t_final=3.0, save_every=0.25, energy=False, speed=False)
     gram = np.einsum("tid,tjd->tij", np.array(result.states), np.array(result.states))
     off = ~np.eye(n, dtype=bool)
     gamma_particles = gram[:, off]
@@ -114,36 +115,23 @@ def test_resume_after_interrupt_equals_uninterrupted(tmp_path):
     assert full.info["stop_reason"] == "t_final"
     # a run that dies after 3 frames (KeyboardInterrupt raised from inside the loop)
     resolved = load_config(cfg)
-    from solvers import run as run_module
+    calls = {"n": 0}
 
-    original = run_module.setup_run
+    def bomb(t, state):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise KeyboardInterrupt
+        return None
 
-    def dying_setup(c):
-        setup = original(c)
-        calls = {"n": 0}
-
-        def bomb(t, state):
-            calls["n"] += 1
-            if calls["n"] > 3:
-                raise KeyboardInterrupt
-            return None
-
-        setup.trackers.append(bomb)
-        return setup
-
-    run_module.setup_run = dying_setup
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            simulate_config(resolved, tmp_path / "part.h5", quiet=True)
-    finally:
-        run_module.setup_run = original
+    with pytest.raises(KeyboardInterrupt):
+        simulate_config(resolved, tmp_path / "part.h5", quiet=True, trackers=[bomb])
     with h5py.File(tmp_path / "part.h5", "r") as f:
         assert f["t"].shape[0] == 3
     simulate_config(resolved, tmp_path / "part.h5", resume=True, quiet=True)
-    a, b = read_run(tmp_path / "full.h5"), read_run(tmp_path / "part.h5")
-    np.testing.assert_array_equal(a["t"], b["t"])
-    np.testing.assert_array_equal(a["x"], b["x"])  # bit for bit
-    assert b["status"] == "completed"
+    a, b = load(tmp_path / "full.h5"), load(tmp_path / "part.h5")
+    np.testing.assert_array_equal(a.t, b.t)
+    np.testing.assert_array_equal(a.x, b.x)  # bit for bit
+    assert b.status == "completed"
 
 
 def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
@@ -169,9 +157,9 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
     assert status == 0
     reference = tmp_path / "reference.h5"
     assert main(["simulate", str(path), "-o", str(reference), "--quiet"]) == 0
-    a, b = read_run(reference), read_run(out)
-    np.testing.assert_array_equal(a["t"], b["t"])
-    np.testing.assert_array_equal(a["x"][-1], b["x"][-1])
+    a, b = load(reference), load(out)
+    np.testing.assert_array_equal(a.t, b.t)
+    np.testing.assert_array_equal(a.x[-1], b.x[-1])
 
 
 def test_resume_refuses_another_config(tmp_path, capsys):
@@ -182,7 +170,7 @@ def test_resume_refuses_another_config(tmp_path, capsys):
     assert "model.beta" in capsys.readouterr().err
     # extending t_final is allowed
     assert main(["simulate", str(path), "-o", str(out), "--quiet", "--resume", "--set", "solver.t_final=2.0"]) == 0
-    assert read_run(out)["t"][-1] == 2.0
+    assert load(out).t[-1] == 2.0
 
 
 def test_nan_stops_the_run_keeps_frames_and_exits_1(tmp_path, capsys):
@@ -191,16 +179,16 @@ def test_nan_stops_the_run_keeps_frames_and_exits_1(tmp_path, capsys):
     status = main(["simulate", str(path), "-o", str(out), "--quiet", "--set", "model.attention=unnormalized", "--set", "model.beta=900"])
     assert status == 1
     assert "NaN" in capsys.readouterr().err
-    run = read_run(out)
-    assert run["status"] == "failed"
-    assert len(run["t"]) >= 1 and np.all(np.isfinite(run["x"][0]))
+    run = load(out)
+    assert run.status == "failed"
+    assert len(run.t) >= 1 and np.all(np.isfinite(run.x[0]))
 
 
 def test_steady_state_tracker_stops(tmp_path):
     cfg, _ = small_config(tmp_path, t_final=200.0, save_every=1.0, dt=0.1, steady_tol=1e-4)
     result = simulate_config(load_config(cfg), tmp_path / "steady.h5", quiet=True)
     assert result.info["stop_reason"].startswith("steady state")
-    assert read_run(tmp_path / "steady.h5")["status"] == "stopped"
+    assert load(tmp_path / "steady.h5").status == "stopped"
 
 
 def test_solver_failures_keep_frames_and_reason(tmp_path, capsys):
@@ -209,9 +197,9 @@ def test_solver_failures_keep_frames_and_reason(tmp_path, capsys):
     out = tmp_path / "rk45.h5"
     status = main(["simulate", str(path), "-o", str(out), "--quiet", "--set", "model.attention=unnormalized", "--set", "model.beta=900"])
     assert status == 1
-    run = read_run(out)
-    assert run["status"] == "failed" and "rk45" in run["stop_reason"]
-    assert np.all(np.isfinite(run["x"][0]))
+    run = load(out)
+    assert run.status == "failed" and "rk45" in run.stop_reason
+    assert np.all(np.isfinite(run.x[0]))
     # resuming a failed run is refused, with the reason
     status = main(["simulate", str(path), "-o", str(out), "--quiet", "--resume", "--set", "model.attention=unnormalized", "--set", "model.beta=900"])
     assert status == 2
@@ -220,7 +208,7 @@ def test_solver_failures_keep_frames_and_reason(tmp_path, capsys):
 
 @pytest.mark.parametrize("t_final, save_every", [(0.7, 0.1), (0.9, 0.3), (1.0, 0.3), (5.0, 0.25)])
 def test_save_times_land_on_t_final(t_final, save_every):
-    from solvers.loop import save_times
+    from meanfield.solvers.loop import save_times
 
     times = save_times(0.0, t_final, save_every)
     assert times[-1] == t_final

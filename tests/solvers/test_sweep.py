@@ -1,4 +1,4 @@
-"""Parameter sweeps (solvers.sweep, ``meanfield sweep``): definition, results, faults, resume, Dask.
+"""Parameter sweeps (meanfield.solvers.sweep, ``meanfield sweep``): definition, results, faults, resume, Dask.
 
 The expensive paths run once each: one two-worker LocalCluster sweep with a
 failing case, and one sweep killed with SIGKILL in a subprocess and resumed.
@@ -23,8 +23,8 @@ import pytest
 
 from meanfield.config import config_hash, load_config
 from meanfield.errors import ConfigError
-from solvers.commands import sweep as sweep_command
-from solvers.sweep import _toml_value, case_scalars, load_sweep, read_ledger, run_case, run_sweep
+from meanfield.cli import main as cli_main
+from meanfield.solvers.sweep import _toml_value, case_scalars, load_sweep, read_ledger, run_case, run_sweep
 
 BASE_TOML = """
 [model]
@@ -152,7 +152,7 @@ def test_bad_sweeps_raise_config_error_before_any_work(tmp_path, sweep, key, wor
 def test_cli_exit_status_2_names_the_key(tmp_path, capsys):
     sweep_file = tmp_path / "s.toml"
     sweep_file.write_text('[grid]\n"init.n" = [4, 0]\n')
-    assert sweep_command.cli([str(sweep_file), "--out", str(tmp_path / "out"), "--workers", "0"]) == 2
+    assert cli_main(["sweep", str(sweep_file), "--out", str(tmp_path / "out"), "--workers", "0"]) == 2
     assert "init.n" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -161,7 +161,7 @@ def test_dry_run_lists_the_cases(tmp_path, capsys):
     _base(tmp_path)
     sweep_file = tmp_path / "s.toml"
     sweep_file.write_text('base = "base.toml"\n[grid]\n"model.beta" = [1.0, 2.0, 3.0]\n')
-    assert sweep_command.cli([str(sweep_file), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    assert cli_main(["sweep", str(sweep_file), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "3 cases" in out and "model.beta=2.0" in out
     assert not (tmp_path / "out").exists()
@@ -320,7 +320,7 @@ def test_a_killed_sweep_resumes_and_runs_each_case_exactly_once(tmp_path, monkey
     ledger = out / "ledger.jsonl"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "solvers.commands.sweep", str(sweep_file), "--out", str(out), "--workers", "0", "--quiet"],
+        [sys.executable, "-m", "meanfield", "sweep", str(sweep_file), "--out", str(out), "--workers", "0", "--quiet"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 120
@@ -350,7 +350,7 @@ def test_a_killed_sweep_resumes_and_runs_each_case_exactly_once(tmp_path, monkey
     resumed = [(c, r) for c, r in zip(spec.cases, rows) if r["resumed_frames"] > 0]
     assert all(c.hash not in before for c, _ in resumed)
     for case, row in resumed:  # the interrupted run went on from its frames and ends where a fresh run ends
-        from solvers.run import simulate_config
+        from meanfield.solvers.run import simulate_config
 
         fresh = simulate_config(case.config, None, quiet=True)
         with h5py.File(out / row["path"], "r") as f:
@@ -373,7 +373,7 @@ def test_a_terminated_dask_sweep_resumes_without_running_anything_twice(tmp_path
     ledger = out / "ledger.jsonl"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "solvers.commands.sweep", str(sweep_file), "--out", str(out), "--workers", "2", "--quiet"],
+        [sys.executable, "-m", "meanfield", "sweep", str(sweep_file), "--out", str(out), "--workers", "2", "--quiet"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 120
@@ -406,7 +406,7 @@ def test_a_case_running_elsewhere_is_waited_for_not_run_twice(tmp_path, monkeypa
     worker, and the resumed sweep's): the second waits for the first and takes its record."""
     import threading
 
-    import solvers.sweep as sweep_module
+    import meanfield.solvers.sweep as sweep_module
     from meanfield.config import config_hash, load_config
 
     cfg = load_config({"init": {"n": 16}, "solver": {"t_final": 0.2, "save_every": 0.1, "dt": 0.05}})
@@ -439,7 +439,7 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     import json as _json
     import socket
 
-    from solvers.sweep import CaseLock
+    from meanfield.solvers.sweep import CaseLock
 
     path = tmp_path / "case.h5"
     path.with_suffix(".lock").write_text(_json.dumps({"host": socket.gethostname(), "pid": 2**22 + 12345}))

@@ -1,0 +1,442 @@
+r"""Concentration onto :math:`\Pi_\sharp\rho_0` of a measure and of a run: distances, minimum, window.
+
+.. math::
+
+    W_2\big(\rho^\beta_t, \Pi_\sharp\rho_0\big) \lesssim
+        \sqrt{\tfrac{\log(\beta+1)}{\beta}}\; e^{C_1 t} + e^{-ct}
+
+(Theorem 1 of Alcalde, Bungert, Riedl and Roith, *Quantifying Concentration
+Phenomena of Mean-Field Transformers in the Low-Temperature Regime*, arXiv
+2605.10931).  The curve :math:`W_2(t)` first falls (the zero-temperature flow
+concentrates the tokens on the dominant eigenspace :math:`E` of :math:`S=VB^\top`),
+reaches its minimum :math:`W_{2,\min}(\beta)` at :math:`t_{\min}(\beta)`, and then
+rises again as the finite-temperature error takes over; for large ``t`` the mass
+drifts toward the dominant eigenspace of ``V`` (their Conjecture 1, the terminal phase).
+
+* :class:`ConcentrationTracker` — ``w2_target`` = :math:`W_2(\rho_t,\Pi_\sharp\rho_0)`,
+  ``v_eigenspace_distance`` (to :math:`E_V`) and ``e_eigenspace_distance`` (to
+  :math:`E`) of a measure; a run tracker with ``[track] concentration = true``;
+* :func:`concentration_summary` — :math:`t_{\min}`, :math:`W_{2,\min}` and the
+  metastable window of one curve;
+* :func:`concentration_curves` — the three curves of a stored run.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from meanfield.analysis.projection import (
+    AssumptionReport,
+    Pushforward,
+    check_assumptions,
+    dominant_projector,
+    eigenspace_distance,
+    enforce_assumptions,
+    pushforward_target,
+    value_projector,
+)
+from meanfield.build import build_heads
+from meanfield.errors import ConfigError
+
+__all__ = [
+    "ConcentrationTracker",
+    "single_head",
+    "assumption_report",
+    "tracker_from_head",
+    "concentration_summary",
+    "concentration_curves",
+    "resolution_size",
+    "linear_fit",
+]
+
+
+def single_head(cfg: dict[str, Any]) -> Any:
+    """The one head of a resolved config (seed 002 is a single-head theory).
+
+    Raises
+    ------
+    ConfigError
+        ``model.heads`` holds more than one head.
+    """
+    heads = build_heads(cfg)
+    if len(heads) != 1:
+        raise ConfigError("model.heads", f"W2 to Π♯ρ₀ (seed 002) needs a single head, got {len(heads)}")
+    return heads[0]
+
+
+def assumption_report(cfg: dict[str, Any], *, policy: str | None = None) -> AssumptionReport:
+    """Check Assumption 1 for the head of ``cfg`` and apply ``policy`` (default ``model.assumptions``).
+
+    Raises
+    ------
+    ConfigError
+        (key ``model.heads``) when the assumption fails under ``policy = "check"``,
+        with every number in the message.
+    """
+    head = single_head(cfg)
+    report = check_assumptions(head.Q, head.K, head.V)
+    return enforce_assumptions(report, cfg["model"]["assumptions"] if policy is None else policy)
+
+
+@dataclass
+class ConcentrationTracker:
+    r"""Records the distances of the token measure to :math:`\Pi_\sharp\rho_0`, :math:`E` and :math:`E_V`.
+
+    .. math::
+
+        \texttt{w2\_target} = W_2(\rho_t, \Pi_\sharp\rho_0),\quad
+        \texttt{e\_eigenspace\_distance} = D(\rho_t, E),\quad
+        \texttt{v\_eigenspace\_distance} = D(\rho_t, E_V)
+
+    (seed 002, Theorem 1 and Conjecture 1), with geodesic cost and :math:`D` of
+    :func:`meanfield.analysis.projection.eigenspace_distance`.  The state is either a
+    particle cloud ``(n, d)`` with masses ``weights`` (uniform when None) or,
+    when ``points`` is set, the cell masses ``(N,)`` of a grid measure on those
+    points.  ``seconds`` accumulates the time spent in the tracker.
+    """
+
+    target: Pushforward
+    P_E: NDArray[np.float64]
+    P_V: NDArray[np.float64]
+    method: str = "exact"
+    points: NDArray[np.float64] | None = None
+    weights: NDArray[np.float64] | None = None
+    report: AssumptionReport | None = None
+    name: str = "concentration"
+    seconds: float = field(default=0.0, init=False)
+    calls: int = field(default=0, init=False)
+
+    def measure(self, state: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Support points and weights of the measure held by ``state``."""
+        if self.points is None:
+            return state, self.weights
+        mass = np.clip(np.asarray(state, dtype=float), 0.0, None)
+        return self.points, mass / mass.sum()
+
+    def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:  # noqa: ARG002
+        from meanfield.analysis.transport import w2
+
+        started = time.perf_counter()
+        x, a = self.measure(state)
+        options: dict[str, Any] = {"seed": 0} if self.method == "sliced" else {}
+        value = w2(x, self.target.atoms, a, self.target.weights, method=self.method, **options)
+        out = {
+            "w2_target": float(value),
+            "v_eigenspace_distance": eigenspace_distance(x, self.P_V, a),
+            "e_eigenspace_distance": eigenspace_distance(x, self.P_E, a),
+        }
+        self.seconds += time.perf_counter() - started
+        self.calls += 1
+        return out
+
+
+def tracker_from_head(
+    Q: ArrayLike,
+    K: ArrayLike,
+    V: ArrayLike,
+    x0: ArrayLike,
+    *,
+    weights: ArrayLike | None = None,
+    points: ArrayLike | None = None,
+    method: str = "exact",
+    policy: str = "check",
+) -> ConcentrationTracker:
+    r"""A :class:`ConcentrationTracker` for the head ``(Q, K, V)`` and the initial measure.
+
+    Parameters
+    ----------
+    Q, K, V : arrays
+        The head (``S = V Bᵀ``, ``B = QᵀK``).
+    x0 : (n, d) array or (N,) array
+        Initial particles, or the initial cell masses when ``points`` is given.
+    weights : (n,) array, optional
+        Particle masses (uniform by default), for the target and every frame.
+    points : (N, d) array, optional
+        Grid cell centres; the state is then a mass vector.
+    method : {"exact", "sinkhorn", "sliced"}
+        W2 estimator (``track.w2_method``).
+    policy : {"check", "warn", "skip"}
+        What to do when Assumption 1 fails (``model.assumptions``).
+    """
+    report = enforce_assumptions(check_assumptions(Q, K, V), policy)
+    B = np.asarray(Q, dtype=float).T @ np.asarray(K, dtype=float)
+    S = np.asarray(V, dtype=float) @ B.T
+    P_E = dominant_projector(S)
+    P_V = value_projector(V)
+    if points is None:
+        support, a0 = np.asarray(x0, dtype=float), weights
+        pts = None
+    else:
+        pts = np.asarray(points, dtype=float)
+        mass = np.clip(np.asarray(x0, dtype=float), 0.0, None)
+        support, a0 = pts, mass / mass.sum()
+    target = pushforward_target(support, P_E, a0)
+    masses = None if (pts is not None or weights is None) else np.asarray(weights, dtype=float) / np.sum(weights)
+    return ConcentrationTracker(target=target, P_E=P_E, P_V=P_V, method=method, points=pts, weights=masses, report=report)
+
+
+# ----------------------------------------------------------------------------- analysis
+
+
+def concentration_summary(
+    t: ArrayLike, w2: ArrayLike, *, threshold: float | None = None, factor: float = 2.0
+) -> dict[str, Any]:
+    r"""Minimum and metastable window of a curve :math:`W_2(t)`.
+
+    .. math::
+
+        t_{\min} = \arg\min_t W_2(t),\qquad
+        [t_a, t_b] = \text{the connected component of } \{t : W_2(t)\le \theta\}
+        \text{ containing } t_{\min}
+
+    (seed 002, Theorem 1: metastability near :math:`\Pi_\sharp\rho_0` for
+    :math:`t\lesssim\log\beta`).  The threshold is ``threshold`` if given, else
+    :math:`\theta = \text{factor}\cdot W_{2,\min}` (default twice the minimum).
+    :math:`t_a, t_b` are interpolated linearly between saved frames; when the
+    curve is still below :math:`\theta` at the first (last) frame the window is
+    reported open at that end.
+
+    Parameters
+    ----------
+    t : (T,) array-like
+        Increasing times.
+    w2 : (T,) array-like
+        Values; NaN frames are ignored.
+    threshold : float, optional
+    factor : float
+
+    Returns
+    -------
+    dict
+        ``t_min``, ``w2_min``, ``threshold``, ``t_a``, ``t_b``, ``window_length``
+        (NaN when the threshold is below the minimum), ``open_start``,
+        ``open_end``, ``min_at_end`` (the curve was still falling: run longer),
+        ``w2_initial``, ``w2_final``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = np.linspace(0.0, 4.0, 5)
+    >>> s = concentration_summary(t, [1.0, 0.4, 0.2, 0.5, 0.9])
+    >>> s["t_min"], s["w2_min"], s["t_a"], round(s["t_b"], 6)
+    (2.0, 0.2, 1.0, 2.666667)
+    """
+    times = np.asarray(t, dtype=float)
+    values = np.asarray(w2, dtype=float)
+    if times.shape != values.shape or times.ndim != 1:
+        raise ValueError(f"t and w2 must be 1-D arrays of equal length, got {times.shape} and {values.shape}")
+    good = np.isfinite(values) & np.isfinite(times)
+    if not np.any(good):
+        raise ValueError("no finite W2 value")
+    times, values = times[good], values[good]
+    i = int(np.argmin(values))
+    w_min = float(values[i])
+    theta = float(threshold) if threshold is not None else factor * w_min
+    out: dict[str, Any] = {
+        "t_min": float(times[i]),
+        "w2_min": w_min,
+        "threshold": theta,
+        "w2_initial": float(values[0]),
+        "w2_final": float(values[-1]),
+        "min_at_end": bool(i == values.size - 1 and values.size > 1),
+        "open_start": False,
+        "open_end": False,
+    }
+    if w_min > theta:
+        out.update(t_a=math.nan, t_b=math.nan, window_length=math.nan)
+        return out
+
+    def crossing(j_in: int, j_out: int) -> float:
+        w_in, w_out = values[j_in], values[j_out]
+        frac = (theta - w_in) / (w_out - w_in) if w_out != w_in else 0.0
+        return float(times[j_in] + frac * (times[j_out] - times[j_in]))
+
+    lo = i
+    while lo > 0 and values[lo - 1] <= theta:
+        lo -= 1
+    hi = i
+    while hi < values.size - 1 and values[hi + 1] <= theta:
+        hi += 1
+    if lo == 0:
+        t_a, out["open_start"] = float(times[0]), True
+    else:
+        t_a = crossing(lo, lo - 1)
+    if hi == values.size - 1:
+        t_b, out["open_end"] = float(times[-1]), True
+    else:
+        t_b = crossing(hi, hi + 1)
+    out.update(t_a=t_a, t_b=t_b, window_length=t_b - t_a)
+    return out
+
+
+def linear_fit(x: ArrayLike, y: ArrayLike) -> dict[str, float]:
+    r"""Least-squares line :math:`y \approx a x + b` with :math:`R^2 = 1 - \mathrm{SS}_{res}/\mathrm{SS}_{tot}`."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xa.size < 2:
+        return {"slope": math.nan, "intercept": math.nan, "r2": math.nan}
+    slope, intercept = np.polyfit(xa, ya, 1)
+    residual = ya - (slope * xa + intercept)
+    total = float(np.sum((ya - ya.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(residual**2)) / total if total > 0 else 1.0
+    return {"slope": float(slope), "intercept": float(intercept), "r2": r2}
+
+
+def resolution_size(cfg: dict[str, Any]) -> int:
+    """The number of degrees of freedom that must resolve the kernel: particles, or grid cells."""
+    return int(cfg["grid"]["cells"] if cfg["solver"]["kind"] == "grid" else cfg["init"]["n"])
+
+
+def concentration_curves(run: Any, *, policy: str | None = None) -> dict[str, NDArray[np.float64]]:
+    """``t``, ``w2_target``, ``v_eigenspace_distance``, ``e_eigenspace_distance`` of a :class:`meanfield.Run`.
+
+    Uses the tracked diagnostics when the run recorded them and recomputes
+    them from the saved frames otherwise (Π♯ρ₀ from the first frame).
+    Assumption 1 is checked with ``policy`` (default: the run's ``model.assumptions``).
+    """
+    cfg = run.config
+    if cfg is None:
+        raise ConfigError("run", "the concentration analysis needs the run's config (its head); this run has none")
+    assumption_report(cfg, policy=policy)
+    keys = ("w2_target", "v_eigenspace_distance", "e_eigenspace_distance")
+    t = np.asarray(run.t, dtype=float)
+    if run.frames == 0:
+        raise ConfigError("OUT.h5", "the run holds no frame yet")
+    if all(k in run.diagnostics and np.all(np.isfinite(run.diagnostics[k])) for k in keys):
+        return {"t": t, **{k: np.asarray(run.diagnostics[k], dtype=float) for k in keys}}
+    head = single_head(cfg)
+    points = run.points if run.kind == "grid" else None
+    tracker = tracker_from_head(head.Q, head.K, head.V, run.frame(0), points=points, method=cfg["track"]["w2_method"], policy="skip")
+    rows = [tracker(float(t[k]), run.frame(k)) for k in range(run.frames)]
+    return {"t": t, **{k: np.array([row[k] for row in rows]) for k in keys}}
+
+
+#: at most this many rows of the W2 table are printed (the CSV has every frame)
+PRINT_ROWS = 41
+
+
+@dataclass(frozen=True)
+class Concentration:
+    r"""The concentration analysis of one run (what ``meanfield concentration OUT.h5`` prints).
+
+    Attributes
+    ----------
+    curves : dict of (T,) arrays
+        ``t``, ``w2_target`` (:math:`W_2(\rho_t,\Pi_\sharp\rho_0)`), ``v_eigenspace_distance``
+        (to :math:`E_V`, the terminal phase of Conjecture 1) and ``e_eigenspace_distance`` (to :math:`E`).
+    summary : dict
+        :func:`concentration_summary` of the W2 curve: ``t_min``, ``w2_min``, the window ``t_a``, ``t_b`` …
+    report : AssumptionReport
+        Assumption 1 for the run's head, with ``dim_E``.
+    heading : str
+        What the run is (solver, β, d).
+    notes : list of str
+        What a reader must know to read the numbers (a trivial target); part of :meth:`text`.
+    warnings : list of str
+        Doubts about the run itself (too few particles for this β); the CLI prints them on stderr.
+    """
+
+    curves: dict[str, NDArray[np.float64]]
+    summary: dict[str, Any]
+    report: AssumptionReport
+    heading: str
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def trivial(self) -> bool:
+        r"""Whether :math:`E=\mathbb R^d`: then :math:`\Pi` is the identity and :math:`\Pi_\sharp\rho_0=\rho_0`."""
+        return self.report.dim_E == len(self.report.eigenvalues)
+
+    @property
+    def t_min(self) -> float:
+        return float(self.summary["t_min"])
+
+    @property
+    def w2_min(self) -> float:
+        return float(self.summary["w2_min"])
+
+    def table(self, *, rows: int = PRINT_ROWS) -> str:
+        """The curve at about ``rows`` frames (always the minimum and the last frame)."""
+        t, w, v = self.curves["t"], self.curves["w2_target"], self.curves["v_eigenspace_distance"]
+        step = max(1, int(np.ceil(len(t) / rows)))
+        picks = sorted(set(range(0, len(t), step)) | {len(t) - 1, int(np.nanargmin(w))})
+        lines = [f"{'t':>10} {'W2(ρ_t,Π♯ρ0)':>14} {'dist(E_V)':>10}"]
+        lines += [f"{t[i]:10.4g} {w[i]:14.6g} {v[i]:10.4g}" for i in picks]
+        return "\n".join(lines)
+
+    def window_text(self) -> str:
+        """``t_min``, ``W2_min`` and the metastable window, in words."""
+        s = self.summary
+        lines = [f"t_min  = {s['t_min']:.6g}", f"W2_min = {s['w2_min']:.6g}"]
+        if np.isnan(s["t_a"]):
+            lines.append(f"window: none (threshold {s['threshold']:.4g} < W2_min)")
+        else:
+            start = "[≤" if s["open_start"] else "["
+            end = "≥]" if s["open_end"] else "]"
+            lines.append(f"metastable window (W2 ≤ {s['threshold']:.4g}): {start}{s['t_a']:.4g}, {s['t_b']:.4g}{end}  (length {s['window_length']:.4g})")
+            if s["open_end"]:
+                lines.append("note: W2 is still below the threshold at the last frame: the window may extend further")
+        if s["min_at_end"]:
+            lines.append("note: the minimum is at the last frame (W2 still falling): run longer to see t_min")
+        return "\n".join(lines)
+
+    def text(self) -> str:
+        """Everything ``meanfield concentration`` prints on standard output."""
+        return "\n".join([self.heading, *(f"note: {note}" for note in self.notes), self.table(), self.window_text()])
+
+    def rows(self) -> list[list[float]]:
+        """One row per frame: ``t, w2_target, v_eigenspace_distance, e_eigenspace_distance``."""
+        c = self.curves
+        return [list(r) for r in zip(c["t"], c["w2_target"], c["v_eigenspace_distance"], c["e_eigenspace_distance"])]
+
+    def plot(self, path: Any = None) -> Any:
+        """W2 to Π♯ρ₀ and the distance to E_V against t, window shaded, t_min marked; saved when ``path`` is given."""
+        from meanfield.plotting.curves import plot_concentration
+
+        return plot_concentration(self.curves, self.summary, path, title=self.heading)
+
+
+def run_concentration(run: Any, *, threshold: float | None = None, policy: str | None = None) -> Concentration:
+    """Concentration analysis of a :class:`meanfield.Run` (Theorem 1 of arXiv 2605.10931).
+
+    Parameters
+    ----------
+    run : Run
+    threshold : float, optional
+        Metastability threshold on W2 (default twice ``W2_min``).
+    policy : {"check", "warn", "skip"}, optional
+        What to do when Assumption 1 fails (default: the run's ``model.assumptions``).
+
+    Raises
+    ------
+    ConfigError
+        More than one head; Assumption 1 fails under ``policy = "check"``; no frame.
+    """
+    from meanfield.analysis.projection import resolution_warning
+
+    cfg = run.config
+    if cfg is None:
+        raise ConfigError("run", "the concentration analysis needs the run's config (its head); this run has none")
+    policy = cfg["model"].get("assumptions", "check") if policy is None else policy
+    report = assumption_report(cfg, policy=policy)
+    curves = concentration_curves(run, policy="skip")
+    summary = concentration_summary(curves["t"], curves["w2_target"], threshold=threshold)
+    m, kind = cfg["model"], cfg["solver"]["kind"]
+    beta = "β = ∞ (zero temperature)" if kind == "zero-temperature" else f"β = {m['beta']:g}"
+    where = f"{run.path}" if run.path is not None else "run"
+    heading = f"run: {where}  ({kind} solver, {beta}, d = {m['d']})"
+    notes, doubts = [], []
+    if report.dim_E == len(report.eigenvalues):
+        notes.append(
+            "the analysis is trivial for this head: S = V Bᵀ has a single eigenvalue, so E is the whole space, "
+            "Π is the identity and Π♯ρ₀ = ρ₀; W2 only measures how far the tokens moved"
+        )
+    resolution = resolution_warning(resolution_size(cfg), float(m["beta"]), int(m["d"]))
+    if resolution and kind != "zero-temperature":
+        doubts.append(resolution)
+    return Concentration(curves, summary, report, heading, notes, doubts)

@@ -1,0 +1,378 @@
+r"""Mobilities, energy gradient and metric slope of seed 004 (MODEL.md §6).
+
+For a measure :math:`\mu=\sum_j a_j\delta_{y_j}` (particles with masses, or
+grid cells with their masses at the cell centres) and heads
+:math:`(B_h, w_h)` with :math:`B_h` symmetric and :math:`V_h=B_h`:
+
+.. math::
+
+    Z_h(x) &= \int e^{\beta x^\top B_h y}\,d\mu(y), \qquad b_h(x) = 1/Z_h(x)
+        \quad\text{(per-head mobility)}\\
+    \hat b(x) &= \Big(\sum_h w_h\, b_h(x)^{-1}\Big)^{-1} = \Big(\sum_h w_h Z_h(x)\Big)^{-1}
+        \quad\text{(effective mobility: } \Theta\text{-weighted harmonic mean)}\\
+    \nabla\frac{\delta E}{\delta\mu}(x) &= \sum_h w_h\int e^{\beta x^\top B_h y}\,B_h y\,d\mu(y)
+        \quad\text{for } E(\mu,t)=\sum_h \frac{w_h}{2\beta}\iint e^{\beta x^\top B_h y}\,d\mu\,d\mu\\
+    |\partial E|^2(\mu,t) &= \int \hat b\,\big\|P^\perp_x\nabla\tfrac{\delta E}{\delta\mu}\big\|^2\,d\mu
+        \quad\text{(metric slope)}
+
+(seed 004: weighted Wasserstein geometry, effective mobility, energy-dissipation
+identity).  The velocity of the transformer PDE is
+:math:`\hat b\,\nabla\delta E/\delta\mu=\sum_h w_h\!\int e^{\beta x^\top B_hy}B_hy\,d\mu/\sum_h w_h Z_h`,
+which is the ``pooled`` attention kind of :mod:`meanfield.kernels.attention` with :math:`V_h=B_h`
+(the tests check this identity).
+
+Everything is computed in row blocks (:math:`O(\text{block}\times m)` memory)
+and in log scale: per row and head the scores are shifted by their maximum,
+so :math:`\log Z_h`, :math:`\log\hat b` and the product
+:math:`\hat b\,\nabla\delta E/\delta\mu` (the "flux") never overflow, even when
+:math:`Z_h` itself would.
+
+Seed 004's own slope diagnostic (the authors' public code) is
+:func:`authors_slope_squared`, :math:`G^2=\mathrm{mean}_i\,\|P^\perp v_i\|^2/\mathrm{mean}_h(n/N_{h,i})`.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from meanfield.kernels.jit import one_blas_thread
+from meanfield.kernels.attention import attention_velocity
+from meanfield.kernels.inputs import token_masses
+from meanfield.heads import HeadStack
+from meanfield.geometry.sphere import geodesic_distance, project_tangent
+
+__all__ = [
+    "MobilityField",
+    "mobility_field",
+    "log_partition",
+    "head_mobility",
+    "effective_mobility",
+    "energy_gradient",
+    "metric_slope_squared",
+    "metric_slope",
+    "authors_slope_squared",
+    "energy_time_derivative",
+    "weighted_transport_cost",
+    "lipschitz_bound",
+]
+
+_BLOCK_ELEMENTS = 1 << 18
+#: below this dimension the score GEMMs (inner size d) run on one BLAS thread:
+#: threading a rank-d product costs more than it saves, ten-fold on a loaded machine
+_SMALL_D = 32
+
+
+def _blas_limit(d: int) -> Any:
+    if d >= _SMALL_D:
+        return contextlib.nullcontext()
+    return one_blas_thread()
+
+
+@dataclass(frozen=True)
+class MobilityField:
+    r"""Mobilities and the pooled flux at evaluation points :math:`x_i`.
+
+    Attributes
+    ----------
+    log_Z : (H, n) array
+        :math:`\log Z_h(x_i)`.
+    log_b : (n,) array
+        :math:`\log\hat b(x_i) = -\log\sum_h w_h Z_h(x_i)`.
+    flux : (n, d) array
+        :math:`\hat b(x_i)\,\nabla\frac{\delta E}{\delta\mu}(x_i)` (ambient, not projected).
+    """
+
+    log_Z: np.ndarray
+    log_b: np.ndarray
+    flux: np.ndarray
+
+    @property
+    def mobility(self) -> np.ndarray:
+        r""":math:`\hat b(x_i)`, shape ``(n,)``."""
+        return np.exp(self.log_b)
+
+    @property
+    def gradient(self) -> np.ndarray:
+        r""":math:`\nabla\frac{\delta E}{\delta\mu}(x_i)=\text{flux}/\hat b`, shape ``(n, d)`` (may overflow for huge :math:`\beta`)."""
+        return self.flux * np.exp(-self.log_b)[:, None]
+
+
+def mobility_field(
+    x: np.ndarray,
+    heads: HeadStack,
+    *,
+    beta: float,
+    y: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
+) -> MobilityField:
+    r"""Per-head log-partitions, effective mobility and pooled flux in one blocked pass.
+
+    .. math::
+
+        \log Z_h(x_i)=\log\sum_j a_j e^{\beta x_i^\top B_h y_j},\quad
+        \log\hat b(x_i) = -\log\sum_h w_h Z_h(x_i),\quad
+        \text{flux}_i = \frac{\sum_h w_h\sum_j a_j e^{\beta x_i^\top B_h y_j}B_h y_j}{\sum_h w_h Z_h(x_i)}
+
+    (seed 004, effective mobility).
+
+    Parameters
+    ----------
+    x : (n, d) array
+        Evaluation points.
+    heads : HeadStack
+        Score matrices ``B`` (value-aligned: the flux uses :math:`B_h y`, not ``V``) and weights ``w``.
+    beta : float
+        Inverse temperature :math:`\beta\ge0`.
+    y : (m, d) array, optional
+        Atoms of the measure (default ``x``: the empirical measure of the particles).
+    weights : (m,) array, optional
+        Masses :math:`a_j` of the atoms (default :math:`1/m`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from meanfield.heads import HeadStack
+    >>> x = np.eye(3)
+    >>> f = mobility_field(x, HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]), beta=1.0)
+    >>> bool(np.allclose(f.mobility, 3 / (np.e + 2)))
+    True
+    """
+    x = np.ascontiguousarray(x, dtype=float)
+    with _blas_limit(x.shape[1]):
+        return _mobility_field(x, heads, beta=beta, y=y, weights=weights)
+
+
+def _mobility_field(
+    x: np.ndarray, heads: HeadStack, *, beta: float, y: np.ndarray | None, weights: np.ndarray | None
+) -> MobilityField:
+    y = x if y is None else np.ascontiguousarray(y, dtype=float)
+    n, d = x.shape
+    m = y.shape[0]
+    a = token_masses(m, weights)
+    live = a > 0
+    if not np.any(live):
+        raise ValueError("the measure has no mass")
+    ys, av = y[live], a[live]
+    H = heads.H
+    log_w = np.log(np.where(heads.w > 0, heads.w, 1.0)) + np.where(heads.w > 0, 0.0, -np.inf)
+    yt = np.ascontiguousarray(ys.T)
+    keys = [np.ascontiguousarray(ys @ heads.B[h].T) for h in range(H)]  # rows B_h y_j
+    log_Z = np.empty((H, n))
+    log_b = np.empty(n)
+    flux = np.empty((n, d))
+    block = max(1, min(n, _BLOCK_ELEMENTS // max(ys.shape[0], 1)))
+    for start in range(0, n, block):
+        rows = slice(start, min(n, start + block))
+        nums, shifts = [], []
+        for h in range(H):
+            z = (beta * (x[rows] @ heads.B[h])) @ yt
+            c = z.max(axis=1)
+            z -= c[:, None]
+            np.exp(z, out=z)
+            z *= av
+            den = z.sum(axis=1)
+            log_Z[h, rows] = c + np.log(den)
+            nums.append(z @ keys[h])  # scaled by e^{-c}
+            shifts.append(c)
+        # combine heads: log sum_h w_h Z_h by log-sum-exp; flux = sum_h w_h e^{c_h} num_h / that
+        log_terms = log_w[:, None] + log_Z[:, rows]
+        top = log_terms.max(axis=0)
+        log_total = top + np.log(np.sum(np.exp(log_terms - top), axis=0))
+        acc = np.zeros((rows.stop - rows.start, d))
+        for h in range(H):
+            acc += np.exp(log_w[h] + shifts[h] - log_total)[:, None] * nums[h]
+        flux[rows] = acc
+        log_b[rows] = -log_total
+    return MobilityField(log_Z=log_Z, log_b=log_b, flux=flux)
+
+
+def log_partition(
+    x: np.ndarray, heads: HeadStack, *, beta: float, y: np.ndarray | None = None, weights: np.ndarray | None = None
+) -> np.ndarray:
+    r""":math:`\log Z_h(x_i)`, shape ``(H, n)`` (see :func:`mobility_field`)."""
+    return mobility_field(x, heads, beta=beta, y=y, weights=weights).log_Z
+
+
+def head_mobility(
+    x: np.ndarray, heads: HeadStack, *, beta: float, y: np.ndarray | None = None, weights: np.ndarray | None = None
+) -> np.ndarray:
+    r"""Per-head mobilities :math:`b_h(x_i)=1/Z_h(x_i)`, shape ``(H, n)`` (seed 004)."""
+    return np.exp(-log_partition(x, heads, beta=beta, y=y, weights=weights))
+
+
+def effective_mobility(
+    x: np.ndarray, heads: HeadStack, *, beta: float, y: np.ndarray | None = None, weights: np.ndarray | None = None
+) -> np.ndarray:
+    r"""Effective mobility :math:`\hat b(x_i)=(\sum_h w_h b_h(x_i)^{-1})^{-1}`, shape ``(n,)`` (seed 004)."""
+    return mobility_field(x, heads, beta=beta, y=y, weights=weights).mobility
+
+
+def energy_gradient(
+    x: np.ndarray, heads: HeadStack, *, beta: float, y: np.ndarray | None = None, weights: np.ndarray | None = None
+) -> np.ndarray:
+    r""":math:`\nabla\frac{\delta E}{\delta\mu}(x_i)=\sum_h w_h\int e^{\beta x_i^\top B_h y}B_h y\,d\mu(y)`, shape ``(n, d)`` (ambient)."""
+    return mobility_field(x, heads, beta=beta, y=y, weights=weights).gradient
+
+
+def metric_slope_squared(
+    x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None
+) -> float:
+    r"""Metric slope :math:`|\partial E|^2=\int\hat b\,\|P^\perp\nabla\frac{\delta E}{\delta\mu}\|^2d\mu` (seed 004, EDI).
+
+    Computed as :math:`\sum_i a_i\|P^\perp\text{flux}_i\|^2/\hat b_i` (flux :math:`=\hat b\nabla\delta E/\delta\mu`).
+
+    Parameters
+    ----------
+    x : (n, d) array
+        Atoms of :math:`\mu` (particles, or cell centres).
+    weights : (n,) array, optional
+        Their masses (default :math:`1/n`).
+    """
+    x = np.asarray(x, dtype=float)
+    a = token_masses(x.shape[0], weights)
+    field = mobility_field(x, heads, beta=beta, weights=a)
+    tangent = project_tangent(x, field.flux)
+    return float(np.sum(a * np.sum(tangent * tangent, axis=1) * np.exp(-field.log_b)))
+
+
+def metric_slope(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None) -> float:
+    r"""Upper gradient :math:`|\partial E|(\mu,t)` (square root of :func:`metric_slope_squared`)."""
+    return math.sqrt(metric_slope_squared(x, heads, beta=beta, weights=weights))
+
+
+def authors_slope_squared(
+    x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None, projected: bool = True
+) -> float:
+    r"""Seed 004's slope diagnostic :math:`G^2` (the authors' convention).
+
+    .. math::
+
+        G^2 = \frac1n\sum_i \frac{\|P^\perp_{x_i} v_i\|^2}{\sum_h w_h\, n/N_{h,i}},\qquad
+        v_i = \sum_h w_h \sum_j \operatorname{softmax}_j(\beta s^h_{ij})\,V_h x_j,\qquad
+        N_{h,i} = \sum_j e^{\beta s^h_{ij}}
+
+    with :math:`w_h=1/H` (heads averaged).  :math:`n/N_{h,i}=b_h(x_i)` is head
+    :math:`h`'s mobility, so the denominator is the mean per-head mobility
+    :math:`\bar b_i` and :math:`G^2=\mathrm{mean}_i\|P^\perp v_i\|^2/\bar b_i` is
+    the metric-slope formula :math:`\int\|v\|^2/b\,d\mu` with the authors'
+    velocity and mobility (it equals :func:`metric_slope_squared` for ``H = 1``).
+    We read :math:`\mathrm{mean}_i\|v_i\|^2/\mathrm{mean}_h(n/N_{h,i})` as the mean
+    over tokens of the per-token ratio.  With masses :math:`a_j`,
+    :math:`n/N_{h,i}` becomes :math:`1/Z_h(x_i)` and the mean is :math:`\sum_i a_i`.
+
+    Parameters
+    ----------
+    projected : bool
+        Use :math:`P^\perp v_i` (the motion on the sphere, default) or the ambient :math:`v_i`.
+    """
+    x = np.asarray(x, dtype=float)
+    a = token_masses(x.shape[0], weights)
+    scaled = HeadStack(B=heads.B, V=heads.V * heads.w[:, None, None], w=heads.w)
+    v = attention_velocity(x, scaled, beta=beta, kind="softmax", weights=a, backend="numpy")
+    if projected:
+        v = project_tangent(x, v)
+    mean_b = np.exp(-log_partition(x, heads, beta=beta, weights=a)).T @ heads.w
+    return float(np.sum(a * np.sum(v * v, axis=1) / mean_b))
+
+
+def energy_time_derivative(
+    x: np.ndarray,
+    heads: HeadStack,
+    dB: np.ndarray,
+    *,
+    beta: float,
+    weights: np.ndarray | None = None,
+) -> float:
+    r"""Explicit time derivative :math:`\partial_t E(\mu,t)` at fixed :math:`\mu` (seed 004, EDI).
+
+    .. math::
+
+        \partial_t E = \sum_h \frac{w_h}{2}\iint e^{\beta x^\top B_h y}\, x^\top\dot B_h y\,d\mu(x)\,d\mu(y)
+
+    (the head weights :math:`w_h` are constant in time); at :math:`\beta=0` the
+    energy :math:`\tfrac12\iint x^\top B y` gives the same formula.
+
+    Parameters
+    ----------
+    dB : (H, d, d) array
+        :math:`\dot B_h(t)` (e.g. from :func:`meanfield.heads.schedules.schedule_derivative`).
+    """
+    x = np.ascontiguousarray(x, dtype=float)
+    n = x.shape[0]
+    a = token_masses(n, weights)
+    dB = np.asarray(dB, dtype=float)
+    with _blas_limit(x.shape[1]):
+        return _energy_time_derivative(x, heads, dB, beta=beta, a=a)
+
+
+def _energy_time_derivative(x: np.ndarray, heads: HeadStack, dB: np.ndarray, *, beta: float, a: np.ndarray) -> float:
+    n = x.shape[0]
+    total = 0.0
+    block = max(1, min(n, _BLOCK_ELEMENTS // max(n, 1)))
+    xt = np.ascontiguousarray(x.T)
+    for h in range(heads.H):
+        if heads.w[h] == 0 or not np.any(dB[h]):
+            continue
+        parts: list[tuple[float, float]] = []  # (log-scale shift, scaled sum)
+        for start in range(0, n, block):
+            rows = slice(start, min(n, start + block))
+            z = beta * ((x[rows] @ heads.B[h]) @ xt)
+            c = float(z.max())
+            kern = np.exp(z - c)
+            rate = (x[rows] @ dB[h]) @ xt
+            parts.append((c, float(a[rows] @ (kern * rate) @ a)))
+        top = max(c for c, _ in parts)
+        total += heads.w[h] * 0.5 * math.exp(top) * sum(s * math.exp(c - top) for c, s in parts)
+    return float(total)
+
+
+def weighted_transport_cost(
+    x0: np.ndarray, x1: np.ndarray, log_b: np.ndarray, *, weights: np.ndarray | None = None
+) -> float:
+    r"""Particle transport cost :math:`\sum_i a_i\,d_S(x^0_i,x^1_i)^2/\hat b(x^0_i)` of one step.
+
+    The cost of moving every particle along its geodesic with the mobility
+    frozen at the start: the estimate of :math:`W_{m,2}^2(\mu_0,\mu_1)` that the
+    particle JKO step minimises (an upper bound of the weighted distance with
+    frozen mobility; equal to it to leading order for small steps, where the
+    identity coupling is optimal).
+
+    Parameters
+    ----------
+    x0, x1 : (n, d) arrays
+    log_b : (n,) array
+        :math:`\log\hat b` at the particles (frozen mobility).
+    weights : (n,) array, optional
+    """
+    a = token_masses(np.asarray(x0).shape[0], weights)
+    dist = geodesic_distance(x0, x1)
+    return float(np.sum(a * dist * dist * np.exp(-np.asarray(log_b, dtype=float))))
+
+
+def lipschitz_bound(heads: HeadStack, *, beta: float) -> float:
+    r"""A Lipschitz constant :math:`L` of the pooled particle field, for Grönwall's estimate.
+
+    .. math::
+
+        L = 2M + \beta M^2 + (M + 2\beta M^2)\,e^{\beta M},\qquad M=\max_h\|B_h\|_{op}
+
+    For particles with masses :math:`a_i` and the field
+    :math:`F_i(X)=P^\perp_{x_i}\hat b\nabla\frac{\delta E}{\delta\mu}(x_i)` (value-aligned
+    heads), :math:`\|F(X)-F(Y)\|_a\le L\|X-Y\|_a` in
+    :math:`\|X\|_a^2=\sum_i a_i\|x_i\|^2`, hence
+    :math:`W_2(\mu_t,\nu_t)\le\|X_t-Y_t\|_a\le e^{Lt}\|X_0-Y_0\|_a` (seed 004,
+    stability under input perturbations; chordal cost).  Derivation: the
+    tangent projection adds :math:`2M` (:math:`\|v\|\le M`); the query
+    derivative is :math:`\beta` times a covariance of the vectors :math:`B_hx_j`
+    (:math:`\le\beta M^2`); the key derivatives have blocks
+    :math:`\le\pi_{ij}(M+2\beta M^2)` with attention weights
+    :math:`\pi_{ij}\le a_je^{2\beta M}` and :math:`\sum_j\pi_{ij}=1`, and Schur's
+    test in the :math:`a`-weighted norm bounds that block matrix by
+    :math:`(M+2\beta M^2)e^{\beta M}`.  The bound is far from sharp.
+    """
+    M = max(float(np.linalg.norm(heads.B[h], 2)) for h in range(heads.H))
+    return 2 * M + beta * M * M + (M + 2 * beta * M * M) * math.exp(beta * M)

@@ -1,0 +1,122 @@
+"""A few lines that say what a run is and what happened in it (``meanfield info``, :meth:`meanfield.Run.summary`)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["run_summary", "solver_line", "model_line", "grid_clusters", "SUMMARY_SERIES"]
+
+#: diagnostics shown as ``first -> last`` when a run recorded them
+SUMMARY_SERIES = ("energy", "energy_theta", "rayleigh", "sphere_error", "max_speed", "w2_target", "mass_error", "authors_G2")
+
+#: tokens with ⟨x_i, x_j⟩ ≥ 1 − CLUSTER_TOL are one cluster in the summary
+CLUSTER_TOL = 1e-3
+#: the cells holding this share of the mass are the support whose connected components a grid summary counts
+GRID_SUPPORT_SHARE = 0.9
+
+
+def model_line(cfg: dict[str, Any]) -> str:
+    """``d, β, attention, direction`` — β = ∞ for the zero-temperature solver, which has no temperature."""
+    m, s = cfg["model"], cfg["solver"]
+    beta = "∞ (zero-temperature limit)" if s["kind"] == "zero-temperature" else f"{m['beta']:g}"
+    return f"d={m['d']} β={beta} attention={m['attention']} direction={m['direction']}"
+
+
+def solver_line(cfg: dict[str, Any]) -> str:
+    """The numerical parameters that matter for this solver (a JKO run has τ, not an RK step)."""
+    s = cfg["solver"]
+    kind = s["kind"]
+    if kind == "jko":
+        text = f"jko variant={s['variant']} τ={s['tau']:g} mobility={s['mobility']} tol={s['tol']:g}"
+    elif kind == "grid":
+        grid = cfg.get("grid", {})
+        text = f"grid {grid.get('cells')} cells ({grid.get('family')}) method={s['method']} cfl={s['cfl']:g}"
+        if grid.get("order") is not None:
+            text += f" order={grid['order']}"
+    elif s["method"] == "rk45":
+        text = f"{kind} method=rk45 rtol={s['rtol']:g} atol={s['atol']:g}"
+    else:
+        text = f"{kind} method={s['method']} dt={s['dt']:g}"
+    return f"{text} t_final={s['t_final']:g}"
+
+
+def grid_clusters(mesh: Any, mass: np.ndarray, *, share: float = GRID_SUPPORT_SHARE) -> int:
+    """Connected pieces of the smallest set of cells that holds ``share`` of the mass."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    m = np.asarray(mass, dtype=float)
+    rho = m / mesh.areas
+    order = np.argsort(-rho, kind="stable")
+    keep_count = int(np.searchsorted(np.cumsum(m[order]), share * m.sum()) + 1)
+    keep = np.zeros(m.size, dtype=bool)
+    keep[order[: min(keep_count, m.size)]] = True
+    i, j = mesh.edges[:, 0], mesh.edges[:, 1]
+    both = keep[i] & keep[j]
+    index = np.flatnonzero(keep)
+    local = np.full(m.size, -1)
+    local[index] = np.arange(index.size)
+    graph = coo_matrix((np.ones(int(both.sum())), (local[i[both]], local[j[both]])), shape=(index.size, index.size))
+    return int(connected_components(graph, directed=False)[0])
+
+
+def _status(run: Any) -> str:
+    reason = run.stop_reason or "n/a"
+    return f"{run.status} ({reason})"
+
+
+def run_summary(run: Any) -> str:
+    """The lines ``meanfield info`` prints for a :class:`meanfield.Run`."""
+    cfg = run.config
+    lines = []
+    if run.path is not None:
+        lines.append(f"file:      {run.path}")
+    lines.append(f"status:    {_status(run)}")
+    if cfg is None:
+        lines.append(f"frames:    {run.frames}")
+        return "\n".join(lines)
+    lines.append(f"model:     {model_line(cfg)}")
+    heads = cfg["model"]["heads"]
+    count = len(heads) if isinstance(heads, list) and heads else (heads if isinstance(heads, str) else 1)
+    lines.append(f"heads:     {count}")
+    lines.append(f"solver:    {solver_line(cfg)}")
+    t = run.t
+    span = f"t in [{t[0]:.4g}, {t[-1]:.4g}]" if run.frames else "no frame yet"
+    if run.kind == "particle":
+        n = run.shape[0] if run.frames else cfg["init"]["n"]
+        lines.append(f"frames:    {run.frames}  {span}  tokens n={n}")
+        if run.frames:
+            from meanfield.analysis.diagnostics import cluster_statistics
+
+            stats = cluster_statistics(run.final, tol=CLUSTER_TOL)
+            lines.append(
+                f"final:     {int(stats['n_clusters'])} cluster(s) (tokens with <x_i,x_j> >= {1 - CLUSTER_TOL:g} joined), "
+                f"min <x_i,x_j> = {stats['min_inner']:.6f} (1 = one point)"
+            )
+    else:
+        cells = run.static["points"].shape[0] if "points" in run.static else cfg["grid"]["cells"]
+        lines.append(f"frames:    {run.frames}  {span}  cells N={cells}")
+        if run.frames:
+            pieces = grid_clusters(run.mesh(), run.final)
+            lines.append(f"final:     {pieces} cluster(s) (connected pieces of the cells holding {GRID_SUPPORT_SHARE:.0%} of the mass)")
+    kind = cfg["solver"]["kind"]
+    if kind == "jko" and "jko_steps" in run.info:
+        lines.append(f"steps:     {run.info['jko_steps']} JKO steps of τ={cfg['solver']['tau']:g}, {run.info.get('jko_iterations', 0)} inner "
+                     f"iterations, {run.info.get('jko_fallbacks', 0)} fallbacks, largest residual {run.info.get('jko_max_residual', math.nan):.2g}")
+    elif kind == "grid" and "grid_steps" in run.info:
+        lines.append(f"steps:     {run.info['grid_steps']} grid steps, {run.info.get('rejections', 0)} rejected and halved")
+    elif "steps" in run.info and kind in ("particle", "zero-temperature") and isinstance(run.info.get("steps"), int):
+        lines.append(f"steps:     {run.info['steps']} {cfg['solver']['method']} steps")
+    for key in SUMMARY_SERIES:
+        series = run.diagnostics.get(key)
+        if series is None or not len(series):
+            continue
+        finite = series[np.isfinite(series)]
+        if finite.size:
+            lines.append(f"{key + ':':<14}{finite[0]:.6g} -> {finite[-1]:.6g}")
+    wall = run.info.get("wall_time")
+    if isinstance(wall, (int, float)) and math.isfinite(wall):
+        lines.append(f"wall time: {wall:.3g} s")
+    return "\n".join(lines)

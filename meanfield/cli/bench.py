@@ -1,0 +1,68 @@
+"""``meanfield bench [--json] [--quick]``: kernel throughput next to the NumPy twin and the exp roofline."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="kernel throughput, with ratios to the NumPy twin and to the exp roofline",
+        description="Measure, in one process, the attention kernels against their NumPy twin and the exp roofline "
+        "(pairs per second and peak memory), one grid step, and the optimal-transport diagnostics. Ratios are "
+        "measured in the same run; absolute numbers depend on the machine and its load.",
+    )
+    p.add_argument("--json", action="store_true", help="print the tables as JSON")
+    p.add_argument("--quick", action="store_true", help="smaller sizes (n up to 4096, one grid size)")
+    p.set_defaults(func=main)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _print_attention(rows: list[dict[str, Any]]) -> None:
+    print("softmax velocity, one head, pairs/s (higher is better); ratios measured in this run")
+    header = (f"{'n':>6} {'d':>3} {'blas':>9} {'float32':>9} {'fused':>9} {'numpy twin':>10} {'numba':>9} {'roofline':>9} "
+              f"{'twin/blas':>9} {'twin/fused':>10} {'blas/roof':>9} {'f32/roof':>8} {'fused/roof':>10} {'peak MiB':>8} {'n² MiB':>8}")
+    print(header)
+    nan = float("nan")
+    for r in rows:
+        print(
+            f"{r['n']:>6} {r['d']:>3} {r['kernel_pairs_per_s']:>9.3g} {r['float32_pairs_per_s']:>9.3g} "
+            f"{r.get('fused_pairs_per_s', nan):>9.3g} {r.get('twin_pairs_per_s', nan):>10.3g} {r.get('numba_pairs_per_s', nan):>9.3g} "
+            f"{r['roofline_pairs_per_s']:>9.3g} {r.get('speedup_vs_twin', nan):>9.2f} {r.get('fused_speedup_vs_twin', nan):>10.2f} "
+            f"{r['kernel_over_roofline']:>9.2f} {r['float32_over_roofline']:>8.2f} {r.get('fused_over_roofline', nan):>10.2f} "
+            f"{r['peak_mib']:>8.2f} {r['nxn_mib']:>8.0f}"
+        )
+
+
+def _print_table(name: str, rows: list[dict[str, Any]]) -> None:
+    print(f"\n{name}")
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    print("  ".join(keys))
+    for r in rows:
+        print("  ".join(_fmt(r.get(k, "")) for k in keys))
+
+
+def main(args: argparse.Namespace) -> int:
+    from meanfield.solvers.bench import run_benchmarks
+
+    tables = run_benchmarks(quick=args.quick)
+    if args.json:
+        json.dump(tables, sys.stdout, indent=2, default=float)
+        print()
+        return 0
+    _print_attention(tables["attention"])
+    for name, rows in tables.items():
+        if name != "attention":
+            _print_table(name, rows)
+    return 0

@@ -1,0 +1,154 @@
+"""``meanfield concentration``: W2(ρ_t, Π♯ρ₀) against t, t_min, W2_min and the metastable window.
+
+Theorem 1 of Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931).  One form
+analyses a stored run, the other (``--sweep-beta``) runs the β family of a
+config and fits t_min against log β and W2_min against sqrt(log(β+1)/β).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meanfield.cli.options import load_config_noted, picture_path, table_path
+from meanfield.errors import ConfigError
+
+__all__ = ["add_parser", "main"]
+
+DESCRIPTION = """\
+W2 between the tokens and Π♯ρ₀ against time, its minimum W2_min at t_min, and the metastable window
+(Theorem 1 of Alcalde, Bungert, Riedl and Roith, Quantifying Concentration Phenomena of Mean-Field
+Transformers in the Low-Temperature Regime, arXiv 2605.10931).
+
+  meanfield concentration OUT.h5 [--csv F] [--plot F.png] [--threshold X] [--force]
+      analyses a stored run (the curve is recomputed from the frames when the run did not track it);
+  meanfield concentration --sweep-beta 4,16,64 CONFIG.toml [--solver grid|particle] [--out DIR] [--csv F] [--plot F.png]
+      runs the family of β and fits t_min against log β and W2_min against sqrt(log(β+1)/β).
+
+Exit status 2, with the numbers, when Assumption 1 of the paper fails (B = QᵀK invertible, S = V Bᵀ
+symmetric with a spectral gap), unless --force or model.assumptions = "warn"."""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "concentration",
+        help="W2(ρ_t, Π♯ρ₀) against t, t_min, W2_min, metastable window; --sweep-beta for the β family",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("path", metavar="OUT.h5 | CONFIG.toml", help="a run file, or with --sweep-beta a TOML config")
+    p.add_argument("--sweep-beta", metavar="B1,B2,…", help="run the β family of CONFIG.toml")
+    p.add_argument("--csv", metavar="F", help="write the numbers as CSV")
+    p.add_argument("--plot", metavar="F.png", help="draw the curve(s)")
+    p.add_argument("--threshold", type=float, metavar="X", help="metastability threshold on W2 (default 2·W2_min)")
+    p.add_argument("--force", action="store_true", help="go on (with a warning) when Assumption 1 fails")
+    p.add_argument("--out", metavar="DIR", help="--sweep-beta: keep the runs as DIR/beta_<β>.h5")
+    p.add_argument("--solver", choices=("particle", "grid"), help="--sweep-beta: solver family (default on S²: grid; elsewhere the config's)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="--sweep-beta: override a config key")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=main)
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    if args.threshold is not None and not (np.isfinite(args.threshold) and args.threshold > 0):
+        raise ConfigError("--threshold", f"must be a positive number, got {args.threshold}")
+    if args.sweep_beta is None:
+        for option, value in (("--out", args.out), ("--solver", args.solver), ("--set", args.overrides)):
+            if value:
+                raise ConfigError(option, "only applies with --sweep-beta")
+    if not Path(args.path).exists():
+        raise ConfigError("CONFIG.toml" if args.sweep_beta is not None else "OUT.h5", f"file not found: {args.path}")
+    picture_path(args.plot, "--plot")
+    table_path(args.csv, "--csv")
+
+
+def main(args: argparse.Namespace) -> int:
+    _check_options(args)
+    if args.sweep_beta is not None:
+        return _sweep(args)
+    return _analyse(args)
+
+
+# ----------------------------------------------------------------------------- one run
+
+
+def _analyse(args: argparse.Namespace) -> int:
+    from meanfield.run import load
+
+    policy = "warn" if args.force else None
+    run = load(args.path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        result = run.concentration(threshold=args.threshold, policy=policy)
+    for item in caught:
+        print(f"warning: {item.message}", file=sys.stderr)
+    print(result.text())
+    for doubt in result.warnings:
+        print(f"warning: {doubt}", file=sys.stderr)
+    if args.csv:
+        _write_csv(args.csv, ["t", "w2_target", "v_eigenspace_distance", "e_eigenspace_distance"], result.rows())
+        print(f"wrote {args.csv}")
+    if args.plot:
+        result.plot(args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _write_csv(path: str, header: list[str], rows: Any) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        for row in rows:
+            writer.writerow([f"{float(v):.10g}" if isinstance(v, (float, np.floating)) else v for v in row])
+
+
+# ----------------------------------------------------------------------------- β sweep
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from meanfield.solvers.experiments.concentration import sweep_beta
+
+    cfg = load_config_noted(args.path, args.overrides)
+    policy = "warn" if args.force else None
+    solver = args.solver
+    if solver is None and cfg["model"]["d"] == 3 and cfg["solver"]["kind"] == "particle":
+        # the theorem is about the PDE: on S² the grid resolves large β where particles cannot
+        solver = "grid"
+        print("on S² the β family runs on the grid solver (grid.cells = "
+              f"{cfg['grid']['cells']}); --solver particle keeps the particles", file=sys.stderr)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        sweep = sweep_beta(cfg, args.sweep_beta, solver=solver, out_dir=args.out, threshold=args.threshold, quiet=args.quiet, policy=policy)
+    for message in dict.fromkeys(str(item.message) for item in caught):
+        print(f"warning: {message}", file=sys.stderr)
+    print(f"β sweep of {args.path} ({sweep.solver} solver)")
+    print(sweep.table())
+    for s in sweep.summaries:
+        if s["under_resolved"]:
+            print(f"warning: β = {s['beta']:g}: {s['under_resolved']}", file=sys.stderr)
+    if args.csv:
+        keys = ["beta", "n", "t_min", "w2_min", "threshold", "t_a", "t_b", "window_length", "rate", "ratio", "min_at_end", "under_resolved", "wall_time"]
+        rows = [[s[k] if k != "under_resolved" else bool(s[k]) for k in keys] for s in sweep.summaries]
+        _write_csv(args.csv, keys, rows)
+        print(f"wrote {args.csv}")
+    if args.out:
+        curves_csv = Path(args.out) / "curves.csv"
+        _write_csv(
+            str(curves_csv),
+            ["beta", "t", "w2_target", "v_eigenspace_distance", "e_eigenspace_distance"],
+            ((b, *row) for b, c in zip(sweep.betas, sweep.curves)
+             for row in zip(c["t"], c["w2_target"], c["v_eigenspace_distance"], c["e_eigenspace_distance"])),
+        )
+        print(f"wrote {len(sweep.files)} runs and {curves_csv}")
+    if args.plot:
+        from meanfield.plotting.curves import plot_sweep
+
+        plot_sweep(sweep, args.plot)
+        print(f"wrote {args.plot}")
+    return 0

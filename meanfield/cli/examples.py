@@ -1,0 +1,59 @@
+"""``meanfield examples DIR``: copy the example configurations into DIR, to run and edit."""
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from meanfield.errors import ConfigError
+
+__all__ = ["add_parser", "example_files", "main"]
+
+
+def example_files() -> list[Path]:
+    """The example configs shipped with the package (``data/*.toml`` of the repository).
+
+    An installed wheel carries them as ``meanfield/examples/``; a source checkout has them in ``data/``.
+    """
+    import meanfield
+
+    here = Path(meanfield.__file__).resolve().parent
+    for folder in (here / "examples", here.parent / "data"):
+        found = sorted(folder.glob("*.toml"))
+        if found:
+            return found
+    return []
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "examples",
+        help="copy the example configurations into a folder",
+        description="Copy the example configurations (the default run, the concentration study, multi-head, "
+        "time-dependent and JKO runs, a sweep) into DIR. Existing files are kept unless --overwrite is given.",
+    )
+    p.add_argument("dir", metavar="DIR", help="folder to copy them into (created if missing)")
+    p.add_argument("--overwrite", action="store_true", help="replace files of the same name in DIR")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    files = example_files()
+    if not files:
+        raise ConfigError("examples", "no example configurations found in this installation")
+    target = Path(args.dir)
+    if target.exists() and not target.is_dir():
+        raise ConfigError("DIR", f"{target} exists and is not a folder")
+    clashes = [f.name for f in files if (target / f.name).exists()]
+    if clashes and not args.overwrite:
+        raise ConfigError("DIR", f"{target} already holds {', '.join(clashes)}; use --overwrite to replace them")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            shutil.copyfile(f, target / f.name)
+    except OSError as exc:
+        raise ConfigError("DIR", f"cannot write into {target}: {exc.strerror or exc}") from None
+    for f in files:
+        print(target / f.name)
+    print(f"copied {len(files)} example configurations; run one with: meanfield simulate {target / files[0].name} -o run.h5")
+    return 0

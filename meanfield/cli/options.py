@@ -1,0 +1,153 @@
+"""Option parsing and output shared by the sub-commands: every error names its option (exit status 2)."""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from meanfield.errors import ConfigError
+
+__all__ = ["parse_int", "parse_float", "parse_float_list", "parse_int_list", "emit"]
+
+
+# --------------------------------------------------------------------------- #
+# parsing helpers
+# --------------------------------------------------------------------------- #
+def parse_int(value: str, key: str, *, minimum: int | None = None) -> int:
+    """Parse an integer option; ``ConfigError(key, ...)`` when bad or below ``minimum``."""
+    try:
+        x = int(str(value).strip())
+    except ValueError:
+        raise ConfigError(key, f"expected an integer, got {value!r}") from None
+    if minimum is not None and x < minimum:
+        raise ConfigError(key, f"must be an integer >= {minimum}, got {value!r}")
+    return x
+
+
+def parse_float(value: str, key: str, *, positive: bool = False, nonnegative: bool = False) -> float:
+    """Parse a finite float option; ``ConfigError(key, ...)`` when bad."""
+    try:
+        x = float(str(value).strip())
+    except ValueError:
+        raise ConfigError(key, f"expected a number, got {value!r}") from None
+    if not math.isfinite(x):
+        raise ConfigError(key, f"must be finite, got {value!r}")
+    if positive and x <= 0:
+        raise ConfigError(key, f"must be > 0, got {value!r}")
+    if nonnegative and x < 0:
+        raise ConfigError(key, f"must be >= 0, got {value!r}")
+    return x
+
+
+def parse_float_list(value: str, key: str, *, positive: bool = False) -> list[float]:
+    """Parse ``"0.5,1.5"`` (commas and/or spaces) into finite floats."""
+    items = [s for s in str(value).replace(",", " ").split()]
+    if not items:
+        raise ConfigError(key, f"expected a comma-separated list of numbers, got {value!r}")
+    out: list[float] = []
+    for item in items:
+        try:
+            x = float(item)
+        except ValueError:
+            raise ConfigError(key, f"cannot parse {item!r} in {value!r} as a number") from None
+        if not math.isfinite(x):
+            raise ConfigError(key, f"entries must be finite, got {item!r}")
+        if positive and x <= 0:
+            raise ConfigError(key, f"entries must be > 0, got {item!r}")
+        out.append(x)
+    return out
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return ",".join(_fmt(v) for v in value)
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def emit(values: Mapping[str, Any], *, as_json: bool) -> None:
+    """Print ``key = value`` lines, or one JSON object."""
+    if as_json:
+        print(json.dumps({k: _jsonable(v) for k, v in values.items()}, indent=2, allow_nan=False))
+    else:
+        for key, value in values.items():
+            print(f"{key} = {_fmt(value)}")
+
+
+def parse_int_list(value: str, key: str, *, minimum: int) -> list[int]:
+    """``"8,32,128"`` -> ``[8, 32, 128]``; ``ConfigError(key, ...)`` for non-integers or values below ``minimum``."""
+    out = []
+    for x in parse_float_list(value, key):
+        if x != int(x):
+            raise ConfigError(key, f"entries must be integers, got {x!r} in {value!r}")
+        if x < minimum:
+            raise ConfigError(key, f"entries must be >= {minimum}, got {int(x)} in {value!r}")
+        out.append(int(x))
+    return out
+
+
+def load_config_noted(source: Any, overrides: Any = ()) -> dict[str, Any]:
+    """:func:`meanfield.config.load_config`, printing the choices it made for the user as ``note:`` lines on stderr."""
+    import sys
+    import warnings
+
+    from meanfield.config import ConfigNote, load_config
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigNote)
+        cfg = load_config(source, overrides)
+    for item in caught:
+        if issubclass(item.category, ConfigNote):
+            print(f"note: {item.message}", file=sys.stderr)
+        else:  # pragma: no cover - other warnings pass through
+            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
+    return cfg
+
+
+def picture_path(value: str | None, key: str, *, animation: bool = False) -> str | None:
+    """Check a ``--plot``/``--csv``-style output before any work: not a folder, a known picture format.
+
+    ``animation``: a ``.gif`` (animated) is accepted too.
+    """
+    from pathlib import Path
+
+    from meanfield.io.output import check_parent
+    from meanfield.plotting.canvas import IMAGE_FORMATS
+
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_dir() or value.endswith(("/", "\\")):
+        raise ConfigError(key, f"{value} is a folder; give a file name such as {path / 'picture.png'}")
+    allowed = IMAGE_FORMATS + ((".gif",) if animation else ())
+    if path.suffix.lower() not in allowed:
+        raise ConfigError(key, f"cannot draw into {value!r}: use one of {', '.join(allowed)}")
+    check_parent(path, key)
+    return value
+
+
+def table_path(value: str | None, key: str) -> str | None:
+    """Check a ``--csv`` output before any work: a file, in a folder that can be written."""
+    from pathlib import Path
+
+    from meanfield.io.output import check_parent
+
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_dir() or value.endswith(("/", "\\")):
+        raise ConfigError(key, f"{value} is a folder; give a file name such as {path / 'table.csv'}")
+    check_parent(path, key)
+    return value

@@ -1,0 +1,88 @@
+"""``meanfield sweep SWEEP.toml --out DIR [--scheduler ADDR] [--workers N] [--resume] [--retry-failed] [--dry-run] [--quiet]``.
+
+Runs every case of a sweep (a base config plus a ``[grid]`` and/or
+``[[cases]]`` of overrides; see :mod:`meanfield.solvers.sweep`) on a local Dask cluster
+of processes, or on the running cluster at ``--scheduler``.  Writes
+``DIR/cases/<hash>.h5``, ``DIR/ledger.jsonl`` and ``DIR/results.csv``.
+
+Exit status: 0 when every case succeeded, 1 when some case failed (after its
+retry; the others still ran and are in the table) or the sweep was
+interrupted (``--resume`` continues it), 2 for bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Any
+
+__all__ = ["add_parser", "main"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "sweep",
+        help="run a parameter sweep on Dask; writes DIR/results.csv",
+        description="Run every case of a sweep (a base config plus a [grid] and/or [[cases]] of overrides) on a local "
+        "Dask cluster of processes, or on the running cluster at --scheduler. Writes DIR/cases/<hash>.h5, "
+        "DIR/ledger.jsonl and DIR/results.csv. Exit status 0 when every case succeeded, 1 when some case failed "
+        "(after its retry; the others still ran and are in the table) or the sweep was interrupted (--resume "
+        "continues it), 2 for bad input.",
+    )
+    _arguments(p)
+    p.set_defaults(func=main, interrupted="interrupted; finished cases are in the ledger, --resume continues")
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep", help="sweep file (TOML): base, [set], [grid] and/or [[cases]]")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (cases/, ledger.jsonl, results.csv)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="address of a running Dask scheduler, e.g. tcp://node01:8786")
+    p.add_argument("--workers", type=int, metavar="N", help="local worker processes (default: one per core; 0: run in this process)")
+    p.add_argument("--resume", action="store_true", help="continue the sweep in DIR, skipping finished cases")
+    p.add_argument("--retry-failed", action="store_true", help="with --resume, run the failed cases again")
+    p.add_argument("--dry-run", action="store_true", help="resolve and list the cases, run nothing")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _interrupt_on_sigterm() -> Any:
+    """Turn SIGTERM (``kill``, a batch system's time limit) into KeyboardInterrupt: the cluster shuts down cleanly."""
+
+    def handler(signum: int, frame: Any) -> None:  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return None
+
+
+def main(args: argparse.Namespace) -> int:
+    from meanfield.solvers.sweep import load_sweep, run_sweep
+
+    spec = load_sweep(args.sweep)  # ConfigError (exit 2) before any work
+    if args.dry_run:
+        for case in spec.cases:
+            params = ", ".join(f"{k}={v!r}" for k, v in case.params.items())
+            print(f"{case.index}\t{case.hash}\t{params}")
+        print(f"{len(spec.cases)} cases")
+        return 0
+    previous = _interrupt_on_sigterm()
+    try:
+        rows = run_sweep(
+            spec,
+            args.out,
+            scheduler=args.scheduler,
+            workers=args.workers,
+            resume=args.resume,
+            quiet=args.quiet,
+            retry_failed=args.retry_failed,
+        )
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    failed = [row for row in rows if row["status"] != "ok"]
+    print(f"sweep: {len(rows)} cases, {len(rows) - len(failed)} ok, {len(failed)} failed; results in {args.out}/results.csv")
+    for row in failed:
+        print(f"  case {row['case']} ({row['hash']}): {row['error']}", file=sys.stderr)
+    sys.stdout.flush()
+    return 1 if failed else 0

@@ -1,0 +1,118 @@
+r"""``meanfield theory clustering-time``: measured ReLU vs softmax clustering times (seed 000, Thm 25).
+
+.. math::
+
+    T_{\mathrm{softmax}} = O(n),\qquad T_{\mathrm{ReLU}} = O(n\log d)
+
+Usage::
+
+    meanfield theory clustering-time --attention relu --d 8,32,128 --n 16 [--eps 1e-3]
+        [--beta 1] [--runs 3] [--max-draws 30] [--init uniform|equiangular] [--dt 0.2] [--quick] [--json]
+
+Simulates one identity head from random tokens for every :math:`(n, d)`
+(:func:`meanfield.solvers.experiments.multihead.clustering_time_experiment`: seeds 0, 1, … until
+``--runs`` runs reach one cluster or ``--max-draws`` seeds were tried) and
+prints the median times of the clustered runs, the fraction of tried seeds that
+clustered, and the fits against the predicted scale (``key = value`` lines, or
+JSON with ``--json``).
+``--attention both`` runs softmax and ReLU and prefixes the keys.
+
+This module lives in ``solvers`` (it runs a solver); ``meanfield theory``
+discovers it through the entry-point group ``meanfield.analysis.theory``, which names
+this module; its :func:`add_subparser` adds the sub-command.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from meanfield.cli.options import emit, parse_float, parse_int, parse_int_list
+from meanfield.errors import ConfigError
+
+__all__ = ["add_subparser", "run"]
+
+
+def _clean(value: Any) -> Any:
+    """Arrays and numpy scalars as plain lists/floats for :func:`emit`."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and math.isfinite(value) and value == int(value) and abs(value) < 1e15:
+        return float(value)
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the experiment(s) and print the numbers."""
+    from meanfield.solvers.experiments.multihead import clustering_time_experiment
+
+    kinds = ("softmax", "relu") if args.attention == "both" else (args.attention,)
+    ns = parse_int_list(args.n, "--n", minimum=2)
+    ds = parse_int_list(args.d, "--d", minimum=2)
+    eps = parse_float(args.eps, "--eps", positive=True)
+    beta = parse_float(args.beta, "--beta", nonnegative=True)
+    runs = parse_int(args.runs, "--runs", minimum=1)
+    max_draws = parse_int(args.max_draws, "--max-draws", minimum=1) if args.max_draws is not None else None
+    dt = parse_float(args.dt, "--dt", positive=True)
+    if args.init == "equiangular" and min(ds) < max(ns):
+        raise ConfigError("--d", f"--init equiangular needs n <= d for every pair; got n up to {max(ns)} and d down to {min(ds)}")
+    values: dict[str, Any] = {}
+    for kind in kinds:
+        result = clustering_time_experiment(
+            kind, ns, ds, eps, beta=beta, runs=runs, max_draws=max_draws, init=args.init, dt=dt, quick=args.quick
+        )
+        prefix = f"{kind}_" if len(kinds) > 1 else ""
+        if not prefix:
+            values["attention"] = kind
+        values.update(
+            {
+                f"{prefix}init": result["init"],
+                f"{prefix}eps": result["eps"],
+                f"{prefix}beta": beta,
+                f"{prefix}runs": int(result["runs"]),
+                f"{prefix}n": _clean(result["n"]),
+                f"{prefix}d": _clean(result["d"]),
+                f"{prefix}time_median": _clean(result["median"]),
+                f"{prefix}clustered_fraction": _clean(result["clustered_fraction"]),
+                f"{prefix}seeds_tried": _clean(result["draws"]),
+                f"{prefix}predicted_scale": _clean(result["scale"]),
+                f"{prefix}fit_slope": result["slope"],
+                f"{prefix}fit_intercept": result["intercept"],
+                f"{prefix}fit_r2": result["r2"],
+                f"{prefix}exponent_in_n": result["exponent_n"],
+                f"{prefix}exponent_in_n_r2": result["r2_n"],
+                f"{prefix}slope_in_log_d": result["slope_log_d"],
+                f"{prefix}slope_in_log_d_r2": result["r2_log_d"],
+                f"{prefix}fit_points": result["points"],
+            }
+        )
+    emit(values, as_json=args.json)
+    return 0
+
+
+def add_subparser(subparsers: Any) -> None:
+    """Add ``clustering-time`` to ``meanfield theory`` (entry-point group ``meanfield.analysis.theory``)."""
+    p = subparsers.add_parser(
+        "clustering-time",
+        help="measured ReLU vs softmax clustering times and their fits (Thm 25)",
+        description=(
+            "Thm 25 of seed 000: time until every pairwise inner product exceeds 1 - eps, from random "
+            "tokens, for one identity head; fits T ~ a X + b against X = n (softmax) or n log d (relu), "
+            "the exponent of T in n and the slope of T in log d. Runs that stall in several clusters "
+            "(frequent for relu from uniform tokens) are skipped and counted in clustered_fraction."
+        ),
+    )
+    p.add_argument("--attention", default="relu", choices=("softmax", "relu", "both"), help="attention kind (default relu)")
+    p.add_argument("--n", default="16", metavar="N1,N2,...", help="numbers of tokens (default 16)")
+    p.add_argument("--d", default="8,32,128", metavar="D1,D2,...", help="dimensions (default 8,32,128)")
+    p.add_argument("--eps", default="1e-3", metavar="EPS", help="clustering tolerance (default 1e-3)")
+    p.add_argument("--beta", default="1", metavar="B", help="softmax inverse temperature (default 1)")
+    p.add_argument("--runs", default="3", metavar="S", help="clustered runs per (n, d); their median is fitted (default 3)")
+    p.add_argument("--max-draws", default=None, metavar="M", help="seeds tried at most per (n, d) (default 10 x runs)")
+    p.add_argument("--init", default="uniform", choices=("uniform", "equiangular"), help="uniform tokens, or equiangular with gamma0 = d^-1/2 (needs n <= d)")
+    p.add_argument("--dt", default="0.2", metavar="DT", help="RK4 step (default 0.2)")
+    p.add_argument("--quick", action="store_true", help="one clustered run from at most 4 seeds, dt = 0.5, eps >= 1e-2")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)

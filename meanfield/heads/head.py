@@ -1,0 +1,218 @@
+r"""Attention heads :math:`(Q_h, K_h, V_h)` and their parsing from config values.
+
+A head has query/key matrices :math:`Q_h, K_h\in\mathbb R^{k\times d}` and a value
+:math:`V_h\in\mathbb R^{d\times d}`; its score matrix is :math:`B_h=Q_h^\top K_h`,
+so that :math:`s^h_{ij}=\langle Q_hx_i,K_hx_j\rangle=x_i^\top B_hx_j` (MODEL.md §1).
+
+Each of ``Q``, ``K``, ``V`` in a config may be
+
+* ``"identity"`` — :math:`I_d`;
+* a number :math:`\lambda` — :math:`\lambda I_d` (a scalar head);
+* a list of rows — an explicit matrix;
+* ``"random"`` — i.i.d. :math:`N(0, 1/d)` entries, seeded by the head's ``seed``;
+* ``"file:PATH.npy"`` — a matrix stored with :func:`numpy.save`;
+* for ``V`` only, ``"aligned"`` — :math:`V_h = Q_h^\top K_h = B_h` (the
+  value-aligned heads :math:`M_h` of seed 000).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meanfield.errors import ConfigError
+
+__all__ = ["Head", "HeadStack", "head_from_spec", "heads_from_config", "stack_heads", "identity", "scalar", "random_head"]
+
+
+@dataclass(frozen=True)
+class Head:
+    r"""One attention head.
+
+    Attributes
+    ----------
+    Q, K : (k, d) arrays
+        Query and key matrices.
+    V : (d, d) array
+        Value matrix.
+    """
+
+    Q: np.ndarray
+    K: np.ndarray
+    V: np.ndarray
+
+    @property
+    def B(self) -> np.ndarray:
+        r"""Score matrix :math:`B=Q^\top K`, shape ``(d, d)``."""
+        return self.Q.T @ self.K
+
+    @property
+    def d(self) -> int:
+        return int(self.V.shape[0])
+
+    @classmethod
+    def scalar(cls, lam: float, d: int) -> Head:
+        r"""Scalar value-aligned head :math:`B=V=\lambda I` (with :math:`Q=\sqrt{|\lambda|}I`, :math:`K=\pm Q`)."""
+        root = np.sqrt(abs(lam)) * np.eye(d)
+        return cls(Q=root, K=np.sign(lam) * root if lam != 0 else root * 0, V=lam * np.eye(d))
+
+
+@dataclass(frozen=True)
+class HeadStack:
+    r"""The arrays the kernels consume: ``B`` (H, d, d), ``V`` (H, d, d), head weights ``w`` (H,).
+
+    ``w`` are the masses of the law of the weights :math:`\Theta=\sum_h w_h\delta_{\theta_h}`
+    (default :math:`1/H`); only the ``pooled`` attention kind uses them.
+    """
+
+    B: np.ndarray
+    V: np.ndarray
+    w: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        B = np.ascontiguousarray(self.B, dtype=float)
+        V = np.ascontiguousarray(self.V, dtype=float)
+        if B.ndim != 3 or B.shape != V.shape or B.shape[1] != B.shape[2]:
+            raise ValueError(f"HeadStack needs B and V of equal shape (H, d, d), got {B.shape} and {V.shape}")
+        w = np.full(B.shape[0], 1.0 / B.shape[0]) if self.w is None else np.asarray(self.w, dtype=float)
+        object.__setattr__(self, "B", B)
+        object.__setattr__(self, "V", V)
+        object.__setattr__(self, "w", np.ascontiguousarray(w))
+
+    @property
+    def H(self) -> int:
+        return int(self.B.shape[0])
+
+    @property
+    def d(self) -> int:
+        return int(self.B.shape[1])
+
+
+def stack_heads(heads: Sequence[Head], weights: Sequence[float] | None = None) -> HeadStack:
+    """Stack heads into the arrays the attention kernels use."""
+    if not heads:
+        raise ValueError("at least one head is needed")
+    return HeadStack(
+        B=np.stack([h.B for h in heads]),
+        V=np.stack([h.V for h in heads]),
+        w=None if weights is None else np.asarray(weights, dtype=float),
+    )
+
+
+def _matrix(value: Any, *, key: str, d: int, rows: int | None, rng: np.random.Generator, base: Path | None) -> np.ndarray:
+    """Turn one config value into a matrix; ``rows`` is the expected row count (None: any k)."""
+    shape_rows = d if rows is None else rows
+    if isinstance(value, bool):
+        raise ConfigError(key, f"expected 'identity', a number, a list of rows, 'random' or 'file:PATH.npy', got {value!r}")
+    if isinstance(value, (int, float)):
+        if not np.isfinite(value):
+            raise ConfigError(key, f"must be finite, got {value!r}")
+        return float(value) * np.eye(d)
+    if isinstance(value, str):
+        if value == "identity":
+            return np.eye(d)
+        if value == "random":
+            return rng.standard_normal((shape_rows, d)) / np.sqrt(d)
+        if value.startswith("file:"):
+            path = Path(value[5:])
+            if base is not None and not path.is_absolute():
+                path = base / path
+            if not path.exists():
+                raise ConfigError(key, f"file not found: {path}")
+            try:
+                mat = np.load(path, allow_pickle=False)
+            except Exception as exc:  # noqa: BLE001 - any unreadable file is bad input
+                raise ConfigError(key, f"cannot read {path}: {exc}") from None
+            return _check_matrix(mat, key=key, d=d, rows=rows)
+        raise ConfigError(key, f"unknown value {value!r}; expected 'identity', a number, a list of rows, 'random' or 'file:PATH.npy'")
+    if isinstance(value, (list, tuple)):
+        try:
+            mat = np.array(value, dtype=float)
+        except (TypeError, ValueError):
+            raise ConfigError(key, "expected a list of rows of numbers (a matrix)") from None
+        return _check_matrix(mat, key=key, d=d, rows=rows)
+    raise ConfigError(key, f"unsupported value of type {type(value).__name__}")
+
+
+def _check_matrix(mat: np.ndarray, *, key: str, d: int, rows: int | None) -> np.ndarray:
+    if mat.ndim != 2 or mat.shape[1] != d or (rows is not None and mat.shape[0] != rows):
+        got = "×".join(str(s) for s in mat.shape) if mat.ndim else "a scalar"
+        want_rows = rows if rows is not None else (mat.shape[0] if mat.ndim == 2 else "k")
+        want = f"{want_rows}×{d}"
+        raise ConfigError(key, f"expected a {want} matrix, got {got}")
+    if not np.all(np.isfinite(mat)):
+        raise ConfigError(key, "contains non-finite entries")
+    return np.asarray(mat, dtype=float)
+
+
+def head_from_spec(
+    spec: Mapping[str, Any], *, d: int, seed: int = 0, key: str = "model.heads[0]", base: Path | None = None
+) -> Head:
+    """Build one :class:`Head` from its config table (keys ``Q``, ``K``, ``V``, ``seed``).
+
+    ``Q`` and ``K`` must have the same number of rows ``k``; ``V`` is ``d×d``.
+    Errors name the key, e.g. ``model.heads[1].Q: expected a 3×3 matrix, got 3×2``.
+    """
+    allowed = {"Q", "K", "V", "seed", "k"}
+    for name in spec:
+        if name not in allowed:
+            raise ConfigError(f"{key}.{name}", f"unknown key; allowed keys are {sorted(allowed)}")
+    head_seed = spec.get("seed", seed)
+    if isinstance(head_seed, bool) or not isinstance(head_seed, int) or head_seed < 0:
+        raise ConfigError(f"{key}.seed", f"expected a non-negative integer, got {head_seed!r}")
+    k = spec.get("k")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ConfigError(f"{key}.k", f"expected a positive integer, got {k!r}")
+    rng = np.random.default_rng(head_seed)
+    q_val, k_val = spec.get("Q", "identity"), spec.get("K", "identity")
+    if k is not None:
+        for name, value in (("Q", q_val), ("K", k_val)):
+            if not (value == "random" or isinstance(value, (list, tuple)) or (isinstance(value, str) and value.startswith("file:"))) and k != d:
+                raise ConfigError(f"{key}.k", f"k={k} rows, but {name} = {value!r} is a {d}×{d} matrix; use 'random', a list of rows or a file")
+    Q = _matrix(q_val, key=f"{key}.Q", d=d, rows=k, rng=rng, base=base)
+    K = _matrix(k_val, key=f"{key}.K", d=d, rows=Q.shape[0] if k_val in ("random",) or k is not None else None, rng=rng, base=base)
+    if K.shape[0] != Q.shape[0]:
+        raise ConfigError(f"{key}.K", f"expected a {Q.shape[0]}×{d} matrix to match Q, got {K.shape[0]}×{K.shape[1]}")
+    v_val = spec.get("V", "identity")
+    if v_val == "aligned":
+        V = Q.T @ K
+    else:
+        V = _matrix(v_val, key=f"{key}.V", d=d, rows=d, rng=rng, base=base)
+    return Head(Q=Q, K=K, V=V)
+
+
+def heads_from_config(
+    specs: Sequence[Mapping[str, Any]] | None, *, d: int, seed: int = 0, base: Path | None = None
+) -> list[Head]:
+    """All heads of ``[[model.heads]]``; none means one identity head."""
+    if not specs:
+        return [Head(Q=np.eye(d), K=np.eye(d), V=np.eye(d))]
+    return [
+        head_from_spec(spec, d=d, seed=seed + 1000 * index, key=f"model.heads[{index}]", base=base)
+        for index, spec in enumerate(specs)
+    ]
+
+
+def identity(d: int) -> Head:
+    """The identity head :math:`Q = K = V = I_d` (the clustering model of Geshkovski et al.)."""
+    return Head(Q=np.eye(d), K=np.eye(d), V=np.eye(d))
+
+
+def scalar(lam: float, d: int) -> Head:
+    r"""The scalar value-aligned head :math:`B = V = \lambda I_d` (Thms 19 and 22 of Pendharkar, arXiv 2605.04279)."""
+    return Head.scalar(lam, d)
+
+
+def random_head(d: int, *, k: int | None = None, seed: int = 0, aligned: bool = False) -> Head:
+    r"""A head with i.i.d. :math:`N(0, 1/d)` entries (``Q``, ``K``: ``k × d``; ``V``: ``d × d``, or :math:`Q^\top K` if ``aligned``).
+
+    The same draw as ``Q = K = V = "random"`` with ``seed`` in a config.
+    """
+    spec: dict[str, Any] = {"Q": "random", "K": "random", "V": "aligned" if aligned else "random", "seed": seed}
+    if k is not None:
+        spec["k"] = k
+    return head_from_spec(spec, d=d, key="random_head")
+

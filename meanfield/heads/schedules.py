@@ -1,0 +1,592 @@
+r"""Time-dependent heads: the weight schedules of seed 004 (MODEL.md §6).
+
+The parameters of head :math:`h` move in time, :math:`\theta^{(h)}_t`, and their
+law is the empirical measure :math:`\Theta_t=\sum_h w_h\,\delta_{\theta^{(h)}_t}`
+with :math:`w_h = 1/H` (the head weights ``w`` of the
+:class:`~meanfield.heads.HeadStack`).  Every schedule has ``at(t) -> HeadStack``
+(the :class:`~meanfield.model.HeadSchedule` protocol), is deterministic in ``t``
+and reproducible from its seed.
+
+**What moves.**  The dynamics sees a head only through its score matrix
+:math:`B_h=Q_h^\top K_h` and its value :math:`V_h`, so the schedules act on
+:math:`\theta_h=(B_h,V_h)` directly (a perturbation of :math:`Q_h, K_h` would
+reach the dynamics only through :math:`B_h`).  They preserve the structure of
+the configured heads :math:`\bar\theta_h=(\bar B_h,\bar V_h)`, which seed 004's
+gradient-flow structure needs (symmetric, value-aligned :math:`B_\theta=V_\theta`):
+
+* if :math:`\bar B_h` is symmetric, :math:`B_h(t)` stays symmetric (the
+  perturbation acts on the :math:`d(d+1)/2` entries :math:`a\le b` and is
+  mirrored); otherwise it acts on all :math:`d^2` entries;
+* if :math:`\bar V_h=\bar B_h` (``V = "aligned"``), :math:`V_h(t)=B_h(t)` at all
+  times; otherwise :math:`V_h` gets its own perturbation with the same rule.
+
+"Equal" and "symmetric" are tested to a relative :math:`10^{-12}`.
+
+Schedules (registry :data:`SCHEDULES`, config ``[weights] schedule``):
+
+``constant``
+    :class:`~meanfield.model.ConstantHeads`.
+``ou`` — :class:`OUSchedule`
+    Every free entry is an independent Ornstein–Uhlenbeck process
+    :math:`d\theta=-\kappa(\theta-\bar\theta)\,dt+\sigma\,dW`, started at
+    :math:`\bar\theta`, sampled **exactly** on the grid :math:`t_k=k\,\Delta`
+    (``weights.dt``) by the Gaussian transition
+    :math:`\theta_{k+1}=\bar\theta+e^{-\kappa\Delta}(\theta_k-\bar\theta)+\sigma\sqrt{(1-e^{-2\kappa\Delta})/(2\kappa)}\,\xi_k`
+    (:math:`\sigma\sqrt\Delta\,\xi_k` when :math:`\kappa=0`), and interpolated
+    piecewise-linearly in between, so that ``at(t)`` is a deterministic continuous
+    function of ``t``.  Stationary variance of each entry: :math:`\sigma^2/(2\kappa)`.
+``oscillating`` — :class:`OscillatingSchedule`
+    :math:`\theta_h(t)=\bar\theta_h+A\sin(\omega t+\varphi_h)\,I`, phases
+    :math:`\varphi_h=2\pi h/H` (spread over the heads; ``weights.phases`` may
+    also be ``"equal"`` or ``"random"``, see :func:`oscillation_phases`).  The oscillation adds a
+    multiple of the identity to :math:`B_h` (and to :math:`V_h`): for a scalar
+    head :math:`\bar B_h=\lambda I` it is the head strength that oscillates,
+    :math:`\lambda+A\sin(\omega t+\varphi_h)`; for :math:`A>\lambda` it changes sign.
+
+**Saving and replay.**  :func:`weight_path` samples a schedule on a time grid
+(``t`` (T,), ``B`` (T, H, d, d), ``V`` (T, H, d, d), ``w`` (H,));
+:func:`weights_static` gives the same arrays under the HDF5 group ``weights/``;
+:func:`schedule_from_path` builds a :class:`PathSchedule` that interpolates a
+saved path linearly.  Because an OU schedule *is* the linear interpolant of its
+grid values, replaying the path saved on its own grid gives the same heads at
+every ``t`` (up to the rounding of the interpolation weights, ~1e-16), hence
+the same run.  An oscillating schedule replays to :math:`O(\Delta^2)` between
+grid points (exactly at them); rebuilding it from the stored config
+(:func:`schedule_from_config`) is exact.
+
+Examples
+--------
+>>> import numpy as np
+>>> from meanfield.heads import HeadStack
+>>> mean = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+>>> ou = OUSchedule(mean, kappa=1.0, sigma=0.2, dt=0.01, seed=7)
+>>> bool(np.array_equal(ou.at(0.5).B, OUSchedule(mean, kappa=1.0, sigma=0.2, dt=0.01, seed=7).at(0.5).B))
+True
+>>> osc = OscillatingSchedule(mean, amplitude=0.5, omega=2.0)
+>>> float(osc.at(np.pi / 4).B[0, 0, 0])
+1.5
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meanfield.errors import ConfigError
+from meanfield.heads import Head, HeadStack, stack_heads
+from meanfield.model import ConstantHeads, HeadSchedule
+
+__all__ = [
+    "SCHEDULES",
+    "OUSchedule",
+    "OscillatingSchedule",
+    "PHASES",
+    "oscillation_phases",
+    "PathSchedule",
+    "head_structure",
+    "schedule_derivative",
+    "schedule_from_config",
+    "schedule_from_path",
+    "weight_path",
+    "weights_static",
+    "default_grid",
+]
+
+#: steps of noise drawn per block of the OU generator (block b uses the seed ``[seed, b]``)
+_OU_BLOCK = 256
+_REL = 1e-12
+
+
+# ----------------------------------------------------------------------------- structure
+
+
+@dataclass(frozen=True)
+class _Structure:
+    """Which entries of ``B`` and ``V`` move, per head."""
+
+    b_symmetric: np.ndarray  # (H,) bool
+    v_aligned: np.ndarray  # (H,) bool
+    v_symmetric: np.ndarray  # (H,) bool
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    scale = max(1.0, float(np.max(np.abs(a))), float(np.max(np.abs(b))))
+    return bool(np.max(np.abs(a - b)) <= _REL * scale)
+
+
+def head_structure(stack: HeadStack) -> dict[str, np.ndarray]:
+    """Per head: is ``B`` symmetric, is ``V`` equal to ``B`` (value-aligned), is ``V`` symmetric.
+
+    Returns
+    -------
+    dict with boolean (H,) arrays ``b_symmetric``, ``v_aligned``, ``v_symmetric``.
+    """
+    s = _structure(stack)
+    return {"b_symmetric": s.b_symmetric, "v_aligned": s.v_aligned, "v_symmetric": s.v_symmetric}
+
+
+def _structure(stack: HeadStack) -> _Structure:
+    H = stack.H
+    return _Structure(
+        b_symmetric=np.array([_close(stack.B[h], stack.B[h].T) for h in range(H)]),
+        v_aligned=np.array([_close(stack.V[h], stack.B[h]) for h in range(H)]),
+        v_symmetric=np.array([_close(stack.V[h], stack.V[h].T) for h in range(H)]),
+    )
+
+
+def _symmetric_from(values: np.ndarray, d: int) -> np.ndarray:
+    """Symmetric matrices from their upper triangles: ``values`` (..., d(d+1)/2) -> (..., d, d)."""
+    iu = np.triu_indices(d)
+    out = np.zeros((*values.shape[:-1], d, d))
+    out[..., iu[0], iu[1]] = values
+    out[..., iu[1], iu[0]] = values
+    return out
+
+
+def _free_count(symmetric: bool, d: int) -> int:
+    return d * (d + 1) // 2 if symmetric else d * d
+
+
+def _matrix_from(values: np.ndarray, symmetric: bool, d: int) -> np.ndarray:
+    if symmetric:
+        return _symmetric_from(values, d)
+    return values.reshape(*values.shape[:-1], d, d)
+
+
+# ----------------------------------------------------------------------------- OU
+
+
+class OUSchedule:
+    r"""Ornstein–Uhlenbeck heads, exact on the grid :math:`t_k=k\Delta`, linear in between.
+
+    .. math::
+
+        d\theta^{(h)}_t = -\kappa\big(\theta^{(h)}_t-\bar\theta^{(h)}\big)\,dt + \sigma\,dW^{(h)}_t,
+        \qquad \theta^{(h)}_0=\bar\theta^{(h)}
+
+    (seed 004, weights of the integrable regime; MODEL.md §6), on the free
+    entries of :math:`(B_h, V_h)` described in the module docstring.  The grid
+    values are the exact Gaussian transition, so their law does not depend on
+    :math:`\Delta`; the path is extended lazily to any requested ``t`` and is
+    the same whatever order the times are asked in (the noise of steps
+    :math:`[256b, 256(b+1))` comes from ``default_rng([seed, b])``).
+
+    Parameters
+    ----------
+    mean : HeadStack
+        The configured heads :math:`\bar\theta` (and the head weights ``w``).
+    kappa : float
+        Mean-reversion rate :math:`\kappa\ge0`.
+    sigma : float
+        Noise level :math:`\sigma\ge0`.
+    dt : float
+        Grid step :math:`\Delta>0`.
+    seed : int
+        Noise seed.
+    """
+
+    def __init__(self, mean: HeadStack, *, kappa: float, sigma: float, dt: float, seed: int = 0) -> None:
+        if not (kappa >= 0 and math.isfinite(kappa)):
+            raise ValueError(f"kappa must be finite and >= 0, got {kappa!r}")
+        if not (sigma >= 0 and math.isfinite(sigma)):
+            raise ValueError(f"sigma must be finite and >= 0, got {sigma!r}")
+        if not (dt > 0 and math.isfinite(dt)):
+            raise ValueError(f"dt must be positive and finite, got {dt!r}")
+        self.mean = mean
+        self.kappa = float(kappa)
+        self.sigma = float(sigma)
+        self.dt = float(dt)
+        self.seed = int(seed)
+        self.structure = _structure(mean)
+        d = mean.d
+        self._nb = [_free_count(bool(s), d) for s in self.structure.b_symmetric]
+        self._nv = [
+            0 if a else _free_count(bool(s), d) for a, s in zip(self.structure.v_aligned, self.structure.v_symmetric)
+        ]
+        self._width = int(sum(self._nb) + sum(self._nv))
+        # deviations from the mean on the grid, (K+1, width); start at the mean
+        self._dev = np.zeros((1, self._width))
+        self._B = mean.B[None].copy()
+        self._V = mean.V[None].copy()
+        self._cache_block = -1
+        self._cache = np.empty((0, self._width))
+        if self.kappa > 0:
+            self.decay = math.exp(-self.kappa * self.dt)
+            self.noise = self.sigma * math.sqrt(-math.expm1(-2.0 * self.kappa * self.dt) / (2.0 * self.kappa))
+        else:
+            self.decay = 1.0
+            self.noise = self.sigma * math.sqrt(self.dt)
+
+    @property
+    def stationary_variance(self) -> float:
+        r""":math:`\sigma^2/(2\kappa)` (``inf`` when :math:`\kappa=0`)."""
+        return self.sigma**2 / (2 * self.kappa) if self.kappa > 0 else math.inf
+
+    def _block_noise(self, block: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, block])
+        return rng.standard_normal((_OU_BLOCK, self._width))
+
+    def _extend(self, k: int) -> None:
+        """Make sure grid values ``0..k`` exist."""
+        have = self._dev.shape[0] - 1
+        if k <= have:
+            return
+        k = max(k, 2 * have, 64)  # grow geometrically: extending to K steps costs O(K)
+        new = np.empty((k - have, self._width))
+        prev = self._dev[-1]
+        for row, step in enumerate(range(have, k)):
+            block, offset = divmod(step, _OU_BLOCK)
+            if self._cache_block != block:
+                self._cache = self._block_noise(block)
+                self._cache_block = block
+            prev = self.decay * prev + self.noise * self._cache[offset]
+            new[row] = prev
+        self._dev = np.concatenate([self._dev, new])
+        B, V = self._stack_from(new)
+        self._B = np.concatenate([self._B, B])
+        self._V = np.concatenate([self._V, V])
+
+    def _stack_from(self, dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Heads ``(B, V)`` of shape (..., H, d, d) from deviation rows (..., width)."""
+        d, H = self.mean.d, self.mean.H
+        lead = dev.shape[:-1]
+        B = np.broadcast_to(self.mean.B, (*lead, H, d, d)).copy()
+        V = np.broadcast_to(self.mean.V, (*lead, H, d, d)).copy()
+        pos = 0
+        for h in range(H):
+            nb = self._nb[h]
+            dB = _matrix_from(dev[..., pos : pos + nb], bool(self.structure.b_symmetric[h]), d)
+            pos += nb
+            B[..., h, :, :] += dB
+            if self.structure.v_aligned[h]:
+                V[..., h, :, :] = B[..., h, :, :]
+            else:
+                nv = self._nv[h]
+                V[..., h, :, :] += _matrix_from(dev[..., pos : pos + nv], bool(self.structure.v_symmetric[h]), d)
+                pos += nv
+        return B, V
+
+    def _locate(self, t: float) -> tuple[int, float]:
+        if not (t >= 0 and math.isfinite(t)):
+            raise ValueError(f"the OU schedule is defined for finite t >= 0, got {t!r}")
+        s = t / self.dt
+        k = int(math.floor(s))
+        frac = s - k
+        if frac > 1 - 1e-12:  # t on a grid point up to rounding
+            k, frac = k + 1, 0.0
+        elif frac < 1e-12:
+            frac = 0.0
+        return k, frac
+
+    def deviation(self, t: float) -> np.ndarray:
+        """Flat vector of the free entries' deviations :math:`\\theta_t-\\bar\\theta`, shape ``(width,)``."""
+        k, frac = self._locate(t)
+        self._extend(k + 1)
+        return (1.0 - frac) * self._dev[k] + frac * self._dev[k + 1]
+
+    def at(self, t: float) -> HeadStack:
+        r"""Heads at time ``t``: :math:`(1-f)\theta_k+f\theta_{k+1}`, :math:`t=(k+f)\Delta`."""
+        k, frac = self._locate(t)
+        self._extend(k + 1)
+        if frac == 0.0:
+            return HeadStack(B=self._B[k], V=self._V[k], w=self.mean.w)
+        B = (1.0 - frac) * self._B[k] + frac * self._B[k + 1]
+        V = (1.0 - frac) * self._V[k] + frac * self._V[k + 1]
+        return HeadStack(B=B, V=V, w=self.mean.w)
+
+    def derivative(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        r"""Right derivative :math:`(\dot B,\dot V)` of the piecewise-linear path at ``t``, each (H, d, d)."""
+        k, _ = self._locate(t)
+        self._extend(k + 1)
+        return (self._B[k + 1] - self._B[k]) / self.dt, (self._V[k + 1] - self._V[k]) / self.dt
+
+    def grid(self, t_final: float) -> np.ndarray:
+        """The schedule's own grid :math:`0,\\Delta,\\dots` up to and including the first point ``>= t_final``."""
+        k = int(math.ceil(t_final / self.dt - 1e-9))
+        return self.dt * np.arange(max(k, 1) + 1)
+
+
+# ----------------------------------------------------------------------------- oscillating
+
+#: phase choices of the oscillating schedule (config ``weights.phases``)
+PHASES = ("spread", "equal", "random")
+
+
+def oscillation_phases(H: int, kind: str = "spread", *, seed: int = 0) -> np.ndarray:
+    r"""Phases :math:`\varphi_h` of :class:`OscillatingSchedule`, shape ``(H,)``.
+
+    ``"spread"``: :math:`2\pi h/H` (then :math:`\sum_h\sin(\omega t+\varphi_h)=0` for
+    :math:`H\ge2`: the Θ-average of the oscillation cancels at first order, and the
+    :math:`k`-th moments for :math:`H>k`); ``"equal"``: all 0 (the law
+    :math:`\Theta_t` oscillates as a whole); ``"random"``: i.i.d. uniform on
+    :math:`[0,2\pi)` from ``default_rng([seed, 1])``.
+    """
+    if kind == "spread":
+        return 2 * np.pi * np.arange(H) / H
+    if kind == "equal":
+        return np.zeros(H)
+    if kind == "random":
+        return np.random.default_rng([int(seed), 1]).uniform(0.0, 2 * np.pi, size=H)
+    raise ValueError(f"phases must be one of {PHASES}, got {kind!r}")
+
+
+
+class OscillatingSchedule:
+    r"""Oscillating heads :math:`\theta_h(t)=\bar\theta_h+A\sin(\omega t+\varphi_h)\,I`.
+
+    .. math::
+
+        B_h(t) = \bar B_h + A\sin(\omega t+\varphi_h)\,I_d,\qquad
+        V_h(t) = \begin{cases} B_h(t) & \bar V_h=\bar B_h\\ \bar V_h + A\sin(\omega t+\varphi_h)\,I_d & \text{otherwise}\end{cases}
+
+    (seed 004, the non-integrable regime: :math:`\int|\dot\Theta_t|\,dt=\infty`).
+
+    Parameters
+    ----------
+    mean : HeadStack
+    amplitude : float
+        :math:`A\ge0`.
+    omega : float
+        Angular frequency :math:`\omega`.
+    phases : (H,) array, optional
+        :math:`\varphi_h`; default :math:`2\pi h/H`.
+    """
+
+    def __init__(
+        self, mean: HeadStack, *, amplitude: float, omega: float, phases: Sequence[float] | np.ndarray | None = None
+    ) -> None:
+        if not (amplitude >= 0 and math.isfinite(amplitude)):
+            raise ValueError(f"amplitude must be finite and >= 0, got {amplitude!r}")
+        if not math.isfinite(omega):
+            raise ValueError(f"omega must be finite, got {omega!r}")
+        self.mean = mean
+        self.amplitude = float(amplitude)
+        self.omega = float(omega)
+        H = mean.H
+        self.phases = 2 * np.pi * np.arange(H) / H if phases is None else np.asarray(phases, dtype=float)
+        if self.phases.shape != (H,):
+            raise ValueError(f"phases must have shape ({H},), got {self.phases.shape}")
+        self.structure = _structure(mean)
+
+    def _with(self, coef: np.ndarray, base_B: np.ndarray, base_V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        eye = np.eye(self.mean.d)
+        B = base_B + coef[:, None, None] * eye
+        V = np.where(self.structure.v_aligned[:, None, None], B, base_V + coef[:, None, None] * eye)
+        return B, V
+
+    def at(self, t: float) -> HeadStack:
+        coef = self.amplitude * np.sin(self.omega * t + self.phases)
+        B, V = self._with(coef, self.mean.B, self.mean.V)
+        return HeadStack(B=B, V=V, w=self.mean.w)
+
+    def derivative(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        r""":math:`(\dot B,\dot V)=A\omega\cos(\omega t+\varphi_h)\,I`, each (H, d, d)."""
+        coef = self.amplitude * self.omega * np.cos(self.omega * t + self.phases)
+        zero = np.zeros_like(self.mean.B)
+        return self._with(coef, zero, zero)
+
+
+# ----------------------------------------------------------------------------- replay
+
+
+class PathSchedule:
+    r"""Heads interpolated linearly in time from a saved path (replay of a run).
+
+    .. math::
+
+        \theta(t) = \frac{t_{k+1}-t}{t_{k+1}-t_k}\theta_k + \frac{t-t_k}{t_{k+1}-t_k}\theta_{k+1},
+        \qquad t\in[t_k,t_{k+1}]
+
+    Outside ``[t_0, t_{T-1}]`` the end values are held (a path with one time is constant).
+
+    Parameters
+    ----------
+    t : (T,) array
+        Increasing times.
+    B, V : (T, H, d, d) arrays
+    w : (H,) array, optional
+        Head weights (default :math:`1/H`).
+    """
+
+    def __init__(self, t: np.ndarray, B: np.ndarray, V: np.ndarray, w: np.ndarray | None = None) -> None:
+        self.t = np.asarray(t, dtype=float)
+        self.B = np.asarray(B, dtype=float)
+        self.V = np.asarray(V, dtype=float)
+        if self.t.ndim != 1 or self.B.shape[0] != self.t.size or self.B.shape != self.V.shape or self.B.ndim != 4:
+            raise ValueError(f"path shapes do not match: t {self.t.shape}, B {self.B.shape}, V {self.V.shape}")
+        if self.t.size > 1 and not np.all(np.diff(self.t) > 0):
+            raise ValueError("path times must increase strictly")
+        self.w = None if w is None else np.asarray(w, dtype=float)
+        # a uniform grid is located by division, exactly like OUSchedule does
+        steps = np.diff(self.t)
+        self._uniform = bool(self.t.size > 1 and self.t[0] == 0 and np.allclose(steps, steps[0], rtol=1e-12, atol=0))
+        self._dt = float(steps[0]) if self.t.size > 1 else 0.0
+
+    def _locate(self, t: float) -> tuple[int, float]:
+        T = self.t.size
+        if T == 1 or t <= self.t[0]:
+            return 0, 0.0
+        if t >= self.t[-1]:
+            return T - 2, 1.0
+        if self._uniform:
+            s = t / self._dt
+            k = min(int(math.floor(s)), T - 2)
+            frac = s - k
+            if frac > 1 - 1e-12:  # same snapping as OUSchedule: replay is bit-identical
+                k, frac = k + 1, 0.0
+            elif frac < 1e-12:
+                frac = 0.0
+            if k == T - 1:
+                return T - 2, 1.0
+            return k, frac
+        k = int(np.searchsorted(self.t, t, side="right") - 1)
+        return k, (t - self.t[k]) / (self.t[k + 1] - self.t[k])
+
+    def at(self, t: float) -> HeadStack:
+        if self.t.size == 1:
+            return HeadStack(B=self.B[0], V=self.V[0], w=self.w)
+        k, frac = self._locate(t)
+        B = (1.0 - frac) * self.B[k] + frac * self.B[k + 1]
+        V = (1.0 - frac) * self.V[k] + frac * self.V[k + 1]
+        return HeadStack(B=B, V=V, w=self.w)
+
+    def derivative(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """Right derivative of the interpolant (zero outside the path)."""
+        if self.t.size == 1 or t >= self.t[-1] or t < self.t[0]:
+            return np.zeros_like(self.B[0]), np.zeros_like(self.V[0])
+        k, _ = self._locate(t)
+        h = self.t[k + 1] - self.t[k]
+        return (self.B[k + 1] - self.B[k]) / h, (self.V[k + 1] - self.V[k]) / h
+
+
+def schedule_derivative(schedule: HeadSchedule, t: float) -> tuple[np.ndarray, np.ndarray]:
+    r""":math:`(\dot B(t),\dot V(t))` of any schedule; zero for :class:`~meanfield.model.ConstantHeads`.
+
+    Schedules without a ``derivative`` method are differentiated by a centred
+    difference with step :math:`10^{-6}` (one-sided at ``t = 0``).
+    """
+    if isinstance(schedule, ConstantHeads):
+        zero = np.zeros_like(schedule.stack.B)
+        return zero, zero.copy()
+    method = getattr(schedule, "derivative", None)
+    if callable(method):
+        return method(t)
+    eps = 1e-6
+    lo, hi = max(0.0, t - eps), t + eps
+    a, b = schedule.at(lo), schedule.at(hi)
+    return (b.B - a.B) / (hi - lo), (b.V - a.V) / (hi - lo)
+
+
+# ----------------------------------------------------------------------------- paths on disk
+
+
+def default_grid(schedule: HeadSchedule, t_final: float, *, dt: float = 0.01) -> np.ndarray:
+    """Times at which a schedule's path is saved: its own grid (OU), one time (constant), else step ``dt``."""
+    if isinstance(schedule, OUSchedule):
+        return schedule.grid(t_final)
+    if isinstance(schedule, ConstantHeads):
+        return np.zeros(1)
+    if isinstance(schedule, PathSchedule):
+        return schedule.t.copy()
+    k = max(1, int(math.ceil(t_final / dt - 1e-9)))
+    return dt * np.arange(k + 1)
+
+
+def weight_path(schedule: HeadSchedule, times: Sequence[float] | np.ndarray) -> dict[str, np.ndarray]:
+    """The heads of ``schedule`` at ``times``: ``t`` (T,), ``B`` (T, H, d, d), ``V`` (T, H, d, d), ``w`` (H,)."""
+    t = np.asarray(times, dtype=float).reshape(-1)
+    stacks = [schedule.at(float(s)) for s in t]
+    return {
+        "t": t,
+        "B": np.stack([s.B for s in stacks]),
+        "V": np.stack([s.V for s in stacks]),
+        "w": stacks[0].w.copy(),
+    }
+
+
+def weights_static(schedule: HeadSchedule, t_final: float, *, dt: float = 0.01) -> dict[str, np.ndarray]:
+    """The weight path as static HDF5 arrays ``weights/t``, ``weights/B``, ``weights/V``, ``weights/w``.
+
+    Sampled on :func:`default_grid` (an OU schedule on its own grid, so that
+    :func:`schedule_from_path` replays it exactly).  Size: ``T·H·d²`` doubles
+    for each of ``B`` and ``V``.
+    """
+    path = weight_path(schedule, default_grid(schedule, t_final, dt=dt))
+    return {f"weights/{key}": value for key, value in path.items()}
+
+
+def schedule_from_path(source: Mapping[str, Any] | str | Path) -> HeadSchedule:
+    """Replay schedule from a saved path.
+
+    Parameters
+    ----------
+    source : mapping or path
+        A mapping with ``t``, ``B``, ``V`` (optionally ``w``) — as returned by
+        :func:`weight_path`, or the ``weights`` group of
+        :func:`meanfield.io.runfile.read_run` — or an HDF5 run file with a ``weights`` group.
+    """
+    if isinstance(source, (str, Path)):
+        import h5py
+
+        with h5py.File(source, "r") as f:
+            if "weights" not in f:
+                raise ValueError(f"{source} holds no weight path (group 'weights')")
+            group = f["weights"]
+            source = {key: group[key][()] for key in group}
+    for key in ("t", "B", "V"):
+        if key not in source:
+            raise ValueError(f"a weight path needs '{key}'")
+    w = source.get("w")
+    if np.asarray(source["t"]).size == 1:
+        return ConstantHeads(HeadStack(B=np.asarray(source["B"])[0], V=np.asarray(source["V"])[0], w=w))
+    return PathSchedule(source["t"], source["B"], source["V"], w)
+
+
+# ----------------------------------------------------------------------------- from a config
+
+
+def _ou(cfg: Mapping[str, Any], mean: HeadStack) -> HeadSchedule:
+    w = cfg["weights"]
+    return OUSchedule(mean, kappa=float(w["kappa"]), sigma=float(w["sigma"]), dt=float(w["dt"]), seed=int(w["seed"]))
+
+
+def _oscillating(cfg: Mapping[str, Any], mean: HeadStack) -> HeadSchedule:
+    w = cfg["weights"]
+    kind = w.get("phases", "spread")
+    if kind not in PHASES:
+        raise ConfigError("weights.phases", f"expected one of {', '.join(repr(p) for p in PHASES)}, got {kind!r}")
+    phases = oscillation_phases(mean.H, kind, seed=int(w["seed"]))
+    return OscillatingSchedule(mean, amplitude=float(w["amplitude"]), omega=float(w["omega"]), phases=phases)
+
+
+def _constant(cfg: Mapping[str, Any], mean: HeadStack) -> HeadSchedule:  # noqa: ARG001
+    return ConstantHeads(mean)
+
+
+#: weight schedules by name: ``f(resolved_config, mean_heads) -> schedule``
+SCHEDULES: dict[str, Callable[[Mapping[str, Any], HeadStack], HeadSchedule]] = {
+    "constant": _constant,
+    "ou": _ou,
+    "oscillating": _oscillating,
+}
+
+
+def schedule_from_config(cfg: Mapping[str, Any], heads: Sequence[Head] | HeadStack) -> HeadSchedule:
+    """The schedule of ``[weights]`` around the configured heads (called by :func:`meanfield.build.build_schedule`).
+
+    Raises
+    ------
+    ConfigError
+        ``weights.schedule`` for an unknown name.
+    """
+    name = cfg["weights"]["schedule"]
+    try:
+        build = SCHEDULES[name]
+    except KeyError:
+        raise ConfigError("weights.schedule", f"unknown schedule {name!r}; choose from {sorted(SCHEDULES)}") from None
+    mean = heads if isinstance(heads, HeadStack) else stack_heads(list(heads))
+    return build(cfg, mean)

@@ -1,0 +1,1 @@
+"""Runs on disk: the HDF5 layout, its writer and its readers."""

@@ -1,0 +1,45 @@
+"""Checks on an output path, made before any work: a run never truncates a file it should not."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from meanfield.errors import ConfigError
+
+__all__ = ["check_output", "check_parent"]
+
+
+def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = False, key: str = "-o") -> Path:
+    """Say what is wrong with ``path`` as the output of a run, before anything is computed or written.
+
+    A folder, a path under a file, a folder without write permission, or an
+    existing file (unless ``overwrite``, or ``resume`` on a meanfield run) is a
+    :class:`ConfigError` naming ``key``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(key, f"{path} is a folder; give a file name such as {path / 'run.h5'}")
+    check_parent(path, key)
+    if path.exists():
+        if resume:
+            from meanfield.io.runfile import RunReader
+
+            RunReader(path, key=key)  # resuming needs a meanfield run; the reader says why not
+            if not os.access(path, os.W_OK):
+                raise ConfigError(key, f"{path} is read-only; cannot resume into it")
+        elif not overwrite:
+            raise ConfigError(key, f"{path} already exists; use --overwrite to replace it (or --resume to continue that run)")
+        elif not os.access(path, os.W_OK):
+            raise ConfigError(key, f"{path} is read-only; cannot overwrite it")
+    return path
+
+
+def check_parent(path: str | Path, key: str) -> None:
+    """The nearest existing folder above ``path`` must be a folder we may write into (missing ones are created later)."""
+    probe = Path(path).parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ConfigError(key, f"cannot create {path}: {probe} is a file, not a folder")
+    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(key, f"cannot write into {probe}: permission denied")

@@ -1,0 +1,150 @@
+r"""Attention velocity laws :math:`v_i` of MODEL.md §2, for particles and weighted measures.
+
+For tokens :math:`x_j` with masses :math:`a_j` (uniform :math:`1/n` for an
+empirical measure, cell masses on a grid) and heads :math:`(B_h, V_h, w_h)`:
+
+.. math::
+
+    \text{softmax:}\quad v_i &= \sum_h \frac{\sum_j a_j e^{\beta s^h_{ij}} V_h x_j}{\sum_j a_j e^{\beta s^h_{ij}}} \\
+    \text{unnormalized:}\quad v_i &= \sum_h \sum_j a_j e^{\beta s^h_{ij}} V_h x_j \\
+    \text{relu:}\quad v_i &= \sum_h \sum_j a_j \max(s^h_{ij}, 0) V_h x_j \\
+    \text{pooled:}\quad v_i &= \frac{\sum_h w_h \sum_j a_j e^{\beta s^h_{ij}} V_h x_j}{\sum_h w_h \sum_j a_j e^{\beta s^h_{ij}}}
+
+with :math:`s^h_{ij}=x_i^\top B_h x_j`.  ``softmax`` is seeds 002/000 (Thms 19,
+22, 27), ``unnormalized`` seed 000 Thm 11, ``relu`` seed 000 Thm 25 (the score
+enters without :math:`\beta`), ``pooled`` the effective-mobility form of seed 004.
+The tokens' velocity is :math:`\dot x_i = \pm P^\perp_{x_i} v_i` (see
+:mod:`meanfield.solvers.particle`); this module returns the ambient :math:`v_i`.
+
+Implementations, which the tests compare (``backend="auto"``, the default, takes
+``"fused"`` for float64 softmax at ``d ≤`` :data:`FUSED_MAX_D` and ``"blas"`` otherwise):
+
+``"fused"`` (softmax only)
+    :mod:`meanfield.kernels.fused`: score → exp → accumulate in one numba pass over
+    column chunks, with a vectorisable ``exp`` of its own (≤ 1 ulp).
+``"blas"``
+    Row blocks of scores by one GEMM, NumPy's vectorised ``exp`` in place, one
+    GEMM back, blocks spread over a thread pool (NumPy and BLAS release the GIL).
+    Softmax rows are shifted by the Cauchy–Schwarz bound
+    :math:`c_i=\beta\|B_h^\top x_i\|\ge\max_j\beta s^h_{ij}` (exact on the
+    sphere), folded into the first GEMM as an extra column, and the row sums
+    come out of the second GEMM as an extra column: one pass of ``exp`` and no
+    max/sum passes.  Rows whose bound is too loose to avoid underflow are
+    recomputed with the exact row maximum.  Memory: one ``block × n`` buffer per
+    thread, capped at :data:`BLOCK_ELEMENTS`, i.e. :math:`O(n\,d)` overall.
+``"numba"``
+    A fused loop, parallel over rows, with :math:`O(n\,d)` memory.  numba's
+    ``exp`` is scalar on these machines, so it is slower for dense attention;
+    ``meanfield bench`` measures both.
+``"numpy"``
+    The plain NumPy twin: GEMM → max → exp → GEMM in row blocks, one thread.
+    It is the reference the other two are tested against.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from meanfield.heads.head import HeadStack
+from meanfield.kernels.blas import velocity_blas
+from meanfield.kernels.fused import velocity_fused
+from meanfield.kernels.inputs import ATTENTION_KINDS, BLOCK_ELEMENTS, block_rows, check_tokens, token_masses
+from meanfield.kernels.reference import velocity_numpy
+from meanfield.kernels.rows import velocity_numba
+
+__all__ = [
+    "ATTENTION_KINDS",
+    "BACKENDS",
+    "FUSED_MAX_D",
+    "BLOCK_ELEMENTS",
+    "attention_velocity",
+    "velocity_numpy",
+    "velocity_blas",
+    "velocity_numba",
+    "velocity_fused",
+    "token_masses",
+    "check_tokens",
+    "block_rows",
+]
+
+
+def _velocity_fused(
+    x: np.ndarray, heads: HeadStack, *, beta: float, kind: str = "softmax", weights: np.ndarray | None = None
+) -> np.ndarray:
+    """The fused small-``d`` softmax kernel of :mod:`meanfield.kernels.fused` (softmax only)."""
+    if kind != "softmax":
+        raise ValueError(f"backend 'fused' computes the softmax law only, got kind={kind!r}; use 'blas'")
+    return velocity_fused(x, heads, beta=beta, weights=weights)
+
+
+#: kernels by backend name (``"auto"`` picks one per call, see :func:`attention_velocity`)
+BACKENDS: dict[str, Callable[..., np.ndarray]] = {
+    "blas": velocity_blas,
+    "fused": _velocity_fused,
+    "numba": velocity_numba,
+    "numpy": velocity_numpy,
+}
+#: largest dimension for which ``"auto"`` uses the fused softmax kernel (it loses to BLAS above)
+FUSED_MAX_D = 8
+
+
+def attention_velocity(
+    x: np.ndarray,
+    heads: HeadStack,
+    *,
+    beta: float,
+    kind: str = "softmax",
+    weights: np.ndarray | None = None,
+    backend: str = "auto",
+    precision: str = "float64",
+) -> np.ndarray:
+    r"""Ambient attention velocity :math:`v_i` of MODEL.md §2 (see the module docstring).
+
+    Parameters
+    ----------
+    x : (n, d) array
+        Tokens on :math:`S^{d-1}`.
+    heads : HeadStack
+        Score matrices ``B`` (H, d, d), values ``V`` (H, d, d), head weights ``w`` (H,).
+    beta : float
+        Inverse temperature :math:`\beta\ge 0`.
+    kind : {"softmax", "unnormalized", "relu", "pooled"}
+    weights : (n,) array, optional
+        Masses :math:`a_j` of the tokens (default :math:`1/n`).
+    backend : {"auto", "blas", "fused", "numba", "numpy"}
+        ``"auto"``: the fused kernel (:mod:`meanfield.kernels.fused`, one pass with a
+        vectorised ``exp``) for float64 softmax with ``d ≤`` :data:`FUSED_MAX_D`,
+        else ``"blas"``.
+    precision : {"float64", "float32"}
+        Arithmetic of the ``blas`` kernel's score buffers (the other backends
+        are float64 only); see :func:`velocity_blas`.
+
+    Returns
+    -------
+    (n, d) array
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from meanfield.heads import HeadStack
+    >>> from meanfield.geometry.sphere import sample_uniform
+    >>> x = sample_uniform(64, 3, seed=1)
+    >>> heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    >>> attention_velocity(x, heads, beta=4.0).shape
+    (64, 3)
+    """
+    if backend == "auto":
+        small = kind == "softmax" and precision == "float64" and heads.d <= FUSED_MAX_D
+        backend = "fused" if small else "blas"
+    try:
+        kernel = BACKENDS[backend]
+    except KeyError:
+        raise ValueError(f"unknown backend {backend!r}; choose from {sorted(BACKENDS)}") from None
+    if precision not in ("float64", "float32"):
+        raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
+    if precision == "float32":
+        if backend != "blas":
+            raise ValueError("precision='float32' is available with backend='blas' (or 'auto') only")
+        return velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision)
+    return kernel(x, heads, beta=beta, kind=kind, weights=weights)

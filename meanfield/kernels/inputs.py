@@ -1,0 +1,41 @@
+"""What every attention kernel checks first: the kind, the tokens, their masses, and how rows are blocked."""
+from __future__ import annotations
+
+import numpy as np
+
+from meanfield.heads.head import HeadStack
+
+__all__ = ["ATTENTION_KINDS", "BLOCK_ELEMENTS", "token_masses", "check_tokens", "block_rows"]
+
+#: names of the velocity laws (see :mod:`meanfield.kernels.attention`)
+ATTENTION_KINDS: tuple[str, ...] = ("softmax", "unnormalized", "relu", "pooled")
+#: largest ``block × n`` score buffer per thread (elements): 4 MiB of float64 (fastest in `meanfield bench`)
+BLOCK_ELEMENTS = 1 << 19
+
+
+def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False) -> np.ndarray:
+    """Token masses :math:`a_j`: :math:`1/n` by default, else checked (shape ``(n,)``, finite, ≥ 0 or > 0)."""
+    if weights is None:
+        return np.full(n, 1.0 / n)
+    a = np.asarray(weights, dtype=float)
+    if a.shape != (n,):
+        raise ValueError(f"weights must have shape ({n},), got {a.shape}")
+    if not np.all(np.isfinite(a)) or np.any(a <= 0 if positive else a < 0):
+        raise ValueError(f"weights (token masses) must be finite and {'positive' if positive else 'non-negative'}")
+    return a
+
+
+def check_tokens(x: np.ndarray, heads: HeadStack, kind: str) -> np.ndarray:
+    """``x`` as a contiguous float ``(n, d)`` array matching the heads; ``kind`` must be known."""
+    if kind not in ATTENTION_KINDS:
+        raise ValueError(f"unknown attention kind {kind!r}; choose from {ATTENTION_KINDS}")
+    x = np.ascontiguousarray(x, dtype=float)
+    if x.ndim != 2 or x.shape[1] != heads.d:
+        raise ValueError(f"x must have shape (n, {heads.d}), got {x.shape}")
+    return x
+
+
+def block_rows(n: int, block_elements: int | None = None) -> int:
+    """Rows per block so that a ``rows × n`` buffer holds at most ``block_elements`` (default :data:`BLOCK_ELEMENTS`)."""
+    limit = BLOCK_ELEMENTS if block_elements is None else block_elements
+    return int(max(1, min(n, limit // max(n, 1))))

@@ -1,0 +1,123 @@
+r"""The numba row kernel: a fused loop over rows (parallel), exact row maxima, :math:`O(n\,d)` memory.
+
+numba's ``exp`` is a scalar libm call, so for dense attention this loses to
+:mod:`~meanfield.kernels.blas` and :mod:`~meanfield.kernels.fused`; it is kept
+as a second independent implementation of all four kinds (``meanfield bench`` measures it).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import prange as numba_prange
+
+from meanfield.heads.head import HeadStack
+from meanfield.kernels.inputs import check_tokens, token_masses
+from meanfield.kernels.jit import pjit
+
+__all__ = ["velocity_numba"]
+
+
+@pjit
+def _numba_kernel(x, B, V, w, a, beta, mode):  # pragma: no cover - compiled
+    # mode: 0 softmax, 1 unnormalized, 2 relu, 3 pooled
+    n, d = x.shape
+    H = B.shape[0]
+    out = np.zeros((n, d))
+    xnorm2 = 0.0
+    for j in range(n):
+        s2 = 0.0
+        for k in range(d):
+            s2 += x[j, k] * x[j, k]
+        xnorm2 = max(xnorm2, s2)
+    for i in numba_prange(n):
+        q = np.empty(d)
+        acc = np.empty(d)
+        vx = np.empty(d)
+        shifts = np.empty(H)
+        nums = np.zeros((H, d))
+        dens = np.zeros(H)
+        for h in range(H):
+            qn = 0.0
+            for k in range(d):
+                t = 0.0
+                for m in range(d):
+                    t += x[i, m] * B[h, m, k]
+                q[k] = t
+                qn += t * t
+            c = beta * math.sqrt(qn * xnorm2) if mode != 2 else 0.0
+            if mode == 0 or mode == 3:
+                # exact row maximum (two passes): robust for any B
+                best = -np.inf
+                for j in range(n):
+                    if a[j] > 0.0:
+                        s = 0.0
+                        for k in range(d):
+                            s += q[k] * x[j, k]
+                        if beta * s > best:
+                            best = beta * s
+                c = best
+            for k in range(d):
+                acc[k] = 0.0
+            den = 0.0
+            for j in range(n):
+                s = 0.0
+                for k in range(d):
+                    s += q[k] * x[j, k]
+                if mode == 2:
+                    e = a[j] * s if s > 0.0 else 0.0
+                else:
+                    e = a[j] * math.exp(beta * s - c)
+                den += e
+                for k in range(d):
+                    acc[k] += e * x[j, k]
+            # apply V_h to the accumulated sum (linear): sum_j e_j V x_j = V (sum_j e_j x_j)
+            for k in range(d):
+                t = 0.0
+                for m in range(d):
+                    t += V[h, k, m] * acc[m]
+                vx[k] = t
+            if mode == 0:
+                for k in range(d):
+                    out[i, k] += vx[k] / den
+            elif mode == 1:
+                f = math.exp(c)
+                for k in range(d):
+                    out[i, k] += vx[k] * f
+            elif mode == 2:
+                for k in range(d):
+                    out[i, k] += vx[k]
+            else:
+                shifts[h] = c
+                dens[h] = den
+                for k in range(d):
+                    nums[h, k] = vx[k]
+        if mode == 3:
+            top = shifts.max()
+            total = 0.0
+            for h in range(H):
+                f = w[h] * math.exp(shifts[h] - top)
+                total += f * dens[h]
+                for k in range(d):
+                    out[i, k] += f * nums[h, k]
+            for k in range(d):
+                out[i, k] /= total
+    return out
+
+
+
+
+_MODES = {"softmax": 0, "unnormalized": 1, "relu": 2, "pooled": 3}
+
+
+def velocity_numba(
+    x: np.ndarray, heads: HeadStack, *, beta: float, kind: str = "softmax", weights: np.ndarray | None = None
+) -> np.ndarray:
+    """Fused numba kernel, parallel over rows, :math:`O(n\\,d)` memory.
+
+    Same parameters and result as :func:`velocity_numpy`.  Softmax and pooled
+    rows use the exact row maximum (two passes over the row).
+    """
+    x = check_tokens(x, heads, kind)
+    a = token_masses(x.shape[0], weights)
+    return _numba_kernel(x, heads.B, heads.V, heads.w, np.ascontiguousarray(a), float(beta), _MODES[kind])

@@ -1,0 +1,152 @@
+r"""Figures, saving, and how the sphere is drawn: orthographic discs that face the mass.
+
+Every picture of the package is a ``matplotlib.figure.Figure`` made without
+``pyplot`` (no global state, no window, thread-safe); a Figure returned as the
+last value of a Jupyter cell is shown inline, and :func:`save` writes it.
+
+A point :math:`x\in S^2` seen from the direction :math:`e_3` is drawn at
+:math:`(\langle x,e_1\rangle, \langle x,e_2\rangle)` inside the unit disc; it is on
+the front hemisphere when :math:`\langle x,e_3\rangle\ge0`.  Front points are drawn
+solid and on top, back points faint and small, so the two halves are told apart.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+__all__ = [
+    "new_figure",
+    "save",
+    "IMAGE_FORMATS",
+    "rotation_to",
+    "facing_rotation",
+    "facing_view",
+    "draw_sphere",
+    "draw_points",
+]
+
+#: file extensions matplotlib writes still pictures to
+IMAGE_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
+
+
+def new_figure(*, figsize: tuple[float, float], layout: str | None = "constrained") -> Figure:
+    """A figure outside pyplot's global state (safe in threads and Dask workers)."""
+    return Figure(figsize=figsize, layout=layout)
+
+
+def save(fig: Figure, path: str | Path | None, *, dpi: int = 110) -> Figure:
+    """Write ``fig`` to ``path`` (folders created) when a path is given; return ``fig``."""
+    if path is not None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=dpi)
+    return fig
+
+
+def rotation_to(view: Any) -> np.ndarray:
+    """Orthonormal rows ``(e1, e2, e3)`` with ``e3`` the viewing direction (towards the viewer) and ``e2`` as close to ``+z`` as possible."""
+    e3 = np.asarray(view, dtype=float)
+    e3 = e3 / np.linalg.norm(e3)
+    up = np.array([0.0, 0.0, 1.0]) if abs(e3[2]) < 0.95 else np.array([0.0, 1.0, 0.0])
+    e1 = np.cross(up, e3)
+    e1 /= np.linalg.norm(e1)
+    e2 = np.cross(e3, e1)
+    return np.stack([e1, e2, e3])
+
+
+def _moments(x: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(x, dtype=float)[:, :3]
+    w = np.full(x.shape[0], 1.0 / x.shape[0]) if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
+    mean = w @ x
+    second = (x * w[:, None]).T @ x
+    return mean, np.linalg.eigh(second)[1][:, ::-1]
+
+
+def facing_view(x: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """A viewing direction that shows where the mass is.
+
+    One cluster (mean resultant length above 1/2): look at it straight on.
+    Otherwise look from 60° off the principal axis :math:`u_1` of the second
+    moment, towards the second axis :math:`u_2`: a pair of antipodal clusters
+    at :math:`\\pm u_1` then shows as one front and one back cluster, side by side.
+    """
+    mean, axes = _moments(x, weights)
+    if np.linalg.norm(mean) > 0.5:
+        return mean / np.linalg.norm(mean)
+    u1, u2 = axes[:, 0], axes[:, 1]
+    if mean @ u1 < 0:
+        u1 = -u1
+    return 0.5 * u1 + math.sqrt(0.75) * u2
+
+
+def facing_rotation(x: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """A rotation ``R`` (rows: new axes) that puts the mass in the middle of a longitude–latitude map.
+
+    One cluster goes to (longitude 0, latitude 0); a pair of antipodal clusters
+    along :math:`u_1` goes to longitudes ±90° on the equator, far from the map's edge.
+    """
+    mean, axes = _moments(x, weights)
+    if np.linalg.norm(mean) > 0.5:
+        rows = rotation_to(mean)  # e3 = mean → map centre is +x: reorder so that the mean becomes the first axis
+        return np.stack([rows[2], rows[0], rows[1]])
+    u1, u2 = axes[:, 0], axes[:, 1]
+    if mean @ u1 < 0:
+        u1 = -u1
+    return np.stack([u2, u1, np.cross(u2, u1)])
+
+
+def draw_sphere(ax: Any, rotation: np.ndarray, *, grid: bool = True) -> None:
+    """The outline of the sphere seen along ``rotation[2]``, with a few meridians and parallels (back ones dashed)."""
+    theta = np.linspace(0.0, 2.0 * math.pi, 241)
+    ax.plot(np.cos(theta), np.sin(theta), color="0.25", lw=1.0, zorder=2)
+    if grid:
+        curves = []
+        for lat in np.radians([-60, -30, 0, 30, 60]):
+            curves.append(np.stack([np.cos(lat) * np.cos(theta), np.cos(lat) * np.sin(theta), np.full_like(theta, np.sin(lat))], 1))
+        for lon in np.radians(np.arange(0, 180, 30)):
+            curves.append(np.stack([np.cos(theta) * np.cos(lon), np.cos(theta) * np.sin(lon), np.sin(theta)], 1))
+        for curve in curves:
+            p = curve @ rotation.T
+            front = p[:, 2] >= 0
+            for mask, style, alpha in ((front, "-", 0.35), (~front, ":", 0.18)):
+                segment = np.where(mask, p[:, 0], np.nan), np.where(mask, p[:, 1], np.nan)
+                ax.plot(*segment, color="0.5", lw=0.5, ls=style, alpha=alpha, zorder=1)
+    ax.set_xlim(-1.05, 1.05)
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+
+
+def draw_points(
+    ax: Any,
+    x: np.ndarray,
+    rotation: np.ndarray,
+    *,
+    color: Any = "C0",
+    size: float = 18.0,
+    weights: np.ndarray | None = None,
+    cmap: str | None = None,
+    norm: Any = None,
+) -> Any:
+    """Tokens on the sphere: front hemisphere solid and on top, back hemisphere faint, small and hollow."""
+    p = np.asarray(x, dtype=float)[:, :3] @ rotation.T
+    front = p[:, 2] >= 0
+    sizes = np.full(p.shape[0], float(size))
+    if weights is not None:
+        w = np.asarray(weights, dtype=float)
+        sizes = size * w / max(float(w.mean()), 1e-300)
+    colors = np.asarray(color) if not isinstance(color, str) else None
+    artists = None
+    for mask, alpha, scale, z in ((~front, 0.25, 0.5, 3), (front, 0.95, 1.0, 4)):
+        if not np.any(mask):
+            continue
+        c = colors[mask] if colors is not None and colors.shape[:1] == (p.shape[0],) else color
+        kwargs: dict[str, Any] = {"s": sizes[mask] * scale, "alpha": alpha, "zorder": z, "linewidths": 0.0}
+        if cmap is not None:
+            kwargs.update(cmap=cmap, norm=norm)
+        artists = ax.scatter(p[mask, 0], p[mask, 1], c=c, **kwargs)
+    return artists

@@ -1,0 +1,182 @@
+r"""Curves: the concentration analysis, the β family, refinement studies and the diagnostics of a run.
+
+Every function returns a :class:`matplotlib.figure.Figure` and saves it when given a path.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from meanfield.plotting.canvas import new_figure, save
+
+__all__ = ["plot_concentration", "plot_sweep", "plot_convergence", "plot_diagnostics"]
+
+
+def plot_concentration(curves: dict[str, np.ndarray], summary: dict[str, Any], path: str | Path | None = None, *, title: str = "") -> Figure:
+    """W2(ρ_t, Π♯ρ₀) and the distance to E_V against t (log y), window shaded, t_min marked."""
+    fig = new_figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot(1, 1, 1)
+    t = curves["t"]
+    ax.semilogy(t, curves["w2_target"], color="C0", label=r"$W_2(\rho_t,\Pi_\sharp\rho_0)$")
+    ax.semilogy(t, np.maximum(curves["v_eigenspace_distance"], 1e-16), color="C3", ls="--", label=r"dist to $E_V$ (Conj. 1)")
+    if not np.isnan(summary["t_a"]):
+        ax.axvspan(summary["t_a"], summary["t_b"], color="C0", alpha=0.12, label="metastable window")
+    ax.plot([summary["t_min"]], [summary["w2_min"]], "o", color="C0")
+    ax.set_xlabel("time t")
+    ax.set_ylabel("distance on the sphere (rad)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return save(fig, path)
+
+
+def plot_sweep(sweep: Any, path: str | Path | None = None) -> Figure:
+    """Three panels: W2(t) per β (log–log); t_min against log β with its fit; W2_min against √(log(β+1)/β)."""
+    from meanfield.analysis.projection import concentration_rate
+
+    fig = new_figure(figsize=(13.0, 4.2))
+    ax1, ax2, ax3 = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
+    colors = [f"C{k % 10}" for k in range(len(sweep.betas))]
+    for beta, curve, s, color in zip(sweep.betas, sweep.curves, sweep.summaries, colors):
+        t, w = curve["t"], curve["w2_target"]
+        keep = t > 0
+        ax1.loglog(t[keep], w[keep], color=color, label=f"β = {beta:g}" + (" (under-res.)" if s["under_resolved"] else ""))
+        ax1.plot([s["t_min"]], [s["w2_min"]], "o", color=color, ms=4)
+    ax1.set_xlabel("time t")
+    ax1.set_ylabel(r"$W_2(\rho^\beta_t,\Pi_\sharp\rho_0)$")
+    ax1.grid(alpha=0.3, which="both")
+    ax1.legend(fontsize=7)
+    logb = np.log(sweep.betas)
+    t_min = np.array([s["t_min"] for s in sweep.summaries])
+    ax2.plot(logb, t_min, "o", color="C0")
+    fit = sweep.fit_tmin
+    grid = np.linspace(logb.min(), logb.max(), 50)
+    ax2.plot(grid, fit["slope"] * grid + fit["intercept"], color="C1",
+             label=f"{fit['slope']:.3g} log β + {fit['intercept']:.3g}  (R²={fit['r2']:.3f})")
+    ax2.set_xlabel(r"$\log\beta$")
+    ax2.set_ylabel(r"$t_{\min}$")
+    ax2.grid(alpha=0.3)
+    ax2.legend(fontsize=8)
+    rate = concentration_rate(sweep.betas)
+    w_min = np.array([s["w2_min"] for s in sweep.summaries])
+    ax3.loglog(rate, w_min, "o", color="C0", label=r"$W_{2,\min}$")
+    fit = sweep.fit_w2min
+    grid = np.linspace(np.log(rate.min()), np.log(rate.max()), 50)
+    ax3.loglog(np.exp(grid), np.exp(fit["slope"] * grid + fit["intercept"]), color="C1",
+               label=f"∝ rate^{fit['slope']:.3g}  (R²={fit['r2']:.3f})")
+    ax3.loglog(rate, rate, color="0.5", ls=":", label="rate")
+    ax3.set_xlabel(r"$\sqrt{\log(\beta+1)/\beta}$")
+    ax3.set_ylabel(r"$W_{2,\min}$")
+    ax3.grid(alpha=0.3, which="both")
+    ax3.legend(fontsize=8)
+    fig.suptitle(f"concentration onto Π♯ρ₀, {sweep.solver} solver", fontsize=10)
+    return save(fig, path)
+
+
+def plot_convergence(rows: Sequence[dict[str, Any]], path: str | Path | None = None, *, title: str | None = None, dpi: int = 120) -> Figure:
+    r"""Log–log plot of a refinement study (:func:`solvers.grid.convergence_study`): :math:`W_2` against :math:`h`,
+    with a slope-1 guide."""
+    fig = new_figure(figsize=(5.8, 4.4))
+    ax = fig.add_subplot(111)
+    for key, label, marker in (("w2_reference", "W2 to reference grid", "o"), ("w2_particles", "W2 to particles", "s")):
+        pts = [(r["h"], r[key]) for r in rows if np.isfinite(r.get(key, np.nan)) and r.get(key, 0) > 0]
+        if pts:
+            h, e = np.array(pts).T
+            ax.loglog(h, e, marker=marker, label=label)
+    hs = np.array([r["h"] for r in rows], dtype=float)
+    finite = [r.get("w2_reference", np.nan) for r in rows if np.isfinite(r.get("w2_reference", np.nan))]
+    if hs.size and finite:
+        anchor_h = float(hs.max())
+        anchor_e = float(max(finite))
+        guide = np.array([hs.min(), hs.max()])
+        ax.loglog(guide, anchor_e * guide / anchor_h, "k--", lw=0.8, label="slope 1")
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%.3g"))
+    ax.set_xticks(sorted(set(float(h) for h in hs)))
+    ax.set_xlabel("cell size h = √(4π/N)")
+    ax.set_ylabel("W₂ error at t_final (geodesic)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    return save(fig, path, dpi=dpi)
+
+
+def plot_diagnostics(series: Mapping[str, np.ndarray], path: str | Path | None = None, *, H: int, n: int, title: str = "") -> Figure:
+    """Five panels: energies; the :math:`dE_h/dt` split; dominance margins; entropy vs :math:`\\log n`; clusters."""
+    t = np.asarray(series["t"])
+    colors = [f"C{h % 10}" for h in range(H)]
+    fig = new_figure(figsize=(11, 13))
+    axes = fig.subplots(5, 1, sharex=True)
+
+    ax = axes[0]
+    ax.plot(t, series["energy"], "k", lw=2, label=r"$E_{\rm multi}$")
+    for h in range(H):
+        ax.plot(t, series[f"energy_h{h}"], color=colors[h], label=f"$E_{h}$")
+    ax.set_ylabel("energy")
+    ax.legend(fontsize=8, ncol=min(H + 1, 6))
+
+    ax = axes[1]
+    for h in range(H):
+        c = colors[h]
+        ax.plot(t, series[f"dEdt_h{h}"], color=c, lw=2, label=f"$dE_{h}/dt$")
+        ax.plot(t, series[f"self_power_h{h}"], color=c, ls="-", lw=0.8, alpha=0.8, label=f"self power {h}")
+        if H > 1:
+            ax.plot(t, series[f"cross_sum_h{h}"], color=c, ls="--", lw=0.8, label=f"cross {h}")
+            ax.plot(t, -np.asarray(series[f"shadow_sum_h{h}"]), color=c, ls=":", lw=1.2, label=f"−shadows {h}")
+    ax.axhline(0.0, color="0.5", lw=0.6)
+    stems = ("dEdt", "self_power", "cross_sum", "shadow_sum")
+    magnitude = [np.nanmax(np.abs(series[f"{s}_h{h}"])) for s in stems for h in range(H) if np.any(np.isfinite(series[f"{s}_h{h}"]))]
+    top = float(max(magnitude)) if magnitude else 0.0
+    if top > 0:  # heads of very different strength: linear near 0, logarithmic beyond
+        ax.set_yscale("symlog", linthresh=1e-3 * top)
+    ax.set_ylabel(r"$dE_h/dt$ split")
+    ax.legend(fontsize=7, ncol=4)
+
+    ax = axes[2]
+    for h in range(H):
+        ax.plot(t, series[f"aggregate_margin_h{h}"], color=colors[h], label=f"aggregate margin {h}")
+    ax.axhline(0.0, color="0.5", lw=0.6)
+    ax.set_ylabel(r"$\sigma\,(dE_h/dt)/S_h$")
+    twin = ax.twinx()
+    for h in range(H):
+        twin.plot(t, series[f"dominance_fraction_h{h}"], color=colors[h], ls="--", lw=0.8)
+    twin.set_ylabel("per-token fraction (dashed)")
+    twin.set_ylim(-0.05, 1.05)
+    ax.legend(fontsize=8)
+
+    ax = axes[3]
+    for h in range(H):
+        mean = np.asarray(series[f"entropy_mean_h{h}"])
+        std = np.asarray(series[f"entropy_std_h{h}"])
+        ax.plot(t, mean, color=colors[h], label=f"$\\mathcal{{H}}^{h}$ mean")
+        ax.fill_between(t, mean - std, mean + std, color=colors[h], alpha=0.2, lw=0)
+    if n > 1:
+        ax.axhline(math.log(n), color="k", ls="--", lw=1, label=r"$\log n$")
+    ax.set_ylabel("attention entropy")
+    ax.legend(fontsize=8)
+
+    ax = axes[4]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for key, style in (("one_minus_gamma", "-"), ("max_gap", "--")):
+            values = np.asarray(series[key], dtype=float)
+            positive = values > 0
+            if np.any(positive):
+                ax.semilogy(t[positive], values[positive], "k" + style, label=key.replace("_", " "))
+    ax.set_ylabel(r"$1-\gamma$, $1-\min\langle x_i,x_j\rangle$")
+    ax.set_xlabel("time t")
+    twin = ax.twinx()
+    twin.step(t, series["n_clusters"], where="post", color="C3", lw=1)
+    twin.set_ylabel("clusters", color="C3")
+    ax.legend(fontsize=8, loc="lower left")
+    if title:
+        fig.suptitle(title)
+    return save(fig, path)

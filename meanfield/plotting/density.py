@@ -1,0 +1,463 @@
+r"""Pictures of grid densities on :math:`S^2`: maps, discs, cells in 3-D, animations.
+
+A grid measure with cell masses :math:`m_c` is drawn as its piecewise-constant
+density
+
+.. math::
+
+    \rho(x) = m_c / A_c \quad\text{for } x\in\Omega_c ,
+
+sampled on a raster by nearest generator (so every Voronoi cell is a flat patch
+of colour), in three views: a Mollweide map of the whole sphere
+(:func:`plot_density_mollweide`), an orthographic view of one hemisphere
+(:func:`plot_density_orthographic`), and the Voronoi cells as coloured polygons
+in 3D (:func:`plot_density_3d`).  :func:`plot_density` puts the three side by
+side, :func:`animate_density` writes a GIF of a run, and
+:func:`plot_particles_sphere` draws a particle cloud in 3D.
+
+Everything works with the Agg backend: figures are made with
+``matplotlib.figure.Figure`` (never ``pyplot``'s global state, never ``show``)
+and written with ``savefig``.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib import colors as mcolors
+from matplotlib.animation import FuncAnimation, PillowWriter
+from matplotlib.figure import Figure
+
+from meanfield.geometry.mesh import SphericalMesh
+from meanfield.plotting.canvas import facing_rotation
+
+__all__ = [
+    "plot_density",
+    "plot_density_mollweide",
+    "plot_density_orthographic",
+    "plot_density_3d",
+    "animate_density",
+    "plot_grid_run",
+]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _density(mesh: SphericalMesh, mass: np.ndarray) -> np.ndarray:
+    mass = np.asarray(mass, dtype=float)
+    if mass.shape != (mesh.N,):
+        raise ValueError(f"mass must have shape ({mesh.N},), got {mass.shape}")
+    return mass / mesh.areas
+
+
+def _norm(values: np.ndarray, *, vmin: float | None, vmax: float | None, log: bool) -> mcolors.Normalize:
+    finite = values[np.isfinite(values)]
+    hi = float(np.max(finite)) if vmax is None else vmax
+    if log:
+        pos = finite[finite > 0]
+        lo = float(np.min(pos)) if vmin is None and pos.size else (vmin or hi * 1e-6)
+        lo = max(lo, hi * 1e-8) if hi > 0 else 1e-12
+        return mcolors.LogNorm(vmin=lo, vmax=max(hi, lo * 10))
+    lo = 0.0 if vmin is None else vmin
+    return mcolors.Normalize(vmin=lo, vmax=hi if hi > lo else lo + 1.0)
+
+
+def _lonlat_raster(mesh: SphericalMesh, nlon: int, rotation: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cell index of every pixel of a (nlon/2, nlon) longitude–latitude raster, and the pixel edges.
+
+    With ``rotation`` (rows: the map's axes in sphere coordinates), the map shows the sphere turned by it.
+    """
+    nlat = max(2, nlon // 2)
+    lon_e = np.linspace(-math.pi, math.pi, nlon + 1)
+    lat_e = np.linspace(-math.pi / 2, math.pi / 2, nlat + 1)
+    lon_c = 0.5 * (lon_e[1:] + lon_e[:-1])
+    lat_c = 0.5 * (lat_e[1:] + lat_e[:-1])
+    LON, LAT = np.meshgrid(lon_c, lat_c)
+    pts = np.stack([np.cos(LAT) * np.cos(LON), np.cos(LAT) * np.sin(LON), np.sin(LAT)], axis=-1).reshape(-1, 3)
+    if rotation is not None:
+        pts = pts @ np.asarray(rotation, dtype=float)
+    return mesh.cell_of(pts).reshape(nlat, nlon), lon_e, lat_e
+
+
+def _rotation_to(view: Sequence[float]) -> np.ndarray:
+    """Orthonormal rows ``(e1, e2, e3)`` with ``e3`` the viewing direction (towards the viewer)."""
+    e3 = np.asarray(view, dtype=float)
+    e3 = e3 / np.linalg.norm(e3)
+    helper = np.array([0.0, 0.0, 1.0]) if abs(e3[2]) < 0.9 else np.array([0.0, 1.0, 0.0])
+    e1 = np.cross(helper, e3)
+    e1 /= np.linalg.norm(e1)
+    e2 = np.cross(e3, e1)
+    return np.stack([e1, e2, e3])
+
+
+def _ortho_raster(mesh: SphericalMesh, view: Sequence[float], pixels: int) -> np.ma.MaskedArray:
+    """Cell index of every pixel of the visible disc (masked outside)."""
+    u = np.linspace(-1.0, 1.0, pixels)
+    U, V = np.meshgrid(u, u)
+    inside = U**2 + V**2 <= 1.0
+    W = np.sqrt(np.clip(1.0 - U**2 - V**2, 0.0, None))
+    rot = _rotation_to(view)
+    local = np.stack([U, V, W], axis=-1)[inside]
+    cells = np.zeros(U.shape, dtype=np.int64)
+    cells[inside] = mesh.cell_of(local @ rot)
+    return np.ma.masked_array(cells, mask=~inside)
+
+
+def _save(fig: Figure, path: str | Path | None, dpi: int) -> None:
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=dpi)
+
+
+# ----------------------------------------------------------------------------- views
+
+
+def plot_density_mollweide(
+    mesh: SphericalMesh,
+    mass: np.ndarray,
+    path: str | Path | None = None,
+    *,
+    ax: Any = None,
+    title: str | None = None,
+    cmap: str = "viridis",
+    log: bool = False,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    resolution: int = 360,
+    colorbar: bool = True,
+    rotation: np.ndarray | str | None = None,
+    dpi: int = 120,
+) -> Figure:
+    r"""Mollweide map of the density :math:`\rho=m_c/A_c` (longitude :math:`\operatorname{atan2}(y,x)`, latitude :math:`\arcsin z`).
+
+    Parameters
+    ----------
+    mesh : SphericalMesh
+    mass : (N,) array
+        Cell masses.
+    path : str or Path, optional
+        Write the figure there (PNG, PDF, …).
+    ax : matplotlib Axes, optional
+        An axes with ``projection="mollweide"`` to draw into (then ``path`` saves its figure).
+    log : bool
+        Logarithmic colour scale (for concentrated densities).
+    resolution : int
+        Raster width in pixels (longitudes).
+    rotation : (3, 3) array or "facing", optional
+        Turn the sphere before mapping it (rows: the map's axes); ``"facing"``
+        puts the mass in the middle of the map, away from its edge.
+
+    Returns
+    -------
+    Figure
+    """
+    rho = _density(mesh, mass)
+    if isinstance(rotation, str):
+        rotation = facing_rotation(mesh.points, np.asarray(mass, dtype=float))
+    if ax is None:
+        fig = Figure(figsize=(8, 4.5))
+        ax = fig.add_subplot(111, projection="mollweide")
+    fig = ax.figure
+    cells, lon_e, lat_e = _lonlat_raster(mesh, resolution, rotation)
+    mappable = ax.pcolormesh(lon_e, lat_e, rho[cells], cmap=cmap, norm=_norm(rho, vmin=vmin, vmax=vmax, log=log),
+                             shading="flat", rasterized=True)
+    ax.grid(True, alpha=0.3)
+    ax.set_xticklabels([])
+    if title:
+        ax.set_title(title)
+    if colorbar:
+        fig.colorbar(mappable, ax=ax, orientation="horizontal", fraction=0.05, pad=0.06,
+                     label="density m/A" + (" (log scale)" if log else ""))
+    _save(fig, path, dpi)
+    return fig
+
+
+def plot_density_orthographic(
+    mesh: SphericalMesh,
+    mass: np.ndarray,
+    path: str | Path | None = None,
+    *,
+    view: Sequence[float] = (1.0, 1.0, 1.0),
+    ax: Any = None,
+    title: str | None = None,
+    cmap: str = "viridis",
+    log: bool = False,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    pixels: int = 400,
+    colorbar: bool = True,
+    dpi: int = 120,
+) -> Figure:
+    r"""Orthographic view of the hemisphere facing ``view``: pixel :math:`(u,v)` shows
+    the density at :math:`u e_1 + v e_2 + \sqrt{1-u^2-v^2}\,e_3` (:math:`e_3` = ``view``)."""
+    rho = _density(mesh, mass)
+    if ax is None:
+        fig = Figure(figsize=(5, 5))
+        ax = fig.add_subplot(111)
+    fig = ax.figure
+    cells = _ortho_raster(mesh, view, pixels)
+    image = np.ma.masked_array(rho[cells.filled(0)], mask=cells.mask)
+    mappable = ax.imshow(image, origin="lower", extent=(-1, 1, -1, 1), cmap=cmap,
+                         norm=_norm(rho, vmin=vmin, vmax=vmax, log=log), interpolation="nearest")
+    theta = np.linspace(0, 2 * math.pi, 200)
+    ax.plot(np.cos(theta), np.sin(theta), color="k", lw=0.8)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    ax.set_title(title or f"view {tuple(round(float(v), 2) for v in view)}")
+    if colorbar:
+        fig.colorbar(mappable, ax=ax, fraction=0.046, pad=0.04)
+    _save(fig, path, dpi)
+    return fig
+
+
+def plot_density_3d(
+    mesh: SphericalMesh,
+    mass: np.ndarray,
+    path: str | Path | None = None,
+    *,
+    ax: Any = None,
+    title: str | None = None,
+    cmap: str = "viridis",
+    log: bool = False,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    elev: float = 25.0,
+    azim: float = 45.0,
+    colorbar: bool = True,
+    dpi: int = 120,
+) -> Figure:
+    """The Voronoi cells as 3D polygons (``Poly3DCollection``), coloured by density ``m/A``."""
+    from mpl_toolkits.mplot3d.art3d import Poly3DCollection
+
+    rho = _density(mesh, mass)
+    if ax is None:
+        fig = Figure(figsize=(6, 6))
+        ax = fig.add_subplot(111, projection="3d")
+    fig = ax.figure
+    norm = _norm(rho, vmin=vmin, vmax=vmax, log=log)
+    polys = [mesh.vertices[reg] for reg in mesh.regions]
+    import matplotlib
+
+    cm = matplotlib.colormaps[cmap]
+    facecolors = cm(norm(np.clip(rho, norm.vmin, norm.vmax)))
+    coll = Poly3DCollection(polys, facecolors=facecolors, edgecolors="none", linewidths=0.0)
+    ax.add_collection3d(coll)
+    for setter in (ax.set_xlim, ax.set_ylim, ax.set_zlim):
+        setter(-1, 1)
+    ax.set_box_aspect((1, 1, 1), zoom=1.35)
+    ax.view_init(elev=elev, azim=azim)
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title)
+    if colorbar:
+        sm = matplotlib.cm.ScalarMappable(norm=norm, cmap=cm)
+        sm.set_array(rho)
+        fig.colorbar(sm, ax=ax, fraction=0.046, pad=0.04)
+    _save(fig, path, dpi)
+    return fig
+
+
+def plot_density(
+    mesh: SphericalMesh,
+    mass: np.ndarray,
+    path: str | Path | None = None,
+    *,
+    views: Sequence[str] = ("mollweide", "orthographic", "3d"),
+    title: str | None = None,
+    log: bool = False,
+    cmap: str = "viridis",
+    dpi: int = 120,
+) -> Figure:
+    """The density in several views side by side (``mollweide``, ``orthographic``, ``3d``), one colour scale."""
+    allowed = ("mollweide", "orthographic", "3d")
+    for v in views:
+        if v not in allowed:
+            raise ValueError(f"unknown view {v!r}; choose from {allowed}")
+    rho = _density(mesh, mass)
+    norm = _norm(rho, vmin=None, vmax=None, log=log)
+    widths = {"mollweide": 2.0, "orthographic": 1.0, "3d": 1.0}
+    fig = Figure(figsize=(4.2 * sum(widths[v] for v in views), 4.6))
+    grid = fig.add_gridspec(1, len(views), width_ratios=[widths[v] for v in views])
+    common = dict(cmap=cmap, log=log, vmin=norm.vmin, vmax=norm.vmax, colorbar=False)
+    for k, v in enumerate(views):
+        if v == "mollweide":
+            plot_density_mollweide(mesh, mass, ax=fig.add_subplot(grid[0, k], projection="mollweide"), **common)
+        elif v == "orthographic":
+            plot_density_orthographic(mesh, mass, ax=fig.add_subplot(grid[0, k]), **common)
+        else:
+            plot_density_3d(mesh, mass, ax=fig.add_subplot(grid[0, k], projection="3d"), **common)
+    import matplotlib
+
+    sm = matplotlib.cm.ScalarMappable(norm=norm, cmap=matplotlib.colormaps[cmap])
+    sm.set_array(rho)
+    fig.colorbar(sm, ax=fig.axes, orientation="horizontal", fraction=0.05, pad=0.05, label="density m/A")
+    if title:
+        fig.suptitle(title)
+    _save(fig, path, dpi)
+    return fig
+
+
+# ----------------------------------------------------------------------------- animation
+
+
+def animate_density(
+    mesh: SphericalMesh,
+    t: Sequence[float],
+    masses: Sequence[np.ndarray],
+    path: str | Path | None = None,
+    *,
+    view: str = "mollweide",
+    orthographic_view: Sequence[float] | None = None,
+    fps: int = 8,
+    log: bool = True,
+    cmap: str = "viridis",
+    resolution: int = 240,
+    fixed_scale: bool = True,
+    dpi: int = 80,
+) -> FuncAnimation:
+    r"""Animation of a grid run: one frame per saved time, density :math:`m_c/A_c`, the map facing the final mass.
+
+    Parameters
+    ----------
+    mesh : SphericalMesh
+    t : (T,) sequence of float
+    masses : sequence of (N,) arrays
+    path : str or Path, optional
+        Output file (a ``.gif`` is written by :class:`matplotlib.animation.PillowWriter`).
+    view : {"mollweide", "orthographic"}
+    orthographic_view : (3,) array, optional
+        Viewing direction of the orthographic disc (default: facing the final mass).
+    log : bool
+        Logarithmic colour scale (default).
+    fixed_scale : bool
+        One colour scale for all frames (the overall range); otherwise per frame.
+
+    Returns
+    -------
+    FuncAnimation
+    """
+    from meanfield.plotting.canvas import facing_view
+
+    if len(t) != len(masses) or not len(t):
+        raise ValueError(f"need as many times as frames (got {len(t)} and {len(masses)})")
+    if view not in ("mollweide", "orthographic"):
+        raise ValueError(f"view must be 'mollweide' or 'orthographic', got {view!r}")
+    rhos = [_density(mesh, m) for m in masses]
+    overall = np.concatenate(rhos)
+    norm = _norm(overall, vmin=None, vmax=None, log=log)
+    final = np.asarray(masses[-1], dtype=float)
+    if view == "mollweide":
+        fig = Figure(figsize=(7, 4.3))
+        ax = fig.add_subplot(111, projection="mollweide")
+        cells, lon_e, lat_e = _lonlat_raster(mesh, resolution, facing_rotation(mesh.points, final))
+        artist = ax.pcolormesh(lon_e, lat_e, rhos[0][cells], cmap=cmap, norm=norm, shading="flat")
+        ax.grid(True, alpha=0.3)
+        ax.set_xticklabels([])
+        ax.set_yticklabels([])
+
+        def update_data(k: int) -> None:
+            artist.set_array(rhos[k][cells].ravel())
+    else:
+        fig = Figure(figsize=(4.5, 4.8))
+        ax = fig.add_subplot(111)
+        towards = facing_view(mesh.points, final) if orthographic_view is None else orthographic_view
+        ocells = _ortho_raster(mesh, towards, resolution)
+        artist = ax.imshow(np.ma.masked_array(rhos[0][ocells.filled(0)], mask=ocells.mask), origin="lower",
+                           extent=(-1, 1, -1, 1), cmap=cmap, norm=norm, interpolation="nearest")
+        theta = np.linspace(0, 2 * math.pi, 200)
+        ax.plot(np.cos(theta), np.sin(theta), color="k", lw=0.8)
+        ax.set_axis_off()
+
+        def update_data(k: int) -> None:
+            artist.set_data(np.ma.masked_array(rhos[k][ocells.filled(0)], mask=ocells.mask))
+
+    fig.colorbar(artist, ax=ax, orientation="horizontal", fraction=0.05, pad=0.06,
+                 label="density m/A" + (" (log scale)" if log else ""))
+    title = ax.set_title(f"t = {float(t[0]):.3g}")
+
+    def update(k: int) -> tuple[Any, ...]:
+        update_data(k)
+        if not fixed_scale:
+            artist.set_norm(_norm(rhos[k], vmin=None, vmax=None, log=log))
+        title.set_text(f"t = {float(t[k]):.3g}")
+        return artist, title
+
+    anim = FuncAnimation(fig, update, frames=len(t), blit=False)
+    if path is not None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix.lower() == ".gif":
+            anim.save(str(path), writer=PillowWriter(fps=fps), dpi=dpi)
+        else:
+            anim.save(str(path), fps=fps, dpi=dpi)
+    return anim
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def plot_grid_run(
+    mesh: SphericalMesh,
+    t: np.ndarray,
+    masses: np.ndarray,
+    path: str | Path | None = None,
+    *,
+    diagnostics: dict[str, np.ndarray] | None = None,
+    frames: int = 3,
+    log: bool = True,
+    title: str = "",
+    dpi: int = 110,
+) -> Figure:
+    r"""Summary figure of a grid run.
+
+    Top row: Mollweide maps of the density :math:`m_c/A_c` at ``frames`` saved
+    times (first, …, last) on one colour scale (logarithmic by default), with a
+    colour bar, the sphere turned so that the final mass sits in the middle of
+    the map; bottom: the recorded energy, speed and mass error against time.
+
+    Returns
+    -------
+    Figure
+    """
+    t = np.asarray(t, dtype=float)
+    masses = np.asarray(masses, dtype=float)
+    if masses.ndim != 2 or masses.shape[1] != mesh.N or not len(t):
+        raise ValueError(f"masses of shape {masses.shape}, expected (T, {mesh.N}) with T >= 1")
+    picks = sorted({int(round(k)) for k in np.linspace(0, len(t) - 1, min(frames, len(t)))})
+    labels = {"energy": "interaction energy E", "max_speed": "largest speed max |X|", "mass_error": "mass error |Σm(t) − Σm(0)|",
+              "w2_target": "W₂ to Π♯ρ₀"}
+    diags = {k: np.asarray(v, dtype=float) for k, v in (diagnostics or {}).items() if k in labels and len(v) == len(t)}
+    rho = np.concatenate([masses[k] / mesh.areas for k in picks])
+    norm = _norm(rho, vmin=None, vmax=None, log=log)
+    rotation = facing_rotation(mesh.points, masses[picks[-1]])
+    rows = 2 if diags else 1
+    fig = Figure(figsize=(4.6 * len(picks), 3.3 * rows + 0.9), layout="constrained")
+    grid = fig.add_gridspec(rows, len(picks))
+    maps = []
+    for col, k in enumerate(picks):
+        ax = fig.add_subplot(grid[0, col], projection="mollweide")
+        maps.append(ax)
+        plot_density_mollweide(mesh, masses[k], ax=ax, vmin=norm.vmin, vmax=norm.vmax, log=log, colorbar=False,
+                               title=f"t = {t[k]:.3g}", resolution=240, rotation=rotation)
+        ax.set_yticklabels([])
+    import matplotlib
+
+    mappable = matplotlib.cm.ScalarMappable(norm=norm, cmap=matplotlib.colormaps["viridis"])
+    fig.colorbar(mappable, ax=maps, orientation="vertical", fraction=0.025, pad=0.01,
+                 label="density m/A" + (" (log scale)" if log else ""))
+    if diags:
+        for col, (key, series) in enumerate(list(diags.items())[: len(picks)]):
+            ax = fig.add_subplot(grid[1, col])
+            ax.plot(t, series, marker=".")
+            ax.set_xlabel("time t")
+            ax.set_ylabel(labels[key])
+            ax.grid(alpha=0.3)
+            if key in ("mass_error", "max_speed"):
+                ax.set_yscale("symlog" if key == "mass_error" else "log", **({"linthresh": 1e-16} if key == "mass_error" else {}))
+    fig.suptitle((title + "\n" if title else "") + f"grid density on S², N = {mesh.N} cells; map turned to face the mass", fontsize=10)
+    _save(fig, path, dpi)
+    return fig

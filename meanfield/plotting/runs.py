@@ -1,0 +1,46 @@
+"""The picture and the animation of a :class:`meanfield.Run`, whatever its kind."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from meanfield.plotting.density import animate_density, plot_grid_run
+from meanfield.plotting.particles import animate_particles, plot_high_dim_run, plot_particle_run
+
+__all__ = ["plot_run", "animate_run", "run_title"]
+
+
+def run_title(run: Any) -> str:
+    """One line naming the run: attention kind, β (∞ for the zero-temperature solver), size, solver."""
+    cfg = run.config
+    if cfg is None:
+        model = run._model  # noqa: SLF001 - a solve() run carries its model, not a config
+        return "" if model is None else f"{model.attention} attention, β = {model.beta:g}"
+    m, s = cfg["model"], cfg["solver"]
+    beta = "β = ∞ (zero temperature)" if s["kind"] == "zero-temperature" else f"β = {m['beta']:g}"
+    size = f"n = {run.shape[0]} tokens" if run.kind == "particle" and run.frames else f"N = {cfg['grid']['cells']} cells"
+    return f"{m['attention']} attention, {beta}, {size}, {s['kind']} solver"
+
+
+def _check_frames(run: Any) -> None:
+    if run.frames == 0:
+        raise ValueError("the run has no saved frame to draw yet")
+
+
+def plot_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
+    """:meth:`meanfield.Run.plot`: the cloud on S², in principal components (d > 3), or the grid density."""
+    _check_frames(run)
+    title = options.pop("title", run_title(run))
+    if run.kind == "grid":
+        return plot_grid_run(run.mesh(), run.t, run.mass, path, diagnostics=run.diagnostics, title=title, **options)
+    if run.shape[1] == 3:
+        return plot_particle_run(run.t, run.x, path, diagnostics=run.diagnostics, title=title, **options)
+    return plot_high_dim_run(run.t, run.x, path, diagnostics=run.diagnostics, title=title, **options)
+
+
+def animate_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
+    """:meth:`meanfield.Run.animate`: one frame per saved time."""
+    _check_frames(run)
+    if run.kind == "grid":
+        return animate_density(run.mesh(), run.t, run.mass, path, **options)
+    return animate_particles(run.t, run.x, path, **options)

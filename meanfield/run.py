@@ -1,0 +1,374 @@
+"""A run: its saved frames, diagnostics and config, in memory or read lazily from its HDF5 file.
+
+:func:`meanfield.simulate`, :func:`meanfield.solve` and :func:`meanfield.load`
+all give a :class:`Run`.  Its arrays follow the file layout:
+
+* particles: ``t`` (T,), ``x`` (T, n, d);
+* grid: ``t`` (T,), ``mass`` (T, N), ``points`` (N, 3), ``areas`` (N,);
+* ``diagnostics``: the trackers' scalars, one (T,) array each;
+* ``config``: the resolved config (``None`` for a run made by :func:`meanfield.solve`).
+
+A loaded run reads ``t``, the diagnostics and the static arrays at once and
+the frames only when they are first used, so a large file opens instantly.
+
+Examples
+--------
+>>> import meanfield as mf
+>>> run = mf.simulate("data/default.toml", t_final=1.0, save_every=0.5)  # doctest: +SKIP
+>>> run                                                                   # doctest: +SKIP
+Run(particle, n=256, d=3, 3 frames, t=0..1, completed)
+>>> fig = run.plot()                                                      # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meanfield.errors import ConfigError
+
+__all__ = ["Run", "load"]
+
+
+def _same(a: Any, b: Any) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+
+
+class Run:
+    """The outcome of a simulation.
+
+    Attributes
+    ----------
+    t : (T,) array
+        Saved times.
+    kind : {"particle", "grid"}
+        Tokens (``x``) or a density on a mesh (``mass``).
+    diagnostics : dict of (T,) arrays
+        What the trackers recorded (``energy``, ``max_speed``, ``w2_target`` …).
+    config : dict or None
+        The resolved config.
+    status : {"completed", "stopped", "failed", "interrupted", "running"}
+    stop_reason : str
+    info : dict
+        Steps, wall time and the solver's counters.
+    path : Path or None
+        The HDF5 file, for a loaded run or one written with ``out=``.
+    """
+
+    def __init__(
+        self,
+        *,
+        t: np.ndarray,
+        state_name: str,
+        diagnostics: Mapping[str, np.ndarray],
+        static: Mapping[str, np.ndarray] | None = None,
+        config: Mapping[str, Any] | None = None,
+        status: str = "completed",
+        stop_reason: str = "",
+        info: Mapping[str, Any] | None = None,
+        states: np.ndarray | None = None,
+        reader: Any = None,
+        model: Any = None,
+        path: str | Path | None = None,
+    ) -> None:
+        if state_name not in ("x", "mass"):
+            raise ValueError(f"state_name must be 'x' or 'mass', got {state_name!r}")
+        if states is None and reader is None:
+            raise ValueError("a Run needs its states or a reader")
+        self.t = np.asarray(t, dtype=float)
+        self.state_name = state_name
+        self.diagnostics = {k: np.asarray(v, dtype=float) for k, v in diagnostics.items()}
+        self.static = dict(static or {})
+        self.config = None if config is None else json.loads(json.dumps(config))
+        self.status = status
+        self.stop_reason = stop_reason
+        self.info = dict(info or {})
+        self.path = None if path is None else Path(path)
+        self._states = None if states is None else np.asarray(states, dtype=float)
+        self._reader = reader
+        self._model = model
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_states(cls, *, t: np.ndarray, states: np.ndarray, state_name: str, **fields: Any) -> Run:
+        """A run held in memory (what :func:`meanfield.solve` returns)."""
+        return cls(t=t, states=states, state_name=state_name, **fields)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Run:
+        """Open the run stored in ``path`` (frames are read when first used).
+
+        Raises
+        ------
+        ConfigError
+            When ``path`` is missing or is not a meanfield run; the message says why.
+        """
+        from meanfield.io.runfile import RunReader
+
+        reader = RunReader(path)
+        return cls(
+            t=reader.times(),
+            state_name=reader.state_name,
+            diagnostics=reader.diagnostics(),
+            static=reader.static(),
+            config=reader.config,
+            status=reader.status,
+            stop_reason=reader.stop_reason,
+            info=reader.info,
+            reader=reader,
+            path=path,
+        )
+
+    # ------------------------------------------------------------------ arrays
+    @property
+    def kind(self) -> str:
+        """``"particle"`` (tokens ``x``) or ``"grid"`` (cell masses ``mass``)."""
+        return "particle" if self.state_name == "x" else "grid"
+
+    @property
+    def frames(self) -> int:
+        """Number of saved frames."""
+        return int(self.t.size)
+
+    def __len__(self) -> int:
+        return self.frames
+
+    @property
+    def states(self) -> np.ndarray:
+        """All saved states: ``x`` (T, n, d) for particles, ``mass`` (T, N) on a grid."""
+        if self._states is None:
+            self._states = self._reader.states()
+        return self._states
+
+    def frame(self, index: int) -> np.ndarray:
+        """One saved state (without reading the others from the file)."""
+        if self._states is not None:
+            return self._states[index]
+        return self._reader.states(index)
+
+    @property
+    def final(self) -> np.ndarray:
+        """The last saved state."""
+        return self.frame(-1)
+
+    def _require(self, kind: str, name: str) -> None:
+        if self.kind != kind:
+            other = "x" if kind == "grid" else "mass, points and areas"
+            raise AttributeError(f"a {self.kind} run has no {name!r}; it has {other}")
+
+    @property
+    def x(self) -> np.ndarray:
+        """Token frames, shape ``(T, n, d)`` (particle runs)."""
+        self._require("particle", "x")
+        return self.states
+
+    @property
+    def mass(self) -> np.ndarray:
+        """Cell masses, shape ``(T, N)`` (grid runs)."""
+        self._require("grid", "mass")
+        return self.states
+
+    @property
+    def points(self) -> np.ndarray:
+        """Cell centres (mesh generators), shape ``(N, 3)`` (grid runs)."""
+        self._require("grid", "points")
+        return self.static["points"]
+
+    @property
+    def areas(self) -> np.ndarray:
+        """Cell areas, shape ``(N,)`` (grid runs)."""
+        self._require("grid", "areas")
+        return self.static["areas"]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of one state: ``(n, d)`` or ``(N,)``."""
+        if self._states is not None:
+            return tuple(self._states.shape[1:])
+        return tuple(self.frame(0).shape) if self.frames else ()
+
+    @property
+    def model(self) -> Any:
+        """The :class:`meanfield.Model` of the run (rebuilt from the config for a loaded run)."""
+        if self._model is None:
+            if self.config is None:
+                raise AttributeError("this run has no config to rebuild its model from")
+            from meanfield.build import build_model
+
+            self._model = build_model(self.config)
+        return self._model
+
+    def mesh(self) -> Any:
+        """The :class:`~meanfield.geometry.mesh.SphericalMesh` of a grid run."""
+        self._require("grid", "mesh")
+        from meanfield.geometry.mesh import mesh as build_mesh
+        from meanfield.geometry.mesh import mesh_from_points
+
+        grid = (self.config or {}).get("grid", {})
+        cells = int(self.points.shape[0])
+        if grid.get("cells") == cells and grid.get("family") in ("fibonacci", "icosahedral"):
+            candidate = build_mesh(cells, grid["family"])  # cached, and identical to the stored generators
+            if candidate.N == cells and np.array_equal(candidate.points, self.points):
+                return candidate
+        return mesh_from_points(np.asarray(self.points), family=grid.get("family", "custom"))
+
+    # ------------------------------------------------------------------ text
+    def __repr__(self) -> str:
+        if self.kind == "particle":
+            n, d = self.shape if self.frames else ("?", "?")
+            what = f"particle, n={n}, d={d}"
+        else:
+            what = f"grid, N={self.static['points'].shape[0] if 'points' in self.static else '?'} cells"
+        span = f"t={self.t[0]:.4g}..{self.t[-1]:.4g}" if self.frames else "no frame"
+        where = f", {self.path}" if self.path is not None else ""
+        return f"Run({what}, {self.frames} frames, {span}, {self.status}{where})"
+
+    def summary(self) -> str:
+        """What ``meanfield info`` prints: model, solver, frames, status and the main diagnostics."""
+        from meanfield.analysis.summary import run_summary
+
+        return run_summary(self)
+
+    # ------------------------------------------------------------------ comparison
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Run):
+            return NotImplemented
+        if (self.kind, self.status, self.stop_reason) != (other.kind, other.status, other.stop_reason):
+            return False
+        if json.dumps(self.config, sort_keys=True) != json.dumps(other.config, sort_keys=True):
+            return False
+        if not (_same(self.t, other.t) and _same(self.states, other.states)):
+            return False
+        if set(self.diagnostics) != set(other.diagnostics) or set(self.static) != set(other.static):
+            return False
+        return all(_same(self.diagnostics[k], other.diagnostics[k]) for k in self.diagnostics) and all(
+            _same(self.static[k], other.static[k]) for k in self.static
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ pictures
+    def plot(self, path: str | Path | None = None, **options: Any) -> Any:
+        """A summary figure: the cloud (or density) at a few times and the energy; saved when ``path`` is given.
+
+        Particles on S² are drawn on the sphere, front and back told apart; for
+        ``d > 3`` the cloud is shown in its principal-component plane with the
+        histogram of :math:`\\langle x_i,x_j\\rangle` over time.  A grid density is
+        drawn on a log colour scale, the sphere turned to face the mass.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+        """
+        from meanfield.plotting.runs import plot_run
+
+        return plot_run(self, path, **options)
+
+    def animate(self, path: str | Path | None = None, **options: Any) -> Any:
+        """An animation of the saved frames; written as a GIF (or any format matplotlib writes) when ``path`` is given.
+
+        Returns
+        -------
+        matplotlib.animation.FuncAnimation
+        """
+        from meanfield.plotting.runs import animate_run
+
+        return animate_run(self, path, **options)
+
+    # ------------------------------------------------------------------ analysis
+    def concentration(self, *, threshold: float | None = None, policy: str | None = None) -> Any:
+        """W2 to Π♯ρ₀ against t, with t_min, W2_min and the metastable window (what ``meanfield concentration`` prints).
+
+        See :func:`meanfield.analysis.concentration.run_concentration`.
+        """
+        from meanfield.analysis.concentration import run_concentration
+
+        return run_concentration(self, threshold=threshold, policy=policy)
+
+    def diagnose(self, *, tol: float = 1e-3, stride: int = 1, fd_points: int = 5) -> Any:
+        """Energies, radial shadows, dominance, entropy and clusters (what ``meanfield diagnose`` prints).
+
+        See :func:`meanfield.analysis.diagnostics.diagnose`.
+        """
+        from meanfield.analysis.diagnostics import diagnose
+
+        return diagnose(self, tol=tol, stride=stride, fd_points=fd_points)
+
+    # ------------------------------------------------------------------ tables
+    def to_dataframe(self) -> Any:
+        """The scalars as a :class:`pandas.DataFrame`: one row per frame, ``t`` and every diagnostic."""
+        try:
+            import pandas as pd
+        except ImportError:  # pragma: no cover - depends on the installation
+            raise ImportError("Run.to_dataframe needs pandas: pip install 'meanfield[xarray]'") from None
+        return pd.DataFrame({"t": self.t, **self.diagnostics})
+
+    def to_xarray(self) -> Any:
+        """The whole run as an :class:`xarray.Dataset` (config and status in ``attrs``); :meth:`from_xarray` reads it back."""
+        try:
+            import xarray as xr
+        except ImportError:  # pragma: no cover - depends on the installation
+            raise ImportError("Run.to_xarray needs xarray: pip install 'meanfield[xarray]'") from None
+        if self.kind == "particle":
+            state = (("t", "token", "coord"), self.states)
+        else:
+            state = (("t", "cell"), self.states)
+        data: dict[str, Any] = {self.state_name: state}
+        data.update({f"diagnostics/{k}": (("t",), v) for k, v in self.diagnostics.items()})
+        for key, value in self.static.items():
+            value = np.asarray(value)
+            data[f"static/{key}"] = (tuple(f"{key}_{i}" for i in range(value.ndim)), value)
+        attrs = {
+            "config": json.dumps(self.config, sort_keys=True),
+            "status": self.status,
+            "stop_reason": self.stop_reason,
+            "info": json.dumps(self.info, default=_json_default, sort_keys=True),
+        }
+        return xr.Dataset(data, coords={"t": self.t}, attrs=attrs)
+
+    @classmethod
+    def from_xarray(cls, dataset: Any) -> Run:
+        """The run written by :meth:`to_xarray`."""
+        name = "x" if "x" in dataset else "mass"
+        diagnostics = {k.split("/", 1)[1]: dataset[k].values for k in dataset.data_vars if k.startswith("diagnostics/")}
+        static = {k.split("/", 1)[1]: dataset[k].values for k in dataset.data_vars if k.startswith("static/")}
+        config = json.loads(dataset.attrs["config"])
+        return cls.from_states(
+            t=dataset["t"].values,
+            states=dataset[name].values,
+            state_name=name,
+            diagnostics=diagnostics,
+            static=static,
+            config=config,
+            status=dataset.attrs.get("status", ""),
+            stop_reason=dataset.attrs.get("stop_reason", ""),
+            info=json.loads(dataset.attrs.get("info", "{}")),
+        )
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return repr(value)
+
+
+def load(path: str | Path) -> Run:
+    """Open a run file written by ``meanfield simulate`` or :func:`meanfield.simulate` (frames read lazily).
+
+    Raises
+    ------
+    ConfigError
+        When the file is missing or is not a meanfield run (the message says why).
+    """
+    if isinstance(path, Run):  # pragma: no cover - convenience
+        return path
+    if not isinstance(path, (str, Path)):
+        raise ConfigError("path", f"expected a file path, got {type(path).__name__}")
+    return Run.load(path)

@@ -1,1 +1,0 @@
-"""Sub-commands of the ``meanfield`` CLI that run solvers (registered as entry points)."""

@@ -1,0 +1,348 @@
+r"""Low-temperature concentration onto :math:`\Pi_\sharp\rho_0` (seed 002): tracker, analysis, β sweeps, cost.
+
+.. math::
+
+    W_2\big(\rho^\beta_t, \Pi_\sharp\rho_0\big) \lesssim
+        \sqrt{\tfrac{\log(\beta+1)}{\beta}}\; e^{C_1 t} + e^{-ct}
+
+(seed 002, Theorem 1; MODEL.md §4).  The curve :math:`W_2(t)` first falls
+(the zero-temperature flow concentrates the tokens on the dominant eigenspace
+:math:`E` of :math:`S=VB^\top`), reaches its minimum :math:`W_{2,\min}(\beta)` at
+:math:`t_{\min}(\beta)`, and then rises again as the finite-temperature error
+takes over; for large ``t`` the mass drifts toward the dominant eigenspace of
+``V`` (Conjecture 1, the terminal phase).
+
+* :func:`concentration_tracker` — records ``w2_target`` = :math:`W_2(\rho_t,\Pi_\sharp\rho_0)`,
+  ``v_eigenspace_distance`` (to :math:`E_V`) and ``e_eigenspace_distance``
+  (to :math:`E`) at every saved frame (``[track] concentration = true``).
+* :func:`concentration_summary` — :math:`t_{\min}`, :math:`W_{2,\min}` and the
+  metastable window of one curve.
+* :func:`sweep_beta` — the β family with the fits of :math:`t_{\min}` against
+  :math:`\log\beta` and of :math:`W_{2,\min}` against :math:`\sqrt{\log(\beta+1)/\beta}`.
+* :func:`tracking_share` and :func:`bench_concentration` — what the tracking costs.
+
+The default experiment is :data:`DEFAULT_CONCENTRATION_CONFIG` (also
+``data/concentration.toml``).
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from meanfield.analysis.concentration import (
+    ConcentrationTracker,
+    assumption_report,
+    concentration_summary,
+    linear_fit,
+    resolution_size,
+    single_head,
+    tracker_from_head,
+)
+from meanfield.analysis.projection import concentration_rate, eigenspace_distance, resolution_warning
+from meanfield.config import load_config
+from meanfield.errors import ConfigError
+
+__all__ = ["DEFAULT_CONCENTRATION_CONFIG", "BetaSweep", "sweep_beta", "tracking_share", "bench_concentration"]
+
+#: The default concentration experiment on S² (also ``data/concentration.toml``; keep them equal).
+#: ``B = QᵀK = K`` and ``V`` are chosen so that ``S = V Bᵀ = diag(1, 0.5, 0.25)`` exactly
+#: (``B = S V⁻¹`` with ``V⁻¹ = [[1.25, -0.75, 0], [-0.75, 1.25, 0], [0, 0, 4]]``):
+#: Assumption 1 holds with gap 0.5 and ``E = span(e1)``, while the dominant
+#: eigenspace of ``V`` (eigenvalue 2) is ``span((1, 1, 0)/√2)``, 45° away, so the
+#: terminal phase of Conjecture 1 is visible (W2 to Π♯ρ₀ then climbs back to ≈ π/4).
+DEFAULT_CONCENTRATION_CONFIG: dict[str, Any] = {
+    "model": {
+        "d": 3,
+        "beta": 16.0,
+        "attention": "softmax",
+        "heads": [
+            {
+                "Q": "identity",
+                "K": [[1.25, -0.75, 0.0], [-0.375, 0.625, 0.0], [0.0, 0.0, 1.0]],
+                "V": [[1.25, 0.75, 0.0], [0.75, 1.25, 0.0], [0.0, 0.0, 0.25]],
+            }
+        ],
+    },
+    "init": {"kind": "uniform", "n": 600, "seed": 0},
+    "solver": {"kind": "particle", "method": "rk4", "dt": 0.05, "t_final": 12.0, "save_every": 0.1},
+    "track": {"energy": False, "concentration": True},
+}
+
+
+# ----------------------------------------------------------------------------- β sweeps
+
+
+@dataclass(frozen=True)
+class BetaSweep:
+    r"""Outcome of :func:`sweep_beta`.
+
+    Attributes
+    ----------
+    betas : (m,) array
+    curves : list of dict
+        Per β: ``t``, ``w2_target``, ``v_eigenspace_distance``, ``e_eigenspace_distance``.
+    summaries : list of dict
+        Per β: :func:`concentration_summary` plus ``beta``, ``n``, ``rate``
+        (:math:`\sqrt{\log(\beta+1)/\beta}`), ``ratio`` (:math:`W_{2,\min}/\text{rate}`),
+        ``under_resolved`` (the warning text or ``""``), ``wall_time``.
+    fit_tmin : dict
+        :math:`t_{\min}\approx a\log\beta+b`: ``slope``, ``intercept``, ``r2``.
+    fit_w2min : dict
+        :math:`\log W_{2,\min}\approx a\log\sqrt{\log(\beta+1)/\beta}+b`: ``slope``, ``intercept``, ``r2``.
+    solver : str
+    files : list of str
+        HDF5 runs written (empty without ``out_dir``).
+    """
+
+    betas: NDArray[np.float64]
+    curves: list[dict[str, NDArray[np.float64]]]
+    summaries: list[dict[str, Any]]
+    fit_tmin: dict[str, float]
+    fit_w2min: dict[str, float]
+    solver: str
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def under_resolved(self) -> bool:
+        return any(s["under_resolved"] for s in self.summaries)
+
+    def table(self) -> str:
+        """The per-β numbers and both fits as text."""
+        lines = [f"{'beta':>8} {'n':>7} {'t_min':>8} {'W2_min':>9} {'window [t_a, t_b]':>20} {'rate':>9} {'W2min/rate':>10}  resolved"]
+        for s in self.summaries:
+            end = "*" if s["min_at_end"] else " "
+            if math.isnan(s["t_a"]):
+                window = "none"
+            else:
+                window = f"[{'≤' if s['open_start'] else ''}{s['t_a']:.3g}, {'≥' if s['open_end'] else ''}{s['t_b']:.3g}]"
+            lines.append(
+                f"{s['beta']:8.4g} {s['n']:7d} {s['t_min']:7.4g}{end} {s['w2_min']:9.4g} {window:>20} "
+                f"{s['rate']:9.4g} {s['ratio']:10.4g}  {'no' if s['under_resolved'] else 'yes'}"
+            )
+        a = self.fit_tmin
+        b = self.fit_w2min
+        lines.append(f"fit t_min = {a['slope']:.4g}·log β + {a['intercept']:.4g}   (R² = {a['r2']:.4f})")
+        lines.append(f"fit log W2_min = {b['slope']:.4g}·log √(log(β+1)/β) + {b['intercept']:.4g}   (R² = {b['r2']:.4f})")
+        if any(s["open_end"] for s in self.summaries):
+            lines.append("≥ the curve is still below the threshold at the last frame: the window may extend further")
+        if any(s["min_at_end"] for s in self.summaries):
+            lines.append("* the minimum is at the last frame: the run is too short to see t_min (raise solver.t_final)")
+        return "\n".join(lines)
+
+
+def _parse_betas(betas: Sequence[float] | str) -> NDArray[np.float64]:
+    if isinstance(betas, str):
+        try:
+            values = [float(item) for item in betas.split(",") if item.strip()]
+        except ValueError:
+            raise ConfigError("--sweep-beta", f"expected comma-separated numbers, got {betas!r}") from None
+    else:
+        values = [float(b) for b in betas]
+    arr = np.asarray(values, dtype=float)
+    if arr.size < 2 or np.unique(arr).size < 2:
+        raise ConfigError("--sweep-beta", f"need at least two distinct values of β, got {values}")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ConfigError("--sweep-beta", f"every β must be finite and > 0 (the fits use log β), got {values}")
+    return np.sort(arr)
+
+
+def sweep_beta(
+    cfg: dict[str, Any] | str | Path,
+    betas: Sequence[float] | str,
+    *,
+    solver: str | None = None,
+    out_dir: str | Path | None = None,
+    threshold: float | None = None,
+    quiet: bool = True,
+    policy: str | None = None,
+) -> BetaSweep:
+    r"""Run the β family of a config and fit the concentration observables.
+
+    .. math::
+
+        t_{\min}(\beta) \approx a\log\beta + b,\qquad
+        \log W_{2,\min}(\beta) \approx a'\log\sqrt{\tfrac{\log(\beta+1)}{\beta}} + b'
+
+    (seed 002, Theorem 1: the bound
+    :math:`r(\beta)e^{C_1t}+e^{-ct}` is smallest at
+    :math:`t\approx\log(1/r)/(C_1+c)`, linear in :math:`\log\beta`, where it is
+    :math:`\sim r^{c/(C_1+c)}`, so the theory predicts :math:`a>0` and :math:`0<a'\le1`).
+    Every run tracks ``w2_target`` (``[track] concentration = true``); each β is
+    checked for under-resolution (:func:`meanfield.analysis.projection.resolution_warning`).
+
+    Parameters
+    ----------
+    cfg : dict or path
+        Resolved config (or a TOML file); ``model.beta`` is replaced by each β.
+    betas : sequence of float or "b1,b2,..."
+        At least two distinct positive values.
+    solver : {"particle", "grid"}, optional
+        Override ``solver.kind``; ``"grid"`` (S² only) needs :mod:`meanfield.solvers.grid`
+        and switches the method to ``ssprk3`` unless it is already a grid method.
+    out_dir : path, optional
+        Write each run to ``out_dir/beta_<β>.h5``.
+    threshold : float, optional
+        Metastability threshold of :func:`concentration_summary` (default 2·W2_min).
+    quiet : bool
+        No progress bars.
+    policy : {"check", "warn", "skip"}, optional
+        Assumption-1 policy (default ``model.assumptions``).
+
+    Returns
+    -------
+    BetaSweep
+    """
+    from meanfield.solvers.run import simulate_config
+
+    base = load_config(cfg) if isinstance(cfg, (str, Path)) else copy.deepcopy(cfg)
+    values = _parse_betas(betas)
+    if solver is not None:
+        if solver not in ("particle", "grid"):
+            raise ConfigError("--solver", f"expected 'particle' or 'grid', got {solver!r}")
+        if solver == "grid":
+            import importlib.util
+
+            if importlib.util.find_spec("meanfield.solvers.grid") is None:
+                raise ConfigError("--solver", "the grid solver (solvers/grid.py) is not available in this installation")
+            if base["model"]["d"] != 3:
+                raise ConfigError("--solver", f"the grid solver works on S² (d = 3), got model.d = {base['model']['d']}")
+            if base["solver"]["method"] not in ("ssprk2", "ssprk3"):
+                base["solver"]["method"] = "ssprk3"
+        elif base["solver"]["method"] in ("ssprk2", "ssprk3"):
+            base["solver"]["method"] = "rk4"
+        base["solver"]["kind"] = solver
+    if policy is not None:
+        base["model"]["assumptions"] = policy
+    assumption_report(base)
+    base["track"]["concentration"] = True
+    curves: list[dict[str, NDArray[np.float64]]] = []
+    summaries: list[dict[str, Any]] = []
+    files: list[str] = []
+    n = resolution_size(base)
+    d = base["model"]["d"]
+    for beta in values:
+        case = copy.deepcopy(base)
+        case["model"]["beta"] = float(beta)
+        out = None
+        if out_dir is not None:
+            out = Path(out_dir) / f"beta_{beta:g}.h5"
+            files.append(str(out))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Assumption 1", category=RuntimeWarning)  # warned once above
+            result = simulate_config(case, out, quiet=quiet, keep_states=False)
+        curve = {"t": result.t, **{k: result.diagnostics[k] for k in ("w2_target", "v_eigenspace_distance", "e_eigenspace_distance")}}
+        curves.append(curve)
+        summary = concentration_summary(curve["t"], curve["w2_target"], threshold=threshold)
+        rate = float(concentration_rate(beta))
+        summary.update(
+            beta=float(beta),
+            n=n,
+            rate=rate,
+            ratio=summary["w2_min"] / rate,
+            under_resolved=resolution_warning(n, float(beta), d) or "",
+            wall_time=float(result.info["wall_time"]),
+        )
+        summaries.append(summary)
+    t_min = np.array([s["t_min"] for s in summaries])
+    w_min = np.array([s["w2_min"] for s in summaries])
+    fit_tmin = linear_fit(np.log(values), t_min)
+    fit_w2min = linear_fit(np.log(concentration_rate(values)), np.log(np.maximum(w_min, 1e-300)))
+    return BetaSweep(values, curves, summaries, fit_tmin, fit_w2min, base["solver"]["kind"], files)
+
+
+# ----------------------------------------------------------------------------- cost
+
+
+def tracking_share(cfg: dict[str, Any] | None = None) -> dict[str, float]:
+    """Run ``cfg`` (default: the default concentration experiment) and time the concentration tracking.
+
+    Returns
+    -------
+    dict
+        ``simulation_seconds`` (wall time of the run loop, tracking included),
+        ``tracking_seconds`` (time in the concentration tracker), ``share``
+        (their ratio), ``frames``, ``n``.
+    """
+    from meanfield.solvers.loop import run_loop, save_times
+    from meanfield.solvers.run import setup_run
+
+    resolved = load_config(DEFAULT_CONCENTRATION_CONFIG) if cfg is None else copy.deepcopy(cfg)
+    resolved["track"]["concentration"] = True
+    setup = setup_run(resolved)  # the same build as simulate_config, without a writer
+    tracker = [t for t in setup.trackers if isinstance(t, ConcentrationTracker)]
+    solver = resolved["solver"]
+    times = save_times(0.0, solver["t_final"], solver["save_every"])
+    result = run_loop(setup.stepper, setup.state, times, trackers=setup.trackers, keep_states=False)
+    seconds = tracker[0].seconds
+    wall = float(result.info["wall_time"])
+    return {
+        "simulation_seconds": wall,
+        "tracking_seconds": seconds,
+        "share": seconds / wall if wall > 0 else math.nan,
+        "frames": float(tracker[0].calls),
+        "n": float(resolution_size(resolved)),
+    }
+
+
+def _timed(func: Any, repeat: int) -> tuple[float, Any]:
+    best, value = math.inf, None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        value = func()
+        best = min(best, time.perf_counter() - started)
+    return best, value
+
+
+def bench_concentration(*, quick: bool = False, repeat: int = 3) -> dict[str, Any]:
+    r"""Timings of the concentration diagnostics, for ``meanfield bench``.
+
+    Rows (best of ``repeat``):
+
+    * ``w2_target`` — exact :math:`W_2(\rho,\Pi_\sharp\rho_0)` for :math:`n=10^5`
+      uniform tokens on :math:`S^2` against the two atoms :math:`\pm e`;
+    * ``eigenspace_distance`` — :math:`D(\rho, E_V)` for the same cloud;
+    * ``w2_exact_clouds`` — exact :math:`W_2` between two clouds of :math:`n = 2000`
+      (``ot.emd2``, for comparison: the structure makes the first row cheap);
+    * ``tracking_share`` — share of the default concentration experiment's
+      wall time spent in the tracker (target < 10 %).
+
+    ``quick`` divides the sizes by 10 and runs the default experiment with ``n = 200``, ``t_final = 2``.
+
+    Returns
+    -------
+    dict
+        ``rows``: list of ``{"name", "n", "seconds", "value"}``; ``tracking``:
+        the dict of :func:`tracking_share`.
+    """
+    from meanfield.geometry.sphere import sample_uniform
+    from meanfield.analysis.transport import w2
+
+    scale = 10 if quick else 1
+    n_big, n_pair = 100_000 // scale, 2000 // scale
+    cfg = load_config(DEFAULT_CONCENTRATION_CONFIG)
+    head = single_head(cfg)
+    x = sample_uniform(n_big, 3, seed=1)
+    tracker = tracker_from_head(head.Q, head.K, head.V, x, policy="skip")
+    rows = []
+    seconds, value = _timed(lambda: w2(x, tracker.target.atoms, None, tracker.target.weights), repeat)
+    rows.append({"name": "w2_target", "n": n_big, "seconds": seconds, "value": float(value)})
+    seconds, value = _timed(lambda: eigenspace_distance(x, tracker.P_V), repeat)
+    rows.append({"name": "eigenspace_distance", "n": n_big, "seconds": seconds, "value": float(value)})
+    y1, y2 = sample_uniform(n_pair, 3, seed=2), sample_uniform(n_pair, 3, seed=3)
+    seconds, value = _timed(lambda: w2(y1, y2), 1 if not quick else repeat)
+    rows.append({"name": "w2_exact_clouds", "n": n_pair, "seconds": seconds, "value": float(value)})
+    if quick:
+        cfg["init"]["n"] = 200
+        cfg["solver"]["t_final"] = 2.0
+    share = tracking_share(cfg)
+    rows.append({"name": "tracking_share", "n": int(share["n"]), "seconds": share["tracking_seconds"], "value": share["share"]})
+    return {"rows": rows, "tracking": share}

@@ -1,0 +1,195 @@
+r"""One entry point for every solver: ``solve(problem, solver)``.
+
+.. math::
+
+    \partial_t\mu + \operatorname{div}_S(\mu\,X[\mu]) = 0,\qquad \mu_0 = \text{the initial measure}
+
+A :class:`Problem` holds the model (the vector field: dimension, β, attention
+kind, heads, direction) and the initial measure; it knows nothing numerical.
+A solver is configured only by numerical parameters:
+
+* :class:`~meanfield.solvers.particle.ParticleSolver` — tokens, Runge–Kutta on the sphere;
+* :class:`~meanfield.solvers.grid.GridSolver` — a density on a spherical Voronoi mesh, finite volumes;
+* :class:`~meanfield.solvers.jko.JKOSolver` — minimizing movements in the weighted Wasserstein
+  metric (tokens or a grid density);
+* :class:`~meanfield.solvers.zero_temperature.ZeroTemperatureSolver` — the β → ∞ limit.
+
+:func:`solve` runs one of them on a problem and returns a :class:`meanfield.Run`,
+the same type that :func:`meanfield.simulate` and :func:`meanfield.load` give.
+
+Examples
+--------
+>>> import meanfield as mf
+>>> model = mf.Model(d=3, beta=4.0, heads=mf.heads.identity(3))
+>>> problem = mf.Problem(model, mf.sample_uniform(64, 3, seed=0))
+>>> run = mf.solve(problem, mf.ParticleSolver(dt=0.05), t_final=1.0, save_every=0.5)
+>>> run.t.tolist()
+[0.0, 0.5, 1.0]
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from meanfield.errors import RunFailed
+from meanfield.geometry.mesh import SphericalMesh
+from meanfield.geometry.sphere import normalize, sphere_error
+from meanfield.model import Model
+from meanfield.run import Run
+from meanfield.solvers.loop import RunSetup, Tracker, run_loop, save_times
+from meanfield.solvers.trackers import ProgressTracker
+
+__all__ = ["Problem", "Solver", "solve", "run_status"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    r"""The model and the initial measure: what to solve, not how.
+
+    Parameters
+    ----------
+    model : Model
+        The vector field :math:`X[\mu]`.
+    initial : array
+        Tokens ``(n, d)`` on :math:`S^{d-1}` (normalised here when they are not
+        unit vectors), or, with ``mesh``, the cell masses ``(N,)`` of a density on
+        :math:`S^2` (non-negative, total 1).
+    mesh : SphericalMesh, optional
+        The mesh of a grid measure.
+    weights : (n,) array, optional
+        Token masses (default uniform :math:`1/n`); particles only.
+    """
+
+    model: Model
+    initial: np.ndarray
+    mesh: SphericalMesh | None = None
+    weights: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        state = np.asarray(self.initial, dtype=float)
+        if self.mesh is None:
+            if state.ndim != 2 or state.shape[1] != self.model.d or state.shape[0] < 1:
+                raise ValueError(f"initial tokens must have shape (n, {self.model.d}), got {state.shape}")
+            if not np.all(np.isfinite(state)) or np.any(np.linalg.norm(state, axis=1) == 0):
+                raise ValueError("initial tokens must be finite and non-zero")
+            if sphere_error(state) > 1e-15:  # unit input is kept bit for bit (replays, resumed runs)
+                state = normalize(state)
+            if self.weights is not None:
+                w = np.asarray(self.weights, dtype=float)
+                if w.shape != (state.shape[0],) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+                    raise ValueError(f"weights must be {state.shape[0]} finite non-negative masses, not all zero")
+                object.__setattr__(self, "weights", w / w.sum())
+        else:
+            if self.model.d != 3:
+                raise ValueError(f"a grid measure lives on S² (d = 3), but the model has d = {self.model.d}")
+            if self.weights is not None:
+                raise ValueError("weights are token masses; a grid measure carries its masses as `initial`")
+            if state.shape != (self.mesh.N,):
+                raise ValueError(f"initial cell masses must have shape ({self.mesh.N},), got {state.shape}")
+            if not np.all(np.isfinite(state)) or np.any(state < 0):
+                raise ValueError("initial cell masses must be finite and non-negative")
+            if abs(state.sum() - 1.0) > 1e-9:
+                raise ValueError(f"initial cell masses must sum to 1, got {state.sum():.17g}")
+        object.__setattr__(self, "initial", state)
+
+    @property
+    def on_grid(self) -> bool:
+        """Whether the measure is a density on a mesh (else a token cloud)."""
+        return self.mesh is not None
+
+
+class Solver(Protocol):
+    """What :func:`solve` needs of a solver: numerical options that build a :class:`RunSetup`."""
+
+    kind: str
+
+    def setup(self, problem: Problem, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:
+        """Stepper, initial state and the solver's own trackers for ``problem``."""
+        ...
+
+
+def run_status(failed: bool, stop_reason: str) -> str:
+    """The status a run ends with: ``failed``, ``completed`` (reached ``t_final``) or ``stopped`` (a tracker ended it)."""
+    if failed:
+        return "failed"
+    return "completed" if stop_reason == "t_final" else "stopped"
+
+
+def solve(
+    problem: Problem,
+    solver: Solver,
+    *,
+    t_final: float,
+    save_every: float | None = None,
+    t_start: float = 0.0,
+    trackers: Sequence[Tracker] = (),
+    energy: bool = True,
+    speed: bool = True,
+    steady_tol: float = 0.0,
+    progress: bool = False,
+) -> Run:
+    r"""Solve ``problem`` with ``solver`` from ``t_start`` (default 0) to ``t_final``.
+
+    Parameters
+    ----------
+    problem : Problem
+    solver : ParticleSolver, GridSolver, JKOSolver or ZeroTemperatureSolver
+    t_final : float
+        Final time (> 0).
+    save_every : float, optional
+        Time between saved frames (default: only the first and the last frame).
+    t_start : float
+        The time of ``problem.initial`` (to continue a run: the result equals the uninterrupted one).
+    trackers : sequence of Tracker
+        Your own trackers, run on every saved frame after the solver's: any callable
+        ``tracker(t, state) -> dict[str, float] | None``; the scalars it returns
+        become ``run.diagnostics[name]``, and raising
+        :class:`meanfield.solvers.loop.StopRun` ends the run.
+    energy : bool
+        Record the energies (``energy``, ``energy_h0`` …) at every frame.
+    speed : bool
+        Record ``max_speed`` (one extra velocity evaluation per frame).
+    steady_tol : float
+        Stop once the largest speed falls below this (0: never).
+    progress : bool
+        Show a tqdm bar on stderr.
+
+    Returns
+    -------
+    Run
+
+    Raises
+    ------
+    RunFailed
+        When the run ends on NaN/Inf, leaves the sphere, or the stepper gives up;
+        ``exc.run`` holds the frames up to the failure.
+    """
+    if not (np.isfinite(t_final) and np.isfinite(t_start) and t_final > t_start):
+        raise ValueError(f"need finite times with t_final > t_start, got t_start={t_start!r}, t_final={t_final!r}")
+    setup = solver.setup(problem, energy=energy, speed=speed or steady_tol > 0, steady_tol=steady_tol)
+    span = float(t_final) - float(t_start)
+    times = save_times(float(t_start), float(t_final), float(save_every) if save_every else span)
+    bar = ProgressTracker(total=float(times[-1]), initial=float(times[0]), quiet=not progress)
+    try:
+        result = run_loop(setup.stepper, setup.state, times, trackers=[*setup.trackers, *trackers], progress=bar)
+    finally:
+        bar.close()
+    result.info.update(setup.info())
+    status = run_status(result.info["failed"], result.info["stop_reason"])
+    run = Run.from_states(
+        t=result.t,
+        states=np.asarray(result.states) if result.states else np.zeros((0, *np.shape(setup.state))),
+        state_name=setup.state_name,
+        diagnostics=result.diagnostics,
+        static=setup.static,
+        status=status,
+        stop_reason=result.info["stop_reason"],
+        info=result.info,
+        model=problem.model,
+    )
+    if status == "failed":
+        raise RunFailed(result.info["stop_reason"], run=run)
+    return run

@@ -1,0 +1,178 @@
+"""The figure registry and every figure's ``--quick`` form (``meanfield reproduce``).
+
+Every registered figure is made in quick form; its PNG must be a real image
+and its CSV's numbers must satisfy the figure's claim.  For the figures of
+Pendharkar (arXiv 2605.04279) the CSV is also checked here against the paper's
+formulas, written out independently of :mod:`meanfield.analysis.theory`.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from meanfield.errors import ConfigError
+from meanfield import figures as FIGURES
+from meanfield.cli import reproduce
+
+REGISTRY = FIGURES.registry()
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+class _Made(dict):
+    """Figures made in quick form on first use, once per module (a broken figure fails only its own tests)."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__()
+        self.out = out
+
+    def __missing__(self, figure_id: str) -> object:
+        self[figure_id] = FIGURES.run_figure(figure_id, self.out, quick=True)
+        return self[figure_id]
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> _Made:
+    return _Made(tmp_path_factory.mktemp("figures"))
+
+
+def test_registry_holds_the_figures_with_their_metadata():
+    assert {"multihead_late_rate", "multihead_superadditivity", "multihead_entropy", "multihead_beta_star"} <= set(REGISTRY)
+    for figure_id, entry in REGISTRY.items():
+        assert entry.id == figure_id == entry.path.stem
+        topic = FIGURES.PAPERS[entry.paper][1]
+        assert figure_id.startswith(f"{topic}_") and entry.paper in entry.citation
+        assert entry.theorem and len(entry.description) > 20
+    assert list(REGISTRY) == sorted(REGISTRY, key=lambda i: (REGISTRY[i].paper, i))
+
+
+@pytest.mark.parametrize("figure_id", list(REGISTRY))
+def test_quick_figure_writes_a_png_and_a_csv_that_satisfy_its_claim(made, figure_id):
+    import matplotlib.image
+
+    run = made[figure_id]
+    assert run.png.name == f"{figure_id}.png" and run.csv.name == f"{figure_id}.csv"
+    assert run.png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    image = matplotlib.image.imread(run.png)
+    assert image.shape[0] > 200 and image.shape[1] > 200
+    assert np.ptp(image[..., :3]) > 0.5  # something is drawn
+    rows = _rows(run.csv)
+    assert len(rows) >= 3 and all(rows[0].values())
+    assert run.checks and run.ok, {k: v for k, v in run.checks.items() if not v["ok"]}
+
+
+def test_late_rate_slope_is_minus_two_lambda(made):
+    rows = _rows(made["multihead_late_rate"].csv)
+    for label in {r["heads"] for r in rows}:
+        lam_total = sum(float(v) for v in label.split("+"))
+        group = [r for r in rows if r["heads"] == label]
+        t = np.array([float(r["t"]) for r in group])
+        u = np.array([float(r["log_gap_particle"]) for r in group])
+        late = (u < math.log(1e-3)) & (u > math.log(1e-11))
+        assert late.sum() >= 10
+        slope = np.polyfit(t[late], u[late], 1)[0]
+        np.testing.assert_allclose(slope, -2.0 * lam_total, rtol=1e-2)
+        np.testing.assert_allclose(u[0], 0.0, atol=1e-12)  # orthogonal start: γ(0) = 0
+
+
+def test_superadditivity_rates_match_phi_and_the_gain_sign_matches_convexity(made):
+    module = REGISTRY["multihead_superadditivity"].load()
+    beta, n = module.BETA, module.N_TOKENS
+
+    def phi(lam: float) -> float:  # Thm 22 of arXiv 2605.04279
+        return 2.0 * lam / (math.exp(lam * beta) + n - 1)
+
+    def phi2(lam: float) -> float:  # second derivative, by central differences
+        h = 1e-4
+        return (phi(lam + h) - 2 * phi(lam) + phi(lam - h)) / h**2
+
+    rows = _rows(made["multihead_superadditivity"].csv)
+    for r in rows:
+        lo, hi, mean = float(r["lambda_min"]), float(r["lambda_max"]), float(r["lambda_bar"])
+        if float(r["H"]) == 2:
+            np.testing.assert_allclose(float(r["early_rate"]), phi(lo) + phi(hi), rtol=1e-9)
+            np.testing.assert_allclose(float(r["gain"]), phi(lo) + phi(hi) - 2 * phi(mean), rtol=1e-6, atol=1e-15)
+        if float(r["spread"]) > 0 and phi2(lo) > 0 and phi2(hi) > 0:
+            assert float(r["gain"]) > 0
+        if float(r["spread"]) > 0 and phi2(lo) < 0 and phi2(hi) < 0:
+            assert float(r["gain"]) < 0
+    assert any(r["family"].startswith("convex") for r in rows) and any(r["family"].startswith("concave") for r in rows)
+
+
+def test_entropy_starts_at_the_orthogonal_value_and_ends_at_log_n(made):
+    module = REGISTRY["multihead_entropy"].load()
+    n, lam = module.N_TOKENS, module.LAMBDA
+    rows = _rows(made["multihead_entropy"].csv)
+    for beta in {float(r["beta"]) for r in rows}:
+        group = [r for r in rows if float(r["beta"]) == beta]
+        z = math.exp(beta * lam) + n - 1  # γ = 0: p_ii = e^{βλ}/z, p_ij = 1/z
+        p, q = math.exp(beta * lam) / z, 1.0 / z
+        np.testing.assert_allclose(float(group[0]["entropy_mean"]), -p * math.log(p) - (n - 1) * q * math.log(q), rtol=1e-12)
+        np.testing.assert_allclose(float(group[-1]["entropy_mean"]), math.log(n), atol=1e-3)
+        series = np.array([float(r["entropy_mean"]) for r in group])
+        assert np.all(np.diff(series) >= -1e-12)
+
+
+def test_beta_star_matches_the_golden_ratio_form_for_two_heads(made):
+    rows = [r for r in _rows(made["multihead_beta_star"].csv) if float(r["H"]) == 2]
+    module = REGISTRY["multihead_beta_star"].load()
+    c = 2.0 / (1.0 + math.sqrt(5.0))  # c*(2) = 1/φ
+    for r in rows:
+        n = float(r["n"])
+        expected = math.log(c * c * (n - 1) / (1 - c * c)) / (2 * module.ALPHA)
+        np.testing.assert_allclose(float(r["beta_star"]), expected, rtol=1e-12, atol=1e-14)
+
+
+def test_a_figure_script_runs_on_its_own(tmp_path):
+    entry = REGISTRY["multihead_beta_star"]
+    done = subprocess.run(
+        [sys.executable, str(entry.path), "--quick", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "multihead_beta_star.png").stat().st_size > 0 and "ok" in done.stdout
+    assert len(_rows(tmp_path / "multihead_beta_star.csv")) > 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="meanfield")
+    reproduce.add_parser(parser.add_subparsers(dest="command"))
+    return parser
+
+
+def test_reproduce_list_and_run(tmp_path, capsys):
+    args = _parser().parse_args(["reproduce", "--list"])
+    assert args.func(args) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert len(listing) == len(REGISTRY)
+    for line, entry in zip(listing, REGISTRY.values()):
+        assert line.split()[0] == entry.id and entry.citation in line and entry.theorem in line and entry.description in line
+    args = _parser().parse_args(["reproduce", "multihead_beta_star", "--quick", "--out", str(tmp_path)])
+    assert args.func(args) == 0
+    assert (tmp_path / "multihead_beta_star.png").exists() and (tmp_path / "multihead_beta_star.csv").exists()
+    for bad in (["reproduce", "multihead_nothing"], ["reproduce"]):
+        args = _parser().parse_args(bad)
+        with pytest.raises(ConfigError) as info:
+            args.func(args)
+        assert info.value.key == "ID"
+
+
+def test_registry_rejects_scripts_without_their_metadata(tmp_path):
+    (tmp_path / "multihead_broken.py").write_text('ID = "multihead_broken"\nPAPER = "2605.04279"\nTHEOREM = "Thm 1"\n')
+    with pytest.raises(ValueError, match="DESCRIPTION"):
+        FIGURES.registry(tmp_path)
+    (tmp_path / "multihead_broken.py").write_text('ID = "other"\nPAPER = "2605.04279"\nTHEOREM = "Thm 1"\nDESCRIPTION = "x"\n')
+    with pytest.raises(ValueError, match="file name"):
+        FIGURES.registry(tmp_path)
+    (tmp_path / "multihead_broken.py").write_text('ID = "multihead_broken"\nPAPER = "2605.10931"\nTHEOREM = "Thm 1"\nDESCRIPTION = "x"\n')
+    with pytest.raises(ValueError, match="starts with"):
+        FIGURES.registry(tmp_path)

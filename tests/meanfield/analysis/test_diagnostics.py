@@ -1,0 +1,401 @@
+"""Seed-000 diagnostics (meanfield.analysis.diagnostics) and ``meanfield diagnose``.
+
+Checks: the blocked implementation against the dense NumPy twin; the Thm 11
+identity along a run (pointwise and integrated); the per-head split against
+the chain rule; exactly orthogonal heads (no cross terms); the entropy
+identity's residual at the integrator's order; cluster statistics against
+closed forms; the CLI (CSV, PNG, exit statuses).
+"""
+from __future__ import annotations
+
+import csv
+import math
+import tracemalloc
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import meanfield.analysis.diagnostics as diag
+from meanfield.analysis import theory
+from meanfield.kernels.attention import velocity_numpy
+from meanfield.cli import main
+from meanfield.config import load_config
+from meanfield.analysis.energy import head_energies
+from meanfield.heads import HeadStack
+from meanfield.model import ConstantHeads, Model
+from meanfield.geometry.sphere import normalize, sample_equiangular, sample_uniform
+from meanfield.solvers.particle import ParticleSolver
+from meanfield.solvers.problem import Problem, solve
+from meanfield.solvers.run import simulate_config
+
+KINDS = ("softmax", "unnormalized", "relu", "pooled")
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _symmetric_heads(rng: np.random.Generator, H: int, d: int, *, aligned: bool = True) -> HeadStack:
+    B = []
+    for _ in range(H):
+        A = rng.standard_normal((d, d)) / np.sqrt(d)
+        B.append(0.5 * (A + A.T))
+    B = np.stack(B)
+    V = B.copy() if aligned else rng.standard_normal((H, d, d)) / np.sqrt(d)
+    return HeadStack(B=B, V=V, w=rng.uniform(0.5, 1.5, H))
+
+
+def _general_heads(rng: np.random.Generator, H: int, d: int) -> HeadStack:
+    return HeadStack(B=rng.standard_normal((H, d, d)) / np.sqrt(d), V=rng.standard_normal((H, d, d)) / np.sqrt(d))
+
+
+def _tokens(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    return normalize(rng.standard_normal((n, d)))
+
+
+def _run(heads: HeadStack, x0: np.ndarray, *, beta: float, kind: str, t_final: float, dt: float, save_every: float, method: str = "rk4", direction: str = "ascent"):
+    model = Model(d=heads.d, beta=beta, attention=kind, heads=ConstantHeads(heads), direction=direction, backend="numpy")
+    result = solve(Problem(model, x0), ParticleSolver(dt=dt, method=method), t_final=t_final, save_every=save_every, energy=False, speed=False)
+    return result.t, np.stack(result.states)
+
+
+# --------------------------------------------------------------------------- one frame vs the dense twin
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_head_outputs_sum_to_the_attention_velocity(kind, rng, monkeypatch):
+    heads = _general_heads(rng, 3, 5)
+    x = _tokens(rng, 37, 5)
+    monkeypatch.setattr(diag, "BLOCK_ELEMENTS", 5 * 37)  # 5 rows per block, last block partial
+    f = diag.head_outputs(x, heads, beta=1.7, kind=kind)
+    np.testing.assert_allclose(f.sum(axis=0), velocity_numpy(x, heads, beta=1.7, kind=kind), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(f, diag.head_outputs_dense(x, heads, beta=1.7, kind=kind), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("direction", ["ascent", "descent"])
+def test_blocked_frame_matches_dense_reference(kind, direction, rng, monkeypatch):
+    heads = _general_heads(rng, 3, 4)
+    x = _tokens(rng, 29, 4)
+    dense = diag.frame_diagnostics_dense(x, heads, beta=1.3, kind=kind, direction=direction, tol=0.2)
+    monkeypatch.setattr(diag, "BLOCK_ELEMENTS", 4 * 29)
+    blocked = diag.frame_diagnostics(x, heads, beta=1.3, kind=kind, direction=direction, tol=0.2)
+    assert set(blocked.scalars) == set(dense.scalars)
+    for key, ref in dense.scalars.items():
+        if key in ("thm11_residual", "split_residual"):  # ratios of rounding errors outside Thm 11's setting
+            continue
+        value = blocked.scalars[key]
+        if math.isnan(ref):
+            assert math.isnan(value), key
+        else:
+            assert value == pytest.approx(ref, rel=1e-10, abs=1e-13), key
+    np.testing.assert_allclose(blocked.entropy, dense.entropy, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(blocked.entropy_rate, dense.entropy_rate, rtol=1e-9, atol=1e-13)
+    np.testing.assert_allclose(blocked.xdot, dense.xdot, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_energy_rates_match_a_finite_difference_along_the_velocity(kind, rng):
+    """Chain rule dE_h/dt against a central difference of E_h along x(τ) = normalize(x + τ ẋ)."""
+    heads = _general_heads(rng, 2, 4)
+    x = _tokens(rng, 15, 4)
+    f = diag.head_outputs(x, heads, beta=0.9, kind=kind)
+    xdot = diag.token_velocity(f, x)
+    rates = diag.energy_rates(x, xdot, heads, beta=0.9)
+    tau = 1e-4
+    # fourth-order central difference: error O(tau^4)
+    e = {k: head_energies(normalize(x + k * tau * xdot), heads, beta=0.9) for k in (-2, -1, 1, 2)}
+    fd = (e[-2] - 8 * e[-1] + 8 * e[1] - e[2]) / (12 * tau)
+    np.testing.assert_allclose(rates, fd, rtol=1e-8, atol=1e-10)
+
+
+def test_entropy_of_uniform_rows_is_log_n_and_production_zero(rng):
+    heads = _general_heads(rng, 2, 3)
+    x = _tokens(rng, 20, 3)
+    ent, rate = diag.entropy_and_production(x, rng.standard_normal((20, 3)), heads, beta=0.0)
+    np.testing.assert_allclose(ent, np.log(20), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(rate, 0.0, atol=0)
+
+
+def test_equiangular_entropy_matches_closed_form():
+    n, lam, beta = 7, 1.3, 1.7
+    x = sample_equiangular(n, 9, gamma=0.25, seed=3)
+    heads = HeadStack(B=lam * np.eye(9)[None], V=lam * np.eye(9)[None])
+    ent, _ = diag.entropy_and_production(x, np.zeros_like(x), heads, beta=beta)
+    np.testing.assert_allclose(ent[0], theory.equiangular_entropy(0.25, lam=lam, beta=beta, n=n), rtol=1e-13)
+
+
+def test_blocked_frame_memory_stays_at_one_block(monkeypatch):
+    """n = 3000: an n×n float array would be 72 MB; the blocked passes stay far below."""
+    n = 3000
+    monkeypatch.setattr(diag, "BLOCK_ELEMENTS", 1 << 17)
+    x = sample_uniform(n, 3, seed=1)
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    tracemalloc.start()
+    try:
+        frame = diag.frame_diagnostics(x, heads, beta=2.0, kind="unnormalized", tol=1e-2)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16e6
+    assert frame.scalars["thm11_residual"] < 1e-11
+
+
+# --------------------------------------------------------------------------- Thm 11 and the split along a run
+
+
+@pytest.fixture(scope="module")
+def thm11_run():
+    rng = np.random.default_rng(11)
+    heads = _symmetric_heads(rng, 3, 5)
+    x0 = _tokens(rng, 40, 5)
+    t, x = _run(heads, x0, beta=1.5, kind="unnormalized", t_final=2.0, dt=0.02, save_every=0.02)
+    series = diag.diagnose_trajectory(t, x, heads, beta=1.5, kind="unnormalized")
+    return heads, x0, series
+
+
+def test_thm11_identity_holds_at_every_frame(thm11_run):
+    heads, _, s = thm11_run
+    assert diag.gradient_flow_setting(heads, "unnormalized")
+    assert np.max(s["thm11_residual"]) < 1e-11
+    np.testing.assert_allclose(s["dEdt"], s["kinetic"], rtol=1e-11)
+    np.testing.assert_allclose(sum(s[f"dEdt_h{h}"] for h in range(3)), s["dEdt"], rtol=1e-12)
+    assert np.all(np.diff(s["energy"]) > 0)
+
+
+def test_thm11_energy_increments_equal_the_integrated_kinetic_term():
+    """E(T) - E(0) = ∫ (1/n)Σ|ẋ|² dt; the gap is the integrator's O(dt^4) (Simpson on the frames is O(dt^4) too)."""
+    rng = np.random.default_rng(5)
+    heads = _symmetric_heads(rng, 2, 4)
+    x0 = _tokens(rng, 30, 4)
+    errors = []
+    for dt in (0.1, 0.05):
+        t, x = _run(heads, x0, beta=1.0, kind="unnormalized", t_final=2.0, dt=dt, save_every=dt)
+        s = diag.diagnose_trajectory(t, x, heads, beta=1.0, kind="unnormalized")
+        k = s["kinetic"]
+        simpson = dt / 3 * (k[0] + k[-1] + 4 * k[1:-1:2].sum() + 2 * k[2:-1:2].sum())
+        errors.append(abs((s["energy"][-1] - s["energy"][0]) - simpson) / simpson)
+    assert errors[1] < 1e-6
+    assert errors[0] / errors[1] > 2**3.5  # fourth order
+
+
+def test_split_equals_the_chain_rule_in_the_thm11_setting(thm11_run):
+    _, _, s = thm11_run
+    assert np.max(s["split_residual"]) < 1e-12
+    for h in range(3):
+        rebuilt = s[f"self_power_h{h}"] + s[f"cross_sum_h{h}"] - s[f"shadow_sum_h{h}"]
+        np.testing.assert_allclose(rebuilt, s[f"dEdt_h{h}"], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("direction", ["ascent", "descent"])
+def test_head_powers_sum_to_the_kinetic_term_for_every_kind(kind, direction, rng):
+    heads = _general_heads(rng, 3, 4)
+    fr = diag.frame_diagnostics(_tokens(rng, 25, 4), heads, beta=1.1, kind=kind, direction=direction)
+    sigma = 1.0 if direction == "ascent" else -1.0
+    total = sum(fr.scalars[f"head_power_h{h}"] for h in range(3))
+    assert total == pytest.approx(sigma * fr.scalars["kinetic"], rel=1e-12)
+
+
+def test_descent_reverses_the_energy_rate(rng):
+    heads = _symmetric_heads(rng, 2, 3)
+    fr = diag.frame_diagnostics(_tokens(rng, 18, 3), heads, beta=1.0, kind="unnormalized", direction="descent")
+    assert fr.scalars["dEdt"] == pytest.approx(-fr.scalars["kinetic"], rel=1e-12)
+    assert fr.scalars["split_residual"] < 1e-12
+
+
+def test_orthogonal_heads_leave_only_radial_shadows(rng):
+    """B_1 B_0 = 0 (rotated, so not coordinate-aligned): ⟨u^0,u^1⟩ = 0 to rounding, shadows remain (Thms 16–17)."""
+    d = 6
+    Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    P0 = Q[:, :3] @ Q[:, :3].T
+    P1 = Q[:, 3:] @ Q[:, 3:].T
+    B = np.stack([1.2 * P0, 0.8 * P1])
+    heads = HeadStack(B=B, V=B.copy())
+    assert theory.head_overlap(B) < 1e-15
+    x0 = _tokens(rng, 30, d)
+    t, x = _run(heads, x0, beta=1.5, kind="unnormalized", t_final=1.0, dt=0.02, save_every=0.1)
+    s = diag.diagnose_trajectory(t, x, heads, beta=1.5, kind="unnormalized")
+    scale = np.sqrt(s["self_power_h0"] * s["self_power_h1"]) + np.abs(s["shadow_h0_h1"])
+    assert np.max(np.abs(s["cross_h0_h1"]) / scale) < 1e-14
+    assert np.min(np.abs(s["shadow_h0_h1"])) > 1e-4
+    for h in range(2):
+        np.testing.assert_allclose(s[f"dEdt_h{h}"], s[f"self_power_h{h}"] - s[f"shadow_sum_h{h}"], rtol=1e-10, atol=1e-14)
+
+
+# --------------------------------------------------------------------------- Thm 27: the entropy identity
+
+
+@pytest.mark.parametrize(("method", "order"), [("euler", 1), ("heun", 2), ("rk4", 4)])
+def test_entropy_identity_residual_shrinks_at_the_integrator_order(method, order):
+    rng = np.random.default_rng(27)
+    heads = _general_heads(rng, 2, 4)
+    x0 = _tokens(rng, 12, 4)
+    window = []
+    for dt in (0.04, 0.02):
+        t, x = _run(heads, x0, beta=2.0, kind="softmax", t_final=0.48, dt=dt, save_every=dt, method=method)
+        s = diag.diagnose_trajectory(t, x, heads, beta=2.0, kind="softmax", fd_points=5)
+        inside = (t > 0.12 - 1e-9) & (t < 0.36 + 1e-9)
+        assert np.all(np.isfinite(s["entropy_residual"][inside]))
+        window.append(np.max(s["entropy_residual"][inside]))
+    observed = math.log2(window[0] / window[1])
+    assert abs(observed - order) < 0.35, (window, observed)
+
+
+def test_entropy_residual_is_nan_without_a_full_stencil(rng):
+    heads = _general_heads(rng, 1, 3)
+    t, x = _run(heads, _tokens(rng, 6, 3), beta=1.0, kind="softmax", t_final=0.3, dt=0.05, save_every=0.05)
+    s = diag.diagnose_trajectory(t, x, heads, beta=1.0, kind="softmax", fd_points=5)
+    assert np.all(np.isnan(s["entropy_residual"][[0, 1, -2, -1]]))
+    assert np.all(np.isfinite(s["entropy_residual"][2:-2]))
+
+
+def test_fd_weights_are_exact_on_polynomials_with_uneven_nodes(rng):
+    nodes = np.array([-0.31, -0.1, 0.0, 0.07, 0.2])
+    w = diag.fd_weights(nodes)
+    for degree in range(5):
+        coeffs = rng.standard_normal(degree + 1)
+        values = np.polyval(coeffs, nodes)
+        exact = np.polyval(np.polyder(coeffs), 0.0) if degree else 0.0
+        assert w @ values == pytest.approx(exact, abs=1e-10)
+
+
+# --------------------------------------------------------------------------- cluster statistics
+
+
+def test_cluster_statistics_against_closed_forms(monkeypatch):
+    monkeypatch.setattr(diag, "BLOCK_ELEMENTS", 3 * 12)
+    gamma = 0.3
+    x = sample_equiangular(12, 12, gamma=gamma, seed=2)
+    stats = diag.cluster_statistics(x, tol=1e-3)
+    assert stats["one_minus_gamma"] == pytest.approx(1 - gamma, rel=1e-13)
+    assert stats["min_inner"] == pytest.approx(gamma, abs=1e-13)
+    assert stats["n_clusters"] == 12
+
+
+def test_tiny_gaps_are_resolved_below_machine_epsilon():
+    theta = 1e-10
+    x = np.array([[1.0, 0.0, 0.0], [math.cos(theta), math.sin(theta), 0.0]])
+    stats = diag.cluster_statistics(x)
+    assert stats["max_gap"] == pytest.approx(1 - math.cos(theta), rel=1e-6)  # 5e-21: invisible in 1 - <x,y>
+
+
+def test_count_clusters_blocked_matches_dense_components(rng, monkeypatch):
+    from scipy.sparse.csgraph import connected_components
+
+    centres = _tokens(rng, 7, 5)
+    x = normalize(np.repeat(centres, 9, axis=0) + 0.01 * rng.standard_normal((63, 5)))
+    x = x[rng.permutation(63)]
+    for tol in (1e-4, 1e-3, 5e-2, 0.5, 2.0):
+        dense = connected_components(x @ x.T >= 1 - tol, directed=False)[0]
+        monkeypatch.setattr(diag, "BLOCK_ELEMENTS", 4 * 63)
+        assert diag.count_clusters(x, tol=tol) == dense
+    assert diag.count_clusters(x, tol=1e-2) == 7
+
+
+def test_gradient_flow_setting_detection(rng):
+    heads = _symmetric_heads(rng, 2, 3)
+    assert diag.gradient_flow_setting(heads, "unnormalized")
+    assert not diag.gradient_flow_setting(heads, "softmax")
+    assert not diag.gradient_flow_setting(_symmetric_heads(rng, 2, 3, aligned=False), "unnormalized")
+    assert not diag.gradient_flow_setting(_general_heads(rng, 2, 3), "unnormalized")
+
+
+def test_series_names_cover_the_trajectory_output(thm11_run):
+    _, _, s = thm11_run
+    assert list(s) == diag.series_names(3)
+    assert all(v.shape == s["t"].shape for v in s.values())
+
+
+# --------------------------------------------------------------------------- runs on disk and the CLI
+
+
+@pytest.fixture(scope="module")
+def multihead_run(tmp_path_factory):
+    from meanfield.solvers.run import simulate_config
+
+    cfg = load_config(ROOT / "data" / "multihead.toml", ["solver.t_final=1.0", "init.n=24"])
+    path = tmp_path_factory.mktemp("diag") / "multihead.h5"
+    simulate_config(cfg, path, quiet=True)
+    return path
+
+
+def test_multihead_example_is_orthogonal_and_a_gradient_flow(multihead_run):
+    from meanfield.build import build_heads
+    from meanfield.heads import stack_heads
+    from meanfield.run import load
+
+    run = load(multihead_run)
+    heads = stack_heads(build_heads(run.config))
+    assert heads.H == 2 and heads.d >= 4
+    assert theory.head_overlap(heads.B) == 0.0
+    assert diag.gradient_flow_setting(heads, run.config["model"]["attention"])
+    s = diag.diagnose_run(run)
+    assert np.all(s["cross_h0_h1"] == 0.0)
+    assert np.max(s["thm11_residual"]) < 1e-11
+    assert np.max(s["split_residual"]) < 1e-12
+    np.testing.assert_allclose(s["energy"], run.diagnostics["energy"], rtol=1e-13)
+
+
+def test_diagnose_run_reads_files_and_memory_alike(multihead_run):
+    from meanfield.run import load
+
+    from_file = diag.diagnose_run(load(multihead_run), stride=2)
+    in_memory = simulate_config(load(multihead_run).config, quiet=True)  # the same config, no file
+    from_memory = diag.diagnose_run(in_memory, stride=2)
+    assert from_file.keys() == from_memory.keys()
+    for key in from_file:
+        np.testing.assert_array_equal(from_file[key], from_memory[key])
+    assert from_file["t"].size == 6
+
+
+def test_cli_diagnose_writes_csv_and_png(multihead_run, tmp_path, capsys):
+    csv_path, png_path = tmp_path / "d.csv", tmp_path / "d.png"
+    assert main(["diagnose", str(multihead_run), "--csv", str(csv_path), "--plot", str(png_path)]) == 0
+    out = capsys.readouterr().out
+    assert "energy_monotone           yes" in out
+    assert "dominance_aggregate" in out and "max_thm11_residual" in out
+    with csv_path.open() as handle:
+        rows = list(csv.reader(handle))
+    assert rows[0] == diag.series_names(2)
+    assert len(rows) == 1 + 11
+    t_col = [float(r[0]) for r in rows[1:]]
+    np.testing.assert_allclose(t_col, np.linspace(0.0, 1.0, 11), atol=1e-12)
+    assert png_path.stat().st_size > 10_000
+    assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_diagnose_bad_input_exits_2(tmp_path, multihead_run, capsys):
+    assert main(["diagnose", str(tmp_path / "missing.h5")]) == 2
+    assert "file not found" in capsys.readouterr().err
+    not_hdf5 = tmp_path / "junk.h5"
+    not_hdf5.write_text("not a run")
+    assert main(["diagnose", str(not_hdf5)]) == 2
+    assert "not an HDF5 file" in capsys.readouterr().err
+    grid = tmp_path / "grid.h5"
+    with h5py.File(grid, "w") as f:
+        f.attrs["config"] = '{"model": {"d": 3}, "solver": {"kind": "grid"}}'
+        f.create_dataset("t", data=np.zeros(1))
+        f.create_dataset("mass", data=np.ones((1, 12)))
+    assert main(["diagnose", str(grid)]) == 2
+    assert "particle run" in capsys.readouterr().err
+    assert main(["diagnose", str(multihead_run), "--tol", "-1"]) == 2
+    assert main(["diagnose", str(multihead_run), "--fd-points", "4"]) == 2
+    assert "--fd-points" in capsys.readouterr().err
+
+
+def test_entropy_production_with_nonuniform_masses_matches_finite_differences():
+    """dH/dt along x + t·ẋ, for weighted rows p ∝ a e^{βs}, against a central difference."""
+    from meanfield.analysis.diagnostics import entropy_and_production
+    from meanfield.heads import HeadStack
+
+    gen = np.random.default_rng(7)
+    n, d, beta, h = 12, 4, 1.3, 1e-5
+    x = gen.standard_normal((n, d))
+    xdot = gen.standard_normal((n, d))
+    a = gen.uniform(0.2, 1.0, n)
+    a /= a.sum()
+    heads = HeadStack(B=gen.standard_normal((2, d, d)), V=gen.standard_normal((2, d, d)))
+    _, rate = entropy_and_production(x, xdot, heads, beta=beta, weights=a)
+    up, _ = entropy_and_production(x + h * xdot, xdot, heads, beta=beta, weights=a)
+    down, _ = entropy_and_production(x - h * xdot, xdot, heads, beta=beta, weights=a)
+    np.testing.assert_allclose(rate, (up - down) / (2 * h), rtol=1e-6, atol=1e-8)

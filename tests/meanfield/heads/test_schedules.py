@@ -1,0 +1,225 @@
+"""Weight schedules of seed 004: reproducibility, exact OU law, oscillating formula, replay."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from meanfield.build import build_model
+from meanfield.config import load_config
+from meanfield.errors import ConfigError
+from meanfield.heads import HeadStack
+from meanfield.model import ConstantHeads, Model
+from meanfield.heads.schedules import (
+    SCHEDULES,
+    OscillatingSchedule,
+    OUSchedule,
+    PathSchedule,
+    head_structure,
+    oscillation_phases,
+    schedule_derivative,
+    schedule_from_config,
+    schedule_from_path,
+    weight_path,
+    weights_static,
+)
+from meanfield.geometry.sphere import sample_uniform
+from meanfield.solvers.particle import ParticleSolver
+from meanfield.solvers.problem import Problem, solve
+
+
+def _sym(rng: np.random.Generator, H: int, d: int) -> np.ndarray:
+    A = rng.standard_normal((H, d, d))
+    return 0.5 * (A + A.transpose(0, 2, 1))
+
+
+@pytest.fixture
+def aligned(rng: np.random.Generator) -> HeadStack:
+    B = _sym(rng, 3, 3)
+    return HeadStack(B=B, V=B.copy())
+
+
+def test_registry_names() -> None:
+    assert sorted(SCHEDULES) == ["constant", "oscillating", "ou"]
+
+
+def test_ou_reproducible_from_seed_and_query_order(aligned: HeadStack) -> None:
+    times = [0.37, 2.0, 0.011, 5.5, 1.234]
+    a = OUSchedule(aligned, kappa=1.5, sigma=0.3, dt=0.01, seed=11)
+    b = OUSchedule(aligned, kappa=1.5, sigma=0.3, dt=0.01, seed=11)
+    first = [a.at(t).B for t in times]
+    second = [b.at(t).B for t in reversed(times)][::-1]  # another extension pattern
+    for x, y in zip(first, second):
+        np.testing.assert_array_equal(x, y)
+    c = OUSchedule(aligned, kappa=1.5, sigma=0.3, dt=0.01, seed=12)
+    assert np.max(np.abs(c.at(2.0).B - first[1])) > 1e-3
+    np.testing.assert_array_equal(a.at(0.0).B, aligned.B)  # starts at the mean
+
+
+def test_ou_keeps_structure(rng: np.random.Generator) -> None:
+    d = 3
+    Bsym = _sym(rng, 1, d)[0]
+    Bgen = rng.standard_normal((d, d))
+    V_other = _sym(rng, 1, d)[0]
+    stack = HeadStack(B=np.stack([Bsym, Bgen, Bsym]), V=np.stack([Bsym, rng.standard_normal((d, d)), V_other]))
+    s = head_structure(stack)
+    assert s["b_symmetric"].tolist() == [True, False, True]
+    assert s["v_aligned"].tolist() == [True, False, False]
+    ou = OUSchedule(stack, kappa=1.0, sigma=0.5, dt=0.05, seed=0)
+    for t in (0.3, 1.01, 4.0):
+        h = ou.at(t)
+        np.testing.assert_array_equal(h.B[0], h.B[0].T)
+        np.testing.assert_array_equal(h.V[0], h.B[0])  # aligned stays aligned
+        assert np.max(np.abs(h.B[1] - h.B[1].T)) > 1e-6  # general head: full noise
+        np.testing.assert_array_equal(h.V[2], h.V[2].T)  # symmetric V: symmetric noise
+        assert np.max(np.abs(h.V[2] - h.B[2])) > 1e-6  # but its own
+        np.testing.assert_array_equal(h.w, stack.w)
+
+
+def test_ou_stationary_variance_and_lag_correlation() -> None:
+    """Long path of one 3×3 symmetric head: each of the 6 free entries has variance σ²/(2κ)."""
+    kappa, sigma, dt = 2.0, 0.8, 0.05
+    mean = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    ou = OUSchedule(mean, kappa=kappa, sigma=sigma, dt=dt, seed=5)
+    t_end = 4000.0
+    path = weight_path(ou, ou.grid(t_end))["B"][:, 0]  # (T, 3, 3)
+    iu = np.triu_indices(3)
+    dev = (path - np.eye(3))[:, iu[0], iu[1]][int(5 / dt) :]  # drop the transient
+    var = dev.var(axis=0).mean()
+    # std of the estimate ≈ sqrt(1/(κ T)) / sqrt(6) ≈ 0.3 %; 3 % is ten sigma
+    np.testing.assert_allclose(var, sigma**2 / (2 * kappa), rtol=0.03)
+    assert ou.stationary_variance == pytest.approx(sigma**2 / (2 * kappa))
+    lag = np.mean([np.corrcoef(dev[:-1, k], dev[1:, k])[0, 1] for k in range(6)])
+    np.testing.assert_allclose(lag, math.exp(-kappa * dt), atol=0.01)
+
+
+def test_ou_exact_transition_law_independent_of_grid() -> None:
+    """Var at t = 0.3 over many heads matches σ²(1−e^{−2κt})/(2κ) with only 3 grid steps (Euler–Maruyama is 17 % off)."""
+    kappa, sigma, H = 2.0, 1.0, 4000
+    B = np.repeat(np.eye(2)[None], H, axis=0)
+    ou = OUSchedule(HeadStack(B=B, V=B.copy()), kappa=kappa, sigma=sigma, dt=0.1, seed=3)
+    dev = ou.at(0.3).B - np.eye(2)
+    samples = np.concatenate([dev[:, 0, 0], dev[:, 0, 1], dev[:, 1, 1]])
+    exact = sigma**2 * (1 - math.exp(-2 * kappa * 0.3)) / (2 * kappa)
+    np.testing.assert_allclose(samples.var(), exact, rtol=0.05)
+    np.testing.assert_allclose(samples.mean(), 0.0, atol=4 * math.sqrt(exact / samples.size))
+
+
+def test_ou_piecewise_linear_between_grid_points(aligned: HeadStack) -> None:
+    ou = OUSchedule(aligned, kappa=1.0, sigma=0.4, dt=0.1, seed=2)
+    b0, b1 = ou.at(0.7).B, ou.at(0.8).B
+    np.testing.assert_allclose(ou.at(0.725).B, 0.75 * b0 + 0.25 * b1, rtol=0, atol=1e-14)
+    dB, dV = ou.derivative(0.73)
+    np.testing.assert_allclose(dB, (b1 - b0) / 0.1, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dV, dB, rtol=0, atol=0)
+
+
+def test_oscillating_exact_formula(rng: np.random.Generator) -> None:
+    H, d, A, w = 4, 3, 0.7, 2.5
+    B = _sym(rng, H, d)
+    V = np.stack([B[0], rng.standard_normal((d, d)), B[2], _sym(rng, 1, d)[0]])
+    osc = OscillatingSchedule(HeadStack(B=B, V=V), amplitude=A, omega=w)
+    for t in (0.0, 0.3, 1.7):
+        heads = osc.at(t)
+        for h in range(H):
+            c = A * math.sin(w * t + 2 * math.pi * h / H)
+            np.testing.assert_allclose(heads.B[h], B[h] + c * np.eye(d), rtol=0, atol=1e-15)
+            np.testing.assert_allclose(heads.V[h], V[h] + c * np.eye(d), rtol=0, atol=1e-15)
+        dB, dV = osc.derivative(t)
+        fd = (osc.at(t + 1e-6).B - osc.at(t - 1e-6).B) / 2e-6
+        np.testing.assert_allclose(dB, fd, rtol=0, atol=1e-8)
+        np.testing.assert_array_equal(dV[0], dB[0])
+
+
+def test_oscillation_phases() -> None:
+    np.testing.assert_allclose(oscillation_phases(4, "spread"), [0, np.pi / 2, np.pi, 3 * np.pi / 2])
+    np.testing.assert_array_equal(oscillation_phases(3, "equal"), np.zeros(3))
+    r = oscillation_phases(5, "random", seed=4)
+    np.testing.assert_array_equal(r, oscillation_phases(5, "random", seed=4))
+    assert np.all((r >= 0) & (r < 2 * np.pi))
+    # spread phases: the head-average of the oscillation cancels for H >= 2
+    t = 0.83
+    np.testing.assert_allclose(np.sin(t + oscillation_phases(6, "spread")).sum(), 0.0, atol=1e-14)
+
+
+def test_replay_from_saved_path_is_bit_identical(aligned: HeadStack) -> None:
+    ou = OUSchedule(aligned, kappa=1.0, sigma=0.5, dt=0.01, seed=9)
+    static = weights_static(ou, 1.0)
+    assert set(static) == {"weights/t", "weights/B", "weights/V", "weights/w"}
+    assert static["weights/B"].shape == (101, 3, 3, 3)
+    replay = schedule_from_path({key.split("/")[1]: value for key, value in static.items()})
+    assert isinstance(replay, PathSchedule)
+    for t in np.random.default_rng(0).uniform(0, 1, 50).tolist() + [0.0, 0.5, 1.0]:
+        np.testing.assert_array_equal(replay.at(t).B, ou.at(t).B)
+        np.testing.assert_array_equal(replay.at(t).V, ou.at(t).V)
+    model_a = Model(d=3, beta=1.0, attention="pooled", heads=ou)
+    model_b = Model(d=3, beta=1.0, attention="pooled", heads=replay)
+    x0 = sample_uniform(20, 3, seed=1)
+    a = solve(Problem(model_a, x0), ParticleSolver(dt=0.025), t_final=1.0, energy=False, speed=False)
+    b = solve(Problem(model_b, x0), ParticleSolver(dt=0.025), t_final=1.0, energy=False, speed=False)
+    np.testing.assert_array_equal(a.final, b.final)
+
+
+def test_oscillating_replay_second_order(aligned: HeadStack) -> None:
+    osc = OscillatingSchedule(aligned, amplitude=1.0, omega=3.0)
+    errors = []
+    for dt in (0.02, 0.01):
+        replay = schedule_from_path(weight_path(osc, dt * np.arange(int(round(1 / dt)) + 1)))
+        midpoints = dt * (np.arange(int(round(1 / dt))) + 0.5)  # where the interpolation error peaks
+        errors.append(max(np.abs(replay.at(t).B - osc.at(t).B).max() for t in midpoints))
+    # linear interpolation of A sin(ωt): error ≤ A ω² dt² / 8
+    assert errors[0] <= 9.0 * 0.02**2 / 8 * (1 + 1e-9)
+    np.testing.assert_allclose(errors[0] / errors[1], 4.0, rtol=0.05)
+
+
+def test_constant_path_and_derivative(aligned: HeadStack) -> None:
+    const = ConstantHeads(aligned)
+    static = weights_static(const, 3.0)
+    assert static["weights/t"].tolist() == [0.0]
+    replay = schedule_from_path({"t": static["weights/t"], "B": static["weights/B"], "V": static["weights/V"]})
+    np.testing.assert_array_equal(replay.at(2.0).B, aligned.B)
+    dB, dV = schedule_derivative(const, 1.0)
+    assert not np.any(dB) and not np.any(dV)
+
+    class Shifted:  # no derivative method: finite differences
+        def at(self, t: float) -> HeadStack:
+            return HeadStack(B=aligned.B * (1 + t * t), V=aligned.V)
+
+    dB, _ = schedule_derivative(Shifted(), 0.5)
+    np.testing.assert_allclose(dB, aligned.B * 1.0, rtol=1e-8, atol=1e-9)
+
+
+def test_schedule_from_config_and_build_model() -> None:
+    cfg = load_config(
+        {
+            "model": {"d": 3, "attention": "pooled", "heads": [{"Q": "identity", "K": "identity", "V": "aligned"}] * 2},
+            "weights": {"schedule": "ou", "kappa": 2.0, "sigma": 0.3, "dt": 0.02, "seed": 4},
+        }
+    )
+    model = build_model(cfg)
+    assert isinstance(model.heads, OUSchedule)
+    assert (model.heads.kappa, model.heads.sigma, model.heads.dt, model.heads.seed) == (2.0, 0.3, 0.02, 4)
+    np.testing.assert_array_equal(model.heads.at(0.5).B, build_model(cfg).heads.at(0.5).B)
+    cfg["weights"]["schedule"] = "oscillating"
+    osc = schedule_from_config(cfg, model.heads.mean)
+    assert isinstance(osc, OscillatingSchedule)
+    np.testing.assert_allclose(osc.phases, [0.0, np.pi])
+    cfg["weights"]["phases"] = "sideways"
+    with pytest.raises(ConfigError, match="weights.phases"):
+        schedule_from_config(cfg, model.heads.mean)
+    cfg["weights"]["schedule"] = "brownian"
+    with pytest.raises(ConfigError, match="weights.schedule"):
+        schedule_from_config(cfg, model.heads.mean)
+
+
+def test_bad_parameters() -> None:
+    mean = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    with pytest.raises(ValueError, match="kappa"):
+        OUSchedule(mean, kappa=-1.0, sigma=0.1, dt=0.1)
+    with pytest.raises(ValueError, match="dt"):
+        OUSchedule(mean, kappa=1.0, sigma=0.1, dt=0.0)
+    with pytest.raises(ValueError, match="t >= 0"):
+        OUSchedule(mean, kappa=1.0, sigma=0.1, dt=0.1).at(-1.0)
+    with pytest.raises(ValueError, match="phases"):
+        OscillatingSchedule(mean, amplitude=1.0, omega=1.0, phases=[0.0, 1.0])

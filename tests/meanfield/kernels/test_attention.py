@@ -1,0 +1,156 @@
+"""Attention kernels: the BLAS and numba kernels against the NumPy twin, the twin against
+an element-by-element transcription of MODEL.md §2, and memory/underflow behaviour."""
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from meanfield.kernels.attention import ATTENTION_KINDS, attention_velocity, velocity_blas, velocity_numba, velocity_numpy
+from meanfield.heads import HeadStack
+from meanfield.geometry.sphere import sample_uniform
+
+
+def brute_force(x, heads, beta, kind, a):
+    """MODEL.md §2 written out term by term (tiny n only)."""
+    n, d = x.shape
+    out = np.zeros((n, d))
+    for i in range(n):
+        num_pooled, den_pooled = np.zeros(d), 0.0
+        for h in range(heads.H):
+            B, V = heads.B[h], heads.V[h]
+            s = np.array([x[i] @ B @ x[j] for j in range(n)])
+            vx = np.array([V @ x[j] for j in range(n)])
+            if kind == "relu":
+                out[i] += sum(a[j] * max(s[j], 0.0) * vx[j] for j in range(n))
+            elif kind == "unnormalized":
+                out[i] += sum(a[j] * np.exp(beta * s[j]) * vx[j] for j in range(n))
+            elif kind == "softmax":
+                e = a * np.exp(beta * s)
+                out[i] += (e @ vx) / e.sum()
+            else:
+                e = a * np.exp(beta * s)
+                num_pooled += heads.w[h] * (e @ vx)
+                den_pooled += heads.w[h] * e.sum()
+        if kind == "pooled":
+            out[i] = num_pooled / den_pooled
+    return out
+
+
+def random_heads(rng, H, d):
+    return HeadStack(B=rng.standard_normal((H, d, d)), V=rng.standard_normal((H, d, d)), w=rng.uniform(0.2, 1.0, H))
+
+
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+def test_numpy_twin_matches_the_formula(rng, kind):
+    x = sample_uniform(9, 4, seed=1)
+    heads = random_heads(rng, 2, 4)
+    a = rng.uniform(0.1, 1.0, 9)
+    a /= a.sum()
+    np.testing.assert_allclose(velocity_numpy(x, heads, beta=1.7, kind=kind, weights=a), brute_force(x, heads, 1.7, kind, a), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+@pytest.mark.parametrize("H", [1, 3])
+@pytest.mark.parametrize("kernel", [velocity_blas, velocity_numba], ids=["blas", "numba"])
+def test_kernels_match_numpy_twin(rng, kind, H, kernel):
+    d = 5
+    x = sample_uniform(700, d, seed=H)  # more rows than one block for the BLAS kernel
+    heads = random_heads(rng, H, d)  # random, non-symmetric Q, K, V
+    reference = velocity_numpy(x, heads, beta=2.5, kind=kind)
+    np.testing.assert_allclose(kernel(x, heads, beta=2.5, kind=kind), reference, rtol=1e-11, atol=1e-12 * np.abs(reference).max())
+    a = rng.uniform(0.0, 1.0, 700)
+    a[::7] = 0.0  # empty cells
+    a /= a.sum()
+    reference = velocity_numpy(x, heads, beta=2.5, kind=kind, weights=a)
+    np.testing.assert_allclose(kernel(x, heads, beta=2.5, kind=kind, weights=a), reference, rtol=1e-11, atol=1e-12 * np.abs(reference).max())
+
+
+def test_blas_softmax_survives_a_loose_shift(rng):
+    # indefinite B at large beta: the Cauchy–Schwarz shift overshoots the row maximum by
+    # far more than exp's range, so rows must be recomputed with the exact maximum
+    d = 3
+    B = np.diag([40.0, -40.0, 1.0])
+    heads = HeadStack(B=B[None], V=np.eye(d)[None])
+    x = sample_uniform(300, d, seed=3)
+    x[:, 0] *= 1e-3
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    for kind in ("softmax", "pooled"):
+        reference = velocity_numpy(x, heads, beta=30.0, kind=kind)
+        assert np.all(np.isfinite(reference))
+        np.testing.assert_allclose(velocity_blas(x, heads, beta=30.0, kind=kind), reference, rtol=1e-10, atol=1e-12)
+
+
+def test_pooled_with_one_head_is_softmax(rng):
+    x = sample_uniform(100, 4, seed=5)
+    heads = random_heads(rng, 1, 4)
+    np.testing.assert_allclose(
+        attention_velocity(x, heads, beta=3.0, kind="pooled"), attention_velocity(x, heads, beta=3.0, kind="softmax"), rtol=1e-13
+    )
+
+
+def test_float32_precision_is_close(rng):
+    x = sample_uniform(2000, 3, seed=6)
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    v64 = velocity_blas(x, heads, beta=4.0)
+    v32 = velocity_blas(x, heads, beta=4.0, precision="float32")
+    np.testing.assert_allclose(v32, v64, rtol=0, atol=2e-5 * np.abs(v64).max())
+
+
+def test_blas_memory_is_linear_in_n():
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    peaks = []
+    for n in (4096, 8192):
+        x = sample_uniform(n, 3, seed=7)
+        velocity_blas(x, heads, beta=4.0, threads=1)  # warm the per-thread buffer
+        tracemalloc.start()
+        velocity_blas(x, heads, beta=4.0, threads=1)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    # an n×n float64 array at n = 8192 would be 512 MiB; O(n d) stays well below 4 MiB
+    assert peaks[1] < 4 * 2**20
+    assert peaks[1] < 3 * peaks[0]
+
+
+def test_bad_input():
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    with pytest.raises(ValueError, match="unknown attention kind"):
+        attention_velocity(np.ones((2, 3)), heads, beta=1.0, kind="linear")
+    with pytest.raises(ValueError, match=r"shape \(n, 3\)"):
+        attention_velocity(np.ones((2, 4)), heads, beta=1.0)
+    with pytest.raises(ValueError, match="backend"):
+        attention_velocity(np.ones((2, 3)), heads, beta=1.0, backend="gpu")
+
+
+def test_model_float32_precision_runs_close_to_float64():
+    from meanfield.config import load_config
+    from meanfield.build import build_model, initial_tokens
+    from meanfield.errors import ConfigError
+
+    cfg64 = load_config({"init": {"n": 300}})
+    cfg32 = load_config({"init": {"n": 300}, "model": {"precision": "float32"}})
+    x = initial_tokens(cfg64)
+    v64 = build_model(cfg64).velocity(x, 0.0)
+    v32 = build_model(cfg32).velocity(x, 0.0)
+    np.testing.assert_allclose(v32, v64, rtol=0, atol=1e-5 * np.abs(v64).max())
+    with pytest.raises(ConfigError) as info:
+        load_config({"model": {"precision": "float32", "backend": "numba"}})
+    assert info.value.key == "model.precision"
+
+
+@pytest.mark.parametrize("precision, rtol", [("float64", 1e-10), ("float32", 2e-4)])
+@pytest.mark.parametrize("kind", ["softmax", "unnormalized", "pooled"])
+def test_concentrated_tokens_and_loose_shifts(rng, precision, rtol, kind):
+    # tokens bunched around one direction, non-symmetric B (or −I): the Cauchy–Schwarz shift
+    # overshoots the row maximum far beyond exp's range, in float32 even more so
+    from meanfield.geometry.sphere import sample_vmf
+
+    x = sample_vmf(200, 3, kappa=200.0, seed=4)
+    for B, beta in ((rng.standard_normal((3, 3)), 47.5), (-np.eye(3), 64.0)):
+        heads = HeadStack(B=B[None], V=np.eye(3)[None])
+        reference = velocity_numpy(x, heads, beta=beta, kind=kind)
+        scale = np.abs(reference).max()
+        assert np.isfinite(scale) and scale > 0
+        got = velocity_blas(x, heads, beta=beta, kind=kind, precision=precision)
+        np.testing.assert_allclose(got, reference, rtol=rtol, atol=rtol * scale)

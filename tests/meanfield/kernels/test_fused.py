@@ -1,0 +1,80 @@
+"""The fused small-d softmax kernel: its exp against np.exp, the kernel against the NumPy twin."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from meanfield.kernels.attention import velocity_numpy
+from meanfield.kernels.fused import _fused_kernel, exp_nonpositive, velocity_fused
+from meanfield.heads import HeadStack
+from meanfield.geometry.sphere import sample_uniform
+
+TINY = np.finfo(float).tiny
+
+
+def test_exp_matches_numpy_on_the_whole_range():
+    z = -np.random.default_rng(0).uniform(0.0, 745.0, 10**6)
+    got, ref = exp_nonpositive(z), np.exp(z)
+    normal = ref >= TINY
+    np.testing.assert_allclose(got[normal], ref[normal], rtol=4.5e-16, atol=0)  # ≤ 2 ulp
+    np.testing.assert_allclose(got[~normal], ref[~normal], rtol=0, atol=2 * 5e-324)  # subnormals: 1 unit
+
+
+def test_exp_edge_values():
+    z = np.array([0.0, -0.0, -1e-300, -5e-324, -0.5 * np.log(2), -np.log(2), -708.39, -709.8, -745.1, -745.2, -746.0, -800.0, -np.inf])
+    np.testing.assert_allclose(exp_nonpositive(z), np.exp(z), rtol=4.5e-16, atol=5e-324)
+    # the range reduction is exact at the Cody–Waite nodes (fastmath must not have folded it)
+    k = -np.arange(0, 1022, dtype=float)
+    np.testing.assert_allclose(exp_nonpositive(k * np.log(2)), np.exp(k * np.log(2)), rtol=4.5e-16, atol=0)
+
+
+def _close(got, ref):
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("H", [1, 3])
+@pytest.mark.parametrize("d", [3, 5])
+def test_kernel_matches_numpy_twin(H, d):
+    rng = np.random.default_rng(10 * H + d)
+    n = 700
+    x = rng.standard_normal((n, d))
+    heads = HeadStack(B=rng.standard_normal((H, d, d)), V=rng.standard_normal((H, d, d)))
+    a = rng.uniform(0.1, 1.0, n)
+    for beta in (0.3, 4.0, 40.0):
+        for weights in (None, a):
+            _close(velocity_fused(x, heads, beta=beta, weights=weights), velocity_numpy(x, heads, beta=beta, weights=weights))
+
+
+def test_sphere_and_odd_chunks():
+    x = sample_uniform(1000, 3, seed=2)
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    ref = velocity_numpy(x, heads, beta=9.0)
+    for chunk in (8, 37, 512, 4096):
+        _close(velocity_fused(x, heads, beta=9.0, chunk=chunk), ref)
+
+
+@pytest.mark.parametrize("d,H", [(3, 1), (4, 2)])
+def test_underflowing_rows_fall_back_to_exact_maximum(d, H):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x[0] *= 200.0  # one far token: the Cauchy–Schwarz shift overshoots by ~beta * 200
+    B = np.stack([np.eye(d)] + [rng.standard_normal((d, d)) for _ in range(H - 1)])
+    heads = HeadStack(B=B, V=rng.standard_normal((H, d, d)))
+    beta = 10.0
+    # the raw kernel flags the rows whose shifted sum underflowed
+    xt = np.ascontiguousarray(x.T)
+    a = np.full(len(x), 1.0 / len(x))
+    wx = np.ascontiguousarray(np.vstack([x.T * a, a]))
+    xmax = float(np.linalg.norm(x, axis=1).max())
+    _, low = _fused_kernel(x, xt, wx, heads.B, heads.V, beta, xmax, 16, 64)
+    assert low[:, 0].any() and not low.all()
+    _close(velocity_fused(x, heads, beta=beta), velocity_numpy(x, heads, beta=beta))
+
+
+def test_rejects_bad_input():
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    with pytest.raises(ValueError):
+        velocity_fused(np.zeros((4, 2)), heads, beta=1.0)
+    with pytest.raises(ValueError):
+        velocity_fused(np.ones((4, 3)), heads, beta=1.0, weights=np.ones(3))

@@ -1,0 +1,134 @@
+"""Pictures: every plotting function returns a Figure (saved when given a path) and draws what it says."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib import colors as mcolors
+from matplotlib.animation import FuncAnimation
+from matplotlib.figure import Figure
+
+from meanfield.geometry import mesh as M
+from meanfield.geometry.sphere import normalize, sample_uniform, sample_vmf
+from meanfield.plotting import canvas, curves, density, particles
+
+
+def test_density_views_return_figures_and_save(tmp_path):
+    msh = M.fibonacci_mesh(300)
+    m0 = M.initial_mass(msh, "vmf", kappa=4.0, mean=[1, 1, 0])
+    draws = {
+        "moll.png": lambda p: density.plot_density_mollweide(msh, m0, p, resolution=120, rotation="facing", log=True),
+        "ortho.png": lambda p: density.plot_density_orthographic(msh, m0, p, view=(0, 0, 1), pixels=100, log=True),
+        "surf.png": lambda p: density.plot_density_3d(msh, m0, p),
+        "all.png": lambda p: density.plot_density(msh, m0, p, log=True),
+    }
+    for name, draw in draws.items():
+        assert isinstance(draw(tmp_path / name), Figure)
+        assert (tmp_path / name).stat().st_size > 1000, name
+    assert isinstance(density.plot_density_mollweide(msh, m0), Figure)  # no path: nothing written, the figure returned
+    with pytest.raises(ValueError):
+        density.plot_density(msh, m0, views=("globe",))
+
+
+def test_density_animation_is_returned_and_written_as_gif(tmp_path):
+    from PIL import Image
+
+    msh = M.fibonacci_mesh(300)
+    m0 = M.initial_mass(msh, "vmf", kappa=4.0, mean=[1, 1, 0])
+    m1 = M.initial_mass(msh, "vmf", kappa=8.0, mean=[1, 1, 0])
+    anim = density.animate_density(msh, [0.0, 0.5, 1.0], [m0, 0.5 * (m0 + m1), m1], tmp_path / "run.gif", resolution=80, fps=4)
+    assert isinstance(anim, FuncAnimation)
+    with Image.open(tmp_path / "run.gif") as im:
+        assert im.n_frames == 3
+    density.animate_density(msh, [0.0, 1.0], [m0, m1], tmp_path / "ortho.gif", view="orthographic", resolution=60)
+    assert (tmp_path / "ortho.gif").stat().st_size > 500
+    with pytest.raises(ValueError):
+        density.animate_density(msh, [0.0], [m0, m1], tmp_path / "x.gif")
+
+
+def test_grid_run_summary_has_a_log_colour_bar(tmp_path):
+    msh = M.fibonacci_mesh(200)
+    masses = np.stack([M.initial_mass(msh, "vmf", kappa=k) for k in (1.0, 20.0, 200.0)])
+    fig = density.plot_grid_run(msh, np.array([0.0, 0.5, 1.0]), masses, tmp_path / "run.png",
+                                diagnostics={"energy": np.array([1.0, 1.1, 1.2]), "mass_error": np.zeros(3)})
+    assert (tmp_path / "run.png").stat().st_size > 1000
+    maps = [ax for ax in fig.axes if ax.name == "mollweide"]
+    assert len(maps) == 3
+    norms = [c.norm for ax in maps for c in ax.collections]
+    assert norms and all(isinstance(n, mcolors.LogNorm) for n in norms)
+    assert any("log scale" in ax.get_ylabel() for ax in fig.axes)  # the colour bar and its label
+
+
+def test_facing_rotation_puts_one_cluster_at_the_map_centre_and_a_pair_at_plus_minus_90_degrees():
+    mean = normalize(np.array([[0.3, -0.5, 0.8]]))[0]
+    x = sample_vmf(400, 3, mean=mean, kappa=50.0, seed=1)
+    R = canvas.facing_rotation(x)
+    np.testing.assert_allclose(R @ R.T, np.eye(3), atol=1e-12)
+    assert np.linalg.det(R) > 0
+    centre = R @ mean
+    assert centre[0] > 0.99  # longitude 0, latitude 0 of the map
+    axis = np.array([0.0, 0.6, 0.8])
+    pair = np.concatenate([sample_vmf(300, 3, mean=axis, kappa=80.0, seed=2), sample_vmf(200, 3, mean=-axis, kappa=80.0, seed=3)])
+    turned = canvas.facing_rotation(pair) @ axis
+    lon = np.degrees(np.arctan2(turned[1], turned[0]))
+    assert abs(abs(lon) - 90.0) < 5.0 and abs(turned[2]) < 0.1  # on the equator, a quarter turn from the centre
+
+
+def test_points_on_the_sphere_tell_front_from_back():
+    from matplotlib.figure import Figure as F
+
+    x = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]])
+    fig = F()
+    ax = fig.add_subplot(111)
+    rotation = canvas.rotation_to([0.0, 0.0, 1.0])
+    canvas.draw_points(ax, x, rotation, color="C0")
+    back, front = ax.collections
+    assert back.get_alpha() < 0.5 < front.get_alpha()
+    np.testing.assert_allclose(back.get_offsets(), [[0.0, 0.0]])  # the south pole, behind
+    assert len(front.get_offsets()) == 2 and front.get_zorder() > back.get_zorder()
+
+
+def test_particle_strip_is_flat_discs_and_returns_a_figure(tmp_path):
+    t = np.array([0.0, 1.0, 2.0])
+    x = np.stack([sample_uniform(50, 3, seed=k) for k in range(3)])
+    fig = particles.plot_particle_run(t, x, tmp_path / "strip.png", diagnostics={"energy": np.array([1.0, 1.2, 1.3])})
+    assert isinstance(fig, Figure) and (tmp_path / "strip.png").stat().st_size > 1000
+    assert not any(ax.name == "3d" for ax in fig.axes)
+    assert fig.axes[-1].get_xlabel() == "time t" and "energy" in fig.axes[-1].get_ylabel()
+
+
+def test_high_dimensional_runs_are_drawn_in_principal_components_with_inner_products(tmp_path):
+    rng = np.random.default_rng(0)
+    t = np.linspace(0.0, 1.0, 4)
+    base = normalize(rng.standard_normal(16))
+    x = np.stack([normalize(base + s * rng.standard_normal((40, 16))) for s in (2.0, 1.0, 0.3, 0.01)])
+    fig = particles.plot_high_dim_run(t, x, tmp_path / "pca.png")
+    assert isinstance(fig, Figure) and (tmp_path / "pca.png").stat().st_size > 1000
+    assert not any(ax.name == "3d" for ax in fig.axes)
+    assert any("principal component" in ax.get_xlabel() for ax in fig.axes)
+    assert any("inner product" in ax.get_ylabel() for ax in fig.axes)
+    hist, edges = particles.inner_product_histograms(x, bins=40)
+    widths = np.diff(edges)
+    np.testing.assert_allclose(hist @ widths, 1.0, rtol=1e-12)  # each frame is a probability density
+    assert hist[-1, -1] * widths[-1] > 0.99  # the last frame is one cluster: every pair in the top bin
+
+
+def test_particle_animation_draws_the_sphere(tmp_path):
+    from PIL import Image
+
+    t = [0.0, 0.5]
+    x = np.stack([sample_uniform(30, 3, seed=k) for k in range(2)])
+    anim = particles.animate_particles(t, x, tmp_path / "p.gif", fps=4)
+    assert isinstance(anim, FuncAnimation)
+    with Image.open(tmp_path / "p.gif") as im:
+        assert im.n_frames == 2
+    ax = anim._fig.axes[0]  # noqa: SLF001 - the outline of the sphere is the first line drawn
+    outline = ax.lines[0].get_xydata()
+    np.testing.assert_allclose(np.hypot(outline[:, 0], outline[:, 1]), 1.0, atol=1e-12)
+
+
+def test_convergence_plot(tmp_path):
+    rows = [{"cells": 100, "h": 0.35, "w2_reference": 0.1, "w2_particles": 0.12},
+            {"cells": 400, "h": 0.18, "w2_reference": 0.05, "w2_particles": 0.07},
+            {"cells": 1600, "h": 0.09, "w2_reference": float("nan"), "w2_particles": 0.04}]
+    fig = curves.plot_convergence(rows, tmp_path / "conv.png")
+    assert isinstance(fig, Figure) and (tmp_path / "conv.png").stat().st_size > 1000

@@ -1,0 +1,373 @@
+"""Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931): zero-temperature particles, the concentration tracker, summaries, β sweeps, the CLI."""
+from __future__ import annotations
+
+import copy
+import importlib
+import math
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import meanfield.cli as cli
+from meanfield.config import load_config
+from meanfield.errors import ConfigError
+from meanfield.run import load
+from meanfield.analysis.projection import zero_temperature_solution
+from meanfield.geometry.sphere import normalize, sample_uniform
+from meanfield.cli import concentration as concentration_command
+from meanfield.analysis.concentration import concentration_summary, tracker_from_head
+from meanfield.solvers.experiments.concentration import (
+    DEFAULT_CONCENTRATION_CONFIG,
+    bench_concentration,
+    sweep_beta,
+    tracking_share,
+)
+from meanfield.solvers.run import concentration_tracker, setup_run, simulate_config
+from meanfield.solvers.zero_temperature import ZeroTemperatureSolver
+from meanfield.heads import Head
+from meanfield.model import Model
+from meanfield.solvers.problem import Problem, solve
+
+ROOT = Path(__file__).resolve().parents[3]
+K_DEFAULT = [[1.25, -0.75, 0.0], [-0.375, 0.625, 0.0], [0.0, 0.0, 1.0]]
+V_DEFAULT = [[1.25, 0.75, 0.0], [0.75, 1.25, 0.0], [0.0, 0.0, 0.25]]
+S_DEFAULT = np.diag([1.0, 0.5, 0.25])  # = V Bᵀ by construction (B = K)
+
+
+def _config(*overrides: str, base: dict | None = None) -> dict:
+    return load_config(copy.deepcopy(base or DEFAULT_CONCENTRATION_CONFIG), list(overrides))
+
+
+def _ratio_coordinates(x: np.ndarray) -> np.ndarray:
+    """For S diagonal, points on the curve normalize(e^{τS}x0) have log|x_k/x_1| = log|x0_k/x0_1| + τ(s_k − s_1)."""
+    return np.log(np.abs(x[..., 1:] / x[..., :1]))
+
+
+# ----------------------------------------------------------------------------- zero temperature
+
+
+def _zero_temperature(x0: np.ndarray, B: np.ndarray, *, dt: float, t_final: float, save_every: float):
+    """The zero-temperature run of the head (Q = I, K = B, V = S B⁻ᵀ), so that V Bᵀ = S_DEFAULT exactly."""
+    head = Head(Q=np.eye(3), K=B, V=S_DEFAULT @ np.linalg.inv(B).T)
+    problem = Problem(Model(d=3, beta=1.0, heads=head), x0)
+    return solve(problem, ZeroTemperatureSolver(dt=dt), t_final=t_final, save_every=save_every, energy=False, speed=False)
+
+
+def test_zero_temperature_solver_matches_closed_form() -> None:
+    B = np.array(K_DEFAULT)
+    x0 = sample_uniform(6, 3, seed=4)
+    t = np.linspace(0.0, 6.0, 7)
+    reference = zero_temperature_solution(x0, S_DEFAULT, B, t)  # closed form + scipy clock
+    errors = []
+    for dt in (0.2, 0.1):
+        result = _zero_temperature(x0, B, dt=dt, t_final=6.0, save_every=1.0)
+        errors.append(np.max(np.abs(np.array(result.states) - reference)))
+    assert errors[1] < 2e-6
+    np.testing.assert_allclose(math.log2(errors[0] / errors[1]), 4.0, atol=0.6)  # RK4 order
+
+
+def test_zero_temperature_trajectory_lies_on_the_curve() -> None:
+    """Without the clock: log-ratios of eigen-coordinates move on a line of slopes s_k − s_1 (closed form)."""
+    x0 = normalize(np.array([[0.2, 0.7, -0.6], [-0.5, 0.3, 0.8]]))
+    result = _zero_temperature(x0, np.array(K_DEFAULT), dt=0.05, t_final=8.0, save_every=0.5)
+    states = np.array(result.states)
+    shift = _ratio_coordinates(states) - _ratio_coordinates(x0)[None]  # (T, n, 2) = τ_i(t)·(s_k − s_1)
+    tau = shift[..., 0] / (0.5 - 1.0)
+    np.testing.assert_allclose(shift[..., 1], tau * (0.25 - 1.0), atol=1e-7)
+    assert np.all(np.diff(tau, axis=0) > 0)
+    # convergence to Π(x0) = sign(x0₁) e1, exponential in τ: tan² d(x, Π x0) = Σ_k (x0_k/x0_1)² e^{-2(μ1−μk)τ}
+    np.testing.assert_allclose(np.sign(states[-1, :, 0]), np.sign(x0[:, 0]))
+    tangent = np.linalg.norm(states[..., 1:], axis=-1) / np.abs(states[..., 0])
+    ratio = x0[:, 1:] / x0[:, :1]
+    exact = np.sqrt((ratio[None, :, 0] * np.exp(-0.5 * tau)) ** 2 + (ratio[None, :, 1] * np.exp(-0.75 * tau)) ** 2)
+    np.testing.assert_allclose(tangent, exact, rtol=1e-6)
+    assert np.all(tangent <= np.linalg.norm(ratio, axis=1)[None] * np.exp(-0.5 * tau) * (1 + 1e-6))
+    assert np.all(tangent[-1] < 0.05 * tangent[0])
+
+
+def test_zero_temperature_run_setup_and_checks() -> None:
+    cfg = _config("solver.kind=zero-temperature", "init.n=40", "solver.t_final=20", "solver.dt=0.1", "solver.save_every=1", "track.energy=true")
+    result = simulate_config(cfg, None, quiet=True)
+    w = result.diagnostics["w2_target"]
+    assert w[-1] < 0.05 * w[0]  # the zero-temperature flow converges to Π♯ρ₀
+    assert np.all(np.diff(w) < 0)
+    rayleigh = result.diagnostics["rayleigh"]  # Lyapunov: x·Sx increases to μ1 = 1
+    assert np.all(np.diff(rayleigh) > 0) and 0.99 < rayleigh[-1] <= 1.0
+    two = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
+    two["model"]["heads"] = two["model"]["heads"] * 2
+    two["solver"]["kind"] = "zero-temperature"
+    with pytest.raises(ConfigError, match="single head") as info:
+        setup_run(load_config(two))
+    assert info.value.key == "model.heads"
+    with pytest.raises(ConfigError) as info:
+        setup_run(_config("solver.kind=zero-temperature", "model.attention=relu"))
+    assert info.value.key == "model.attention"
+
+
+# ----------------------------------------------------------------------------- tracker
+
+
+def test_tracker_first_frame_is_the_distance_to_E() -> None:
+    """At t = 0, W2(ρ0, Π♯ρ0) = D(ρ0, E) = √(π − 2) for uniform tokens on S² and dim E = 1."""
+    x0 = sample_uniform(20000, 3, seed=11)
+    tracker = tracker_from_head(np.eye(3), np.array(K_DEFAULT), np.array(V_DEFAULT), x0)
+    values = tracker(0.0, x0)
+    np.testing.assert_allclose(values["w2_target"], values["e_eigenspace_distance"], rtol=1e-10)
+    np.testing.assert_allclose(values["w2_target"], math.sqrt(math.pi - 2), rtol=0.01)
+    np.testing.assert_allclose(tracker.target.weights[0], np.mean(x0[:, 0] > 0), rtol=1e-14)
+
+
+def test_tracker_on_grid_masses_equals_weighted_particles(rng: np.random.Generator) -> None:
+    points = sample_uniform(500, 3, seed=2)
+    mass0, mass1 = rng.random(500), rng.random(500)
+
+    class GridSetup:
+        state_name = "mass"
+        static = {"points": points}
+        state = mass0
+
+    cfg = _config()
+    grid = concentration_tracker(cfg, GridSetup())
+    particles = tracker_from_head(np.eye(3), np.array(K_DEFAULT), np.array(V_DEFAULT), points, weights=mass0)
+    got, want = grid(0.0, mass1), particles(0.0, points)
+    from meanfield.analysis.transport import w2
+
+    expected = w2(points, particles.target.atoms, mass1 / mass1.sum(), particles.target.weights)
+    np.testing.assert_allclose(got["w2_target"], expected, rtol=1e-12)
+    np.testing.assert_allclose(grid(0.0, mass0)["w2_target"], want["w2_target"], rtol=1e-12)
+
+
+def test_tracker_finite_beta_falls_then_rises_and_drifts_to_EV() -> None:
+    """Particles at β = 16: W2 to Π♯ρ₀ falls, reaches a minimum, then the terminal phase takes the mass to E_V."""
+    cfg = _config("init.n=300", "solver.dt=0.1", "solver.t_final=12", "solver.save_every=0.2")
+    result = simulate_config(cfg, None, quiet=True, keep_states=False)
+    w, dv = result.diagnostics["w2_target"], result.diagnostics["v_eigenspace_distance"]
+    i = int(np.argmin(w))
+    assert 2.0 < result.t[i] < 10.0
+    assert w[i] < 0.5 * w[0]
+    assert np.all(np.diff(w[: i + 1]) < 1e-3)  # falling until the minimum
+    assert w[-1] > 1.5 * w[i]
+    assert dv[-1] < 0.1 * dv[0]
+    np.testing.assert_allclose(w[-1], math.pi / 4, atol=0.05)  # E_V is 45° from E
+
+
+def test_tracker_policy_on_failed_assumption() -> None:
+    bad = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
+    bad["model"]["heads"] = [{"Q": "identity", "K": "identity", "V": [[1.0, 0.5, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 0.25]]}]
+    with pytest.raises(ConfigError) as info:
+        setup_run(load_config(bad, ["init.n=20"]))
+    assert info.value.key == "model.heads" and "‖S−Sᵀ‖/‖S‖" in str(info.value)
+    with pytest.warns(RuntimeWarning, match="Assumption 1"):
+        setup_run(load_config(bad, ["init.n=20", "model.assumptions=warn"]))
+    two = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
+    two["model"]["heads"] = two["model"]["heads"] * 2
+    with pytest.raises(ConfigError, match="single head"):
+        setup_run(load_config(two, ["init.n=20"]))
+
+
+def test_default_config_file_matches_constant() -> None:
+    from_file = load_config(ROOT / "data" / "concentration.toml")
+    assert from_file == _config()
+    assert tomllib.loads((ROOT / "data" / "concentration.toml").read_text())["track"]["concentration"] is True
+
+
+# ----------------------------------------------------------------------------- summaries and sweeps
+
+
+def test_summary_on_the_theorem_1_shape() -> None:
+    """w(t) = r e^t + e^{−t}: t_min = ½ log(1/r), W2_min = 2√r, window from r u² − θu + 1 = 0 (u = e^t)."""
+    r = 1e-3
+    t = np.linspace(0.0, 8.0, 8001)
+    s = concentration_summary(t, r * np.exp(t) + np.exp(-t))
+    np.testing.assert_allclose(s["t_min"], 0.5 * math.log(1 / r), atol=1e-3)
+    np.testing.assert_allclose(s["w2_min"], 2 * math.sqrt(r), rtol=1e-6)
+    theta = 2 * s["w2_min"]
+    roots = np.log((theta + np.array([-1.0, 1.0]) * math.sqrt(theta**2 - 4 * r)) / (2 * r))
+    np.testing.assert_allclose([s["t_a"], s["t_b"]], roots, atol=1e-6)
+    assert not (s["open_start"] or s["open_end"] or s["min_at_end"])
+    user = concentration_summary(t, r * np.exp(t) + np.exp(-t), threshold=0.5)
+    roots = np.log((0.5 + np.array([-1.0, 1.0]) * math.sqrt(0.25 - 4 * r)) / (2 * r))
+    np.testing.assert_allclose([user["t_a"], user["t_b"]], roots, atol=1e-6)
+
+
+def test_summary_edge_cases() -> None:
+    t = np.arange(5.0)
+    falling = concentration_summary(t, [1.0, 0.8, 0.6, 0.5, 0.45])
+    assert falling["min_at_end"] and falling["open_end"] and falling["t_b"] == 4.0
+    np.testing.assert_allclose(falling["t_a"], 1.0 + (0.9 - 0.8) / (0.6 - 0.8), atol=0)  # θ = 0.9 crossed in [0, 1]
+    np.testing.assert_allclose(falling["t_a"], 0.5, atol=1e-15)
+    below = concentration_summary(t, [0.5, 0.3, 0.2, 0.3, 0.5], threshold=0.1)
+    assert math.isnan(below["t_a"]) and math.isnan(below["window_length"])
+    with_nan = concentration_summary(t, [np.nan, 0.3, 0.2, 0.3, 0.5])  # the NaN frame is ignored
+    assert with_nan["t_min"] == 2.0 and with_nan["open_start"] is True
+    np.testing.assert_allclose([with_nan["t_a"], with_nan["t_b"]], [1.0, 3.5], atol=1e-15)
+
+
+def test_sweep_beta_tiny_family(tmp_path: Path) -> None:
+    cfg = _config("init.n=300", "solver.t_final=10", "solver.dt=0.1", "solver.save_every=0.2")
+    sweep = sweep_beta(cfg, [2.0, 8.0, 24.0], out_dir=tmp_path)
+    t_min = [s["t_min"] for s in sweep.summaries]
+    assert t_min[0] < t_min[1] < t_min[2]
+    assert sweep.fit_tmin["slope"] > 0 and set(sweep.fit_tmin) == {"slope", "intercept", "r2"}
+    expected = np.polyfit(np.log([2.0, 8.0, 24.0]), t_min, 1)
+    np.testing.assert_allclose([sweep.fit_tmin["slope"], sweep.fit_tmin["intercept"]], expected, rtol=1e-10)
+    assert 0.0 <= sweep.fit_tmin["r2"] <= 1.0 and set(sweep.fit_w2min) == {"slope", "intercept", "r2"}
+    for s in sweep.summaries:
+        np.testing.assert_allclose(s["ratio"], s["w2_min"] / math.sqrt(math.log(s["beta"] + 1) / s["beta"]), rtol=1e-14)
+        assert s["under_resolved"] == ""  # 300 ≥ 10·24
+    assert [Path(f).name for f in sweep.files] == ["beta_2.h5", "beta_8.h5", "beta_24.h5"]
+    stored = load(sweep.files[1])
+    assert stored.config["model"]["beta"] == 8.0
+    np.testing.assert_allclose(stored.diagnostics["w2_target"], sweep.curves[1]["w2_target"], rtol=0)
+    flagged = sweep_beta(_config("init.n=30", "solver.t_final=1", "solver.dt=0.1", "solver.save_every=0.5"), "2,4")
+    assert flagged.summaries[1]["under_resolved"].startswith("under-resolved: n = 30 < 10·β^((d-1)/2) = 40")
+    for bad in ("4", "4,4", "a,b", "0,4"):
+        with pytest.raises(ConfigError) as info:
+            sweep_beta(cfg, bad)
+        assert info.value.key == "--sweep-beta"
+
+
+# ----------------------------------------------------------------------------- cost
+
+
+def test_bench_quick_rows() -> None:
+    bench = bench_concentration(quick=True, repeat=1)
+    assert [row["name"] for row in bench["rows"]] == ["w2_target", "eigenspace_distance", "w2_exact_clouds", "tracking_share"]
+    assert bench["rows"][0]["n"] == 10_000 and bench["rows"][2]["n"] == 200
+    np.testing.assert_allclose(bench["rows"][0]["value"], math.sqrt(math.pi - 2), rtol=0.03)
+    assert 0 < bench["tracking"]["share"] < 1
+
+
+@pytest.mark.slow
+def test_tracking_costs_under_ten_percent_of_the_default_experiment() -> None:
+    share = tracking_share()
+    assert share["frames"] == 121 and 0.0 < share["tracking_seconds"] <= share["simulation_seconds"]  # the share itself is in bench
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+@pytest.fixture
+def run_cli():
+    return cli.main
+
+
+def _write_config(path: Path, cfg: dict) -> Path:
+    def value(v):
+        if isinstance(v, str):
+            return f'"{v}"'
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return repr(v)
+
+    lines = []
+    for section, keys in cfg.items():
+        if section == "model":
+            lines.append("[model]")
+            lines += [f"{k} = {value(v)}" for k, v in keys.items() if k != "heads"]
+            for head in keys.get("heads", []):
+                lines.append("[[model.heads]]")
+                lines += [f"{k} = {value(v)}" for k, v in head.items()]
+        else:
+            lines.append(f"[{section}]")
+            lines += [f"{k} = {value(v)}" for k, v in keys.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_cli_analyse_run(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture) -> None:
+    small = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
+    small["init"]["n"] = 200
+    small["solver"].update(t_final=3.0, dt=0.1, save_every=0.25)
+    config = _write_config(tmp_path / "c.toml", small)
+    tracked = tmp_path / "tracked.h5"
+    assert run_cli(["simulate", str(config), "-o", str(tracked), "--quiet"]) == 0
+    plain = tmp_path / "plain.h5"
+    assert run_cli(["simulate", str(config), "-o", str(plain), "--quiet", "--set", "track.concentration=false"]) == 0
+    capsys.readouterr()
+    assert run_cli(["concentration", str(tracked), "--csv", str(tmp_path / "a.csv"), "--plot", str(tmp_path / "a.png")]) == 0
+    out = capsys.readouterr()
+    assert "t_min" in out.out and "W2_min" in out.out and "metastable window" in out.out
+    assert "under-resolved" not in out.err  # 200 ≥ 10·16
+    assert run_cli(["concentration", str(plain), "--csv", str(tmp_path / "b.csv")]) == 0
+    a = np.genfromtxt(tmp_path / "a.csv", delimiter=",", names=True)
+    b = np.genfromtxt(tmp_path / "b.csv", delimiter=",", names=True)
+    np.testing.assert_allclose(b["w2_target"], a["w2_target"], rtol=1e-8)  # recomputed from frames = tracked
+    assert (tmp_path / "a.png").stat().st_size > 0
+
+
+def test_cli_under_resolution_warning(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture) -> None:
+    cfg = load_config(DEFAULT_CONCENTRATION_CONFIG, ["init.n=40", "solver.t_final=0.5", "solver.save_every=0.25"])
+    simulate_config(cfg, tmp_path / "r.h5", quiet=True)
+    assert run_cli(["concentration", str(tmp_path / "r.h5")]) == 0
+    assert "under-resolved: n = 40 < 10·β^((d-1)/2) = 160" in capsys.readouterr().err
+
+
+def test_cli_exit_codes(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture) -> None:
+    bad = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
+    bad["model"]["heads"] = [{"Q": "identity", "K": "identity", "V": [[1.0, 0.5, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 0.25]]}]
+    bad["init"]["n"] = 30
+    bad["solver"].update(t_final=0.5, save_every=0.25)
+    bad["track"]["concentration"] = False
+    run = tmp_path / "bad.h5"
+    simulate_config(load_config(bad), run, quiet=True)
+    capsys.readouterr()
+    assert run_cli(["concentration", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "model.heads" in err and "‖S−Sᵀ‖/‖S‖ = " in err and "eigenvalues of S" in err and "--force" in err
+    assert run_cli(["concentration", str(run), "--force"]) == 0
+    assert "warning: Assumption 1 (seed 002) fails" in capsys.readouterr().err
+    config = _write_config(tmp_path / "bad.toml", bad)
+    assert run_cli(["concentration", "--sweep-beta", "2,4", str(config), "--quiet"]) == 2
+    assert "Assumption 1" in capsys.readouterr().err
+    assert run_cli(["concentration", "--sweep-beta", "2,4", str(config), "--quiet", "--force"]) == 0
+    good = tmp_path / "good.toml"
+    good_cfg = copy.deepcopy(bad)
+    good_cfg["model"]["heads"] = DEFAULT_CONCENTRATION_CONFIG["model"]["heads"]
+    _write_config(good, good_cfg)
+    for argv, key in (
+        (["concentration", str(run), "--threshold", "-1"], "--threshold"),
+        (["concentration", str(run), "--out", str(tmp_path)], "--out"),
+        (["concentration", str(tmp_path / "missing.h5")], "OUT.h5"),
+        (["concentration", str(good)], "OUT.h5"),
+        (["concentration", "--sweep-beta", "4", str(good)], "--sweep-beta"),
+        (["concentration", "--sweep-beta", "x,y", str(good)], "--sweep-beta"),
+        (["concentration", "--sweep-beta", "2,4", str(good), "--set", "model.nope=1"], "model.nope"),
+    ):
+        assert run_cli(argv) == 2, argv
+        assert key in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        run_cli(["concentration", "--solver", "spectral", str(good)])
+    assert info.value.code == 2
+
+
+def test_cli_sweep_writes_table_csv_plot(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture) -> None:
+    cfg = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
+    cfg["init"]["n"] = 60
+    cfg["solver"].update(t_final=1.0, dt=0.1, save_every=0.25)
+    config = _write_config(tmp_path / "c.toml", cfg)
+    argv = ["concentration", "--sweep-beta", "2,4,8", str(config), "--csv", str(tmp_path / "s.csv"),
+            "--plot", str(tmp_path / "s.png"), "--out", str(tmp_path / "runs"), "--quiet"]
+    assert run_cli(argv) == 0
+    out = capsys.readouterr()
+    assert "fit t_min" in out.out and "fit log W2_min" in out.out
+    assert "(grid solver)" in out.out and "grid solver" in out.err  # on S² the family runs on the grid by default
+    rows = np.genfromtxt(tmp_path / "s.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
+    np.testing.assert_allclose(rows["beta"], [2.0, 4.0, 8.0], rtol=0)
+    assert (tmp_path / "s.png").stat().st_size > 0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["beta_2.h5", "beta_4.h5", "beta_8.h5", "curves.csv"]
+
+
+def test_sweep_grid_needs_the_grid_solver(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "meanfield.solvers.grid" else real(name, *a))
+    with pytest.raises(ConfigError, match="grid solver") as info:
+        sweep_beta(_config("init.n=20"), [2.0, 4.0], solver="grid")
+    assert info.value.key == "--solver"
+    with pytest.raises(ConfigError) as info:
+        sweep_beta(_config("init.n=20"), [2.0, 4.0], solver="spectral")
+    assert info.value.key == "--solver"
