@@ -1,11 +1,11 @@
-r"""Grid density concentrating onto :math:`\Pi_\sharp\rho_0`, and the grid refinement study (seed 002, Thm 1).
+r"""Grid density concentrating onto :math:`\Pi_\sharp\rho_0`, and the grid refinement study (Thm 1 of arXiv 2605.10931).
 
 .. math::
 
     W_2\big(\rho^\beta_t,\Pi_\sharp\rho_0\big)\lesssim\sqrt{\tfrac{\log(\beta+1)}{\beta}}\,e^{C_1t}+e^{-ct},
     \qquad \Pi_\sharp\rho_0 = p\,\delta_{e_1}+(1-p)\,\delta_{-e_1},\quad p=\rho_0(x_1>0)
 
-(seed 002, Theorem 1).  The head of ``data/concentration.toml`` (softmax,
+(Theorem 1 of arXiv 2605.10931).  The head of ``data/concentration.toml`` (softmax,
 :math:`\beta=16`, :math:`S=VB^\top=\operatorname{diag}(1,0.5,0.25)`, so
 :math:`E=\operatorname{span}(e_1)`) drives the uniform density on :math:`S^2`,
 solved by the finite-volume grid solver (:func:`meanfield.solvers.grid.solve_grid`:
@@ -197,7 +197,7 @@ def plot(out: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> Path:
     ax = fig.add_subplot(grid[1, 0])
     ft = np.array([r["t"] for r in frames])
     ax.plot(ft, [r["w2_target"] for r in frames], "o-", ms=3)
-    ax.set_xlabel("t")
+    ax.set_xlabel("time t")
     ax.set_ylabel(r"$W_2(\rho_t, \Pi_\sharp\rho_0)$ (geodesic)")
     ax.set_title(f"distance to the target (grid, N = {int(frames[0]['cells'])} cells)", fontsize=9)
     ax.grid(alpha=0.3)
@@ -206,7 +206,7 @@ def plot(out: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> Path:
     bx.semilogy(ft, np.maximum(errs, 1e-17), "o-", ms=3, label="|Σm(t) − Σm(0)| per saved frame")
     bx.axhline(MASS_TOL, color="r", ls="--", lw=1.0, label=f"tolerance {MASS_TOL:g}")
     bx.set_ylim(1e-17, 1e-10)
-    bx.set_xlabel("t")
+    bx.set_xlabel("time t")
     bx.set_ylabel("mass error (0 drawn at 1e-17)")
     bx.set_title("mass conservation of the finite-volume scheme", fontsize=9)
     bx.legend(fontsize=8)
@@ -227,7 +227,7 @@ def plot(out: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> Path:
                  f"observed order {fit:.2f} (least squares), {last:.2f} (two finest meshes)", fontsize=9)
     cx.legend(fontsize=8)
     cx.grid(alpha=0.3, which="both")
-    fig.suptitle("Seed 002, Thm 1: the grid density concentrates onto Π♯ρ₀ = p δ(e₁) + (1−p) δ(−e₁) "
+    fig.suptitle("Thm 1 of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the grid density concentrates onto Π♯ρ₀ = p δ(e₁) + (1−p) δ(−e₁) "
                  "(softmax, β = 16, S = VBᵀ = diag(1, 0.5, 0.25))\n"
                  "red ○: the target atoms ±e₁ with their weights; white ×: ±dominant eigenvector of V (terminal phase, Conj. 1); "
                  "log colour scale; map turned 90° about e₃", fontsize=10)

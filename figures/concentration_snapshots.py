@@ -1,16 +1,16 @@
-r"""Snapshots of the token cloud on :math:`S^2`: uniform, concentrated on :math:`\pm e`, then on :math:`\pm v` (seed 002).
+r"""Snapshots of the token cloud on :math:`S^2`: uniform, concentrated on :math:`\pm e`, then on :math:`\pm v` (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931).
 
 .. math::
 
     \rho_{t_{\min}} \approx \Pi_\sharp\rho_0 = p\,\delta_e + (1-p)\,\delta_{-e},\qquad
     p = \rho_0(\langle x, e\rangle > 0)
 
-(seed 002, Theorem 1 and Conjecture 1; MODEL.md §4).  The default concentration head
+(Theorem 1 and Conjecture 1 of arXiv 2605.10931).  The default concentration head
 (``data/concentration.toml``: :math:`S=VB^\top=\operatorname{diag}(1,0.5,0.25)`,
 :math:`E=\operatorname{span}(e)`, :math:`e=e_1`; :math:`V`'s dominant eigenvector
 :math:`v=(1,1,0)/\sqrt2`) is run with **particles** (RK4, uniform sample, β = 16;
 resolved since n ≥ 10β, :func:`meanfield.analysis.projection.resolution_warning`) through
-:func:`meanfield.solvers.run.simulate_config` with the concentration tracker.  The cloud is
+:func:`meanfield.simulate` with the concentration tracker.  The cloud is
 drawn (:func:`meanfield.plotting.sphere.plot_particles_sphere`) at :math:`t=0`, at
 :math:`t_{\min}` (the saved frame where :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` is smallest)
 and at the final time, with the axes :math:`\pm e` (black) and :math:`\pm v` (red);
@@ -103,7 +103,7 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
     nearer of :math:`\\pm e`, :math:`\\pm v`), ``e_x, e_y, e_z, v_x, v_y, v_z``.
     """
     from meanfield.analysis.projection import resolution_warning
-    from meanfield.solvers.run import simulate_config
+    from meanfield import simulate
 
     cfg = config(quick=quick)
     n = cfg["init"]["n"]
@@ -111,7 +111,7 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
     if warning:
         raise ValueError(warning)
     e, v = axes_of(cfg)
-    result = simulate_config(cfg, None, quiet=True, keep_states=True)
+    result = simulate(cfg)
     states = np.asarray(result.states)
     w2 = np.asarray(result.diagnostics["w2_target"])
     picks = {"initial": 0, "t_min": int(np.argmin(w2)), "final": len(result.t) - 1}
@@ -223,7 +223,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
         Line2D([], [], color="C3", ls="--", label=r"axis $v$ of $E_V$ (dominant eigenvector of $V$)"),
     ]
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
-    fig.suptitle(f"Seed 002: the cloud on $S^2$ (particles, n = {n}, β = {BETA:g}): uniform → $\\Pi_\\sharp\\rho_0 = p\\,\\delta_e+(1-p)\\,\\delta_{{-e}}$ → terminal phase at $\\pm v$", fontsize=10)
+    fig.suptitle(f"Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the cloud on $S^2$ (particles, n = {n}, β = {BETA:g}): uniform → $\\Pi_\\sharp\\rho_0 = p\\,\\delta_e+(1-p)\\,\\delta_{{-e}}$ → terminal phase at $\\pm v$", fontsize=10)
     fig.savefig(path, dpi=110)
     return path
 

@@ -1,13 +1,12 @@
-r"""The terminal phase: after the metastable window the mass moves to the dominant eigenspace of V (seed 002, Conj. 1).
+r"""The terminal phase: after the metastable window the mass moves to the dominant eigenspace of V (Conj. 1 of arXiv 2605.10931).
 
 .. math::
 
     D(\rho_t, E_V) = \Big(\int d_S\big(x, E_V\cap S^{d-1}\big)^2\,d\rho_t(x)\Big)^{1/2}
     \xrightarrow[t\to\infty]{} 0,\qquad d_S(x, E\cap S^{d-1}) = \arccos\|P_Ex\|
 
-(seed 002, Conjecture 1: for fixed β and large t the mass drifts toward the
-dominant eigenspace :math:`E_V` of :math:`V`, largest :math:`|\lambda|`; MODEL.md §4;
-:math:`D` is :func:`meanfield.analysis.projection.eigenspace_distance`, the :math:`W_2` distance to
+(Conjecture 1: for fixed β and large t the mass drifts toward the
+dominant eigenspace :math:`E_V` of :math:`V`, largest :math:`|\lambda|`); :math:`D` is :func:`meanfield.analysis.projection.eigenspace_distance`, the :math:`W_2` distance to
 the measures carried by :math:`E_V`).  The default concentration head
 (``data/concentration.toml``: :math:`S=VB^\top=\operatorname{diag}(1,0.5,0.25)`, so
 :math:`E=\operatorname{span}(e_1)`, while :math:`V` has eigenvalues 2, 0.5, 0.25 and
@@ -109,12 +108,12 @@ def eigenspace_angle(cfg: dict[str, Any]) -> float:
 def compute(*, quick: bool = False) -> list[dict[str, Any]]:
     """Rows ``solver, size, beta, angle_E_EV, t, w2_target, v_eigenspace_distance, e_eigenspace_distance``."""
     from meanfield.solvers.experiments.concentration import resolution_size
-    from meanfield.solvers.run import simulate_config
+    from meanfield import simulate
 
     rows: list[dict[str, Any]] = []
     for label, cfg in configs(quick=quick).items():
         angle = eigenspace_angle(cfg)
-        result = simulate_config(cfg, None, quiet=True, keep_states=False)
+        result = simulate(cfg)
         d = result.diagnostics
         for k, t in enumerate(result.t):
             rows.append({
@@ -182,11 +181,11 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
         ax.axvline(s["t"][i], color="0.5", lw=0.8, ls=ls, label=rf"$t_{{\min}}$ = {s['t'][i]:.3g}, {names.get(label, label)}")
     angle = float(next(iter(data.values()))["angle_E_EV"][0])
     ax.axhline(angle, color="0.3", lw=0.8, ls=":", label=rf"$\angle(E,E_V) = {angle:.4f}$ (= π/4)")
-    ax.set_xlabel("t")
+    ax.set_xlabel("time t")
     ax.set_ylabel("geodesic distance (rad)")
     ax.set_ylim(0, 1.15)
     ax.set_title(
-        rf"Seed 002, Conj. 1: the terminal phase at β = {BETA:g}" "\n"
+        rf"Conjecture 1 of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the terminal phase at β = {BETA:g}" "\n"
         r"mass concentrates on $E=\mathrm{span}(e_1)$ of $S$, then moves to $E_V=\mathrm{span}((1,1,0)/\sqrt{2})$ of $V$" "\n"
         r"(for the grid $W_2$ and $D(\rho_t,E)$ nearly coincide: its two clusters carry masses close to $p$, $1-p$)",
         fontsize=9,

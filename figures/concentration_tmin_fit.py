@@ -1,14 +1,14 @@
-r"""Time of closest approach to :math:`\Pi_\sharp\rho_0` against :math:`\log\beta` (seed 002, Thm 1).
+r"""Time of closest approach to :math:`\Pi_\sharp\rho_0` against :math:`\log\beta` (Thm 1 of arXiv 2605.10931).
 
 .. math::
 
     t_{\min}(\beta) = \arg\min_t W_2\big(\rho^\beta_t,\Pi_\sharp\rho_0\big),\qquad
     t_{\min} \approx a\log\beta + b
 
-(seed 002, Theorem 1: minimising the bound
+(Theorem 1: minimising the bound
 :math:`r(\beta)e^{C_1t}+e^{-ct}`, :math:`r=\sqrt{\log(\beta+1)/\beta}`, gives
 :math:`t\approx\log(1/r)/(C_1+c)`, linear in :math:`\log\beta` with a positive
-slope: the metastable window :math:`t\lesssim\log\beta`; MODEL.md §4).  The default
+slope: the metastable window :math:`t\lesssim\log\beta`).  The default
 concentration head (``data/concentration.toml``, :math:`S=\operatorname{diag}(1,0.5,0.25)`)
 is run from the uniform density on :math:`S^2` with the **finite-volume grid
 solver** (``solver.kind = "grid"``) for each β through
@@ -130,7 +130,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_xlabel(r"$\log\beta$")
     ax.set_ylabel(r"$t_{\min} = \arg\min_t\, W_2(\rho_t, \Pi_\sharp\rho_0)$")
     ax.set_title(
-        f"Seed 002, Thm 1: the metastable time grows with β\n"
+        f"Thm 1 of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the metastable time grows with β\n"
         f"grid solver on $S^2$ (N = {int(rows[0]['cells'])} cells, uniform $\\rho_0$, $S=\\mathrm{{diag}}(1,0.5,0.25)$)",
         fontsize=9,
     )

@@ -1,11 +1,11 @@
-r"""Distance to the projected measure against time, for a family of β (seed 002, Thm 1).
+r"""Distance to the projected measure against time, for a family of β (Thm 1 of arXiv 2605.10931).
 
 .. math::
 
     W_2\big(\rho^\beta_t,\Pi_\sharp\rho_0\big) \lesssim
         \sqrt{\tfrac{\log(\beta+1)}{\beta}}\;e^{C_1t} + e^{-ct}
 
-(seed 002, Theorem 1; MODEL.md §4).  The default concentration head of
+(Theorem 1 of arXiv 2605.10931).  The default concentration head of
 ``data/concentration.toml`` (:data:`meanfield.solvers.experiments.concentration.DEFAULT_CONCENTRATION_CONFIG`:
 :math:`S=VB^\top=\operatorname{diag}(1,0.5,0.25)`, :math:`E=\operatorname{span}(e_1)`,
 :math:`\Pi_\sharp\rho_0=p\,\delta_{e_1}+(1-p)\,\delta_{-e_1}`) is run from the
@@ -136,10 +136,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.plot([], [], "o", color="0.6", mec="k", mew=0.6, label=r"minimum $(t_{\min}, W_{2,\min})$")
     ax.plot([], [], ":", color="0.4", lw=0.8, label=r"rate $r(\beta)=\sqrt{\log(\beta+1)/\beta}$")
     cells = int(rows[0]["cells"])
-    ax.set_xlabel("t")
+    ax.set_xlabel("time t")
     ax.set_ylabel(r"$W_2(\rho_t,\ \Pi_\sharp\rho_0)$  (geodesic)")
     ax.set_title(
-        f"Seed 002, Thm 1: distance to $\\Pi_\\sharp\\rho_0$ for a family of β\n"
+        f"Thm 1 of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: distance to $\\Pi_\\sharp\\rho_0$ for a family of β\n"
         f"grid solver on $S^2$ (N = {cells} cells, uniform $\\rho_0$, $S=\\mathrm{{diag}}(1,0.5,0.25)$)",
         fontsize=9,
     )

@@ -1,12 +1,12 @@
-r"""Smallest distance to :math:`\Pi_\sharp\rho_0` against the temperature factor of Theorem 1 (seed 002).
+r"""Smallest distance to :math:`\Pi_\sharp\rho_0` against the temperature factor of Theorem 1 (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931).
 
 .. math::
 
     W_{2,\min}(\beta) = \min_t W_2\big(\rho^\beta_t,\Pi_\sharp\rho_0\big) \;\lesssim\; C\,r(\beta)^{a},\qquad
     r(\beta)=\sqrt{\tfrac{\log(\beta+1)}{\beta}},\quad a = \tfrac{c}{C_1+c}\in(0,1]
 
-(seed 002, Theorem 1: the bound :math:`r e^{C_1t}+e^{-ct}` is smallest at
-:math:`t\approx\log(1/r)/(C_1+c)`, where it is :math:`\sim r^{c/(C_1+c)}`; MODEL.md §4).
+(Theorem 1: the bound :math:`r e^{C_1t}+e^{-ct}` is smallest at
+:math:`t\approx\log(1/r)/(C_1+c)`, where it is :math:`\sim r^{c/(C_1+c)}`).
 The default concentration head (``data/concentration.toml``,
 :math:`S=\operatorname{diag}(1,0.5,0.25)`) is run from the uniform density on
 :math:`S^2` with the **finite-volume grid solver** (``solver.kind = "grid"``) for
@@ -127,7 +127,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_xlabel(r"$r(\beta) = \sqrt{\log(\beta+1)/\beta}$")
     ax.set_ylabel(r"$W_{2,\min} = \min_t\, W_2(\rho_t, \Pi_\sharp\rho_0)$")
     ax.set_title(
-        f"Seed 002, Thm 1: the closest approach to $\\Pi_\\sharp\\rho_0$ against the rate\n"
+        f"Thm 1 of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the closest approach to $\\Pi_\\sharp\\rho_0$ against the rate\n"
         f"grid solver on $S^2$ (N = {int(rows[0]['cells'])} cells, uniform $\\rho_0$, $S=\\mathrm{{diag}}(1,0.5,0.25)$)",
         fontsize=9,
     )

@@ -1,4 +1,4 @@
-r"""Critical inverse temperature :math:`\beta^*(H,n)` of per-head monotonicity (seed 000, Thm 19).
+r"""Critical inverse temperature :math:`\beta^*(H,n)` of per-head monotonicity (Thm 19 of arXiv 2605.04279).
 
 .. math::
 
@@ -123,7 +123,7 @@ def plot(rows: list[dict[str, float]], path: Path) -> Path:
     ax_b.set_xscale("log")
     ax_b.set_xlabel("n (orthogonal tokens)")
     ax_b.set_ylabel(r"$\beta^*$ ($\alpha = %g$)" % ALPHA)
-    ax_b.set_title("Thm 19: per-head monotonicity for β < β* (lines: closed form; circles: root)", fontsize=9)
+    ax_b.set_title("Thm 19 of Pendharkar, arXiv 2605.04279: per-head monotonicity for β < β* (lines: closed form; circles: root)", fontsize=9)
     ax_b.legend(fontsize=8)
     beta = np.linspace(bottom - 0.3, 1.3 * top + 0.5, 300)
     ax_c.plot(beta, head_cosine(beta, n=N_COSINE, alpha=ALPHA), color="k", lw=1.2, label=r"$c(\beta)$")

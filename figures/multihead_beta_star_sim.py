@@ -1,4 +1,4 @@
-r"""Critical inverse temperature :math:`\beta^*(H,n)` against simulated sign changes of :math:`dE_h/dt` (seed 000, Thm 19).
+r"""Critical inverse temperature :math:`\beta^*(H,n)` against simulated sign changes of :math:`dE_h/dt` (Thm 19 of arXiv 2605.04279).
 
 .. math::
 
@@ -10,7 +10,7 @@ in the Thm 19 configuration of :func:`meanfield.solvers.experiments.multihead.bl
 :math:`B_h=V_h=(\alpha/w_h^2)P_h`), ``n`` orthonormal tokens
 :math:`x_i=\sum_hw_he^{(h)}_i`, one dominant head of share
 :math:`w_0^2=` ``DOMINANT_SHARE`` and the others sharing the rest; softmax
-attention (MODEL.md assigns Thm 19 to it).  Each head then scores the tokens
+attention (Thm 19 of arXiv 2605.04279 is stated for it).  Each head then scores the tokens
 as a scalar head on orthogonal tokens, with head/token cosine
 :math:`c(\beta)=e^{\alpha\beta}/\sqrt{e^{2\alpha\beta}+n-1}`; Thm 19
 guarantees every head's energy increases while :math:`c(\beta)<c^*(H)`, i.e.
@@ -255,7 +255,7 @@ def plot(rows: list[dict[str, float]], path: Path) -> Path:
     for ax in axes[panels:]:
         ax.set_visible(False)
     fig.suptitle(
-        "Thm 19: at t = 0 every head's energy rises for all simulated β < β*; the first sign change comes later, at β_flip > β*",
+        "Thm 19 of Pendharkar, arXiv 2605.04279: at t = 0 every head's energy rises for all simulated β < β*; the first sign change comes later, at β_flip > β*",
         fontsize=10,
     )
     fig.savefig(path, dpi=120)

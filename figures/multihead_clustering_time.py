@@ -1,4 +1,4 @@
-r"""Clustering time of ReLU against softmax attention, against :math:`d` and :math:`n` (seed 000, Thm 25).
+r"""Clustering time of ReLU against softmax attention, against :math:`d` and :math:`n` (Thm 25 of arXiv 2605.04279).
 
 .. math::
 
@@ -98,7 +98,7 @@ SOFTMAX_D_SLOPE_FRACTION = 0.2 # softmax log-d slope below this fraction of ReLU
 
 # ---- the equiangular prediction --------------------------------------------
 def relu_equiangular_time(n: float, gamma0: float, eps: float) -> float:
-    r"""Exact ReLU clustering time from equiangular tokens (seed 000, Thm 25).
+    r"""Exact ReLU clustering time from equiangular tokens (Thm 25 of arXiv 2605.04279).
 
     .. math::
 
@@ -115,7 +115,7 @@ def relu_equiangular_time(n: float, gamma0: float, eps: float) -> float:
 
 
 def softmax_equiangular_time(n: float, gamma0: float, eps: float, *, beta: float = BETA) -> float:
-    r"""Softmax clustering time from equiangular tokens: :math:`\int_{\gamma_0}^{1-\varepsilon}d\gamma/r(\gamma)` (seed 000, Thms 22, 25).
+    r"""Softmax clustering time from equiangular tokens: :math:`\int_{\gamma_0}^{1-\varepsilon}d\gamma/r(\gamma)` (Thms 22, 25 of arXiv 2605.04279).
 
     With :math:`r` = :func:`meanfield.analysis.theory.equiangular_rhs` (one head, :math:`\lambda=1`),
     integrated in :math:`u=\ln(1-\gamma)` by :func:`scipy.integrate.quad`.
@@ -396,7 +396,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     for ax in (ax_d, ax_n, ax_u, ax_s):
         ax.grid(alpha=0.3)
     fig.suptitle(
-        f"Thm 25: clustering time (ε = {EPS:g}) of one identity head, ReLU against softmax (β = {BETA:g})\n"
+        f"Thm 25 of Pendharkar, arXiv 2605.04279: clustering time (ε = {EPS:g}) of one identity head, ReLU against softmax (β = {BETA:g})\n"
         "ReLU's (n/4) ln d shows from the equiangular start once d ≫ n²; softmax is nearly flat in n and d",
         fontsize=10,
     )

@@ -1,4 +1,4 @@
-r"""Multi-head energy and the per-head split, with and without orthogonal head subspaces (seed 000, Thms 11, 16–17).
+r"""Multi-head energy and the per-head split, with and without orthogonal head subspaces (Thms 11, 16–17 of arXiv 2605.04279).
 
 .. math::
 
@@ -13,7 +13,7 @@ symmetric value-aligned heads (:math:`V_h=B_h=B_h^\top`).  When
 :math:`B_{h'}B_h=0` the cross terms :math:`\langle u^h,u^{h'}\rangle` vanish
 and only the radial-shadow coupling :math:`-a^ha^{h'}` is left (Thms 16–17).
 
-Two particle runs (RK4, :func:`meanfield.solvers.run.simulate_config`) from the same
+Two particle runs (RK4, :func:`meanfield.simulate`) from the same
 uniform tokens:
 
 * **orthogonal** — ``data/multihead.toml`` as shipped: head 0 scores
@@ -92,7 +92,7 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
     from meanfield.config import load_config
     from meanfield.analysis.diagnostics import diagnose_run
     from meanfield.analysis.theory import head_overlap, principal_angles
-    from meanfield.solvers.run import simulate_config
+    from meanfield import simulate
 
     overrides = [f"init.n={QUICK_N_TOKENS if quick else N_TOKENS}", f"solver.t_final={QUICK_T_FINAL if quick else T_FINAL}"]
     rows: list[dict[str, Any]] = []
@@ -106,7 +106,7 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
         B = build_model(cfg).heads.at(0.0).B
         delta = head_overlap(B)
         angle = float(principal_angles(B)[(0, 1)].min())
-        result = simulate_config(cfg, None, quiet=True)
+        result = simulate(cfg)
         s = diagnose_run(result)
         H = B.shape[0]
         for k, t in enumerate(s["t"]):
@@ -197,7 +197,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
             energy = _series(rows, run, f"E_h{h}")
             trend = "falls" if energy[-1] < energy[0] else "rises"
             ax.plot(t, energy, color=f"C{h}", lw=1.4, label=f"$E_{h}$: {energy[0]:.3f} → {energy[-1]:.3f} ({trend})")
-        ax.set_ylabel("energy")
+        ax.set_ylabel("interaction energy")
         ax.set_title(f"{run} heads: δ = ‖B₁B₀‖ = {first['delta']:.3g}, smallest principal angle {first['angle_deg']:.0f}°", fontsize=9)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
@@ -207,17 +207,18 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
             for stem, sign, style, _ in parts:
                 ax.plot(t, sign * _series(rows, run, f"{stem}{h}"), color=f"C{h}", **style)
         ax.set_yscale("symlog", linthresh=1e-3)
-        ax.set_xlabel("t")
-        ax.set_ylabel(r"$dE_h/dt$ and its parts (symlog)")
-        ax.set_title(f"{run} heads: dE_h/dt = self-power + cross − radial shadow (one shadow term, shared by both heads)", fontsize=9)
+        ax.set_xlabel("time t")
+        ax.set_ylabel(r"$dE_h/dt$ and its parts (symmetric log)")
+        ax.set_title(f"{run} heads: the split of each $dE_h/dt$", fontsize=9)
         ax.grid(alpha=0.3)
     handles = [Line2D([], [], color="k", **style) for _, _, style, _ in parts]
     handles += [Line2D([], [], color=f"C{h}", lw=3) for h in hs]
     labels = [label for *_, label in parts] + [f"head {h}" for h in hs]
     fig.legend(handles, labels, fontsize=8, ncol=len(labels), loc="outside lower center")
     fig.suptitle(
-        "Thm 11: E_multi rises in both runs.  Thms 16–17: orthogonal heads have no cross terms, "
-        "yet radial shadows still couple them (here E_0 falls)",
+        "Pendharkar, arXiv 2605.04279.  Thm 11: the total energy rises in both runs.\n"
+        "Thms 16–17: orthogonal heads have no cross terms, yet radial shadows still couple them (here E_0 falls).\n"
+        r"Bottom: $dE_h/dt$ = self-power + cross terms − radial shadow (one shadow term, shared by both heads)",
         fontsize=10,
     )
     fig.savefig(path, dpi=120)

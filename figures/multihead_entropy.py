@@ -1,4 +1,4 @@
-r"""Attention entropy rises to :math:`\log n` (seed 000, Thm 27).
+r"""Attention entropy rises to :math:`\log n` (Thm 27 of arXiv 2605.04279).
 
 .. math::
 
@@ -10,7 +10,7 @@ in the scalar equiangular case (one softmax head :math:`B=V=\lambda I`,
 tokens with :math:`\langle x_i,x_j\rangle=\gamma`): the entropy of every
 attention row is non-decreasing and tends to :math:`\log n` as the tokens
 collapse — clustering *equalises* the scores instead of sharpening them.
-The particle solver (RK4, :func:`meanfield.solvers.run.simulate_config`) runs from
+The particle solver (RK4, :func:`meanfield.simulate`) runs from
 orthogonal tokens for several :math:`\beta`; the entropy is computed directly
 from the saved trajectory (:func:`row_entropy`), and drawn against
 :func:`meanfield.analysis.theory.equiangular_entropy` along the solved equiangular ODE.
@@ -66,7 +66,7 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
     """Rows ``beta, t, entropy_mean, entropy_min, entropy_max, entropy_closed_form, log_n``."""
     from meanfield.config import load_config
     from meanfield.analysis.theory import equiangular_entropy, solve_equiangular
-    from meanfield.solvers.run import simulate_config
+    from meanfield import simulate
 
     rows: list[dict[str, Any]] = []
     root = math.sqrt(LAMBDA)
@@ -79,7 +79,7 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
                 "track": {"energy": False},
             }
         )
-        result = simulate_config(cfg, None, quiet=True)
+        result = simulate(cfg)
         entropy = row_entropy(np.asarray(result.states), beta=beta, lam=LAMBDA)
         gamma = solve_equiangular(0.0, result.t, lambdas=[LAMBDA], beta=beta, n=N_TOKENS)
         closed = np.asarray(equiangular_entropy(gamma, lam=LAMBDA, beta=beta, n=N_TOKENS))
@@ -129,9 +129,9 @@ def plot(rows: list[dict[str, float]], path: Path) -> Path:
         ax.plot(t[::5], [r["entropy_mean"] for r in group][::5], "o", ms=3.5, mfc="none", color=f"C{k}")
     ax.axhline(rows[0]["log_n"], color="k", ls="--", lw=0.9)
     ax.text(0.0, rows[0]["log_n"], f"log n (n = {N_TOKENS})", va="bottom", fontsize=8)
-    ax.set_xlabel("t")
+    ax.set_xlabel("time t")
     ax.set_ylabel(r"attention entropy $\mathcal{H}_i$")
-    ax.set_title("Thm 27: entropy of the scalar equiangular flow (lines: closed form; circles: particles)", fontsize=9)
+    ax.set_title("Thm 27 of Pendharkar, arXiv 2605.04279: entropy of the scalar equiangular flow (lines: closed form; circles: particles)", fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     fig.savefig(path, dpi=120)

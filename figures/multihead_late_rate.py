@@ -1,4 +1,4 @@
-r"""Late clustering rate of heterogeneous scalar heads (seed 000, Thm 22).
+r"""Late clustering rate of heterogeneous scalar heads (Thm 22 of arXiv 2605.04279).
 
 .. math::
 
@@ -6,7 +6,7 @@ r"""Late clustering rate of heterogeneous scalar heads (seed 000, Thm 22).
 
 for softmax attention with :math:`B_h=V_h=\lambda_h I` and equiangular tokens
 (:math:`\langle x_i,x_j\rangle=\gamma`, :math:`n\le d`).  The particle solver
-(RK4, :func:`meanfield.solvers.run.simulate_config`) is run from orthogonal tokens
+(RK4, :func:`meanfield.simulate`) is run from orthogonal tokens
 (:math:`\gamma_0=0`) for several head sets; :math:`\log(1-\gamma)` is measured
 from the chord lengths :math:`1-\langle x_i,x_j\rangle=\tfrac12\|x_i-x_j\|^2`
 (accurate down to :math:`\varepsilon\sim10^{-12}`) and drawn against the
@@ -72,7 +72,7 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
     """Rows ``heads, Lambda, t, log_gap_particle, log_gap_ode`` for every head set and saved time."""
     from meanfield.config import load_config
     from meanfield.analysis.theory import solve_equiangular_log_gap
-    from meanfield.solvers.run import simulate_config
+    from meanfield import simulate
 
     rows: list[dict[str, Any]] = []
     for lambdas in QUICK_HEAD_SETS if quick else HEAD_SETS:
@@ -85,7 +85,7 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
                 "track": {"energy": False},
             }
         )
-        result = simulate_config(cfg, None, quiet=True)
+        result = simulate(cfg)
         particles = log_gap_particles(np.asarray(result.states))
         ode = np.asarray(solve_equiangular_log_gap(0.0, result.t, lambdas=lambdas, beta=BETA, n=N_TOKENS))
         for t, u_p, u_o in zip(result.t, particles, ode):
@@ -139,9 +139,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
         anchor = group[-1]
         ax.plot(t, anchor["log_gap_ode"] + slopes[label][1] * (t - anchor["t"]), ls=":", color=color, lw=0.9)
     ax.set_ylim(math.log(SMALLEST_GAP) - 2, 1)
-    ax.set_xlabel("t")
+    ax.set_xlabel("time t")
     ax.set_ylabel(r"$\log(1-\gamma)$")
-    ax.set_title(r"Thm 22: late rate $2\Lambda$ (circles: particles; dotted: slope $-2\Lambda$)", fontsize=9)
+    ax.set_title(r"Thm 22 of Pendharkar, arXiv 2605.04279: late rate $2\Lambda$ (circles: particles; dotted: slope $-2\Lambda$)", fontsize=9)
     ax.legend(fontsize=7, loc="lower left")
     ax.grid(alpha=0.3)
     fig.savefig(path, dpi=120)

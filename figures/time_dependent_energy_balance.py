@@ -1,11 +1,11 @@
-r"""The discrete energy–dissipation balance along JKO runs, term by term (seed 004, EDI).
+r"""The discrete energy–dissipation balance along JKO runs, term by term (Massucco et al., arXiv 2605.18870).
 
 .. math::
 
     E(\mu_T,T)-E(\mu_0,0) = \int_0^T\partial_tE(\mu_t,t)\,dt
     \;+\;\sigma\int_0^T\Big[\tfrac12|\dot\mu_t|_m^2+\tfrac12|\partial E|^2(\mu_t,t)\Big]dt
 
-(seed 004, the energy–dissipation identity of the weighted Wasserstein gradient
+(Massucco et al., arXiv 2605.18870: the energy–dissipation identity of the weighted Wasserstein gradient
 flow; :math:`\sigma=-1` in the authors' descent convention, so the two metric
 terms dissipate).  Along a particle JKO run with step :math:`\tau`
 (:func:`meanfield.solvers.experiments.time_dependent.energy_dissipation_balance`, :mod:`meanfield.solvers.jko`) each
@@ -139,7 +139,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.plot(t, [r["right_side"] for r in finest], ls="--", color="0.5", lw=1.2,
             label=r"$\int\partial_tE-\int\frac{1}{2}|\dot\mu|^2_m-\int\frac{1}{2}|\partial E|^2$")
     ax.axhline(0.0, color="0.7", lw=0.6)
-    ax.set_xlabel("t")
+    ax.set_xlabel("time t")
     ax.set_ylabel("cumulative term")
     ax.set_title(f"balance term by term, τ = {taus[-1]:g} (descent: metric terms dissipate)", fontsize=9)
     ax.legend(fontsize=8)
@@ -153,12 +153,12 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
         bx.semilogy(tt, res, color=f"C{k}", lw=1.4, label=f"|residual|, τ = {tau:g}: {final[tau][0] / final[tau][1]:.2%} of dissipation at T")
         bx.semilogy(tt, diss, color=f"C{k}", lw=0.9, ls=":", label=f"dissipation, τ = {tau:g}")
     order = float(np.polyfit(np.log(taus), np.log([final[t][0] for t in taus]), 1)[0])
-    bx.set_xlabel("t")
+    bx.set_xlabel("time t")
     bx.set_ylabel("cumulative |residual| and dissipation")
     bx.set_title(f"residual shrinks with τ: observed order {order:.2f} (expected 1)", fontsize=9)
     bx.legend(fontsize=7)
     bx.grid(alpha=0.3, which="both")
-    fig.suptitle(f"Seed 004: discrete energy–dissipation identity along particle JKO runs ({HEADS} OU heads, descent, β = 1)",
+    fig.suptitle(f"Massucco et al., arXiv 2605.18870: discrete energy–dissipation identity along particle JKO runs ({HEADS} OU heads, descent, β = 1)",
                  fontsize=10)
     fig.savefig(path, dpi=120)
     return path

@@ -1,11 +1,11 @@
-r"""The upper gradient :math:`|\partial E|(\mu_t,t)` against time for constant, OU and oscillating heads (seed 004).
+r"""The upper gradient :math:`|\partial E|(\mu_t,t)` against time for constant, OU and oscillating heads (Massucco et al., arXiv 2605.18870).
 
 .. math::
 
     |\partial E|^2(\mu,t) = \int \hat b_{\Theta_t}^\mu(x)\,\Big\|P^\perp_x\nabla\frac{\delta E}{\delta\mu}(x,t)\Big\|^2 d\mu(x),
     \qquad \hat b = \Big(\int b_\theta^{-1}\,d\Theta_t(\theta)\Big)^{-1}
 
-(seed 004, the metric slope of the time-dependent energy, MODEL.md §6).  Long-time
+(Massucco et al., arXiv 2605.18870: the metric slope of the time-dependent energy).  Long-time
 behaviour: for constant weights the flow is autonomous and :math:`|\partial E|\to0`
 (here exponentially, as the cloud collapses to one cluster); for integrable
 Ornstein–Uhlenbeck weights it settles on a plateau set by the weight noise; for
@@ -133,19 +133,19 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
         t, k = series(rows, name, "n_clusters")
         wide = name == "constant"  # drawn wide underneath: it shares the single-cluster end with OU
         bx.plot(t, k, color=COLORS[name], lw=3.0 if wide else 1.2, alpha=0.6 if wide else 1.0, label=LABELS[name])
-    ax.set_xlabel("t")
+    ax.set_xlabel("time t")
     ax.set_ylabel(r"upper gradient $|\partial E|(\mu_t, t)$")
     ax.set_title("|∂E| against t (shaded: early and late windows; dashed: their means)", fontsize=9)
     ax.legend(fontsize=8, loc="lower left")
     ax.grid(alpha=0.3, which="both")
     bx.set_yscale("log")
-    bx.set_xlabel("t")
+    bx.set_xlabel("time t")
     bx.set_ylabel("number of clusters (⟨xᵢ,xⱼ⟩ ≥ 1 − 10⁻³ linked)")
     bx.set_title("clustering of the same runs", fontsize=9)
     bx.legend(fontsize=8)
     bx.grid(alpha=0.3, which="both")
     n = int(rows[0]["n_tokens"])
-    fig.suptitle(f"Seed 004: upper gradient for constant, OU and oscillating heads (H = {HEADS}, n = {n}, descent, β = 1)",
+    fig.suptitle(f"Massucco et al., arXiv 2605.18870: upper gradient for constant, OU and oscillating heads (H = {HEADS}, n = {n}, descent, β = 1)",
                  fontsize=10)
     fig.savefig(path, dpi=120)
     return path

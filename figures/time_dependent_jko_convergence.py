@@ -1,11 +1,11 @@
-r"""JKO τ-convergence to the pooled transformer PDE, per weight schedule (seed 004).
+r"""JKO τ-convergence to the pooled transformer PDE, per weight schedule (Massucco et al., arXiv 2605.18870).
 
 .. math::
 
     \mu_{k+1}\in\operatorname*{argmin}_\mu\ \frac{W_{m,2}^2(\mu,\mu_k)}{2\tau}+E(\mu,t_{k+1}),\qquad
     e(\tau)=\max_i d_S\big(x_i^{\mathrm{JKO},\tau}(T),\,x_i^{\mathrm{RK4}}(T)\big)=O(\tau)
 
-(seed 004: the minimizing movements converge to the gradient flow, i.e. the
+(Massucco et al., arXiv 2605.18870: the minimizing movements converge to the gradient flow, i.e. the
 pooled transformer PDE, as :math:`\tau\to0`; the scheme is an implicit Euler
 step in the weighted geometry, so first order).  The particle JKO
 (:mod:`meanfield.solvers.jko`, frozen mobility, tolerance :math:`10^{-10}` rad) is
@@ -140,7 +140,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("JKO step τ")
     ax.set_ylabel(r"$\max_i\, d_S(x_i^{\mathrm{JKO}}(T),\, x_i^{\mathrm{RK4}}(T))$")
-    ax.set_title(f"Seed 004: JKO → pooled PDE as τ → 0 (H = {HEADS}, n = {N_TOKENS}, T = {rows[0]['t_final']:g}, "
+    ax.set_title(f"Massucco et al., arXiv 2605.18870: JKO → pooled PDE as τ → 0 (H = {HEADS}, n = {N_TOKENS}, T = {rows[0]['t_final']:g}, "
                  "descent, β = 1)", fontsize=9)
     ax.legend(fontsize=7.5)
     ax.grid(alpha=0.3, which="both")

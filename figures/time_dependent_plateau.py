@@ -1,4 +1,4 @@
-r"""Plateau of the upper gradient against the number of heads for OU weights, with the fitted slope (seed 004).
+r"""Plateau of the upper gradient against the number of heads for OU weights, with the fitted slope (Massucco et al., arXiv 2605.18870).
 
 .. math::
 
@@ -6,7 +6,7 @@ r"""Plateau of the upper gradient against the number of heads for OU weights, wi
     G^2 = \frac1n\sum_i\frac{\|P^\perp_{x_i}v_i\|^2}{\tfrac1H\sum_h n/N_{h,i}},\qquad
     |\partial E|^2 = \int\hat b\,\|P^\perp\nabla\tfrac{\delta E}{\delta\mu}\|^2\,d\mu
 
-(seed 004: with Ornstein–Uhlenbeck heads the upper gradient decays to a plateau
+(Massucco et al., arXiv 2605.18870: with Ornstein–Uhlenbeck heads the upper gradient decays to a plateau
 of order :math:`1/H`, i.e. :math:`b\approx-1`).  :math:`G^2` is the authors'
 diagnostic (:func:`meanfield.analysis.mobility.authors_slope_squared`; :math:`N_{h,i}` the
 softmax partition sum of head :math:`h` at token :math:`i`), :math:`|\partial E|^2`
@@ -126,7 +126,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_xlabel("number of heads H")
     ax.set_ylabel("plateau (time average over the last half)")
     seeds = len({r["seed"] for r in rows})
-    ax.set_title(f"Seed 004: plateau of the upper gradient against H, OU heads\n"
+    ax.set_title(f"Massucco et al., arXiv 2605.18870: plateau of the upper gradient against H, OU heads\n"
                  f"(n = {int(rows[0]['n_tokens'])}, T = {rows[0]['t_final']:g}, {seeds} seeds: small dots; descent, β = 1)",
                  fontsize=9)
     ax.legend(fontsize=8)

@@ -1,4 +1,4 @@
-r"""OU against oscillating head weights: snapshots of the token cloud on :math:`S^2` (seed 004).
+r"""OU against oscillating head weights: snapshots of the token cloud on :math:`S^2` (Massucco et al., arXiv 2605.18870).
 
 .. math::
 
@@ -7,7 +7,7 @@ r"""OU against oscillating head weights: snapshots of the token cloud on :math:`
     B_h(t) = \begin{cases} \lambda I + \text{OU}_h(t) & \text{integrable: } \int|\dot\Theta_t|\,dt<\infty \text{ in law}\\
     (\lambda + A\sin(\omega t + 2\pi h/H))\,I & \text{oscillating}\end{cases}
 
-Seed 004, long-time behaviour: with integrable (Ornstein–Uhlenbeck) weights
+Massucco et al. (arXiv 2605.18870), long-time behaviour: with integrable (Ornstein–Uhlenbeck) weights
 the cloud relaxes to a stationary configuration — here a single cluster — while
 sustained oscillations of the weights prevent clustering.  Authors' convention
 (:mod:`meanfield.solvers.experiments.time_dependent`): descent, heads averaged with weight :math:`1/H`,
@@ -145,7 +145,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
             ax.title.set_fontsize(9)
             if col == 0:
                 ax.text(-0.08, 0.5, LABELS[name], transform=ax.transAxes, rotation=90, va="center", ha="center", fontsize=10)
-    fig.suptitle(f"Seed 004: token clouds on S² (H = {HEADS} heads, n = {len(first)}, descent, β = 1; "
+    fig.suptitle(f"Massucco et al., arXiv 2605.18870: token clouds on S² (H = {HEADS} heads, n = {len(first)}, descent, β = 1; "
                  "colour = initial longitude; each row viewed from the mean direction of its last cloud)", fontsize=10)
     fig.savefig(path, dpi=110)
     return path

@@ -76,12 +76,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "d": Key((int,), 3, _at_least(2), "ambient dimension (tokens on S^{d-1})"),
         "beta": Key(NUM, 4.0, _at_least(0), "inverse temperature β ≥ 0"),
         "attention": Key((str,), "softmax", _choice("softmax", "unnormalized", "relu", "pooled"), "velocity law: softmax, unnormalized, relu or pooled (see meanfield.kernels.attention)"),
-        "direction": Key((str,), "ascent", _choice("ascent", "descent"), "ascent of the energy (forward pass) or descent (seed 004 code)"),
+        "direction": Key((str,), "ascent", _choice("ascent", "descent"), "ascent of the energy (forward pass) or descent (the public code of Massucco et al., arXiv 2605.18870)"),
         "heads": Key((list, str), None, None, "array of head tables, or 'checkpoint:PATH#layer=L'"),
         "seed": Key((int,), 0, _at_least(0), "seed of 'random' head matrices (head h uses seed + 1000 h unless it sets its own)"),
         "backend": Key((str,), "auto", _choice("auto", "blas", "fused", "numba", "numpy"), "attention kernel (auto: fused one-pass softmax for d ≤ 8 in float64, else blas)"),
         "precision": Key((str,), "float64", _choice("float64", "float32"), "score/exp arithmetic of the blas kernel (float32: ~2× faster, ~1e-6 relative error)"),
-        "assumptions": Key((str,), "check", _choice("check", "warn", "skip"), "seed-002 Assumption 1 on (Q, K, V) when W2 to Π♯ρ₀ is tracked"),
+        "assumptions": Key((str,), "check", _choice("check", "warn", "skip"), "Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931) Assumption 1 on (Q, K, V) when W2 to Π♯ρ₀ is tracked"),
     },
     "init": {
         "kind": Key((str,), "uniform", _choice("uniform", "vmf", "equiangular", "orthogonal", "file", "mixture", "function", "sentence"), "initial measure"),
@@ -175,7 +175,7 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None) -> dict[str, An
             if key not in keys:
                 raise ConfigError(f"{section}.{key}", f"unknown key; allowed keys are {', '.join(keys)}")
         for key, spec in keys.items():
-            if key in given:
+            if key in given and not (given[key] is None and spec.default is None):  # None: unset (a resolved config again)
                 out[key] = _check_value(spec, given[key], f"{section}.{key}")
             else:
                 out[key] = copy.deepcopy(spec.default)

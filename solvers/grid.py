@@ -5,7 +5,7 @@ r"""Finite-volume solver of the transformer continuity equation on :math:`S^2`.
     \partial_t\mu + \operatorname{div}_S(\mu\,X[\mu]) = 0,\qquad
     X[\mu](x) = \sigma P^\perp_x v[\mu](x)
 
-(MODEL.md §2; :math:`\sigma=\pm1` for ascent/descent).  The measure is a vector
+(:math:`\sigma=\pm1` for ascent/descent).  The measure is a vector
 of cell masses :math:`m_c` on a spherical Voronoi mesh
 (:mod:`meanfield.geometry.mesh`), the velocity field is evaluated at the cell centres by
 quadrature over the cells,
@@ -464,7 +464,7 @@ class GridSolver:
 
 
 class GridEnergyTracker(EnergyTracker):
-    r"""Records :math:`E_{\mathrm{multi}}=\sum_h E_h` of the grid measure (seed 000) at every frame.
+    r"""Records :math:`E_{\mathrm{multi}}=\sum_h E_h` of the grid measure (Pendharkar, arXiv 2605.04279) at every frame.
 
     .. math::
 

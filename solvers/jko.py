@@ -1,4 +1,4 @@
-r"""Minimizing movements (JKO) in the weighted Wasserstein geometry of seed 004 (MODEL.md §6).
+r"""Minimizing movements (JKO) in the weighted Wasserstein geometry of Massucco et al. (arXiv 2605.18870).
 
 .. math::
 
@@ -272,7 +272,7 @@ def check_gradient_structure(model: Model, *, t: float = 0.0) -> None:
     """Raise ``ValueError`` unless every head at time ``t`` is symmetric and value-aligned.
 
     The JKO scheme is the gradient flow of :math:`E(\\mu,t)`, which drives the
-    ``pooled`` dynamics only for :math:`B_h=B_h^\\top`, :math:`V_h=B_h` (seed 004).
+    ``pooled`` dynamics only for :math:`B_h=B_h^\\top`, :math:`V_h=B_h` (Massucco et al., arXiv 2605.18870).
     The schedules of :mod:`meanfield.heads.schedules` keep this structure at all times.
     """
     s = head_structure(model.heads.at(t))
@@ -280,7 +280,7 @@ def check_gradient_structure(model: Model, *, t: float = 0.0) -> None:
     if bad:
         raise ValueError(
             f"heads {bad} are not symmetric and value-aligned (need B = QᵀK symmetric and V = B, "
-            "e.g. Q = K and V = \"aligned\"): the JKO scheme is the gradient flow of E(μ,t) of seed 004"
+            "e.g. Q = K and V = \"aligned\"): the JKO scheme is the gradient flow of E(μ,t) of Massucco et al. (arXiv 2605.18870)"
         )
 
 
@@ -798,7 +798,7 @@ class JKOTracker:
 
 @dataclass
 class EnergyDissipationTracker:
-    r"""Instantaneous terms of seed 004's energy–dissipation identity for any run of the model.
+    r"""Instantaneous terms of Massucco et al.'s (arXiv 2605.18870) energy–dissipation identity for any run of the model.
 
     Keys: ``energy_theta`` (:math:`E(\mu_t,t)`), ``slope2`` (:math:`|\partial E|^2`),
     ``metric_speed2`` (:math:`|\dot\mu|_m^2=\int\|\dot x\|^2/\hat b\,d\mu`, with the

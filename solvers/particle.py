@@ -1,4 +1,4 @@
-r"""Particle solver for :math:`\dot x_i=\sigma P^\perp_{x_i}v_i` (MODEL.md §1–2).
+r"""Particle solver for :math:`\dot x_i=\sigma P^\perp_{x_i}v_i`.
 
 .. math::
 

@@ -190,8 +190,13 @@ def simulate_config(
     writer: RunWriter | None = None
     out_path = Path(out) if out is not None else None
     if out_path is not None and resume and out_path.exists():
-        _check_resumable(read_config(out_path), cfg, out_path)
+        stored = read_config(out_path)
+        _check_resumable(stored, cfg, out_path)
         status_before, reason_before = run_status(out_path)
+        if status_before == "completed" and stored["solver"]["t_final"] >= cfg["solver"]["t_final"]:
+            run = Run.load(out_path)
+            run.info["already_complete"] = True  # nothing to resume: the caller says so
+            return run
         if status_before == "failed" and reason_before != "interrupted":
             raise ConfigError(
                 "--resume",

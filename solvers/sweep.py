@@ -443,7 +443,7 @@ def _last_finite(series: np.ndarray) -> float:
 
 
 def _concentration_scalars(t: np.ndarray, w2: np.ndarray) -> dict[str, float]:
-    r"""``t_min``, ``W2_min`` (and the metastable window) of :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` (seed 002, Thm 1).
+    r"""``t_min``, ``W2_min`` (and the metastable window) of :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` (Thm 1 of arXiv 2605.10931).
 
     Uses :func:`meanfield.solvers.experiments.concentration.concentration_summary`.
     """
@@ -469,7 +469,7 @@ def case_scalars(path: str | Path) -> dict[str, Any]:
         \min_{i<j}\langle x_i(T),x_j(T)\rangle, \qquad
         t_{\min}=\arg\min_t W_2(\rho_t,\Pi_\sharp\rho_0),\quad W_{2,\min}=\min_t W_2
 
-    (the concentration observables of seed 002, Thm 1, when the run tracked
+    (the concentration observables of Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931), Thm 1, when the run tracked
     ``w2_target``).  Reads only the last frame and the diagnostics.
 
     Returns
@@ -505,7 +505,7 @@ def case_scalars(path: str | Path) -> dict[str, Any]:
                 out["min_inner_product"] = float(np.min(gram[np.triu_indices(x.shape[0], 1)]))
         if "w2_target" in diagnostics:
             out.update(_concentration_scalars(t, np.asarray(diagnostics["w2_target"][()], dtype=float)))
-            for key in ("e_eigenspace_distance", "v_eigenspace_distance"):  # seed 002, Conjecture 1
+            for key in ("e_eigenspace_distance", "v_eigenspace_distance"):  # Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931), Conjecture 1
                 if key in diagnostics:
                     out[f"{key}_final"] = _last_finite(np.asarray(diagnostics[key][()], dtype=float))
     return out

@@ -1,4 +1,4 @@
-"""Trackers: the only place where a run looks at itself (STYLE.md, practice 4).
+"""Trackers: the only place where a run looks at itself.
 
 Each tracker is called on every saved frame as ``tracker(t, state)`` and
 returns a dict of scalars to record (or ``None``); it raises
@@ -30,10 +30,10 @@ __all__ = [
 
 @dataclass
 class EnergyTracker:
-    r"""Records :math:`E_{\mathrm{multi}}` and every :math:`E_h` (seed 000).
+    r"""Records :math:`E_{\mathrm{multi}}` and every :math:`E_h` (Pendharkar, arXiv 2605.04279).
 
     Keys: ``energy`` and ``energy_h0``, ``energy_h1``, …; with time-dependent
-    weights also ``energy_theta`` (:math:`\sum_h w_h E_h`, seed 004).  With
+    weights also ``energy_theta`` (:math:`\sum_h w_h E_h`, Massucco et al. (arXiv 2605.18870)).  With
     ``points`` the state is a grid measure (cell masses at those points).
     """
 

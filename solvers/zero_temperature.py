@@ -5,7 +5,7 @@ r"""Zero-temperature particle solver: the :math:`\beta\to\infty` limit of softma
     \dot x_i = \sigma\,\frac{P^\perp_{x_i}(S x_i)}{\|B^\top x_i\|},\qquad
     S = V B^\top,\quad B = Q^\top K,\quad \sigma=\pm1
 
-(seed 002, Equation 3; MODEL.md §4).  When the token measure has full support,
+(Equation 3 of arXiv 2605.10931).  When the token measure has full support,
 the softmax weights :math:`\propto e^{\beta x^\top B y}` concentrate as
 :math:`\beta\to\infty` on the maximiser :math:`y^\star = B^\top x/\|B^\top x\|` of
 :math:`y\mapsto x^\top By` over the sphere, so :math:`v(x)\to Vy^\star = Sx/\|B^\top x\|`.
@@ -81,7 +81,7 @@ class RayleighTracker:
 
     For symmetric ``S`` it is a Lyapunov function of the zero-temperature flow:
     :math:`\frac{d}{dt}x^\top Sx = 2\sigma\|P^\perp_x Sx\|^2/\|B^\top x\|`
-    (seed 002, the Lyapunov estimate behind Corollary 2); it increases to :math:`\mu_1` in ascent.
+    (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the Lyapunov estimate behind Corollary 2); it increases to :math:`\mu_1` in ascent.
     """
 
     field: ZeroTemperatureField

@@ -56,7 +56,7 @@ __all__ = [
 
 
 def single_head(cfg: dict[str, Any]) -> Any:
-    """The one head of a resolved config (seed 002 is a single-head theory).
+    """The one head of a resolved config (the theory of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931, is for one head).
 
     Raises
     ------
@@ -65,7 +65,7 @@ def single_head(cfg: dict[str, Any]) -> Any:
     """
     heads = build_heads(cfg)
     if len(heads) != 1:
-        raise ConfigError("model.heads", f"W2 to Π♯ρ₀ (seed 002) needs a single head, got {len(heads)}")
+        raise ConfigError("model.heads", f"W2 to Π♯ρ₀ (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931) needs a single head, got {len(heads)}")
     return heads[0]
 
 
@@ -93,7 +93,7 @@ class ConcentrationTracker:
         \texttt{e\_eigenspace\_distance} = D(\rho_t, E),\quad
         \texttt{v\_eigenspace\_distance} = D(\rho_t, E_V)
 
-    (seed 002, Theorem 1 and Conjecture 1), with geodesic cost and :math:`D` of
+    (Theorem 1 and Conjecture 1 of arXiv 2605.10931), with geodesic cost and :math:`D` of
     :func:`meanfield.analysis.projection.eigenspace_distance`.  The state is either a
     particle cloud ``(n, d)`` with masses ``weights`` (uniform when None) or,
     when ``points`` is set, the cell masses ``(N,)`` of a grid measure on those
@@ -194,7 +194,7 @@ def concentration_summary(
         [t_a, t_b] = \text{the connected component of } \{t : W_2(t)\le \theta\}
         \text{ containing } t_{\min}
 
-    (seed 002, Theorem 1: metastability near :math:`\Pi_\sharp\rho_0` for
+    (Theorem 1: metastability near :math:`\Pi_\sharp\rho_0` for
     :math:`t\lesssim\log\beta`).  The threshold is ``threshold`` if given, else
     :math:`\theta = \text{factor}\cdot W_{2,\min}` (default twice the minimum).
     :math:`t_a, t_b` are interpolated linearly between saved frames; when the

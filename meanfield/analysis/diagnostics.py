@@ -1,8 +1,8 @@
-r"""Diagnostics of seed 000 on any particle trajectory: energies, radial shadows, entropy, clusters.
+r"""Diagnostics of Pendharkar (arXiv 2605.04279) on any particle trajectory: energies, radial shadows, entropy, clusters.
 
 For tokens :math:`x_i\in S^{d-1}` with masses :math:`a_i` (uniform :math:`1/n`),
 heads :math:`(B_h,V_h)` and the attention kind of the run, write the head
-outputs :math:`f^h_i` (so that :math:`v_i=\sum_h f^h_i`, MODEL.md §2), the
+outputs :math:`f^h_i` (so that :math:`v_i=\sum_h f^h_i`), the
 token velocity :math:`\dot x_i=\sigma P^\perp_{x_i}v_i` (:math:`\sigma=\pm1` for
 ascent/descent) and
 
@@ -20,13 +20,13 @@ The chain-rule rate :math:`dE_h/dt` is exact for every kind (with
 time-dependent heads it is the transport part, heads frozen at the frame's
 time).  The *split* :math:`\Pi_h` ("head power") into tangential self-power
 :math:`\|g^h\|^2`, cross terms :math:`\langle f^h,f^{h'}\rangle` and radial
-shadows :math:`a^ha^{h'}` equals :math:`dE_h/dt` in the setting of seed 000,
+shadows :math:`a^ha^{h'}` equals :math:`dE_h/dt` in the setting of Pendharkar (arXiv 2605.04279),
 Thm 11 and Thms 16–17 (``unnormalized`` kind, symmetric value-aligned heads
 :math:`V_h=B_h=B_h^\top`), where :math:`f^h_i=u^h_i=\sum_j a_je^{\beta s^h_{ij}}B_hx_j`;
 for every kind :math:`\sum_h\Pi_h=\sum_i a_i\langle\dot x_i,v_i\rangle
 =\sigma\sum_i a_i\|\dot x_i\|^2` (:math:`\sigma` times the kinetic term of Thm 11).
 
-Radial dominance (seed 000, Condition 8) is reported in its per-token form
+Radial dominance (Condition 8 of arXiv 2605.04279) is reported in its per-token form
 
 .. math::
 
@@ -37,7 +37,7 @@ Radial dominance (seed 000, Condition 8) is reported in its per-token form
 :math:`S_h=\sum_ia_i\|g^h_i\|^2`, is 1 without interference and negative when
 head :math:`h`'s energy moves against the flow).
 
-Attention entropy (seed 000, Thm 27), with :math:`p^h_{ij}\propto a_je^{\beta s^h_{ij}}`:
+Attention entropy (Thm 27 of arXiv 2605.04279), with :math:`p^h_{ij}\propto a_je^{\beta s^h_{ij}}`:
 
 .. math::
 
@@ -140,7 +140,7 @@ def _sign(direction: str) -> float:
 def head_outputs(
     x: np.ndarray, heads: HeadStack, *, beta: float, kind: str, weights: np.ndarray | None = None
 ) -> np.ndarray:
-    r"""Per-head outputs :math:`f^h_i` with :math:`v_i=\sum_h f^h_i` (MODEL.md §2; seed 000 §3).
+    r"""Per-head outputs :math:`f^h_i` with :math:`v_i=\sum_h f^h_i` (Pendharkar, arXiv 2605.04279: §3).
 
     .. math::
 
@@ -248,7 +248,7 @@ def token_velocity(f: np.ndarray, x: np.ndarray, *, direction: str = "ascent") -
 def energy_rates(
     x: np.ndarray, xdot: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None
 ) -> np.ndarray:
-    r"""Exact per-head energy rates by the chain rule (seed 000, energy of §3).
+    r"""Exact per-head energy rates by the chain rule (Pendharkar, arXiv 2605.04279).
 
     .. math::
 
@@ -309,7 +309,7 @@ def energy_rates(
 def power_split(
     f: np.ndarray, x: np.ndarray, *, direction: str = "ascent", weights: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
-    r"""Split of the head powers into self-power, cross terms and radial shadows (seed 000, Thms 11, 16–17).
+    r"""Split of the head powers into self-power, cross terms and radial shadows (Thms 11, 16–17 of arXiv 2605.04279).
 
     .. math::
 
@@ -370,7 +370,7 @@ def power_split(
 def entropy_and_production(
     x: np.ndarray, xdot: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    r"""Attention entropies and their exact production rates (seed 000, Thm 27).
+    r"""Attention entropies and their exact production rates (Thm 27 of arXiv 2605.04279).
 
     .. math::
 
@@ -430,7 +430,7 @@ def entropy_and_production(
 
 
 def cluster_statistics(x: np.ndarray, *, tol: float = 1e-3) -> dict[str, float]:
-    r"""Minimum pairwise inner product, :math:`1-\gamma` and the number of clusters (seed 000, Thms 22, 25).
+    r"""Minimum pairwise inner product, :math:`1-\gamma` and the number of clusters (Thms 22, 25 of arXiv 2605.04279).
 
     .. math::
 
@@ -472,7 +472,7 @@ def cluster_statistics(x: np.ndarray, *, tol: float = 1e-3) -> dict[str, float]:
 
 
 def count_clusters(x: np.ndarray, *, tol: float = 1e-3) -> int:
-    r"""Connected components of :math:`\{(i,j):\langle x_i,x_j\rangle\ge1-\mathrm{tol}\}` (seed 000, clustering).
+    r"""Connected components of :math:`\{(i,j):\langle x_i,x_j\rangle\ge1-\mathrm{tol}\}` (Pendharkar, arXiv 2605.04279: clustering).
 
     Processed block by block: the edges of one block of rows are merged with one
     edge per token to a representative of its current component, and
@@ -511,7 +511,7 @@ def count_clusters(x: np.ndarray, *, tol: float = 1e-3) -> int:
 
 
 def gradient_flow_setting(heads: HeadStack, kind: str, *, rtol: float = 1e-12) -> bool:
-    r"""Whether seed 000's Thm 11 applies: ``unnormalized`` kind, :math:`B_h=B_h^\top` and :math:`V_h=B_h` for all heads.
+    r"""Whether Pendharkar's (arXiv 2605.04279) Thm 11 applies: ``unnormalized`` kind, :math:`B_h=B_h^\top` and :math:`V_h=B_h` for all heads.
 
     In that setting :math:`dE_{\mathrm{multi}}/dt=\sum_ia_i\|\dot x_i\|^2` and the
     split :math:`\Pi_h` of :func:`power_split` equals :math:`dE_h/dt`.
@@ -634,7 +634,7 @@ def frame_diagnostics(
     weights: np.ndarray | None = None,
     tol: float = 1e-3,
 ) -> FrameDiagnostics:
-    r"""All seed-000 diagnostics of one frame, blocked over rows (seed 000, Thms 11, 16–17, 27; Condition 8).
+    r"""All diagnostics of Pendharkar (arXiv 2605.04279) of one frame, blocked over rows (Thms 11, 16–17, 27 of arXiv 2605.04279; Condition 8).
 
     .. math::
 
@@ -821,7 +821,7 @@ def diagnose_trajectory(
     tol: float = 1e-3,
     fd_points: int = 5,
 ) -> dict[str, np.ndarray]:
-    r"""Time series of every diagnostic along a saved trajectory (seed 000, §3 of MODEL.md).
+    r"""Time series of every diagnostic along a saved trajectory (Pendharkar, arXiv 2605.04279).
 
     .. math::
 

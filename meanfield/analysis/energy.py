@@ -1,4 +1,4 @@
-r"""Interaction energies of seed 000 (MODEL.md §3) for particles and weighted measures.
+r"""Interaction energies of Pendharkar (arXiv 2605.04279) for particles and weighted measures.
 
 .. math::
 
@@ -7,7 +7,7 @@ r"""Interaction energies of seed 000 (MODEL.md §3) for particles and weighted m
 
 for particles :math:`E_h = \frac{1}{2\beta n^2}\sum_{ij} e^{\beta s^h_{ij}}`.  At
 :math:`\beta=0` we use the limit of :math:`(E_h - E_h|_{s=0})`, i.e.
-:math:`\tfrac12\iint x^\top B_h y`, which generates the same dynamics.  Seed 004's
+:math:`\tfrac12\iint x^\top B_h y`, which generates the same dynamics.  Massucco et al. (arXiv 2605.18870)'s
 time-dependent energy is the :math:`\Theta`-average :math:`\sum_h w_h E_h`
 (:func:`energy_theta`).
 
@@ -25,7 +25,7 @@ _BLOCK_ELEMENTS = 1 << 18
 
 
 def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None) -> np.ndarray:
-    r"""Per-head energies :math:`E_h`, shape ``(H,)`` (seed 000, eq. of :math:`E_h`).
+    r"""Per-head energies :math:`E_h`, shape ``(H,)`` (the energy of Pendharkar, arXiv 2605.04279).
 
     Parameters
     ----------
@@ -78,10 +78,10 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
 
 
 def energy_multi(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None) -> float:
-    r""":math:`E_{\mathrm{multi}}=\sum_h E_h` (seed 000, Thm 11)."""
+    r""":math:`E_{\mathrm{multi}}=\sum_h E_h` (Thm 11 of arXiv 2605.04279)."""
     return float(np.sum(head_energies(x, heads, beta=beta, weights=weights)))
 
 
 def energy_theta(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None) -> float:
-    r"""Seed 004's :math:`E(\mu,t)=\int E_\theta(\mu)\,d\Theta_t(\theta)=\sum_h w_h E_h`."""
+    r"""The energy of Massucco et al. (arXiv 2605.18870), :math:`E(\mu,t)=\int E_\theta(\mu)\,d\Theta_t(\theta)=\sum_h w_h E_h`."""
     return float(heads.w @ head_energies(x, heads, beta=beta, weights=weights))

@@ -1,4 +1,4 @@
-r"""Mobilities, energy gradient and metric slope of seed 004 (MODEL.md §6).
+r"""Mobilities, energy gradient and metric slope of Massucco et al. (arXiv 2605.18870).
 
 For a measure :math:`\mu=\sum_j a_j\delta_{y_j}` (particles with masses, or
 grid cells with their masses at the cell centres) and heads
@@ -15,7 +15,7 @@ grid cells with their masses at the cell centres) and heads
     |\partial E|^2(\mu,t) &= \int \hat b\,\big\|P^\perp_x\nabla\tfrac{\delta E}{\delta\mu}\big\|^2\,d\mu
         \quad\text{(metric slope)}
 
-(seed 004: weighted Wasserstein geometry, effective mobility, energy-dissipation
+(Massucco et al., arXiv 2605.18870: weighted Wasserstein geometry, effective mobility, energy-dissipation
 identity).  The velocity of the transformer PDE is
 :math:`\hat b\,\nabla\delta E/\delta\mu=\sum_h w_h\!\int e^{\beta x^\top B_hy}B_hy\,d\mu/\sum_h w_h Z_h`,
 which is the ``pooled`` attention kind of :mod:`meanfield.kernels.attention` with :math:`V_h=B_h`
@@ -27,7 +27,7 @@ so :math:`\log Z_h`, :math:`\log\hat b` and the product
 :math:`\hat b\,\nabla\delta E/\delta\mu` (the "flux") never overflow, even when
 :math:`Z_h` itself would.
 
-Seed 004's own slope diagnostic (the authors' public code) is
+The own slope diagnostic of Massucco et al. (arXiv 2605.18870) (the authors' public code) is
 :func:`authors_slope_squared`, :math:`G^2=\mathrm{mean}_i\,\|P^\perp v_i\|^2/\mathrm{mean}_h(n/N_{h,i})`.
 """
 from __future__ import annotations
@@ -117,7 +117,7 @@ def mobility_field(
         \log\hat b(x_i) = -\log\sum_h w_h Z_h(x_i),\quad
         \text{flux}_i = \frac{\sum_h w_h\sum_j a_j e^{\beta x_i^\top B_h y_j}B_h y_j}{\sum_h w_h Z_h(x_i)}
 
-    (seed 004, effective mobility).
+    (Massucco et al., arXiv 2605.18870: effective mobility).
 
     Parameters
     ----------
@@ -200,14 +200,14 @@ def log_partition(
 def head_mobility(
     x: np.ndarray, heads: HeadStack, *, beta: float, y: np.ndarray | None = None, weights: np.ndarray | None = None
 ) -> np.ndarray:
-    r"""Per-head mobilities :math:`b_h(x_i)=1/Z_h(x_i)`, shape ``(H, n)`` (seed 004)."""
+    r"""Per-head mobilities :math:`b_h(x_i)=1/Z_h(x_i)`, shape ``(H, n)`` (Massucco et al., arXiv 2605.18870)."""
     return np.exp(-log_partition(x, heads, beta=beta, y=y, weights=weights))
 
 
 def effective_mobility(
     x: np.ndarray, heads: HeadStack, *, beta: float, y: np.ndarray | None = None, weights: np.ndarray | None = None
 ) -> np.ndarray:
-    r"""Effective mobility :math:`\hat b(x_i)=(\sum_h w_h b_h(x_i)^{-1})^{-1}`, shape ``(n,)`` (seed 004)."""
+    r"""Effective mobility :math:`\hat b(x_i)=(\sum_h w_h b_h(x_i)^{-1})^{-1}`, shape ``(n,)`` (Massucco et al., arXiv 2605.18870)."""
     return mobility_field(x, heads, beta=beta, y=y, weights=weights).mobility
 
 
@@ -221,7 +221,7 @@ def energy_gradient(
 def metric_slope_squared(
     x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None
 ) -> float:
-    r"""Metric slope :math:`|\partial E|^2=\int\hat b\,\|P^\perp\nabla\frac{\delta E}{\delta\mu}\|^2d\mu` (seed 004, EDI).
+    r"""Metric slope :math:`|\partial E|^2=\int\hat b\,\|P^\perp\nabla\frac{\delta E}{\delta\mu}\|^2d\mu` (the energy–dissipation identity of Massucco et al., arXiv 2605.18870).
 
     Computed as :math:`\sum_i a_i\|P^\perp\text{flux}_i\|^2/\hat b_i` (flux :math:`=\hat b\nabla\delta E/\delta\mu`).
 
@@ -247,7 +247,7 @@ def metric_slope(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.nd
 def authors_slope_squared(
     x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None, projected: bool = True
 ) -> float:
-    r"""Seed 004's slope diagnostic :math:`G^2` (the authors' convention).
+    r"""The slope diagnostic :math:`G^2` of Massucco et al. (arXiv 2605.18870), in the authors' convention.
 
     .. math::
 
@@ -287,7 +287,7 @@ def energy_time_derivative(
     beta: float,
     weights: np.ndarray | None = None,
 ) -> float:
-    r"""Explicit time derivative :math:`\partial_t E(\mu,t)` at fixed :math:`\mu` (seed 004, EDI).
+    r"""Explicit time derivative :math:`\partial_t E(\mu,t)` at fixed :math:`\mu` (the energy–dissipation identity of Massucco et al., arXiv 2605.18870).
 
     .. math::
 
@@ -364,8 +364,7 @@ def lipschitz_bound(heads: HeadStack, *, beta: float) -> float:
     :math:`F_i(X)=P^\perp_{x_i}\hat b\nabla\frac{\delta E}{\delta\mu}(x_i)` (value-aligned
     heads), :math:`\|F(X)-F(Y)\|_a\le L\|X-Y\|_a` in
     :math:`\|X\|_a^2=\sum_i a_i\|x_i\|^2`, hence
-    :math:`W_2(\mu_t,\nu_t)\le\|X_t-Y_t\|_a\le e^{Lt}\|X_0-Y_0\|_a` (seed 004,
-    stability under input perturbations; chordal cost).  Derivation: the
+    :math:`W_2(\mu_t,\nu_t)\le\|X_t-Y_t\|_a\le e^{Lt}\|X_0-Y_0\|_a` (Massucco et al., arXiv 2605.18870: stability under input perturbations; chordal cost).  Derivation: the
     tangent projection adds :math:`2M` (:math:`\|v\|\le M`); the query
     derivative is :math:`\beta` times a covariance of the vectors :math:`B_hx_j`
     (:math:`\le\beta M^2`); the key derivatives have blocks

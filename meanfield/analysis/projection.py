@@ -1,4 +1,4 @@
-r"""Low-temperature concentration of seed 002: Assumption 1, the projection :math:`\Pi`, the target :math:`\Pi_\sharp\rho_0`.
+r"""Low-temperature concentration of Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931): Assumption 1, the projection :math:`\Pi`, the target :math:`\Pi_\sharp\rho_0`.
 
 .. math::
 
@@ -7,7 +7,7 @@ r"""Low-temperature concentration of seed 002: Assumption 1, the projection :mat
     W_2\big(\rho^\beta_t, \Pi_\sharp\rho_0\big) \lesssim
         \sqrt{\tfrac{\log(\beta+1)}{\beta}}\, e^{C_1 t} + e^{-ct}
 
-(seed 002, Theorem 1 and Corollary 2; MODEL.md §4).  Here :math:`E` is the
+(Theorem 1 and Corollary 2 of arXiv 2605.10931).  Here :math:`E` is the
 dominant eigenspace of the symmetric matrix :math:`S` (the eigenspace of its
 largest eigenvalue :math:`\mu_1`) and :math:`P_E` its orthogonal projector.
 
@@ -78,7 +78,7 @@ MULT_TOL: float = 1e-10
 
 @dataclass(frozen=True)
 class AssumptionReport:
-    r"""The numbers behind seed 002's Assumption 1 for one head.
+    r"""The numbers behind Assumption 1 of Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931) for one head.
 
     Attributes
     ----------
@@ -143,14 +143,14 @@ def check_assumptions(
     cond_max: float = COND_MAX,
     mult_tol: float = MULT_TOL,
 ) -> AssumptionReport:
-    r"""Check seed 002's Assumption 1 for the head :math:`(Q, K, V)`.
+    r"""Check Assumption 1 of Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931) for the head :math:`(Q, K, V)`.
 
     .. math::
 
         B = Q^\top K \text{ invertible},\qquad S = VB^\top = S^\top,\qquad
         \gamma = \mu_1 - \mu_2 > 0
 
-    (seed 002, Assumption 1; MODEL.md §4).  "Invertible" means
+    (Assumption 1 of arXiv 2605.10931).  "Invertible" means
     :math:`\kappa_2(B)\le` ``cond_max``; "symmetric" means
     :math:`\|S-S^\top\|_F\le` ``sym_tol`` :math:`\|S\|_F`.  The spectrum is
     that of the symmetric part; eigenvalues within ``mult_tol·scale`` of
@@ -200,7 +200,7 @@ def check_assumptions(
         for f in failures
     ) + ")"
     message = (
-        f"Assumption 1 (seed 002) {verdict}: cond(B) = {cond:.4g} (limit {cond_max:.3g}); "
+        f"Assumption 1 of arXiv 2605.10931 {verdict}: cond(B) = {cond:.4g} (limit {cond_max:.3g}); "
         f"‖S−Sᵀ‖/‖S‖ = {defect:.3g} (tol {sym_tol:.3g}); eigenvalues of S = [{spectrum}]; "
         f"gap μ1−μ2 = {gap:.6g} (tol {gap_tol * scale:.3g}); dim E = {dim_E}"
     )
@@ -234,7 +234,7 @@ def dominant_eigenspace(S: ArrayLike, *, tol: float = MULT_TOL) -> tuple[NDArray
         E = \ker\big(\tfrac12(S+S^\top) - \mu_1 I\big)
 
     Eigenvalues within ``tol·max(1, max|μ|)`` of :math:`\mu_1` are counted in
-    (multiplicity-aware, MODEL.md §4).
+    (multiplicity-aware).
 
     Returns
     -------
@@ -258,7 +258,7 @@ def dominant_projector(S: ArrayLike, *, tol: float = MULT_TOL) -> NDArray[np.flo
 
         P_E = \sum_{k:\ \mu_k=\mu_1} u_k u_k^\top
 
-    (seed 002, definition of :math:`\Pi`; MODEL.md §4).  See :func:`dominant_eigenspace`.
+    (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: definition of :math:`\Pi`).  See :func:`dominant_eigenspace`.
 
     Examples
     --------
@@ -280,7 +280,7 @@ def projection_map(
         \Pi : S^{d-1}\setminus E^\perp \to E\cap S^{d-1},\qquad
         \Pi(x) = \frac{P_E x}{\|P_E x\|}
 
-    (seed 002; the limit of the zero-temperature flow from ``x``).  :math:`\Pi` is
+    (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the limit of the zero-temperature flow from ``x``).  :math:`\Pi` is
     undefined on :math:`E^\perp` (Assumption 2): tokens with
     :math:`\|P_Ex\| <` ``tol`` get a row of NaN and their indices are returned.
 
@@ -346,7 +346,7 @@ def pushforward_target(
         p = \rho_0(\langle x, e\rangle > 0);\qquad
         \dim E > 1:\quad \Pi_\sharp\rho_0 = \sum_i a_i\,\delta_{\Pi(x_i)}
 
-    (seed 002, Theorem 1 and Corollary 2; MODEL.md §4).  For ``dim E = 1`` the
+    (Theorem 1 and Corollary 2 of arXiv 2605.10931).  For ``dim E = 1`` the
     atoms are merged into the two points :math:`\pm e` (``e`` the unit vector
     spanning ``E``, oriented so that its largest entry is positive), which
     makes :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` an :math:`n\times 2` problem.
@@ -424,8 +424,8 @@ def value_projector(V: ArrayLike, *, which: str = "magnitude", tol: float = 1e-6
         E_V = \bigoplus_{\lambda\in\sigma(V):\ |\lambda| = \max|\sigma(V)|}
               \operatorname{Re}\,\ker(V-\lambda)^{m_\lambda}
 
-    (seed 002, Conjecture 1: for fixed β and large t the mass moves toward the
-    dominant eigenspace of V; MODEL.md §4 takes the largest :math:`|\lambda|`).
+    (Conjecture 1: for fixed β and large t the mass moves toward the
+    dominant eigenspace of V is that of the largest :math:`|\lambda|`).
     For a symmetric ``V`` this is the span of the eigenvectors of the
     eigenvalues of largest modulus.  For a non-symmetric ``V`` it is the real
     invariant subspace of those eigenvalues, from an ordered real Schur
@@ -487,7 +487,7 @@ def eigenspace_distance(x: ArrayLike, P: ArrayLike, weights: ArrayLike | None = 
     It is the :math:`W_2` distance (geodesic cost) from :math:`\mu` to the set of
     measures supported on :math:`E\cap S^{d-1}`, attained by :math:`\Pi_\sharp\mu`
     (each token moved to its nearest point of the great sphere).  Used for
-    the terminal phase of seed 002 (Conjecture 1) with ``P`` =
+    the terminal phase (Conjecture 1 of arXiv 2605.10931) with ``P`` =
     :func:`value_projector`, and with ``P = P_E`` for the early phase.
     Tokens in :math:`E^\perp` are at distance :math:`\pi/2`.
 
@@ -520,7 +520,7 @@ def zero_temperature_flow(x0: ArrayLike, S: ArrayLike, tau: ArrayLike) -> NDArra
         x(\tau) = \frac{e^{\tau S}x_0}{\|e^{\tau S}x_0\|},\qquad
         \frac{dx}{d\tau} = P^\perp_x(Sx)
 
-    (seed 002, zero-temperature limit, Equation 3; MODEL.md §4).  Differentiating
+    (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: zero-temperature limit, Equation 3).  Differentiating
     :math:`z=e^{\tau S}x_0` and :math:`x=z/\|z\|` gives exactly
     :math:`\dot x = Sx - \langle x, Sx\rangle x` for any square ``S``.  The
     physical equation :math:`\dot x = P^\perp_x(Sx)/\|B^\top x\|` is the same
@@ -568,7 +568,7 @@ def zero_temperature_clock(
         \frac{d\tau}{dt} = \frac{1}{\|B^\top x(\tau)\|},\qquad
         x(\tau) = \frac{e^{\tau S}x_0}{\|e^{\tau S}x_0\|},\qquad \tau(0)=0
 
-    (seed 002, Equation 3: :math:`\dot x = P^\perp_x(Sx)/\|B^\top x\|`).  A
+    (Equation 3 of arXiv 2605.10931: :math:`\dot x = P^\perp_x(Sx)/\|B^\top x\|`).  A
     scalar ODE per token, solved by ``scipy.integrate.solve_ivp`` (DOP853)
     with tight tolerances; with :func:`zero_temperature_flow` it gives a
     reference solution independent of the particle integrators.
@@ -610,7 +610,7 @@ def zero_temperature_solution(x0: ArrayLike, S: ArrayLike, B: ArrayLike, t: Arra
 
         x(t) = \frac{e^{\tau(t)S}x_0}{\|e^{\tau(t)S}x_0\|}
 
-    with the clock of :func:`zero_temperature_clock` (seed 002, Equation 3).
+    with the clock of :func:`zero_temperature_clock` (Equation 3 of arXiv 2605.10931).
 
     Returns
     -------
@@ -628,7 +628,7 @@ def concentration_rate(beta: ArrayLike) -> NDArray[np.float64]:
 
         W_2(\rho^\beta_t,\Pi_\sharp\rho_0)\lesssim r(\beta)\,e^{C_1t}+e^{-ct}
 
-    (seed 002, Theorem 1).  Minimising the bound over ``t`` gives
+    (Theorem 1 of arXiv 2605.10931).  Minimising the bound over ``t`` gives
     :math:`t_{\min}\approx\log(1/r)/(C_1+c)\sim\tfrac{1}{2(C_1+c)}\log\beta` and
     :math:`W_{2,\min}\sim r(\beta)^{c/(C_1+c)}`.
     """
@@ -649,7 +649,7 @@ def resolution_threshold(beta: float, d: int, *, factor: float = RESOLUTION_FACT
 
     The softmax kernel :math:`e^{\beta\langle x,y\rangle}` has width
     :math:`\sim\beta^{-1/2}` on :math:`S^{d-1}`, so a cap of that radius holds
-    a fraction :math:`\sim\beta^{-(d-1)/2}` of the sphere (MODEL.md §4): the
+    a fraction :math:`\sim\beta^{-(d-1)/2}` of the sphere: the
     empirical measure approximates the mean-field velocity only when every such
     cap holds many particles, :math:`n\gg\beta^{(d-1)/2}`.  "Many" is fixed at
     ``factor = 10``.
@@ -664,7 +664,7 @@ def resolution_warning(n: int, beta: float, d: int, *, factor: float = RESOLUTIO
 
         n < \text{factor}\cdot\beta^{(d-1)/2}
 
-    See :func:`resolution_threshold` (MODEL.md §4; on :math:`S^2` use the grid
+    See :func:`resolution_threshold` (on :math:`S^2` use the grid
     solver for large β).
 
     Examples

@@ -1,10 +1,10 @@
-r"""Closed forms of seed 000 (multi-head gradient-flow structure), pure NumPy/SciPy.
+r"""Closed forms of Pendharkar (arXiv 2605.04279) (multi-head gradient-flow structure), pure NumPy/SciPy.
 
 Nothing here runs a particle or grid solver: these are the formulas the solvers
 are checked against, each with an independent numerical twin where the seed's
 statement invites one.
 
-Contents, by theorem of seed 000:
+Contents, by theorem of Pendharkar (arXiv 2605.04279):
 
 * **Thm 19** (critical inverse temperature; scalar heads :math:`B_h=\alpha I`,
   orthogonal tokens, :math:`n\le d`): :func:`c_star`, :func:`head_cosine`,
@@ -158,7 +158,7 @@ def _inv_exp_plus(x: NDArray[np.float64], m: float) -> NDArray[np.float64]:
 # Thm 19: critical inverse temperature
 # --------------------------------------------------------------------------- #
 def c_star(H: ArrayLike) -> float | NDArray[np.float64]:
-    r"""Critical head/token cosine :math:`c^*(H)` (seed 000, Thm 19).
+    r"""Critical head/token cosine :math:`c^*(H)` (Thm 19 of arXiv 2605.04279).
 
     .. math::
 
@@ -195,7 +195,7 @@ def c_star(H: ArrayLike) -> float | NDArray[np.float64]:
 
 
 def head_cosine(beta: ArrayLike, *, n: float, alpha: float) -> float | NDArray[np.float64]:
-    r"""Cosine between one head's output and its token (seed 000, Thm 19).
+    r"""Cosine between one head's output and its token (Thm 19 of arXiv 2605.04279).
 
     .. math::
 
@@ -236,7 +236,7 @@ def head_cosine(beta: ArrayLike, *, n: float, alpha: float) -> float | NDArray[n
 
 
 def beta_star(H: float, n: float, alpha: float) -> float:
-    r"""Critical inverse temperature :math:`\beta^*` in closed form (seed 000, Thm 19).
+    r"""Critical inverse temperature :math:`\beta^*` in closed form (Thm 19 of arXiv 2605.04279).
 
     .. math::
 
@@ -287,7 +287,7 @@ def beta_star(H: float, n: float, alpha: float) -> float:
 
 
 def beta_star_numeric(H: float, n: float, alpha: float) -> float:
-    r"""Critical inverse temperature as the root of :math:`c(\beta)=c^*(H)` (seed 000, Thm 19).
+    r"""Critical inverse temperature as the root of :math:`c(\beta)=c^*(H)` (Thm 19 of arXiv 2605.04279).
 
     .. math::
 
@@ -349,7 +349,7 @@ def _rate_from_gap(eps: NDArray[np.float64], lam: NDArray[np.float64], beta: flo
 
 
 def equiangular_rate(gamma: ArrayLike, *, lambdas: ArrayLike, beta: float, n: float) -> float | NDArray[np.float64]:
-    r"""Rate function :math:`A(\gamma)` of the equiangular ODE (seed 000, Thm 22).
+    r"""Rate function :math:`A(\gamma)` of the equiangular ODE (Thm 22 of arXiv 2605.04279).
 
     .. math::
 
@@ -387,7 +387,7 @@ def equiangular_rate(gamma: ArrayLike, *, lambdas: ArrayLike, beta: float, n: fl
 
 
 def equiangular_rhs(gamma: ArrayLike, *, lambdas: ArrayLike, beta: float, n: float) -> float | NDArray[np.float64]:
-    r"""Right-hand side of the equiangular ODE (seed 000, Thm 22).
+    r"""Right-hand side of the equiangular ODE (Thm 22 of arXiv 2605.04279).
 
     .. math::
 
@@ -441,7 +441,7 @@ def solve_equiangular_log_gap(
     rtol: float = 1e-12,
     atol: float = 1e-14,
 ) -> float | NDArray[np.float64]:
-    r"""Log-gap :math:`u(t)=\log(1-\gamma(t))` of the equiangular ODE (seed 000, Thm 22).
+    r"""Log-gap :math:`u(t)=\log(1-\gamma(t))` of the equiangular ODE (Thm 22 of arXiv 2605.04279).
 
     .. math::
 
@@ -517,7 +517,7 @@ def solve_equiangular(
     rtol: float = 1e-12,
     atol: float = 1e-14,
 ) -> float | NDArray[np.float64]:
-    r"""Solve the equiangular ODE of heterogeneous scalar heads (seed 000, Thm 22).
+    r"""Solve the equiangular ODE of heterogeneous scalar heads (Thm 22 of arXiv 2605.04279).
 
     .. math::
 
@@ -560,7 +560,7 @@ def solve_equiangular(
 
 
 def phi(lam: ArrayLike, *, beta: float, n: float) -> float | NDArray[np.float64]:
-    r"""Early-rate contribution of one scalar head (seed 000, Thm 22).
+    r"""Early-rate contribution of one scalar head (Thm 22 of arXiv 2605.04279).
 
     .. math::
 
@@ -594,7 +594,7 @@ def phi(lam: ArrayLike, *, beta: float, n: float) -> float | NDArray[np.float64]
 
 
 def early_rate(lambdas: ArrayLike, *, beta: float, n: float) -> float:
-    r"""Early clustering rate :math:`\dot\gamma(0)` of heterogeneous heads (seed 000, Thm 22).
+    r"""Early clustering rate :math:`\dot\gamma(0)` of heterogeneous heads (Thm 22 of arXiv 2605.04279).
 
     .. math::
 
@@ -625,7 +625,7 @@ def early_rate(lambdas: ArrayLike, *, beta: float, n: float) -> float:
 
 
 def equal_split_rate(lambdas: ArrayLike, *, beta: float, n: float) -> float:
-    r"""Early rate of :math:`H` equal heads with the same total strength (seed 000, Thm 22).
+    r"""Early rate of :math:`H` equal heads with the same total strength (Thm 22 of arXiv 2605.04279).
 
     .. math::
 
@@ -652,7 +652,7 @@ def equal_split_rate(lambdas: ArrayLike, *, beta: float, n: float) -> float:
 
 
 def lambda_c(beta: float, n: float) -> float:
-    r"""Inflection point :math:`\lambda_c` of :math:`\varphi` (seed 000, Thm 22).
+    r"""Inflection point :math:`\lambda_c` of :math:`\varphi` (Thm 22 of arXiv 2605.04279).
 
     .. math::
 
@@ -701,7 +701,7 @@ def lambda_c(beta: float, n: float) -> float:
 
 
 def superadditivity_gain(lambdas: ArrayLike, *, beta: float, n: float) -> float:
-    r"""Early-rate gain of heterogeneous over equal heads (seed 000, Thm 22).
+    r"""Early-rate gain of heterogeneous over equal heads (Thm 22 of arXiv 2605.04279).
 
     .. math::
 
@@ -731,7 +731,7 @@ def superadditivity_gain(lambdas: ArrayLike, *, beta: float, n: float) -> float:
 
 
 def late_rate(lambdas: ArrayLike) -> float:
-    r"""Late exponential clustering rate (seed 000, Thm 22).
+    r"""Late exponential clustering rate (Thm 22 of arXiv 2605.04279).
 
     .. math::
 
@@ -762,7 +762,7 @@ def late_rate(lambdas: ArrayLike) -> float:
 # Thm 25: clustering-time scalings and fits
 # --------------------------------------------------------------------------- #
 def clustering_time_scale(kind: str, *, n: float, d: float) -> float:
-    r"""Predicted clustering-time scale, without constant (seed 000, Thm 25).
+    r"""Predicted clustering-time scale, without constant (Thm 25 of arXiv 2605.04279).
 
     .. math::
 
@@ -825,7 +825,7 @@ def _xy(xs: ArrayLike, ys: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.f
 
 
 def fit_linear(xs: ArrayLike, ys: ArrayLike) -> tuple[float, float, float]:
-    r"""Least-squares line :math:`y\approx a x+b` (for seed 000, Thm 25).
+    r"""Least-squares line :math:`y\approx a x+b` (for Pendharkar (arXiv 2605.04279), Thm 25).
 
     .. math::
 
@@ -850,7 +850,7 @@ def fit_linear(xs: ArrayLike, ys: ArrayLike) -> tuple[float, float, float]:
 
 
 def fit_power_law(xs: ArrayLike, ys: ArrayLike) -> tuple[float, float, float]:
-    r"""Power-law fit :math:`y\approx e^{b}x^{a}` on log-log axes (for seed 000, Thm 25).
+    r"""Power-law fit :math:`y\approx e^{b}x^{a}` on log-log axes (for Pendharkar (arXiv 2605.04279), Thm 25).
 
     .. math::
 
@@ -883,7 +883,7 @@ def fit_power_law(xs: ArrayLike, ys: ArrayLike) -> tuple[float, float, float]:
 # Thm 27: attention entropy in the scalar equiangular case
 # --------------------------------------------------------------------------- #
 def equiangular_entropy(gamma: ArrayLike, *, lam: float, beta: float, n: float) -> float | NDArray[np.float64]:
-    r"""Entropy of a softmax row for equiangular tokens and a scalar head (seed 000, Thm 27).
+    r"""Entropy of a softmax row for equiangular tokens and a scalar head (Thm 27 of arXiv 2605.04279).
 
     .. math::
 
@@ -949,7 +949,7 @@ def _stack(Bs: Sequence[ArrayLike] | NDArray[np.float64]) -> NDArray[np.float64]
 
 
 def overlap_matrix(Bs: Sequence[ArrayLike] | NDArray[np.float64]) -> NDArray[np.float64]:
-    r"""All pairwise head overlaps :math:`O_{ab}=\|B_aB_b\|_{op}` (seed 000, Thm 39).
+    r"""All pairwise head overlaps :math:`O_{ab}=\|B_aB_b\|_{op}` (Thm 39 of arXiv 2605.04279).
 
     .. math::
 
@@ -978,7 +978,7 @@ def overlap_matrix(Bs: Sequence[ArrayLike] | NDArray[np.float64]) -> NDArray[np.
 
 
 def head_overlap(Bs: Sequence[ArrayLike] | NDArray[np.float64]) -> float:
-    r"""Approximate-orthogonality constant :math:`\delta` of a set of heads (seed 000, Thm 39).
+    r"""Approximate-orthogonality constant :math:`\delta` of a set of heads (Thm 39 of arXiv 2605.04279).
 
     .. math::
 
@@ -1018,7 +1018,7 @@ def _range_basis(B: NDArray[np.float64], rtol: float) -> NDArray[np.float64]:
 def principal_angles(
     Bs: Sequence[ArrayLike] | NDArray[np.float64], *, rtol: float = 1e-10
 ) -> dict[tuple[int, int], NDArray[np.float64]]:
-    r"""Principal angles between the head subspaces :math:`\mathrm{range}(B_h)` (seed 000, Thm 39).
+    r"""Principal angles between the head subspaces :math:`\mathrm{range}(B_h)` (Thm 39 of arXiv 2605.04279).
 
     .. math::
 

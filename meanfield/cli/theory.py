@@ -96,7 +96,7 @@ def _add_beta_star(sub: Any) -> None:
         "beta-star",
         help="critical inverse temperature beta* of Thm 19 (closed form and numerical root)",
         description=(
-            "Thm 19 of seed 000 (scalar heads B_h = alpha I, orthogonal tokens, n <= d): "
+            "Thm 19 of Pendharkar (arXiv 2605.04279) (scalar heads B_h = alpha I, orthogonal tokens, n <= d): "
             "c*(H), beta* = ln(c*^2 (n-1)/(1-c*^2))/(2 alpha) and the root of c(beta) = c*(H)."
         ),
     )
@@ -144,7 +144,7 @@ def _add_rates(sub: Any) -> None:
         "rates",
         help="early/late clustering rates and super-additivity of Thm 22",
         description=(
-            "Thm 22 of seed 000 (softmax, B_h = V_h = lambda_h I, equiangular tokens): early rate "
+            "Thm 22 of Pendharkar (arXiv 2605.04279) (softmax, B_h = V_h = lambda_h I, equiangular tokens): early rate "
             "sum_h phi(lambda_h), phi(l) = 2 l/(e^(l beta)+n-1), the equal-split rate H phi(Lambda/H), "
             "their difference, the inflection point lambda_c of phi and the late rate 2 Lambda."
         ),

@@ -1,4 +1,4 @@
-r"""``meanfield theory clustering-time``: measured ReLU vs softmax clustering times (seed 000, Thm 25).
+r"""``meanfield theory clustering-time``: measured ReLU vs softmax clustering times (Thm 25 of arXiv 2605.04279).
 
 .. math::
 
@@ -98,7 +98,7 @@ def add_subparser(subparsers: Any) -> None:
         "clustering-time",
         help="measured ReLU vs softmax clustering times and their fits (Thm 25)",
         description=(
-            "Thm 25 of seed 000: time until every pairwise inner product exceeds 1 - eps, from random "
+            "Thm 25 of Pendharkar (arXiv 2605.04279): time until every pairwise inner product exceeds 1 - eps, from random "
             "tokens, for one identity head; fits T ~ a X + b against X = n (softmax) or n log d (relu), "
             "the exponent of T in n and the slope of T in log d. Runs that stall in several clusters "
             "(frequent for relu from uniform tokens) are skipped and counted in clustered_fraction."

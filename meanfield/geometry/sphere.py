@@ -159,7 +159,7 @@ def sample_equiangular(n: int, d: int, *, gamma: float, seed: int | None = 0) ->
 
     Built from the Gram matrix :math:`G=(1-\gamma)I+\gamma\mathbf 1\mathbf 1^\top`
     (positive definite for :math:`-1/(n-1)<\gamma<1`) by Cholesky, then rotated
-    by a seeded random orthogonal matrix.  This is the setting of seed 000, Thm 22.
+    by a seeded random orthogonal matrix.  This is the setting of Pendharkar (arXiv 2605.04279), Thm 22.
     """
     if n > d:
         raise ValueError(f"equiangular tokens need n <= d, got n={n}, d={d}")

@@ -13,7 +13,7 @@ features)
 and head :math:`h` uses the rows :math:`R_h = [h d_h, (h+1) d_h)` of
 :math:`W_q, W_k, W_v` and the columns :math:`R_h` of :math:`W_O`.  Its score is
 :math:`(W_q x_i)_{R_h}\cdot(W_k x_j)_{R_h}/\sqrt{d_h}`, so in the notation of
-MODEL.md §1
+:mod:`meanfield.heads`
 
 .. math::
 
@@ -31,8 +31,8 @@ the output projection, so we take the value map acting in :math:`\mathbb R^d`
 
 i.e. the head's contribution :math:`\sum_j p^h_{ij} V_h x_j` to the residual
 update :math:`x_i \mapsto x_i + \sum_h \sum_j p^h_{ij} V_h x_j`.  The layer's
-update is exactly :math:`\sum_h` of these (the multi-head velocity of MODEL.md §2,
-``softmax`` kind), which is why :math:`W_O` is folded into each head instead of
+update is exactly :math:`\sum_h` of these (the multi-head ``softmax`` velocity of
+:mod:`meanfield.kernels.attention`), which is why :math:`W_O` is folded into each head instead of
 being kept as a separate map.
 
 **Biases are dropped.**  With biases the score is
@@ -63,7 +63,7 @@ downloaded at run time.  Tensor names may carry any prefix (``bert.``,
 ``model.``, ...).  The number of heads comes from ``config.json`` beside the file
 (``num_attention_heads``, ``hidden_size``), else from ``num_heads``.
 
-Analysis (seed 000, Thms 19 and 39; seed 002, Assumption 1)
+Analysis (Thms 19 and 39 of arXiv 2605.04279; Assumption 1 of arXiv 2605.10931)
 -----------------------------------------------------------
 :func:`analyse_layer` measures, for the heads of one layer: principal angles
 between head subspaces and :math:`\delta=\max_{h\ne h'}\|B_{h'}B_h\|_{op}`, the
@@ -494,7 +494,7 @@ def load_checkpoint(path: str | Path, *, num_heads: int | None = None, key: str 
         Q_h = W_q[R_h,:],\quad K_h = W_k[R_h,:],\quad V_h = W_O[:,R_h]\,W_v[R_h,:],
         \qquad R_h = [h\,d_h,(h+1)\,d_h)
 
-    (MODEL.md §1 heads from a trained transformer; see the module notes for
+    (the heads :math:`(Q_h, K_h, V_h)` of a trained transformer; see the module notes for
     the value map and the dropped biases).  Uses the ``safetensors`` NumPy API
     only (no torch); tensors are converted to read-only float64.  Results are
     cached per file (path, modification time, size).
@@ -634,8 +634,7 @@ def symmetry_defect(M: np.ndarray) -> float:
         \operatorname{asym}(M) = \frac{\|M - M^\top\|_F}{\|M\|_F}\in[0,2],
 
     0 for a symmetric matrix, 2 for an antisymmetric one, and close to
-    :math:`\sqrt{2(1-1/d)}` for a matrix with i.i.d. centred entries (seed 000
-    Thm 11 needs symmetric :math:`B_h`; seed 002 Assumption 1 needs symmetric
+    :math:`\sqrt{2(1-1/d)}` for a matrix with i.i.d. centred entries (Thm 11 of arXiv 2605.04279 needs symmetric :math:`B_h`; Assumption 1 of arXiv 2605.10931 needs symmetric
     :math:`VB^\top`).  0 for the zero matrix.
 
     Examples
@@ -659,7 +658,7 @@ def scalar_strength(B: np.ndarray) -> tuple[float, float]:
 
     :math:`\lambda` is also the mean self-score :math:`\mathbb E\,x^\top Bx` of a
     uniform token on :math:`S^{d-1}`: the :math:`\alpha` of the scalar-head
-    idealisation (seed 000, Thms 19 and 22).  :math:`f=1` exactly for a scalar head.
+    idealisation (Thms 19 and 22 of arXiv 2605.04279).  :math:`f=1` exactly for a scalar head.
 
     Returns
     -------
@@ -678,7 +677,7 @@ def scalar_strength(B: np.ndarray) -> tuple[float, float]:
 
 
 def dominant_eigenspace(S: np.ndarray, *, rtol: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
-    r"""Eigenvalues of :math:`\operatorname{sym}(S)` and an orthonormal basis of its dominant eigenspace (seed 002).
+    r"""Eigenvalues of :math:`\operatorname{sym}(S)` and an orthonormal basis of its dominant eigenspace (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931).
 
     .. math::
 
@@ -686,7 +685,7 @@ def dominant_eigenspace(S: np.ndarray, *, rtol: float = 1e-6) -> tuple[np.ndarra
         \mu_1\ge\mu_2\ge\dots,\qquad
         E = \operatorname{span}\{e_k : \mu_1-\mu_k \le \mathrm{rtol}\,\max_k|\mu_k|\}.
 
-    Seed 002 (Assumption 1) takes :math:`S = VB^\top` symmetric with gap
+    Assumption 1 of Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931) takes :math:`S = VB^\top` symmetric with gap
     :math:`\mu_1-\mu_2>0`; for a non-symmetric :math:`S` the symmetric part is the
     matrix whose quadratic form :math:`x^\top Sx` drives the zero-temperature
     flow's radial growth.
@@ -785,7 +784,7 @@ class LayerReport:
             "alpha": self.alpha,
             "beta_model": self.beta_model,
             "beta_ln": self.beta_ln,
-            "beta_star": self.beta_star,
+            "beta_star": self.beta_star if self.beta_star > 0 else None,  # β* ≤ 0: no temperature keeps the heads monotone
             "regime": self.regime,
             "regime_ln": self.regime_ln,
             "n_positive": self.n_positive,
@@ -798,6 +797,8 @@ class LayerReport:
             value = getattr(self, name)
             if name == "angles":
                 value = {f"{a}-{b}": v.tolist() for (a, b), v in value.items()}
+            elif name == "beta_star" and not value > 0:
+                value = None  # no β > 0 keeps every head monotone
             elif isinstance(value, np.ndarray):
                 value = value.tolist()
             elif isinstance(value, tuple):
@@ -900,7 +901,7 @@ def analyse_layer(
     bias_ratio: Sequence[float] | None = None,
     rtol: float = 1e-6,
 ) -> LayerReport:
-    r"""The theory's map for the heads of one layer (seed 000 Thms 19, 39; seed 002 Assumption 1).
+    r"""The theory's map for the heads of one layer (Thms 19, 39 of arXiv 2605.04279; Assumption 1 of arXiv 2605.10931).
 
     For each head :math:`B_h=Q_h^\top K_h`, :math:`S_h=V_hB_h^\top`:
 

@@ -12,7 +12,7 @@ for the token ids :math:`t_1,\dots,t_n` of the sentence (the checkpoint's own
 :math:`\operatorname{var}(e_i)` the mean and (biased) variance over the
 :math:`d` features, and :math:`(\gamma, b, \varepsilon)` the checkpoint's
 ``embeddings.LayerNorm`` gain, shift and ``layer_norm_eps``.  :math:`u_i` is
-exactly what BERT's first attention layer reads; the model of MODEL.md §1 lives
+exactly what BERT's first attention layer reads; the tokens of the mean-field model live
 on the unit sphere, so the initial tokens are the LayerNorm outputs divided by
 their norms :math:`r_i=\|u_i\|` (which are kept: the real scores are
 :math:`r_ir_j\,x_i^\top Bx_j/\sqrt{d_h}`, see :mod:`meanfield.heads.checkpoint`).

@@ -2,7 +2,7 @@ r"""Attention heads :math:`(Q_h, K_h, V_h)` and their parsing from config values
 
 A head has query/key matrices :math:`Q_h, K_h\in\mathbb R^{k\times d}` and a value
 :math:`V_h\in\mathbb R^{d\times d}`; its score matrix is :math:`B_h=Q_h^\top K_h`,
-so that :math:`s^h_{ij}=\langle Q_hx_i,K_hx_j\rangle=x_i^\top B_hx_j` (MODEL.md §1).
+so that :math:`s^h_{ij}=\langle Q_hx_i,K_hx_j\rangle=x_i^\top B_hx_j`.
 
 Each of ``Q``, ``K``, ``V`` in a config may be
 
@@ -12,7 +12,7 @@ Each of ``Q``, ``K``, ``V`` in a config may be
 * ``"random"`` — i.i.d. :math:`N(0, 1/d)` entries, seeded by the head's ``seed``;
 * ``"file:PATH.npy"`` — a matrix stored with :func:`numpy.save`;
 * for ``V`` only, ``"aligned"`` — :math:`V_h = Q_h^\top K_h = B_h` (the
-  value-aligned heads :math:`M_h` of seed 000).
+  value-aligned heads :math:`M_h` of Pendharkar (arXiv 2605.04279)).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-r"""Time-dependent heads: the weight schedules of seed 004 (MODEL.md §6).
+r"""Time-dependent heads: the weight schedules of Massucco et al. (arXiv 2605.18870).
 
 The parameters of head :math:`h` move in time, :math:`\theta^{(h)}_t`, and their
 law is the empirical measure :math:`\Theta_t=\sum_h w_h\,\delta_{\theta^{(h)}_t}`
@@ -11,7 +11,7 @@ and reproducible from its seed.
 :math:`B_h=Q_h^\top K_h` and its value :math:`V_h`, so the schedules act on
 :math:`\theta_h=(B_h,V_h)` directly (a perturbation of :math:`Q_h, K_h` would
 reach the dynamics only through :math:`B_h`).  They preserve the structure of
-the configured heads :math:`\bar\theta_h=(\bar B_h,\bar V_h)`, which seed 004's
+the configured heads :math:`\bar\theta_h=(\bar B_h,\bar V_h)`, which the public code of Massucco et al. (arXiv 2605.18870)
 gradient-flow structure needs (symmetric, value-aligned :math:`B_\theta=V_\theta`):
 
 * if :math:`\bar B_h` is symmetric, :math:`B_h(t)` stays symmetric (the
@@ -168,7 +168,7 @@ class OUSchedule:
         d\theta^{(h)}_t = -\kappa\big(\theta^{(h)}_t-\bar\theta^{(h)}\big)\,dt + \sigma\,dW^{(h)}_t,
         \qquad \theta^{(h)}_0=\bar\theta^{(h)}
 
-    (seed 004, weights of the integrable regime; MODEL.md §6), on the free
+    (Massucco et al., arXiv 2605.18870: weights of the integrable regime), on the free
     entries of :math:`(B_h, V_h)` described in the module docstring.  The grid
     values are the exact Gaussian transition, so their law does not depend on
     :math:`\Delta`; the path is extended lazily to any requested ``t`` and is
@@ -343,7 +343,7 @@ class OscillatingSchedule:
         B_h(t) = \bar B_h + A\sin(\omega t+\varphi_h)\,I_d,\qquad
         V_h(t) = \begin{cases} B_h(t) & \bar V_h=\bar B_h\\ \bar V_h + A\sin(\omega t+\varphi_h)\,I_d & \text{otherwise}\end{cases}
 
-    (seed 004, the non-integrable regime: :math:`\int|\dot\Theta_t|\,dt=\infty`).
+    (Massucco et al., arXiv 2605.18870: the non-integrable regime: :math:`\int|\dot\Theta_t|\,dt=\infty`).
 
     Parameters
     ----------

@@ -1,6 +1,6 @@
 """Runs on disk: HDF5 files with the resolved config stored beside the arrays.
 
-Layout (a public contract, see INTERFACES.md):
+Layout (a public contract, described in the README's *Data files*):
 
 * attribute ``config`` — the resolved config as JSON;
 * particles: dataset ``t`` (T,) and ``x`` (T, n, d);

@@ -1,4 +1,4 @@
-r"""Attention velocity laws :math:`v_i` of MODEL.md §2, for particles and weighted measures.
+r"""Attention velocity laws :math:`v_i`, for particles and weighted measures.
 
 For tokens :math:`x_j` with masses :math:`a_j` (uniform :math:`1/n` for an
 empirical measure, cell masses on a grid) and heads :math:`(B_h, V_h, w_h)`:
@@ -10,11 +10,13 @@ empirical measure, cell masses on a grid) and heads :math:`(B_h, V_h, w_h)`:
     \text{relu:}\quad v_i &= \sum_h \sum_j a_j \max(s^h_{ij}, 0) V_h x_j \\
     \text{pooled:}\quad v_i &= \frac{\sum_h w_h \sum_j a_j e^{\beta s^h_{ij}} V_h x_j}{\sum_h w_h \sum_j a_j e^{\beta s^h_{ij}}}
 
-with :math:`s^h_{ij}=x_i^\top B_h x_j`.  ``softmax`` is seeds 002/000 (Thms 19,
-22, 27), ``unnormalized`` seed 000 Thm 11, ``relu`` seed 000 Thm 25 (the score
-enters without :math:`\beta`), ``pooled`` the effective-mobility form of seed 004.
-The tokens' velocity is :math:`\dot x_i = \pm P^\perp_{x_i} v_i` (see
-:mod:`meanfield.solvers.particle`); this module returns the ambient :math:`v_i`.
+with :math:`s^h_{ij}=x_i^\top B_h x_j`.  ``softmax`` is the standard multi-head
+attention of Pendharkar (arXiv 2605.04279, Thms 19, 22, 27) and, with one head, of
+Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931); ``unnormalized`` is Thm 11 of
+arXiv 2605.04279 (an exact gradient flow), ``relu`` its Thm 25 (the score enters
+without :math:`\beta`), ``pooled`` the effective-mobility form of Massucco et al.
+(arXiv 2605.18870).  The tokens' velocity is :math:`\dot x_i = \pm P^\perp_{x_i} v_i`
+(:class:`meanfield.Model`); this module returns the ambient :math:`v_i`.
 
 Implementations, which the tests compare (``backend="auto"``, the default, takes
 ``"fused"`` for float64 softmax at ``d ≤`` :data:`FUSED_MAX_D` and ``"blas"`` otherwise):
@@ -23,22 +25,14 @@ Implementations, which the tests compare (``backend="auto"``, the default, takes
     :mod:`meanfield.kernels.fused`: score → exp → accumulate in one numba pass over
     column chunks, with a vectorisable ``exp`` of its own (≤ 1 ulp).
 ``"blas"``
-    Row blocks of scores by one GEMM, NumPy's vectorised ``exp`` in place, one
-    GEMM back, blocks spread over a thread pool (NumPy and BLAS release the GIL).
-    Softmax rows are shifted by the Cauchy–Schwarz bound
-    :math:`c_i=\beta\|B_h^\top x_i\|\ge\max_j\beta s^h_{ij}` (exact on the
-    sphere), folded into the first GEMM as an extra column, and the row sums
-    come out of the second GEMM as an extra column: one pass of ``exp`` and no
-    max/sum passes.  Rows whose bound is too loose to avoid underflow are
-    recomputed with the exact row maximum.  Memory: one ``block × n`` buffer per
-    thread, capped at :data:`BLOCK_ELEMENTS`, i.e. :math:`O(n\,d)` overall.
+    :mod:`meanfield.kernels.blas`: row blocks of scores by one GEMM, NumPy's
+    ``exp`` in place, one GEMM back, blocks spread over a thread pool.
 ``"numba"``
-    A fused loop, parallel over rows, with :math:`O(n\,d)` memory.  numba's
-    ``exp`` is scalar on these machines, so it is slower for dense attention;
-    ``meanfield bench`` measures both.
+    :mod:`meanfield.kernels.rows`: a fused loop, parallel over rows, with
+    :math:`O(n\,d)` memory; numba's ``exp`` is scalar, so it is slower for dense attention.
 ``"numpy"``
-    The plain NumPy twin: GEMM → max → exp → GEMM in row blocks, one thread.
-    It is the reference the other two are tested against.
+    :mod:`meanfield.kernels.reference`: the plain NumPy twin, GEMM → max → exp →
+    GEMM in row blocks, one thread.  It is the reference the others are tested against.
 """
 from __future__ import annotations
 
@@ -99,7 +93,7 @@ def attention_velocity(
     backend: str = "auto",
     precision: str = "float64",
 ) -> np.ndarray:
-    r"""Ambient attention velocity :math:`v_i` of MODEL.md §2 (see the module docstring).
+    r"""Ambient attention velocity :math:`v_i` (the velocity laws of the module docstring).
 
     Parameters
     ----------

@@ -1,11 +1,11 @@
-r"""Low-temperature concentration onto :math:`\Pi_\sharp\rho_0` (seed 002): tracker, analysis, β sweeps, cost.
+r"""Low-temperature concentration onto :math:`\Pi_\sharp\rho_0` (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931): tracker, analysis, β sweeps, cost.
 
 .. math::
 
     W_2\big(\rho^\beta_t, \Pi_\sharp\rho_0\big) \lesssim
         \sqrt{\tfrac{\log(\beta+1)}{\beta}}\; e^{C_1 t} + e^{-ct}
 
-(seed 002, Theorem 1; MODEL.md §4).  The curve :math:`W_2(t)` first falls
+(Theorem 1 of arXiv 2605.10931).  The curve :math:`W_2(t)` first falls
 (the zero-temperature flow concentrates the tokens on the dominant eigenspace
 :math:`E` of :math:`S=VB^\top`), reaches its minimum :math:`W_{2,\min}(\beta)` at
 :math:`t_{\min}(\beta)`, and then rises again as the finite-temperature error
@@ -172,7 +172,7 @@ def sweep_beta(
         t_{\min}(\beta) \approx a\log\beta + b,\qquad
         \log W_{2,\min}(\beta) \approx a'\log\sqrt{\tfrac{\log(\beta+1)}{\beta}} + b'
 
-    (seed 002, Theorem 1: the bound
+    (Theorem 1: the bound
     :math:`r(\beta)e^{C_1t}+e^{-ct}` is smallest at
     :math:`t\approx\log(1/r)/(C_1+c)`, linear in :math:`\log\beta`, where it is
     :math:`\sim r^{c/(C_1+c)}`, so the theory predicts :math:`a>0` and :math:`0<a'\le1`).

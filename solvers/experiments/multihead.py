@@ -1,4 +1,4 @@
-r"""The experiments of seed 000 (multi-head gradient-flow structure) as library functions.
+r"""The experiments of Pendharkar (arXiv 2605.04279) (multi-head gradient-flow structure) as library functions.
 
 Each function simulates particles with :func:`meanfield.solvers.particle.simulate`,
 measures with :mod:`meanfield.analysis.diagnostics`, compares with the closed forms of
@@ -95,7 +95,7 @@ def _shares(H: int, dominant_share: float | None, shares: Sequence[float] | None
 def block_configuration(
     H: int, n: int, alpha: float, *, dominant_share: float | None = None, shares: Sequence[float] | None = None
 ) -> tuple[HeadStack, np.ndarray]:
-    r"""The Thm 19 configuration used here: scalar heads on orthogonal blocks, orthogonal tokens (seed 000, Thm 19).
+    r"""The Thm 19 configuration used here: scalar heads on orthogonal blocks, orthogonal tokens (Thm 19 of arXiv 2605.04279).
 
     .. math::
 
@@ -163,7 +163,7 @@ def block_energy_rates(
     shares: Sequence[float],
     kind: str = "unnormalized",
 ) -> np.ndarray:
-    r"""Exact per-head energy rates at :math:`t=0` in :func:`block_configuration` (seed 000, Thms 16–19).
+    r"""Exact per-head energy rates at :math:`t=0` in :func:`block_configuration` (Thms 16–19 of arXiv 2605.04279).
 
     .. math::
 
@@ -221,7 +221,7 @@ def beta_star_sign_experiment(
     save_every: float = 0.01,
     method: str = "rk4",
 ) -> dict[str, Any]:
-    r"""Sign of the per-head :math:`dE_h/dt` on both sides of :math:`\beta^*` (seed 000, Thm 19).
+    r"""Sign of the per-head :math:`dE_h/dt` on both sides of :math:`\beta^*` (Thm 19 of arXiv 2605.04279).
 
     .. math::
 
@@ -241,7 +241,7 @@ def beta_star_sign_experiment(
     n = 8), because the tokens leave the Thm 19 configuration (they stop being
     orthogonal) as soon as they move: the theorem is a statement at :math:`t=0`.
 
-    Softmax attention is the default (MODEL.md assigns Thm 19 to it); the sign
+    Softmax attention is the default (Thm 19 of arXiv 2605.04279 is stated for it); the sign
     of :math:`dE_h/dt` at :math:`t=0` is the same for ``"unnormalized"``
     (:func:`block_energy_rates`), but there the heads of small share
     (:math:`\|B_h\|=\alpha/w_h^2`) make the flow stiff and fast, so the window
@@ -363,7 +363,7 @@ def equiangular_experiment(
     late_window: tuple[float, float] = (1e-3, 1e-9),
     seed: int = 0,
 ) -> dict[str, Any]:
-    r"""Particles against the equiangular ODE for heterogeneous scalar heads (seed 000, Thms 22, 27).
+    r"""Particles against the equiangular ODE for heterogeneous scalar heads (Thms 22, 27 of arXiv 2605.04279).
 
     .. math::
 
@@ -484,7 +484,7 @@ def entropy_experiment(
     save_every: float = 0.05,
     method: str = "rk4",
 ) -> dict[str, Any]:
-    r"""Attention entropy in the scalar equiangular case (seed 000, Thm 27).
+    r"""Attention entropy in the scalar equiangular case (Thm 27 of arXiv 2605.04279).
 
     .. math::
 
@@ -544,7 +544,7 @@ def clustering_time(
     stall_speed: float = 1e-9,
     x0: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    r"""Time until every pairwise inner product exceeds :math:`1-\varepsilon` (seed 000, Thm 25).
+    r"""Time until every pairwise inner product exceeds :math:`1-\varepsilon` (Thm 25 of arXiv 2605.04279).
 
     .. math::
 
@@ -637,7 +637,7 @@ def clustering_time_experiment(
     dt: float = 0.2,
     quick: bool = False,
 ) -> dict[str, Any]:
-    r"""Clustering time over a grid of :math:`(n,d)` and its fits (seed 000, Thm 25).
+    r"""Clustering time over a grid of :math:`(n,d)` and its fits (Thm 25 of arXiv 2605.04279).
 
     .. math::
 
@@ -751,7 +751,7 @@ def clustering_time_experiment(
 
 
 def rotated_heads(d: int, alpha: float, delta: float) -> HeadStack:
-    r"""Two value-aligned projector heads with :math:`\|B_1B_0\|_{op}=\delta` (seed 000, Thm 39).
+    r"""Two value-aligned projector heads with :math:`\|B_1B_0\|_{op}=\delta` (Thm 39 of arXiv 2605.04279).
 
     .. math::
 
@@ -790,7 +790,7 @@ def orthogonality_margin_experiment(
     dt: float = 0.01,
     save_every: float = 0.05,
 ) -> dict[str, Any]:
-    r"""Per-head monotonicity margin as the head overlap :math:`\delta` grows (seed 000, Thm 39).
+    r"""Per-head monotonicity margin as the head overlap :math:`\delta` grows (Thm 39 of arXiv 2605.04279).
 
     .. math::
 

@@ -10,12 +10,12 @@ same shapes and norms:
     \dot x_i = P^\perp_{x_i}\sum_h\sum_j \operatorname{softmax}_j(\beta\,x_i^\top B_hx_j)\,V_hx_j ,
     \qquad B_h = Q_h^\top K_h,\quad V_h = W_O[:,R_h]W_v[R_h,:]
 
-(MODEL.md §2, ``softmax`` kind; one transformer layer applied with weight
+(the ``softmax`` kind; one transformer layer applied with weight
 sharing, so :math:`t` counts layers).  Along each run we record
 
-* :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` (seed 002, Thm 1), with :math:`\Pi` the
+* :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` (Thm 1 of arXiv 2605.10931), with :math:`\Pi` the
   projection onto the dominant eigenspace :math:`E` of
-  :math:`\operatorname{sym}(S)`, :math:`S=\sum_hV_hB_h^\top` — seed 002's
+  :math:`\operatorname{sym}(S)`, :math:`S=\sum_hV_hB_h^\top` — the target of Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931)
   :math:`VB^\top` for one head, and for several heads the sum of the heads'
   :math:`V_hB_h^\top` (a surrogate: per-head normalisation makes the
   multi-head zero-temperature limit non-linear; select one head for the exact
@@ -24,7 +24,7 @@ sharing, so :math:`t` counts layers).  Along each run we record
   and the number of clusters at :math:`\langle x_i,x_j\rangle\ge1-\mathrm{tol}`
   (:func:`meanfield.analysis.diagnostics.cluster_statistics`);
 * the mean attention entropy :math:`\overline{\mathcal H}=\frac{1}{Hn}\sum_{h,i}\mathcal H^h_i`
-  (seed 000, Thm 27; :math:`\log n` for uniform attention).
+  (Thm 27 of arXiv 2605.04279; :math:`\log n` for uniform attention).
 
 **Random baseline.**  For each selected head, :math:`W_q[R_h]`, :math:`W_k[R_h]`,
 :math:`W_v[R_h]` and :math:`W_O[:,R_h]` are replaced by matrices of i.i.d. standard
@@ -178,9 +178,9 @@ def random_like_heads(layer: AttentionLayer, select: Sequence[int] | None = None
 
 
 def layer_target(heads: Sequence[Head], x0: np.ndarray) -> Pushforward:
-    r""":math:`\Pi_\sharp\rho_0` for the dominant eigenspace of :math:`\operatorname{sym}\big(\sum_hV_hB_h^\top\big)` (seed 002).
+    r""":math:`\Pi_\sharp\rho_0` for the dominant eigenspace of :math:`\operatorname{sym}\big(\sum_hV_hB_h^\top\big)` (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931).
 
-    For one head this is seed 002's target exactly
+    For one head this is Alcalde, Bungert, Riedl and Roith's (arXiv 2605.10931) target exactly
     (:func:`meanfield.analysis.projection.pushforward_target` with :math:`S=VB^\top`).
     """
     S = sum(h.V @ h.B.T for h in heads)
@@ -306,7 +306,7 @@ def compare_with_random(
         W_2(\rho_t,\Pi_\sharp\rho_0),\quad 1-\gamma(t),\quad \#\text{clusters}(t),\quad
         \overline{\mathcal H}(t)\qquad\text{for trained and random }(Q_h,K_h,V_h)
 
-    (seed 002 Thm 1; seed 000 Thms 22, 27; see the module notes for the target,
+    (Thm 1 of arXiv 2605.10931; Pendharkar (arXiv 2605.04279) Thms 22, 27; see the module notes for the target,
     the baseline and the temperature).
 
     Parameters

@@ -1,9 +1,9 @@
-r"""The experiments of seed 004 (time-dependent multi-head Wasserstein gradient flows) on :math:`S^2`.
+r"""The experiments of Massucco et al. (arXiv 2605.18870) (time-dependent multi-head Wasserstein gradient flows) on :math:`S^2`.
 
 Library functions that simulate, measure and fit; each returns a ``dict`` of
-arrays and fitted numbers (MODEL.md §6).  Authors' convention by default:
+arrays and fitted numbers.  Authors' convention by default:
 ``direction = "descent"``, head weights :math:`1/H`, :math:`\beta=1`; the
-dynamics is the transformer PDE of seed 004, i.e. the ``pooled`` kind with
+dynamics is the transformer PDE of Massucco et al. (arXiv 2605.18870), i.e. the ``pooled`` kind with
 value-aligned heads, solved by RK4 particles (:mod:`meanfield.solvers.particle`) or by the
 JKO scheme (:mod:`meanfield.solvers.jko`).
 
@@ -15,7 +15,7 @@ JKO :math:`\tau`-convergence to the PDE      :func:`jko_tau_convergence`
 stability (inputs, weights)                  :func:`input_stability`, :func:`weight_stability`
 ==========================================  ======================================
 
-Heads of the experiments (:func:`seed004_model`): :math:`H` scalar value-aligned
+Heads of the experiments (:func:`time_dependent_model`): :math:`H` scalar value-aligned
 heads :math:`\bar B_h=\lambda I_3` (``base`` :math:`=\lambda`), moved by a
 schedule of :mod:`meanfield.heads.schedules`.  Under descent, :math:`\lambda<0` is
 attractive (tokens cluster for constant weights) and :math:`\lambda>0`
@@ -48,7 +48,7 @@ from meanfield.solvers.problem import Problem, solve
 
 __all__ = [
     "DEFAULTS",
-    "seed004_model",
+    "time_dependent_model",
     "fit_power_law",
     "trajectory",
     "ou_vs_oscillating",
@@ -57,11 +57,11 @@ __all__ = [
     "jko_tau_convergence",
     "input_stability",
     "weight_stability",
-    "plot_seed004",
+    "plot_time_dependent",
     "main",
 ]
 
-#: parameters of the seed-004 experiments (authors' convention)
+#: parameters of the Massucco et al. (arXiv 2605.18870) experiments (authors' convention)
 DEFAULTS: dict[str, Any] = {
     "beta": 1.0,
     "direction": "descent",
@@ -79,7 +79,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def seed004_model(
+def time_dependent_model(
     H: int,
     *,
     schedule: str = "ou",
@@ -102,7 +102,7 @@ def seed004_model(
         \dot x_i=\sigma P^\perp_{x_i}\frac{\sum_h w_h\sum_j e^{\beta x_i^\top B_h(t)x_j}B_h(t)x_j}
         {\sum_h w_h\sum_j e^{\beta x_i^\top B_h(t)x_j}},\qquad w_h=\frac1H
 
-    (seed 004's transformer PDE for particles).
+    (Massucco et al., arXiv 2605.18870: 's transformer PDE for particles).
 
     Parameters
     ----------
@@ -195,7 +195,7 @@ def ou_vs_oscillating(
 ) -> dict[str, Any]:
     r"""OU against oscillating weights on :math:`S^2`: clouds, energy, upper gradient, clustering.
 
-    Seed 004, long-time behaviour: integrable (OU) weights relax to a stationary
+    Massucco et al. (arXiv 2605.18870), long-time behaviour: integrable (OU) weights relax to a stationary
     configuration with a small upper gradient; oscillating weights keep moving
     the cloud and :math:`|\partial E|` does not decay.
 
@@ -213,7 +213,7 @@ def ou_vs_oscillating(
     times = np.asarray(snapshots if snapshots is not None else np.linspace(0.0, t_final, 4))
     out: dict[str, Any] = {"snapshot_times": times, "H": H}
     for name in ("ou", "oscillating", "constant"):
-        model = seed004_model(H, schedule=name, seed=seed, **params)
+        model = time_dependent_model(H, schedule=name, seed=seed, **params)
         run = trajectory(model, x0, t_final=t_final)
         idx = [int(np.argmin(np.abs(run["t"] - s))) for s in times]
         run["snapshots"] = run["x"][idx]
@@ -237,7 +237,7 @@ def gradient_plateau_vs_heads(
 ) -> dict[str, Any]:
     r"""Plateau of :math:`G^2` and :math:`|\partial E|^2` against the number of heads, fitted :math:`aH^b`.
 
-    Seed 004: with OU heads the upper gradient decays to a plateau of order
+    Massucco et al., arXiv 2605.18870: with OU heads the upper gradient decays to a plateau of order
     :math:`1/H` (:math:`b\approx-1`); with oscillating heads it does not decay
     (:math:`b\approx0`).  The plateau is the time average over the last
     ``window`` fraction of ``[0, t_final]``, averaged over ``seeds`` (noise and
@@ -255,7 +255,7 @@ def gradient_plateau_vs_heads(
     s2 = np.empty_like(g2)
     for a, H in enumerate(heads):
         for b, seed in enumerate(seeds):
-            model = seed004_model(H, schedule=schedule, seed=1000 * seed + H, **params)
+            model = time_dependent_model(H, schedule=schedule, seed=1000 * seed + H, **params)
             run = trajectory(model, sample_uniform(n, 3, seed=seed), t_final=t_final)
             start = t_final * (1 - window)
             g2[a, b] = _tail_mean(run["t"], run["G2"], start)
@@ -293,7 +293,7 @@ def energy_dissipation_balance(
         + \sigma\Big(\underbrace{\tfrac{W_m^2(\mu_k,\mu_{k+1})}{2\tau}}_{\int\frac12|\dot\mu|^2_m}
         + \underbrace{\tfrac\tau2|\partial E|^2(\mu_{k+1},t_{k+1})}_{\int\frac12|\partial E|^2}\Big)\Big] + \text{residual}
 
-    (seed 004, EDI; :class:`meanfield.solvers.jko.StepReport`).  The residual is
+    (Massucco et al., arXiv 2605.18870: EDI; :class:`meanfield.solvers.jko.StepReport`).  The residual is
     :math:`O(\tau)`.
 
     Returns
@@ -306,7 +306,7 @@ def energy_dissipation_balance(
     """
     if quick:
         n, t_final, taus = min(n, 32), min(t_final, 2.0), tuple(taus)[:3]
-    model = seed004_model(H, schedule=schedule, seed=seed, **params)
+    model = time_dependent_model(H, schedule=schedule, seed=seed, **params)
     x0 = sample_uniform(n, 3, seed=seed)
     totals = []
     curves: dict[str, Any] = {}
@@ -348,7 +348,7 @@ def jko_tau_convergence(
     r"""Error of the particle JKO against the RK4 solution of the pooled PDE, per τ.
 
     The JKO scheme is first order (implicit Euler in the weighted geometry), so
-    halving τ should halve the error (MODEL.md §6).  Error: :math:`\max_i d_S(x_i^{JKO}(T),x_i^{RK4}(T))`
+    halving τ should halve the error.  Error: :math:`\max_i d_S(x_i^{JKO}(T),x_i^{RK4}(T))`
     (same particles; RK4 with step :math:`\min\tau/20`).
 
     Returns
@@ -358,7 +358,7 @@ def jko_tau_convergence(
     """
     if quick:
         taus = tuple(taus)[:3]
-    model = seed004_model(H, schedule=schedule, seed=seed, **params)
+    model = time_dependent_model(H, schedule=schedule, seed=seed, **params)
     x0 = sample_uniform(n, 3, seed=seed)
     ref = solve(Problem(model, x0), ParticleSolver(dt=min(taus) / 20, method="rk4"), t_final=t_final, energy=False, speed=False).final
     errors, iterations = [], []
@@ -383,7 +383,7 @@ def input_stability(
     schedule: str = "ou",
     **params: Any,
 ) -> dict[str, Any]:
-    r"""Grönwall: :math:`W_2(\mu_t,\nu_t)\le e^{Lt}\|X_0-Y_0\|_a` for a perturbed input (seed 004, stability).
+    r"""Grönwall: :math:`W_2(\mu_t,\nu_t)\le e^{Lt}\|X_0-Y_0\|_a` for a perturbed input (Massucco et al., arXiv 2605.18870: stability).
 
     Returns
     -------
@@ -393,7 +393,7 @@ def input_stability(
         with :math:`M` the largest :math:`\|B_h(t)\|` on the saved frames), ``rate``
         (observed :math:`\max_t \log(\|X_t-Y_t\|_a/\|X_0-Y_0\|_a)/t`).
     """
-    model = seed004_model(H, schedule=schedule, seed=seed, **params)
+    model = time_dependent_model(H, schedule=schedule, seed=seed, **params)
     x0 = sample_uniform(n, 3, seed=seed)
     rng = np.random.default_rng(seed + 1)
     y0 = x0 + epsilon * rng.standard_normal(x0.shape)
@@ -421,7 +421,7 @@ def weight_stability(
     schedule: str = "ou",
     **params: Any,
 ) -> dict[str, Any]:
-    r"""Weight perturbations of size ε give flows :math:`O(\varepsilon)` apart (seed 004, Γ-convergence).
+    r"""Weight perturbations of size ε give flows :math:`O(\varepsilon)` apart (Massucco et al., arXiv 2605.18870: Γ-convergence).
 
     Every head of the schedule is perturbed to :math:`B_h(t)+\varepsilon P_h` with a fixed
     random symmetric :math:`P_h` of unit Frobenius norm (value-aligned); the
@@ -432,7 +432,7 @@ def weight_stability(
     dict
         ``epsilons``, ``w2`` (at ``t_final``), ``fit = (a, b)`` of :math:`W_2\approx a\varepsilon^b` (b ≈ 1).
     """
-    base = seed004_model(H, schedule=schedule, seed=seed, **params)
+    base = time_dependent_model(H, schedule=schedule, seed=seed, **params)
     rng = np.random.default_rng(seed + 7)
     P = rng.standard_normal((H, 3, 3))
     P = P + P.transpose(0, 2, 1)
@@ -464,7 +464,7 @@ class _Shifted:
 # ----------------------------------------------------------------------------- figure
 
 
-def plot_seed004(results: dict[str, Any], path: str | Path) -> Path:
+def plot_time_dependent(results: dict[str, Any], path: str | Path) -> Path:
     """One figure: OU vs oscillating (|∂E| and energy), the plateau fit, and the EDI balance."""
     import matplotlib
 
@@ -501,7 +501,7 @@ def plot_seed004(results: dict[str, Any], path: str | Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m meanfield.solvers.experiments.time_dependent [--quick] [--out DIR]``: print the fitted numbers, write ``seed004.png``."""
+    """``python -m meanfield.solvers.experiments.time_dependent [--quick] [--out DIR]``: print the fitted numbers, write ``time_dependent.png``."""
     parser = argparse.ArgumentParser(prog="python -m meanfield.solvers.experiments.time_dependent", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default="figures")
@@ -523,7 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("EDI residual per τ:", dict(zip(bal["taus"].tolist(), bal["residual"].tolist())), "orders", bal["order"])
     conv = results["convergence"]
     print("JKO error per τ:", dict(zip(conv["taus"].tolist(), conv["error"].tolist())), "ratios", conv["ratio"])
-    print("figure:", plot_seed004(results, Path(args.out) / "seed004.png"))
+    print("figure:", plot_time_dependent(results, Path(args.out) / "time_dependent.png"))
     return 0
 
 

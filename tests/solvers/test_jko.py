@@ -1,4 +1,4 @@
-"""Seed 004: mobilities, the particle and grid JKO schemes, the energy–dissipation identity, stability, experiments."""
+"""Massucco et al., arXiv 2605.18870: mobilities, the particle and grid JKO schemes, the energy–dissipation identity, stability, experiments."""
 from __future__ import annotations
 
 import math
@@ -71,7 +71,7 @@ def test_mobility_against_brute_force(rng: np.random.Generator) -> None:
 
 @pytest.mark.parametrize("backend", ["numpy", "blas", "numba"])
 def test_pooled_kind_is_mobility_times_energy_gradient(rng: np.random.Generator, backend: str) -> None:
-    """b̂ ∇δE/δμ equals meanfield.kernels.attention's ``pooled`` velocity with V = B (seed 004)."""
+    """b̂ ∇δE/δμ equals meanfield.kernels.attention's ``pooled`` velocity with V = B (Massucco et al., arXiv 2605.18870)."""
     heads = _sym_heads(rng, 4, w=np.array([0.1, 0.2, 0.3, 0.4]))
     x = sample_uniform(50, 3, seed=3)
     a = rng.uniform(0.5, 1.0, 50)
@@ -384,7 +384,7 @@ def test_grid_variant_through_simulate_config(tmp_path) -> None:
     assert np.all(run.diagnostics["jko_steps"][1:] == 1)
 
 
-# ============================================================================ seed 004 experiments (quick forms)
+# ============================================================================ Massucco et al. (arXiv 2605.18870) experiments (quick forms)
 
 
 def test_quick_ou_vs_oscillating() -> None:
@@ -410,7 +410,7 @@ def test_quick_plateau_and_balance() -> None:
 
 @pytest.mark.slow
 def test_plateau_against_heads_full() -> None:
-    """Seed 004: |∂E|-plateau of order 1/H for OU heads (b ≈ −1); no decay for oscillating heads (b ≥ 0)."""
+    """Massucco et al., arXiv 2605.18870: |∂E|-plateau of order 1/H for OU heads (b ≈ −1); no decay for oscillating heads (b ≥ 0)."""
     from meanfield.solvers.experiments.time_dependent import gradient_plateau_vs_heads
 
     ou = gradient_plateau_vs_heads(schedule="ou")

@@ -186,7 +186,7 @@ def test_rows_hold_the_parameters_and_scalars_of_each_run(tmp_path):
         assert frames == row["frames"] == 5  # t = 0, 0.1, …, 0.4
         smallest = min(float(np.dot(x[i], x[j])) for i in range(5) for j in range(i + 1, 5))
         np.testing.assert_allclose(row["min_inner_product"], smallest, rtol=0, atol=1e-14)
-        # E_multi = (1/(2β n²)) Σ_ij exp(β <x_i, x_j>) for the identity head (MODEL.md §3)
+        # E_multi = (1/(2β n²)) Σ_ij exp(β <x_i, x_j>) for the identity head
         beta = case.config["model"]["beta"]
         energy = sum(np.exp(beta * np.dot(a, b)) for a in x for b in x) / (2 * beta * 25)
         np.testing.assert_allclose(row["energy_final"], energy, rtol=1e-12)

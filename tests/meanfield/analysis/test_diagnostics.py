@@ -1,4 +1,4 @@
-"""Seed-000 diagnostics (meanfield.analysis.diagnostics) and ``meanfield diagnose``.
+"""Pendharkar (arXiv 2605.04279) diagnostics (meanfield.analysis.diagnostics) and ``meanfield diagnose``.
 
 Checks: the blocked implementation against the dense NumPy twin; the Thm 11
 identity along a run (pointwise and integrated); the per-head split against

@@ -1,4 +1,4 @@
-"""Seed 002 geometry: Assumption 1, P_E, Π, Π♯ρ₀, the distance to E_V, the zero-temperature flow."""
+"""Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931) geometry: Assumption 1, P_E, Π, Π♯ρ₀, the distance to E_V, the zero-temperature flow."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""Closed forms of seed 000 (meanfield.analysis.theory) and the ``meanfield theory`` CLI.
+"""Closed forms of Pendharkar (arXiv 2605.04279) (meanfield.analysis.theory) and the ``meanfield theory`` CLI.
 
 Closed forms are checked against independent numerical twins (root finders,
 the solved ODE, finite differences, direct linear algebra).

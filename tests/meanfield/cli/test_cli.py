@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 import sys
 
 from meanfield.cli import build_parser, main
@@ -64,3 +65,41 @@ def test_info_draws_gif_animations(tmp_path, monkeypatch, capsys):
     for name in ("particles.gif", "grid.gif"):
         data = (tmp_path / name).read_bytes()
         assert data[:6] in (b"GIF89a", b"GIF87a") and len(data) > 1000
+
+
+def test_info_says_what_each_solver_did(tmp_path, capsys):
+    root = Path(__file__).resolve().parents[3]
+    jko = tmp_path / "jko.h5"
+    assert main(["simulate", str(root / "data/jko.toml"), "-o", str(jko), "--quiet", "--set", "solver.t_final=0.2",
+                 "--set", "solver.save_every=0.1", "--set", "init.n=16"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(jko)]) == 0
+    text = capsys.readouterr().out
+    assert "solver:    jko variant=particle τ=" in text and "mobility=" in text and "JKO steps of τ=" in text
+    assert "dt=" not in text and "rk4" not in text
+    zero = tmp_path / "zero.h5"
+    assert main(["simulate", str(root / "data/concentration.toml"), "-o", str(zero), "--quiet", "--set", "solver.kind=zero-temperature",
+                 "--set", "solver.t_final=0.5", "--set", "init.n=16", "--set", "track.concentration=false"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(zero)]) == 0
+    text = capsys.readouterr().out
+    assert "β=∞ (zero-temperature limit)" in text and "β=16" not in text
+    assert "cluster(s)" in text
+
+
+def test_inspect_never_shows_a_negative_beta_star(tmp_path, capsys):
+    import json
+
+    from meanfield.analysis import theory
+    from meanfield.heads.checkpoint import write_synthetic_checkpoint
+
+    assert theory.beta_star(12, 2, 1.0) < 0  # 12 heads and 2 tokens: no temperature keeps every head monotone
+    write_synthetic_checkpoint(tmp_path / "wide", d=24, num_layers=1, num_heads=12, seed=1)
+    assert main(["inspect", str(tmp_path / "wide"), "--n", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["L", "H"])
+    columns, row = lines[header].split(), lines[header + 2].split()
+    assert row[columns.index("β*")] == "none"
+    assert main(["inspect", str(tmp_path / "wide"), "--n", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["reports"][0]
+    assert report["beta_star"] is None and report["regime"] == "above"

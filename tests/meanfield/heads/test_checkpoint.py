@@ -435,7 +435,7 @@ def test_minilm_shapes_angles_and_embeddings() -> None:
         assert all_angles.size == 66 * 32
         assert np.all((all_angles >= 0) & (all_angles <= 90 + 1e-9))
         assert 50.0 < r.mean_angle < 85.0  # trained heads: far from aligned, not orthogonal either
-        assert np.all(r.rank_B == 32)  # B_h = Q_hᵀK_h has rank d_h < d: seed 002's "B invertible" fails
+        assert np.all(r.rank_B == 32)  # B_h = Q_hᵀK_h has rank d_h < d: Alcalde, Bungert, Riedl and Roith's (arXiv 2605.10931) "B invertible" fails
         assert 0.0 <= r.delta_rel <= 1.0 + 1e-12
     x = sentence_tokens("The cat sat on the mat.", ckpt)
     assert x.shape == (9, 384)

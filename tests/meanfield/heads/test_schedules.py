@@ -1,4 +1,4 @@
-"""Weight schedules of seed 004: reproducibility, exact OU law, oscillating formula, replay."""
+"""Weight schedules of Massucco et al. (arXiv 2605.18870): reproducibility, exact OU law, oscillating formula, replay."""
 from __future__ import annotations
 
 import math

@@ -1,5 +1,5 @@
 """Attention kernels: the BLAS and numba kernels against the NumPy twin, the twin against
-an element-by-element transcription of MODEL.md §2, and memory/underflow behaviour."""
+an element-by-element transcription of the velocity laws, and memory/underflow behaviour."""
 from __future__ import annotations
 
 import tracemalloc
@@ -13,7 +13,7 @@ from meanfield.geometry.sphere import sample_uniform
 
 
 def brute_force(x, heads, beta, kind, a):
-    """MODEL.md §2 written out term by term (tiny n only)."""
+    """The four velocity laws written out term by term (tiny n only)."""
     n, d = x.shape
     out = np.zeros((n, d))
     for i in range(n):

@@ -318,7 +318,7 @@ def test_cli_exit_codes(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture) 
     err = capsys.readouterr().err
     assert "model.heads" in err and "‖S−Sᵀ‖/‖S‖ = " in err and "eigenvalues of S" in err and "--force" in err
     assert run_cli(["concentration", str(run), "--force"]) == 0
-    assert "warning: Assumption 1 (seed 002) fails" in capsys.readouterr().err
+    assert "warning: Assumption 1 of arXiv 2605.10931 fails" in capsys.readouterr().err
     config = _write_config(tmp_path / "bad.toml", bad)
     assert run_cli(["concentration", "--sweep-beta", "2,4", str(config), "--quiet"]) == 2
     assert "Assumption 1" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Seed-000 experiments (meanfield.solvers.experiments.multihead) and ``meanfield theory clustering-time``.
+"""Pendharkar (arXiv 2605.04279) experiments (meanfield.solvers.experiments.multihead) and ``meanfield theory clustering-time``.
 
 Each experiment is checked against the closed forms of meanfield.analysis.theory that it
 did not compute itself: β* and c(β) (Thm 19), Σφ(λ_h) and 2Λ and the solved

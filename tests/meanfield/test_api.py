@@ -1,0 +1,186 @@
+"""The Python front door: ``mf.simulate``, ``mf.load``, ``mf.solve`` and the :class:`~meanfield.Run` they all give."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+import meanfield as mf
+from meanfield.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = {"t_final": 0.5, "save_every": 0.25, "init.n": 24}
+
+
+def test_simulate_takes_a_path_a_dict_or_a_config_with_keyword_overrides():
+    by_path = mf.simulate(ROOT / "data" / "default.toml", beta=9, **SMALL)
+    assert by_path.config["model"]["beta"] == 9.0 and by_path.config["solver"]["t_final"] == 0.5
+    by_dict = mf.simulate({"model": {"beta": 9.0}, "solver": {"dt": 0.02}}, **SMALL)
+    by_config = mf.simulate(mf.load_config(ROOT / "data" / "default.toml", beta=9, **SMALL))
+    np.testing.assert_array_equal(by_path.x, by_config.x)
+    np.testing.assert_array_equal(by_path.x, by_dict.x)  # the same model, tokens and step
+    assert by_path.kind == "particle" and by_path.x.shape == (3, 24, 3) and by_path.t.tolist() == [0.0, 0.25, 0.5]
+    assert by_path.status == "completed" and "energy" in by_path.diagnostics
+
+
+def test_keyword_overrides_name_the_bad_or_ambiguous_key():
+    with pytest.raises(mf.ConfigError, match="seed: ambiguous.*init.seed"):
+        mf.simulate(None, seed=3)
+    with pytest.raises(mf.ConfigError, match="betta"):
+        mf.simulate(None, betta=3)
+    with pytest.raises(mf.ConfigError, match="model.beta"):
+        mf.simulate(None, beta=-1.0)
+    run = mf.simulate(None, **{"init.seed": 3}, **SMALL)
+    assert run.config["init"]["seed"] == 3
+
+
+def test_simulate_to_a_file_equals_the_cli_and_load_gives_equal_runs(tmp_path, monkeypatch):
+    config = ROOT / "data" / "default.toml"
+    api = mf.simulate(config, out=tmp_path / "api.h5", **SMALL)
+    sets = ["--set=solver.t_final=0.5", "--set=solver.save_every=0.25", "--set=init.n=24"]
+    assert main(["simulate", str(config), "-o", str(tmp_path / "cli.h5"), "--quiet", *sets]) == 0
+    loaded, cli = mf.load(tmp_path / "api.h5"), mf.load(tmp_path / "cli.h5")
+    assert loaded == cli  # same config, frames, diagnostics and status, bit for bit
+    assert api == loaded
+    in_memory = mf.simulate(config, **SMALL)
+    assert in_memory == loaded
+    with h5py.File(tmp_path / "api.h5") as f, h5py.File(tmp_path / "cli.h5") as g:
+        assert f.attrs["config"] == g.attrs["config"]
+        assert set(f) == set(g) and set(f["diagnostics"]) == set(g["diagnostics"])
+
+
+def test_a_run_prints_short_and_reads_lazily(tmp_path):
+    mf.simulate(ROOT / "data" / "default.toml", out=tmp_path / "r.h5", **SMALL)
+    run = mf.load(tmp_path / "r.h5")
+    assert run._states is None  # noqa: SLF001 - nothing read beyond t and the diagnostics
+    text = repr(run)
+    assert text.startswith("Run(particle, n=24, d=3, 3 frames") and "completed" in text and len(text) < 200
+    assert run._states is None  # noqa: SLF001 - the repr reads one frame, not all
+    np.testing.assert_array_equal(run.frame(-1), run.x[-1])
+    with pytest.raises(AttributeError, match="particle run has no 'mass'"):
+        run.mass  # noqa: B018
+
+
+def test_plot_and_animate_return_matplotlib_objects_and_save_on_request(tmp_path):
+    from matplotlib.animation import FuncAnimation
+
+    run = mf.simulate(ROOT / "data" / "default.toml", **SMALL)
+    fig = run.plot()
+    assert isinstance(fig, Figure)
+    assert isinstance(run.plot(tmp_path / "run.png"), Figure) and (tmp_path / "run.png").stat().st_size > 1000
+    anim = run.animate(tmp_path / "run.gif")
+    assert isinstance(anim, FuncAnimation) and (tmp_path / "run.gif").read_bytes()[:3] == b"GIF"
+
+
+def test_to_xarray_round_trips_and_to_dataframe_holds_the_scalars(tmp_path):
+    pytest.importorskip("xarray", reason="the xarray extra is part of the test extra; this environment lacks it")
+    mf.simulate(ROOT / "data" / "default.toml", out=tmp_path / "r.h5", **SMALL)
+    run = mf.load(tmp_path / "r.h5")
+    ds = run.to_xarray()
+    assert ds["x"].dims == ("t", "token", "coord") and "diagnostics/energy" in ds
+    assert mf.Run.from_xarray(ds) == run
+    ds.to_netcdf(tmp_path / "r.nc")
+    import xarray as xr
+
+    with xr.open_dataset(tmp_path / "r.nc") as back:
+        assert mf.Run.from_xarray(back.load()) == run
+    frame = run.to_dataframe()
+    assert list(frame["t"]) == [0.0, 0.25, 0.5] and "energy" in frame.columns
+
+
+def test_grid_runs_expose_mass_points_and_areas(tmp_path):
+    grid = {"init": {"kind": "vmf", "kappa": 2.0}, "solver": {"kind": "grid", "t_final": 0.2, "save_every": 0.1},
+            "grid": {"cells": 200}}
+    run = mf.simulate(grid, out=tmp_path / "g.h5")
+    loaded = mf.load(tmp_path / "g.h5")
+    assert loaded == run and loaded.kind == "grid"
+    assert loaded.mass.shape == (3, 200) and loaded.points.shape == (200, 3) and loaded.areas.shape == (200,)
+    np.testing.assert_allclose(loaded.areas.sum(), 4 * np.pi, rtol=1e-12)
+    assert "grid, N=200 cells" in repr(loaded)
+    assert isinstance(loaded.plot(), Figure)
+
+
+def test_solve_shares_one_shape_across_the_four_solvers():
+    x0 = mf.sample_uniform(16, 3, seed=1)
+    model = mf.Model(d=3, beta=4.0, heads=mf.heads.identity(3))
+    particle = mf.solve(mf.Problem(model, x0), mf.ParticleSolver(dt=0.05), t_final=0.5, save_every=0.25)
+    assert particle.kind == "particle" and particle.frames == 3 and "energy" in particle.diagnostics
+    pooled = mf.Model(d=3, beta=4.0, attention="pooled", heads=mf.heads.identity(3))
+    jko = mf.solve(mf.Problem(pooled, x0), mf.JKOSolver(tau=0.05), t_final=0.5, save_every=0.25)
+    assert jko.info["jko_steps"] == 10 and "jko_residual" in jko.diagnostics
+    mesh = mf.mesh(200)
+    grid = mf.solve(mf.Problem(model, mf.initial_mass(mesh, "vmf", kappa=2.0), mesh=mesh), mf.GridSolver(), t_final=0.2)
+    assert grid.kind == "grid" and abs(grid.final.sum() - 1.0) < 1e-12
+    head = mf.heads.Head(Q=np.eye(3), K=np.eye(3), V=np.diag([1.0, 0.5, 0.25]))
+    zero = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0, heads=head), x0), mf.ZeroTemperatureSolver(dt=0.1), t_final=1.0)
+    assert "rayleigh" in zero.diagnostics and zero.diagnostics["rayleigh"][-1] > zero.diagnostics["rayleigh"][0]
+    assert particle.config is None and repr(particle).startswith("Run(particle, n=16")
+
+
+def test_your_own_trackers_record_scalars_and_can_stop_a_run():
+    seen = []
+
+    def spread(t, x):
+        seen.append(t)
+        return {"spread": float(np.linalg.norm(x.mean(axis=0)))}
+
+    run = mf.simulate(None, trackers=[spread], **SMALL)
+    assert seen == [0.0, 0.25, 0.5] and run.diagnostics["spread"].shape == (3,)
+
+    def stop_early(t, x):
+        if t >= 0.25:
+            raise mf.StopRun("enough")
+
+    stopped = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3)), mf.ParticleSolver(dt=0.05),
+                       t_final=1.0, save_every=0.25, trackers=[stop_early])
+    assert stopped.status == "stopped" and stopped.stop_reason == "enough" and stopped.frames == 2
+
+
+def test_a_failed_run_raises_with_its_frames(tmp_path):
+    def poison(t, x):
+        if t > 0:
+            x[0, 0] = np.nan  # the next frame carries the NaN
+
+    with pytest.raises(mf.RunFailed) as info:
+        mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3)), mf.ParticleSolver(dt=0.05),
+                 t_final=1.0, save_every=0.25, trackers=[poison])
+    assert info.value.run.status == "failed" and info.value.run.frames >= 2
+
+
+def test_simulate_refuses_to_overwrite_and_resume_says_when_there_is_nothing_to_do(tmp_path, capsys):
+    out = tmp_path / "r.h5"
+    mf.simulate(None, out=out, **SMALL)
+    with pytest.raises(mf.ConfigError, match="already exists; use --overwrite"):
+        mf.simulate(None, out=out, **SMALL)
+    mf.simulate(None, out=out, overwrite=True, **SMALL)
+    (tmp_path / "notes.txt").write_text("keep me")
+    assert main(["simulate", str(ROOT / "data/default.toml"), "-o", str(tmp_path / "notes.txt"), "--quiet"]) == 2
+    assert "already exists" in capsys.readouterr().err and (tmp_path / "notes.txt").read_text() == "keep me"
+    cfg = str(ROOT / "data/default.toml")
+    sets = ["--set", "solver.t_final=0.5", "--set", "init.n=24", "--set", "solver.save_every=0.25"]
+    assert main(["simulate", cfg, "-o", str(tmp_path / "c.h5"), "--quiet", *sets]) == 0
+    capsys.readouterr()
+    assert main(["simulate", cfg, "-o", str(tmp_path / "c.h5"), "--quiet", "--resume", *sets]) == 0
+    assert "already complete" in capsys.readouterr().out
+
+
+def test_the_readme_python_examples_run(tmp_path, monkeypatch):
+    """Every Python block of the README's *Python* section, run in order in one namespace (from an empty folder)."""
+    import re
+    import shutil
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Python\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) >= 4
+    (tmp_path / "data").mkdir()
+    shutil.copy(ROOT / "data" / "default.toml", tmp_path / "data" / "default.toml")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - the README's own examples
+    assert isinstance(namespace["run"], mf.Run) and (tmp_path / "run.h5").is_file() and (tmp_path / "run.gif").is_file()
+    assert "mean_norm" in namespace["run"].diagnostics

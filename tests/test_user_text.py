@@ -1,0 +1,89 @@
+"""What a user reads: the papers by name, no internal shorthand, no file that is not here, help as plain text."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from meanfield.cli import COMMANDS, build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+#: every file a user reads: the README, the package's sources (docstrings, messages, comments) and the example configs
+USER_FILES = sorted(
+    [ROOT / "README.md"]
+    + [p for folder in ("meanfield", "solvers", "figures") for p in (ROOT / folder).rglob("*.py")]
+    + sorted((ROOT / "data").glob("*.toml"))
+)
+#: internal shorthand for the papers ("seed 000", "seed-002", "seed004_…", "Seed 004:")
+SEED_NUMBER = re.compile(r"\bseeds?[ _-]?0{2}[024]", re.IGNORECASE)
+#: a repository path a text may name (relative to the repository root)
+REPO_PATH = re.compile(r"(?<![\w/.])((?:data|figures|meanfield|solvers|tests)/[\w./-]*\w)")
+#: paths that name what a run writes, not a file of the repository
+OUTPUTS = ("data/runs", "figures/gallery/quick", "figures/default_run.png", "figures/inspect", "data/minilm_x0.npy")
+#: reST and LaTeX that a terminal shows raw
+MARKUP = re.compile(r":math:|\.\. math::|``|:func:|:mod:|:class:|:data:|:meth:|\\frac|\\sqrt|\\mathrm")
+
+
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path", USER_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_user_text_names_a_paper_by_a_seed_number(path: Path) -> None:
+    hits = [f"{n}: {line.strip()}" for n, line in enumerate(_text(path).splitlines(), 1) if SEED_NUMBER.search(line)]
+    assert not hits, "cite the papers by authors and arXiv number:\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("path", USER_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_file_a_user_text_names_is_in_the_repository(path: Path) -> None:
+    text = _text(path)
+    missing = sorted({m for m in re.findall(r"(?<![\w/.-])([A-Z][A-Z_]+\.md)\b", text) if not (ROOT / m).exists()})
+    for candidate in REPO_PATH.findall(text):
+        if candidate.startswith(OUTPUTS) or "<" in candidate or "*" in candidate:
+            continue
+        if not (ROOT / candidate).exists() and not (ROOT / candidate.rstrip(".")).exists():
+            missing.append(candidate)
+    assert not missing, f"{path.relative_to(ROOT)} names files the repository does not contain: {sorted(set(missing))}"
+
+
+def test_the_checks_above_can_fail(tmp_path: Path) -> None:
+    assert SEED_NUMBER.search("see seed 002, Thm 1") and SEED_NUMBER.search("Seed-004 figures") and SEED_NUMBER.search("seed004_model")
+    assert not SEED_NUMBER.search("init.seed = 0 and seeds 0, 1, 2")
+    assert REPO_PATH.findall("run data/nothing.toml and figures/x.py.") == ["data/nothing.toml", "figures/x.py"]
+    assert MARKUP.search("the :math:`\\beta` of ``x``")
+
+
+def _helps() -> dict[str, str]:
+    """``--help`` of the program, of every command and of every ``theory`` sub-command."""
+    parser = build_parser()
+    out = {"meanfield": parser.format_help()}
+    commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001 - argparse keeps them there
+    for name, sub in commands.items():
+        out[name] = sub.format_help()
+        for action in sub._subparsers._group_actions if sub._subparsers else ():  # noqa: SLF001
+            for inner, parser_of in action.choices.items():
+                out[f"{name} {inner}"] = parser_of.format_help()
+    return out
+
+
+def test_help_reads_as_plain_text_and_names_the_papers() -> None:
+    helps = _helps()
+    assert set(COMMANDS) <= set(helps)
+    assert {"theory beta-star", "theory rates", "theory clustering-time"} <= set(helps)
+    for name, text in helps.items():
+        assert not MARKUP.search(text), f"meanfield {name} --help shows markup: {MARKUP.search(text).group(0)!r}"
+        assert not SEED_NUMBER.search(text), f"meanfield {name} --help names a seed number"
+    assert "arXiv 2605.04279" in helps["meanfield"] and "arXiv 2605.10931" in helps["concentration"]
+
+
+def test_commands_are_listed_in_order_and_the_version_is_printed() -> None:
+    listing = build_parser().format_help()
+    positions = [listing.index(f"    {name}") for name in COMMANDS]
+    assert positions == sorted(positions)
+    from meanfield import __version__
+
+    done = subprocess.run([sys.executable, "-m", "meanfield", "--version"], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == f"meanfield {__version__}"
