@@ -58,8 +58,8 @@ QUICK_T_FINAL = 12.0
 SAVE_EVERY = 0.1
 SEED = 0
 DELTA = 0.5               # rad: "near ±e" means within this angle
-#: the camera: from azimuth −50°, elevation 22° (both axes and both clusters in sight)
-VIEW = (math.cos(math.radians(22.0)) * math.cos(math.radians(-50.0)), math.cos(math.radians(22.0)) * math.sin(math.radians(-50.0)), math.sin(math.radians(22.0)))
+#: the camera leans this far from the normal of the plane of e and v towards their bisector (so +e and +v face it)
+VIEW_TILT = 1.2
 MIN_NEAR_E = 0.85         # fraction near ±e at t_min must exceed this
 UNIFORM_ATOL = 0.05       # at t = 0 the fraction near ±e is 1 − cos δ within this
 P_ATOL = 0.03             # |mass on the +e side at t_min − p|
@@ -183,6 +183,18 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
     }
 
 
+def _view(e: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """A direction about 45° from both ±e and ±v: the clusters on one side of the axes in front, the others behind."""
+    v = v if e @ v >= 0 else -v  # eigenvectors have no sign: take the one within 90° of e
+    normal = np.cross(e, v)
+    bisector = (e + v) / np.linalg.norm(e + v)
+    if np.linalg.norm(normal) < 1e-6:  # e and v (nearly) parallel: any normal will do
+        normal = np.cross(e, [0.0, 0.0, 1.0] if abs(e[2]) < 0.9 else [1.0, 0.0, 0.0])
+    normal = normal / np.linalg.norm(normal)
+    view = normal + VIEW_TILT * bisector
+    return view / np.linalg.norm(view)
+
+
 def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -207,8 +219,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
         heading = {"initial": "t = 0", "t_min": f"t = t_min = {f['t'][0]:.3g}", "final": f"t = {f['t'][0]:.3g} (late)"}[name]
         if name == "final":
             near = near.replace("\n", ", ")
-        plot_particles_sphere(f["xyz"], ax=ax, color=colors, size=8.0 if n > 1000 else 14.0, view=VIEW)
-        rotation = rotation_to(VIEW)
+        view = _view(f["e"], f["v"])
+        plot_particles_sphere(f["xyz"], ax=ax, color=colors, size=8.0 if n > 1000 else 14.0, view=view)
+        rotation = rotation_to(view)
         ax.set_title(f"{heading}, W2 to Π♯ρ₀ = {f['w2_target'][0]:.3f}\n{near}", fontsize=7.5)
         for axis, color, style, label in ((f["e"], "k", "-", "e"), (f["v"], "C3", "--", "v")):
             ends = np.stack([-1.1 * axis, 1.1 * axis]) @ rotation.T

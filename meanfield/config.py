@@ -59,6 +59,14 @@ def _at_least(bound: float, *, strict: bool = False) -> Callable[[Any, str], Non
     return check
 
 
+def _between(low: float, high: float) -> Callable[[Any, str], None]:
+    def check(value: Any, key: str) -> None:
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ConfigError(key, f"must lie in [{low:g}, {high:g}], got {value!r}")
+
+    return check
+
+
 def _finite(value: Any, key: str) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(key, f"must be finite, got {value!r}")
@@ -89,7 +97,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "seed": Key((int,), 0, _at_least(0), "sampler seed"),
         "path": Key((str,), None, None, "kind='file': an (n, d) .npy array (grid: an (N,) mass array)"),
         "mean": Key((list,), None, _finite, "kind='vmf': mean direction"),
-        "kappa": Key(NUM, 4.0, _at_least(0), "kind='vmf': concentration κ"),
+        "kappa": Key(NUM, 4.0, _between(0, 1e12), "kind='vmf': concentration κ (at most 1e12: a cluster of width 1e-6)"),
         "gamma": Key(NUM, 0.0, _finite, "kind='equiangular': ⟨x_i,x_j⟩ = γ"),
         "components": Key((list,), None, None, "kind='mixture' (grid): list of {weight, kind, mean, kappa}"),
         "expr": Key((str,), None, None, "kind='function' (grid): density as an expression in x, y, z"),
@@ -181,6 +189,12 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None) -> dict[str, An
                 out[key] = copy.deepcopy(spec.default)
         resolved[section] = out
     _integrator_for_kind(resolved["solver"], given="method" in raw.get("solver", {}))
+    if isinstance(resolved["model"]["heads"], list) and not resolved["model"]["heads"] and "heads" in raw.get("model", {}):
+        raise ConfigError("model.heads", "an empty list of heads; give at least one [[model.heads]] table "
+                                         "(or leave model.heads out for one identity head)")
+    from meanfield.resources import check_resources  # sizes before anything is built (the heads are d×d)
+
+    check_resources(resolved)
     _cross_checks(resolved, base=base, init_given=raw.get("init", {}))
     return resolved
 
@@ -275,8 +289,6 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         raise ConfigError("model.precision", f"float32 is available with backend = 'blas' (or 'auto') only, got backend = {model['backend']!r}")
     if model["backend"] == "fused" and model["attention"] != "softmax":
         raise ConfigError("model.backend", f"'fused' computes softmax attention only, got attention = {model['attention']!r}")
-    if solver["save_every"] > max(solver["t_final"], 0) and solver["t_final"] > 0:
-        solver["save_every"] = solver["t_final"]
 
 
 def _parse_value(text: str) -> Any:

@@ -6,7 +6,7 @@ status 1.  Every message names the offending option or config key.
 """
 from __future__ import annotations
 
-__all__ = ["ConfigError", "RunFailed"]
+__all__ = ["ConfigError", "RunFailed", "StorageFailed", "RunInterrupted"]
 
 
 class ConfigError(ValueError):
@@ -31,6 +31,22 @@ class RunFailed(RuntimeError):
 
     Every frame saved before the failure stays on disk; ``run``, when set, is
     the :class:`meanfield.Run` with the frames up to the failure.
+    """
+
+    def __init__(self, message: str, *, run: object = None) -> None:
+        super().__init__(message)
+        self.run = run
+
+
+class StorageFailed(RunFailed):
+    """The run file could not be written (a full disk, a vanished folder); the committed frames are intact."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by SIGINT or SIGTERM: its frames are saved, its status is ``interrupted``, ``--resume`` continues it.
+
+    A :class:`KeyboardInterrupt`, so that a notebook's interrupt behaves as usual; ``run``
+    is the :class:`meanfield.Run` up to the interruption.
     """
 
     def __init__(self, message: str, *, run: object = None) -> None:

@@ -63,6 +63,7 @@ import numpy as np
 from meanfield.errors import ConfigError, RunFailed
 from meanfield.geometry.mesh import SphericalMesh, mesh as build_mesh
 from meanfield.model import Model
+from meanfield.solvers.signals import check
 from meanfield.solvers.loop import RunSetup, StopRun, Tracker
 from meanfield.solvers.trackers import EnergyTracker
 
@@ -364,6 +365,7 @@ class GridStepper:
         t = float(t0)
         t1 = float(t1)
         while t < t1:
+            check()
             remaining = t1 - t
             first, u = self.rate(m, t)
             dt = min(cfl_step(self.mesh, u, self.cfl), self.dt_max or math.inf)

@@ -19,6 +19,7 @@ from typing import ClassVar
 import numpy as np
 
 from meanfield.errors import RunFailed
+from meanfield.solvers.signals import check
 
 __all__ = ["ExplicitRK", "Euler", "Heun", "RK4", "DormandPrince", "INTEGRATORS", "from_name"]
 
@@ -139,6 +140,7 @@ class DormandPrince(ExplicitRK):
         k1 = f(x, t)
         accepted = rejected = 0
         while t1 - t > 1e-14 * max(1.0, abs(t1)):
+            check()
             h = min(h, t1 - t)
             x_new, k_new, error = self.attempt(f, x, t, h, k1, retract=retract, rtol=rtol, atol=atol)
             if not np.isfinite(error):

@@ -121,6 +121,7 @@ from meanfield.analysis.mobility import (
 from meanfield.model import Model
 from meanfield.heads.schedules import head_structure, schedule_derivative
 from meanfield.geometry.sphere import exp_map, geodesic_distance, log_map, normalize, project_tangent, sphere_error
+from meanfield.solvers.signals import check
 from meanfield.solvers.loop import RunSetup, Tracker
 from meanfield.solvers.trackers import EnergyTracker, FiniteTracker, SphereTracker
 
@@ -557,6 +558,7 @@ class ParticleJKOStepper:
         k = _steps_between(t0, t1, self.tau)
         x = np.asarray(state, dtype=float)
         for j in range(k):
+            check()
             s0 = t0 + (t1 - t0) * j / k
             s1 = t1 if j == k - 1 else t0 + (t1 - t0) * (j + 1) / k
             x, report = self.step(x, s0, s1)
@@ -754,6 +756,7 @@ class GridJKOStepper:
         k = _steps_between(t0, t1, self.tau)
         m = np.asarray(state, dtype=float)
         for j in range(k):
+            check()
             s0 = t0 + (t1 - t0) * j / k
             s1 = t1 if j == k - 1 else t0 + (t1 - t0) * (j + 1) / k
             m, report = self.step(m, s0, s1)

@@ -24,7 +24,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from meanfield.errors import RunFailed
+from meanfield.errors import RunFailed, StorageFailed
+from meanfield.solvers.signals import Interrupted, check
 
 __all__ = [
     "RunSetup",
@@ -172,6 +173,7 @@ def run_loop(
     diags: dict[str, list[float]] = {}
     stop_reason = "t_final"
     failed = False
+    interrupted = False
 
     def record(t: float, current: np.ndarray) -> None:
         values: dict[str, float] = {}
@@ -181,6 +183,11 @@ def run_loop(
                 values.update(tracker(t, current) or {})
             except StopRun as exc:  # keep the frame, then stop
                 error = exc
+                break
+            except ArithmeticError as exc:  # a diagnostic overflowed: the run's numbers are out of range
+                name = getattr(tracker, "name", type(tracker).__name__)
+                error = StopRun(f"{type(exc).__name__} in the {name} tracker at t={t:.6g} ({exc}): the run's numbers "
+                                "are out of floating-point range (β too large for this solver?)", failed=True)
                 break
         saved_t.append(t)
         if keep_states:
@@ -200,6 +207,7 @@ def run_loop(
         if record_first:
             record(float(times[0]), state)
         for t0, t1 in zip(times[:-1], times[1:]):
+            check()
             state = stepper.advance(state, float(t0), float(t1))
             steps += 1
             if progress is not None:
@@ -208,7 +216,13 @@ def run_loop(
     except StopRun as exc:
         stop_reason = exc.reason
         failed = exc.failed
-    except (RunFailed, FloatingPointError) as exc:  # the stepper itself gave up (NaN, step size, positivity)
+    except Interrupted as exc:  # a signal: the frames so far stay, the run can be resumed
+        stop_reason = exc.reason
+        interrupted = True
+    except StorageFailed as exc:  # the writer could not put the frame on disk: say exactly that
+        stop_reason = str(exc)
+        failed = True
+    except (RunFailed, ArithmeticError) as exc:  # the stepper itself gave up (NaN, overflow, step size, positivity)
         stop_reason = f"solver failed after t={saved_t[-1] if saved_t else times[0]:.6g}: {exc}"
         failed = True
     return RunResult(
@@ -220,5 +234,6 @@ def run_loop(
             "wall_time": time.perf_counter() - started,
             "stop_reason": stop_reason,
             "failed": failed,
+            "interrupted": interrupted,
         },
     )

@@ -20,6 +20,7 @@ import numpy as np
 from meanfield.model import Model
 from meanfield.geometry.sphere import normalize
 from meanfield.solvers.integrators import DormandPrince, from_name
+from meanfield.solvers.signals import check
 from meanfield.solvers.loop import RunSetup, Tracker
 from meanfield.solvers.trackers import EnergyTracker, FiniteTracker, SphereTracker, SteadyStateTracker
 
@@ -81,6 +82,7 @@ class ParticleStepper:
         steps = max(1, math.ceil((t1 - t0) / self.dt - 1e-9))
         h = (t1 - t0) / steps
         for k in range(steps):
+            check()
             x = self.scheme.step(self.field, x, t0 + k * h, h, retract=normalize)
         self.stats["steps"] += steps
         return x

@@ -34,12 +34,14 @@ from typing import Protocol
 
 import numpy as np
 
-from meanfield.errors import RunFailed
+from meanfield.errors import RunFailed, RunInterrupted
 from meanfield.geometry.mesh import SphericalMesh
 from meanfield.geometry.sphere import normalize, sphere_error
 from meanfield.model import Model
+from meanfield.kernels.jit import one_blas_thread
 from meanfield.run import Run
 from meanfield.solvers.loop import RunSetup, Tracker, run_loop, save_times
+from meanfield.solvers.signals import interruptible
 from meanfield.solvers.trackers import ProgressTracker
 
 __all__ = ["Problem", "Solver", "solve", "run_status"]
@@ -166,6 +168,8 @@ def solve(
     RunFailed
         When the run ends on NaN/Inf, leaves the sphere, or the stepper gives up;
         ``exc.run`` holds the frames up to the failure.
+    RunInterrupted
+        Ctrl-C (SIGINT) or SIGTERM stopped it; ``exc.run`` holds the frames so far.
     """
     if not (np.isfinite(t_final) and np.isfinite(t_start) and t_final > t_start):
         raise ValueError(f"need finite times with t_final > t_start, got t_start={t_start!r}, t_final={t_final!r}")
@@ -174,11 +178,12 @@ def solve(
     times = save_times(float(t_start), float(t_final), float(save_every) if save_every else span)
     bar = ProgressTracker(total=float(times[-1]), initial=float(times[0]), quiet=not progress)
     try:
-        result = run_loop(setup.stepper, setup.state, times, trackers=[*setup.trackers, *trackers], progress=bar)
+        with interruptible(), one_blas_thread():  # Ctrl-C ends the run cleanly; the trackers' products stay on one BLAS thread
+            result = run_loop(setup.stepper, setup.state, times, trackers=[*setup.trackers, *trackers], progress=bar)
     finally:
         bar.close()
     result.info.update(setup.info())
-    status = run_status(result.info["failed"], result.info["stop_reason"])
+    status = "interrupted" if result.info["interrupted"] else run_status(result.info["failed"], result.info["stop_reason"])
     run = Run.from_states(
         t=result.t,
         states=np.asarray(result.states) if result.states else np.zeros((0, *np.shape(setup.state))),
@@ -190,6 +195,8 @@ def solve(
         info=result.info,
         model=problem.model,
     )
+    if status == "interrupted":
+        raise RunInterrupted(f"{result.info['stop_reason']} at t = {run.t[-1]:.6g}", run=run)
     if status == "failed":
         raise RunFailed(result.info["stop_reason"], run=run)
     return run

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,11 @@ import numpy as np
 
 from meanfield.analysis.concentration import ConcentrationTracker, single_head, tracker_from_head
 from meanfield.build import build_model, initial_tokens
-from meanfield.errors import ConfigError, RunFailed
+from meanfield.config import ConfigNote
+from meanfield.errors import ConfigError, RunFailed, RunInterrupted
 from meanfield.geometry.mesh import initial_mass
-from meanfield.io.runfile import RunWriter, last_frame, read_config, run_status
+from meanfield.io.runfile import RunReader, RunWriter, last_frame
+from meanfield.kernels.jit import one_blas_thread
 from meanfield.model import Model
 from meanfield.run import Run
 from meanfield.solvers import grid as grid_solver
@@ -29,6 +32,7 @@ from meanfield.solvers import jko as jko_solver
 from meanfield.solvers.loop import RunResult, RunSetup, Tracker, run_loop, save_times
 from meanfield.solvers.particle import ParticleSolver
 from meanfield.solvers.problem import Problem, run_status as final_status
+from meanfield.solvers.signals import interruptible
 from meanfield.solvers.trackers import ProgressTracker
 from meanfield.solvers.zero_temperature import ZeroTemperatureSolver
 
@@ -142,6 +146,38 @@ def _check_resumable(stored: dict[str, Any], cfg: dict[str, Any], path: Path) ->
                     f"{section}.{key}",
                     f"differs from the run in {path} ({old!r} there, {value!r} now); cannot resume with another config",
                 )
+    before, now = stored["solver"]["t_final"], cfg["solver"]["t_final"]
+    if now < before:
+        raise ConfigError("solver.t_final", f"{path} runs to t_final = {before:g}; --resume only extends a run (got {now:g})")
+
+
+def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where ``--resume`` continues ``path``: ``(remaining save times, state)``; ``None`` to start afresh.
+
+    Raises
+    ------
+    ConfigError
+        Another config, a shorter ``t_final``, a failed run, a non-finite last frame, frames off the save times.
+    """
+    reader = RunReader(path, key="--resume")
+    _check_resumable(reader.config, cfg, path)
+    if reader.frames == 0:
+        warnings.warn(f"{path} holds no committed frame; starting the run afresh", ConfigNote, stacklevel=3)
+        return None
+    if reader.status == "failed":
+        raise ConfigError(
+            "--resume",
+            f"the run in {path} failed ({reader.stop_reason}); resuming would continue from a bad frame. "
+            "Fix the config and start afresh without --resume",
+        )
+    frames, t_last, state = last_frame(path, setup.state_name)
+    tol = 1e-12 * max(1.0, abs(t_last))
+    done = times[times <= t_last + tol]
+    if len(done) == frames and math.isclose(done[-1], t_last, rel_tol=0, abs_tol=tol):
+        return times[len(done) - 1 :], state  # an interrupted run: the rest of its own save times
+    if len(done) == frames - 1 and math.isclose(t_last, reader.config["solver"]["t_final"], rel_tol=0, abs_tol=tol):
+        return np.concatenate([[t_last], times[len(done):]]), state  # extending a finished run past its last frame
+    raise ConfigError("--resume", f"{path} holds {frames} frames ending at t={t_last}, which do not match the save times")
 
 
 def simulate_config(
@@ -162,8 +198,9 @@ def simulate_config(
     out : path, optional
         HDF5 output; ``None`` keeps the run in memory only.
     resume : bool
-        Continue the run stored in ``out`` from its last saved frame.  The
-        result equals an uninterrupted run's.  A missing file starts afresh.
+        Continue the run stored in ``out`` from its last committed frame; the result
+        equals an uninterrupted run's.  A missing file, or one without a committed
+        frame, starts afresh; a later ``solver.t_final`` extends the run (and is stored).
     quiet : bool
         No progress bar.
     keep_states : bool, optional
@@ -175,12 +212,17 @@ def simulate_config(
     -------
     Run
         In memory, or (with ``out``) reading its frames from the file.
+        ``run.info["already_complete"]`` is set when ``--resume`` found nothing to do.
 
     Raises
     ------
     RunFailed
-        When a tracker stops the run as failed (NaN/Inf, …); every frame saved
-        so far stays in ``out``, and ``exc.run`` holds them.
+        When a tracker stops the run as failed (NaN/Inf, …) or the disk is full;
+        every committed frame stays in ``out``, and ``exc.run`` holds them.
+    RunInterrupted
+        SIGINT or SIGTERM ended the run (status ``interrupted``; ``--resume`` continues it).
+    ConfigError
+        Bad input, or another process writes ``out``.
     """
     solver = cfg["solver"]
     times = save_times(0.0, solver["t_final"], solver["save_every"])
@@ -190,50 +232,49 @@ def simulate_config(
     writer: RunWriter | None = None
     out_path = Path(out) if out is not None else None
     if out_path is not None and resume and out_path.exists():
-        stored = read_config(out_path)
-        _check_resumable(stored, cfg, out_path)
-        status_before, reason_before = run_status(out_path)
-        if status_before == "completed" and stored["solver"]["t_final"] >= cfg["solver"]["t_final"]:
+        reader = RunReader(out_path, key="--resume")
+        if reader.status == "completed" and reader.frames and reader.config["solver"]["t_final"] == solver["t_final"]:
+            _check_resumable(reader.config, cfg, out_path)
             run = Run.load(out_path)
             run.info["already_complete"] = True  # nothing to resume: the caller says so
             return run
-        if status_before == "failed" and reason_before != "interrupted":
-            raise ConfigError(
-                "--resume",
-                f"the run in {out_path} failed ({reason_before}); resuming would continue from a bad frame. "
-                "Fix the config and start afresh without --resume",
-            )
-        frames, t_last, state = last_frame(out_path, setup.state_name)
-        done = times[times <= t_last + 1e-12 * max(1.0, abs(t_last))]
-        if len(done) != frames or not math.isclose(done[-1], t_last, rel_tol=0, abs_tol=1e-12 * max(1.0, abs(t_last))):
-            raise ConfigError("--resume", f"{out_path} holds {frames} frames ending at t={t_last}, which do not match the save times")
-        times = times[len(done) - 1 :]
-        record_first = False
-        writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape, resume=True)
-        writer.truncate(frames)
-        for key, value in setup.static.items():  # e.g. a weight path extended to a later t_final
-            writer.write_static(key, value)
-    elif out_path is not None:
+        point = _resume_point(out_path, cfg, setup, times)
+        if point is not None:
+            times, state = point
+            record_first = False
+            writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape,
+                               static=setup.static, resume=True)
+    if out_path is not None and resume and not out_path.exists():
+        warnings.warn(f"{out_path} does not exist (a run killed before its first frame leaves none); "
+                      "starting the run afresh", ConfigNote, stacklevel=2)
+    if out_path is not None and writer is None:
         writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape, static=setup.static)
     progress = ProgressTracker(total=float(times[-1]), initial=float(times[0]), quiet=quiet)
     if keep_states is None:
         keep_states = writer is None
-    status, reason = "failed", "interrupted"
+    status, reason = "failed", "the run stopped before its first frame"
     result: RunResult | None = None
     try:
-        result = run_loop(
-            setup.stepper,
-            state,
-            times,
-            trackers=setup.trackers,
-            write=writer.append if writer is not None else None,
-            progress=progress,
-            keep_states=keep_states,
-            record_first=record_first,
-        )
+        with interruptible(), one_blas_thread():  # trackers' products too: threaded BLAS only contends with our threads
+            result = run_loop(
+                setup.stepper,
+                state,
+                times,
+                trackers=setup.trackers,
+                write=writer.append if writer is not None else None,
+                progress=progress,
+                keep_states=keep_states,
+                record_first=record_first,
+            )
         result.info.update(setup.info())
         reason = result.info["stop_reason"]
-        status = final_status(result.info["failed"], reason)
+        status = "interrupted" if result.info["interrupted"] else final_status(result.info["failed"], reason)
+    except KeyboardInterrupt:  # raised inside a tracker or by a second Ctrl-C: the frames so far can be resumed
+        status, reason = "interrupted", "interrupted"
+        raise
+    except BaseException as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        raise
     finally:
         progress.close()
         if writer is not None:
@@ -255,8 +296,10 @@ def simulate_config(
             info=result.info,
             model=setup.model,
         )
+    where = f"; {run.frames} frames are saved in {out_path}" if out_path is not None else ""
+    if result.info["interrupted"]:
+        raise RunInterrupted(f"{reason} at t = {run.t[-1]:.6g}{where}" + ("; --resume continues" if out_path else ""), run=run)
     if result.info["failed"]:
-        where = f"; frames so far are in {out_path}" if out_path is not None else ""
         raise RunFailed(f"{reason}{where}", run=run)
     return run
 

@@ -93,6 +93,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import time
 import tomllib
@@ -865,6 +866,17 @@ def _dask(client: Any, tasks: list[dict[str, Any]], retries: int) -> Iterator[di
                 pass
 
 
+#: a Dask scheduler address: PROTOCOL://HOST:PORT, or HOST:PORT (tcp)
+_ADDRESS = re.compile(r"^(?:(?:tcp|tls|ucx|ws|wss)://)?(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):\d{1,5}$")
+
+
+def check_scheduler(address: str) -> str:
+    """``address`` if it reads as a Dask scheduler address (``tcp://node01:8786``, ``node01:8786``), else a :class:`ConfigError`."""
+    if not _ADDRESS.match(address.strip()):
+        raise ConfigError("--scheduler", f"{address!r} is not a scheduler address; expected e.g. tcp://node01:8786")
+    return address.strip()
+
+
 class _Cluster:
     """A Dask client: on a local process cluster we start, or on a scheduler we connect to."""
 
@@ -874,6 +886,7 @@ class _Cluster:
 
         self.cluster = None
         if scheduler:
+            scheduler = check_scheduler(scheduler)
             try:
                 self.client = Client(scheduler, timeout="20s", set_as_default=False)
             except (OSError, TimeoutError, ValueError) as exc:

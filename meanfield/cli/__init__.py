@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 from meanfield import __version__
-from meanfield.errors import ConfigError, RunFailed
+from meanfield.errors import ConfigError, RunFailed, RunInterrupted
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -51,7 +54,38 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"meanfield.cli.{name}").add_parser(sub)
+    for command in sub.choices.values():
+        command.add_argument("--threads", metavar="N", help="threads of the kernels (default: MEANFIELD_NUM_THREADS, else all cores)")
     return parser
+
+
+def _apply_threads(value: str | None) -> None:
+    """``--threads N``: the kernels' threads for this command (numba and the BLAS row-block pool)."""
+    if value is None:
+        return
+    from meanfield.cli.options import parse_int
+    from meanfield.kernels.jit import set_num_threads
+
+    set_num_threads(parse_int(value, "--threads", minimum=1))
+
+
+@contextmanager
+def _notes_on_stderr() -> Iterator[None]:
+    """Print the choices made for the user (:class:`~meanfield.config.ConfigNote`) as ``note:`` lines on stderr."""
+    from meanfield.config import ConfigNote
+
+    original = warnings.showwarning
+
+    def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        if issubclass(category, ConfigNote):
+            print(f"note: {message}", file=sys.stderr)
+        else:
+            original(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ConfigNote)
+        warnings.showwarning = show
+        yield
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,7 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        status = args.func(args)
+        _apply_threads(getattr(args, "threads", None))
+        with _notes_on_stderr():
+            status = args.func(args)
     except ConfigError as exc:
         print(f"meanfield {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -75,6 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and closed early
         sys.stderr.close()
         return 0
+    except RunInterrupted as exc:
+        print(f"meanfield {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         message = getattr(args, "interrupted", "interrupted; saved frames are kept")
         print(f"meanfield {args.command}: {message}", file=sys.stderr)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.cli.options import load_config_noted, picture_path, table_path
+from meanfield.cli.options import folder_path, load_config_noted, picture_path, table_path
 from meanfield.errors import ConfigError
 
 __all__ = ["add_parser", "main"]
@@ -65,6 +65,7 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError("CONFIG.toml" if args.sweep_beta is not None else "OUT.h5", f"file not found: {args.path}")
     picture_path(args.plot, "--plot")
     table_path(args.csv, "--csv")
+    folder_path(args.out, "--out")
 
 
 def main(args: argparse.Namespace) -> int:

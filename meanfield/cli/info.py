@@ -2,10 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import math
+import sys
+import time
 
-from meanfield.cli.options import picture_path
+from meanfield.cli.options import parse_float, picture_path
+from meanfield.errors import ConfigError
 
-__all__ = ["add_parser", "main"]
+__all__ = ["add_parser", "main", "follow"]
+
+#: diagnostics printed on each frame line of ``--follow`` (those the run records)
+FOLLOW_SERIES = ("energy", "max_speed", "w2_target", "mass_error", "jko_residual")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -13,11 +20,47 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "info",
         help="summarise a run file (also one still being written)",
         description="Summarise a run file: its model, solver, frames, status, final clusters and the main "
-        "diagnostics. --plot draws it (a .gif path makes an animation).",
+        "diagnostics. It reads a file that is still being written (the frames committed so far). --plot draws "
+        "it (a .gif path makes an animation); --follow prints each new frame as it arrives, until the run ends.",
     )
     p.add_argument("run", metavar="OUT.h5", help="HDF5 run file")
     p.add_argument("--plot", metavar="F.png", help="also draw the run (a .gif path makes an animation)")
+    p.add_argument("--follow", action="store_true", help="print each new frame as it is committed, until the run ends")
+    p.add_argument("--interval", default="1", metavar="S", help="--follow: seconds between looks (default 1)")
     p.set_defaults(func=main)
+
+
+def _frame_line(k: int, t: float, diagnostics: dict) -> str:
+    parts = [f"frame {k:5d}  t = {t:.6g}"]
+    for key in FOLLOW_SERIES:
+        series = diagnostics.get(key)
+        if series is not None and k < len(series) and math.isfinite(series[k]):
+            parts.append(f"{key} = {series[k]:.6g}")
+    return "  ".join(parts)
+
+
+def follow(path: str, *, interval: float) -> int:
+    """Print the summary, then one line per newly committed frame until the run is no longer running."""
+    from meanfield.io.runfile import RunReader
+    from meanfield.run import Run
+
+    reader = RunReader(path)
+    print(Run.load(path).summary())
+    shown = 0
+    while True:
+        times, diagnostics = reader.times(), reader.diagnostics()
+        for k in range(shown, reader.frames):
+            print(_frame_line(k, float(times[k]), diagnostics))
+        shown = reader.frames
+        sys.stdout.flush()
+        if reader.status != "running":
+            print(f"status:    {reader.status} ({reader.stop_reason or 'n/a'})")
+            return 0
+        time.sleep(interval)
+        try:
+            reader = RunReader(path)
+        except ConfigError:  # between frames the writer may hold the file for a moment
+            continue
 
 
 def main(args: argparse.Namespace) -> int:
@@ -25,6 +68,11 @@ def main(args: argparse.Namespace) -> int:
     from meanfield.run import load
 
     picture_path(args.plot, "--plot", animation=True)
+    interval = parse_float(args.interval, "--interval", positive=True)
+    if args.follow:
+        if args.plot:
+            raise ConfigError("--plot", "draw a run after it ends, not while following it (drop --follow or --plot)")
+        return follow(args.run, interval=interval)
     run = load(args.run)
     print(run.summary())
     if args.plot:

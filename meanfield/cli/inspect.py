@@ -33,12 +33,15 @@ import math
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from meanfield.cli.options import folder_path, table_path
 from meanfield.errors import ConfigError
-from meanfield.heads.checkpoint import LayerReport, analyse_checkpoint, load_checkpoint
+
+if TYPE_CHECKING:
+    from meanfield.heads.checkpoint import LayerReport
 
 __all__ = ["add_parser", "main", "format_table", "plot_reports"]
 
@@ -248,10 +251,18 @@ def main(args: argparse.Namespace) -> int:
         num_heads = num_heads if num_heads is not None else spec.num_heads
     if num_heads is not None and num_heads < 1:
         raise ConfigError("--num-heads", f"must be >= 1, got {num_heads}")
+    if args.sentence is not None and not args.sentence.strip():
+        raise ConfigError("--sentence", "is empty; give the text to embed, e.g. --sentence \"The cat sat on the mat.\"")
     if args.save_tokens and not args.sentence:
         raise ConfigError("--save-tokens", "needs --sentence TEXT")
+    if args.save_tokens:
+        table_path(args.save_tokens, "--save-tokens")
+    if args.plot:
+        folder_path(args.out, "--out")
     if args.n is not None and not (math.isfinite(args.n) and args.n >= 2):
         raise ConfigError("--n", f"the sequence length must be >= 2, got {args.n}")
+    from meanfield.heads.checkpoint import analyse_checkpoint, load_checkpoint
+
     ckpt = load_checkpoint(source, num_heads=num_heads)
 
     n = args.n

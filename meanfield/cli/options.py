@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -99,21 +100,10 @@ def parse_int_list(value: str, key: str, *, minimum: int) -> list[int]:
 
 
 def load_config_noted(source: Any, overrides: Any = ()) -> dict[str, Any]:
-    """:func:`meanfield.config.load_config`, printing the choices it made for the user as ``note:`` lines on stderr."""
-    import sys
-    import warnings
+    """:func:`meanfield.config.load_config` (its notes reach stderr through the CLI's warning hook)."""
+    from meanfield.config import load_config
 
-    from meanfield.config import ConfigNote, load_config
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConfigNote)
-        cfg = load_config(source, overrides)
-    for item in caught:
-        if issubclass(item.category, ConfigNote):
-            print(f"note: {item.message}", file=sys.stderr)
-        else:  # pragma: no cover - other warnings pass through
-            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
-    return cfg
+    return load_config(source, overrides)
 
 
 def picture_path(value: str | None, key: str, *, animation: bool = False) -> str | None:
@@ -123,8 +113,7 @@ def picture_path(value: str | None, key: str, *, animation: bool = False) -> str
     """
     from pathlib import Path
 
-    from meanfield.io.output import check_parent
-    from meanfield.plotting.canvas import IMAGE_FORMATS
+    from meanfield.io.output import IMAGE_FORMATS, check_parent
 
     if value is None:
         return None
@@ -150,4 +139,22 @@ def table_path(value: str | None, key: str) -> str | None:
     if path.is_dir() or value.endswith(("/", "\\")):
         raise ConfigError(key, f"{value} is a folder; give a file name such as {path / 'table.csv'}")
     check_parent(path, key)
+    return value
+
+
+def folder_path(value: str | None, key: str) -> str | None:
+    """Check an output folder before any work: not an existing file, and somewhere it can be created."""
+    from pathlib import Path
+
+    from meanfield.io.output import check_parent
+
+    if value is None:
+        return None
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(key, f"{value} is a file; give a folder")
+    if not path.exists():
+        check_parent(path, key)
+    elif not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(key, f"cannot write into {value}: permission denied")
     return value

@@ -16,6 +16,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from meanfield.cli.options import folder_path
 from meanfield.errors import ConfigError
 
 __all__ = ["add_parser", "main"]
@@ -52,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
     for figure_id in ids:
         if figure_id not in entries:
             raise ConfigError("ID", f"unknown figure {figure_id!r}; meanfield reproduce --list shows the {len(entries)} figures")
-    out = Path(args.out) if args.out else Path("figures/gallery") / ("quick" if args.quick else "")
+    out = Path(folder_path(args.out, "--out") or Path("figures/gallery") / ("quick" if args.quick else ""))
     status = 0
     for figure_id in ids:
         try:

@@ -57,8 +57,13 @@ def _interrupt_on_sigterm() -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
-    from meanfield.solvers.sweep import load_sweep, run_sweep
+    from meanfield.cli.options import folder_path
 
+    from meanfield.solvers.sweep import check_scheduler, load_sweep, run_sweep
+
+    if args.scheduler is not None:
+        check_scheduler(args.scheduler)
+    folder_path(args.out, "--out")
     spec = load_sweep(args.sweep)  # ConfigError (exit 2) before any work
     if args.dry_run:
         for case in spec.cases:

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.analysis import theory
 from meanfield.cli.options import emit, parse_float, parse_float_list, parse_int
 from meanfield.cli.theory_clustering import add_subparser as _add_clustering_time
 from meanfield.errors import ConfigError
@@ -62,6 +61,8 @@ def _run_beta_star(args: argparse.Namespace) -> int:
     n = parse_int(args.n, "--n", minimum=2)
     alpha = parse_float(args.alpha, "--alpha", positive=True)
     with _as_options():
+        from meanfield.analysis import theory
+
         c = float(theory.c_star(heads))
         closed = theory.beta_star(heads, n, alpha)
         numeric = theory.beta_star_numeric(heads, n, alpha)
@@ -115,6 +116,8 @@ def _run_rates(args: argparse.Namespace) -> int:
     beta = parse_float(args.beta, "--beta", positive=True)
     n = parse_int(args.n, "--n", minimum=2)
     with _as_options():
+        from meanfield.analysis import theory
+
         early = theory.early_rate(lambdas, beta=beta, n=n)
         equal = theory.equal_split_rate(lambdas, beta=beta, n=n)
         gain = theory.superadditivity_gain(lambdas, beta=beta, n=n)

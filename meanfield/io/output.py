@@ -6,7 +6,10 @@ from pathlib import Path
 
 from meanfield.errors import ConfigError
 
-__all__ = ["check_output", "check_parent"]
+__all__ = ["check_output", "check_parent", "IMAGE_FORMATS"]
+
+#: file extensions matplotlib writes still pictures to
+IMAGE_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
 
 
 def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = False, key: str = "-o") -> Path:
@@ -24,7 +27,7 @@ def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = Fa
         if resume:
             from meanfield.io.runfile import RunReader
 
-            RunReader(path, key=key)  # resuming needs a meanfield run; the reader says why not
+            RunReader(path, key="--resume")  # resuming needs a meanfield run; the reader says why not
             if not os.access(path, os.W_OK):
                 raise ConfigError(key, f"{path} is read-only; cannot resume into it")
         elif not overwrite:

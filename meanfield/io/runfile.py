@@ -1,4 +1,4 @@
-"""Runs on disk: HDF5 files with the resolved config stored beside the arrays.
+"""Runs on disk: HDF5 files with the resolved config stored beside the arrays, readable while they are written.
 
 Layout (a public contract, described in the README's *Data files*):
 
@@ -7,16 +7,30 @@ Layout (a public contract, described in the README's *Data files*):
 * grid: ``t`` (T,), ``mass`` (T, N), plus static ``points`` (N, 3) and ``areas`` (N,);
 * trackers' scalars: one (T,) dataset each under the group ``diagnostics``;
 * time-dependent weights: the weight path under the group ``weights``;
-* attributes ``status`` (``running``, ``completed``, ``failed``, ``stopped``)
-  and ``stop_reason``.
+* ``committed_frames`` (1,): how many frames are completely on disk;
+* attributes ``status`` (``running``, ``completed``, ``stopped``, ``failed``,
+  ``interrupted``) and ``stop_reason``.
 
-Frames are appended and flushed one by one, so a killed run keeps every frame
-saved before the kill and a long run never holds its history in memory.
+**Crash consistency.** A frame is written, flushed, and only then counted in
+``committed_frames`` (flushed again): readers and ``--resume`` trust the committed
+frames only, so a kill in the middle of a frame loses that frame and nothing else.
+
+**Readable while running.** The writer switches the file to HDF5's single-writer /
+multiple-reader mode (SWMR) after its first frame.  Readers open it with
+``h5py.File(path, "r", swmr=True)`` (what :class:`RunReader`, ``meanfield info``
+and :func:`meanfield.load` do) and see the frames committed so far.
+
+**One writer.** The writer holds an exclusive lock (:mod:`meanfield.io.lock`)
+from before it truncates anything until the file is closed; a second writer is
+refused, and a reader tells a running file from one whose writer died.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,16 +38,88 @@ from typing import Any
 import h5py
 import numpy as np
 
-from meanfield.errors import ConfigError
+from meanfield.errors import ConfigError, StorageFailed
+from meanfield.io.lock import WriterLock, writer_alive
 
-__all__ = ["RunWriter", "RunReader", "read_config", "run_status", "last_frame", "STATE_NAMES"]
+__all__ = ["RunWriter", "RunReader", "open_run_file", "read_config", "run_status", "last_frame", "STATE_NAMES", "COMMITTED"]
 
 #: dataset that holds the evolving state, by solver family
 STATE_NAMES = {"particle": "x", "grid": "mass"}
+#: the dataset counting the frames that are completely on disk
+COMMITTED = "committed_frames"
+#: datasets with one entry per frame (besides the state and the diagnostics)
+_PER_FRAME = ("t",)
+
+
+#: free bytes kept beyond two frames before a frame is written: a full disk is met by us, never by HDF5
+#: (a write that fails inside HDF5 leaves a file that its own close can crash on)
+SPACE_RESERVE = 1 << 20
+
+
+def _free_bytes(path: Path) -> int | None:
+    """Bytes the file system of ``path`` still offers this process (``None`` where it cannot tell)."""
+    try:
+        stat = os.statvfs(path.parent)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def _no_space(exc: BaseException) -> bool:
+    return getattr(exc, "errno", None) == errno.ENOSPC or "no space left" in str(exc).lower()
+
+
+def _reason(exc: OSError) -> str:
+    """The useful part of an h5py ``OSError`` (e.g. 'file signature not found', 'unable to lock file')."""
+    text = str(exc)
+    for marker in ("file signature not found", "unable to lock file", "truncated file", "Permission denied",
+                   "Is a directory", "already open for write"):
+        if marker.lower() in text.lower():
+            return marker
+    return text.split("(")[-1].rstrip(")") if "(" in text else text
+
+
+def open_run_file(path: str | Path, *, key: str = "OUT.h5") -> h5py.File:
+    """Open a run file for reading, also while it is written; a :class:`ConfigError` says why it cannot be.
+
+    The reasons: missing, a folder, not readable, not HDF5, truncated, or locked by a
+    writer that has not committed its first frame yet.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(key, f"file not found: {path}")
+    if path.is_dir():
+        raise ConfigError(key, f"{path} is a folder, not a run file")
+    if not os.access(path, os.R_OK):
+        raise ConfigError(key, f"cannot read {path}: permission denied")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {path}: {exc.strerror or exc}") from None
+    if head != b"\x89HDF\r\n\x1a\n":
+        what = "an empty file" if not head else "not an HDF5 file"
+        raise ConfigError(key, f"{path} is {what}, not a meanfield run")
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        reason = _reason(exc)
+    if reason == "already open for write" or (reason == "truncated file" and writer_alive(path)):
+        # a writer in SWMR mode (live, or killed): read what it committed; a live writer's file may look
+        # truncated to a plain open, because its end is still being written
+        try:
+            return h5py.File(path, "r", swmr=True)
+        except OSError as exc:
+            reason = _reason(exc)
+    if reason == "unable to lock file" and writer_alive(path):
+        raise ConfigError(key, f"{path} is being written and holds no complete frame yet; try again in a moment") from None
+    if reason == "truncated file":
+        raise ConfigError(key, f"{path} is truncated (the file ends before its data: a copy cut short, or a full disk)") from None
+    raise ConfigError(key, f"cannot open {path} as HDF5 ({reason})") from None
 
 
 class RunWriter:
-    """Append frames of a run to an HDF5 file.
+    """Append frames of a run to an HDF5 file, each one committed before the next.
 
     Parameters
     ----------
@@ -49,7 +135,13 @@ class RunWriter:
         Arrays written once (``points``, ``areas``, weight paths …); keys with
         a ``/`` create groups.
     resume : bool
-        Open an existing file and append after its last frame.
+        Open the existing run, keep its committed frames and append after them;
+        the stored config takes the new ``config`` (a later ``t_final``).
+
+    Raises
+    ------
+    ConfigError
+        Another process writes ``path`` (nothing is touched then).
     """
 
     def __init__(
@@ -64,85 +156,215 @@ class RunWriter:
     ) -> None:
         self.path = Path(path)
         self.state_name = state_name
-        if resume:
-            self.file = h5py.File(self.path, "a")
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.file = h5py.File(self.path, "w")
-            self.file.attrs["config"] = json.dumps(config, sort_keys=True)
-            self.file.create_dataset("t", shape=(0,), maxshape=(None,), dtype="f8", chunks=(1024,))
-            self.file.create_dataset(
-                state_name, shape=(0, *state_shape), maxshape=(None, *state_shape), dtype="f8", chunks=(1, *state_shape)
-            )
-            self.file.create_group("diagnostics")
+        self.broken: str | None = None
+        self.pending: Path | None = None
+        self.lock = WriterLock(self.path).acquire()
+        try:
+            if resume:
+                self.file = self._reopen(config, static)
+            else:
+                self.file = self._create(config, state_name, state_shape, static)
+        except BaseException:
+            self.lock.release()
+            raise
+        self.count = int(self.file[COMMITTED][0])
+
+    # ------------------------------------------------------------------ opening
+    def _stamp(self, f: h5py.File, config: Mapping[str, Any]) -> None:
+        f.attrs["config"] = json.dumps(config, sort_keys=True)
+        f.attrs["status"] = "running"
+        f.attrs["stop_reason"] = ""
+        f.attrs["writer"] = f"pid {os.getpid()} on {socket.gethostname()}"
+
+    def _create(self, config: Mapping[str, Any], state_name: str, state_shape: tuple[int, ...],
+                static: Mapping[str, np.ndarray] | None) -> h5py.File:
+        """A new file, written beside ``path`` and moved onto it once its first frame is committed.
+
+        Until then ``path`` is untouched (an old file stays whole, a kill leaves nothing behind
+        under that name), and afterwards the file is in SWMR mode, which readers can always open.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.pending = self.path.with_name(f".{self.path.name}.new")
+        f = h5py.File(self.pending, "w", libver="latest")
+        try:
+            self._stamp(f, config)
+            f.create_dataset("t", shape=(0,), maxshape=(None,), dtype="f8", chunks=(1024,))
+            f.create_dataset(state_name, shape=(0, *state_shape), maxshape=(None, *state_shape), dtype="f8",
+                             chunks=(1, *state_shape))
+            f.create_dataset(COMMITTED, data=np.zeros(1, dtype=np.int64))
+            f.create_group("diagnostics")
             for key, value in (static or {}).items():
-                self.file.create_dataset(key, data=np.asarray(value))
-        self.file.attrs["status"] = "running"
-        self.file.flush()
+                f.create_dataset(key, data=np.asarray(value))
+            f.flush()
+        except BaseException:
+            f.close()
+            raise
+        return f
+
+    def _reopen(self, config: Mapping[str, Any], static: Mapping[str, np.ndarray] | None) -> h5py.File:
+        """The committed frames of the existing file, in a file open for appending (rebuilt when a crash left it unopenable)."""
+        reader = RunReader(self.path, key="--resume")
+        try:
+            f = h5py.File(self.path, "a", libver="latest")
+        except OSError:  # a writer killed in SWMR mode leaves the file marked open: copy what is committed
+            _rebuild(reader, self.path)
+            f = h5py.File(self.path, "a", libver="latest")
+        try:
+            frames = reader.frames
+            for name in (*_PER_FRAME, self.state_name):
+                f[name].resize((frames, *f[name].shape[1:]))
+            for name in f["diagnostics"]:
+                series = f["diagnostics"][name]
+                series.resize((min(frames, series.shape[0]),))
+            if COMMITTED not in f:
+                f.create_dataset(COMMITTED, data=np.zeros(1, dtype=np.int64))
+            f[COMMITTED][0] = frames
+            for key, value in (static or {}).items():  # e.g. a weight path extended to a later t_final
+                if key in f:
+                    del f[key]
+                f.create_dataset(key, data=np.asarray(value))
+            self._stamp(f, config)
+            f.flush()
+            f.swmr_mode = True
+        except BaseException:
+            f.close()
+            raise
+        return f
 
     @property
     def frames(self) -> int:
-        return int(self.file["t"].shape[0])
+        """Frames committed to disk."""
+        return self.count
 
+    # ------------------------------------------------------------------ frames
     def append(self, t: float, state: np.ndarray, diagnostics: Mapping[str, float] | None = None) -> None:
-        """Append one frame (and its tracker scalars) and flush to disk."""
-        count = self.frames
-        data = self.file[self.state_name]  # the state first: a frame counts once its time is written
-        data.resize((count + 1, *data.shape[1:]))
-        data[count] = state
-        self.file["t"].resize((count + 1,))
-        self.file["t"][count] = t
-        group = self.file["diagnostics"]
-        for key, value in (diagnostics or {}).items():
+        """Write one frame (and its tracker scalars), flush it, then count it as committed.
+
+        Raises
+        ------
+        StorageFailed
+            The disk is full (or another write error): the frames committed before stay intact.
+        """
+        if self.broken:
+            raise StorageFailed(self.broken)
+        state = np.asarray(state)
+        free = _free_bytes(self.path)
+        if free is not None and free < SPACE_RESERVE + 2 * state.nbytes:  # HDF5 must never meet a full disk
+            self.broken = (f"no space left on device for frame {self.count} of {self.path} ({free} bytes free); the "
+                           f"{self.count} committed frames are intact: free some space and continue with --resume")
+            raise StorageFailed(self.broken)
+        try:
+            self._write(t, state, diagnostics or {})
+        except (OSError, RuntimeError) as exc:
+            what = "no space left on device" if _no_space(exc) else f"cannot write to {self.path} ({_reason(exc)})"
+            self.broken = (f"{what} while writing frame {self.count} of {self.path}; the {self.count} committed frames "
+                           "are intact: free some space and continue with --resume")
+            raise StorageFailed(self.broken) from None
+
+    def _write(self, t: float, state: np.ndarray, diagnostics: Mapping[str, float]) -> None:
+        self._write_frame(self.count, t, state, diagnostics)
+        self._commit(self.count + 1)
+
+    def _write_frame(self, k: int, t: float, state: np.ndarray, diagnostics: Mapping[str, float]) -> None:
+        """Frame ``k``'s arrays, flushed to disk but not yet counted."""
+        f = self.file
+        data = f[self.state_name]
+        data.resize((k + 1, *data.shape[1:]))
+        data[k] = state
+        f["t"].resize((k + 1,))
+        f["t"][k] = t
+        group = f["diagnostics"]
+        for key in diagnostics:
             if key not in group:
-                group.create_dataset(key, data=np.full(count, math.nan), maxshape=(None,), chunks=(1024,))
+                group.create_dataset(key, data=np.full(k, math.nan), maxshape=(None,), chunks=(1024,))
         for key in group:
             series = group[key]
-            if series.shape[0] < count + 1:
-                old = series.shape[0]
-                series.resize((count + 1,))
-                series[old:count] = math.nan
-                series[count] = (diagnostics or {}).get(key, math.nan)
-        self.file.flush()
+            old = series.shape[0]
+            series.resize((k + 1,))
+            if old < k:
+                series[old:k] = math.nan
+            series[k] = diagnostics.get(key, math.nan)
+        f.flush()
 
-    def truncate(self, frames: int) -> None:
-        """Drop frames after the first ``frames`` (used when resuming)."""
-        self.file["t"].resize((frames,))
-        data = self.file[self.state_name]
-        data.resize((frames, *data.shape[1:]))
-        for key in self.file["diagnostics"]:
-            series = self.file["diagnostics"][key]
-            series.resize((min(frames, series.shape[0]),))
+    def _commit(self, frames: int) -> None:
+        """Count the frames on disk: from now on readers and ``--resume`` trust them."""
+        f = self.file
+        f[COMMITTED][0] = frames
+        f.flush()
+        self.count = frames
+        if not f.swmr_mode:  # after the first frame every dataset exists: readers may follow from now on
+            f.swmr_mode = True
+        self._publish()
 
-    def write_static(self, key: str, value: np.ndarray) -> None:
-        if key in self.file:
-            del self.file[key]
-        self.file.create_dataset(key, data=np.asarray(value))
+    def _publish(self) -> None:
+        """Move a new file onto its path (atomically; the open file stays valid)."""
+        if self.pending is not None:
+            os.replace(self.pending, self.path)
+            self.pending = None
 
     def finish(self, status: str, *, stop_reason: str = "", info: Mapping[str, Any] | None = None) -> None:
-        """Record the final status and close the file."""
-        self.file.attrs["status"] = status
-        self.file.attrs["stop_reason"] = stop_reason
-        if info:
-            self.file.attrs["info"] = json.dumps(info, default=float)
-        self.file.flush()
-        self.file.close()
+        """Record the final status, close the file and release the lock (after a write error: only close)."""
+        try:
+            if not self.broken:
+                self.file.attrs["status"] = status
+                self.file.attrs["stop_reason"] = stop_reason
+                if info:
+                    self.file.attrs["info"] = json.dumps(info, default=float)
+                self.file.flush()
+        except OSError as exc:
+            self.broken = f"could not record the status of {self.path} ({_reason(exc)})"
+        finally:
+            try:
+                self.file.close()
+            except OSError:
+                pass
+            try:
+                self._publish()  # a run that ended before its first frame still leaves its status behind
+            except OSError:
+                pass
+            self.lock.release()
 
     def __enter__(self) -> RunWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.file.id.valid:
-            self.file.attrs["status"] = "failed" if exc[0] else self.file.attrs.get("status", "running")
-            self.file.close()
+            self.finish("failed" if exc[0] else "stopped", stop_reason="the writer was closed early")
+
+
+def _rebuild(reader: RunReader, path: Path) -> None:
+    """Replace ``path`` by a clean copy of its committed frames (atomically, through a temporary file)."""
+    tmp = path.with_name(f".{path.name}.rebuild")
+    with reader._open() as src, h5py.File(tmp, "w", libver="latest") as dst:  # noqa: SLF001
+        frames = reader.frames
+        for key, value in src.attrs.items():
+            dst.attrs[key] = value
+
+        def copy(name: str, item: Any) -> None:
+            if isinstance(item, h5py.Group):
+                dst.require_group(name)
+                return
+            per_frame = name in (*_PER_FRAME, reader.state_name) or name.startswith("diagnostics/")
+            if per_frame:
+                data = item[:frames]
+                dst.create_dataset(name, data=data, maxshape=(None, *item.shape[1:]), chunks=item.chunks)
+            elif name == COMMITTED:
+                dst.create_dataset(name, data=np.array([frames], dtype=np.int64))
+            else:
+                dst.create_dataset(name, data=item[()])
+
+        src.visititems(copy)
+    os.replace(tmp, path)
 
 
 class RunReader:
     """Read a run file piece by piece, opening it only for the time of each read.
 
     The constructor checks that ``path`` is a meanfield run and says why not
-    (missing, a folder, not HDF5, no ``config`` attribute, …) with a
-    :class:`~meanfield.errors.ConfigError` naming ``key``.
+    (missing, a folder, not HDF5, truncated, no ``config`` attribute, …) with a
+    :class:`~meanfield.errors.ConfigError` naming ``key``.  A file still being
+    written shows its committed frames and status ``running``; one whose writer
+    died without closing it shows status ``interrupted``.
 
     Attributes
     ----------
@@ -153,21 +375,17 @@ class RunReader:
     info : dict
     state_name : {"x", "mass"}
     frames : int
-        Complete frames on disk.
+        Frames completely on disk.
     """
 
     def __init__(self, path: str | Path, *, key: str = "OUT.h5") -> None:
         self.path = Path(path)
         self.key = key
-        if not self.path.exists():
-            raise ConfigError(key, f"file not found: {self.path}")
-        if self.path.is_dir():
-            raise ConfigError(key, f"{self.path} is a folder, not a run file")
-        try:
-            with h5py.File(self.path, "r") as f:
-                self._header(f)
-        except OSError as exc:
-            raise ConfigError(key, f"{self.path} is not an HDF5 file ({_reason(exc)})") from None
+        with self._open() as f:
+            self._header(f)
+
+    def _open(self) -> h5py.File:
+        return open_run_file(self.path, key=self.key)
 
     def _header(self, f: h5py.File) -> None:
         if "config" not in f.attrs:
@@ -188,13 +406,11 @@ class RunReader:
             self.info = json.loads(f.attrs["info"]) if "info" in f.attrs else {}
         except (TypeError, ValueError):
             self.info = {}
-        self.frames = min(int(f["t"].shape[0]), int(f[self.state_name].shape[0]))
-
-    def _open(self) -> h5py.File:
-        try:
-            return h5py.File(self.path, "r")
-        except OSError as exc:
-            raise ConfigError(self.key, f"cannot read {self.path} ({_reason(exc)})") from None
+        written = min(int(f["t"].shape[0]), int(f[self.state_name].shape[0]))
+        self.frames = min(written, int(f[COMMITTED][0])) if COMMITTED in f else written
+        if self.status == "running" and not writer_alive(self.path):
+            self.status = "interrupted"
+            self.stop_reason = "the writer stopped without closing the file (killed, or the machine went down)"
 
     def times(self) -> np.ndarray:
         """The saved times, shape ``(frames,)``."""
@@ -202,7 +418,7 @@ class RunReader:
             return np.array(f["t"][: self.frames], dtype=float)
 
     def states(self, index: int | slice = slice(None)) -> np.ndarray:
-        """Frames ``index`` of the state dataset (all by default)."""
+        """Frames ``index`` of the state dataset (all committed frames by default)."""
         with self._open() as f:
             data = f[self.state_name]
             if isinstance(index, slice):
@@ -231,7 +447,7 @@ class RunReader:
         with self._open() as f:
             for name in f:
                 item = f[name]
-                if name in ("t", self.state_name, "diagnostics"):
+                if name in ("t", self.state_name, "diagnostics", COMMITTED):
                     continue
                 if isinstance(item, h5py.Dataset):
                     out[name] = item[()]
@@ -242,31 +458,31 @@ class RunReader:
         return out
 
 
-def _reason(exc: OSError) -> str:
-    """The useful part of an h5py ``OSError`` (e.g. 'file signature not found', 'unable to lock file')."""
-    text = str(exc)
-    for marker in ("file signature not found", "unable to lock file", "truncated file", "Permission denied", "Is a directory"):
-        if marker.lower() in text.lower():
-            return marker
-    return text.split("(")[-1].rstrip(")") if "(" in text else text
-
-
 def run_status(path: str | Path) -> tuple[str, str]:
-    """``(status, stop_reason)`` attributes of a run file."""
-    with h5py.File(path, "r") as f:
-        return str(f.attrs.get("status", "")), str(f.attrs.get("stop_reason", ""))
+    """``(status, stop_reason)`` of a run file (``interrupted`` when its writer died)."""
+    reader = RunReader(path)
+    return reader.status, reader.stop_reason
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
     """The resolved config stored in a run file."""
-    with h5py.File(path, "r") as f:
-        return json.loads(f.attrs["config"])
+    return RunReader(path).config
 
 
 def last_frame(path: str | Path, state_name: str) -> tuple[int, float, np.ndarray]:
-    """``(frames, t_last, state_last)`` of a run file, for ``--resume``."""
-    with h5py.File(path, "r") as f:
-        count = min(int(f["t"].shape[0]), int(f[state_name].shape[0]))  # a kill may cut a frame in half
-        if count == 0:
-            raise ValueError(f"{path}: no saved frame to resume from")
-        return count, float(f["t"][count - 1]), np.array(f[state_name][count - 1])
+    """``(frames, t_last, state_last)``: the last committed frame, for ``--resume``.
+
+    Raises
+    ------
+    ConfigError
+        The run has no committed frame, or its last one is not finite.
+    """
+    reader = RunReader(path, key="--resume")
+    if reader.state_name != state_name:
+        raise ConfigError("--resume", f"{path} holds {reader.state_name!r} frames, this config makes {state_name!r}")
+    if reader.frames == 0:
+        raise ConfigError("--resume", f"{path}: no committed frame to resume from")
+    state = reader.states(-1)
+    if not np.all(np.isfinite(state)):
+        raise ConfigError("--resume", f"{path}: the last committed frame is not finite; the run cannot continue from it")
+    return reader.frames, float(reader.times()[-1]), state

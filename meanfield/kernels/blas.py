@@ -18,7 +18,7 @@ import numpy as np
 
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, token_masses
-from meanfield.kernels.jit import num_threads, one_blas_thread
+from meanfield.kernels.jit import one_blas_thread, threads_for
 
 __all__ = ["velocity_blas"]
 
@@ -148,7 +148,7 @@ def velocity_blas(
         block = block_rows(n)
         starts = range(0, n, block)
         jobs = [slice(s, min(n, s + block)) for s in starts]
-        nthreads = min(threads or num_threads(), len(jobs))
+        nthreads = min(threads or threads_for(float(n) * n * heads.H), len(jobs))
 
         def work(rows: slice) -> None:
             _blas_rows(rows, x, heads, beta, kind, lhs, rhs_t, values, shifts, out, dtype)

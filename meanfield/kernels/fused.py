@@ -34,7 +34,7 @@ import numpy as np
 from numba import prange, types
 from numba.extending import intrinsic
 
-from meanfield.kernels.jit import jit, num_threads, pjit
+from meanfield.kernels.jit import jit, kernel_threads, pjit
 from meanfield.kernels.inputs import check_tokens, token_masses
 from meanfield.heads import HeadStack
 
@@ -301,8 +301,9 @@ def velocity_fused(
     xmax = float(np.sqrt(np.max(np.sum(x * x, axis=1))))
     B = np.ascontiguousarray(heads.B, dtype=float)
     V = np.ascontiguousarray(heads.V, dtype=float)
-    rows = max(1, min(64, -(-n // (4 * num_threads()))))
-    out, low = _fused_kernel(x, xt, wx, B, V, beta, xmax, rows, max(8, int(chunk)))
+    with kernel_threads(float(n) * n * B.shape[0]) as threads:
+        rows = max(1, min(64, -(-n // (4 * threads))))
+        out, low = _fused_kernel(x, xt, wx, B, V, beta, xmax, rows, max(8, int(chunk)))
     if low.any():  # the Cauchy–Schwarz shift overshot: exact row maximum for those (row, head) terms
         for h in range(B.shape[0]):
             idx = np.flatnonzero(low[:, h])

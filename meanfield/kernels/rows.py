@@ -13,7 +13,7 @@ from numba import prange as numba_prange
 
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.inputs import check_tokens, token_masses
-from meanfield.kernels.jit import pjit
+from meanfield.kernels.jit import kernel_threads, pjit
 
 __all__ = ["velocity_numba"]
 
@@ -120,4 +120,5 @@ def velocity_numba(
     """
     x = check_tokens(x, heads, kind)
     a = token_masses(x.shape[0], weights)
-    return _numba_kernel(x, heads.B, heads.V, heads.w, np.ascontiguousarray(a), float(beta), _MODES[kind])
+    with kernel_threads(float(x.shape[0]) ** 2 * heads.H):
+        return _numba_kernel(x, heads.B, heads.V, heads.w, np.ascontiguousarray(a), float(beta), _MODES[kind])

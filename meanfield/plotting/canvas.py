@@ -21,7 +21,6 @@ from matplotlib.figure import Figure
 __all__ = [
     "new_figure",
     "save",
-    "IMAGE_FORMATS",
     "rotation_to",
     "facing_rotation",
     "facing_view",
@@ -29,8 +28,6 @@ __all__ = [
     "draw_points",
 ]
 
-#: file extensions matplotlib writes still pictures to
-IMAGE_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
 
 
 def new_figure(*, figsize: tuple[float, float], layout: str | None = "constrained") -> Figure:
@@ -121,6 +118,17 @@ def draw_sphere(ax: Any, rotation: np.ndarray, *, grid: bool = True) -> None:
     ax.set_axis_off()
 
 
+def _merge_coincident(p: np.ndarray, sizes: np.ndarray, colors: np.ndarray | None, tol: float):
+    """Tokens that sit on one spot (a collapsed cluster) as one marker whose area grows with their number."""
+    keys = np.round(p / tol).astype(np.int64)
+    _, first, inverse, counts = np.unique(keys, axis=0, return_index=True, return_inverse=True, return_counts=True)
+    inverse = inverse.ravel()
+    if counts.max() == 1:
+        return p, sizes, colors
+    merged_sizes = np.bincount(inverse, weights=sizes) / counts * np.sqrt(counts)
+    return p[first], merged_sizes, None if colors is None else colors[first]
+
+
 def draw_points(
     ax: Any,
     x: np.ndarray,
@@ -131,20 +139,27 @@ def draw_points(
     weights: np.ndarray | None = None,
     cmap: str | None = None,
     norm: Any = None,
+    merge_tol: float = 2e-3,
 ) -> Any:
-    """Tokens on the sphere: front hemisphere solid and on top, back hemisphere faint, small and hollow."""
+    """Tokens on the sphere: front hemisphere solid and on top, back hemisphere faint, small and hollow.
+
+    Tokens within ``merge_tol`` of each other (a collapsed cluster) are drawn as one
+    marker whose area grows like the square root of their number, so a cluster shows its weight.
+    """
     p = np.asarray(x, dtype=float)[:, :3] @ rotation.T
-    front = p[:, 2] >= 0
     sizes = np.full(p.shape[0], float(size))
     if weights is not None:
         w = np.asarray(weights, dtype=float)
         sizes = size * w / max(float(w.mean()), 1e-300)
-    colors = np.asarray(color) if not isinstance(color, str) else None
+    colors = np.asarray(color) if not isinstance(color, str) and np.shape(color)[:1] == (p.shape[0],) else None
+    if merge_tol > 0:
+        p, sizes, colors = _merge_coincident(p, sizes, colors, merge_tol)
+    front = p[:, 2] >= 0
     artists = None
     for mask, alpha, scale, z in ((~front, 0.25, 0.5, 3), (front, 0.95, 1.0, 4)):
         if not np.any(mask):
             continue
-        c = colors[mask] if colors is not None and colors.shape[:1] == (p.shape[0],) else color
+        c = colors[mask] if colors is not None else color
         kwargs: dict[str, Any] = {"s": sizes[mask] * scale, "alpha": alpha, "zorder": z, "linewidths": 0.0}
         if cmap is not None:
             kwargs.update(cmap=cmap, norm=norm)

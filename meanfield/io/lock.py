@@ -1,0 +1,109 @@
+"""One writer per run file: an exclusive lock taken before anything is truncated, and a test for a live writer.
+
+The lock is a ``flock`` on a hidden file beside the run (``.OUT.h5.lock``), held
+for the whole run by the process that writes ``OUT.h5``; the kernel releases it
+when that process dies, however it dies.  A second writer fails at once; a
+reader asks whether a writer holds it, to tell a running file from one whose
+writer was killed.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from pathlib import Path
+
+from meanfield.errors import ConfigError
+
+__all__ = ["WriterLock", "lock_path", "writer_alive"]
+
+
+def lock_path(path: str | Path) -> Path:
+    """The hidden lock file of a run file: ``dir/.name.lock``."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.lock")
+
+
+def _holder(lock: Path) -> str:
+    try:
+        text = lock.read_text().strip()
+    except OSError:
+        return ""
+    return f" (pid {text})" if text else ""
+
+
+class WriterLock:
+    """The exclusive lock of the process that writes a run file.
+
+    Parameters
+    ----------
+    path : path-like
+        The run file (the lock is :func:`lock_path` of it).
+    key : str
+        The option named in the error (``-o``).
+    """
+
+    def __init__(self, path: str | Path, *, key: str = "-o") -> None:
+        self.path = Path(path)
+        self.lock = lock_path(self.path)
+        self.key = key
+        self.fd: int | None = None
+
+    def acquire(self) -> WriterLock:
+        """Take the lock, or raise :class:`ConfigError` when another process writes the file."""
+        self.lock.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise ConfigError(
+                    self.key, f"{self.path} is being written by another meanfield process{_holder(self.lock)}; "
+                    "wait for it to finish, or write to another file"
+                ) from None
+            try:  # the file we locked may have been removed by a writer that was finishing: lock the current one
+                if os.fstat(fd).st_ino == os.stat(self.lock).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} on {socket.gethostname()}".encode())
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        """Remove the lock file and let go of the lock (in that order: a waiting writer then locks a fresh file)."""
+        if self.fd is None:
+            return
+        try:
+            os.unlink(self.lock)
+        except FileNotFoundError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self) -> WriterLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def writer_alive(path: str | Path) -> bool:
+    """Whether some process holds the writer lock of the run file ``path`` now."""
+    lock = lock_path(path)
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

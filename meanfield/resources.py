@@ -1,0 +1,114 @@
+"""What a configuration will cost, checked before any work: memory against this machine, and the number of steps.
+
+A config that cannot fit is refused with the key that makes it large, e.g.
+``init.n: 1000000000 tokens need 45 GiB; this machine has 22 GiB available``,
+instead of a ``MemoryError`` after the allocations start or a run that never ends.
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from meanfield.errors import ConfigError
+
+__all__ = ["available_memory", "memory_estimate", "check_resources", "MAX_STEPS", "MAX_FRAMES", "format_bytes"]
+
+#: more time steps than this are refused (1e8 steps of even 10 µs each are 12 days)
+MAX_STEPS = 10**8
+#: more saved frames than this are refused
+MAX_FRAMES = 10**6
+#: float64 arrays of the token size a particle run holds at once (state, Runge–Kutta stages, velocities, trackers)
+_TOKEN_COPIES = 24
+#: bytes a mesh cell costs (Voronoi vertices and regions, neighbours, edges, stages of the integrator)
+_CELL_BYTES = 4096
+
+
+def available_memory() -> int:
+    """Bytes of memory this process can still use: ``MemAvailable``, else the physical memory."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 1 << 62
+
+
+def format_bytes(count: float) -> str:
+    """``22 GiB``, ``512 MiB`` …"""
+    for unit, size in (("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.3g} {unit}"
+    return f"{int(count)} bytes"
+
+
+def _heads(cfg: Mapping[str, Any]) -> int:
+    heads = cfg["model"].get("heads")
+    return len(heads) if isinstance(heads, list) and heads else 12 if isinstance(heads, str) else 1
+
+
+def memory_estimate(cfg: Mapping[str, Any]) -> dict[str, float]:
+    """Working memory of a run, in bytes, by the key that makes it grow: ``model.d``, ``init.n``, ``grid.cells``."""
+    d, solver = int(cfg["model"]["d"]), cfg["solver"]
+    on_grid = solver["kind"] == "grid" or (solver["kind"] == "jko" and solver.get("variant") == "grid")
+    out = {"model.d": 8.0 * 6 * _heads(cfg) * d * d}  # Q, K, V, B and the stacked copies the kernels read
+    if on_grid:
+        out["grid.cells"] = float(_CELL_BYTES) * int(cfg["grid"]["cells"])
+    else:
+        out["init.n"] = 8.0 * _TOKEN_COPIES * int(cfg["init"]["n"]) * d
+    return out
+
+
+def _steps(solver: Mapping[str, Any]) -> tuple[str, float] | None:
+    """The key and number of steps a fixed-step solver takes to ``t_final``."""
+    span = float(solver["t_final"])
+    if solver["kind"] == "jko":
+        return "solver.tau", span / float(solver["tau"])
+    if solver["kind"] in ("particle", "zero-temperature") and solver["method"] != "rk45":
+        return "solver.dt", span / float(solver["dt"])
+    return None
+
+
+def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> None:
+    """Refuse a config whose memory exceeds what is available, or whose steps or frames are past a sane limit.
+
+    Raises
+    ------
+    ConfigError
+        Naming the key that makes the run too large, with the numbers.
+    """
+    solver = cfg["solver"]
+    frames = float(solver["t_final"]) / float(solver["save_every"])
+    far = float(solver["t_final"]) >= 1e9  # an absurd horizon, rather than a small interval
+    if not frames <= MAX_FRAMES:
+        raise ConfigError(
+            "solver.t_final" if far else "solver.save_every",
+            f"{solver['save_every']:g} saves {frames:.3g} frames up to t_final = {solver['t_final']:g}; "
+            f"the limit is {MAX_FRAMES:.0e} (save less often)",
+        )
+    steps = _steps(solver)
+    if steps is not None and not steps[1] <= MAX_STEPS:
+        key, count = steps
+        raise ConfigError(
+            "solver.t_final" if far else key,
+            f"{solver[key.split('.')[1]]:g} takes {count:.3g} steps to t_final = {solver['t_final']:g}; "
+            f"the limit is {MAX_STEPS:.0e} steps",
+        )
+    estimate = memory_estimate(cfg)
+    total = sum(estimate.values())
+    limit = available_memory() if available is None else available
+    if total > limit:
+        key = max(estimate, key=estimate.__getitem__)
+        section, name = key.split(".")
+        value = cfg[section][name]
+        what = {"model.d": f"d = {value} (heads of {value}×{value})", "init.n": f"{value} tokens in d = {cfg['model']['d']}",
+                "grid.cells": f"{value} cells"}[key]
+        raise ConfigError(key, f"{what} need about {format_bytes(total)}; this machine has {format_bytes(limit)} available")
+    if not math.isfinite(total):  # pragma: no cover - guarded above
+        raise ConfigError("model.d", "the memory estimate overflows")

@@ -1,0 +1,261 @@
+"""Kills, signals, live readers, two writers and a full disk: every committed frame is kept, and --resume continues bit for bit."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import meanfield as mf
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "MEANFIELD_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+#: one small config per solver; each runs a couple of seconds in a fresh process
+SOLVERS = {
+    "particle": {"init": {"n": 300}, "solver": {"kind": "particle", "dt": 0.01, "t_final": 3.0, "save_every": 0.25}},
+    "grid": {"init": {"kind": "vmf", "kappa": 2.0}, "grid": {"cells": 800},
+             "solver": {"kind": "grid", "t_final": 3.0, "save_every": 0.25, "cfl": 0.2}},
+    "jko": {"model": {"attention": "pooled"}, "init": {"n": 64},
+            "solver": {"kind": "jko", "tau": 0.05, "t_final": 3.0, "save_every": 0.25}},
+    "zero-temperature": {"model": {"heads": [{"Q": "identity", "K": "identity", "V": [[1.0, 0, 0], [0, 0.5, 0], [0, 0, 0.25]]}]},
+                         "init": {"n": 300}, "solver": {"kind": "zero-temperature", "dt": 0.002, "t_final": 3.0, "save_every": 0.25}},
+}
+
+
+def _toml(cfg: dict, path: Path) -> Path:
+    def value(v):
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return repr(v)
+
+    lines = []
+    for section, keys in cfg.items():
+        if section == "model" and "heads" in keys:
+            lines.append("[model]")
+            lines += [f"{k} = {value(v)}" for k, v in keys.items() if k != "heads"]
+            for head in keys["heads"]:
+                lines.append("[[model.heads]]")
+                lines += [f"{k} = {value(v)}" for k, v in head.items()]
+            continue
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {value(v)}" for k, v in keys.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _simulate(config: Path, out: Path, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "meanfield", "simulate", str(config), "-o", str(out), "--quiet", *extra],
+                          capture_output=True, text=True, env=ENV, timeout=600)
+    if check:
+        assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def _same(a: Path, b: Path) -> None:
+    ra, rb = mf.load(a), mf.load(b)
+    assert ra.status == rb.status == "completed"
+    np.testing.assert_array_equal(ra.t, rb.t)
+    np.testing.assert_array_equal(ra.states, rb.states)  # bit for bit
+    assert set(ra.diagnostics) == set(rb.diagnostics)
+    for key in ra.diagnostics:
+        np.testing.assert_array_equal(ra.diagnostics[key], rb.diagnostics[key])
+
+
+#: frames of 48 KB: about 25 of them fill the small disk of the full-disk test
+BIG_FRAMES = {"init": {"n": 2000}, "solver": {"kind": "particle", "dt": 0.05, "t_final": 5.0, "save_every": 0.1}}
+#: a run of several seconds, for the tests that act on a live writer
+SLOW = {"init": {"n": 600}, "solver": {"kind": "particle", "dt": 0.01, "t_final": 4.0, "save_every": 0.25}}
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    folder = tmp_path_factory.mktemp("reference")
+    out = {}
+    for name, cfg in {**SOLVERS, "slow": SLOW, "big-frames": BIG_FRAMES}.items():
+        config = _toml(cfg, folder / f"{name}.toml")
+        _simulate(config, folder / f"{name}.h5")
+        out[name] = (config, folder / f"{name}.h5")
+    return out
+
+
+#: a process that SIGKILLs itself at a chosen point of a frame: before frame K is written, or after it is
+#: written and flushed but before it is counted (a kill inside the frame write)
+_INJECT = """
+import os, signal, sys
+from meanfield.io.runfile import RunWriter
+where, frame = sys.argv[1], int(sys.argv[2])
+write_frame, commit = RunWriter._write_frame, RunWriter._commit
+def kill_before(self, k, *a, **kw):
+    if where == "before" and k == frame:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return write_frame(self, k, *a, **kw)
+def kill_commit(self, frames):
+    if where == "commit" and frames == frame + 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return commit(self, frames)
+RunWriter._write_frame, RunWriter._commit = kill_before, kill_commit
+from meanfield.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.parametrize("solver", list(SOLVERS))
+@pytest.mark.parametrize(
+    ("where", "frame"),
+    [("before", 0), ("commit", 4), pytest.param("commit", 0, marks=pytest.mark.slow), pytest.param("before", 4, marks=pytest.mark.slow)],
+)
+def test_a_kill_inside_a_frame_write_loses_that_frame_only(references, tmp_path, solver, where, frame):
+    config, reference = references[solver]
+    out = tmp_path / "run.h5"
+    done = subprocess.run([sys.executable, "-c", _INJECT, where, str(frame), "simulate", str(config), "-o", str(out), "--quiet"],
+                          capture_output=True, text=True, env=ENV, timeout=600)
+    assert done.returncode == -signal.SIGKILL
+    run = mf.load(out) if out.exists() else None
+    if run is not None:  # the file opens, shows the committed frames only, and knows its writer is gone
+        assert run.status == "interrupted" and run.frames == frame
+        assert np.all(np.isfinite(run.states))
+    resumed = _simulate(config, out, "--resume")
+    if frame == 0:
+        assert "starting the run afresh" in resumed.stderr
+    _same(out, reference)
+
+
+@pytest.mark.parametrize("kills", [1, pytest.param(3, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("solver", list(SOLVERS))
+def test_kills_at_random_moments_then_resume_equal_the_uninterrupted_run(references, tmp_path, solver, kills):
+    config, reference = references[solver]
+    rng = np.random.default_rng(sum(map(ord, solver)) + kills)
+    out = tmp_path / "run.h5"
+    for delay in rng.uniform(0.3, 3.0, size=kills):  # later kills land in the resumed runs
+        proc = subprocess.Popen([sys.executable, "-m", "meanfield", "simulate", str(config), "-o", str(out), "--quiet",
+                                 "--resume"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+        time.sleep(delay)
+        proc.kill()
+        proc.communicate()
+    _simulate(config, out, "--resume")
+    _same(out, reference)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_sigint_end_the_run_as_interrupted_without_a_traceback(references, tmp_path, signum):
+    config, reference = references["slow"]
+    out = tmp_path / "run.h5"
+    proc = subprocess.Popen([sys.executable, "-m", "meanfield", "simulate", str(config), "-o", str(out), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    _wait_for_frames(out, 2)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in err and "SystemError" not in err
+    assert f"interrupted by {signal.Signals(signum).name}" in err and "--resume continues" in err
+    run = mf.load(out)
+    assert run.status == "interrupted" and run.frames >= 2
+    _simulate(config, out, "--resume")
+    _same(out, reference)
+
+
+def _wait_for_frames(path: Path, frames: int, timeout: float = 120.0) -> mf.Run:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            run = mf.load(path)
+            if run.frames >= frames:
+                return run
+        except mf.ConfigError:  # not created yet, or no frame committed yet
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not reach {frames} frames")
+
+
+def test_a_running_file_can_be_read_and_a_second_writer_is_refused(references, tmp_path):
+    config, reference = references["slow"]
+    out = tmp_path / "run.h5"
+    proc = subprocess.Popen([sys.executable, "-m", "meanfield", "simulate", str(config), "-o", str(out), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    first = _wait_for_frames(out, 2)
+    assert first.status == "running"
+    info = subprocess.run([sys.executable, "-m", "meanfield", "info", str(out)], capture_output=True, text=True, env=ENV)
+    assert info.returncode == 0 and "status:    running" in info.stdout
+    with h5py.File(out, "r", swmr=True) as f:  # a plain h5py reader in SWMR mode follows the file too
+        assert f["committed_frames"][0] >= 2
+    second = _simulate(config, out, "--overwrite", check=False)
+    assert second.returncode == 2 and "being written by another meanfield process" in second.stderr
+    later = _wait_for_frames(out, first.frames + 2)
+    assert later.frames > first.frames
+    proc.communicate(timeout=300)
+    assert proc.returncode == 0
+    _same(out, reference)
+
+
+def test_info_follow_prints_frames_as_they_arrive(references, tmp_path):
+    config, _ = references["slow"]
+    out = tmp_path / "run.h5"
+    proc = subprocess.Popen([sys.executable, "-m", "meanfield", "simulate", str(config), "-o", str(out), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    _wait_for_frames(out, 1)
+    follow = subprocess.run([sys.executable, "-m", "meanfield", "info", str(out), "--follow", "--interval", "0.1"],
+                            capture_output=True, text=True, env=ENV, timeout=300)
+    proc.communicate(timeout=300)
+    assert follow.returncode == 0, follow.stderr
+    frames = [line for line in follow.stdout.splitlines() if line.startswith("frame ")]
+    assert len(frames) >= 3 and "completed" in follow.stdout.splitlines()[-1]
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    return done.returncode == 0
+
+
+def test_a_full_disk_keeps_every_committed_frame_and_resume_finishes_bit_for_bit(references, tmp_path):
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "2m"):
+        pytest.skip("cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN); the full-disk test needs one")
+    try:
+        config, reference = references["big-frames"]
+        out = disk / "run.h5"
+        done = _simulate(config, out, check=False)
+        assert done.returncode == 1 and "no space left on device" in done.stderr, done.stderr
+        assert "Segmentation" not in done.stderr
+        kept = mf.load(out)
+        assert 0 < kept.frames < mf.load(reference).frames and np.all(np.isfinite(kept.states))
+        np.testing.assert_array_equal(kept.states, mf.load(reference).states[: kept.frames])
+        subprocess.run(["mount", "-o", "remount,size=20m", str(disk)], check=True)
+        _simulate(config, out, "--resume")
+        _same(out, reference)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_sweep_on_a_full_disk_records_the_cases_as_failed(tmp_path):
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "2m"):
+        pytest.skip("cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN); the full-disk test needs one")
+    try:
+        sweep = tmp_path / "sweep.toml"
+        sweep.write_text(textwrap.dedent(f"""
+            base = "{ROOT / 'data' / 'default.toml'}"
+            [set]
+            "init.n" = 4000
+            "solver.t_final" = 2.0
+            "solver.dt" = 0.25
+            [grid]
+            "init.seed" = [0, 1]
+        """))
+        done = subprocess.run([sys.executable, "-m", "meanfield", "sweep", str(sweep), "--out", str(disk / "s"), "--workers", "0",
+                               "--quiet"], capture_output=True, text=True, env=ENV, timeout=600)
+        assert done.returncode == 1 and "Traceback" not in done.stderr and "Segmentation" not in done.stderr, done.stderr
+        assert "no space left on device" in done.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
