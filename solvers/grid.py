@@ -62,6 +62,7 @@ import numpy as np
 
 from meanfield.errors import ConfigError, RunFailed
 from meanfield.geometry.mesh import SphericalMesh, mesh as build_mesh
+from meanfield.geometry.reconstruction import LIMITERS, LinearReconstruction
 from meanfield.model import Model
 from meanfield.solvers.signals import check
 from meanfield.solvers.loop import RunSetup, StopRun, Tracker
@@ -73,6 +74,8 @@ __all__ = [
     "edge_velocity",
     "upwind_rate",
     "cfl_step",
+    "GRID_ORDERS",
+    "muscl_rate",
     "GridStepper",
     "GridSolver",
     "MassTracker",
@@ -177,6 +180,33 @@ def cfl_step(mesh: SphericalMesh, u: np.ndarray, cfl: float) -> float:
     return float(cfl * np.min(mesh.areas[moving] / out[moving]))
 
 
+#: spatial orders of the grid scheme: 1 (upwind cell averages), 2 (limited linear reconstruction)
+GRID_ORDERS: tuple[int, ...] = (1, 2)
+
+
+def muscl_rate(mesh: SphericalMesh, faces: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""Second-order upwind rate from reconstructed face values: ``(dm/dt (N,), outflow (N,))``.
+
+    .. math::
+
+        F_e = \ell_e\,u_e\begin{cases} r_{i,e} & u_e>0\\ r_{j,e} & u_e\le0\end{cases},\qquad
+        \frac{dm_i}{dt} = -\sum_{e\ni i}\pm F_e,
+
+    with :math:`r_{c,e}` the limited linear reconstruction of cell :math:`c` at the
+    midpoint of edge :math:`e` (:meth:`LinearReconstruction.face_values`).  ``outflow``
+    is :math:`\sum_{e}\ell_e u_e^+ r_{c,e}`, the mass a cell loses per unit time, so a
+    forward-Euler step keeps :math:`m\ge0` when :math:`\Delta t\le m_c/\mathrm{outflow}_c`.
+    """
+    i, j = mesh.edges[:, 0], mesh.edges[:, 1]
+    lu = mesh.edge_lengths * u
+    forward = lu > 0.0
+    flux = lu * np.where(forward, faces[:, 0], faces[:, 1])
+    rate = np.bincount(j, weights=flux, minlength=mesh.N) - np.bincount(i, weights=flux, minlength=mesh.N)
+    out = np.bincount(i, weights=np.where(forward, flux, 0.0), minlength=mesh.N) - np.bincount(
+        j, weights=np.where(forward, 0.0, flux), minlength=mesh.N)
+    return rate, out
+
+
 # ----------------------------------------------------------------------------- the stepper
 
 
@@ -209,6 +239,16 @@ class GridStepper:
         ``"numpy"`` is replaced by ``"blas"`` (same result, :math:`O(Nd)` memory).
     max_halvings : int
         Rejections in a row after which the run fails (:class:`~meanfield.errors.RunFailed`).
+    order : {2, 1}
+        Spatial order.  ``2``: the velocity is evaluated at the cell centroids and
+        reconstructed to second order at the edge midpoints, the density is the
+        Barth–Jespersen-limited linear reconstruction of
+        :class:`~meanfield.geometry.reconstruction.LinearReconstruction`, and the step
+        also satisfies :math:`\Delta t\le\mathrm{cfl}\,m_c/\sum_e\ell_e u_e^+r_{c,e}` (positivity
+        of the reconstructed outflow).  ``1``: the upwind scheme on cell averages at the
+        generators (first order in :math:`h`).
+    limiter : {"barth-jespersen", "none"}
+        Slope limiter of the second-order scheme (``"none"`` is not positive).
 
     Attributes
     ----------
@@ -245,7 +285,13 @@ class GridStepper:
         dt_max: float | None = None,
         backend: str | None = None,
         max_halvings: int = 60,
+        order: int = 2,
+        limiter: str = "barth-jespersen",
     ) -> None:
+        if order not in GRID_ORDERS:
+            raise ValueError(f"order must be one of {GRID_ORDERS}, got {order!r}")
+        if limiter not in LIMITERS:
+            raise ValueError(f"unknown limiter {limiter!r}; choose from {', '.join(LIMITERS)}")
         if model.d != 3:
             raise ValueError(f"the grid solver works on S² (d = 3), got d={model.d}")
         try:
@@ -263,6 +309,11 @@ class GridStepper:
         self.cfl = float(cfl)
         self.dt_max = None if dt_max is None else float(dt_max)
         self.max_halvings = int(max_halvings)
+        self.order = int(order)
+        self.limiter = limiter
+        self.reconstruction = LinearReconstruction(mesh, limiter=limiter) if self.order == 2 else None
+        #: where the velocity is evaluated and the cell masses sit in the quadrature
+        self.points = mesh.centroids if self.order == 2 else mesh.points
         self.reset_stats()
 
     # ------------------------------------------------------------------ statistics
@@ -281,6 +332,7 @@ class GridStepper:
         return {
             "solver": "grid",
             "method": self.method,
+            "order": self.order,
             "cfl": self.cfl,
             "cells": self.mesh.N,
             "grid_steps": self.steps,
@@ -293,17 +345,38 @@ class GridStepper:
 
     # ------------------------------------------------------------------ operator
     def velocity(self, mass: np.ndarray, t: float) -> np.ndarray:
-        r"""Tangent velocity :math:`X_c` at the cell centres by quadrature over the cells, ``(N, 3)``."""
+        r"""Tangent velocity :math:`X_c` at :attr:`points` by quadrature over the cells, ``(N, 3)``."""
         self.velocity_evaluations += 1
-        vel = self.model.velocity(self.mesh.points, t, weights=mass)
+        vel = self.model.velocity(self.points, t, weights=mass)
         if not np.all(np.isfinite(vel)):
             raise RunFailed(f"non-finite velocity at t={t:.6g} (overflow in the attention kernel?)")
         return vel
 
     def rate(self, mass: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
         """``(dm/dt (N,), u (E,))`` at ``(mass, t)``."""
-        u = edge_velocity(self.mesh, self.velocity(mass, t))
-        return upwind_rate(self.mesh, mass, u), u
+        rate, u, _ = self._evaluate(mass, t)
+        return rate, u
+
+    def _evaluate(self, mass: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(dm/dt, u, outflow)``; ``outflow`` (second order only) is the reconstructed mass lost per unit time."""
+        vel = self.velocity(mass, t)
+        if self.reconstruction is None:
+            u = edge_velocity(self.mesh, vel)
+            return upwind_rate(self.mesh, mass, u), u, None
+        u = self.reconstruction.edge_velocity(vel)
+        faces = self.reconstruction.face_values(mass / self.mesh.areas)
+        rate, out = muscl_rate(self.mesh, faces, u)
+        return rate, u, out
+
+    def stable_step(self, mass: np.ndarray, u: np.ndarray, outflow: np.ndarray | None = None) -> float:
+        r"""The CFL step of the state: :math:`\mathrm{cfl}\min_c A_c/\sum_e\ell_e u_e^+`, and for the
+        second-order scheme also :math:`\mathrm{cfl}\min_c m_c/\mathrm{outflow}_c` (``inf`` if nothing moves)."""
+        dt = cfl_step(self.mesh, u, self.cfl)
+        if outflow is not None:
+            moving = outflow > 0
+            if np.any(moving):
+                dt = min(dt, float(self.cfl * np.min(mass[moving] / outflow[moving])))
+        return dt
 
     # ------------------------------------------------------------------ stepping
     def _attempt(self, mass: np.ndarray, t: float, dt: float, first: np.ndarray) -> np.ndarray | None:
@@ -330,9 +403,9 @@ class GridStepper:
 
         Returns ``(new mass, step taken)``; the step is halved on every rejection.
         """
-        first, u = self.rate(mass, t)
+        first, u, out = self._evaluate(mass, t)
         if dt is None:
-            dt = min(cfl_step(self.mesh, u, self.cfl), self.dt_max or math.inf)
+            dt = min(self.stable_step(mass, u, out), self.dt_max or math.inf)
             if not math.isfinite(dt):
                 raise ValueError("nothing moves and no dt_max is set: give dt explicitly")
         return self._accept(mass, t, dt, first), self._taken
@@ -367,8 +440,8 @@ class GridStepper:
         while t < t1:
             check()
             remaining = t1 - t
-            first, u = self.rate(m, t)
-            dt = min(cfl_step(self.mesh, u, self.cfl), self.dt_max or math.inf)
+            first, u, out = self._evaluate(m, t)
+            dt = min(self.stable_step(m, u, out), self.dt_max or math.inf)
             if dt >= remaining * (1.0 - 1e-12):
                 dt = remaining
             elif dt > 0.5 * remaining:  # avoid a sliver at the end: two equal steps instead
@@ -437,14 +510,20 @@ class GridSolver:
         CFL number (steps whose stages would make a cell negative are rejected and halved).
     dt_max : float, optional
         Largest step (default: the CFL condition and the save times alone).
-    backend : {"blas", "numba", "fused", "numpy"}, optional
+    backend : {"blas", "numba", "fused", "harmonic", "numpy"}, optional
         Attention kernel of the velocity quadrature (default: the model's).
+    order : {2, 1}
+        Spatial order (:class:`GridStepper`).
+    limiter : {"barth-jespersen", "none"}
+        Slope limiter of the second-order scheme.
     """
 
     method: str = "ssprk3"
     cfl: float = 0.5
     dt_max: float | None = None
     backend: str | None = None
+    order: int = 2
+    limiter: str = "barth-jespersen"
     kind: ClassVar[str] = "grid"
 
     def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:
@@ -452,13 +531,14 @@ class GridSolver:
         if not problem.on_grid:
             raise ValueError("the grid solver takes a density on a mesh: Problem(model, masses, mesh=mesh)")
         mesh, mass0 = problem.mesh, problem.initial
-        stepper = GridStepper(problem.model, mesh, method=self.method, cfl=self.cfl, dt_max=self.dt_max, backend=self.backend)
+        stepper = GridStepper(problem.model, mesh, method=self.method, cfl=self.cfl, dt_max=self.dt_max,
+                              backend=self.backend, order=self.order, limiter=self.limiter)
         trackers: list[Tracker] = [MassTracker(total=float(mass0.sum()))]  # baseline: the initial mass, also on resume
         if energy:
-            trackers.append(GridEnergyTracker(problem.model, mesh))
+            trackers.append(GridEnergyTracker(problem.model, mesh, points=stepper.points))
         if speed:
             trackers.append(GridSpeedTracker(stepper, tol=steady_tol))
-        static = {"points": np.array(mesh.points), "areas": np.array(mesh.areas)}
+        static = {"points": np.array(stepper.points), "areas": np.array(mesh.areas)}
         return RunSetup(problem.model, stepper, mass0, "mass", static, trackers, info=lambda: stepper.info)
 
 
@@ -472,12 +552,14 @@ class GridEnergyTracker(EnergyTracker):
 
         E_h(\mu)=\frac1{2\beta}\sum_{c,c'} m_c m_{c'} e^{\beta x_c^\top B_h x_{c'}}
 
-    (the midpoint quadrature of the double integral): :class:`meanfield.solvers.trackers.EnergyTracker`
-    on the cell centres.  Keys ``energy``, ``energy_theta`` and ``energy_h0``, ``energy_h1``, ….
+    (the midpoint quadrature of the double integral, at the solver's quadrature points
+    :math:`x_c`: the centroids for the second-order scheme, the generators for the first):
+    :class:`meanfield.solvers.trackers.EnergyTracker` on those points.  Keys ``energy``,
+    ``energy_theta`` and ``energy_h0``, ``energy_h1``, ….
     """
 
-    def __init__(self, model: Model, mesh: SphericalMesh) -> None:
-        super().__init__(model, points=mesh.points)
+    def __init__(self, model: Model, mesh: SphericalMesh, *, points: np.ndarray | None = None) -> None:
+        super().__init__(model, points=mesh.points if points is None else points)
         self.mesh = mesh
 
 
@@ -492,7 +574,7 @@ class GridSpeedTracker:
 
     def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
         mass = np.asarray(state, dtype=float)
-        vel = self.stepper.model.velocity(self.stepper.mesh.points, t, weights=mass)
+        vel = self.stepper.model.velocity(self.stepper.points, t, weights=mass)
         speed = np.linalg.norm(vel, axis=1)
         top = float(np.max(speed[mass > 0])) if np.any(mass > 0) else 0.0
         if self.tol > 0 and top < self.tol:
@@ -526,6 +608,8 @@ def grid_mesh(cfg: Mapping[str, Any]) -> SphericalMesh:
 
 
 def solver_from_config(cfg: Mapping[str, Any]) -> GridSolver:
-    """The :class:`GridSolver` of a resolved config (``solver.method``, ``solver.cfl``, ``grid.dt_max``)."""
-    solver = cfg["solver"]
-    return GridSolver(method=solver["method"], cfl=solver["cfl"], dt_max=cfg["grid"]["dt_max"] or None)
+    """The :class:`GridSolver` of a resolved config (``solver.method``, ``solver.cfl``, ``grid.dt_max``,
+    ``grid.order``, ``grid.limiter``)."""
+    solver, grid = cfg["solver"], cfg["grid"]
+    return GridSolver(method=solver["method"], cfl=solver["cfl"], dt_max=grid["dt_max"] or None,
+                      order=int(grid.get("order", 2)), limiter=grid.get("limiter", "barth-jespersen"))

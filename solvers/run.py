@@ -111,8 +111,12 @@ def concentration_tracker(cfg: dict[str, Any], setup: RunSetup) -> Concentration
     """
     head = single_head(cfg)
     points = setup.static.get("points") if setup.state_name == "mass" else None
+    # the second-order grid reconstructs the density inside the cells: W2 integrates that, not atoms
+    stepper = getattr(setup, "stepper", None)
+    second_order = getattr(stepper, "reconstruction", None) is not None
     return tracker_from_head(
-        head.Q, head.K, head.V, setup.state, points=points, method=cfg["track"]["w2_method"], policy=cfg["model"]["assumptions"]
+        head.Q, head.K, head.V, setup.state, points=points, mesh=stepper.mesh if second_order else None,
+        method=cfg["track"]["w2_method"], policy=cfg["model"]["assumptions"]
     )
 
 

@@ -97,7 +97,11 @@ class ConcentrationTracker:
     :func:`meanfield.analysis.projection.eigenspace_distance`.  The state is either a
     particle cloud ``(n, d)`` with masses ``weights`` (uniform when None) or,
     when ``points`` is set, the cell masses ``(N,)`` of a grid measure on those
-    points.  ``seconds`` accumulates the time spent in the tracker.
+    points.  When ``mesh`` is set too, the grid measure is the limited linear
+    reconstruction of the masses, integrated by the second-order quadrature of
+    :meth:`meanfield.geometry.reconstruction.LinearReconstruction.quadrature` (so
+    that :math:`W_2` keeps the spread of the mass inside each cell).  ``seconds``
+    accumulates the time spent in the tracker.
     """
 
     target: Pushforward
@@ -107,6 +111,7 @@ class ConcentrationTracker:
     points: NDArray[np.float64] | None = None
     weights: NDArray[np.float64] | None = None
     report: AssumptionReport | None = None
+    mesh: Any = None
     name: str = "concentration"
     seconds: float = field(default=0.0, init=False)
     calls: int = field(default=0, init=False)
@@ -116,6 +121,9 @@ class ConcentrationTracker:
         if self.points is None:
             return state, self.weights
         mass = np.clip(np.asarray(state, dtype=float), 0.0, None)
+        if self.mesh is not None:
+            nodes, weights = grid_quadrature(self.mesh, mass)
+            return nodes, weights / weights.sum()
         return self.points, mass / mass.sum()
 
     def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:  # noqa: ARG002
@@ -143,6 +151,7 @@ def tracker_from_head(
     *,
     weights: ArrayLike | None = None,
     points: ArrayLike | None = None,
+    mesh: Any = None,
     method: str = "exact",
     policy: str = "check",
 ) -> ConcentrationTracker:
@@ -158,6 +167,9 @@ def tracker_from_head(
         Particle masses (uniform by default), for the target and every frame.
     points : (N, d) array, optional
         Grid cell centres; the state is then a mass vector.
+    mesh : SphericalMesh, optional
+        The grid's mesh: the measure is then the second-order quadrature of the
+        reconstructed density (for runs of the second-order scheme).
     method : {"exact", "sinkhorn", "sliced"}
         W2 estimator (``track.w2_method``).
     policy : {"check", "warn", "skip"}
@@ -174,10 +186,19 @@ def tracker_from_head(
     else:
         pts = np.asarray(points, dtype=float)
         mass = np.clip(np.asarray(x0, dtype=float), 0.0, None)
-        support, a0 = pts, mass / mass.sum()
+        support, a0 = grid_quadrature(mesh, mass) if mesh is not None else (pts, mass)
+        a0 = a0 / a0.sum()
     target = pushforward_target(support, P_E, a0)
     masses = None if (pts is not None or weights is None) else np.asarray(weights, dtype=float) / np.sum(weights)
-    return ConcentrationTracker(target=target, P_E=P_E, P_V=P_V, method=method, points=pts, weights=masses, report=report)
+    return ConcentrationTracker(target=target, P_E=P_E, P_V=P_V, method=method, points=pts, weights=masses, report=report,
+                                mesh=mesh)
+
+
+def grid_quadrature(mesh: Any, mass: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Nodes and weights of the reconstructed grid measure (one :class:`LinearReconstruction` per mesh)."""
+    from meanfield.geometry.reconstruction import reconstruction_of
+
+    return reconstruction_of(mesh).quadrature(np.asarray(mass, dtype=float))
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -310,7 +331,9 @@ def concentration_curves(run: Any, *, policy: str | None = None) -> dict[str, ND
         return {"t": t, **{k: np.asarray(run.diagnostics[k], dtype=float) for k in keys}}
     head = single_head(cfg)
     points = run.points if run.kind == "grid" else None
-    tracker = tracker_from_head(head.Q, head.K, head.V, run.frame(0), points=points, method=cfg["track"]["w2_method"], policy="skip")
+    mesh = run.mesh() if run.kind == "grid" and int(cfg["grid"].get("order", 1)) == 2 else None
+    tracker = tracker_from_head(head.Q, head.K, head.V, run.frame(0), points=points, mesh=mesh,
+                                method=cfg["track"]["w2_method"], policy="skip")
     rows = [tracker(float(t[k]), run.frame(k)) for k in range(run.frames)]
     return {"t": t, **{k: np.array([row[k] for row in rows]) for k in keys}}
 

@@ -15,22 +15,18 @@ from cell :math:`i` to cell :math:`j`, is the same at every point of the edge:
     n_{ij} = \frac{x_j - x_i}{\|x_j - x_i\|}\quad(\perp \text{ the edge midpoint } m_{ij}).
 
 A measure on the mesh is a vector of cell masses :math:`m_c\ge 0`,
-:math:`\sum_c m_c = 1`, i.e. the piecewise-constant density :math:`\rho = m_c/A_c`
-on :math:`\Omega_c`.  A smooth density :math:`f` is put on the mesh with the
-midpoint rule,
-
-.. math::
-
-    m_c = \frac{f(x_c)\,A_c}{\sum_{c'} f(x_{c'})\,A_{c'}},
-
-which is second-order accurate per cell for centroidal cells and first order
-otherwise (Fibonacci and icosahedral generators are within :math:`O(h^2)` of their
-cell centroids away from a few defects).  Initial densities are registered by name
+:math:`\sum_c m_c = 1`, i.e. the cell averages :math:`\bar\rho_c = m_c/A_c` of the
+density on :math:`\Omega_c`.  A smooth density :math:`f` is put on the mesh with the
+integrals over the cells, :math:`m_c = \int_{\Omega_c} f\,dA/\int f\,dA`, by a degree-2
+quadrature on the triangles that fan each cell from its spherical centroid
+:math:`q_c` (:meth:`SphericalMesh.integrate`; :attr:`SphericalMesh.centroids` in closed
+form).  Initial densities are registered by name
 in :data:`INITIAL_DENSITIES` (``uniform``, ``vmf``, ``mixture``, ``function``, ``file``).
 
 Refinement families: ``fibonacci`` takes any :math:`N` (so :math:`N` can double or
 quadruple), ``icosahedral`` takes :math:`N = 10\cdot 4^L + 2` (quadrupling per level).
-Meshes are cached in-process.
+Meshes are cached in-process, and on disk from 32 768 cells on
+(:mod:`meanfield.geometry.cache`).
 """
 from __future__ import annotations
 
@@ -40,12 +36,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.spatial import SphericalVoronoi, cKDTree
 
 from meanfield.errors import ConfigError
+from meanfield.geometry.cache import cached_mesh
+from meanfield.geometry.sphere import fibonacci_points
 
 __all__ = [
     "SphericalMesh",
@@ -81,6 +79,24 @@ def _arc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return 2.0 * np.arctan2(np.linalg.norm(a - b, axis=-1), np.linalg.norm(a + b, axis=-1))
 
 
+#: barycentric coordinates (apex, a, b) of the degree-2 rule on a triangle (equal weights 1/3)
+_BARY_DEGREE2 = ((2.0 / 3.0, 1.0 / 6.0, 1.0 / 6.0), (1.0 / 6.0, 2.0 / 3.0, 1.0 / 6.0), (1.0 / 6.0, 1.0 / 6.0, 2.0 / 3.0))
+
+
+def triangle_area(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    r"""Areas of the spherical triangles with unit vertices ``a``, ``b``, ``c`` (each ``(..., 3)``).
+
+    .. math::
+
+        \tan\frac{\Omega}{2} = \frac{|a\cdot(b\times c)|}{1 + a\cdot b + b\cdot c + c\cdot a}
+
+    (Van Oosterom & Strackee, *IEEE Trans. Biomed. Eng.* 30 (1983) 125).
+    """
+    num = np.abs(np.einsum("...k,...k->...", a, np.cross(b, c)))
+    den = 1.0 + np.einsum("...k,...k->...", a, b) + np.einsum("...k,...k->...", b, c) + np.einsum("...k,...k->...", c, a)
+    return 2.0 * np.arctan2(num, den)
+
+
 # ----------------------------------------------------------------------------- the mesh
 
 
@@ -107,8 +123,12 @@ class SphericalMesh:
         Geodesic distance :math:`d_S(x_i, x_j)`.
     vertices : (V, 3) array
         Voronoi vertices.
-    regions : tuple of int arrays
-        Vertex indices of each cell, counter-clockwise seen from outside.
+    edge_vertices : (E, 2) int array
+        The two Voronoi vertices that end each edge.
+    region_ptr, region_vertices : int arrays
+        The cells' vertex lists in compressed form: cell ``c`` has the vertices
+        ``region_vertices[region_ptr[c]:region_ptr[c + 1]]``, counter-clockwise
+        seen from outside (:attr:`regions` gives them as a tuple of arrays).
     family : str
         ``"fibonacci"``, ``"icosahedral"`` or ``"custom"``.
     """
@@ -121,14 +141,24 @@ class SphericalMesh:
     edge_midpoints: np.ndarray
     generator_distances: np.ndarray
     vertices: np.ndarray
-    regions: tuple[np.ndarray, ...]
+    edge_vertices: np.ndarray
+    region_ptr: np.ndarray
+    region_vertices: np.ndarray
     family: str = "custom"
 
+    #: the arrays that define a mesh (what the disk cache stores)
+    ARRAYS: ClassVar[tuple[str, ...]] = ("points", "areas", "edges", "edge_lengths", "edge_normals", "edge_midpoints",
+                                         "generator_distances", "vertices", "edge_vertices", "region_ptr",
+                                         "region_vertices")
+
     def __post_init__(self) -> None:
-        for name in ("points", "areas", "edges", "edge_lengths", "edge_normals", "edge_midpoints",
-                     "generator_distances", "vertices"):
-            arr = getattr(self, name)
-            arr.setflags(write=False)
+        for name in self.ARRAYS:
+            getattr(self, name).setflags(write=False)
+
+    @cached_property
+    def regions(self) -> tuple[np.ndarray, ...]:
+        """Vertex indices of each cell, counter-clockwise seen from outside."""
+        return tuple(np.split(self.region_vertices, self.region_ptr[1:-1]))
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -204,32 +234,94 @@ class SphericalMesh:
     @cached_property
     def cell_radius(self) -> np.ndarray:
         """Largest geodesic distance from each generator to a vertex of its cell, shape ``(N,)``."""
-        out = np.empty(self.N)
-        for c, reg in enumerate(self.regions):
-            out[c] = _arc(self.vertices[reg], self.points[c]).max()
+        cell = np.repeat(np.arange(self.N), np.diff(self.region_ptr))
+        dist = _arc(self.vertices[self.region_vertices], self.points[cell])
+        return np.maximum.reduceat(dist, self.region_ptr[:-1])
+
+    # ------------------------------------------------------------------ second-order geometry
+    @cached_property
+    def centroids(self) -> np.ndarray:
+        r"""Spherical centroids :math:`q_c = \int_{\Omega_c} x\,dA / \|\int_{\Omega_c} x\,dA\|`, shape ``(N, 3)``.
+
+        The first moment of a cell has a closed form: :math:`\Delta_S x = -2x` for the
+        coordinate functions, so by the divergence theorem
+
+        .. math::
+
+            \int_{\Omega_i} x\,dA = -\tfrac12\oint_{\partial\Omega_i}\nu\,d\ell
+            = -\tfrac12\sum_{j\sim i}\ell_{ij}\,n_{ij},
+
+        since the outward conormal of a Voronoi edge is the constant :math:`n_{ij}`.
+        The centroid is where a cell's mass sits in second-order quadrature.
+        """
+        return _normalize(self.first_moments)
+
+    @cached_property
+    def first_moments(self) -> np.ndarray:
+        r"""First moments :math:`\int_{\Omega_c} x\,dA` of the cells (closed form, see :attr:`centroids`), ``(N, 3)``."""
+        i, j = self.edges[:, 0], self.edges[:, 1]
+        ln = self.edge_lengths[:, None] * self.edge_normals
+        out = np.empty((self.N, 3))
+        for k in range(3):
+            out[:, k] = 0.5 * (np.bincount(j, weights=ln[:, k], minlength=self.N)
+                               - np.bincount(i, weights=ln[:, k], minlength=self.N))
         return out
+
+    @cached_property
+    def side_areas(self) -> np.ndarray:
+        r"""Areas of the triangles :math:`(q_c, a_e, b_e)` that fan each cell from its centroid, shape ``(E, 2)``.
+
+        Column 0 is the triangle of edge ``e`` in cell ``edges[e, 0]``, column 1 in
+        ``edges[e, 1]``; the triangles of a cell tile it, so each cell's sum is
+        :math:`A_c` (Van Oosterom–Strackee formula for each spherical triangle).
+        """
+        a, b = self.vertices[self.edge_vertices[:, 0]], self.vertices[self.edge_vertices[:, 1]]
+        return np.column_stack([triangle_area(self.centroids[self.edges[:, k]], a, b) for k in (0, 1)])
+
+    @cached_property
+    def fan_quadrature(self) -> tuple[np.ndarray, np.ndarray]:
+        r"""A degree-2 quadrature of every cell: ``(nodes (E, 2, 3, 3), weights (E, 2, 3))``.
+
+        Each fan triangle :math:`T_{c,e}=(q_c,a_e,b_e)` (side ``s`` of edge ``e``, as in
+        :attr:`side_areas`) carries three nodes: the points of barycentric coordinates
+        :math:`(\tfrac23,\tfrac16,\tfrac16)` and permutations on the flat triangle,
+        projected radially onto the sphere, with weights :math:`\tfrac13|T^\flat|\,\delta/\|p\|^3`
+        (:math:`|T^\flat|` the flat area, :math:`\delta` its plane's distance from 0: the
+        area element of the radial projection).  It integrates quadratics on the flat
+        triangle exactly, so :math:`\int_{\Omega_c}f` is accurate to :math:`O(h^4 A_c)`.
+        """
+        a = self.vertices[self.edge_vertices[:, 0]][:, None, :]
+        b = self.vertices[self.edge_vertices[:, 1]][:, None, :]
+        q = self.centroids[self.edges]  # (E, 2, 3): the apex of each fan triangle
+        cross = np.cross(a - q, b - q)
+        flat = 0.5 * np.linalg.norm(cross, axis=2)
+        normal = cross / np.maximum(np.linalg.norm(cross, axis=2, keepdims=True), 1e-300)
+        delta = np.abs(np.einsum("esk,esk->es", normal, q))
+        corners = (q, np.broadcast_to(a, q.shape), np.broadcast_to(b, q.shape))
+        flat_nodes = np.stack([sum(w * c for w, c in zip(bary, corners)) for bary in _BARY_DEGREE2], axis=2)
+        r = np.linalg.norm(flat_nodes, axis=3)
+        weights = (flat * delta)[..., None] / (3.0 * r**3)
+        for arr in (flat_nodes, weights):
+            arr.setflags(write=False)
+        return flat_nodes / r[..., None], weights
+
+    def cell_sum(self, side_values: np.ndarray) -> np.ndarray:
+        """Sum per cell of values given per side ``(E, 2, ...)`` (the two cells of each edge), shape ``(N,)``."""
+        v = np.asarray(side_values, dtype=float).reshape(self.E, 2, -1).sum(axis=2)
+        return np.bincount(self.edges[:, 0], weights=v[:, 0], minlength=self.N) + np.bincount(
+            self.edges[:, 1], weights=v[:, 1], minlength=self.N)
+
+    def integrate(self, f: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        r""":math:`\int_{\Omega_c} f\,dA` for every cell by :attr:`fan_quadrature`, shape ``(N,)``.
+
+        ``f`` maps unit vectors ``(n, 3)`` to values ``(n,)``.
+        """
+        nodes, weights = self.fan_quadrature
+        values = np.asarray(f(nodes.reshape(-1, 3)), dtype=float).reshape(weights.shape)
+        return self.cell_sum(values * weights)
 
 
 # ----------------------------------------------------------------------------- generators
-
-
-def fibonacci_points(n: int) -> np.ndarray:
-    r"""Fibonacci (golden-spiral) points on :math:`S^2`.
-
-    .. math::
-
-        z_k = 1 - \frac{2k+1}{n},\qquad \phi_k = \pi(3-\sqrt5)\,k,\qquad k=0,\dots,n-1,
-
-    equal-area latitude bands with the golden angle between consecutive points
-    (Swinbank & Purser 2006; González 2010, *Math. Geosci.* 42, 49).
-    """
-    if n < 4:
-        raise ValueError(f"a Fibonacci mesh needs at least 4 points, got {n}")
-    k = np.arange(n, dtype=float)
-    z = 1.0 - (2.0 * k + 1.0) / n
-    r = np.sqrt(np.clip(1.0 - z * z, 0.0, None))
-    phi = math.pi * (3.0 - math.sqrt(5.0)) * k
-    return np.column_stack([r * np.cos(phi), r * np.sin(phi), z])
 
 
 def _icosahedron() -> tuple[np.ndarray, np.ndarray]:
@@ -302,9 +394,8 @@ def mesh_from_points(points: np.ndarray, *, family: str = "custom") -> Spherical
     sv.sort_vertices_of_regions()
     areas = np.asarray(sv.calculate_areas(), dtype=float)
     verts = np.asarray(sv.vertices, dtype=float)
-    regions = tuple(np.asarray(r, dtype=np.int64) for r in sv.regions)
-    lens = np.array([len(r) for r in regions], dtype=np.int64)
-    flat = np.concatenate(regions)
+    lens = np.fromiter((len(r) for r in sv.regions), dtype=np.int64, count=n)
+    flat = np.fromiter((v for r in sv.regions for v in r), dtype=np.int64, count=int(lens.sum()))
     start = np.repeat(np.cumsum(lens) - lens, lens)
     pos = np.arange(flat.size)
     nxt = flat[start + (pos - start + 1) % np.repeat(lens, lens)]
@@ -321,9 +412,9 @@ def mesh_from_points(points: np.ndarray, *, family: str = "custom") -> Spherical
     a, b = verts[va], verts[vb]
     lengths = _arc(a, b)
     keep = lengths > 1e-12 * math.sqrt(_FOUR_PI / n)
-    i, j, a, b, lengths = i[keep], j[keep], a[keep], b[keep], lengths[keep]
+    i, j, va, vb, a, b, lengths = i[keep], j[keep], va[keep], vb[keep], a[keep], b[keep], lengths[keep]
     srt = np.lexsort((j, i))
-    i, j, a, b, lengths = i[srt], j[srt], a[srt], b[srt], lengths[srt]
+    i, j, va, vb, a, b, lengths = i[srt], j[srt], va[srt], vb[srt], a[srt], b[srt], lengths[srt]
     diff = pts[j] - pts[i]
     normals = diff / np.linalg.norm(diff, axis=1, keepdims=True)
     mids = _normalize(a + b)
@@ -336,15 +427,22 @@ def mesh_from_points(points: np.ndarray, *, family: str = "custom") -> Spherical
         edge_midpoints=mids,
         generator_distances=_arc(pts[i], pts[j]),
         vertices=verts,
-        regions=regions,
+        edge_vertices=np.column_stack([va, vb]).astype(np.int64),
+        region_ptr=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+        region_vertices=flat,
         family=family,
     )
 
 
 @lru_cache(maxsize=16)
 def fibonacci_mesh(N: int) -> SphericalMesh:
-    """Voronoi mesh of ``N`` Fibonacci points (any ``N >= 4``; cached)."""
-    return mesh_from_points(fibonacci_points(int(N)), family="fibonacci")
+    """Voronoi mesh of ``N`` Fibonacci points (any ``N >= 4``; cached in-process, and on disk when large).
+
+    See :mod:`meanfield.geometry.cache` for the disk cache of meshes with many cells.
+    """
+    points = fibonacci_points(int(N))
+    return cached_mesh(f"fibonacci-{int(N)}", points, lambda p: mesh_from_points(p, family="fibonacci"),
+                       cls=SphericalMesh, family="fibonacci")
 
 
 @lru_cache(maxsize=8)
@@ -353,7 +451,9 @@ def icosahedral_mesh(level: int) -> SphericalMesh:
 
     The cells are the 12 pentagons and hexagons of a geodesic (Goldberg) grid.
     """
-    return mesh_from_points(icosahedral_points(int(level)), family="icosahedral")
+    points = icosahedral_points(int(level))
+    return cached_mesh(f"icosahedral-{int(level)}", points, lambda p: mesh_from_points(p, family="icosahedral"),
+                       cls=SphericalMesh, family="icosahedral")
 
 
 def _icosahedral_level(cells: int) -> int:
@@ -657,15 +757,19 @@ def _mixture_parts(components: Any) -> tuple[list[float], list[Callable[[np.ndar
     return weights, parts, list(components)
 
 
-def _normalised(mesh: SphericalMesh, values: np.ndarray, key: str) -> np.ndarray:
-    values = np.asarray(values, dtype=float)
-    if values.shape != (mesh.N,):
-        raise ConfigError(key, f"expected {mesh.N} values (one per cell), got shape {values.shape}")
+def _normalised(mesh: SphericalMesh, f: Callable[[np.ndarray], Any], key: str) -> np.ndarray:
+    """Cell masses of the density ``f`` by :meth:`SphericalMesh.integrate`, normalised to total 1."""
+    nodes, weights = mesh.fan_quadrature
+    values = np.asarray(f(nodes.reshape(-1, 3).copy()), dtype=float)
+    if values.ndim == 0:
+        values = np.broadcast_to(values, (weights.size,))
+    if values.shape != (weights.size,):
+        raise ConfigError(key, f"expected one value per point ({weights.size} points), got shape {values.shape}")
     if not np.all(np.isfinite(values)):
-        raise ConfigError(key, "the density is not finite at every cell centre")
+        raise ConfigError(key, "the density is not finite everywhere on the sphere")
     if np.any(values < 0):
-        raise ConfigError(key, f"the density is negative at {int(np.sum(values < 0))} cell centre(s)")
-    mass = values * mesh.areas
+        raise ConfigError(key, f"the density is negative at {int(np.sum(values < 0))} of {values.size} quadrature points")
+    mass = mesh.cell_sum(values.reshape(weights.shape) * weights)
     total = mass.sum()
     if not total > 0:
         raise ConfigError(key, "the density integrates to zero")
@@ -678,14 +782,13 @@ def _init_uniform(mesh: SphericalMesh) -> np.ndarray:
 
 def _init_vmf(mesh: SphericalMesh, *, mean: Any = None, kappa: Any = 4.0) -> np.ndarray:
     f = _vmf_density(mean, kappa)
-    return _normalised(mesh, f(mesh.points), "init.kappa")
+    return _normalised(mesh, f, "init.kappa")
 
 
 def _init_mixture(mesh: SphericalMesh, *, components: Any = None) -> np.ndarray:
     weights, parts, _ = _mixture_parts(components)
     total = sum(weights)
-    values = sum((w / total) * f(mesh.points) for w, f in zip(weights, parts))
-    return _normalised(mesh, values, "init.components")
+    return _normalised(mesh, lambda x: sum((w / total) * f(x) for w, f in zip(weights, parts)), "init.components")
 
 
 def _init_function(mesh: SphericalMesh, *, expr: str | None = None, f: Callable[[np.ndarray], Any] | None = None) -> np.ndarray:
@@ -694,15 +797,17 @@ def _init_function(mesh: SphericalMesh, *, expr: str | None = None, f: Callable[
     if f is not None:
         if not callable(f):
             raise ConfigError("init.f", f"expected a callable f(points) -> values, got {f!r}")
-        try:
-            values = np.asarray(f(mesh.points.copy()), dtype=float)
-        except ConfigError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise ConfigError("init.f", f"calling f failed: {exc}") from None
-        values = np.broadcast_to(values, (mesh.N,)) if values.ndim == 0 else values
+
+        def values(x: np.ndarray) -> np.ndarray:
+            try:
+                return np.asarray(f(x), dtype=float)
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise ConfigError("init.f", f"calling f failed: {exc}") from None
+
         return _normalised(mesh, values, "init.f")
-    return _normalised(mesh, density_function(expr)(mesh.points), "init.expr")
+    return _normalised(mesh, density_function(expr), "init.expr")
 
 
 def _init_file(mesh: SphericalMesh, *, path: str | Path | None = None, width: float | None = None) -> np.ndarray:
@@ -728,7 +833,7 @@ def _init_file(mesh: SphericalMesh, *, path: str | Path | None = None, width: fl
             raise ConfigError("init.path", f"{path}: expected {mesh.N} cell masses, got {arr.shape[0]}")
         source = fibonacci_mesh(arr.shape[0]) if mesh.family != "icosahedral" else mesh_by_size(arr.shape[0], "icosahedral", key="init.path")
         rho = (arr / arr.sum()) / source.areas
-        return _normalised(mesh, rho[source.cell_of(mesh.points)], "init.path")
+        return _normalised(mesh, lambda x: rho[source.cell_of(x)], "init.path")
     if arr.ndim == 2 and arr.shape[1] in (3, 4):
         x = arr[:, :3]
         norms = np.linalg.norm(x, axis=1)
@@ -773,11 +878,15 @@ _PARAMS: dict[str, tuple[str, ...]] = {
 
 
 def initial_mass(mesh: SphericalMesh, kind: str, **params: Any) -> np.ndarray:
-    r"""Initial cell masses of a named density, by midpoint quadrature.
+    r"""Initial cell masses of a named density: its integrals over the cells.
 
     .. math::
 
-        m_c = \frac{f(x_c)\,A_c}{\sum_{c'} f(x_{c'})\,A_{c'}}
+        m_c = \frac{\int_{\Omega_c} f\,dA}{\int_{S^2} f\,dA}
+
+    by the degree-2 fan quadrature of :meth:`SphericalMesh.integrate` (error
+    :math:`O(h^4A_c)` per cell for smooth :math:`f`: the cell averages a
+    second-order scheme needs).
 
     Kinds and their parameters:
 

@@ -337,7 +337,7 @@ def test_grid_jko_conserves_mass_and_positivity(grid_case, mobility: str) -> Non
 def test_grid_jko_matches_explicit_grid_solver_at_order_one(grid_case) -> None:
 
     model, mesh, m0 = grid_case
-    ref = solve(Problem(model, m0, mesh=mesh), GridSolver(cfl=0.2), t_final=1.0, save_every=1.0, energy=False, speed=False).final
+    ref = solve(Problem(model, m0, mesh=mesh), GridSolver(cfl=0.2, order=1), t_final=1.0, save_every=1.0, energy=False, speed=False).final
     errors = [np.abs(solve(Problem(model, m0, mesh=mesh), JKOSolver(tau=tau, options={"edge_flux": "velocity"}), t_final=1.0, energy=False, speed=False).final - ref).sum()
               for tau in (0.1, 0.05, 0.025)]
     ratios = np.array(errors[:-1]) / np.array(errors[1:])

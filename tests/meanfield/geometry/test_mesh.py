@@ -172,8 +172,14 @@ def test_initial_mass_is_a_probability(kind, params):
 
 
 @pytest.mark.parametrize("family", ["fibonacci", "icosahedral"])
-def test_initial_mass_midpoint_quadrature_converges(family):
-    """Moments of vMF(κ) on S²: E<m,x> = coth κ − 1/κ, E<m,x>² = 1 − 2 E<m,x>/κ; midpoint rule ~ h²."""
+def test_initial_mass_is_the_cell_integral_and_its_moments_converge_at_second_order(family):
+    """Moments of vMF(κ) on S²: E<m,x> = coth κ − 1/κ, E<m,x>² = 1 − 2 E<m,x>/κ.
+
+    The masses are cell integrals (fan quadrature), so the moments of the
+    reconstructed measure converge like h²; the cell-centre atoms of the same
+    masses miss the spread inside each cell (also O(h²), with a larger constant)."""
+    from meanfield.geometry.reconstruction import LinearReconstruction
+
     kappa = 3.0
     mu = np.array([1.0, 2.0, 3.0]) / math.sqrt(14.0)
     first = 1.0 / math.tanh(kappa) - 1.0 / kappa
@@ -181,13 +187,26 @@ def test_initial_mass_midpoint_quadrature_converges(family):
     errors = []
     for msh in M.refinement_family(250 if family == "fibonacci" else 162, 3, family=family):
         m = M.initial_mass(msh, "vmf", kappa=kappa, mean=mu)
-        w = msh.points @ mu
-        errors.append(max(abs(m @ w - first), abs(m @ w**2 - second)))
-    assert errors[0] < 2e-4
+        x, a = LinearReconstruction(msh).quadrature(m)
+        w = x @ mu
+        errors.append(max(abs(a @ w - first), abs(a @ w**2 - second)))
+    assert errors[0] < 2e-3
     orders = [math.log(a / b) / math.log(2.0) for a, b in zip(errors, errors[1:])]  # h halves each level
-    assert min(orders) > 1.5, (errors, orders)
+    assert min(orders) > 1.7, (errors, orders)
     msh = M.fibonacci_mesh(1000)
     np.testing.assert_allclose(M.initial_mass(msh, "uniform"), msh.areas / FOUR_PI, rtol=1e-12)
+
+
+@pytest.mark.parametrize("msh", _meshes(), ids=repr)
+def test_centroids_and_fan_quadrature_against_the_closed_form_moments(msh):
+    """∫_cell x dA = -½ Σ ℓ n (divergence theorem) against the fan quadrature; the fans tile the cells."""
+    np.testing.assert_allclose(msh.cell_sum(msh.side_areas), msh.areas, rtol=1e-11)
+    np.testing.assert_allclose(msh.integrate(lambda x: np.ones(len(x))), msh.areas, rtol=5e-3 * msh.h**2)
+    for k in range(3):
+        np.testing.assert_allclose(msh.integrate(lambda x: x[:, k]), msh.first_moments[:, k], atol=5e-3 * msh.h**2 * msh.areas.max())
+    np.testing.assert_allclose(np.linalg.norm(msh.centroids, axis=1), 1.0, rtol=1e-14)
+    # the centroid lies inside its cell: its nearest generator is the cell's own
+    assert np.array_equal(msh.cell_of(msh.centroids), np.arange(msh.N))
 
 
 def test_mixture_and_function_agree():
