@@ -54,6 +54,7 @@ def build_model(cfg: dict[str, Any], *, schedule: HeadSchedule | None = None) ->
         direction=m["direction"],
         backend=m["backend"],
         precision=m["precision"],
+        tolerance=float(m["tolerance"]),
     )
 
 
@@ -66,7 +67,7 @@ def initial_tokens(cfg: dict[str, Any]) -> np.ndarray:
 
         return tokens_from_config(cfg)
     try:
-        if kind == "uniform":
+        if kind in ("uniform", "fibonacci"):
             return sample(kind, n, d, seed=seed)
         if kind == "vmf":
             return sample(kind, n, d, mean=init["mean"], kappa=init["kappa"], seed=seed)

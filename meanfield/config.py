@@ -87,12 +87,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "direction": Key((str,), "ascent", _choice("ascent", "descent"), "ascent of the energy (forward pass) or descent (the public code of Massucco et al., arXiv 2605.18870)"),
         "heads": Key((list, str), None, None, "array of head tables, or 'checkpoint:PATH#layer=L'"),
         "seed": Key((int,), 0, _at_least(0), "seed of 'random' head matrices (head h uses seed + 1000 h unless it sets its own)"),
-        "backend": Key((str,), "auto", _choice("auto", "blas", "fused", "numba", "numpy"), "attention kernel (auto: fused one-pass softmax for d ≤ 8 in float64, else blas)"),
+        "backend": Key((str,), "auto", _choice("auto", "blas", "fused", "harmonic", "local", "numba", "numpy"), "attention kernel (auto: on S² the fastest of harmonic, local and dense by measured cost models; elsewhere fused one-pass softmax for d ≤ 8 in float64, else blas)"),
+        "tolerance": Key(NUM, 1e-12, _between(1e-15, 1e-2), "relative accuracy per row of the harmonic and local kernels on S² (the dense kernels are exact to round-off)"),
         "precision": Key((str,), "float64", _choice("float64", "float32"), "score/exp arithmetic of the blas kernel (float32: ~2× faster, ~1e-6 relative error)"),
         "assumptions": Key((str,), "check", _choice("check", "warn", "skip"), "Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931) Assumption 1 on (Q, K, V) when W2 to Π♯ρ₀ is tracked"),
     },
     "init": {
-        "kind": Key((str,), "uniform", _choice("uniform", "vmf", "equiangular", "orthogonal", "file", "mixture", "function", "sentence"), "initial measure"),
+        "kind": Key((str,), "uniform", _choice("uniform", "vmf", "fibonacci", "equiangular", "orthogonal", "file", "mixture", "function", "sentence"), "initial measure (fibonacci: quasi-uniform points on S², rotated at random when seed > 0)"),
         "n": Key((int,), 256, _at_least(1), "number of tokens (particles)"),
         "seed": Key((int,), 0, _at_least(0), "sampler seed"),
         "path": Key((str,), None, None, "kind='file': an (n, d) .npy array (grid: an (N,) mass array)"),
@@ -123,6 +124,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "cells": Key((int,), 2000, _at_least(12), "number of cells N"),
         "family": Key((str,), "fibonacci", _choice("fibonacci", "icosahedral"), "generators of the Voronoi mesh"),
         "dt_max": Key(NUM, 0.0, _at_least(0), "largest time step of the grid solver (0: only the CFL condition and the save times limit it)"),
+        "order": Key((int,), 2, _choice(1, 2), "spatial order: 2 (limited linear reconstruction, velocity at centroids and edge midpoints) or 1 (upwind cell averages)"),
+        "limiter": Key((str,), "barth-jespersen", _choice("barth-jespersen", "none"), "slope limiter of the second-order scheme ('none' is not positive)"),
     },
     "weights": {
         "schedule": Key((str,), "constant", _choice("constant", "ou", "oscillating"), "time dependence of the heads"),
@@ -281,12 +284,24 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
             if init_given.get("n") is not None and init_given["n"] != rows:
                 raise ConfigError("init.n", f"n={init_given['n']} but {path} holds {rows} tokens")
             init["n"] = rows  # the stored config says how many tokens the run has
+    if init["kind"] == "fibonacci" and d != 3:
+        raise ConfigError("init.kind", f"kind='fibonacci' places particles on S² (d = 3), got d={d}")
+    if init["kind"] == "fibonacci" and on_grid:
+        init["kind"] = "uniform"  # the density the quasi-uniform points sample
+        warnings.warn("init.kind = 'fibonacci' places particles; the grid starts from the density they sample, kind = 'uniform'", ConfigNote, stacklevel=3)
     if init["kind"] in ("mixture", "function") and not on_grid:
         raise ConfigError("init.kind", f"kind={init['kind']!r} describes a density; it needs a grid solver (solver.kind = 'grid', or 'jko' with variant = 'grid')")
     if on_grid and d != 3:
         raise ConfigError("model.d", f"the grid solver works on S² (d = 3), got d={d}")
     if model["precision"] == "float32" and model["backend"] not in ("auto", "blas"):
         raise ConfigError("model.precision", f"float32 is available with backend = 'blas' (or 'auto') only, got backend = {model['backend']!r}")
+    if model["backend"] in ("harmonic", "local"):
+        if d != 3:
+            raise ConfigError("model.backend", f"{model['backend']!r} attention works on S² (d = 3), got d={d}")
+        if model["attention"] == "relu":
+            raise ConfigError("model.backend", f"{model['backend']!r} computes the exponential laws (softmax, unnormalized, pooled), not 'relu'")
+        if model["precision"] != "float64":
+            raise ConfigError("model.precision", f"{model['backend']!r} attention is float64 only")
     if model["backend"] == "fused" and model["attention"] != "softmax":
         raise ConfigError("model.backend", f"'fused' computes softmax attention only, got attention = {model['attention']!r}")
 

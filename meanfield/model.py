@@ -21,7 +21,7 @@ import numpy as np
 
 from meanfield.geometry.sphere import project_tangent
 from meanfield.heads.head import Head, HeadStack, stack_heads
-from meanfield.kernels.attention import ATTENTION_KINDS, attention_velocity
+from meanfield.kernels.attention import ATTENTION_KINDS, DEFAULT_TOLERANCE, attention_velocity
 
 __all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS"]
 
@@ -62,11 +62,14 @@ class Model:
     direction : {"ascent", "descent"}
         Sign of the flow: the forward pass ascends the energy (default); the
         public code of Massucco et al. (arXiv 2605.18870) descends it.
-    backend : {"auto", "blas", "fused", "numba", "numpy"}
-        Kernel used by :meth:`velocity` (see :func:`meanfield.kernels.attention.attention_velocity`).
+    backend : {"auto", "blas", "fused", "harmonic", "local", "numba", "numpy"}
+        Kernel used by :meth:`velocity` (see :func:`meanfield.kernels.attention.attention_velocity`;
+        ``harmonic`` and ``local`` are the fast kernels on :math:`S^2`).
     precision : {"float64", "float32"}
         Score/exp arithmetic of the ``blas`` kernel (float32: about twice the
         throughput, relative error ~1e-6).
+    tolerance : float
+        Relative accuracy per row of the ``harmonic`` and ``local`` kernels (default 1e-12).
 
     Examples
     --------
@@ -83,6 +86,7 @@ class Model:
     direction: str = "ascent"
     backend: str = "auto"
     precision: str = "float64"
+    tolerance: float = DEFAULT_TOLERANCE
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -110,7 +114,8 @@ class Model:
     def ambient_velocity(self, x: np.ndarray, t: float, *, weights: np.ndarray | None = None) -> np.ndarray:
         """The velocity law :math:`v_i` at time ``t`` (unprojected, unsigned)."""
         return attention_velocity(
-            x, self.heads.at(t), beta=self.beta, kind=self.attention, weights=weights, backend=self.backend, precision=self.precision
+            x, self.heads.at(t), beta=self.beta, kind=self.attention, weights=weights, backend=self.backend, precision=self.precision,
+            tolerance=self.tolerance,
         )
 
     def velocity(self, x: np.ndarray, t: float, *, weights: np.ndarray | None = None) -> np.ndarray:

@@ -13,7 +13,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "bench",
         help="kernel throughput, with ratios to the NumPy twin and to the exp roofline",
         description="Measure, in one process, the attention kernels against their NumPy twin and the exp roofline "
-        "(pairs per second and peak memory), one grid step, and the optimal-transport diagnostics. Ratios are "
+        "(pairs per second and peak memory), the harmonic and local sphere kernels against the dense one, grid steps, and the optimal-transport diagnostics. Ratios are "
         "measured in the same run; absolute numbers depend on the machine and its load.",
     )
     p.add_argument("--json", action="store_true", help="print the tables as JSON")
@@ -61,8 +61,13 @@ def main(args: argparse.Namespace) -> int:
         json.dump(tables, sys.stdout, indent=2, default=float)
         print()
         return 0
+    from meanfield.solvers.bench_sphere import format_table
+
     _print_attention(tables["attention"])
+    print("\nsphere kernels (d = 3, one general head): harmonic and local against the dense fused kernel,"
+          " errors relative to max |v| on sampled rows")
+    print(format_table(tables["sphere"]))
     for name, rows in tables.items():
-        if name != "attention":
+        if name not in ("attention", "sphere"):
             _print_table(name, rows)
     return 0

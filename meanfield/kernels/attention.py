@@ -33,6 +33,19 @@ Implementations, which the tests compare (``backend="auto"``, the default, takes
 ``"numpy"``
     :mod:`meanfield.kernels.reference`: the plain NumPy twin, GEMM → max → exp →
     GEMM in row blocks, one thread.  It is the reference the others are tested against.
+``"harmonic"`` (``d = 3``; softmax, unnormalized, pooled)
+    :mod:`meanfield.kernels.harmonic`: the plane-wave (Funk–Hecke) expansion of
+    :math:`e^{\beta\,u\cdot y}` in spherical harmonics, evaluated by ducc0's
+    non-uniform transforms in :math:`O(n + L^2\log L)` per head, to a relative
+    ``tolerance`` per row, with an exact local fallback for the rows it cannot certify.
+``"local"`` (``d = 3``; same kinds)
+    :mod:`meanfield.kernels.local`: exact sums over the caps where the kernel is not
+    negligible (k-d tree), fast at large :math:`\beta\|B\|`.
+
+On :math:`S^2` (``d = 3``, float64, unit tokens, an exponential law) ``"auto"`` picks
+among ``"harmonic"``, ``"local"`` and the dense kernels by the measured cost models of
+:func:`meanfield.kernels.harmonic.choose_sphere_method`: dense up to about a thousand
+tokens, harmonic beyond, local where the caps are small (:math:`n\lesssim 45\,\beta\|B\|`).
 """
 from __future__ import annotations
 
@@ -43,8 +56,10 @@ import numpy as np
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.blas import velocity_blas
 from meanfield.kernels.fused import velocity_fused
+from meanfield.kernels.harmonic import choose_sphere_method, velocity_harmonic
 from meanfield.kernels.inputs import ATTENTION_KINDS, BLOCK_ELEMENTS, block_rows, check_tokens, token_masses
 from meanfield.kernels.reference import velocity_numpy
+from meanfield.kernels.local import SPHERE_KINDS, SPHERE_TOLERANCE, velocity_local
 from meanfield.kernels.rows import velocity_numba
 
 __all__ = [
@@ -57,6 +72,10 @@ __all__ = [
     "velocity_blas",
     "velocity_numba",
     "velocity_fused",
+    "velocity_harmonic",
+    "velocity_local",
+    "SPHERE_DENSE_MAX_N",
+    "DEFAULT_TOLERANCE",
     "token_masses",
     "check_tokens",
     "block_rows",
@@ -76,9 +95,18 @@ def _velocity_fused(
 BACKENDS: dict[str, Callable[..., np.ndarray]] = {
     "blas": velocity_blas,
     "fused": _velocity_fused,
+    "harmonic": velocity_harmonic,
+    "local": velocity_local,
     "numba": velocity_numba,
     "numpy": velocity_numpy,
 }
+#: backends whose result depends on a tolerance (the others are exact to round-off)
+TOLERANCE_BACKENDS = ("harmonic", "local")
+#: relative accuracy per row of the harmonic and local kernels unless asked otherwise
+DEFAULT_TOLERANCE = 1e-12
+#: up to this many tokens ``"auto"`` keeps the dense kernels on the sphere without consulting the
+#: cost models (they pick dense there anyway, measured: 1–8 ms)
+SPHERE_DENSE_MAX_N = 1024
 #: largest dimension for which ``"auto"`` uses the fused softmax kernel (it loses to BLAS above)
 FUSED_MAX_D = 8
 
@@ -92,6 +120,7 @@ def attention_velocity(
     weights: np.ndarray | None = None,
     backend: str = "auto",
     precision: str = "float64",
+    tolerance: float = DEFAULT_TOLERANCE,
 ) -> np.ndarray:
     r"""Ambient attention velocity :math:`v_i` (the velocity laws of the module docstring).
 
@@ -106,13 +135,19 @@ def attention_velocity(
     kind : {"softmax", "unnormalized", "relu", "pooled"}
     weights : (n,) array, optional
         Masses :math:`a_j` of the tokens (default :math:`1/n`).
-    backend : {"auto", "blas", "fused", "numba", "numpy"}
-        ``"auto"``: the fused kernel (:mod:`meanfield.kernels.fused`, one pass with a
+    backend : {"auto", "blas", "fused", "harmonic", "local", "numba", "numpy"}
+        ``"auto"``: on :math:`S^2` with more than :data:`SPHERE_DENSE_MAX_N` unit
+        tokens and an exponential law in float64, the fastest of ``"harmonic"``,
+        ``"local"`` and dense by :func:`~meanfield.kernels.harmonic.choose_sphere_method`;
+        otherwise the fused kernel (:mod:`meanfield.kernels.fused`, one pass with a
         vectorised ``exp``) for float64 softmax with ``d ≤`` :data:`FUSED_MAX_D`,
         else ``"blas"``.
     precision : {"float64", "float32"}
         Arithmetic of the ``blas`` kernel's score buffers (the other backends
         are float64 only); see :func:`velocity_blas`.
+    tolerance : float
+        Relative accuracy per row of the ``harmonic`` and ``local`` kernels
+        (default :data:`DEFAULT_TOLERANCE`; the dense kernels are exact to round-off).
 
     Returns
     -------
@@ -129,8 +164,9 @@ def attention_velocity(
     (64, 3)
     """
     if backend == "auto":
-        small = kind == "softmax" and precision == "float64" and heads.d <= FUSED_MAX_D
-        backend = "fused" if small else "blas"
+        backend = _sphere_backend(x, heads, beta, kind, precision) or _dense_backend(heads, kind, precision)
+        if backend == "dense":
+            backend = _dense_backend(heads, kind, precision)
     try:
         kernel = BACKENDS[backend]
     except KeyError:
@@ -141,4 +177,25 @@ def attention_velocity(
         if backend != "blas":
             raise ValueError("precision='float32' is available with backend='blas' (or 'auto') only")
         return velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision)
+    if backend in TOLERANCE_BACKENDS:
+        return kernel(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance)
     return kernel(x, heads, beta=beta, kind=kind, weights=weights)
+
+
+def _dense_backend(heads: HeadStack, kind: str, precision: str) -> str:
+    """The dense kernel ``"auto"`` uses: fused for float64 softmax at small ``d``, else BLAS."""
+    small = kind == "softmax" and precision == "float64" and heads.d <= FUSED_MAX_D
+    return "fused" if small else "blas"
+
+
+def _sphere_backend(x: np.ndarray, heads: HeadStack, beta: float, kind: str, precision: str) -> str | None:
+    """``"harmonic"``, ``"local"`` or ``"dense"`` where the sphere kernels apply, else ``None``."""
+    x = np.asarray(x)
+    if heads.d != 3 or kind not in SPHERE_KINDS or precision != "float64" or x.ndim != 2 or x.shape[0] <= SPHERE_DENSE_MAX_N:
+        return None
+    if not np.isfinite(beta) or beta < 0:
+        return None
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x))
+    if not float(np.max(np.abs(norms - 1.0))) <= SPHERE_TOLERANCE:
+        return None
+    return choose_sphere_method(x.shape[0], float(beta), heads)

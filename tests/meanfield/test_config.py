@@ -138,6 +138,11 @@ def test_missing_config_file_exits_2(tmp_path, capsys):
         ({"model": {"heads": [{"Q": "random", "seed": -3}]}}, "model.heads[0].seed"),
         ({"init": {"kind": "vmf", "mean": [0.0, 0.0, 0.0]}}, "init.mean"),
         ({"model": {"heads": [{"Q": "identity", "k": 2}]}}, "model.heads[0].k"),
+        ({"model": {"d": 4, "backend": "harmonic"}}, "model.backend"),
+        ({"model": {"attention": "relu", "backend": "local"}}, "model.backend"),
+        ({"model": {"backend": "harmonic", "precision": "float32"}}, "model.precision"),
+        ({"model": {"tolerance": 0.0}}, "model.tolerance"),
+        ({"model": {"tolerance": 0.5}}, "model.tolerance"),
     ],
 )
 def test_more_bad_values_name_the_key(raw, key):

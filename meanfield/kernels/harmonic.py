@@ -1,0 +1,1032 @@
+r"""Spherical-harmonic attention on :math:`S^2`: the velocity laws in :math:`O(N + L^2\log L)` per head.
+
+Every numerator and denominator of the exponential velocity laws (softmax — the law of
+Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931 —, unnormalized, pooled; see
+:mod:`meanfield.kernels.attention`) is, for one head, a sum
+
+.. math::
+
+    F(u) = \sum_j a_j\, f(y_j)\, e^{\beta\, u\cdot y_j},\qquad u = B_h^\top x_i,
+
+against the point masses :math:`a_j\delta_{y_j}` on the unit sphere.  With
+:math:`r=\beta\|u\|` and :math:`\hat u = u/\|u\|`, the plane-wave (Funk–Hecke)
+expansion and the addition theorem give
+
+.. math::
+
+    e^{r\,\hat u\cdot y} = \sum_{l\ge0}(2l+1)\,i_l(r)\,P_l(\hat u\cdot y)
+      = \sum_{l\ge0} 4\pi\, i_l(r) \sum_{m=-l}^{l} Y_{lm}(\hat u)\,\overline{Y_{lm}(y)},
+    \qquad
+    e^{-r}F = \sum_{l\ge0} 4\pi\,\phi_l(r)\,G_l(\hat u),\quad
+    G_l(\hat u)=\sum_m Y_{lm}(\hat u)\,g_{lm},\quad
+    g_{lm} = \sum_j a_j\,\overline{Y_{lm}(y_j)},
+
+with the exponentially scaled modified spherical Bessel functions
+:math:`\phi_l(r) = e^{-r} i_l(r)\in[0,1]` (:func:`scaled_spherical_in`; the common
+factor :math:`e^{r}` is kept apart — it cancels in the softmax law, the pooled law shifts
+every head by the row's largest :math:`r^h_i+\ln\widetilde D^h_i` — so :math:`\beta = 1024`
+cannot overflow).  One adjoint transform (``ducc0.sht.experimental.adjoint_synthesis_general``,
+shared by all heads) gives :math:`g_{lm}` for :math:`f = 1`; the value-weighted numerator
+needs no further transform since :math:`\sum_j a_j y_j e^{\beta u\cdot y_j}=\beta^{-1}\nabla_u F`:
+
+.. math::
+
+    e^{-r}\!\sum_j a_j y_j e^{r\hat u\cdot y_j}
+      = \hat u\sum_l 4\pi\,\phi'_l(r)\,G_l(\hat u) + \frac1r\sum_l 4\pi\,\phi_l(r)\,\nabla_{S^2}G_l(\hat u),
+    \qquad \phi'_l = e^{-r}i_l' = \tfrac{l\,\phi_{l-1}+(l+1)\,\phi_{l+1}}{2l+1},
+
+(a spin-0 and a gradient synthesis, ``mode="DERIV1"``), and :math:`V_h` is applied to the
+result.  ducc0's conventions, checked numerically: healpy ``alm`` layout (:math:`m\ge0`),
+real maps (``synthesis`` returns :math:`\sum_l a_{l0}Y_{l0}+2\,\mathrm{Re}\sum_{m>0}a_{lm}Y_{lm}`),
+``loc = (colatitude, longitude)``, orthonormal :math:`Y_{lm}`, the adjoint returning
+:math:`\sum_j w_j\overline{Y_{lm}(y_j)}`, and ``DERIV1`` returning
+:math:`(\partial_\theta, \sin^{-1}\theta\,\partial_\varphi)`; so ``synthesis_general`` of the
+adjoint evaluates :math:`\sum_j a_j\sum_l\tfrac{2l+1}{4\pi}P_l(\hat u\cdot y_j)` as written.
+
+**Truncation.**  :math:`L(r)` (:func:`truncation_degree`) is the least degree with
+:math:`\sum_{l>L}(2l+1)\max(\phi_l,|\phi'_l|,l\phi_l/r)\le\varepsilon_T`: relative to the
+largest value of the kernel, :math:`e^{r(t-1)}\le1` (the largest term of any row), since
+:math:`|P_l|\le1` and, by Bernstein's inequality, :math:`|\partial_\theta P_l|\le l`.  It
+grows like :math:`\sqrt{2r\ln(1/\varepsilon_T)}` beyond small :math:`r`:
+:math:`L = 74, 284` at :math:`r = 64, 1024` for :math:`\varepsilon_T=10^{-17}`.
+
+**A radius that depends on the row.**  :math:`r_i=\beta\|B_h^\top x_i\|` is the same for
+every row only when :math:`B_h` is a multiple of an orthogonal matrix (then one node is
+used and the expansion is exact up to :math:`\varepsilon_T`).  Otherwise the three
+coefficient families :math:`\phi_l,\phi'_l,\phi_l/r` are interpolated in
+:math:`\tau=\ln(1+r)` at :math:`K` Chebyshev nodes :math:`r_k` of :math:`[r_a, r_b]`
+(barycentric weights :math:`\ell_k`):
+
+.. math::
+
+    e^{-r_i}F(u_i) \approx \sum_{k=1}^{K} \ell_k(\tau_i)\, S_k(\hat u_i),\qquad
+    S_k = \sum_{l\le L(r_b)} 4\pi\,\phi_l(r_k)\,G_l .
+
+:math:`K` is the least number of nodes (doubling, then bisection; at most :data:`MAX_NODES`)
+with interpolation error
+
+.. math::
+
+    \varepsilon_C=\max_{r\in[r_a,r_b]}\ \sum_{l\le L}(2l+1)\,\Bigl|\phi_l(r)-\sum_k\ell_k(\tau)\,\phi_l(r_k)\Bigr|
+    \ \le\ \varepsilon_T
+
+(the same for :math:`\phi'_l` and for :math:`l\,\phi_l/r`), evaluated in extended precision
+at 33 Chebyshev points of the interval.  By :math:`|P_l|\le1` and Bernstein again this
+bounds the error of the interpolated kernel for every pair of points, hence for every row
+
+.. math::
+
+    \bigl|\widetilde D_i - e^{-r_i}D_i\bigr|,\ \bigl|\widetilde N_i - e^{-r_i}N_i\bigr|_\infty
+    \le M\,(\varepsilon_T+\varepsilon_C) + (\text{transform errors}),\qquad M=\sum_j a_j .
+
+For the benchmark head (singular values 1.19, 1.03, 0.93) :math:`K = 13` at
+:math:`\varepsilon_T=10^{-17}`.  The slices are evaluated in one of two ways:
+
+* ``direct``: every slice is synthesised at the rows (``synthesis_general``), the rows in
+  bins with :math:`(1+r_b)/(1+r_a)\le` :data:`BIN_RATIO` from :data:`BIN_SPLIT_ROWS` rows
+  on (one bin below).  Works for any :math:`B` (singular ones too); costs :math:`3.3K`
+  syntheses of the rows.
+* ``resampled`` (invertible :math:`B`, condition number ≤ :data:`RESAMPLE_MAX_COND`): on
+  the sphere of directions the row radius is the smooth function
+  :math:`r(\hat u)=\beta/\|B^{-\top}\hat u\|`, so
+  :math:`\widetilde D(\hat u)=e^{-r(\hat u)}F(r(\hat u)\hat u/\beta)` (and the numerator)
+  are smooth functions on :math:`S^2`.  They are computed exactly on a Gauss–Legendre
+  grid of degree :math:`L'` (the :math:`K` slices by ``synthesis_2d``, no NUFFT),
+  analysed exactly (``analysis_2d``) and evaluated at the rows by *one*
+  ``synthesis_general`` per field.  :math:`L'` starts at
+  :math:`L(1+0.2\ln\kappa)+8` and grows by 30 % while the tail estimate :math:`E_R` — four
+  times the rms of a field carrying, in every coefficient, the mean square of the last
+  :math:`\max(4, L'/10)` degrees — exceeds :data:`TAIL_RELATIVE` times the map's rms and
+  still falls; the way is abandoned for ``direct`` when more than
+  :data:`RESAMPLE_MAX_REJECT` of the grid would fail the row test below.  The cheaper
+  way is taken by measured cost models (:func:`estimate_sphere_seconds`).
+
+**Error bound and exact fallback.**  Every (row, head) gets the bound
+
+.. math::
+
+    E_i = M(\varepsilon_T+\varepsilon_C) + E_R + c_F\,(\Lambda_K S_{\max} + D_{\max})
+          + c_N\,\varepsilon_N\,|\widetilde D_i|,
+
+:math:`\Lambda_K` the Lebesgue constant of the nodes, :math:`S_{\max}, D_{\max}` the
+largest values of the synthesised slices and maps, :math:`c_F` = :data:`FLOOR_RELATIVE`
+the measured absolute floor of the transforms (rounding), :math:`\varepsilon_N` the
+accuracy asked of ducc0's NUFFT and :math:`c_N` = :data:`NUFFT_RELATIVE` (its error was
+measured to be relative to the values near the point, at most 1.5 :math:`\varepsilon_N`).
+A row is kept only if :math:`E_i\le\mathrm{tol}\cdot\widetilde D_i` (pooled law:
+:math:`\sum_h|w_h|e^{r^h_i-R_i}E^h_i \le \mathrm{tol}\cdot|\sum_h w_he^{r^h_i-R_i}\widetilde D^h_i|`);
+all other rows — typically those of a non-symmetric :math:`B` whose direction
+:math:`\hat u_i` sees no mass nearby, or the empty cells of a grid late in a run — are
+recomputed *exactly* by the local method (:func:`meanfield.kernels.local.local_head_sums`).
+Every row therefore has relative error :math:`\lesssim` ``tolerance`` with respect to its
+scale :math:`\|V_h\|` (softmax, pooled) or :math:`\|V_h\|e^{r_i}\widetilde D_i`
+(unnormalized).  The accuracies follow the tolerance:
+:math:`\varepsilon_T = 10^{-5}\,\mathrm{tol}` (within :math:`[10^{-18},10^{-8}]`) and
+:math:`\varepsilon_N=\mathrm{tol}/8` (within :math:`[2.5\cdot10^{-13},10^{-4}]`, ducc0's
+limit being :math:`2\cdot10^{-13}`); the default ``tol = 1e-12`` is thus near what double
+precision allows.  Tokens must be unit vectors: a deviation :math:`\delta` costs a relative
+error of about :math:`\delta\beta\|B\|` (checked: :math:`\delta\le10^{-10}`).
+
+Memory: :math:`O(N + L^2 + L'^2)` per head, no :math:`n\times n` arrays.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import ducc0
+import numpy as np
+from ducc0.sht.experimental import (
+    adjoint_synthesis_general,
+    analysis_2d,
+    synthesis_2d,
+    synthesis_2d_deriv1,
+    synthesis_general,
+)
+
+from numba import prange
+
+from meanfield.heads.head import HeadStack
+from meanfield.kernels.inputs import token_masses
+from meanfield.kernels.jit import kernel_threads, pjit, threads_for
+from meanfield.kernels.local import (
+    WHOLE_CHORD,
+    HeadSums,
+    SphereSources,
+    check_sphere_tokens,
+    combine_head_sums,
+    local_head_sums,
+    pooled_scales,
+)
+
+__all__ = [
+    "velocity_harmonic",
+    "choose_sphere_method",
+    "estimate_sphere_seconds",
+    "scaled_spherical_in",
+    "truncation_degree",
+    "harmonic_head_sums",
+    "NUFFT_EPS_MIN",
+    "FLOOR_RELATIVE",
+    "TAIL_RELATIVE",
+    "MAX_NODES",
+    "BIN_RATIO",
+    "RESAMPLE_MAX_COND",
+    "RESAMPLE_MAX_GROWTH",
+    "DENSE_PAIR_SECONDS",
+    "LOCAL_CALL_SECONDS",
+    "LOCAL_ROW_SECONDS",
+    "LOCAL_PAIR_SECONDS",
+    "HARMONIC_CALL_SECONDS",
+    "HARMONIC_ROW_SECONDS",
+    "SYNTHESIS_PER_POINT",
+    "SYNTHESIS_PER_COEFFICIENT",
+    "GRID_PER_OPERATION",
+]
+
+#: smallest accuracy ducc0's NUFFT accepts in double precision (its documented bound is 2e-13)
+NUFFT_EPS_MIN = 2.5e-13
+#: absolute error floor of a synthesised map relative to its largest value (measured ≤ 3e-16; ×3)
+FLOOR_RELATIVE = 1e-15
+#: a resampled map counts as resolved when its tail (:func:`_tail`) is below this times its rms
+#: (the rounding plateau of the grid transforms measured 3e-14 … 1e-13 of the rms)
+TAIL_RELATIVE = 4e-13
+#: the resampled maps are given up if more than this fraction of the grid would fail the row test
+RESAMPLE_MAX_REJECT = 0.1
+#: the NUFFT error relative to the values near the point, in units of its accuracy ε_N (measured ≤ 1.5)
+NUFFT_RELATIVE = 2.0
+#: first grid degree of the resampled evaluation: L (1 + RESAMPLE_GROWTH ln κ) + RESAMPLE_MARGIN
+RESAMPLE_GROWTH = 0.2
+RESAMPLE_MARGIN = 8
+#: measured ducc0 costs on this machine (2 cores, one of them busy with another process):
+#: ``synthesis_general`` ≈ 0.2 ms + 1.15e-7 s per point + 1.3e-7 s per coefficient
+#: (16384 points: 2.3 ms at L = 80, 16 ms at L = 309; 262144 points: 34 ms, 62 ms)
+SYNTHESIS_PER_CALL = 2e-4
+SYNTHESIS_PER_POINT = 1.15e-7
+SYNTHESIS_PER_COEFFICIENT = 1.3e-7
+#: ``synthesis_2d`` of degree L on a GL grid of degree G ≈ 2.5e-9 s · G L^1.6 (0.33 ms at L = 80,
+#: 6.9 ms at L = 309, 31 ms at L = 600; gradient 2.4×, analysis ≈ synthesis), plus the
+#: interpolation weights, ≈ 30 ns per grid point and node
+GRID_PER_OPERATION = 2.5e-9
+GRID_WEIGHT_PER_POINT = 3e-8
+#: most Chebyshev nodes in r for one bin (direct) or one head (resampled)
+MAX_NODES = 64
+#: widest bin of the direct evaluation, as a ratio of (1 + r), from this many rows on (fewer: one bin)
+BIN_RATIO = 2.0
+BIN_SPLIT_ROWS = 20000
+#: the resampled evaluation is tried for condition numbers up to this
+RESAMPLE_MAX_COND = 50.0
+#: ... and for grid degrees up to this multiple of the truncation degree
+RESAMPLE_MAX_GROWTH = 4.0
+#: smallest interpolation error the extended-precision check certifies (x87 long double: 1e-19 rounding)
+INTERPOLATION_FLOOR = 1e-18
+#: extended precision for the interpolation-error check
+_LONG = np.longdouble
+_FOUR_PI = 4.0 * np.pi
+
+
+# ----------------------------------------------------------------------------- scaled Bessel functions
+
+
+def scaled_spherical_in(lmax: int, r: np.ndarray | float, *, dtype: type = np.float64) -> np.ndarray:
+    r"""Exponentially scaled modified spherical Bessel functions :math:`\phi_l(r)=e^{-r}i_l(r)`.
+
+    Backward recurrence on the ratios :math:`\rho_l=i_l/i_{l-1}`,
+
+    .. math::
+
+        \rho_l = \frac{r}{2l+1 + r\,\rho_{l+1}},\qquad
+        \phi_0(r) = \frac{1-e^{-2r}}{2r},\qquad \phi_l = \phi_{l-1}\,\rho_l,
+
+    started far enough above ``lmax`` (``lmax + 40 + 3√r``) that the start value does
+    not matter; stable for every :math:`r\ge0` (relative error ≈ 1e-15 up to
+    :math:`r = 4000`, against a 3000-term extended-precision run; scipy's ``ive`` is
+    ≈ 1e-13) and free of overflow (:math:`0<\phi_l\le1`; :math:`\phi_l(0)=\delta_{l0}`).
+
+    Parameters
+    ----------
+    lmax : int
+        Largest degree.
+    r : float or array
+        Arguments :math:`r\ge0`.
+    dtype : type
+        ``np.float64`` or ``np.longdouble``.
+
+    Returns
+    -------
+    array of shape ``(lmax + 1,) + r.shape``
+    """
+    r = np.asarray(r, dtype=dtype)
+    shape = r.shape
+    rr = np.maximum(r.reshape(-1), np.asarray(1e-300, dtype=dtype))
+    top = int(lmax) + 41 + int(3.0 * np.sqrt(float(rr.max()) if rr.size else 0.0))
+    ratio = np.zeros((lmax + 1, rr.size), dtype=dtype)
+    rho = np.zeros_like(rr)
+    for l in range(top, 0, -1):
+        rho = rr / ((2 * l + 1) + rr * rho)
+        if l <= lmax:
+            ratio[l] = rho
+    out = np.empty((lmax + 1, rr.size), dtype=dtype)
+    out[0] = -np.expm1(-2.0 * rr) / (2.0 * rr)
+    for l in range(1, lmax + 1):
+        out[l] = out[l - 1] * ratio[l]
+    zero = r.reshape(-1) == 0
+    if zero.any():
+        out[:, zero] = 0.0
+        out[0, zero] = 1.0
+    return out.reshape((lmax + 1,) + shape)
+
+
+def _tables(lmax: int, r: np.ndarray, *, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""The three coefficient families at radii ``r``: :math:`\phi_l`, :math:`\phi'_l`, :math:`\phi_l/r` (l ≤ lmax)."""
+    r = np.asarray(r, dtype=dtype)
+    phi = scaled_spherical_in(lmax + 1, r, dtype=dtype)
+    ell = np.arange(lmax + 1, dtype=dtype).reshape((-1,) + (1,) * r.ndim)
+    deriv = np.empty((lmax + 1,) + r.shape, dtype=dtype)
+    deriv[0] = phi[1]
+    if lmax >= 1:
+        deriv[1:] = (ell[1:] * phi[:-2] + (ell[1:] + 1) * phi[2:]) / (2 * ell[1:] + 1)
+    rr = np.maximum(r, np.asarray(1e-300, dtype=dtype))
+    over = phi[: lmax + 1] / rr
+    over[0] = 0.0  # the gradient of a constant
+    if lmax >= 1:
+        over[1] = np.where(r == 0, 1.0 / 3.0, over[1])  # i_1(r)/r → 1/3
+    return phi[: lmax + 1], deriv, over
+
+
+@lru_cache(maxsize=1024)
+def _truncation(r: float, eps: float) -> int:
+    probe = int(10.0 * np.sqrt(r + 1.0) + 40)
+    while True:
+        phi, deriv, over = _tables(probe, np.array([r]))
+        ell = np.arange(probe + 1)
+        weight = (2 * ell + 1) * np.maximum(np.maximum(phi[:, 0], np.abs(deriv[:, 0])), ell * over[:, 0])
+        tail = np.cumsum(weight[::-1])[::-1]  # tail[l] = sum over l' >= l
+        above = np.flatnonzero(tail[1:] <= eps)  # tail[L + 1] <= eps
+        if above.size:
+            return max(1, int(above[0]))
+        probe *= 2
+
+
+def truncation_degree(r: float, eps: float = 1e-17) -> int:
+    r"""Least :math:`L\ge1` with :math:`\sum_{l>L}(2l+1)\max(\phi_l,|\phi'_l|,l\,\phi_l/r)\le\varepsilon`.
+
+    The bound covers the denominator (:math:`|P_l|\le1`), the radial part
+    (:math:`\phi'_l`) and the tangential part of the numerator (Bernstein:
+    :math:`|\partial_\theta P_l(\cos\theta)|\le l`).  ``r`` is rounded up to 4 significant
+    digits (so that the result can be cached).
+    """
+    r = float(max(r, 0.0))
+    if r > 0:
+        unit = 10.0 ** (np.floor(np.log10(r)) - 3)
+        r = float(np.ceil(r / unit * (1 - 1e-15)) * unit)
+    return _truncation(r, float(eps))
+
+
+# ----------------------------------------------------------------------------- Chebyshev nodes in r
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    """Chebyshev nodes in τ = ln(1 + r) on [r_a, r_b] and the interpolation error they certify."""
+
+    r: np.ndarray
+    tau: np.ndarray
+    weights: np.ndarray
+    error: float
+
+    def basis(self, r: np.ndarray) -> _Basis:
+        """Barycentric interpolation weights of the nodes at radii ``r`` (one node at a time)."""
+        return _Basis(self, np.log1p(r))
+
+
+class _Basis:
+    """Barycentric weights :math:`\\ell_k(\\tau)` of a set of nodes at many points, O(points) memory."""
+
+    def __init__(self, nodes: _Nodes, tau: np.ndarray) -> None:
+        self.nodes = nodes
+        self.tau = tau
+        self.total = np.zeros_like(tau)
+        self.lebesgue = 1.0
+        if nodes.r.size > 1:
+            for k in range(nodes.r.size):
+                self.total += self._raw(k)
+            absum = np.zeros_like(tau)
+            for k in range(nodes.r.size):
+                absum += np.abs(self._raw(k))
+            self.lebesgue = float(np.max(absum / np.abs(self.total))) if tau.size else 1.0
+
+    def _raw(self, k: int) -> np.ndarray:
+        d = self.tau - self.nodes.tau[k]
+        d[d == 0.0] = 1e-300
+        return self.nodes.weights[k] / d
+
+    def __getitem__(self, k: int) -> np.ndarray | float:
+        if self.nodes.r.size == 1:
+            return 1.0
+        return self._raw(k) / self.total
+
+
+def _first_kind(k: int) -> tuple[np.ndarray, np.ndarray]:
+    j = np.arange(k)
+    return np.cos(np.pi * (j + 0.5) / k), (-1.0) ** j * np.sin(np.pi * (j + 0.5) / k)
+
+
+def _interpolation_error(k: int, mid: float, half: float, lmax: int, test_t: np.ndarray, exact: tuple) -> tuple[float, np.ndarray, np.ndarray]:
+    """Weighted interpolation error of the three coefficient families with ``k`` nodes (extended precision)."""
+    x, w = _first_kind(k)
+    tau = mid + half * x.astype(_LONG)
+    rk = np.expm1(tau)
+    at = _tables(lmax, rk, dtype=_LONG)
+    d = test_t[None, :] - tau[:, None]
+    d[d == 0] = 1e-300
+    c = w.astype(_LONG)[:, None] / d
+    c /= c.sum(axis=0, keepdims=True)
+    ell = np.arange(lmax + 1, dtype=_LONG)[:, None]
+    scale = (2 * ell + 1, 2 * ell + 1, (2 * ell + 1) * np.maximum(ell, 1))
+    error = 0.0
+    for fam in range(3):
+        error = max(error, float(np.max(np.sum(scale[fam] * np.abs(at[fam] @ c - exact[fam]), axis=0))))
+    return error, np.asarray(rk, dtype=np.float64), w
+
+
+@lru_cache(maxsize=256)
+def _nodes(r_a: float, r_b: float, lmax: int, target: float) -> _Nodes:
+    """The fewest nodes (up to :data:`MAX_NODES`) whose interpolation error is ≤ ``target``.
+
+    The error is evaluated in extended precision at 33 Chebyshev points of the interval
+    (doubling search, then bisection on the number of nodes).  Targets below
+    :data:`INTERPOLATION_FLOOR`, which extended precision cannot certify, are raised to it.
+    """
+    target = max(float(target), INTERPOLATION_FLOOR)
+    ta, tb = np.log1p(r_a), np.log1p(r_b)
+    mid, half = 0.5 * (ta + tb), 0.5 * (tb - ta)
+    if half <= 1e-15 * max(tb, 1.0):
+        rr = np.array([r_b])
+        return _Nodes(rr, np.log1p(rr), np.ones(1), 0.0)
+    test_t = mid + half * np.cos(np.linspace(0.0, np.pi, 33, dtype=_LONG))
+    exact = _tables(lmax, np.expm1(test_t), dtype=_LONG)
+    tried: dict[int, tuple] = {}
+
+    def attempt(k: int) -> tuple:
+        if k not in tried:
+            tried[k] = _interpolation_error(k, mid, half, lmax, test_t, exact)
+        return tried[k]
+
+    lo, hi = 0, 4
+    while attempt(hi)[0] > target and hi < MAX_NODES:
+        lo, hi = hi, min(2 * hi, MAX_NODES)
+    if attempt(hi)[0] <= target:
+        while hi - lo > 1:
+            k = (lo + hi) // 2
+            if attempt(k)[0] <= target:
+                hi = k
+            else:
+                lo = k
+    error, rk, w = attempt(hi)
+    return _Nodes(rk, np.log1p(rk), np.asarray(w, dtype=np.float64), float(error))
+
+
+# ----------------------------------------------------------------------------- transforms
+
+
+@lru_cache(maxsize=32)
+def _layout(lsrc: int, lmax: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Indices of the degree-``lmax`` healpy layout inside a degree-``lsrc`` one, their ``l`` and ``m``."""
+    m = np.repeat(np.arange(lmax + 1), np.arange(lmax + 1, 0, -1))
+    first = np.repeat(np.cumsum(np.r_[0, np.arange(lmax + 1, 1, -1)]), np.arange(lmax + 1, 0, -1))
+    ell = np.arange(m.size) - first + m
+    idx = m * (2 * lsrc + 1 - m) // 2 + ell
+    return idx, ell, m
+
+
+@pjit
+def _geometry_kernel(x, B, beta, uhat, r, loc):  # pragma: no cover - compiled
+    """Per row: q = β Bᵀx_i, r_i = |q|, û_i = q / r_i (e_z if r_i = 0), (colatitude, longitude) of û_i."""
+    n = x.shape[0]
+    two_pi = 2.0 * np.pi
+    for i in prange(n):
+        q0 = beta * (x[i, 0] * B[0, 0] + x[i, 1] * B[1, 0] + x[i, 2] * B[2, 0])
+        q1 = beta * (x[i, 0] * B[0, 1] + x[i, 1] * B[1, 1] + x[i, 2] * B[2, 1])
+        q2 = beta * (x[i, 0] * B[0, 2] + x[i, 1] * B[1, 2] + x[i, 2] * B[2, 2])
+        rr = np.sqrt(q0 * q0 + q1 * q1 + q2 * q2)
+        r[i] = rr
+        if rr > 0.0:
+            q0 /= rr
+            q1 /= rr
+            q2 /= rr
+        else:
+            q0 = 0.0
+            q1 = 0.0
+            q2 = 1.0
+        uhat[i, 0] = q0
+        uhat[i, 1] = q1
+        uhat[i, 2] = q2
+        loc[i, 0] = np.arctan2(np.sqrt(q0 * q0 + q1 * q1), q2)
+        phi = np.arctan2(q1, q0)
+        loc[i, 1] = phi + two_pi if phi < 0.0 else phi
+
+
+def _geometry(x: np.ndarray, B: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(û, r, loc) of the rows for score matrix ``B`` (r = β‖Bᵀx‖)."""
+    n = x.shape[0]
+    uhat = np.empty((n, 3))
+    r = np.empty(n)
+    loc = np.empty((n, 2))
+    with kernel_threads(64.0 * n):
+        _geometry_kernel(np.ascontiguousarray(x, dtype=float), np.ascontiguousarray(B, dtype=float), float(beta), uhat, r, loc)
+    return uhat, r, loc
+
+
+@pjit
+def _assemble_kernel(u, radial, g_theta, g_phi, out):  # pragma: no cover - compiled
+    """out_i = radial_i û_i + g_θ e_θ + g_φ e_φ (e_φ = e_y at the poles, where φ = 0)."""
+    for i in prange(u.shape[0]):
+        x0 = u[i, 0]
+        x1 = u[i, 1]
+        x2 = u[i, 2]
+        rho = np.sqrt(x0 * x0 + x1 * x1)
+        if rho > 0.0:
+            c = x0 / rho
+            s = x1 / rho
+        else:
+            c = 1.0
+            s = 0.0
+        out[i, 0] = radial[i] * x0 + g_theta[i] * x2 * c - g_phi[i] * s
+        out[i, 1] = radial[i] * x1 + g_theta[i] * x2 * s + g_phi[i] * c
+        out[i, 2] = radial[i] * x2 - g_theta[i] * rho
+
+
+def _threads(points: int, lmax: int) -> int:
+    return threads_for(64.0 * points + float(lmax) ** 3)
+
+
+def _source_coefficients(src: SphereSources, lmax: int, eps: float) -> np.ndarray:
+    r""":math:`g_{lm}=\sum_j a_j\overline{Y_{lm}(y_j)}` up to ``lmax`` (healpy layout, complex)."""
+    if src.m == 0:
+        return np.zeros((lmax + 1) * (lmax + 2) // 2, dtype=complex)
+    _, _, loc = _geometry(src.y, np.eye(3), 1.0)
+    return adjoint_synthesis_general(
+        map=src.w[None, :], spin=0, lmax=lmax, loc=loc, epsilon=eps, nthreads=_threads(src.m, lmax)
+    )[0]
+
+
+def _slice_alm(g: np.ndarray, lsrc: int, lmax: int, tables: tuple[np.ndarray, np.ndarray, np.ndarray], k: int) -> list[np.ndarray]:
+    """The three coefficient sets (D, radial, tangential) of node ``k``, degree ``lmax``."""
+    idx, ell, _ = _layout(lsrc, lmax)
+    gl = g[idx]
+    return [(gl * (_FOUR_PI * t[: lmax + 1, k])[ell])[None, :] for t in tables]
+
+
+# ----------------------------------------------------------------------------- per-head evaluation
+
+
+@dataclass
+class _Estimate:
+    """Scaled sums of one head at some rows, with what the error bound needs."""
+
+    den: np.ndarray  # (k,)
+    num: np.ndarray  # (k, 3)
+    error: np.ndarray  # (k,) absolute error bound of den (and of each num component)
+    shift: np.ndarray | None = None  # the radius the sums are scaled by, when not the rows' own r_i
+
+
+def _assemble(uhat: np.ndarray, radial: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    """Cartesian numerator from its radial part and its gradient (θ, φ components)."""
+    out = np.empty((uhat.shape[0], 3))
+    with kernel_threads(16.0 * uhat.shape[0]):
+        _assemble_kernel(np.ascontiguousarray(uhat), np.ascontiguousarray(radial), np.ascontiguousarray(grad[0]), np.ascontiguousarray(grad[1]), out)
+    return out
+
+
+@dataclass(frozen=True)
+class _Bin:
+    rows: np.ndarray
+    lmax: int
+    nodes: _Nodes
+
+
+def _direct_bins(r: np.ndarray, lsrc: int, eps_t: float) -> list[_Bin]:
+    r"""The rows split into bins, each with its degree and nodes.
+
+    Few rows (below :data:`BIN_SPLIT_ROWS`): one bin, since every synthesis costs
+    :math:`O(L^2)` whatever the number of points; many rows: bins with
+    :math:`(1+r_b)/(1+r_a)\le` :data:`BIN_RATIO`, which need fewer nodes per row.  A bin
+    whose interpolation error stays above target with :data:`MAX_NODES` nodes is halved.
+    """
+    lo, hi = float(r.min()), float(r.max())
+    ratio = BIN_RATIO if r.size >= BIN_SPLIT_ROWS else np.inf
+    edges = [hi]
+    while (1.0 + edges[-1]) / (1.0 + lo) > ratio:
+        edges.append((1.0 + edges[-1]) / ratio - 1.0)
+    edges.append(lo)
+    pending = [(edges[b + 1], edges[b]) for b in range(len(edges) - 1)]
+    bins = []
+    assigned = np.zeros(r.size, dtype=bool)
+    while pending:
+        bottom, top = pending.pop()
+        rows = np.flatnonzero(~assigned & (r >= bottom) & (r <= top))
+        if rows.size == 0:
+            continue
+        rb = r[rows]
+        lmax = min(truncation_degree(float(rb.max()), eps_t), lsrc)
+        nodes = _nodes(float(rb.min()), float(rb.max()), lmax, eps_t)
+        if nodes.error > eps_t and (1.0 + rb.max()) / (1.0 + rb.min()) > 1.01:
+            split = float(np.sqrt((1.0 + rb.min()) * (1.0 + rb.max())) - 1.0)
+            pending += [(float(rb.min()), split), (split, float(rb.max()))]
+            continue
+        assigned[rows] = True
+        bins.append(_Bin(rows, lmax, nodes))
+    return bins
+
+
+def _direct(
+    g: np.ndarray, lsrc: int, uhat: np.ndarray, r: np.ndarray, loc: np.ndarray, mass: float, eps_t: float, eps_n: float,
+    bins: list[_Bin] | None = None,
+) -> _Estimate:
+    """Slices synthesised at the rows (``synthesis_general``), bin by bin."""
+    k = r.size
+    den = np.zeros(k)
+    num = np.zeros((k, 3))
+    error = np.zeros(k)
+    for part in bins if bins is not None else _direct_bins(r, lsrc, eps_t):
+        rows, lmax, nodes = part.rows, part.lmax, part.nodes
+        tables = _tables(lmax, nodes.r)
+        basis = nodes.basis(r[rows])
+        locb = np.ascontiguousarray(loc[rows])
+        threads = _threads(rows.size, lmax)
+        d = np.zeros(rows.size)
+        rad = np.zeros(rows.size)
+        grad = np.zeros((2, rows.size))
+        smax = 0.0
+        for j in range(nodes.r.size):
+            aD, aR, aT = _slice_alm(g, lsrc, lmax, tables, j)
+            sD = synthesis_general(alm=aD, spin=0, lmax=lmax, loc=locb, epsilon=eps_n, nthreads=threads)[0]
+            sR = synthesis_general(alm=aR, spin=0, lmax=lmax, loc=locb, epsilon=eps_n, nthreads=threads)[0]
+            sT = synthesis_general(alm=aT, spin=1, lmax=lmax, loc=locb, epsilon=eps_n, nthreads=threads, mode="DERIV1")
+            smax = max(smax, float(np.max(np.abs(sD))))
+            wj = basis[j]
+            d += wj * sD
+            rad += wj * sR
+            grad += wj * sT
+        den[rows] = d
+        num[rows] = _assemble(uhat[rows], rad, grad)
+        error[rows] = mass * (eps_t + nodes.error) + basis.lebesgue * FLOOR_RELATIVE * smax + NUFFT_RELATIVE * eps_n * np.abs(d)
+    return _Estimate(den, num, error)
+
+
+def _grid_shape(lmax: int) -> tuple[int, int]:
+    """Rings and points per ring of the GL grid of degree ``lmax``: nφ ≥ 2 lmax + 2 a fast FFT length."""
+    return lmax + 1, int(ducc0.fft.good_size(2 * lmax + 2, True))
+
+
+@lru_cache(maxsize=8)
+def _gl_grid(lmax: int) -> tuple[np.ndarray, int, int]:
+    """Unit vectors of ducc0's Gauss–Legendre grid (rings north → south, φ_j = 2πj/nφ), nθ, nφ."""
+    ntheta, nphi = _grid_shape(lmax)
+    cos_t = np.polynomial.legendre.leggauss(ntheta)[0][::-1]
+    sin_t = np.sqrt(np.maximum(0.0, 1.0 - cos_t**2))
+    phi = 2.0 * np.pi * np.arange(nphi) / nphi
+    u = np.empty((ntheta, nphi, 3))
+    u[..., 0] = sin_t[:, None] * np.cos(phi)[None, :]
+    u[..., 1] = sin_t[:, None] * np.sin(phi)[None, :]
+    u[..., 2] = cos_t[:, None]
+    return u.reshape(-1, 3), ntheta, nphi
+
+
+def _tail(alm: np.ndarray, lmax: int) -> float:
+    r"""Pointwise size of what the last degrees of a real map's ``alm`` stand for.
+
+    With :math:`\nu^2` the mean square of the coefficients of the last
+    :math:`\max(4, L/10)` degrees, :math:`4\nu(L+1)/\sqrt{4\pi}` is four times the rms of
+    a field carrying that level in every coefficient: the rounding noise of the grid
+    transforms (flat in :math:`l`) or, before the spectrum has decayed, the unresolved tail.
+    """
+    _, ell, _ = _layout(lmax, lmax)
+    top = ell > lmax - max(4, lmax // 10)
+    nu = float(np.sqrt(np.mean(np.abs(alm[top]) ** 2)))
+    return 4.0 * nu * (lmax + 1) / np.sqrt(4.0 * np.pi)
+
+
+def _rms(alm: np.ndarray, lmax: int) -> float:
+    """Root mean square over the sphere of the real map with coefficients ``alm``."""
+    _, _, m = _layout(lmax, lmax)
+    return float(np.sqrt(np.sum(np.abs(alm) ** 2 * np.where(m > 0, 2.0, 1.0)) / (4.0 * np.pi)))
+
+
+def _grid_slices(alms: list, lmax: int, grid_l: int, basis: _Basis, fields: tuple[int, ...], threads: int) -> tuple[list[np.ndarray], float]:
+    """Σ_k ℓ_k(τ_g) S_k on the GL grid of degree ``grid_l`` for the fields (0: D, 1: radial, 2: gradient)."""
+    ntheta, nphi = _grid_shape(grid_l)
+    size = ntheta * nphi
+    out = [np.zeros(size) if f < 2 else np.zeros((2, size)) for f in fields]
+    smax = 0.0
+    for j, alm in enumerate(alms):
+        wj = basis[j]
+        for slot, f in enumerate(fields):
+            if f < 2:
+                s = synthesis_2d(alm=alm[f], spin=0, lmax=lmax, geometry="GL", ntheta=ntheta, nphi=nphi, nthreads=threads)[0].reshape(-1)
+                if f == 0:
+                    smax = max(smax, float(np.max(np.abs(s))))
+            else:
+                s = synthesis_2d_deriv1(alm=alm[f], lmax=lmax, geometry="GL", ntheta=ntheta, nphi=nphi, nthreads=threads).reshape(2, -1)
+            out[slot] += wj * s
+    return out, smax
+
+
+def _resampled(
+    g: np.ndarray, lsrc: int, B: np.ndarray, beta: float, uhat: np.ndarray, loc: np.ndarray, mass: float,
+    eps_t: float, eps_n: float, tolerance: float,
+) -> _Estimate | None:
+    """Smooth maps on a GL grid of directions, analysed, then one synthesis per field at the rows.
+
+    Returns None when the resampled maps would not serve: their interpolation in r or
+    their resolution falls short, or more than :data:`RESAMPLE_MAX_REJECT` of the grid
+    would fail the row test (the caller then uses :func:`_direct`).
+    """
+    sigma = np.linalg.svd(B, compute_uv=False)
+    kappa = sigma[0] / sigma[-1]
+    binv_t = np.linalg.inv(B).T
+    r_a, r_b = beta * sigma[-1], beta * sigma[0]
+    lmax = min(truncation_degree(r_b, eps_t), lsrc)
+    nodes = _nodes(float(r_a), float(r_b), lmax, eps_t)
+    margin = tolerance - NUFFT_RELATIVE * eps_n
+    if nodes.error > eps_t or margin <= 0:
+        return None
+    tables = _tables(lmax, nodes.r)
+    alms = [_slice_alm(g, lsrc, lmax, tables, j) for j in range(nodes.r.size)]
+    grid_l = int(np.ceil(lmax * (1.0 + RESAMPLE_GROWTH * np.log(kappa)) + RESAMPLE_MARGIN))
+    best = None
+    previous = np.inf
+    while True:
+        ug, ntheta, nphi = _gl_grid(grid_l)
+        basis = nodes.basis(beta / np.linalg.norm(ug @ binv_t.T, axis=1))
+        threads = _threads(ug.shape[0], grid_l)
+        (dmap,), smax = _grid_slices(alms, lmax, grid_l, basis, (0,), threads)
+        a_den = analysis_2d(map=dmap.reshape(1, ntheta, nphi), spin=0, lmax=grid_l, geometry="GL", nthreads=threads)
+        tail = _tail(a_den[0], grid_l)
+        rms = _rms(a_den[0], grid_l)
+        if best is None or tail < best[0]:
+            best = (tail, grid_l, ug, basis, a_den, smax, dmap)
+        grown = int(np.ceil(1.3 * grid_l))
+        # resolved (down to the rounding level), or no longer improving, or too large
+        if tail <= TAIL_RELATIVE * rms or tail > 0.3 * previous or grown > RESAMPLE_MAX_GROWTH * lmax + 2 * RESAMPLE_MARGIN:
+            break
+        previous = tail
+        grid_l = grown
+    tail, grid_l, ug, basis, a_den, smax, dmap = best
+    dmax = float(np.max(np.abs(dmap)))
+    floor = mass * (eps_t + nodes.error) + tail + FLOOR_RELATIVE * (basis.lebesgue * smax + dmax)
+    if np.mean(margin * dmap < floor) > RESAMPLE_MAX_REJECT:
+        return None
+    ntheta, nphi = _grid_shape(grid_l)
+    threads = _threads(ug.shape[0], grid_l)
+    (rad, grad), _ = _grid_slices(alms, lmax, grid_l, basis, (1, 2), threads)
+    nmap = _assemble(ug, rad, grad)
+    a_num = [
+        analysis_2d(map=np.ascontiguousarray(nmap[:, c]).reshape(1, ntheta, nphi), spin=0, lmax=grid_l, geometry="GL", nthreads=threads)
+        for c in range(3)
+    ]
+    threads = _threads(loc.shape[0], grid_l)
+    den = synthesis_general(alm=a_den, spin=0, lmax=grid_l, loc=loc, epsilon=eps_n, nthreads=threads)[0]
+    num = np.stack([synthesis_general(alm=a, spin=0, lmax=grid_l, loc=loc, epsilon=eps_n, nthreads=threads)[0] for a in a_num], axis=1)
+    # the maps are scaled by e^{-r(û)}, r(û) = β / ‖B^{-T} û‖ (= r_i for unit tokens)
+    shift = beta / np.linalg.norm(uhat @ binv_t.T, axis=1)
+    return _Estimate(den, num, floor + NUFFT_RELATIVE * eps_n * np.abs(den), shift)
+
+
+def _norm2(B: np.ndarray) -> float:
+    """The spectral norm ‖B‖₂."""
+    return float(np.linalg.svd(B, compute_uv=False)[0])
+
+
+def _source_degree(B: np.ndarray, beta: float, tolerance: float) -> int:
+    """Degree the source coefficients must reach for a head: the truncation degree of β‖B‖₂."""
+    r = beta * _norm2(B)
+    return truncation_degree(r, _accuracies(tolerance, r)[0])
+
+
+def _synthesis_seconds(points: float, lmax: float) -> float:
+    """Measured cost of one spin-0 ``synthesis_general``: a call, per point, per coefficient."""
+    return SYNTHESIS_PER_CALL + SYNTHESIS_PER_POINT * points + SYNTHESIS_PER_COEFFICIENT * lmax**2
+
+
+def _grid_seconds(grid_l: float, lmax: float) -> float:
+    """Measured cost of one spin-0 ``synthesis_2d`` of degree ``lmax`` on the GL grid of degree ``grid_l``."""
+    return SYNTHESIS_PER_CALL / 4 + GRID_PER_OPERATION * grid_l * lmax**1.6
+
+
+def _direct_seconds(bins: list[_Bin]) -> float:
+    """Two spin-0 syntheses and one gradient (1.3 of them) per node and bin."""
+    return sum(3.3 * part.nodes.r.size * _synthesis_seconds(part.rows.size, part.lmax) for part in bins)
+
+
+def _resampled_seconds(k: int, beta: float, sigma: np.ndarray, lsrc: int, eps_t: float) -> float:
+    """Per node two grid syntheses, a gradient (2.4 of them) and the interpolation weights on the grid;
+    four analyses and four syntheses at the rows."""
+    r_b = beta * sigma[0]
+    lmax = min(truncation_degree(r_b, eps_t), lsrc)
+    grid_l = lmax * (1.0 + RESAMPLE_GROWTH * np.log(sigma[0] / sigma[-1])) + RESAMPLE_MARGIN
+    nodes = _nodes(float(beta * sigma[-1]), float(r_b), lmax, eps_t).r.size
+    points = (grid_l + 1) * (2 * grid_l + 2)
+    per_node = 4.4 * _grid_seconds(grid_l, lmax) + GRID_WEIGHT_PER_POINT * points
+    return nodes * per_node + 4.0 * _grid_seconds(grid_l, grid_l) + 4.0 * _synthesis_seconds(k, grid_l)
+
+
+def harmonic_head_sums(
+    x_rows: np.ndarray,
+    B: np.ndarray,
+    beta: float,
+    g: np.ndarray,
+    lsrc: int,
+    mass: float,
+    *,
+    tolerance: float = 1e-12,
+    method: str = "auto",
+    geometry: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> tuple[HeadSums, np.ndarray]:
+    r"""Scaled sums of one head by spherical harmonics, with their error bound.
+
+    Parameters
+    ----------
+    x_rows : (k, 3) array
+        Query tokens.
+    B : (3, 3) array
+        Score matrix.
+    beta : float
+        Inverse temperature.
+    g : complex array
+        :math:`g_{lm}=\sum_j a_j\overline{Y_{lm}(y_j)}` up to degree ``lsrc`` (healpy layout).
+    lsrc : int
+        Degree of ``g`` (at least the truncation degree of :math:`\beta\|B\|`).
+    mass : float
+        Total mass :math:`M`.
+    tolerance : float
+        Target relative accuracy (sets truncation, interpolation and NUFFT accuracies).
+    method : {"auto", "direct", "resampled"}
+        ``auto`` takes the cheaper by the measured cost model (the resampled way only for
+        invertible :math:`B` with condition number ≤ :data:`RESAMPLE_MAX_COND`, falling
+        back to ``direct`` when its maps are not resolved).
+    geometry : (û, r, loc), optional
+        The rows' directions, radii and (colatitude, longitude), if already computed.
+
+    Returns
+    -------
+    sums : HeadSums
+        ``num``, ``den`` scaled by :math:`e^{-r_i}`, ``shift`` :math:`= r_i=\beta\|B^\top x_i\|`.
+    error : (k,) array
+        Absolute error bound :math:`E_i` of ``den`` (and of each component of ``num``).
+    """
+    eps_t, eps_n = _accuracies(tolerance, beta * _norm2(B))
+    uhat, r, loc = _geometry(x_rows, B, beta) if geometry is None else geometry
+    k = r.size
+    if k == 0:
+        return HeadSums.empty(0), np.zeros(0)
+    bins = _direct_bins(r, lsrc, eps_t)
+    est = None
+    if method in ("auto", "resampled"):
+        sigma = np.linalg.svd(B, compute_uv=False)
+        if sigma[-1] > 0 and 1.0 + 1e-12 < sigma[0] / sigma[-1] <= RESAMPLE_MAX_COND:
+            if method == "resampled" or _resampled_seconds(k, beta, sigma, lsrc, eps_t) < _direct_seconds(bins):
+                est = _resampled(g, lsrc, B, beta, uhat, loc, mass, eps_t, eps_n, float(tolerance))
+    if est is None:
+        est = _direct(g, lsrc, uhat, r, loc, mass, eps_t, eps_n, bins)
+    return HeadSums(est.num, est.den, r if est.shift is None else est.shift), est.error
+
+
+def _accuracies(tolerance: float, r_max: float = 0.0) -> tuple[float, float]:
+    r"""Truncation/interpolation target ε_T and NUFFT accuracy ε_N for a tolerance and a head's :math:`\beta\|B\|_2`.
+
+    The truncation bound is absolute, :math:`M\varepsilon_T`, while the scaled denominator
+    of a row is only about :math:`M/(2r)` for a uniform measure (the kernel's mass
+    :math:`\int e^{r(t-1)}dt/2`), so :math:`\varepsilon_T = 10^{-5}\,\mathrm{tol}/(1+r)`:
+    the bound then leaves room for densities :math:`10^5` times below the mean before a
+    row needs the exact path (the truncation degree grows only like
+    :math:`\sqrt{\ln(1/\varepsilon_T)}`).  The scaling by :math:`1+r` stops at
+    :math:`\min(10^{-5}\mathrm{tol}, 10^{-17})`: below that the other terms of the bound
+    (transform floor, NUFFT accuracy) are only measured, not proven, and a smaller
+    :math:`\varepsilon_T` would let rows through on them alone.
+    """
+    tol = float(tolerance)
+    scaled = 1e-5 * tol / (1.0 + max(float(r_max), 0.0))
+    eps_t = float(np.clip(max(scaled, min(1e-5 * tol, 1e-17)), 1e-18, 1e-8))
+    eps_n = float(np.clip(0.125 * tol, NUFFT_EPS_MIN, 1e-4))
+    return eps_t, eps_n
+
+
+# ----------------------------------------------------------------------------- the velocity
+
+
+def velocity_harmonic(
+    x: np.ndarray,
+    heads: HeadStack,
+    *,
+    beta: float,
+    kind: str = "softmax",
+    weights: np.ndarray | None = None,
+    tolerance: float = 1e-12,
+) -> np.ndarray:
+    r"""Attention velocity on :math:`S^2` by spherical harmonics, exact local fallback where needed.
+
+    Same result as ``velocity_numpy(x, heads, beta=beta, kind=kind, weights=weights)``:
+
+    .. math::
+
+        \text{softmax: } v_i=\sum_h\frac{\sum_j a_je^{\beta s^h_{ij}}V_hx_j}{\sum_j a_je^{\beta s^h_{ij}}},\quad
+        \text{unnormalized: } v_i=\sum_h\sum_j a_je^{\beta s^h_{ij}}V_hx_j,\quad
+        \text{pooled: } v_i=\frac{\sum_h w_h\sum_j a_je^{\beta s^h_{ij}}V_hx_j}{\sum_h w_h\sum_j a_je^{\beta s^h_{ij}}},
+
+    :math:`s^h_{ij}=x_i^\top B_hx_j`, evaluated by the plane-wave expansion of the module
+    docstring (one adjoint transform shared by all heads, a few syntheses per head).
+
+    **Error bound.**  Each (row, head) comes with the bound
+    :math:`E_i = M(\varepsilon_T+\varepsilon_C)+E_R+c_FS_{\max}+\varepsilon_N|\widetilde D_i|`
+    on its scaled sums (truncation, interpolation in :math:`r`, resampling tail,
+    transform floor, NUFFT accuracy).  Rows with :math:`E_i>\mathrm{tol}\cdot\widetilde D_i`
+    are recomputed exactly by :func:`meanfield.kernels.local.local_head_sums`, so every
+    row has relative error :math:`\lesssim` ``tolerance`` (measured: ≤ 1e-12 relative to
+    :math:`\max_i|v_i|` on uniform points for β ≤ 1024, a few 1e-13 typical).
+
+    Parameters
+    ----------
+    x : (n, 3) array
+        Tokens on the unit sphere.
+    heads : HeadStack
+        ``B``, ``V`` (H, 3, 3) (general, non-symmetric), weights ``w`` (pooled).
+    beta : float
+        Inverse temperature :math:`\beta\ge0`.
+    kind : {"softmax", "unnormalized", "pooled"}
+    weights : (n,) array, optional
+        Token masses :math:`a_j\ge0` (default :math:`1/n`).
+    tolerance : float
+        Target relative accuracy per row.  The NUFFT accuracy is
+        :math:`\varepsilon_N=\max(2.5\cdot10^{-13}, \mathrm{tol}/4)`, truncation and
+        interpolation aim at :math:`10^{-5}\,\mathrm{tol}`.
+
+    Returns
+    -------
+    (n, 3) array
+        The ambient velocity :math:`v_i`.
+
+    Raises
+    ------
+    ValueError
+        For ``kind="relu"``, ``d != 3`` or tokens off the unit sphere.
+    """
+    x = check_sphere_tokens(x, heads, kind)
+    n = x.shape[0]
+    a = token_masses(n, weights)
+    if n == 0:
+        return np.zeros((0, 3))
+    beta = float(beta)
+    if beta < 0 or not np.isfinite(beta):
+        raise ValueError(f"beta must be finite and >= 0, got {beta}")
+    src = SphereSources(x, a)
+    active = [h for h in range(heads.H) if kind != "pooled" or heads.w[h] != 0]
+    lsrc = max([_source_degree(heads.B[h], beta, tolerance) for h in active] + [1])
+    eps_n = _accuracies(tolerance)[1]
+    g = _source_coefficients(src, lsrc, eps_n)
+    sums: list[HeadSums] = [HeadSums.empty(n) for _ in range(heads.H)]
+    errors: list[np.ndarray] = [np.zeros(n) for _ in range(heads.H)]
+    for h in active:
+        sums[h], errors[h] = harmonic_head_sums(x, heads.B[h], beta, g, lsrc, src.mass, tolerance=tolerance)
+    tol = float(tolerance)
+    if kind in ("softmax", "unnormalized"):
+        for h in active:
+            bad = np.flatnonzero(~(errors[h] <= tol * sums[h].den))
+            if bad.size:
+                sums[h].put(bad, local_head_sums(x[bad], heads.B[h], beta, src, tolerance=tol))
+    else:
+        scales, _ = pooled_scales(heads, sums)
+        err = sum(np.abs(scales[h]) * errors[h] for h in active)
+        den = sum(scales[h] * sums[h].den for h in active)
+        bad = np.flatnonzero(~(err <= tol * np.abs(den)))
+        if bad.size:
+            for h in active:
+                sums[h].put(bad, local_head_sums(x[bad], heads.B[h], beta, src, tolerance=tol))
+    return combine_head_sums(heads, kind, sums)
+
+
+# ----------------------------------------------------------------------------- method choice
+
+#: the dense fused kernel: seconds per score pair (measured 4–8e-9 for n = 512 … 16384 at d = 3)
+DENSE_PAIR_SECONDS = 5.5e-9
+#: the local kernel: a call, per row (tree queries, blocks, lists), per candidate pair
+#: (measured: 8 ms at n = 512, 0.16 s at 16384, 0.99 s at 65536 for beta‖B‖ = 1220)
+LOCAL_CALL_SECONDS = 5e-3
+LOCAL_ROW_SECONDS = 4e-6
+LOCAL_PAIR_SECONDS = 1e-8
+#: the harmonic kernel outside the transforms: a call (planning, nodes), per row and head (geometry,
+#: sums; measured ≈ 0.3 s per 10^6 rows)
+HARMONIC_CALL_SECONDS = 3e-3
+HARMONIC_ROW_SECONDS = 3e-7
+
+
+def _local_fraction(n: int, r: float, tolerance: float) -> float:
+    """Fraction of all points a local row scans: its cap (chord² ≈ 2Δ/r) widened by the blocks, area/4π."""
+    delta = np.log(max(n, 2) / (0.5 * tolerance))
+    chord = np.sqrt(2.0 * delta / max(r, 1e-300)) + 0.06
+    if chord >= WHOLE_CHORD:
+        return 1.0
+    return float(min(1.0, 1.2 * chord**2 / 4.0))
+
+
+def estimate_sphere_seconds(n: int, beta: float, heads: HeadStack, *, tolerance: float = 1e-12) -> dict[str, float]:
+    r"""Predicted seconds of the three methods for ``n`` tokens spread over the sphere (measured cost models).
+
+    * ``dense``: :data:`DENSE_PAIR_SECONDS` · n² H;
+    * ``local``: per head :data:`LOCAL_CALL_SECONDS` + :data:`LOCAL_ROW_SECONDS` · n +
+      :data:`LOCAL_PAIR_SECONDS` · n² · (cap fraction at :math:`r=\beta\|B_h\|`);
+    * ``harmonic``: the adjoint transform, and per head the cheaper of the direct and the
+      resampled evaluation (the cost models used inside :func:`harmonic_head_sums`), no fallback rows.
+    """
+    n = int(n)
+    H = heads.H
+    dense = DENSE_PAIR_SECONDS * float(n) * n * H + 1e-4
+    local = 0.0
+    harmonic = HARMONIC_CALL_SECONDS
+    lsrc = 1
+    for h in range(H):
+        sigma = np.linalg.svd(heads.B[h], compute_uv=False)
+        r_a, r_b = float(beta * sigma[-1]), float(beta * sigma[0])
+        eps_t = _accuracies(tolerance, r_b)[0]
+        local += LOCAL_CALL_SECONDS + LOCAL_ROW_SECONDS * n + LOCAL_PAIR_SECONDS * float(n) * n * _local_fraction(n, r_b, tolerance)
+        lmax = truncation_degree(r_b, eps_t)
+        lsrc = max(lsrc, lmax)
+        if n >= BIN_SPLIT_ROWS and (1 + r_b) / (1 + r_a) > BIN_RATIO:
+            bins = int(np.ceil(np.log((1 + r_b) / (1 + r_a)) / np.log(BIN_RATIO)))
+            top = (1 + r_b) / BIN_RATIO - 1
+            nodes = _nodes(max(top, r_a), r_b, lmax, eps_t)
+            direct = bins * 3.3 * nodes.r.size * _synthesis_seconds(n / bins, lmax)
+        else:
+            nodes = _nodes(r_a, r_b, lmax, eps_t)
+            direct = _direct_seconds([_Bin(np.zeros(n, dtype=np.int64), lmax, nodes)])
+        cost = direct
+        if sigma[-1] > 0 and 1.0 + 1e-12 < sigma[0] / sigma[-1] <= RESAMPLE_MAX_COND:
+            cost = min(cost, _resampled_seconds(n, beta, sigma, lmax, eps_t))
+        harmonic += cost + HARMONIC_ROW_SECONDS * n
+    harmonic += _synthesis_seconds(n, lsrc)
+    return {"harmonic": harmonic, "local": local, "dense": dense}
+
+
+def choose_sphere_method(n: int, beta: float, heads: HeadStack) -> str:
+    """The fastest method for ``n`` tokens at inverse temperature ``beta``: "harmonic", "local" or "dense".
+
+    The least of the measured cost models of :func:`estimate_sphere_seconds` (their
+    constants, measured on 2 cores shared with one other busy process, are the thresholds:
+    :data:`DENSE_PAIR_SECONDS`, :data:`LOCAL_CALL_SECONDS`, :data:`LOCAL_ROW_SECONDS`,
+    :data:`LOCAL_PAIR_SECONDS`, :data:`HARMONIC_CALL_SECONDS`, :data:`HARMONIC_ROW_SECONDS`,
+    :data:`SYNTHESIS_PER_POINT`, :data:`SYNTHESIS_PER_COEFFICIENT`, :data:`GRID_PER_OPERATION`).
+    "dense" means :func:`meanfield.kernels.fused.velocity_fused` (softmax) or
+    :func:`meanfield.kernels.blas.velocity_blas` (other kinds).  Measured for uniform tokens
+    and a general head (singular values 1.19, 1.03, 0.93), n = 512 … 131072,
+    β = 1 … 1024, the models pick the fastest method in 46 of 48 cases (the two others
+    cost at most 1.4× the best), which amounts to:
+
+    * dense for n ≤ 1024 (1–8 ms);
+    * local when n ≲ 45 β‖B‖₂ (small caps: at β = 1024, 0.16 s vs 1.1 s for the harmonic
+      kernel at n = 16384, 0.40 s vs 0.88 s at n = 32768);
+    * harmonic everywhere else, far ahead at large n (65536 tokens at β = 64: 0.08 s,
+      some 300× the dense kernel).
+    """
+    est = estimate_sphere_seconds(n, beta, heads)
+    return min(est, key=est.get)

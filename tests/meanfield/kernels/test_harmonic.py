@@ -1,0 +1,303 @@
+"""Spherical-harmonic and local attention on S^2 against the NumPy twin.
+
+Both fast kernels are run at their default ``tolerance=1e-12`` and must agree with
+:func:`velocity_numpy` to 1e-10 relative to ``max |v|`` (measured: ≤ 3e-13 for the
+harmonic kernel, ≤ 3e-14 for the local one, at every beta in {0.5, 4, 64, 1024}).
+Where every point of mass sits in a small cap, the twin's row maximum (taken over
+all tokens, massless ones included) underflows at beta = 1024; there the reference is
+a transcription of the laws over the tokens with positive mass.
+"""
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from scipy.special import ive
+
+from meanfield.geometry.sphere import sample_uniform, sample_vmf
+from meanfield.heads import HeadStack
+from meanfield.kernels.harmonic import (
+    _accuracies,
+    _source_coefficients,
+    _source_degree,
+    choose_sphere_method,
+    harmonic_head_sums,
+    scaled_spherical_in,
+    truncation_degree,
+    velocity_harmonic,
+)
+from meanfield.kernels.local import SphereSources, local_head_sums, velocity_local
+from meanfield.kernels.reference import velocity_numpy
+
+KINDS = ("softmax", "unnormalized", "pooled")
+BETAS = (0.5, 4.0, 64.0, 1024.0)
+METHODS = {"harmonic": velocity_harmonic, "local": velocity_local}
+AGREE = 1e-10  # relative to max |v|
+
+
+def masked_reference(x, heads, beta, kind, a):
+    """The three laws over the tokens with positive mass, exact row maxima (small n only)."""
+    keep = a > 0
+    y, w = x[keep], a[keep]
+    nums, dens, shifts = [], [], []
+    for h in range(heads.H):
+        z = beta * (x @ heads.B[h]) @ y.T
+        m = z.max(axis=1, keepdims=True)
+        e = np.exp(z - m) * w
+        nums.append(e @ (y @ heads.V[h].T))
+        dens.append(e.sum(axis=1, keepdims=True))
+        shifts.append(m)
+    if kind == "softmax":
+        return sum(nums[h] / dens[h] for h in range(heads.H))
+    if kind == "unnormalized":
+        return sum(nums[h] * np.exp(shifts[h]) for h in range(heads.H))
+    active = [h for h in range(heads.H) if heads.w[h] != 0]
+    top = np.max(np.concatenate([shifts[h] + np.log(dens[h]) for h in active], axis=1), axis=1, keepdims=True)
+    scale = {h: heads.w[h] * np.exp(shifts[h] - top) for h in active}
+    return sum(scale[h] * nums[h] for h in active) / sum(scale[h] * dens[h] for h in active)
+
+
+def general_heads(rng, H, *, spread=0.4, norm=1.0):
+    """Random non-symmetric, non-orthogonal B (I + spread·G, spectral norm ``norm``), random V, weights with a zero."""
+    B = np.stack([np.eye(3) + spread * rng.standard_normal((3, 3)) for _ in range(H)])
+    B *= norm / np.linalg.norm(B, ord=2, axis=(1, 2))[:, None, None]
+    w = rng.uniform(0.2, 1.0, H)
+    if H > 1:
+        w[1] = 0.0
+    return HeadStack(B=B, V=rng.standard_normal((H, 3, 3)), w=w)
+
+
+def token_weights(rng, n):
+    a = rng.uniform(0.0, 1.0, n)
+    a[::5] = 0.0  # empty cells
+    return a / a.sum()
+
+
+def assert_agrees(got, ref, rel=AGREE):
+    scale = np.abs(ref).max()
+    assert np.isfinite(scale) and scale > 0
+    np.testing.assert_allclose(got, ref, rtol=0, atol=rel * scale)
+
+
+# ----------------------------------------------------------------------------- the building blocks
+
+
+@pytest.mark.parametrize("r", [0.0, 1e-6, 0.3, 5.0, 64.0, 1024.0, 3000.0])
+def test_scaled_bessel_functions(r):
+    lmax = int(np.sqrt(2 * max(r, 1.0) * 45)) + 20
+    phi = scaled_spherical_in(lmax, r)
+    ell = np.arange(lmax + 1)
+    assert np.all(phi >= 0) and np.all(phi <= 1)
+    # generating function at t = 1: sum (2l+1) e^{-r} i_l(r) = 1
+    np.testing.assert_allclose(np.sum((2 * ell + 1) * phi), 1.0, rtol=0, atol=1e-14)
+    if r > 0:
+        ref = np.sqrt(np.pi / (2 * r)) * ive(ell + 0.5, r)
+        big = ref > 1e-250
+        np.testing.assert_allclose(phi[big], ref[big], rtol=1e-11, atol=0)
+    else:
+        np.testing.assert_array_equal(phi, np.r_[1.0, np.zeros(lmax)])
+
+
+def test_truncation_degree_grows_like_sqrt_beta():
+    degrees = [truncation_degree(r) for r in (64.0, 256.0, 1024.0)]
+    assert degrees == sorted(degrees)
+    assert 1.7 < degrees[2] / degrees[1] < 2.3 and 1.7 < degrees[1] / degrees[0] < 2.3
+    assert truncation_degree(0.0) == 1
+
+
+def test_plane_wave_expansion_and_ducc_conventions(rng):
+    # one head, exact radius (B = 2·rotation): the scaled sums are e^{-r} Σ_j a_j e^{r û·y_j} [y_j, 1]
+    n = 300
+    x = sample_uniform(n, 3, seed=2)
+    a = token_weights(rng, n)
+    Q, _ = np.linalg.qr(rng.standard_normal((3, 3)))
+    B, beta = 2.0 * Q, 7.0
+    src = SphereSources(x, a)
+    eps_t, eps_n = _accuracies(1e-12)
+    lsrc = _source_degree(B, beta, eps_t)
+    g = _source_coefficients(src, lsrc, eps_n)
+    sums, error = harmonic_head_sums(x, B, beta, g, lsrc, src.mass)
+    z = beta * (x @ B) @ x.T - sums.shift[:, None]
+    e = np.exp(z) * a
+    np.testing.assert_allclose(sums.den, e.sum(axis=1), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(sums.num, e @ x, rtol=0, atol=1e-12 * np.abs(e @ x).max())
+    assert np.all(error > 0) and np.all(error < 1e-12 * sums.den)
+
+
+# ----------------------------------------------------------------------------- against the NumPy twin
+
+
+@pytest.mark.parametrize("beta", BETAS)
+@pytest.mark.parametrize("H", [1, 3])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_matches_numpy_twin(rng, method, kind, H, beta):
+    n = 600 if beta < 1024 else 400
+    x = sample_uniform(n, 3, seed=H)
+    # unnormalized sums grow like e^{beta |B|}: keep them finite at beta = 1024
+    heads = general_heads(rng, H, spread=0.25 if beta > 64 else 0.4, norm=0.5 if kind == "unnormalized" and beta > 64 else 1.0)
+    a = token_weights(rng, n)
+    ref = velocity_numpy(x, heads, beta=beta, kind=kind, weights=a)
+    got = METHODS[method](x, heads, beta=beta, kind=kind, weights=a, tolerance=1e-12)
+    assert_agrees(got, ref)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_uniform_masses_and_clustered_tokens(rng, kind):
+    x = sample_vmf(1500, 3, kappa=6.0, seed=8)
+    heads = general_heads(rng, 2)
+    for beta in (4.0, 64.0):
+        ref = velocity_numpy(x, heads, beta=beta, kind=kind)
+        for f in METHODS.values():
+            assert_agrees(f(x, heads, beta=beta, kind=kind), ref)
+
+
+@pytest.mark.parametrize("beta", [4.0, 64.0, 1024.0])
+@pytest.mark.parametrize("kind", ["softmax", "pooled"])
+def test_mass_in_a_small_cap_needs_the_exact_fallback(rng, kind, beta):
+    # all mass within 25° of the north pole, queries everywhere, non-symmetric B: for most
+    # rows the direction B^T x_i sees no mass nearby and the harmonic sums are far below
+    # their absolute error, so these rows must come from the local method
+    n = 600
+    x = sample_uniform(n, 3, seed=5)
+    a = rng.uniform(0.5, 1.0, n) * (x[:, 2] > np.cos(np.radians(25.0)))
+    a /= a.sum()
+    heads = general_heads(rng, 2, spread=0.3)
+    src = SphereSources(x, a)
+    eps_t, eps_n = _accuracies(1e-12)
+    lsrc = _source_degree(heads.B[0], beta, eps_t)
+    g = _source_coefficients(src, lsrc, eps_n)
+    sums, error = harmonic_head_sums(x, heads.B[0], beta, g, lsrc, src.mass)
+    needs_fallback = ~(error <= 1e-12 * sums.den)
+    if beta >= 64:
+        assert needs_fallback.mean() > 0.2
+    ref = masked_reference(x, heads, beta, kind, a)
+    if beta <= 4:
+        assert_agrees(velocity_numpy(x, heads, beta=beta, kind=kind, weights=a), ref, rel=1e-12)
+    for f in METHODS.values():
+        assert_agrees(f(x, heads, beta=beta, kind=kind, weights=a), ref)
+
+
+def test_direct_and_resampled_evaluations_agree(rng):
+    n = 1200
+    x = sample_uniform(n, 3, seed=6)
+    a = token_weights(rng, n)
+    B = np.diag([1.5, 1.0, 0.7]) @ np.linalg.qr(rng.standard_normal((3, 3)))[0] + 0.1 * rng.standard_normal((3, 3))
+    src = SphereSources(x, a)
+    for beta in (4.0, 64.0):
+        eps_t, eps_n = _accuracies(1e-12)
+        lsrc = _source_degree(B, beta, eps_t)
+        g = _source_coefficients(src, lsrc, eps_n)
+        exact = local_head_sums(x, B, beta, src, tolerance=1e-14)
+        for method in ("direct", "resampled"):
+            sums, error = harmonic_head_sums(x, B, beta, g, lsrc, src.mass, method=method)
+            scaled = np.exp(exact.shift - sums.shift)
+            miss = np.maximum(np.abs(sums.den - exact.den * scaled), np.abs(sums.num - exact.num * scaled[:, None]).max(axis=1))
+            assert np.all(miss <= error), method  # the error bound holds row by row
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_special_heads(rng, kind):
+    # beta = 0, singular B (rank 2 and the zero matrix), a multiple of a rotation, -I
+    n = 500
+    x = sample_uniform(n, 3, seed=7)
+    a = token_weights(rng, n)
+    singular = rng.standard_normal((3, 3))
+    singular[:, 2] = singular[:, 0] - singular[:, 1]
+    Q, _ = np.linalg.qr(rng.standard_normal((3, 3)))
+    heads = HeadStack(
+        B=np.stack([singular, np.zeros((3, 3)), 3.0 * Q, -np.eye(3)]),
+        V=rng.standard_normal((4, 3, 3)),
+        w=np.array([0.4, 0.1, 0.3, 0.2]),
+    )
+    for beta in (0.0, 16.0):
+        ref = velocity_numpy(x, heads, beta=beta, kind=kind, weights=a)
+        for f in METHODS.values():
+            assert_agrees(f(x, heads, beta=beta, kind=kind, weights=a), ref)
+
+
+def test_one_point_of_mass_and_one_token(rng):
+    n = 300
+    x = sample_uniform(n, 3, seed=9)
+    a = np.zeros(n)
+    a[17] = 1.0
+    heads = general_heads(rng, 1)
+    for beta in (4.0, 1024.0):
+        for f in METHODS.values():
+            got = f(x, heads, beta=beta, weights=a)
+            np.testing.assert_allclose(got, np.tile(heads.V[0] @ x[17], (n, 1)), rtol=0, atol=1e-12)
+    for f in METHODS.values():
+        np.testing.assert_allclose(f(x[:1], heads, beta=64.0), (heads.V[0] @ x[0])[None], rtol=1e-12)
+
+
+def test_local_rows_argument(rng):
+    n = 700
+    x = sample_uniform(n, 3, seed=10)
+    heads = general_heads(rng, 3)
+    rows = np.array([3, 500, 0, 699, 3])
+    for kind in KINDS:
+        full = velocity_numpy(x, heads, beta=64.0, kind=kind)
+        np.testing.assert_allclose(velocity_local(x, heads, beta=64.0, kind=kind, rows=rows), full[rows], rtol=0, atol=1e-12 * np.abs(full).max())
+    assert velocity_local(x, heads, beta=64.0, rows=np.zeros(0, dtype=int)).shape == (0, 3)
+
+
+def test_memory_is_linear_in_n(rng):
+    heads = general_heads(rng, 1)
+    for f in METHODS.values():
+        x = sample_uniform(16384, 3, seed=11)
+        f(x[:2000], heads, beta=64.0)  # warm up (compilation, caches)
+        tracemalloc.start()
+        f(x, heads, beta=64.0)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < 64 * 2**20  # an n×n float64 array would be 2 GiB
+
+
+def test_bad_input():
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    x = sample_uniform(10, 3, seed=0)
+    for f in METHODS.values():
+        with pytest.raises(ValueError, match="relu"):
+            f(x, heads, beta=1.0, kind="relu")
+        with pytest.raises(ValueError, match="unknown attention kind"):
+            f(x, heads, beta=1.0, kind="linear")
+        with pytest.raises(ValueError, match="d = 3"):
+            f(sample_uniform(10, 4, seed=0), HeadStack(B=np.eye(4)[None], V=np.eye(4)[None]), beta=1.0)
+        with pytest.raises(ValueError, match="unit sphere"):
+            f(2.0 * x, heads, beta=1.0)
+
+
+def test_choose_sphere_method():
+    heads = HeadStack(B=np.eye(3)[None] + 0.1, V=np.eye(3)[None])
+    assert choose_sphere_method(256, 4.0, heads) == "dense"
+    assert choose_sphere_method(2**20, 64.0, heads) == "harmonic"
+    assert choose_sphere_method(16384, 1024.0, heads) == "local"
+    for n in (100, 10**4, 10**6):
+        for beta in (0.5, 64.0, 1024.0):
+            assert choose_sphere_method(n, beta, heads) in ("harmonic", "local", "dense")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("beta", [4.0, 64.0, 1024.0])
+def test_large_problem_against_dense_rows(rng, beta):
+    from meanfield.kernels.local import combine_head_sums, dense_head_sums
+
+    n = 65536
+    x = sample_uniform(n, 3, seed=12)
+    heads = general_heads(rng, 2)
+    rows = rng.choice(n, 300, replace=False)
+    src = SphereSources(x, np.full(n, 1.0 / n))
+    ref = combine_head_sums(heads, "softmax", [dense_head_sums(x[rows], heads.B[h], beta, src) for h in range(heads.H)])
+    assert_agrees(velocity_harmonic(x, heads, beta=beta)[rows], ref)
+    assert_agrees(velocity_local(x, heads, beta=beta, rows=rows), ref)
+
+
+def test_sphere_benchmark_runs():
+    from meanfield.solvers.bench_sphere import bench_sphere, format_table
+
+    rows = bench_sphere(sizes=(2048,), betas=(64.0,), repeat=1, memory=False, million=False)
+    (row,) = rows
+    assert row["harmonic_error"] < AGREE and row["local_error"] < AGREE
+    assert row["choice"] in ("harmonic", "local", "dense") and row["dense_s"] > 0
+    assert "2048" in format_table(rows)
