@@ -27,8 +27,13 @@ Transformers in the Low-Temperature Regime, arXiv 2605.10931).
 
   meanfield concentration OUT.h5 [--csv F] [--plot F.png] [--threshold X] [--force]
       analyses a stored run (the curve is recomputed from the frames when the run did not track it);
-  meanfield concentration --sweep-beta 4,16,64 CONFIG.toml [--solver grid|particle] [--out DIR] [--csv F] [--plot F.png]
+  meanfield concentration --sweep-beta 4,16,64 CONFIG.toml [--solver grid|particle] [--cells N | --spacing C]
+                          [--single] [--out DIR] [--csv F] [--plot F.png]
       runs the family of β and fits t_min against log β and W2_min against sqrt(log(β+1)/β).
+      On S² the resolution follows β: N = 4πβ/C² cells (or quasi-uniform particles), so that their
+      spacing sqrt(4π/N) is C·β^(-1/2), C = 0.5 unless --spacing says otherwise; --cells fixes N.
+      Each β runs on N and on 4N (the spacing halved) and the table gives the change of W2_min and
+      t_min between the two: the convergence columns (--single: one run per β).
 
 Exit status 2, with the numbers, when Assumption 1 of the paper fails (B = QᵀK invertible, S = V Bᵀ
 symmetric with a spectral gap), unless --force or model.assumptions = "warn"."""
@@ -49,6 +54,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="go on (with a warning) when Assumption 1 fails")
     p.add_argument("--out", metavar="DIR", help="--sweep-beta: keep the runs as DIR/beta_<β>.h5")
     p.add_argument("--solver", choices=("particle", "grid"), help="--sweep-beta: solver family (default on S²: grid; elsewhere the config's)")
+    p.add_argument("--cells", type=int, metavar="N", help="--sweep-beta: cells (or particles) of every β, the coarser of the two runs")
+    p.add_argument("--spacing", type=float, metavar="C", help="--sweep-beta on S²: N = 4πβ/C² (default C = 0.5)")
+    p.add_argument("--single", action="store_true", help="--sweep-beta: one run per β, no convergence columns")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="--sweep-beta: override a config key")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=main)
@@ -58,9 +66,16 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.threshold is not None and not (np.isfinite(args.threshold) and args.threshold > 0):
         raise ConfigError("--threshold", f"must be a positive number, got {args.threshold}")
     if args.sweep_beta is None:
-        for option, value in (("--out", args.out), ("--solver", args.solver), ("--set", args.overrides)):
+        for option, value in (("--out", args.out), ("--solver", args.solver), ("--set", args.overrides),
+                              ("--cells", args.cells), ("--spacing", args.spacing), ("--single", args.single)):
             if value:
                 raise ConfigError(option, "only applies with --sweep-beta")
+    if args.cells is not None and args.cells < 12:
+        raise ConfigError("--cells", f"must be at least 12, got {args.cells}")
+    if args.spacing is not None and not (np.isfinite(args.spacing) and args.spacing > 0):
+        raise ConfigError("--spacing", f"must be a positive number, got {args.spacing}")
+    if args.cells is not None and args.spacing is not None:
+        raise ConfigError("--cells", "give --cells or --spacing, not both")
     if not Path(args.path).exists():
         raise ConfigError("CONFIG.toml" if args.sweep_beta is not None else "OUT.h5", f"file not found: {args.path}")
     picture_path(args.plot, "--plot")
@@ -113,19 +128,27 @@ def _write_csv(path: str, header: list[str], rows: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from meanfield.solvers.experiments.concentration import sweep_beta
+    from meanfield.solvers.experiments.concentration import SWEEP_SPACING, sweep_beta
 
     cfg = load_config_noted(args.path, args.overrides)
     policy = "warn" if args.force else None
     solver = args.solver
-    if solver is None and cfg["model"]["d"] == 3 and cfg["solver"]["kind"] == "particle":
+    on_sphere = cfg["model"]["d"] == 3
+    if solver is None and on_sphere and cfg["solver"]["kind"] == "particle":
         # the theorem is about the PDE: on S² the grid resolves large β where particles cannot
         solver = "grid"
-        print("on S² the β family runs on the grid solver (grid.cells = "
-              f"{cfg['grid']['cells']}); --solver particle keeps the particles", file=sys.stderr)
+        print("on S² the β family runs on the grid solver; --solver particle keeps the particles", file=sys.stderr)
+    spacing = None
+    if args.cells is None and on_sphere:
+        spacing = SWEEP_SPACING if args.spacing is None else args.spacing
+        print(f"the resolution follows β: N = 4πβ/{spacing:g}² (spacing {spacing:g}·β^(-1/2))"
+              + ("" if args.single else ", and 4N for the convergence columns"), file=sys.stderr)
+    elif args.spacing is not None:
+        raise ConfigError("--spacing", f"the resolution follows β on S² (d = 3) only, got model.d = {cfg['model']['d']}")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
-        sweep = sweep_beta(cfg, args.sweep_beta, solver=solver, out_dir=args.out, threshold=args.threshold, quiet=args.quiet, policy=policy)
+        sweep = sweep_beta(cfg, args.sweep_beta, solver=solver, out_dir=args.out, threshold=args.threshold, quiet=args.quiet,
+                           policy=policy, spacing=spacing, size=args.cells, refine=not args.single)
     for message in dict.fromkeys(str(item.message) for item in caught):
         print(f"warning: {message}", file=sys.stderr)
     print(f"β sweep of {args.path} ({sweep.solver} solver)")
@@ -135,6 +158,8 @@ def _sweep(args: argparse.Namespace) -> int:
             print(f"warning: β = {s['beta']:g}: {s['under_resolved']}", file=sys.stderr)
     if args.csv:
         keys = ["beta", "n", "t_min", "w2_min", "threshold", "t_a", "t_b", "window_length", "rate", "ratio", "min_at_end", "under_resolved", "wall_time"]
+        if not args.single:
+            keys += ["n_coarse", "w2_min_coarse", "t_min_coarse", "dw2_min", "dt_min"]
         rows = [[s[k] if k != "under_resolved" else bool(s[k]) for k in keys] for s in sweep.summaries]
         _write_csv(args.csv, keys, rows)
         print(f"wrote {args.csv}")

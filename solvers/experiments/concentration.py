@@ -51,7 +51,7 @@ from meanfield.analysis.projection import concentration_rate, eigenspace_distanc
 from meanfield.config import load_config
 from meanfield.errors import ConfigError
 
-__all__ = ["DEFAULT_CONCENTRATION_CONFIG", "BetaSweep", "sweep_beta", "tracking_share", "bench_concentration"]
+__all__ = ["DEFAULT_CONCENTRATION_CONFIG", "BetaSweep", "sweep_beta", "sweep_size", "SWEEP_SPACING", "REFINEMENT", "tracking_share", "bench_concentration"]
 
 #: The default concentration experiment on S² (also ``data/concentration.toml``; keep them equal).
 #: ``B = QᵀK = K`` and ``V`` are chosen so that ``S = V Bᵀ = diag(1, 0.5, 0.25)`` exactly
@@ -64,6 +64,7 @@ DEFAULT_CONCENTRATION_CONFIG: dict[str, Any] = {
         "d": 3,
         "beta": 16.0,
         "attention": "softmax",
+        "tolerance": 1e-8,
         "heads": [
             {
                 "Q": "identity",
@@ -72,7 +73,7 @@ DEFAULT_CONCENTRATION_CONFIG: dict[str, Any] = {
             }
         ],
     },
-    "init": {"kind": "uniform", "n": 600, "seed": 0},
+    "init": {"kind": "fibonacci", "n": 600, "seed": 0},
     "solver": {"kind": "particle", "method": "rk4", "dt": 0.05, "t_final": 12.0, "save_every": 0.1},
     "track": {"energy": False, "concentration": True},
 }
@@ -93,7 +94,9 @@ class BetaSweep:
     summaries : list of dict
         Per β: :func:`concentration_summary` plus ``beta``, ``n``, ``rate``
         (:math:`\sqrt{\log(\beta+1)/\beta}`), ``ratio`` (:math:`W_{2,\min}/\text{rate}`),
-        ``under_resolved`` (the warning text or ``""``), ``wall_time``.
+        ``under_resolved`` (the warning text or ``""``), ``wall_time`` (all runs of the β);
+        refined sweeps add ``n_coarse``, ``w2_min_coarse``, ``t_min_coarse``, ``dw2_min``
+        (relative change of W2_min from the coarser run) and ``dt_min``.
     fit_tmin : dict
         :math:`t_{\min}\approx a\log\beta+b`: ``slope``, ``intercept``, ``r2``.
     fit_w2min : dict
@@ -117,16 +120,19 @@ class BetaSweep:
 
     def table(self) -> str:
         """The per-β numbers and both fits as text."""
-        lines = [f"{'beta':>8} {'n':>7} {'t_min':>8} {'W2_min':>9} {'window [t_a, t_b]':>20} {'rate':>9} {'W2min/rate':>10}  resolved"]
+        refined = any("dw2_min" in s for s in self.summaries)
+        extra = f" {'n coarse':>8} {'ΔW2_min':>8} {'Δt_min':>7}" if refined else ""
+        lines = [f"{'beta':>8} {'n':>7} {'t_min':>8} {'W2_min':>9} {'window [t_a, t_b]':>20} {'rate':>9} {'W2min/rate':>10}{extra}  resolved"]
         for s in self.summaries:
             end = "*" if s["min_at_end"] else " "
             if math.isnan(s["t_a"]):
                 window = "none"
             else:
                 window = f"[{'≤' if s['open_start'] else ''}{s['t_a']:.3g}, {'≥' if s['open_end'] else ''}{s['t_b']:.3g}]"
+            change = f" {s['n_coarse']:8d} {100 * s['dw2_min']:+7.2f}% {s['dt_min']:+7.3g}" if "dw2_min" in s else ""
             lines.append(
                 f"{s['beta']:8.4g} {s['n']:7d} {s['t_min']:7.4g}{end} {s['w2_min']:9.4g} {window:>20} "
-                f"{s['rate']:9.4g} {s['ratio']:10.4g}  {'no' if s['under_resolved'] else 'yes'}"
+                f"{s['rate']:9.4g} {s['ratio']:10.4g}{change}  {'no' if s['under_resolved'] else 'yes'}"
             )
         a = self.fit_tmin
         b = self.fit_w2min
@@ -134,6 +140,9 @@ class BetaSweep:
         lines.append(f"fit log W2_min = {b['slope']:.4g}·log √(log(β+1)/β) + {b['intercept']:.4g}   (R² = {b['r2']:.4f})")
         if any(s["open_end"] for s in self.summaries):
             lines.append("≥ the curve is still below the threshold at the last frame: the window may extend further")
+        if refined:
+            lines.append(f"n: the finer run ({REFINEMENT}× the coarser's cells or particles, spacing halved); "
+                         "ΔW2_min = (fine − coarse)/fine, Δt_min = fine − coarse: the convergence columns")
         if any(s["min_at_end"] for s in self.summaries):
             lines.append("* the minimum is at the last frame: the run is too short to see t_min (raise solver.t_final)")
         return "\n".join(lines)
@@ -155,6 +164,29 @@ def _parse_betas(betas: Sequence[float] | str) -> NDArray[np.float64]:
     return np.sort(arr)
 
 
+#: on S² the β family keeps the spacing of cells (or quasi-uniform particles) at
+#: ``h = sqrt(4π/N) ≤ SWEEP_SPACING · β^{-1/2}``, a fixed fraction of the kernel width
+SWEEP_SPACING = 0.5
+#: the second resolution of each β has this many times the degrees of freedom (h / 2)
+REFINEMENT = 4
+
+
+def sweep_size(beta: float, *, spacing: float = SWEEP_SPACING, minimum: int = 200) -> int:
+    r"""Degrees of freedom on :math:`S^2` with spacing :math:`h=\sqrt{4\pi/N}\le c\,\beta^{-1/2}`: :math:`N=\lceil 4\pi\beta/c^2\rceil`."""
+    if not (spacing > 0 and math.isfinite(spacing)):
+        raise ConfigError("--spacing", f"must be a positive number, got {spacing}")
+    return max(int(minimum), int(math.ceil(4.0 * math.pi * float(beta) / spacing**2)))
+
+
+def _with_size(cfg: dict[str, Any], size: int) -> dict[str, Any]:
+    case = copy.deepcopy(cfg)
+    if case["solver"]["kind"] == "grid":
+        case["grid"]["cells"] = int(size)
+    else:
+        case["init"]["n"] = int(size)
+    return case
+
+
 def sweep_beta(
     cfg: dict[str, Any] | str | Path,
     betas: Sequence[float] | str,
@@ -164,6 +196,9 @@ def sweep_beta(
     threshold: float | None = None,
     quiet: bool = True,
     policy: str | None = None,
+    spacing: float | None = None,
+    size: int | None = None,
+    refine: bool = False,
 ) -> BetaSweep:
     r"""Run the β family of a config and fit the concentration observables.
 
@@ -172,12 +207,21 @@ def sweep_beta(
         t_{\min}(\beta) \approx a\log\beta + b,\qquad
         \log W_{2,\min}(\beta) \approx a'\log\sqrt{\tfrac{\log(\beta+1)}{\beta}} + b'
 
-    (Theorem 1: the bound
+    (Theorem 1 of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the bound
     :math:`r(\beta)e^{C_1t}+e^{-ct}` is smallest at
     :math:`t\approx\log(1/r)/(C_1+c)`, linear in :math:`\log\beta`, where it is
     :math:`\sim r^{c/(C_1+c)}`, so the theory predicts :math:`a>0` and :math:`0<a'\le1`).
     Every run tracks ``w2_target`` (``[track] concentration = true``); each β is
     checked for under-resolution (:func:`meanfield.analysis.projection.resolution_warning`).
+
+    **Resolution.**  By default every β runs with the config's ``init.n`` or
+    ``grid.cells``.  With ``spacing = c`` the size follows β,
+    :math:`N = \lceil4\pi\beta/c^2\rceil` (:func:`sweep_size`: cells, or quasi-uniform
+    particles, a fixed fraction of the kernel width :math:`\beta^{-1/2}` apart); ``size``
+    fixes it instead.  With ``refine`` each β runs a second time with
+    :data:`REFINEMENT` times the size (spacing halved), and the summary reports the
+    finer run's numbers with their change from the coarser one — the convergence
+    columns ``dw2_min`` (relative) and ``dt_min``.
 
     Parameters
     ----------
@@ -186,16 +230,24 @@ def sweep_beta(
     betas : sequence of float or "b1,b2,..."
         At least two distinct positive values.
     solver : {"particle", "grid"}, optional
-        Override ``solver.kind``; ``"grid"`` (S² only) needs :mod:`meanfield.solvers.grid`
-        and switches the method to ``ssprk3`` unless it is already a grid method.
+        Override ``solver.kind``; ``"grid"`` (S² only) switches the method to ``ssprk3``
+        unless it is already a grid method, and a quasi-uniform particle start
+        (``init.kind = "fibonacci"``) to the uniform density.
     out_dir : path, optional
-        Write each run to ``out_dir/beta_<β>.h5``.
+        Write each run to ``out_dir/beta_<β>.h5`` (the coarser run of a refined pair to
+        ``beta_<β>_coarse.h5``).
     threshold : float, optional
         Metastability threshold of :func:`concentration_summary` (default 2·W2_min).
     quiet : bool
         No progress bars.
     policy : {"check", "warn", "skip"}, optional
         Assumption-1 policy (default ``model.assumptions``).
+    spacing : float, optional
+        The constant :math:`c` of :math:`h\le c\beta^{-1/2}` (S² only; e.g. :data:`SWEEP_SPACING`).
+    size : int, optional
+        Cells or particles of every β (the coarser run when refining); overrides ``spacing``.
+    refine : bool
+        Run each β at two resolutions and report the convergence columns.
 
     Returns
     -------
@@ -217,9 +269,16 @@ def sweep_beta(
                 raise ConfigError("--solver", f"the grid solver works on S² (d = 3), got model.d = {base['model']['d']}")
             if base["solver"]["method"] not in ("ssprk2", "ssprk3"):
                 base["solver"]["method"] = "ssprk3"
+            if base["init"]["kind"] == "fibonacci":
+                base["init"]["kind"] = "uniform"  # the density the quasi-uniform points sample
         elif base["solver"]["method"] in ("ssprk2", "ssprk3"):
             base["solver"]["method"] = "rk4"
         base["solver"]["kind"] = solver
+    d = base["model"]["d"]
+    if spacing is not None and size is None and d != 3:
+        raise ConfigError("--spacing", f"the size follows β on S² (d = 3) only, got model.d = {d}")
+    if size is not None and not (isinstance(size, (int, np.integer)) and size >= 12):
+        raise ConfigError("--cells", f"must be an integer ≥ 12, got {size!r}")
     if policy is not None:
         base["model"]["assumptions"] = policy
     assumption_report(base)
@@ -227,21 +286,24 @@ def sweep_beta(
     curves: list[dict[str, NDArray[np.float64]]] = []
     summaries: list[dict[str, Any]] = []
     files: list[str] = []
-    n = resolution_size(base)
-    d = base["model"]["d"]
     for beta in values:
-        case = copy.deepcopy(base)
-        case["model"]["beta"] = float(beta)
-        out = None
-        if out_dir is not None:
-            out = Path(out_dir) / f"beta_{beta:g}.h5"
-            files.append(str(out))
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Assumption 1", category=RuntimeWarning)  # warned once above
-            result = simulate_config(case, out, quiet=quiet, keep_states=False)
-        curve = {"t": result.t, **{k: result.diagnostics[k] for k in ("w2_target", "v_eigenspace_distance", "e_eigenspace_distance")}}
+        first = int(size) if size is not None else (sweep_size(beta, spacing=spacing) if spacing is not None else resolution_size(base))
+        sizes = [first, REFINEMENT * first] if refine else [first]
+        results = []
+        for k, n in enumerate(sizes):
+            case = _with_size(base, n)
+            case["model"]["beta"] = float(beta)
+            out = None
+            if out_dir is not None:
+                out = Path(out_dir) / (f"beta_{beta:g}_coarse.h5" if k < len(sizes) - 1 else f"beta_{beta:g}.h5")
+                files.append(str(out))
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Assumption 1", category=RuntimeWarning)  # warned once above
+                result = simulate_config(case, out, quiet=quiet, keep_states=False)
+            curve = {"t": result.t, **{key: result.diagnostics[key] for key in ("w2_target", "v_eigenspace_distance", "e_eigenspace_distance")}}
+            results.append((n, curve, concentration_summary(curve["t"], curve["w2_target"], threshold=threshold), float(result.info["wall_time"])))
+        n, curve, summary, wall = results[-1]
         curves.append(curve)
-        summary = concentration_summary(curve["t"], curve["w2_target"], threshold=threshold)
         rate = float(concentration_rate(beta))
         summary.update(
             beta=float(beta),
@@ -249,8 +311,17 @@ def sweep_beta(
             rate=rate,
             ratio=summary["w2_min"] / rate,
             under_resolved=resolution_warning(n, float(beta), d) or "",
-            wall_time=float(result.info["wall_time"]),
+            wall_time=sum(r[3] for r in results),
         )
+        if refine:
+            n0, _, coarse, _ = results[0]
+            summary.update(
+                n_coarse=n0,
+                w2_min_coarse=coarse["w2_min"],
+                t_min_coarse=coarse["t_min"],
+                dw2_min=(summary["w2_min"] - coarse["w2_min"]) / summary["w2_min"],
+                dt_min=summary["t_min"] - coarse["t_min"],
+            )
         summaries.append(summary)
     t_min = np.array([s["t_min"] for s in summaries])
     w_min = np.array([s["w2_min"] for s in summaries])

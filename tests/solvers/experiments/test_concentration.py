@@ -22,6 +22,8 @@ from meanfield.solvers.experiments.concentration import (
     DEFAULT_CONCENTRATION_CONFIG,
     bench_concentration,
     sweep_beta,
+    sweep_size,
+    SWEEP_SPACING,
     tracking_share,
 )
 from meanfield.solvers.run import concentration_tracker, setup_run, simulate_config
@@ -357,7 +359,41 @@ def test_cli_sweep_writes_table_csv_plot(tmp_path: Path, run_cli, capsys: pytest
     rows = np.genfromtxt(tmp_path / "s.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
     np.testing.assert_allclose(rows["beta"], [2.0, 4.0, 8.0], rtol=0)
     assert (tmp_path / "s.png").stat().st_size > 0
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["beta_2.h5", "beta_4.h5", "beta_8.h5", "curves.csv"]
+    names = ["beta_2.h5", "beta_2_coarse.h5", "beta_4.h5", "beta_4_coarse.h5", "beta_8.h5", "beta_8_coarse.h5", "curves.csv"]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == names
+    # the mesh follows β (N = 4πβ/0.5², at least 200) and each β ran on N and 4N cells
+    np.testing.assert_array_equal(rows["n_coarse"], [200, 202, 403])
+    np.testing.assert_array_equal(rows["n"], [800, 808, 1612])
+    assert "ΔW2_min" in out.out and "N = 4πβ/0.5²" in out.err
+    assert load(tmp_path / "runs" / "beta_8_coarse.h5").config["grid"]["cells"] == 403
+
+
+def test_sweep_size_follows_the_kernel_width() -> None:
+    for beta in (4.0, 64.0, 1024.0):
+        n = sweep_size(beta)
+        assert math.sqrt(4 * math.pi / n) <= SWEEP_SPACING / math.sqrt(beta) < math.sqrt(4 * math.pi / (n - 1))
+    assert sweep_size(1.0) == 200 and sweep_size(1024.0, spacing=1.0) == 12868
+    with pytest.raises(ConfigError):
+        sweep_size(4.0, spacing=0.0)
+
+
+def test_refined_sweep_reports_the_change_between_resolutions(tmp_path: Path) -> None:
+    cfg = _config("init.kind=fibonacci", "solver.t_final=3", "solver.dt=0.1", "solver.save_every=0.25")
+    sweep = sweep_beta(cfg, [2.0, 6.0], size=100, refine=True, out_dir=tmp_path)
+    assert [Path(f).name for f in sweep.files] == ["beta_2_coarse.h5", "beta_2.h5", "beta_6_coarse.h5", "beta_6.h5"]
+    for s, coarse_file, fine_file in zip(sweep.summaries, sweep.files[::2], sweep.files[1::2]):
+        coarse, fine = load(coarse_file), load(fine_file)
+        assert (coarse.config["init"]["n"], fine.config["init"]["n"]) == (100, 400) == (s["n_coarse"], s["n"])
+        # recomputed from the stored curves, independently of the sweep's bookkeeping
+        a = concentration_summary(coarse.t, coarse.diagnostics["w2_target"])
+        b = concentration_summary(fine.t, fine.diagnostics["w2_target"])
+        np.testing.assert_allclose([s["w2_min"], s["t_min"]], [b["w2_min"], b["t_min"]], rtol=0)
+        np.testing.assert_allclose(s["dw2_min"], (b["w2_min"] - a["w2_min"]) / b["w2_min"], rtol=1e-14)
+        np.testing.assert_allclose(s["dt_min"], b["t_min"] - a["t_min"], atol=1e-14)
+    assert "ΔW2_min" in sweep.table()
+    with pytest.raises(ConfigError) as info:
+        sweep_beta(cfg, [2.0, 6.0], size=5)
+    assert info.value.key == "--cells"
 
 
 def test_sweep_grid_needs_the_grid_solver(monkeypatch: pytest.MonkeyPatch) -> None:
