@@ -15,7 +15,7 @@ from meanfield.heads import Head, heads_from_config, stack_heads
 from meanfield.model import ConstantHeads, HeadSchedule, Model
 from meanfield.geometry.sphere import sample
 
-__all__ = ["build_heads", "build_schedule", "build_model", "initial_tokens"]
+__all__ = ["build_heads", "build_schedule", "build_model", "initial_tokens", "replicate_heads"]
 
 
 def build_heads(cfg: dict[str, Any]) -> list[Head]:
@@ -29,7 +29,35 @@ def build_heads(cfg: dict[str, Any]) -> list[Head]:
         if heads and heads[0].d != model["d"]:
             raise ConfigError("model.d", f"the checkpoint's heads act in d={heads[0].d}, but model.d={model['d']}")
         return heads
-    return heads_from_config(spec, d=model["d"], seed=model["seed"])
+    return heads_from_config(replicate_heads(spec, model.get("num_heads")), d=model["d"], seed=model["seed"])
+
+
+def replicate_heads(specs: list[dict[str, Any]] | None, num_heads: int | None) -> list[dict[str, Any]] | None:
+    """``model.num_heads = H``: one head table (or the default identity head) stands for H heads.
+
+    Copy ``h`` keeps the table; its random matrices get their own draw (the table's
+    ``seed`` plus ``1000 h`` when it sets one, else ``model.seed + 1000 h`` as for
+    separate tables).  Several tables must number ``num_heads`` exactly.
+
+    Raises
+    ------
+    ConfigError
+        ``model.num_heads`` when several tables do not number H.
+    """
+    if num_heads is None:
+        return specs
+    specs = list(specs or [{"Q": "identity", "K": "identity", "V": "identity"}])
+    if len(specs) == num_heads:
+        return specs
+    if len(specs) != 1:
+        raise ConfigError("model.num_heads", f"num_heads = {num_heads} but {len(specs)} [[model.heads]] tables are given; give one table (it stands for all H heads) or exactly {num_heads}")
+    out = []
+    for h in range(num_heads):
+        spec = dict(specs[0])
+        if "seed" in spec and isinstance(spec["seed"], int):
+            spec["seed"] = spec["seed"] + 1000 * h
+        out.append(spec)
+    return out
 
 
 def build_schedule(cfg: dict[str, Any], heads: list[Head] | None = None) -> HeadSchedule:
@@ -55,6 +83,7 @@ def build_model(cfg: dict[str, Any], *, schedule: HeadSchedule | None = None) ->
         backend=m["backend"],
         precision=m["precision"],
         tolerance=float(m["tolerance"]),
+        combine=m.get("combine", "sum"),
     )
 
 
@@ -75,6 +104,8 @@ def initial_tokens(cfg: dict[str, Any]) -> np.ndarray:
             return sample(kind, n, d, gamma=init["gamma"], seed=seed)
         if kind == "orthogonal":
             return sample(kind, n, d, seed=seed)
+        if kind == "clusters":
+            return sample(kind, n, d, centers=init["centers"], spread=float(init["spread"]), seed=seed)
         if kind == "file":
             return sample(kind, None, d, path=str(Path(init["path"])))
     except ValueError as exc:

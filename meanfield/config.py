@@ -86,14 +86,16 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "attention": Key((str,), "softmax", _choice("softmax", "unnormalized", "relu", "pooled"), "velocity law: softmax, unnormalized, relu or pooled (see meanfield.kernels.attention)"),
         "direction": Key((str,), "ascent", _choice("ascent", "descent"), "ascent of the energy (forward pass) or descent (the public code of Massucco et al., arXiv 2605.18870)"),
         "heads": Key((list, str), None, None, "array of head tables, or 'checkpoint:PATH#layer=L'"),
-        "seed": Key((int,), 0, _at_least(0), "seed of 'random' head matrices (head h uses seed + 1000 h unless it sets its own)"),
+        "seed": Key((int,), 0, _at_least(0), "seed of 'random' head matrices (head h uses seed + 1000 h unless it sets its own) and of weights.initial = 'random-symmetric'"),
+        "combine": Key((str,), "sum", _choice("sum", "mean"), "how the heads' fields combine: their sum, or their mean (1/H of the sum; Massucco et al., arXiv 2605.18870); softmax, unnormalized and relu only"),
+        "num_heads": Key((int,), None, _at_least(1), "H: one [[model.heads]] table (or the default identity head) stands for H heads, each with its own random draws (head h: seed + 1000 h)"),
         "backend": Key((str,), "auto", _choice("auto", "blas", "fused", "harmonic", "local", "numba", "numpy"), "attention kernel (auto: on S² the fastest of harmonic, local and dense by measured cost models; elsewhere fused one-pass softmax for d ≤ 8 in float64, else blas)"),
         "tolerance": Key(NUM, 1e-12, _between(1e-15, 1e-2), "relative accuracy per row of the harmonic and local kernels on S² (the dense kernels are exact to round-off)"),
         "precision": Key((str,), "float64", _choice("float64", "float32"), "score/exp arithmetic of the blas kernel (float32: ~2× faster, ~1e-6 relative error)"),
         "assumptions": Key((str,), "check", _choice("check", "warn", "skip"), "Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931) Assumption 1 on (Q, K, V) when W2 to Π♯ρ₀ is tracked"),
     },
     "init": {
-        "kind": Key((str,), "uniform", _choice("uniform", "vmf", "fibonacci", "equiangular", "orthogonal", "file", "mixture", "function", "sentence"), "initial measure (fibonacci: quasi-uniform points on S², rotated at random when seed > 0)"),
+        "kind": Key((str,), "uniform", _choice("uniform", "vmf", "fibonacci", "equiangular", "orthogonal", "file", "mixture", "function", "sentence", "clusters"), "initial measure (fibonacci: quasi-uniform points on S², rotated at random when seed > 0)"),
         "n": Key((int,), 256, _at_least(1), "number of tokens (particles)"),
         "seed": Key((int,), 0, _at_least(0), "sampler seed"),
         "path": Key((str,), None, None, "kind='file': an (n, d) .npy array (grid: an (N,) mass array)"),
@@ -103,6 +105,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "components": Key((list,), None, None, "kind='mixture' (grid): list of {weight, kind, mean, kappa}"),
         "expr": Key((str,), None, None, "kind='function' (grid): density as an expression in x, y, z"),
         "sentence": Key((str,), None, None, "kind='sentence': text whose token embeddings (word + position, LayerNorm, normalised) are the initial tokens"),
+        "centers": Key((list, str), "octahedron", None, "kind='clusters': 'octahedron' (the 2d vertices ±e_i) or a list of unit vectors of length d"),
+        "spread": Key(NUM, 0.05, _at_least(0), "kind='clusters': Gaussian σ of the noise added to the chosen center before normalisation"),
         "checkpoint": Key((str,), None, None, "kind='sentence': checkpoint for tokenizer and embeddings (PATH or 'minilm'; default: that of model.heads)"),
     },
     "solver": {
@@ -128,14 +132,20 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "limiter": Key((str,), "barth-jespersen", _choice("barth-jespersen", "none"), "slope limiter of the second-order scheme ('none' is not positive)"),
     },
     "weights": {
-        "schedule": Key((str,), "constant", _choice("constant", "ou", "oscillating"), "time dependence of the heads"),
+        "schedule": Key((str,), "constant", _choice("constant", "ou", "oscillating", "relaxation"), "time dependence of the heads (relaxation: dD = rate (F(t) − D) dt toward weights.target)"),
         "kappa": Key(NUM, 1.0, _at_least(0), "ou: mean-reversion rate κ"),
         "sigma": Key(NUM, 0.1, _at_least(0), "ou: noise σ"),
         "seed": Key((int,), 0, _at_least(0), "ou: noise seed"),
-        "dt": Key(NUM, 0.01, _at_least(0, strict=True), "ou: time step of the stored weight path"),
+        "dt": Key(NUM, 0.01, _at_least(0, strict=True), "ou, relaxation: time step of the stored weight path"),
+        "initial": Key((str,), "mean", _choice("mean", "random-symmetric"), "ou, relaxation: heads at t = 0: the configured heads, or D_h = Z + Zᵀ with Z standard normal (from model.seed; V_h = D_h)"),
+        "mean": Key((list, str, int, float), None, None, "ou: the mean M of dD = κ(M − D) dt + σ dW: a d×d matrix, 'identity', or a number λ (λ·I); unset: the configured heads"),
+        "noise": Key((str,), "isotropic", _choice("isotropic", "symmetric"), "ou: dW of independent free entries, or the symmetric dW_sym = √dt (Z + Zᵀ)/2 of Massucco et al."),
+        "integrator": Key((str,), "auto", _choice("auto", "exact", "euler-maruyama"), "ou, relaxation: weight path by the exact Gaussian transition or by Euler–Maruyama on the weights.dt grid (auto: exact for ou, euler-maruyama for relaxation)"),
+        "rate": Key(NUM, 1.0, _at_least(0), "relaxation: rate r of dD = r (F(t) − D) dt"),
+        "target": Key((list,), None, None, "relaxation: F(t), a d×d matrix of numbers or expressions in t and the head's phase phi (e.g. '2+1.5*cos(t+phi)')"),
         "amplitude": Key(NUM, 0.5, _at_least(0), "oscillating: amplitude A"),
         "omega": Key(NUM, 1.0, _finite, "oscillating: angular frequency ω"),
-        "phases": Key((str,), "spread", _choice("spread", "equal", "random"), "oscillating: phases φ_h = 2πh/H, all 0, or uniform from weights.seed"),
+        "phases": Key((str,), "spread", _choice("spread", "equal", "same", "random"), "oscillating, relaxation: phases φ_h = 2πh/H, all 0 ('equal' or 'same'), or uniform from weights.seed"),
     },
     "track": {
         "energy": Key((bool,), True, None, "record E_multi and E_h at every frame"),
@@ -246,6 +256,7 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         spec = parse_checkpoint_spec(heads)
         if base is not None and spec.path.lower() != "minilm" and not Path(spec.path).is_absolute():
             model["heads"] = f"checkpoint:{base / spec.path}#{heads.rpartition('#')[2]}"
+    _authors_checks(cfg, on_grid=on_grid)
     if init["mean"] is not None and len(init["mean"]) != d:
         raise ConfigError("init.mean", f"expected a vector of length d={d}, got length {len(init['mean'])}")
     if init["mean"] is not None and not any(float(v) != 0.0 for v in init["mean"]):
@@ -304,6 +315,58 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
             raise ConfigError("model.precision", f"{model['backend']!r} attention is float64 only")
     if model["backend"] == "fused" and model["attention"] != "softmax":
         raise ConfigError("model.backend", f"'fused' computes softmax attention only, got attention = {model['attention']!r}")
+
+
+def _authors_checks(cfg: dict[str, Any], *, on_grid: bool) -> None:
+    """Checks of the keys of the experiments of Massucco et al. (arXiv 2605.18870): clusters, combine, num_heads, [weights]."""
+    from meanfield.build import replicate_heads
+    from meanfield.heads import heads_from_config
+
+    model, init, weights = cfg["model"], cfg["init"], cfg["weights"]
+    d = model["d"]
+    if model["combine"] == "mean" and model["attention"] == "pooled":
+        raise ConfigError("model.combine", "'mean' applies to attention = 'softmax', 'unnormalized' or 'relu'; pooled attention already normalises over the heads (use 'sum')")
+    if model["num_heads"] is not None:
+        if isinstance(model["heads"], str):
+            raise ConfigError("model.num_heads", "a checkpoint fixes its heads; num_heads applies to [[model.heads]] tables")
+        heads_from_config(replicate_heads(model["heads"], model["num_heads"]), d=d, seed=model["seed"])
+    if init["kind"] == "clusters":
+        from meanfield.geometry.sphere import cluster_centers
+
+        if on_grid:
+            raise ConfigError("init.kind", "kind='clusters' gives particles; it needs a particle solver")
+        try:
+            cluster_centers(init["centers"], d)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("init.centers", str(exc)) from None
+    schedule = weights["schedule"]
+    moving = schedule in ("ou", "relaxation")
+    for key, default in (("initial", "mean"), ("noise", "isotropic"), ("integrator", "auto"), ("mean", None)):
+        if weights[key] != default and not moving:
+            raise ConfigError(f"weights.{key}", f"applies to schedule = 'ou' or 'relaxation', got schedule = {schedule!r}")
+    if weights["mean"] is not None:
+        from meanfield.heads.schedules import matrix_value
+
+        matrix_value(weights["mean"], d, key="weights.mean")
+    if schedule == "relaxation":
+        from meanfield.heads.schedules import relaxation_target
+
+        if weights["integrator"] == "exact":
+            raise ConfigError("weights.integrator", "schedule = 'relaxation' has no exact transition; use 'euler-maruyama' (or 'auto')")
+        if weights["target"] is None:
+            raise ConfigError("weights.target", "schedule = 'relaxation' needs target = [[…], …], a d×d matrix of numbers or expressions in t, phi")
+        relaxation_target(weights["target"], d)
+    elif weights["target"] is not None:
+        raise ConfigError("weights.target", f"applies to schedule = 'relaxation', got schedule = {schedule!r}")
+    if moving and weights["initial"] == "mean" and (weights["schedule"] == "relaxation" or weights["mean"] is not None
+                                                    or weights["noise"] != "isotropic" or weights["integrator"] == "euler-maruyama"):
+        if not isinstance(model["heads"], str):
+            import numpy as np
+
+            for h, head in enumerate(heads_from_config(replicate_heads(model["heads"], model["num_heads"]), d=d, seed=model["seed"])):
+                B = head.Q.T @ head.K
+                if not np.allclose(head.V, B, rtol=1e-12, atol=1e-12 * max(1.0, float(np.max(np.abs(B))))):
+                    raise ConfigError("weights.initial", f"initial = 'mean' with these weight dynamics needs value-aligned heads (head {h} has V ≠ QᵀK; set V = 'aligned'): the heads move as one matrix D_h = B_h = V_h")
 
 
 def _parse_value(text: str) -> Any:

@@ -23,9 +23,11 @@ from meanfield.geometry.sphere import project_tangent
 from meanfield.heads.head import Head, HeadStack, stack_heads
 from meanfield.kernels.attention import ATTENTION_KINDS, DEFAULT_TOLERANCE, attention_velocity
 
-__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS"]
+__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES"]
 
 DIRECTIONS = ("ascent", "descent")
+#: how the heads' fields combine (``Model.combine``, config ``model.combine``)
+COMBINES = ("sum", "mean")
 
 
 class HeadSchedule(Protocol):
@@ -70,6 +72,17 @@ class Model:
         throughput, relative error ~1e-6).
     tolerance : float
         Relative accuracy per row of the ``harmonic`` and ``local`` kernels (default 1e-12).
+    combine : {"sum", "mean"}
+        How the heads' fields combine (softmax, unnormalized, relu): their sum
+        (default), or their mean,
+
+        .. math::
+
+            v_i = \frac1H\sum_{h=1}^H v^h_i,
+
+        the velocity of the public code of Massucco et al., *Transformers as
+        time-dependent gradient flows* (arXiv 2605.18870).  ``pooled`` already
+        normalises over the heads and takes ``"sum"`` only.
 
     Examples
     --------
@@ -87,8 +100,13 @@ class Model:
     backend: str = "auto"
     precision: str = "float64"
     tolerance: float = DEFAULT_TOLERANCE
+    combine: str = "sum"
 
     def __post_init__(self) -> None:
+        if self.combine not in COMBINES:
+            raise ValueError(f"combine must be one of {COMBINES}, got {self.combine!r}")
+        if self.combine == "mean" and self.attention == "pooled":
+            raise ValueError("combine='mean' applies to the softmax, unnormalized and relu laws; pooled attention already normalises over the heads")
         if self.attention not in ATTENTION_KINDS:
             raise ValueError(f"unknown attention kind {self.attention!r}; choose from {ATTENTION_KINDS}")
         if self.direction not in DIRECTIONS:
@@ -112,11 +130,13 @@ class Model:
         return 1.0 if self.direction == "ascent" else -1.0
 
     def ambient_velocity(self, x: np.ndarray, t: float, *, weights: np.ndarray | None = None) -> np.ndarray:
-        """The velocity law :math:`v_i` at time ``t`` (unprojected, unsigned)."""
-        return attention_velocity(
-            x, self.heads.at(t), beta=self.beta, kind=self.attention, weights=weights, backend=self.backend, precision=self.precision,
+        """The velocity law :math:`v_i` at time ``t`` (unprojected, unsigned; divided by H when ``combine="mean"``)."""
+        stack = self.heads.at(t)
+        v = attention_velocity(
+            x, stack, beta=self.beta, kind=self.attention, weights=weights, backend=self.backend, precision=self.precision,
             tolerance=self.tolerance,
         )
+        return v / stack.H if self.combine == "mean" else v
 
     def velocity(self, x: np.ndarray, t: float, *, weights: np.ndarray | None = None) -> np.ndarray:
         r"""Token velocity :math:`\sigma P^\perp_x v(x,t)`, shape ``(n, d)``."""

@@ -32,7 +32,8 @@ __all__ = [
 class EnergyTracker:
     r"""Records :math:`E_{\mathrm{multi}}` and every :math:`E_h` (Pendharkar, arXiv 2605.04279).
 
-    Keys: ``energy`` and ``energy_h0``, ``energy_h1``, …; with time-dependent
+    Keys: ``energy`` (the sum of the :math:`E_h`; their mean when ``model.combine = "mean"``,
+    the energy whose flow that velocity is) and ``energy_h0``, ``energy_h1``, …; with time-dependent
     weights also ``energy_theta`` (:math:`\sum_h w_h E_h`, Massucco et al. (arXiv 2605.18870)).  With
     ``points`` the state is a grid measure (cell masses at those points).
     """
@@ -50,7 +51,8 @@ class EnergyTracker:
             x, weights = self.points, np.asarray(state, dtype=float)
         with np.errstate(over="ignore"):
             energies = head_energies(x, stack, beta=self.model.beta, weights=weights)
-        out = {"energy": float(energies.sum()), "energy_theta": float(stack.w @ energies)}
+        total = float(energies.mean()) if getattr(self.model, "combine", "sum") == "mean" else float(energies.sum())
+        out = {"energy": total, "energy_theta": float(stack.w @ energies)}
         out.update({f"energy_h{h}": float(e) for h, e in enumerate(energies)})
         return out
 

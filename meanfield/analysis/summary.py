@@ -80,6 +80,8 @@ def run_summary(run: Any) -> str:
     lines.append(f"model:     {model_line(cfg)}")
     heads = cfg["model"]["heads"]
     count = len(heads) if isinstance(heads, list) and heads else (heads if isinstance(heads, str) else 1)
+    if cfg["model"].get("num_heads") is not None and not isinstance(heads, str):
+        count = cfg["model"]["num_heads"]
     lines.append(f"heads:     {count}")
     lines.append(f"solver:    {solver_line(cfg)}")
     t = run.t

@@ -30,7 +30,6 @@ Meshes are cached in-process, and on disk from 32 768 cells on
 """
 from __future__ import annotations
 
-import ast
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ import numpy as np
 from scipy.spatial import SphericalVoronoi, cKDTree
 
 from meanfield.errors import ConfigError
+from meanfield.expressions import EXPR_NAMES, EXPR_NODES, check_expression
 from meanfield.geometry.cache import cached_mesh
 from meanfield.geometry.sphere import fibonacci_points
 
@@ -635,19 +635,9 @@ def sample_mass(mesh: SphericalMesh, mass: np.ndarray, n: int, *, seed: int | No
 # ----------------------------------------------------------------------------- initial densities
 
 #: names usable in a ``function`` expression (evaluated with NumPy, no builtins)
-_EXPR_NAMES: dict[str, Any] = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs,
-    "sin": np.sin, "cos": np.cos, "tan": np.tan,
-    "arcsin": np.arcsin, "arccos": np.arccos, "arctan": np.arctan, "arctan2": np.arctan2,
-    "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
-    "minimum": np.minimum, "maximum": np.maximum, "where": np.where, "clip": np.clip,
-    "pi": math.pi, "e": math.e,
-}
+_EXPR_NAMES = EXPR_NAMES
 _EXPR_VARS = ("x", "y", "z", "theta", "phi")
-_EXPR_NODES = (
-    ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Call, ast.Name, ast.Load,
-    ast.Constant, ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.Tuple,
-)
+_EXPR_NODES = EXPR_NODES
 
 
 def density_function(expr: str, *, key: str = "init.expr") -> Callable[[np.ndarray], np.ndarray]:
@@ -665,19 +655,7 @@ def density_function(expr: str, *, key: str = "init.expr") -> Callable[[np.ndarr
     """
     if not isinstance(expr, str) or not expr.strip():
         raise ConfigError(key, f"expected a non-empty expression in x, y, z, got {expr!r}")
-    try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise ConfigError(key, f"cannot parse {expr!r}: {exc.msg}") from None
-    for node in ast.walk(tree):
-        if not isinstance(node, _EXPR_NODES):
-            raise ConfigError(key, f"{type(node).__name__} is not allowed in a density expression")
-        if isinstance(node, ast.Name) and node.id not in _EXPR_NAMES and node.id not in _EXPR_VARS:
-            allowed = ", ".join(list(_EXPR_VARS) + sorted(_EXPR_NAMES))
-            raise ConfigError(key, f"unknown name {node.id!r}; allowed names are {allowed}")
-        if isinstance(node, ast.Call) and (not isinstance(node.func, ast.Name) or node.keywords):
-            raise ConfigError(key, "only plain calls of the allowed functions are permitted")
-    code = compile(tree, "<init.expr>", "eval")
+    code = check_expression(expr, variables=_EXPR_VARS, key=key, what="a density expression")
 
     def f(points: np.ndarray) -> np.ndarray:
         p = np.asarray(points, dtype=float)

@@ -2,7 +2,7 @@ r"""Geometry of the unit sphere :math:`S^{d-1}\subset\mathbb{R}^d` and samplers 
 
 All functions act row-wise on arrays of shape ``(n, d)``.  The samplers are
 registered by name in :data:`SAMPLERS` (``uniform``, ``vmf``, ``fibonacci``, ``equiangular``,
-``orthogonal``, ``file``); the config's ``[init] kind`` picks one.
+``orthogonal``, ``clusters``, ``file``); the config's ``[init] kind`` picks one.
 """
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ __all__ = [
     "load_points",
     "SAMPLERS",
     "sample",
+    "sample_clusters",
+    "cluster_centers",
 ]
 
 
@@ -247,6 +249,66 @@ def _from_file(n: int | None, d: int, *, path: str, **_: Any) -> np.ndarray:
     return load_points(path, d=d, n=n)
 
 
+def cluster_centers(centers: str | Any, d: int) -> np.ndarray:
+    r"""Cluster centers of :func:`sample_clusters`, shape ``(k, d)``, unit rows.
+
+    ``"octahedron"`` gives the :math:`2d` vertices :math:`\pm e_i` (the octahedron on
+    :math:`S^2`, the cross-polytope in general; the initial clouds of Massucco et al.,
+    *Transformers as time-dependent gradient flows*, arXiv 2605.18870); a list of
+    non-zero vectors of length ``d`` is normalised row-wise.
+    """
+    if isinstance(centers, str):
+        if centers != "octahedron":
+            raise ValueError(f"centers must be 'octahedron' or a list of unit vectors, got {centers!r}")
+        eye = np.eye(d)
+        return np.concatenate([eye, -eye])
+    c = np.asarray(centers, dtype=float)
+    if c.ndim != 2 or c.shape[1] != d or c.shape[0] < 1:
+        raise ValueError(f"centers must be a list of vectors of length d={d}, got shape {c.shape}")
+    if not np.all(np.isfinite(c)):
+        raise ValueError("centers must be finite")
+    norms = np.linalg.norm(c, axis=1)
+    if np.any(norms == 0):
+        raise ValueError(f"center {int(np.argmin(norms))} is zero")
+    return c / norms[:, None]
+
+
+def sample_clusters(n: int, d: int, *, centers: str | Any = "octahedron", spread: float = 0.05, seed: int | None = 0) -> np.ndarray:
+    r"""``n`` tokens around cluster centers: a center at random plus Gaussian noise, normalised.
+
+    .. math::
+
+        x_i = \frac{c_{k_i} + \sigma\,\xi_i}{\|c_{k_i} + \sigma\,\xi_i\|},
+        \qquad k_i \sim \mathrm{Unif}\{1,\dots,K\},\quad \xi_i \sim N(0, I_d)
+
+    The initial clouds of Massucco et al., *Transformers as time-dependent gradient
+    flows* (arXiv 2605.18870): six octahedral clusters on :math:`S^2` with
+    :math:`\sigma = 0.05`.  The draws, from ``default_rng(seed)``, are first the
+    ``n`` center indices (``rng.choice(K, n)``), then the ``(n, d)`` noise
+    (``rng.normal(0, spread, (n, d))``); arithmetic in float64.
+
+    Parameters
+    ----------
+    n, d : int
+    centers : "octahedron" or (K, d) array-like
+        See :func:`cluster_centers`.
+    spread : float
+        :math:`\sigma\ge0`, the noise before normalisation.
+    seed : int
+    """
+    if not (spread >= 0 and math.isfinite(spread)):
+        raise ValueError(f"spread must be finite and >= 0, got {spread!r}")
+    c = cluster_centers(centers, d)
+    rng = np.random.default_rng(seed)
+    index = rng.choice(c.shape[0], n)
+    noise = rng.normal(0.0, spread, (n, d))
+    x = c[index] + noise
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    if np.any(norms == 0):
+        raise ValueError("a token fell on the origin; use a smaller spread")
+    return x / norms
+
+
 #: initial-measure samplers by name: ``kind -> f(n, d, **params)``
 SAMPLERS: dict[str, Callable[..., np.ndarray]] = {
     "uniform": sample_uniform,
@@ -254,6 +316,7 @@ SAMPLERS: dict[str, Callable[..., np.ndarray]] = {
     "fibonacci": sample_fibonacci,
     "equiangular": sample_equiangular,
     "orthogonal": sample_orthogonal,
+    "clusters": sample_clusters,
     "file": _from_file,
 }
 

@@ -43,6 +43,16 @@ Schedules (registry :data:`SCHEDULES`, config ``[weights] schedule``):
     head :math:`\bar B_h=\lambda I` it is the head strength that oscillates,
     :math:`\lambda+A\sin(\omega t+\varphi_h)`; for :math:`A>\lambda` it changes sign.
 
+``ou`` with ``weights.initial``, ``mean``, ``noise`` or ``integrator`` set, and ``relaxation`` — :class:`MatrixSDESchedule`
+    The weight dynamics of the public code of Massucco et al., *Transformers as
+    time-dependent gradient flows* (arXiv 2605.18870): one matrix :math:`D_h(t)` per
+    head with :math:`B_h=V_h=D_h`, driven by
+    :math:`dD=\kappa(M-D)\,dt+\sigma\,dW` (``ou``) or
+    :math:`dD=r\,(F(t,\varphi_h)-D)\,dt` (``relaxation``), started at the
+    configured heads or at :math:`Z+Z^\top` (``weights.initial = "random-symmetric"``),
+    and integrated on the grid :math:`t_k=k\Delta` by Euler–Maruyama (the
+    authors' recursion, draw for draw) or, for ``ou``, by the exact transition.
+
 **Saving and replay.**  :func:`weight_path` samples a schedule on a time grid
 (``t`` (T,), ``B`` (T, H, d, d), ``V`` (T, H, d, d), ``w`` (H,));
 :func:`weights_static` gives the same arrays under the HDF5 group ``weights/``;
@@ -84,6 +94,11 @@ __all__ = [
     "SCHEDULES",
     "OUSchedule",
     "OscillatingSchedule",
+    "MatrixSDESchedule",
+    "NOISES",
+    "random_symmetric",
+    "matrix_value",
+    "relaxation_target",
     "PHASES",
     "oscillation_phases",
     "PathSchedule",
@@ -313,7 +328,7 @@ class OUSchedule:
 # ----------------------------------------------------------------------------- oscillating
 
 #: phase choices of the oscillating schedule (config ``weights.phases``)
-PHASES = ("spread", "equal", "random")
+PHASES = ("spread", "equal", "same", "random")
 
 
 def oscillation_phases(H: int, kind: str = "spread", *, seed: int = 0) -> np.ndarray:
@@ -322,12 +337,12 @@ def oscillation_phases(H: int, kind: str = "spread", *, seed: int = 0) -> np.nda
     ``"spread"``: :math:`2\pi h/H` (then :math:`\sum_h\sin(\omega t+\varphi_h)=0` for
     :math:`H\ge2`: the Θ-average of the oscillation cancels at first order, and the
     :math:`k`-th moments for :math:`H>k`); ``"equal"``: all 0 (the law
-    :math:`\Theta_t` oscillates as a whole); ``"random"``: i.i.d. uniform on
+    :math:`\Theta_t` oscillates as a whole; ``"same"`` is the same); ``"random"``: i.i.d. uniform on
     :math:`[0,2\pi)` from ``default_rng([seed, 1])``.
     """
     if kind == "spread":
         return 2 * np.pi * np.arange(H) / H
-    if kind == "equal":
+    if kind in ("equal", "same"):
         return np.zeros(H)
     if kind == "random":
         return np.random.default_rng([int(seed), 1]).uniform(0.0, 2 * np.pi, size=H)
@@ -388,6 +403,300 @@ class OscillatingSchedule:
         coef = self.amplitude * self.omega * np.cos(self.omega * t + self.phases)
         zero = np.zeros_like(self.mean.B)
         return self._with(coef, zero, zero)
+
+
+# ----------------------------------------------------------------------------- matrix SDE (the authors' weights)
+
+#: noise laws of :class:`MatrixSDESchedule` (config ``weights.noise``)
+NOISES = ("isotropic", "symmetric")
+
+
+def random_symmetric(H: int, d: int, *, seed: int = 0) -> np.ndarray:
+    r"""Random symmetric heads :math:`D_h=Z_h+Z_h^\top`, :math:`Z_h` standard normal, shape ``(H, d, d)``.
+
+    The initial heads of Massucco et al., *Transformers as time-dependent gradient
+    flows* (arXiv 2605.18870); ``Z = default_rng(seed).standard_normal((H, d, d))``.
+    """
+    Z = np.random.default_rng(seed).standard_normal((H, d, d))
+    return Z + np.swapaxes(Z, -1, -2)
+
+
+def matrix_value(value: Any, d: int, *, key: str) -> np.ndarray:
+    """A ``d×d`` matrix from a config value: a list of rows, ``"identity"``, or a number λ (λ·I)."""
+    if isinstance(value, bool):
+        raise ConfigError(key, f"expected a d×d matrix, 'identity' or a number, got {value!r}")
+    if isinstance(value, str):
+        if value != "identity":
+            raise ConfigError(key, f"expected a d×d matrix, 'identity' or a number, got {value!r}")
+        return np.eye(d)
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ConfigError(key, f"must be finite, got {value!r}")
+        return float(value) * np.eye(d)
+    try:
+        m = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ConfigError(key, f"expected a {d}×{d} matrix of numbers, got {value!r}") from None
+    if m.shape != (d, d):
+        raise ConfigError(key, f"expected a {d}×{d} matrix, got shape {m.shape}")
+    if not np.all(np.isfinite(m)):
+        raise ConfigError(key, "must be finite")
+    return m
+
+
+def relaxation_target(target: Any, d: int, *, key: str = "weights.target") -> Callable[[float, np.ndarray], np.ndarray]:
+    r"""The target :math:`F(t,\varphi)` of the relaxation schedule, from a ``d×d`` table.
+
+    Each entry is a number or an expression in ``t`` and ``phi`` (the head's
+    phase), checked as safely as ``init.expr`` (:mod:`meanfield.expressions`).
+
+    Returns
+    -------
+    callable
+        ``F(t, phases (H,)) -> (H, d, d)``.
+    """
+    from meanfield.expressions import compile_expression
+
+    if not isinstance(target, (list, tuple)) or len(target) != d:
+        raise ConfigError(key, f"expected a {d}×{d} matrix (a list of {d} rows) of numbers or expressions in t, phi, got {target!r}")
+    entries: list[list[Any]] = []
+    for i, row in enumerate(target):
+        if not isinstance(row, (list, tuple)) or len(row) != d:
+            raise ConfigError(f"{key}[{i}]", f"expected a row of {d} numbers or expressions, got {row!r}")
+        out_row: list[Any] = []
+        for j, item in enumerate(row):
+            k = f"{key}[{i}][{j}]"
+            if isinstance(item, bool):
+                raise ConfigError(k, f"expected a number or an expression in t, phi, got {item!r}")
+            if isinstance(item, (int, float)):
+                if not math.isfinite(item):
+                    raise ConfigError(k, f"must be finite, got {item!r}")
+                out_row.append(float(item))
+            elif isinstance(item, str):
+                f = compile_expression(item, variables=("t", "phi"), key=k, what="a weights.target expression")
+                probe = np.asarray(f(t=0.0, phi=np.zeros(2)), dtype=float)  # evaluation errors surface now
+                if probe.size not in (1, 2) or not np.all(np.isfinite(probe)):
+                    raise ConfigError(k, f"{item!r} must give a finite number at t = 0")
+                out_row.append(f)
+            else:
+                raise ConfigError(k, f"expected a number or an expression in t, phi, got {item!r}")
+        entries.append(out_row)
+
+    def F(t: float, phases: np.ndarray) -> np.ndarray:
+        phases = np.asarray(phases, dtype=float)
+        out = np.empty((phases.size, d, d))
+        for i in range(d):
+            for j in range(d):
+                e = entries[i][j]
+                out[:, i, j] = e if isinstance(e, float) else np.broadcast_to(np.asarray(e(t=float(t), phi=phases), dtype=float), phases.shape)
+        return out
+
+    return F
+
+
+class MatrixSDESchedule:
+    r"""Heads :math:`B_h=V_h=D_h(t)` driven by a matrix SDE, on the grid :math:`t_k=k\Delta`, linear in between.
+
+    .. math::
+
+        dD_h = b(D_h, t)\,dt + \sigma\,dW_h,\qquad
+        b(D,t)=\kappa(M_h-D)\ \ (\text{ou})\quad\text{or}\quad r\,(F(t,\varphi_h)-D)\ \ (\text{relaxation}),
+
+    the weight dynamics of the public code of Massucco et al., *Transformers as
+    time-dependent gradient flows* (arXiv 2605.18870), whose value map is
+    :math:`V_h=D_h` and score matrix :math:`Q_h^\top K_h=D_h`.  Euler–Maruyama:
+
+    .. math::
+
+        D_{k+1} = D_k + b(D_k,t_k)\,\Delta + \sigma\sqrt\Delta\,\xi_k,
+
+    and, for ``ou`` with ``integrator="exact"``,
+    :math:`D_{k+1}=M+e^{-\kappa\Delta}(D_k-M)+\sigma\sqrt{(1-e^{-2\kappa\Delta})/(2\kappa)}\,\xi_k`.
+    The noise is :math:`\xi_k=(Z_k+Z_k^\top)/2` (``"symmetric"``, the authors'
+    :math:`dW_{\mathrm{sym}}=\sqrt{dt}\,(Z+Z^\top)/2`) or :math:`Z_k` on the free
+    entries (``"isotropic"``: mirrored from the upper triangle when every
+    :math:`D_h(0)` and :math:`M_h` is symmetric), with
+    ``Z_k = rng.standard_normal((H, d, d))`` drawn once per step, in step order, from
+    ``rng = default_rng(seed)`` (no draws when :math:`\sigma=0`).  Between grid
+    points the heads are interpolated linearly, so an explicit Euler particle step
+    of size :math:`\Delta` sees exactly :math:`D_k` at :math:`t_k`.
+
+    Parameters
+    ----------
+    initial : (H, d, d) array
+        :math:`D_h(0)`.
+    drift : {"ou", "relaxation"}
+    dt : float
+        Grid step :math:`\Delta>0`.
+    kappa : float
+        ``ou``: rate :math:`\kappa`.
+    mean : (H, d, d) array
+        ``ou``: :math:`M_h`.
+    rate : float
+        ``relaxation``: rate :math:`r`.
+    target : callable
+        ``relaxation``: ``F(t, phases) -> (H, d, d)`` (see :func:`relaxation_target`).
+    phases : (H,) array
+        :math:`\varphi_h` passed to ``target``.
+    sigma : float
+        Noise level :math:`\sigma\ge0`.
+    noise : {"isotropic", "symmetric"}
+    integrator : {"euler-maruyama", "exact"}
+    seed : int
+    w : (H,) array, optional
+        Head weights (default :math:`1/H`).
+    """
+
+    def __init__(
+        self,
+        initial: np.ndarray,
+        *,
+        drift: str = "ou",
+        dt: float,
+        kappa: float = 1.0,
+        mean: np.ndarray | None = None,
+        rate: float = 1.0,
+        target: Callable[[float, np.ndarray], np.ndarray] | None = None,
+        phases: np.ndarray | None = None,
+        sigma: float = 0.0,
+        noise: str = "symmetric",
+        integrator: str = "euler-maruyama",
+        seed: int = 0,
+        w: np.ndarray | None = None,
+    ) -> None:
+        D0 = np.array(initial, dtype=float)
+        if D0.ndim != 3 or D0.shape[1] != D0.shape[2]:
+            raise ValueError(f"initial heads must have shape (H, d, d), got {D0.shape}")
+        H, d = D0.shape[0], D0.shape[1]
+        if drift not in ("ou", "relaxation"):
+            raise ValueError(f"drift must be 'ou' or 'relaxation', got {drift!r}")
+        if noise not in NOISES:
+            raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
+        if integrator not in ("euler-maruyama", "exact"):
+            raise ValueError(f"integrator must be 'euler-maruyama' or 'exact', got {integrator!r}")
+        if integrator == "exact" and drift != "ou":
+            raise ValueError("the exact transition exists for the OU drift only; use integrator='euler-maruyama'")
+        for name, value in (("dt", dt), ("kappa", kappa), ("rate", rate), ("sigma", sigma)):
+            if not (math.isfinite(value) and value >= 0) or (name == "dt" and value == 0):
+                raise ValueError(f"{name} must be finite and {'> 0' if name == 'dt' else '>= 0'}, got {value!r}")
+        self.d, self.H = d, H
+        self.drift, self.noise, self.integrator = drift, noise, integrator
+        self.dt, self.kappa, self.rate, self.sigma, self.seed = float(dt), float(kappa), float(rate), float(sigma), int(seed)
+        self.mean_matrix = np.broadcast_to(np.eye(d) if mean is None else np.asarray(mean, dtype=float), (H, d, d)).copy()
+        if drift == "relaxation" and target is None:
+            raise ValueError("the relaxation drift needs a target F(t, phases)")
+        self.target = target
+        self.phases = np.zeros(H) if phases is None else np.asarray(phases, dtype=float).reshape(H)
+        self.w = np.full(H, 1.0 / H) if w is None else np.asarray(w, dtype=float)
+        self._symmetric = bool(all(_close(m, m.T) for m in D0) and (drift != "ou" or all(_close(m, m.T) for m in self.mean_matrix)))
+        self._rng = np.random.default_rng(self.seed)
+        self._D = [D0]
+        if self.kappa > 0:
+            self._decay = math.exp(-self.kappa * self.dt)
+            self._exact_noise = self.sigma * math.sqrt(-math.expm1(-2.0 * self.kappa * self.dt) / (2.0 * self.kappa))
+        else:
+            self._decay, self._exact_noise = 1.0, self.sigma * math.sqrt(self.dt)
+
+    def _xi(self) -> np.ndarray:
+        Z = self._rng.standard_normal((self.H, self.d, self.d))
+        if self.noise == "symmetric":
+            return 0.5 * (Z + np.swapaxes(Z, -1, -2))
+        if self._symmetric:
+            upper = np.triu(Z)
+            return upper + np.swapaxes(np.triu(Z, 1), -1, -2)
+        return Z
+
+    def drift_at(self, D: np.ndarray, t: float) -> np.ndarray:
+        """The drift :math:`b(D, t)`, shape (H, d, d)."""
+        if self.drift == "ou":
+            return self.kappa * (self.mean_matrix - D)
+        return self.rate * (self.target(t, self.phases) - D)
+
+    def _extend(self, k: int) -> None:
+        while len(self._D) <= k:
+            step = len(self._D) - 1
+            D, t = self._D[-1], step * self.dt
+            if self.integrator == "exact":
+                new = self.mean_matrix + self._decay * (D - self.mean_matrix)
+                if self.sigma > 0:
+                    new = new + self._exact_noise * self._xi()
+            else:
+                new = D + self.drift_at(D, t) * self.dt
+                if self.sigma > 0:
+                    new = new + self.sigma * math.sqrt(self.dt) * self._xi()
+            self._D.append(new)
+
+    def _locate(self, t: float) -> tuple[int, float]:
+        return OUSchedule._locate(self, t)  # type: ignore[arg-type]  # same grid snapping (uses self.dt only)
+
+    def at(self, t: float) -> HeadStack:
+        r"""Heads at ``t``: :math:`B=V=(1-f)D_k+fD_{k+1}`, :math:`t=(k+f)\Delta`."""
+        k, frac = self._locate(t)
+        self._extend(k + 1)
+        D = self._D[k] if frac == 0.0 else (1.0 - frac) * self._D[k] + frac * self._D[k + 1]
+        return HeadStack(B=D, V=D, w=self.w)
+
+    def derivative(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        r"""Right derivative :math:`(\dot B,\dot V)` of the piecewise-linear path, each (H, d, d)."""
+        k, _ = self._locate(t)
+        self._extend(k + 1)
+        dD = (self._D[k + 1] - self._D[k]) / self.dt
+        return dD, dD.copy()
+
+    def grid(self, t_final: float) -> np.ndarray:
+        """The schedule's grid :math:`0,\\Delta,\\dots` up to and including the first point ``>= t_final``."""
+        k = int(math.ceil(t_final / self.dt - 1e-9))
+        return self.dt * np.arange(max(k, 1) + 1)
+
+
+def _needs_sde(w: Mapping[str, Any]) -> bool:
+    """Whether ``[weights]`` asks for more than the classic OU (its defaults keep :class:`OUSchedule`)."""
+    return (
+        w.get("initial", "mean") != "mean"
+        or w.get("mean") is not None
+        or w.get("noise", "isotropic") != "isotropic"
+        or w.get("integrator", "auto") == "euler-maruyama"
+    )
+
+
+def _sde_from_config(cfg: Mapping[str, Any], mean: HeadStack) -> MatrixSDESchedule:
+    w, model = cfg["weights"], cfg["model"]
+    d, H = mean.d, mean.H
+    kind = w["schedule"]
+    if w.get("initial", "mean") == "random-symmetric":
+        D0 = random_symmetric(H, d, seed=int(model.get("seed", 0)))
+    else:
+        if not all(_close(mean.V[h], mean.B[h]) for h in range(H)):
+            raise ConfigError("weights.initial", "initial = 'mean' with these weight dynamics needs value-aligned heads (V = QᵀK, e.g. V = 'aligned'): the heads move as one matrix D_h = B_h = V_h")
+        D0 = mean.B.copy()
+    integrator = w.get("integrator", "auto")
+    if integrator == "auto":
+        integrator = "exact" if kind == "ou" else "euler-maruyama"
+    if kind == "relaxation" and integrator == "exact":
+        raise ConfigError("weights.integrator", "schedule = 'relaxation' has no exact transition; use 'euler-maruyama' (or 'auto')")
+    M = mean.B.copy() if w.get("mean") is None else np.broadcast_to(matrix_value(w["mean"], d, key="weights.mean"), (H, d, d)).copy()
+    target = None
+    phases = None
+    if kind == "relaxation":
+        if w.get("target") is None:
+            raise ConfigError("weights.target", "schedule = 'relaxation' needs target = [[…], …], a d×d matrix of numbers or expressions in t, phi")
+        target = relaxation_target(w["target"], d)
+        phases = oscillation_phases(H, w.get("phases", "spread"), seed=int(w["seed"]))
+    return MatrixSDESchedule(
+        D0,
+        drift=kind,
+        dt=float(w["dt"]),
+        kappa=float(w["kappa"]),
+        mean=M,
+        rate=float(w.get("rate", 1.0)),
+        target=target,
+        phases=phases,
+        sigma=float(w["sigma"]) if kind == "ou" else 0.0,
+        noise=w.get("noise", "isotropic"),
+        integrator=integrator,
+        seed=int(w["seed"]),
+        w=mean.w,
+    )
 
 
 # ----------------------------------------------------------------------------- replay
@@ -486,7 +795,7 @@ def schedule_derivative(schedule: HeadSchedule, t: float) -> tuple[np.ndarray, n
 
 def default_grid(schedule: HeadSchedule, t_final: float, *, dt: float = 0.01) -> np.ndarray:
     """Times at which a schedule's path is saved: its own grid (OU), one time (constant), else step ``dt``."""
-    if isinstance(schedule, OUSchedule):
+    if isinstance(schedule, (OUSchedule, MatrixSDESchedule)):
         return schedule.grid(t_final)
     if isinstance(schedule, ConstantHeads):
         return np.zeros(1)
@@ -551,6 +860,8 @@ def schedule_from_path(source: Mapping[str, Any] | str | Path) -> HeadSchedule:
 
 def _ou(cfg: Mapping[str, Any], mean: HeadStack) -> HeadSchedule:
     w = cfg["weights"]
+    if _needs_sde(w):
+        return _sde_from_config(cfg, mean)
     return OUSchedule(mean, kappa=float(w["kappa"]), sigma=float(w["sigma"]), dt=float(w["dt"]), seed=int(w["seed"]))
 
 
@@ -560,6 +871,8 @@ def _oscillating(cfg: Mapping[str, Any], mean: HeadStack) -> HeadSchedule:
     if kind not in PHASES:
         raise ConfigError("weights.phases", f"expected one of {', '.join(repr(p) for p in PHASES)}, got {kind!r}")
     phases = oscillation_phases(mean.H, kind, seed=int(w["seed"]))
+    if _needs_sde(w):
+        raise ConfigError("weights.initial", "initial, mean, noise and integrator apply to schedule = 'ou' or 'relaxation', not 'oscillating'")
     return OscillatingSchedule(mean, amplitude=float(w["amplitude"]), omega=float(w["omega"]), phases=phases)
 
 
@@ -572,6 +885,7 @@ SCHEDULES: dict[str, Callable[[Mapping[str, Any], HeadStack], HeadSchedule]] = {
     "constant": _constant,
     "ou": _ou,
     "oscillating": _oscillating,
+    "relaxation": lambda cfg, mean: _sde_from_config(cfg, mean),
 }
 
 

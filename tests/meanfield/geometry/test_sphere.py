@@ -74,6 +74,6 @@ def test_load_points(tmp_path):
 
 
 def test_sampler_registry_is_complete():
-    assert set(sphere.SAMPLERS) == {"uniform", "vmf", "fibonacci", "equiangular", "orthogonal", "file"}
+    assert set(sphere.SAMPLERS) == {"uniform", "vmf", "fibonacci", "clusters", "equiangular", "orthogonal", "file"}
     with pytest.raises(ValueError, match="unknown initial measure"):
         sphere.sample("gaussian", 3, 3)
