@@ -45,8 +45,10 @@ from __future__ import annotations
 
 import ast
 import importlib
+import math
 import importlib.util
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -250,3 +252,39 @@ def concentration_grid_config(*, cells: int, t_final: float, cfl: float = 0.5, s
     raw["solver"] = {"kind": "grid", "method": "ssprk3", "cfl": cfl, "t_final": t_final, "save_every": save_every}
     raw["grid"] = {"cells": cells, "family": "fibonacci"}
     return load_config(raw)
+
+
+def concentration_family_rows(betas: Sequence[float], *, spacing: float, refine: bool, t_final: float,
+                              cfl: float = 0.5, save_every: float = 0.1) -> list[dict[str, Any]]:
+    r"""The β family of the default concentration head on the grid, the mesh following β.
+
+    Each β runs on :math:`N=\lceil4\pi\beta/c^2\rceil` cells (``spacing`` = :math:`c`, at
+    least 200) and, with ``refine``, on :math:`4N` as well; the row holds the finer run's
+    numbers and the changes from the coarser one (``dw2_min`` relative, ``dt_min``; NaN
+    without ``refine``).  Shared by the β-family figures of Alcalde, Bungert, Riedl and
+    Roith (arXiv 2605.10931).
+    """
+    from meanfield.solvers.experiments.concentration import sweep_beta
+
+    cfg = concentration_grid_config(cells=200, t_final=t_final, cfl=cfl, save_every=save_every)
+    sweep = sweep_beta(cfg, betas, solver="grid", spacing=spacing, refine=refine)
+    nan = float("nan")
+    return [
+        {
+            "solver": sweep.solver, "cells": s["n"], "spacing": spacing, "beta": s["beta"], "log_beta": math.log(s["beta"]), "rate": s["rate"],
+            "t_min": s["t_min"], "w2_min": s["w2_min"], "ratio": s["ratio"], "w2_initial": s["w2_initial"],
+            "w2_final": s["w2_final"], "min_at_end": int(s["min_at_end"]), "under_resolved": int(bool(s["under_resolved"])),
+            "cells_coarse": s.get("n_coarse", nan), "w2_min_coarse": s.get("w2_min_coarse", nan),
+            "t_min_coarse": s.get("t_min_coarse", nan), "dw2_min": s.get("dw2_min", nan), "dt_min": s.get("dt_min", nan),
+        }
+        for s in sweep.summaries
+    ]
+
+
+def convergence_claim(rows: Sequence[dict[str, Any]], *, tolerance: float) -> dict[str, dict[str, Any]]:
+    """The claim that refining the mesh (4× the cells) moves W2_min by at most ``tolerance`` (relative); only for refined rows."""
+    changes = [abs(float(r["dw2_min"])) for r in rows if math.isfinite(float(r.get("dw2_min", float("nan"))))]
+    if not changes:
+        return {}
+    return {"mesh_converged": {"ok": bool(max(changes) <= tolerance), "value": float(max(changes)),
+                               "expected": f"max |ΔW2_min| between N and 4N cells <= {tolerance:g}"}}

@@ -1,5 +1,13 @@
 r"""The discrete energy–dissipation balance along JKO runs, term by term (Massucco et al., arXiv 2605.18870).
 
+This project's −I-heads variant, not the paper's setup: :math:`H` scalar heads :math:`\bar B_h=-I`
+(value-aligned), uniform tokens and the pooled softmax, built by
+:func:`meanfield.solvers.experiments.time_dependent.time_dependent_model`.  Massucco, Del Grande,
+Carioni, Brune and Schönlieb run octahedral clusters, random symmetric heads :math:`D_h(0)=Z+Z^\top`
+relaxing toward :math:`+I`, the mean over heads of the per-head softmax fields and explicit Euler
+(``data/massucco_ou.toml``, ``data/massucco_oscillating.toml``; the figure
+``time_dependent_authors_plateau``).
+
 .. math::
 
     E(\mu_T,T)-E(\mu_0,0) = \int_0^T\partial_tE(\mu_t,t)\,dt
@@ -42,7 +50,7 @@ from meanfield.figures import script_main, write_rows
 ID = "time_dependent_energy_balance"
 PAPER = "2605.18870"
 THEOREM = "energy-dissipation identity"
-DESCRIPTION = "Energy-dissipation balance along particle JKO runs, term by term (E(t)-E(0), ∫∂ₜE, ∫½|μ̇|²ₘ, ∫½|∂E|², residual); the residual is small and O(τ)"
+DESCRIPTION = "This project's −I-heads variant, not the paper's setup: energy-dissipation balance along particle JKO runs, term by term (E(t)-E(0), ∫∂ₜE, ∫½|μ̇|²ₘ, ∫½|∂E|², residual); the residual is small and O(τ)"
 
 # ---- constants -----------------------------------------------------------
 HEADS = 4

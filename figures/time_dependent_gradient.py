@@ -1,5 +1,13 @@
 r"""The upper gradient :math:`|\partial E|(\mu_t,t)` against time for constant, OU and oscillating heads (Massucco et al., arXiv 2605.18870).
 
+This project's −I-heads variant, not the paper's setup: :math:`H` scalar heads :math:`\bar B_h=-I`
+(value-aligned), uniform tokens and the pooled softmax, built by
+:func:`meanfield.solvers.experiments.time_dependent.time_dependent_model`.  Massucco, Del Grande,
+Carioni, Brune and Schönlieb run octahedral clusters, random symmetric heads :math:`D_h(0)=Z+Z^\top`
+relaxing toward :math:`+I`, the mean over heads of the per-head softmax fields and explicit Euler
+(``data/massucco_ou.toml``, ``data/massucco_oscillating.toml``; the figure
+``time_dependent_authors_plateau``).
+
 .. math::
 
     |\partial E|^2(\mu,t) = \int \hat b_{\Theta_t}^\mu(x)\,\Big\|P^\perp_x\nabla\frac{\delta E}{\delta\mu}(x,t)\Big\|^2 d\mu(x),
@@ -42,7 +50,7 @@ from meanfield.figures import script_main, write_rows
 ID = "time_dependent_gradient"
 PAPER = "2605.18870"
 THEOREM = "long-time behaviour (upper gradient)"
-DESCRIPTION = "Upper gradient |∂E| against t (log scale): constant heads decay by orders of magnitude, OU heads plateau, oscillating heads do not decay"
+DESCRIPTION = "This project's −I-heads variant, not the paper's setup: upper gradient |∂E| against t (log scale): constant heads decay by orders of magnitude, OU heads plateau, oscillating heads do not decay"
 
 # ---- constants -----------------------------------------------------------
 HEADS = 4

@@ -1,5 +1,13 @@
 r"""JKO τ-convergence to the pooled transformer PDE, per weight schedule (Massucco et al., arXiv 2605.18870).
 
+This project's −I-heads variant, not the paper's setup: :math:`H` scalar heads :math:`\bar B_h=-I`
+(value-aligned), uniform tokens and the pooled softmax, built by
+:func:`meanfield.solvers.experiments.time_dependent.time_dependent_model`.  Massucco, Del Grande,
+Carioni, Brune and Schönlieb run octahedral clusters, random symmetric heads :math:`D_h(0)=Z+Z^\top`
+relaxing toward :math:`+I`, the mean over heads of the per-head softmax fields and explicit Euler
+(``data/massucco_ou.toml``, ``data/massucco_oscillating.toml``; the figure
+``time_dependent_authors_plateau``).
+
 .. math::
 
     \mu_{k+1}\in\operatorname*{argmin}_\mu\ \frac{W_{m,2}^2(\mu,\mu_k)}{2\tau}+E(\mu,t_{k+1}),\qquad
@@ -46,7 +54,7 @@ from meanfield.figures import script_main, write_rows
 ID = "time_dependent_jko_convergence"
 PAPER = "2605.18870"
 THEOREM = "JKO convergence (minimizing movements)"
-DESCRIPTION = "Error of the particle JKO scheme against the RK4 solution of the pooled PDE versus τ on log-log axes: first order for constant, oscillating and path-resolving OU weights (a rough OU path is shown unclaimed)"
+DESCRIPTION = "This project's −I-heads variant, not the paper's setup: error of the particle JKO scheme against the RK4 solution of the pooled PDE versus τ on log-log axes: first order for constant, oscillating and path-resolving OU weights (a rough OU path is shown unclaimed)"
 
 # ---- constants -----------------------------------------------------------
 HEADS = 3

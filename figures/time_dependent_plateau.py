@@ -1,5 +1,13 @@
 r"""Plateau of the upper gradient against the number of heads for OU weights, with the fitted slope (Massucco et al., arXiv 2605.18870).
 
+This project's −I-heads variant, not the paper's setup: :math:`H` scalar heads :math:`\bar B_h=-I`
+(value-aligned), uniform tokens and the pooled softmax, built by
+:func:`meanfield.solvers.experiments.time_dependent.time_dependent_model`.  Massucco, Del Grande,
+Carioni, Brune and Schönlieb run octahedral clusters, random symmetric heads :math:`D_h(0)=Z+Z^\top`
+relaxing toward :math:`+I`, the mean over heads of the per-head softmax fields and explicit Euler
+(``data/massucco_ou.toml``, ``data/massucco_oscillating.toml``; the figure
+``time_dependent_authors_plateau``).
+
 .. math::
 
     \overline{G^2}(H)\approx a\,H^{b},\qquad
@@ -45,7 +53,7 @@ from meanfield.figures import script_main, write_rows
 ID = "time_dependent_plateau"
 PAPER = "2605.18870"
 THEOREM = "long-time behaviour (plateau ~ 1/H)"
-DESCRIPTION = "Plateau of the upper gradient (authors' G² and |∂E|²) against the number of OU heads H on log-log axes, with the fitted slope (paper: -1)"
+DESCRIPTION = "This project's −I-heads variant, not the paper's setup: plateau of the upper gradient (authors' G² and |∂E|²) against the number of OU heads H on log-log axes, with the fitted slope (paper: -1)"
 
 # ---- constants -----------------------------------------------------------
 HEADS = (1, 2, 4, 8, 16)

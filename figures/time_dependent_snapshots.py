@@ -1,5 +1,14 @@
 r"""OU against oscillating head weights: snapshots of the token cloud on :math:`S^2` (Massucco et al., arXiv 2605.18870).
 
+This project's −I-heads variant, not the paper's setup: :math:`H` scalar heads :math:`\bar B_h=-I`
+(value-aligned), uniform tokens and the pooled softmax, built by
+:func:`meanfield.solvers.experiments.time_dependent.time_dependent_model`.  Massucco, Del Grande,
+Carioni, Brune and Schönlieb run octahedral clusters, random symmetric heads :math:`D_h(0)=Z+Z^\top`
+relaxing toward :math:`+I`, the mean over heads of the per-head softmax fields and explicit Euler
+(``data/massucco_ou.toml``, ``data/massucco_oscillating.toml``; the figure
+``time_dependent_authors_plateau``).  That OU heads let the tokens cluster is a property of these −I heads,
+not a result of the paper's setup.
+
 .. math::
 
     \dot x_i = -P^\perp_{x_i}\,\frac{\sum_h \tfrac1H\sum_j e^{\beta x_i^\top B_h(t)x_j}B_h(t)x_j}
@@ -44,7 +53,7 @@ from meanfield.figures import script_main, write_rows
 ID = "time_dependent_snapshots"
 PAPER = "2605.18870"
 THEOREM = "long-time behaviour (integrable vs oscillating weights)"
-DESCRIPTION = "Token clouds on S² at four times under OU and oscillating head weights: OU weights let the tokens cluster, oscillating weights keep them apart"
+DESCRIPTION = "This project's −I-heads variant, not the paper's setup: token clouds on S² at four times under OU and oscillating head weights: OU weights let the tokens cluster, oscillating weights keep them apart"
 
 # ---- constants -----------------------------------------------------------
 HEADS = 4

@@ -132,6 +132,13 @@ def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSe
         from meanfield.heads.schedules import weights_static  # the weight path, so that the run can be replayed
 
         setup.static.update(weights_static(setup.model.heads, cfg["solver"]["t_final"], dt=cfg["weights"]["dt"]))
+    if cfg["weights"]["schedule"] != "constant" and cfg["solver"]["kind"] != "zero-temperature" and not any(
+        getattr(t, "name", "") in ("edi", "slope") for t in setup.trackers
+    ):  # G² and the metric slope of time-dependent heads (the JKO's own tracker already records them)
+        from meanfield.solvers.trackers import SlopeTracker
+
+        points = setup.static.get("points") if setup.state_name == "mass" else None
+        setup.trackers.append(SlopeTracker(setup.model, weights=problem.weights if points is None else None, points=points))
     if cfg["track"]["concentration"]:
         setup.trackers.append(concentration_tracker(cfg, setup))
     setup.trackers.extend(trackers)

@@ -14,12 +14,14 @@ from typing import Any
 import numpy as np
 
 from meanfield.analysis.energy import head_energies
+from meanfield.analysis.mobility import authors_slope_squared, mobility_field
 from meanfield.model import Model
-from meanfield.geometry.sphere import sphere_error
+from meanfield.geometry.sphere import project_tangent, sphere_error
 from meanfield.solvers.loop import StopRun
 
 __all__ = [
     "EnergyTracker",
+    "SlopeTracker",
     "SphereTracker",
     "FiniteTracker",
     "SteadyStateTracker",
@@ -55,6 +57,50 @@ class EnergyTracker:
         out = {"energy": total, "energy_theta": float(stack.w @ energies)}
         out.update({f"energy_h{h}": float(e) for h, e in enumerate(energies)})
         return out
+
+
+@dataclass
+class SlopeTracker:
+    r"""Records the authors' slope diagnostic :math:`G^2` and the metric slope :math:`|\partial E|^2` (Massucco et al., arXiv 2605.18870).
+
+    .. math::
+
+        G^2 = \frac1n\sum_i \frac{\|v_i\|^2}{\sum_h w_h\,n/N_{h,i}},\qquad
+        |\partial E|^2 = \int \frac{\|P^\perp_x\,\mathrm{flux}(x)\|^2}{\hat b(x)}\,d\mu(x),\qquad
+        \hat b(x_i)=\Big(\sum_h w_h Z_h(x_i)\Big)^{-1}
+
+    with :math:`v_i` the mean over heads of the projected per-head softmax fields and
+    :math:`N_{h,i}=\sum_j e^{\beta x_i^\top B_h x_j}`, as in Massucco, Del Grande, Carioni, Brune and
+    Schönlieb's code (:func:`meanfield.analysis.mobility.authors_slope_squared`); the metric slope is
+    that of the effective mobility :math:`\hat b` (:func:`meanfield.analysis.mobility.mobility_field`,
+    value-aligned heads).  For one head the two agree.  With heterogeneous heads :math:`G^2`
+    divides by the mean of the per-head mobilities, so it is neither :math:`|\partial E|^2` nor the
+    dissipation of the mean-over-heads flow.
+
+    Keys: ``authors_G2`` and ``slope2``.  With ``points`` the state is a grid measure (cell masses
+    at those points).  Added by :func:`meanfield.solvers.run.setup_run` whenever the heads are
+    time-dependent.
+    """
+
+    model: Model
+    weights: np.ndarray | None = None
+    points: np.ndarray | None = None
+    name: str = "slope"
+
+    def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
+        heads = self.model.heads.at(t)
+        if self.points is None:  # particles: the state is the tokens
+            x = np.asarray(state, dtype=float)
+            a = np.full(x.shape[0], 1.0 / x.shape[0]) if self.weights is None else np.asarray(self.weights, dtype=float)
+        else:  # a grid measure: cell masses at fixed points
+            x, a = self.points, np.asarray(state, dtype=float)
+        beta = self.model.beta
+        with np.errstate(over="ignore"):
+            fld = mobility_field(x, heads, beta=beta, weights=a)
+            tangent = project_tangent(x, fld.flux)
+            slope2 = float(np.sum(a * np.sum(tangent * tangent, axis=1) * np.exp(-fld.log_b)))
+            g2 = authors_slope_squared(x, heads, beta=beta, weights=a)
+        return {"authors_G2": g2, "slope2": slope2}
 
 
 @dataclass

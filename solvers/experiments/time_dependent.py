@@ -10,6 +10,7 @@ JKO scheme (:mod:`meanfield.solvers.jko`).
 ==========================================  ======================================
 OU against oscillating weights               :func:`ou_vs_oscillating`
 plateau of the upper gradient against H      :func:`gradient_plateau_vs_heads`
+the plateau and its two fits                 :func:`authors_plateau`, :func:`plateau_fits`
 discrete energy–dissipation balance          :func:`energy_dissipation_balance`
 JKO :math:`\tau`-convergence to the PDE      :func:`jko_tau_convergence`
 stability (inputs, weights)                  :func:`input_stability`, :func:`weight_stability`
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -49,7 +51,10 @@ from meanfield.solvers.problem import Problem, solve
 __all__ = [
     "DEFAULTS",
     "time_dependent_model",
+    "FIT_METHODS",
     "fit_power_law",
+    "plateau_fits",
+    "authors_plateau",
     "trajectory",
     "ou_vs_oscillating",
     "gradient_plateau_vs_heads",
@@ -133,11 +138,74 @@ def time_dependent_model(
     return Model(d=d, beta=beta, attention="pooled", heads=sched, direction=direction)
 
 
-def fit_power_law(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
-    r"""Least-squares fit of :math:`y\approx a\,x^b` on a log-log plot; returns ``(a, b)``."""
-    lx, ly = np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float))
-    b, log_a = np.polyfit(lx, ly, 1)
-    return float(math.exp(log_a)), float(b)
+#: the two fits of :math:`y\approx a\,x^b`, by ``method`` name: what each minimises
+FIT_METHODS: dict[str, str] = {
+    "loglog": "log-log least squares: min over (log a, b) of sum_k (log y_k - log a - b log x_k)^2 (numpy.polyfit)",
+    "curve_fit": "nonlinear least squares of a*x^b: min over (a, b) of sum_k (y_k - a x_k^b)^2 (scipy.optimize.curve_fit)",
+}
+
+
+def fit_power_law(x: Sequence[float], y: Sequence[float], *, method: str = "loglog") -> tuple[float, float]:
+    r"""Fit :math:`y\approx a\,x^b`; returns ``(a, b)``.
+
+    .. math::
+
+        \text{loglog:}\ \min_{\log a,\,b}\sum_k\big(\log y_k-\log a-b\log x_k\big)^2,\qquad
+        \text{curve\_fit:}\ \min_{a,\,b}\sum_k\big(y_k-a\,x_k^{b}\big)^2
+
+    The second is the fit of Massucco, Del Grande, Carioni, Brune and Schönlieb (arXiv 2605.18870)
+    (``scipy.optimize.curve_fit`` of ``a * H**b``), started here from the log-log fit; it weighs the
+    largest :math:`y` most, the first weighs every point's relative error alike, so on noisy
+    plateaus the two exponents differ.
+
+    Parameters
+    ----------
+    x, y : (K,) array-like
+        Positive abscissae and values.
+    method : {"loglog", "curve_fit"}
+        See :data:`FIT_METHODS`.
+    """
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if method not in FIT_METHODS:
+        raise ValueError(f"method must be one of {', '.join(FIT_METHODS)}, got {method!r}")
+    b, log_a = np.polyfit(np.log(xs), np.log(ys), 1)
+    if method == "loglog":
+        return float(math.exp(log_a)), float(b)
+    from scipy.optimize import OptimizeWarning, curve_fit
+
+    with warnings.catch_warnings():  # the covariance is not used: an exact fit need not estimate it
+        warnings.simplefilter("ignore", OptimizeWarning)
+        popt, _ = curve_fit(lambda h, a_, b_: a_ * h**b_, xs, ys, p0=(math.exp(log_a), b), maxfev=20000)
+    return float(popt[0]), float(popt[1])
+
+
+def plateau_fits(H: Sequence[float], plateau: Sequence[float]) -> list[dict[str, Any]]:
+    r"""Both fits of :math:`\overline{G^2}(H)\approx a\,H^b`, each with its method.
+
+    Returns
+    -------
+    list of dict
+        One per :data:`FIT_METHODS` entry: ``method`` (the name), ``description``, ``a``, ``b``.
+    """
+    out = []
+    for method, description in FIT_METHODS.items():
+        a, b = fit_power_law(H, plateau, method=method)
+        out.append({"method": method, "description": description, "a": a, "b": b})
+    return out
+
+
+def authors_plateau(t: Sequence[float], values: Sequence[float], t_final: float | None = None) -> float:
+    r"""The plateau of Massucco et al. (arXiv 2605.18870): the mean of a recorded series over :math:`t\ge T/2`.
+
+    .. math::
+
+        \overline{G^2} = \operatorname{mean}\{G^2(t_k) : t_k \ge T/2\}
+
+    ``t_final`` defaults to the last recorded time.
+    """
+    ts, vs = np.asarray(t, dtype=float), np.asarray(values, dtype=float)
+    T = float(ts[-1]) if t_final is None else float(t_final)
+    return float(np.mean(vs[ts >= T / 2 - 1e-12 * max(1.0, T)]))
 
 
 def trajectory(

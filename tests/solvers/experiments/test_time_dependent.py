@@ -1,0 +1,62 @@
+r"""The plateau and its two fits (Massucco, Del Grande, Carioni, Brune and Schönlieb, arXiv 2605.18870).
+
+.. math::
+
+    \overline{G^2}(H)\approx a\,H^{b}
+
+fitted by log-log least squares and by the authors' nonlinear least squares, on synthetic data
+with known :math:`a, b`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from meanfield.solvers.experiments.time_dependent import FIT_METHODS, authors_plateau, fit_power_law, plateau_fits
+
+H = np.array([1.0, 4.0, 10.0, 16.0, 100.0])
+
+
+@pytest.mark.parametrize("method", list(FIT_METHODS))
+@pytest.mark.parametrize(("a", "b"), [(0.3, -1.0), (2.0, 0.0), (0.05, -0.5)])
+def test_exact_power_law_is_recovered(method, a, b):
+    fa, fb = fit_power_law(H, a * H**b, method=method)
+    assert fa == pytest.approx(a, rel=1e-8) and fb == pytest.approx(b, abs=1e-8)
+
+
+def test_the_two_fits_minimise_different_errors():
+    # multiplicative noise on the largest value: curve_fit follows the large y, log-log weighs all alike
+    a, b = 0.3, -1.0
+    y = a * H**b * np.array([1.3, 0.9, 1.1, 0.95, 1.2])
+    fits = {f["method"]: f for f in plateau_fits(H, y)}
+    assert set(fits) == set(FIT_METHODS) and all(f["description"] == FIT_METHODS[m] for m, f in fits.items())
+    ll, cf = fits["loglog"], fits["curve_fit"]
+    # each is the minimiser of its own objective
+    def log_sq(p):
+        return float(np.sum((np.log(y) - np.log(p[0]) - p[1] * np.log(H)) ** 2))
+
+    def lin_sq(p):
+        return float(np.sum((y - p[0] * H ** p[1]) ** 2))
+
+    assert log_sq((ll["a"], ll["b"])) < log_sq((cf["a"], cf["b"]))
+    assert lin_sq((cf["a"], cf["b"])) < lin_sq((ll["a"], ll["b"]))
+    for da in (0.99, 1.01):
+        for db in (-0.01, 0.01):
+            assert lin_sq((cf["a"] * da, cf["b"] + db)) > lin_sq((cf["a"], cf["b"]))
+    # the log-log fit is the closed-form regression line
+    X = np.stack([np.ones_like(H), np.log(H)], axis=1)
+    coef = np.linalg.lstsq(X, np.log(y), rcond=None)[0]
+    assert ll["b"] == pytest.approx(coef[1], rel=1e-10) and ll["a"] == pytest.approx(np.exp(coef[0]), rel=1e-10)
+    assert abs(ll["b"] - cf["b"]) > 1e-3
+
+
+def test_unknown_method_is_refused():
+    with pytest.raises(ValueError, match="method"):
+        fit_power_law(H, H, method="spline")
+
+
+def test_plateau_is_the_mean_over_the_second_half():
+    t = np.linspace(0.0, 20.0, 801)
+    y = np.where(t < 10.0, 100.0, 1.0 + t)
+    assert authors_plateau(t, y) == pytest.approx(np.mean(1.0 + t[400:]))
+    assert authors_plateau(t, y, t_final=40.0) == pytest.approx(21.0)
