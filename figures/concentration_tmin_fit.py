@@ -27,8 +27,13 @@ full form): over :math:`\beta\in[4,128]` the growth is faster than linear in
 not exclude; the plot adds, for comparison only, the least-squares power law
 :math:`t_{\min}\approx c\,\beta^{a}`.
 
-Runtime: about 6 s with ``--quick`` (N = 800 cells, β = 4, 8, 16, 32), about 1.5 min in
-full (N = 2000, β = 4 … 128), on one core.
+The mesh follows β: :math:`N=\lceil4\pi\beta/c^2\rceil` cells, spacing :math:`c\,\beta^{-1/2}`
+(full: :math:`c = 0.5`, β = 4, 16, 64, each also on :math:`4N` cells, and the claim that
+W2_min moves by at most 2 % between the two; quick: :math:`c = 0.7`, β = 4 … 32, one mesh).
+Second-order scheme (``grid.order = 2``).
+
+Runtime: under a minute with ``--quick``; in full about 15 min on two cores (the
+β = 64 pair has 3217 and 12 868 cells).
 
 Command: ``python figures/concentration_tmin_fit.py [--quick] [--out DIR]``
 (or ``meanfield reproduce concentration_tmin_fit``).
@@ -44,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import concentration_grid_config, script_main, write_rows
+from meanfield.figures import concentration_family_rows, convergence_claim, script_main, write_rows
 
 ID = "concentration_tmin_fit"
 PAPER = "2605.10931"
@@ -52,37 +57,30 @@ THEOREM = "Thm 1"
 DESCRIPTION = "t_min (time of the smallest W2 to Π♯ρ₀) against log β with its least-squares line (grid solver on S²): t_min grows with β"
 
 # ---- constants -----------------------------------------------------------
-BETAS = (4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
-CELLS = 2000
+BETAS = (4.0, 16.0, 64.0)
+#: the mesh follows β: N = 4πβ/c² cells (h = c·β^{-1/2}), and 4N for the convergence check
+SPACING = 0.5
 T_FINAL = 16.0
 QUICK_BETAS = (4.0, 8.0, 16.0, 32.0)
-QUICK_CELLS = 800
+QUICK_SPACING = 0.7
 QUICK_T_FINAL = 10.0
+#: largest relative change of W2_min between N and 4N cells the full form accepts
+CONVERGED = 0.02
 SAVE_EVERY = 0.1
 CFL = 0.5
 MIN_R2 = 0.85
 
 
 def compute(*, quick: bool = False) -> list[dict[str, Any]]:
-    """One row per β: ``solver, cells, beta, log_beta, t_min, w2_min, w2_initial, w2_final, min_at_end, under_resolved``."""
-    from meanfield.solvers.experiments.concentration import sweep_beta
-
-    cells = QUICK_CELLS if quick else CELLS
-    cfg = concentration_grid_config(cells=cells, t_final=QUICK_T_FINAL if quick else T_FINAL, cfl=CFL, save_every=SAVE_EVERY)
-    sweep = sweep_beta(cfg, QUICK_BETAS if quick else BETAS, solver="grid")
-    return [
-        {
-            "solver": sweep.solver, "cells": cells, "beta": s["beta"], "log_beta": math.log(s["beta"]),
-            "t_min": s["t_min"], "w2_min": s["w2_min"], "w2_initial": s["w2_initial"], "w2_final": s["w2_final"],
-            "min_at_end": int(s["min_at_end"]), "under_resolved": int(bool(s["under_resolved"])),
-        }
-        for s in sweep.summaries
-    ]
+    """One row per β (:func:`meanfield.figures.concentration_family_rows`): the finer mesh's numbers and, in full, their change from the coarser."""
+    if quick:
+        return concentration_family_rows(QUICK_BETAS, spacing=QUICK_SPACING, refine=False, t_final=QUICK_T_FINAL, cfl=CFL, save_every=SAVE_EVERY)
+    return concentration_family_rows(BETAS, spacing=SPACING, refine=True, t_final=T_FINAL, cfl=CFL, save_every=SAVE_EVERY)
 
 
 def read_csv(path: str | Path) -> list[dict[str, Any]]:
     with open(path, newline="") as f:
-        return [{k: (v if k == "solver" else float(v)) for k, v in row.items()} for row in csv.DictReader(f)]
+        return [{k: (v if k == "solver" else float(v) if v != "" else float("nan")) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def fit(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -106,6 +104,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         "t_min_increasing": {"ok": bool(np.all(steps > 0)), "value": float(np.min(steps)), "expected": "every step of t_min between consecutive β > 0"},
         "minimum_inside_run": {"ok": at_end == 0, "value": float(at_end), "expected": "0 minima at the last frame"},
         "resolved": {"ok": unresolved == 0, "value": float(unresolved), "expected": "0 under-resolved β (cells ≥ 10·β)"},
+        **convergence_claim(rows, tolerance=CONVERGED),
     }
 
 
@@ -131,8 +130,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_ylabel(r"$t_{\min} = \arg\min_t\, W_2(\rho_t, \Pi_\sharp\rho_0)$")
     ax.set_title(
         f"Thm 1 of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the metastable time grows with β\n"
-        f"grid solver on $S^2$ (N = {int(rows[0]['cells'])} cells, uniform $\\rho_0$, $S=\\mathrm{{diag}}(1,0.5,0.25)$)",
-        fontsize=9,
+        f"grid solver on $S^2$ (N = 4πβ/{rows[0]['spacing']:g}² cells, N = {int(rows[0]['cells'])} … {int(rows[-1]['cells'])}; uniform $\\rho_0$, $S=\\mathrm{{diag}}(1,0.5,0.25)$)",
+        fontsize=8,
     )
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)

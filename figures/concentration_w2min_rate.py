@@ -26,8 +26,13 @@ diffusion puts a floor of the order of the cell size under the minima).
 
 Claim: slope > 0 with :math:`R^2\ge0.9`, and :math:`\max_\beta W_{2,\min}/r(\beta)\le1`.
 
-Runtime: about 6 s with ``--quick`` (N = 800 cells, β = 4, 8, 16, 32), about 1.5 min in
-full (N = 2000, β = 4 … 128), on one core.
+The mesh follows β: :math:`N=\lceil4\pi\beta/c^2\rceil` cells, spacing :math:`c\,\beta^{-1/2}`
+(full: :math:`c = 0.5`, β = 4, 16, 64, each also on :math:`4N` cells, and the claim that
+W2_min moves by at most 2 % between the two; quick: :math:`c = 0.7`, β = 4 … 32, one mesh).
+Second-order scheme (``grid.order = 2``).
+
+Runtime: under a minute with ``--quick``; in full about 15 min on two cores (the
+β = 64 pair has 3217 and 12 868 cells).
 
 Command: ``python figures/concentration_w2min_rate.py [--quick] [--out DIR]``
 (or ``meanfield reproduce concentration_w2min_rate``).
@@ -43,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import concentration_grid_config, script_main, write_rows
+from meanfield.figures import concentration_family_rows, convergence_claim, script_main, write_rows
 
 ID = "concentration_w2min_rate"
 PAPER = "2605.10931"
@@ -51,12 +56,15 @@ THEOREM = "Thm 1"
 DESCRIPTION = "W2_min against √(log(β+1)/β) on log-log axes with the fitted power (grid solver on S²): W2_min falls with the rate and stays below it"
 
 # ---- constants -----------------------------------------------------------
-BETAS = (4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
-CELLS = 2000
+BETAS = (4.0, 16.0, 64.0)
+#: the mesh follows β: N = 4πβ/c² cells (h = c·β^{-1/2}), and 4N for the convergence check
+SPACING = 0.5
 T_FINAL = 16.0
 QUICK_BETAS = (4.0, 8.0, 16.0, 32.0)
-QUICK_CELLS = 800
+QUICK_SPACING = 0.7
 QUICK_T_FINAL = 10.0
+#: largest relative change of W2_min between N and 4N cells the full form accepts
+CONVERGED = 0.02
 SAVE_EVERY = 0.1
 CFL = 0.5
 MIN_R2 = 0.9
@@ -64,25 +72,15 @@ MAX_RATIO = 1.0  # the constant C of W2_min ≤ C·r(β) the data must satisfy
 
 
 def compute(*, quick: bool = False) -> list[dict[str, Any]]:
-    """One row per β: ``solver, cells, beta, rate, t_min, w2_min, ratio, min_at_end, under_resolved``."""
-    from meanfield.solvers.experiments.concentration import sweep_beta
-
-    cells = QUICK_CELLS if quick else CELLS
-    cfg = concentration_grid_config(cells=cells, t_final=QUICK_T_FINAL if quick else T_FINAL, cfl=CFL, save_every=SAVE_EVERY)
-    sweep = sweep_beta(cfg, QUICK_BETAS if quick else BETAS, solver="grid")
-    return [
-        {
-            "solver": sweep.solver, "cells": cells, "beta": s["beta"], "rate": s["rate"], "t_min": s["t_min"],
-            "w2_min": s["w2_min"], "ratio": s["ratio"], "min_at_end": int(s["min_at_end"]),
-            "under_resolved": int(bool(s["under_resolved"])),
-        }
-        for s in sweep.summaries
-    ]
+    """One row per β (:func:`meanfield.figures.concentration_family_rows`): the finer mesh's numbers and, in full, their change from the coarser."""
+    if quick:
+        return concentration_family_rows(QUICK_BETAS, spacing=QUICK_SPACING, refine=False, t_final=QUICK_T_FINAL, cfl=CFL, save_every=SAVE_EVERY)
+    return concentration_family_rows(BETAS, spacing=SPACING, refine=True, t_final=T_FINAL, cfl=CFL, save_every=SAVE_EVERY)
 
 
 def read_csv(path: str | Path) -> list[dict[str, Any]]:
     with open(path, newline="") as f:
-        return [{k: (v if k == "solver" else float(v)) for k, v in row.items()} for row in csv.DictReader(f)]
+        return [{k: (v if k == "solver" else float(v) if v != "" else float("nan")) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def fit(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -105,6 +103,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         "max_ratio": {"ok": bool(max(ratios) <= MAX_RATIO), "value": float(max(ratios)),
                       "expected": f"max W2_min/r(β) <= {MAX_RATIO:g} (W2_min ≲ C·r with C = {MAX_RATIO:g})"},
         "minimum_inside_run": {"ok": at_end == 0, "value": float(at_end), "expected": "0 minima at the last frame"},
+        **convergence_claim(rows, tolerance=CONVERGED),
     }
 
 
@@ -128,8 +127,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_ylabel(r"$W_{2,\min} = \min_t\, W_2(\rho_t, \Pi_\sharp\rho_0)$")
     ax.set_title(
         f"Thm 1 of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the closest approach to $\\Pi_\\sharp\\rho_0$ against the rate\n"
-        f"grid solver on $S^2$ (N = {int(rows[0]['cells'])} cells, uniform $\\rho_0$, $S=\\mathrm{{diag}}(1,0.5,0.25)$)",
-        fontsize=9,
+        f"grid solver on $S^2$ (N = 4πβ/{rows[0]['spacing']:g}² cells, N = {int(rows[0]['cells'])} … {int(rows[-1]['cells'])}; uniform $\\rho_0$, $S=\\mathrm{{diag}}(1,0.5,0.25)$)",
+        fontsize=8,
     )
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3, which="both")
