@@ -61,8 +61,12 @@ is rebuilt from it — one row per case: ``case``, ``hash``, the swept keys
 (their resolved values), ``status`` (``ok``/``failed``), ``error``,
 ``attempts``, ``wall_time``, and the scalars of :func:`case_scalars`
 (``frames``, ``t_last``, ``energy_final``, ``min_inner_product``, and with the
-concentration tracker ``t_min``, ``W2_min``), plus those of the ``results`` hook
+concentration tracker ``t_min``, ``W2_min``), with time-dependent heads ``G2_plateau`` and ``slope2_plateau`` (the means over
+:math:`t\ge T/2` of ``diagnostics/authors_G2`` and ``slope2``), plus those of the ``results`` hook
 (``f(path, cfg) -> Mapping[str, float]``, which may also override the built-in ones).
+When ``weights.seed`` is swept, its values are Monte-Carlo paths of the weights' noise:
+``DIR/aggregate.csv`` then holds, per value of the other swept keys (``model.num_heads`` …),
+the mean ± std of the plateaus over the paths (:func:`aggregate_paths`).
 
 Faults
 ------
@@ -98,7 +102,7 @@ import sys
 import time
 import tomllib
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +119,7 @@ __all__ = [
     "run_sweep",
     "run_case",
     "case_scalars",
+    "aggregate_paths",
     "read_ledger",
     "RESULT_COLUMNS",
     "SWEEP_KEYS",
@@ -462,6 +467,23 @@ def _concentration_scalars(t: np.ndarray, w2: np.ndarray) -> dict[str, float]:
     }
 
 
+#: diagnostics whose plateau (mean over t >= T/2) is a scalar of the case, and the column it fills
+PLATEAU_COLUMNS = {"authors_G2": "G2_plateau", "slope2": "slope2_plateau"}
+#: the swept key whose values are Monte-Carlo paths of one experiment (the noise of the weights)
+PATH_KEY = "weights.seed"
+#: the scalars :func:`aggregate_paths` averages over the paths
+AGGREGATED = ("G2_plateau", "slope2_plateau")
+
+
+def _plateau(t: np.ndarray, values: np.ndarray) -> float:
+    r"""Mean of ``values`` over :math:`t \ge T/2`, :math:`T` the last recorded time (NaN if none is finite)."""
+    if t.size == 0:
+        return math.nan
+    tail = values[t >= t[-1] / 2 - 1e-12 * max(1.0, abs(float(t[-1])))]
+    tail = tail[np.isfinite(tail)]
+    return float(np.mean(tail)) if tail.size else math.nan
+
+
 def case_scalars(path: str | Path) -> dict[str, Any]:
     r"""The scalar results of one run file (a row of ``results.csv``).
 
@@ -479,7 +501,10 @@ def case_scalars(path: str | Path) -> dict[str, Any]:
         ``frames``, ``t_last``, ``energy_final`` (last finite ``E_multi``),
         ``min_inner_product`` (particles; NaN for grid runs), ``t_min``,
         ``W2_min`` (NaN without the concentration tracker), ``stop_reason``;
-        with the concentration tracker also ``window_length`` (metastable
+        with time-dependent heads ``G2_plateau`` and ``slope2_plateau`` (the means over
+        :math:`t\ge T/2` of ``diagnostics/authors_G2`` and ``diagnostics/slope2``, :math:`T`
+        the last recorded time: the plateau of Massucco, Del Grande, Carioni, Brune and
+        Schönlieb, arXiv 2605.18870); with the concentration tracker also ``window_length`` (metastable
         window), ``W2_final`` and the final ``e_/v_eigenspace_distance``.
     """
     import h5py
@@ -504,6 +529,9 @@ def case_scalars(path: str | Path) -> dict[str, Any]:
             if x.shape[0] > 1:
                 gram = x @ x.T
                 out["min_inner_product"] = float(np.min(gram[np.triu_indices(x.shape[0], 1)]))
+        for key, column in PLATEAU_COLUMNS.items():  # time-dependent heads: the plateau of Massucco et al. (arXiv 2605.18870)
+            if key in diagnostics and frames:
+                out[column] = _plateau(t, np.asarray(diagnostics[key][()], dtype=float))
         if "w2_target" in diagnostics:
             out.update(_concentration_scalars(t, np.asarray(diagnostics["w2_target"][()], dtype=float)))
             for key in ("e_eigenspace_distance", "v_eigenspace_distance"):  # Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931), Conjecture 1
@@ -767,6 +795,90 @@ def _write_tables(out_dir: Path, rows: list[dict[str, Any]]) -> None:
     sink = pa.BufferOutputStream()
     pq.write_table(pa.table(data), sink)
     _atomic_write(out_dir / "results.parquet", sink.getvalue().to_pybytes())
+
+
+def aggregate_paths(
+    rows: Sequence[Mapping[str, Any]],
+    parameters: Sequence[str],
+    *,
+    path_key: str = PATH_KEY,
+    columns: Sequence[str] = AGGREGATED,
+) -> list[dict[str, Any]]:
+    r"""Mean ± std of per-case scalars over the Monte-Carlo paths, per value of the other swept keys.
+
+    .. math::
+
+        \bar y_g=\frac1{P_g}\sum_{p=1}^{P_g} y_{g,p},\qquad
+        s_g=\Big(\frac1{P_g}\sum_{p=1}^{P_g}(y_{g,p}-\bar y_g)^2\Big)^{1/2}
+
+    over the cases :math:`p` of group :math:`g` (the cases that share every swept key but
+    ``path_key``) that finished ``ok`` with a finite value; the spread is the population
+    standard deviation, as in the public code of Massucco, Del Grande, Carioni, Brune and
+    Schönlieb (arXiv 2605.18870), whose Monte-Carlo paths are the draws of the weights' noise.
+
+    Parameters
+    ----------
+    rows : sequence of mapping
+        Rows of ``results.csv`` (:func:`run_sweep`).
+    parameters : sequence of str
+        The swept keys; ``path_key`` among them.
+    path_key : str
+        The key whose values are the paths (default ``weights.seed``).
+    columns : sequence of str
+        Scalars to aggregate; those absent from every row are left out.
+
+    Returns
+    -------
+    list of dict
+        One per group, in the order of first appearance: the other swept keys, ``paths``
+        (cases in the group), then ``<column>_mean``, ``<column>_std`` and ``<column>_paths``
+        (the finite values used) for each column.  Empty when ``path_key`` is not swept or
+        no row holds any of ``columns``.
+
+    Examples
+    --------
+    >>> rows = [{"model.num_heads": h, "weights.seed": s, "status": "ok", "G2_plateau": g}
+    ...         for h, s, g in [(1, 0, 1.0), (1, 1, 3.0), (2, 0, 0.5), (2, 1, 0.5)]]
+    >>> [(r["model.num_heads"], r["G2_plateau_mean"], r["G2_plateau_std"])
+    ...  for r in aggregate_paths(rows, ["model.num_heads", "weights.seed"])]
+    [(1, 2.0, 1.0), (2, 0.5, 0.0)]
+    """
+    if path_key not in parameters:
+        return []
+    present = [c for c in columns if any(c in row for row in rows)]
+    if not present:
+        return []
+    others = [k for k in parameters if k != path_key]
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row.get(k) for k in others), []).append(row)
+    out: list[dict[str, Any]] = []
+    for key, members in groups.items():
+        entry: dict[str, Any] = dict(zip(others, key))
+        entry["paths"] = len(members)
+        for column in present:
+            values = np.array([float(r[column]) for r in members
+                               if r.get("status") == "ok" and r.get(column) not in (None, "")], dtype=float)
+            values = values[np.isfinite(values)]
+            entry[f"{column}_mean"] = float(values.mean()) if values.size else math.nan
+            entry[f"{column}_std"] = float(values.std()) if values.size else math.nan
+            entry[f"{column}_paths"] = int(values.size)
+        out.append(entry)
+    return out
+
+
+def _write_aggregate(out_dir: Path, rows: list[dict[str, Any]], parameters: Sequence[str]) -> list[dict[str, Any]]:
+    """``aggregate.csv`` (:func:`aggregate_paths`), written atomically when there is something to aggregate."""
+    table = aggregate_paths(rows, parameters)
+    if not table:
+        return table
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(table[0]), lineterminator="\n")
+    writer.writeheader()
+    for row in table:
+        writer.writerow({key: _csv_cell(value) for key, value in row.items()})
+    _atomic_write(out_dir / "aggregate.csv", buffer.getvalue().encode())
+    return table
 
 
 def _csv_cell(value: Any) -> Any:
@@ -1046,4 +1158,5 @@ def run_sweep(
             cluster.close()
         if out.is_dir():
             _write_tables(out, rows())
+            _write_aggregate(out, rows(), spec.parameters)
     return rows()

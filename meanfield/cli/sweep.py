@@ -3,7 +3,10 @@
 Runs every case of a sweep (a base config plus a ``[grid]`` and/or
 ``[[cases]]`` of overrides; see :mod:`meanfield.solvers.sweep`) on a local Dask cluster
 of processes, or on the running cluster at ``--scheduler``.  Writes
-``DIR/cases/<hash>.h5``, ``DIR/ledger.jsonl`` and ``DIR/results.csv``.
+``DIR/cases/<hash>.h5``, ``DIR/ledger.jsonl`` and ``DIR/results.csv``; when
+``weights.seed`` is swept (Monte-Carlo paths of the weights' noise), also
+``DIR/aggregate.csv`` and a printed table of the G² plateau, mean ± std over the
+paths per value of the other swept keys.
 
 Exit status: 0 when every case succeeded, 1 when some case failed (after its
 retry; the others still ran and are in the table) or the sweep was
@@ -56,10 +59,22 @@ def _interrupt_on_sigterm() -> Any:
         return None
 
 
+def _print_aggregate(table: list[dict[str, Any]], where: str) -> None:
+    """The plateaus over the Monte-Carlo paths (``weights.seed``), mean ± std per group, one line each."""
+    print(f"plateau over t >= T/2, mean ± std over the weights.seed paths (also in {where}):")
+    for entry in table:
+        keys = ", ".join(f"{k}={v}" for k, v in entry.items() if "." in k)
+        stats = "  ".join(
+            f"{name}: {entry[f'{name}_mean']:.6g} ± {entry[f'{name}_std']:.3g} ({entry[f'{name}_paths']} paths)"
+            for name in ("G2_plateau", "slope2_plateau") if f"{name}_mean" in entry
+        )
+        print(f"  {keys or '(all cases)'}  {stats}")
+
+
 def main(args: argparse.Namespace) -> int:
     from meanfield.cli.options import folder_path
 
-    from meanfield.solvers.sweep import check_scheduler, load_sweep, run_sweep
+    from meanfield.solvers.sweep import aggregate_paths, check_scheduler, load_sweep, run_sweep
 
     if args.scheduler is not None:
         check_scheduler(args.scheduler)
@@ -87,6 +102,9 @@ def main(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, previous)
     failed = [row for row in rows if row["status"] != "ok"]
     print(f"sweep: {len(rows)} cases, {len(rows) - len(failed)} ok, {len(failed)} failed; results in {args.out}/results.csv")
+    table = aggregate_paths(rows, spec.parameters)
+    if table:
+        _print_aggregate(table, f"{args.out}/aggregate.csv")
     for row in failed:
         print(f"  case {row['case']} ({row['hash']}): {row['error']}", file=sys.stderr)
     sys.stdout.flush()

@@ -453,3 +453,56 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path, monkeypatch):
         assert path.with_suffix(".lock").exists()
     monkeypatch.undo()
     assert not path.with_suffix(".lock").exists()
+
+
+# --------------------------------------------------------------------------- Monte-Carlo paths
+def test_g2_plateau_is_averaged_over_weight_seed_paths_per_head_count(tmp_path, capsys):
+    """2 noise paths × 2 head counts of data/massucco_ou.toml: the table against the run files."""
+    base = Path(__file__).resolve().parents[2] / "data" / "massucco_ou.toml"
+    sweep = tmp_path / "paths.toml"
+    sweep.write_text(
+        f'base = "{base}"\n'
+        '[set]\n"init.n" = 10\n"solver.t_final" = 0.1\n"solver.save_every" = 0.01\n'
+        '[grid]\n"model.num_heads" = [1, 3]\n"weights.seed" = [7, 8]\n'
+    )
+    out = tmp_path / "out"
+    assert cli_main(["sweep", str(sweep), "--out", str(out), "--workers", "0", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    # independent recomputation: the mean of diagnostics/authors_G2 over t >= T/2, per run file
+    plateau: dict[int, list[float]] = {}
+    for row in _read_csv(out / "results.csv"):
+        with h5py.File(out / row["path"], "r") as f:
+            t = f["t"][()]
+            g2 = f["diagnostics/authors_G2"][()]
+            heads = json.loads(f.attrs["config"])["model"]["num_heads"]
+        assert len(t) == 11 and np.all(np.isfinite(g2)) and np.ptp(g2) > 0
+        value = float(np.mean(g2[t >= 0.05 - 1e-12]))
+        np.testing.assert_allclose(float(row["G2_plateau"]), value, rtol=1e-14)
+        plateau.setdefault(heads, []).append(value)
+    table = _read_csv(out / "aggregate.csv")
+    assert [int(r["model.num_heads"]) for r in table] == [1, 3]
+    assert "weights.seed" not in table[0]
+    for r in table:
+        values = np.array(plateau[int(r["model.num_heads"])])
+        assert values.size == 2 and values[0] != values[1]  # two paths, two noises
+        assert int(r["paths"]) == int(r["G2_plateau_paths"]) == 2
+        np.testing.assert_allclose(float(r["G2_plateau_mean"]), values.mean(), rtol=1e-13)
+        np.testing.assert_allclose(float(r["G2_plateau_std"]), abs(values[0] - values[1]) / 2, rtol=1e-10)
+        assert f"model.num_heads={r['model.num_heads']}" in printed
+        assert f"{float(r['G2_plateau_mean']):.6g}" in printed
+    assert "mean ± std over the weights.seed paths" in printed
+
+
+def test_aggregate_leaves_out_failed_cases_and_is_empty_without_paths():
+    from meanfield.solvers.sweep import aggregate_paths
+
+    rows = [
+        {"model.beta": 1.0, "weights.seed": 0, "status": "ok", "G2_plateau": 2.0},
+        {"model.beta": 1.0, "weights.seed": 1, "status": "failed", "G2_plateau": float("nan")},
+        {"model.beta": 1.0, "weights.seed": 2, "status": "ok", "G2_plateau": 4.0},
+    ]
+    (entry,) = aggregate_paths(rows, ["model.beta", "weights.seed"])
+    assert entry["paths"] == 3 and entry["G2_plateau_paths"] == 2
+    assert entry["G2_plateau_mean"] == 3.0 and entry["G2_plateau_std"] == 1.0
+    assert aggregate_paths(rows, ["model.beta"]) == []
+    assert aggregate_paths([{"weights.seed": 0, "status": "ok"}], ["weights.seed"]) == []
