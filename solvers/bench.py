@@ -32,7 +32,16 @@ from meanfield.kernels.fused import velocity_fused
 from meanfield.heads import HeadStack
 from meanfield.geometry.sphere import sample_uniform
 
-__all__ = ["time_call", "peak_memory", "exp_roofline", "bench_attention", "bench_grid", "run_benchmarks"]
+__all__ = [
+    "time_call",
+    "peak_memory",
+    "exp_roofline",
+    "bench_attention",
+    "bench_grid",
+    "bench_w2_overhead",
+    "bench_run_step",
+    "run_benchmarks",
+]
 
 
 def time_call(func: Callable[[], Any], *, repeat: int = 3, min_time: float = 0.2) -> float:
@@ -209,8 +218,108 @@ def bench_grid(
     return rows
 
 
+def _interleaved(funcs: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """Best wall time of each callable over ``rounds`` rounds that call them in turn (after a warm-up):
+    on a shared machine the load drifts, and rotating keeps the ratios fair."""
+    for fn in funcs.values():
+        fn()
+    best = {name: np.inf for name in funcs}
+    for _ in range(max(1, rounds)):
+        for name, fn in funcs.items():
+            best[name] = min(best[name], _once(fn))
+    return best
+
+
+def bench_w2_overhead(n: int = 2000, *, d: int = 3, rounds: int = 5, cost: str = "geodesic") -> dict[str, Any]:
+    r"""Exact :func:`meanfield.w2` between two uniform clouds against the bare ``ot.emd2`` it wraps.
+
+    .. math::
+
+        \text{overhead} = \frac{t(\texttt{meanfield.w2}(x, y))}{t(\texttt{ot.emd2}(a, b, C))} ,
+        \qquad C_{ij} = c(x_i, y_j)^2 ,
+
+    both measured in the same process, in rotating rounds (best of ``rounds``), on the same
+    cost matrix; ``w2`` also validates, merges duplicates and builds ``C``
+    (``cost_s``: that alone).  Target: at most 1.10.
+
+    Returns
+    -------
+    dict
+        ``name``, ``n``, ``d``, ``w2_s``, ``emd2_s``, ``cost_s``, ``w2_over_emd2``, ``value``.
+    """
+    import ot
+
+    from meanfield.analysis.transport import cost_matrix, w2
+
+    x, y = sample_uniform(n, d, seed=2), sample_uniform(n, d, seed=3)
+    a = np.full(n, 1.0 / n)
+    C = cost_matrix(x, y, cost=cost)
+    with one_blas_thread():
+        best = _interleaved({
+            "w2": lambda: w2(x, y, cost=cost),
+            "emd2": lambda: ot.emd2(a, a, C, numItermax=max(100_000, 100 * n * n)),
+            "cost": lambda: cost_matrix(x, y, cost=cost),
+        }, rounds)
+    return {"name": "w2_over_emd2", "n": n, "d": d, "w2_s": best["w2"], "emd2_s": best["emd2"],
+            "cost_s": best["cost"], "w2_over_emd2": best["w2"] / best["emd2"],
+            "value": float(w2(x, y, cost=cost))}
+
+
+def bench_run_step(n: int = 4096, *, d: int = 3, beta: float = 4.0, dt: float = 0.01, save_every: float = 0.1,
+                   rounds: int = 3) -> dict[str, Any]:
+    r"""End-to-end cost of a particle RK4 step with the default trackers against the bare kernel.
+
+    .. math::
+
+        \text{overhead} = \frac{t(\text{advance one save interval}) + t(\text{trackers on the frame})}
+        {(\Delta t_{\mathrm{save}}/\Delta t)\cdot s\cdot t(\texttt{model.velocity})},
+        \qquad s = 4 \text{ stages},
+
+    with the trackers that :class:`~meanfield.solvers.particle.ParticleSolver` installs by default
+    (finite values, sphere, energy, largest speed) and the run's thread policy (BLAS on one
+    thread, :func:`~meanfield.kernels.jit.one_blas_thread`); rotating rounds, best of ``rounds``.
+    ``tracker_calls`` is the trackers' cost per frame in kernel calls.  Target: at most 1.15.
+
+    Returns
+    -------
+    dict
+        ``name``, ``n``, ``d``, ``steps_per_frame``, ``kernel_s``, ``frame_s``, ``trackers_s``,
+        ``step_over_kernel_stages``, ``tracker_calls``.
+    """
+    from meanfield.model import Model
+    from meanfield.solvers.particle import ParticleSolver
+    from meanfield.solvers.problem import Problem
+
+    model = Model(d=d, beta=beta)
+    x0 = sample_uniform(n, d, seed=0)
+    setup = ParticleSolver(method="rk4", dt=dt).setup(Problem(model, x0))
+    stepper, trackers = setup.stepper, list(setup.trackers)
+    steps = max(1, int(np.ceil(save_every / dt - 1e-9)))
+    frame: dict[str, np.ndarray] = {}
+
+    def advance() -> None:
+        frame["x"] = stepper.advance(x0, 0.0, save_every)
+
+    def track() -> None:
+        for tracker in trackers:
+            tracker(save_every, frame["x"])
+
+    with one_blas_thread():
+        best = _interleaved({"kernel": lambda: model.velocity(x0, 0.0), "advance": advance, "trackers": track}, rounds)
+    stages = 4
+    frame_s = best["advance"] + best["trackers"]
+    return {"name": "run_step_over_kernel", "n": n, "d": d, "steps_per_frame": steps, "kernel_s": best["kernel"],
+            "frame_s": frame_s, "trackers_s": best["trackers"],
+            "step_over_kernel_stages": frame_s / (steps * stages * best["kernel"]),
+            "tracker_calls": best["trackers"] / best["kernel"]}
+
+
 def run_benchmarks(*, quick: bool = False) -> dict[str, list[dict[str, Any]]]:
-    """All benchmark tables: attention, the sphere kernels, grid steps, optimal transport.
+    """All benchmark tables: attention, the sphere kernels, grid steps, optimal transport, a run step.
+
+    ``transport`` ends with :func:`bench_w2_overhead` (``meanfield.w2`` over the bare ``ot.emd2``
+    at n = 2000) and ``run`` holds :func:`bench_run_step` (a particle RK4 step with the default
+    trackers over the bare kernel × 4 stages at n = 4096).
 
     The ``grid`` table times the second-order scheme at β = 4 on growing meshes, and at
     β = 256 on 131 072 cells (16 384 with ``quick``) with the harmonic kernel's default
@@ -230,4 +339,6 @@ def run_benchmarks(*, quick: bool = False) -> dict[str, list[dict[str, Any]]]:
     tables["grid"] = grid
     transport = bench_concentration(quick=quick)
     tables["transport"] = list(transport["rows"]) + [{"name": "tracking", **transport["tracking"]}]
+    tables["transport"].append(bench_w2_overhead(200 if quick else 2000))
+    tables["run"] = [bench_run_step(1024 if quick else 4096)]
     return tables

@@ -11,21 +11,80 @@ for particles :math:`E_h = \frac{1}{2\beta n^2}\sum_{ij} e^{\beta s^h_{ij}}`.  A
 time-dependent energy is the :math:`\Theta`-average :math:`\sum_h w_h E_h`
 (:func:`energy_theta`).
 
-Sums run over row blocks (no ``n × n`` array for large ``n``).
+Sums run over row blocks on the kernels' threads, BLAS on one thread (no ``n × n`` array for
+large ``n``; about one kernel call per evaluation).
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
 from meanfield.heads import HeadStack
+from meanfield.kernels.blas import _pool
+from meanfield.kernels.inputs import block_rows
+from meanfield.kernels.jit import one_blas_thread, threads_for
 
 __all__ = ["head_energies", "energy_multi", "energy_theta"]
 
+#: scores per row block (2 MiB of float64 per thread)
 _BLOCK_ELEMENTS = 1 << 18
+_local = threading.local()
 
 
-def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None) -> np.ndarray:
+def _scratch(size: int) -> np.ndarray:
+    """A per-thread score buffer of the energy, reused across calls."""
+    buf = getattr(_local, "buf", None)
+    if buf is None or buf.size < size:
+        buf = np.empty(size)
+        _local.buf = buf
+    return buf[:size]
+
+
+#: a shifted row sum below this means the Cauchy–Schwarz shift overshot: the row is redone with its maximum
+_UNDERFLOW = 1e-200
+
+
+def _energy_rows(rows: slice, lhs: np.ndarray, rhs_t: np.ndarray, xb: np.ndarray, xt: np.ndarray,
+                 a: np.ndarray, shift: np.ndarray, beta: float, logs: np.ndarray) -> None:
+    r"""``logs[i] = log(a_i sum_j a_j e^{beta s_ij})`` for the rows of one block, in a reused buffer.
+
+    ``lhs @ rhs_t`` is :math:`\beta s_{ij} - c_i` (the shift is folded into the GEMM as an extra
+    column, as in :mod:`meanfield.kernels.blas`); rows whose shifted sum underflows are redone
+    with the exact row maximum.
+    """
+    z = _scratch((rows.stop - rows.start) * rhs_t.shape[1]).reshape(rows.stop - rows.start, rhs_t.shape[1])
+    np.matmul(lhs[rows], rhs_t, out=z)
+    np.exp(z, out=z)
+    total = z @ a
+    c = shift[rows].copy()
+    low = total < _UNDERFLOW
+    if np.any(low):
+        idx = np.flatnonzero(low) + rows.start
+        sub = beta * (xb[idx] @ xt)
+        top = sub.max(axis=1)
+        sub -= top[:, None]
+        np.exp(sub, out=sub)
+        total[low] = sub @ a
+        c[low] = top
+    with np.errstate(divide="ignore"):  # empty cells contribute log(0) = -inf
+        logs[rows] = np.log(total * a[rows]) + c
+
+
+def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None,
+                  threads: int | None = None) -> np.ndarray:
     r"""Per-head energies :math:`E_h`, shape ``(H,)`` (the energy of Pendharkar, arXiv 2605.04279).
+
+    .. math::
+
+        E_h = \frac{1}{2\beta} \sum_i a_i e^{c_i} \sum_j a_j e^{\beta s^h_{ij} - c_i},
+        \qquad c_i = |\beta|\,\|B_h^\top x_i\|\max_j \|x_j\| \ge \beta s^h_{ij},
+
+    summed in the log domain over the rows.  The kernels' thread policy applies: row blocks of
+    at most :math:`2^{18}` scores on the kernels' pool
+    (:func:`~meanfield.kernels.jit.threads_for`), BLAS held to one thread inside
+    (:func:`~meanfield.kernels.jit.one_blas_thread`); so a frame's energy costs about one
+    kernel call and no :math:`n \times n` array.
 
     Parameters
     ----------
@@ -35,11 +94,16 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
     beta : float
     weights : (n,) array, optional
         Masses; default :math:`1/n`.
+    threads : int, optional
+        Size of the thread pool (default: the kernels' choice for :math:`n^2 H` pairs).
 
     Examples
     --------
     >>> import numpy as np
     >>> from meanfield.heads import HeadStack
+from meanfield.kernels.blas import _pool
+from meanfield.kernels.inputs import block_rows
+from meanfield.kernels.jit import one_blas_thread, threads_for
     >>> x = np.eye(3)
     >>> e = head_energies(x, HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]), beta=1.0)
     >>> bool(np.isclose(e[0], (3 * np.e + 6) / 18))
@@ -47,33 +111,34 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
     """
     x = np.ascontiguousarray(x, dtype=float)
     n = x.shape[0]
-    a = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=float)
-    block = max(1, min(n, _BLOCK_ELEMENTS // max(n, 1)))
+    a = np.full(n, 1.0 / n) if weights is None else np.ascontiguousarray(weights, dtype=float)
     out = np.zeros(heads.H)
     xt = np.ascontiguousarray(x.T)
-    buf = np.empty(block * n)
-    for h in range(heads.H):
-        xb = x @ heads.B[h]
-        if beta == 0:
-            total = 0.5 * float(a @ (xb @ (xt @ a)))
-            out[h] = total
-            continue
-        # shift rows by c_i = max_j beta s_ij to avoid overflow; sum in scaled form
-        log_terms = []
-        for start in range(0, n, block):
-            stop = min(n, start + block)
-            z = buf[: (stop - start) * n].reshape(stop - start, n)
-            np.matmul(xb[start:stop], xt, out=z)
-            z *= beta
-            c = z.max(axis=1)
-            z -= c[:, None]
-            np.exp(z, out=z)
-            row = z @ a
-            with np.errstate(divide="ignore"):  # empty cells contribute exp(-inf) = 0
-                log_terms.append(np.log(row * a[start:stop]) + c)
-        logs = np.concatenate(log_terms)
-        top = logs.max()
-        out[h] = np.exp(top) * np.sum(np.exp(logs - top)) / (2 * beta)
+    rhs_t = np.ascontiguousarray(np.vstack([xt, np.ones((1, n))]))  # [x | 1]^T
+    radius = float(np.sqrt(np.max(np.einsum("ij,ij->i", x, x)))) if n else 0.0
+    block = block_rows(n, _BLOCK_ELEMENTS)
+    jobs = [slice(s, min(n, s + block)) for s in range(0, n, block)]
+    nthreads = max(1, min(threads or threads_for(float(n) * n * heads.H), len(jobs)))
+    logs = np.empty(n)
+    with one_blas_thread():
+        for h in range(heads.H):
+            xb = x @ heads.B[h]
+            if beta == 0:
+                out[h] = 0.5 * float(a @ (xb @ (xt @ a)))
+                continue
+            shift = abs(beta) * np.sqrt(np.einsum("ij,ij->i", xb, xb)) * radius
+            lhs = np.ascontiguousarray(np.hstack([beta * xb, -shift[:, None]]))
+
+            def work(rows: slice, lhs=lhs, xb=xb, shift=shift) -> None:
+                _energy_rows(rows, lhs, rhs_t, xb, xt, a, shift, beta, logs)
+
+            if nthreads <= 1:
+                for rows in jobs:
+                    work(rows)
+            else:
+                list(_pool(nthreads).map(work, jobs))
+            top = logs.max()
+            out[h] = np.exp(top) * np.sum(np.exp(logs - top)) / (2 * beta)
     return out
 
 

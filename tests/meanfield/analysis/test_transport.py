@@ -65,8 +65,8 @@ def test_cost_matrix_definitions(rng, cost, monkeypatch):
     np.testing.assert_allclose(direct, expected, rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(cost_matrix(x, y, cost=cost, squared=False),
                                np.sqrt(expected), rtol=1e-10, atol=1e-7)
-    # the Gram-matrix path used for big inputs agrees
-    monkeypatch.setattr(transport, "_DIRECT_MAX", 0)
+    # with every entry recomputed from exact differences the matrix agrees
+    monkeypatch.setattr(transport, "_NEAR", 2.0)
     np.testing.assert_allclose(cost_matrix(x, y, cost=cost), direct, rtol=0, atol=1e-13)
 
 
@@ -78,6 +78,92 @@ def test_cost_matrix_small_angles_are_accurate():
     np.testing.assert_allclose(cost_matrix(x, y, cost="chordal", squared=False)[0, 0],
                                chord(theta), rtol=1e-6)
     np.testing.assert_allclose(cost_matrix(x, -x, squared=False)[0, 0], np.pi, rtol=1e-15)
+
+
+def _unit(z: np.ndarray) -> np.ndarray:
+    """Rows renormalised exactly as :func:`w2` does, so that the slow reference sees the same points."""
+    return z / np.sqrt(np.einsum("ij,ij->i", z, z))[:, None]
+
+
+def _slow_costs(x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    """Independent pairwise costs, one pair at a time (np.linalg.norm, np.arccos, np.arctan2),
+    between the points as :func:`w2` renormalises them."""
+    x, y = _unit(x), _unit(y)
+    n, m = x.shape[0], y.shape[0]
+    chord2, acos, atan = np.empty((n, m)), np.empty((n, m)), np.empty((n, m))
+    for i in range(n):
+        for j in range(m):
+            dm, dp = np.linalg.norm(x[i] - y[j]), np.linalg.norm(x[i] + y[j])
+            chord2[i, j] = dm * dm
+            acos[i, j] = np.arccos(np.clip(np.dot(x[i], y[j]), -1.0, 1.0))
+            atan[i, j] = 2.0 * np.arctan2(dm, dp)  # stable at both ends
+    return {"chordal": chord2, "arccos": acos, "geodesic": atan**2}
+
+
+def _planted_clouds(rng: np.random.Generator, n: int, d: int, tiny: float = 1e-8):
+    """x and y with y_i at distance ~tiny from x_i for a third of the points, antipodal
+    (exactly, or within ~tiny) for a third, and random for the rest."""
+    x = _unit(sphere(rng, n, d))
+    y = _unit(sphere(rng, n, d))
+    k = n // 3
+    y[:k] = _unit(x[:k] + tiny * rng.standard_normal((k, d)))
+    y[k:k + k // 2] = -x[k:k + k // 2]
+    y[k + k // 2:2 * k] = _unit(-x[k + k // 2:2 * k] + tiny * rng.standard_normal((k - k // 2, d)))
+    return x, y
+
+
+@pytest.mark.parametrize("d", [2, 3, 7])
+def test_cost_matrix_against_slow_reference(rng, d):
+    x, y = _planted_clouds(rng, 45, d)
+    ref = _slow_costs(x, y)
+    chordal = cost_matrix(x, y, cost="chordal")
+    np.testing.assert_allclose(chordal, ref["chordal"], rtol=1e-12, atol=0)
+    geo = cost_matrix(x, y, cost="geodesic", squared=False)
+    np.testing.assert_allclose(geo, np.sqrt(ref["geodesic"]), rtol=1e-12, atol=0)
+    # np.arccos itself is only good to ~1e-8 at <x, y> = ±1
+    np.testing.assert_allclose(geo, ref["arccos"], rtol=0, atol=3e-8)
+    np.testing.assert_allclose(cost_matrix(x, y, cost="geodesic"), ref["geodesic"], rtol=1e-12, atol=0)
+    # the planted pairs really are at ~1e-8 and at pi - ~1e-8 (or pi exactly)
+    k = 15
+    assert np.all(np.diag(geo)[:k] < 1e-7) and np.all(np.diag(geo)[:k] > 1e-10)
+    np.testing.assert_array_equal(np.diag(geo)[k:k + k // 2], np.pi)
+    assert np.all(np.pi - np.diag(geo)[k + k // 2:2 * k] < 1e-7)
+
+
+@pytest.mark.parametrize("cost", COSTS)
+@pytest.mark.parametrize("d", [3, 5])
+def test_w2_against_assignment_with_planted_pairs(rng, cost, d):
+    n = 60
+    x, y = _planted_clouds(rng, n, d)
+    C = _slow_costs(x, y)[cost]
+    r, c = linear_sum_assignment(C)
+    expected = np.sqrt(C[r, c].mean())
+    value, log = w2(x, y, cost=cost, log=True)
+    assert log["solver"] == "emd2" and log["converged"]
+    np.testing.assert_allclose(value, expected, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(log["w2_squared"], np.sum(log["plan"] * C), rtol=1e-12)
+
+
+@pytest.mark.parametrize("cost", COSTS)
+def test_w2_of_clouds_1e8_apart_keeps_relative_accuracy(rng, cost):
+    n, tiny = 50, 1e-8
+    x = _unit(sphere(rng, n, 3))
+    y = _unit(x + tiny * rng.standard_normal((n, 3)))
+    C = _slow_costs(x, y)[cost]
+    r, c = linear_sum_assignment(C)
+    expected = np.sqrt(C[r, c].mean())
+    assert 1e-10 < expected < 1e-7
+    np.testing.assert_allclose(w2(x, y, cost=cost), expected, rtol=1e-10, atol=0)
+    np.testing.assert_allclose(w2(x, -y, cost=cost), np.sqrt(_slow_costs(x, -y)[cost][
+        linear_sum_assignment(_slow_costs(x, -y)[cost])].mean()), rtol=1e-12, atol=0)
+
+
+def test_cost_matrix_large_block_matches_reference(rng):
+    """Many rows and columns (both compiled passes over several rows and threads)."""
+    x, y = _planted_clouds(rng, 300, 4)
+    ref_x, ref_y = x[::7], y[::5]
+    full = cost_matrix(x, y, cost="geodesic")
+    np.testing.assert_allclose(full[::7, ::5], _slow_costs(ref_x, ref_y)["geodesic"], rtol=1e-12, atol=0)
 
 
 # ----------------------------------------------------------------------------
