@@ -46,15 +46,9 @@ On :math:`S^2` (``d = 3``, float64, unit tokens, an exponential law) ``"auto"`` 
 among ``"harmonic"``, ``"local"`` and the dense kernels by the measured cost models of
 :func:`meanfield.kernels.harmonic.choose_sphere_method`: dense up to about a thousand
 tokens, harmonic beyond, local where the caps are small (:math:`n\lesssim 45\,\beta\|B\|`).
-The models are corrected by measurement: for each problem (size, β, heads, kind) the process
-remembers the seconds each method took, hands a method that took over
-:data:`SWITCH_FACTOR` times the dense kernel's time over to the dense kernel, and keeps the
-faster of the two it has measured (a run calls the same problem thousands of times).
 """
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
@@ -62,7 +56,7 @@ import numpy as np
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.blas import velocity_blas
 from meanfield.kernels.fused import velocity_fused
-from meanfield.kernels.harmonic import DENSE_PAIR_SECONDS, choose_sphere_method, velocity_harmonic
+from meanfield.kernels.harmonic import choose_sphere_method, velocity_harmonic
 from meanfield.kernels.inputs import ATTENTION_KINDS, BLOCK_ELEMENTS, block_rows, check_tokens, token_masses
 from meanfield.kernels.reference import velocity_numpy
 from meanfield.kernels.local import SPHERE_KINDS, SPHERE_TOLERANCE, velocity_local
@@ -169,12 +163,10 @@ def attention_velocity(
     >>> attention_velocity(x, heads, beta=4.0).shape
     (64, 3)
     """
-    timing = None
     if backend == "auto":
-        sphere = _sphere_backend(x, heads, beta, kind, precision)
-        if sphere is not None:
-            timing = (_timing_key(x, heads, beta, kind), sphere)
-        backend = _dense_backend(heads, kind, precision) if sphere in (None, "dense") else sphere
+        backend = _sphere_backend(x, heads, beta, kind, precision) or _dense_backend(heads, kind, precision)
+        if backend == "dense":
+            backend = _dense_backend(heads, kind, precision)
     try:
         kernel = BACKENDS[backend]
     except KeyError:
@@ -185,54 +177,9 @@ def attention_velocity(
         if backend != "blas":
             raise ValueError("precision='float32' is available with backend='blas' (or 'auto') only")
         return velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision)
-    started = time.perf_counter()
     if backend in TOLERANCE_BACKENDS:
-        v = kernel(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance)
-    else:
-        v = kernel(x, heads, beta=beta, kind=kind, weights=weights)
-    if timing is not None:
-        _record(timing[0], timing[1], time.perf_counter() - started)
-    return v
-
-
-#: measured seconds of the sphere methods ``"auto"`` tried, by problem (size, β, heads, kind);
-#: the cost models pick the first method, the measurements correct them (least recently used dropped)
-_MEASURED: OrderedDict[tuple, dict[str, float]] = OrderedDict()
-#: problems remembered
-MEASURED_PROBLEMS = 64
-#: a method is re-examined when it took more than this multiple of another's predicted or measured time
-SWITCH_FACTOR = 2.0
-
-
-def _timing_key(x: np.ndarray, heads: HeadStack, beta: float, kind: str) -> tuple:
-    return (int(np.shape(x)[0]), float(beta), kind, np.ascontiguousarray(heads.B).tobytes(), np.ascontiguousarray(heads.w).tobytes())
-
-
-def _record(key: tuple, method: str, seconds: float) -> None:
-    seen = _MEASURED.setdefault(key, {})
-    seen[method] = min(seconds, seen.get(method, np.inf))
-    _MEASURED.move_to_end(key)
-    while len(_MEASURED) > MEASURED_PROBLEMS:
-        _MEASURED.popitem(last=False)
-
-
-def _measured_choice(key: tuple, predicted: str, n: int, heads: HeadStack) -> str:
-    """The cost models' pick, corrected by what this process measured for the same problem.
-
-    A method whose measured time exceeds :data:`SWITCH_FACTOR` times the dense kernel's
-    (measured, or predicted as :data:`~meanfield.kernels.harmonic.DENSE_PAIR_SECONDS` · n² H)
-    hands over to the dense kernel; once both are measured the faster is kept.
-    """
-    seen = _MEASURED.get(key)
-    if not seen:
-        return predicted
-    if len(seen) > 1:
-        return min(seen, key=seen.get)
-    (method, seconds), = seen.items()
-    if method == "dense":
-        return method
-    dense = DENSE_PAIR_SECONDS * float(n) * n * heads.H
-    return "dense" if seconds > SWITCH_FACTOR * dense else method
+        return kernel(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance)
+    return kernel(x, heads, beta=beta, kind=kind, weights=weights)
 
 
 def _dense_backend(heads: HeadStack, kind: str, precision: str) -> str:
@@ -251,5 +198,4 @@ def _sphere_backend(x: np.ndarray, heads: HeadStack, beta: float, kind: str, pre
     norms = np.sqrt(np.einsum("ij,ij->i", x, x))
     if not float(np.max(np.abs(norms - 1.0))) <= SPHERE_TOLERANCE:
         return None
-    predicted = choose_sphere_method(x.shape[0], float(beta), heads)
-    return _measured_choice(_timing_key(x, heads, beta, kind), predicted, x.shape[0], heads)
+    return choose_sphere_method(x.shape[0], float(beta), heads)

@@ -82,22 +82,3 @@ def test_harmonic_run_matches_a_dense_run():
     fast = mf.simulate({**common, "model": {"beta": 16.0, "backend": "harmonic"}})
     dense = mf.simulate({**common, "model": {"beta": 16.0, "backend": "fused"}})
     np.testing.assert_allclose(fast.x[-1], dense.x[-1], rtol=0, atol=1e-10)
-
-
-def test_measured_times_correct_the_cost_models(calls, monkeypatch):
-    """A method that measured slow hands over to the dense kernel; then the faster of the two stays."""
-    monkeypatch.setattr(attention_module, "_MEASURED", attention_module.OrderedDict())
-    x = sample_uniform(4096, 3, seed=3)
-    heads = general_head(1)
-    attention_velocity(x, heads, beta=16.0)
-    key = attention_module._timing_key(x, heads, 16.0, "softmax")
-    assert calls == ["harmonic"] and set(attention_module._MEASURED[key]) == {"harmonic"}
-    attention_module._MEASURED[key]["harmonic"] = 1e3  # as if it had been slow
-    attention_velocity(x, heads, beta=16.0)
-    assert calls[-1] == "fused" and set(attention_module._MEASURED[key]) == {"harmonic", "dense"}
-    attention_module._MEASURED[key].update(harmonic=1e-6)  # now the harmonic one is faster
-    attention_velocity(x, heads, beta=16.0)
-    assert calls[-1] == "harmonic"
-    for k in range(attention_module.MEASURED_PROBLEMS + 5):  # the memory stays bounded
-        attention_module._record((k,), "dense", 1.0)
-    assert len(attention_module._MEASURED) == attention_module.MEASURED_PROBLEMS
