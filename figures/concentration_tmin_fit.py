@@ -16,15 +16,13 @@ solver** (``solver.kind = "grid"``) for each β through
 (every 0.1) where the tracked :math:`W_2` is smallest
 (:func:`meanfield.solvers.experiments.concentration.concentration_summary`), and the line is the
 least-squares fit of :math:`t_{\min}` on :math:`\log\beta` (slope, intercept,
-:math:`R^2` computed from the CSV).  Particles are not used: they under-resolve
-the kernel width :math:`\beta^{-1/2}` at large β.
+:math:`R^2` computed from the CSV).  The grid is used: it resolves the kernel
+width :math:`\beta^{-1/2}` with far fewer degrees of freedom than particles.
 
 Claim: :math:`t_{\min}` increases strictly with β, the fitted slope is positive,
 and the line explains most of the variance (:math:`R^2\ge0.85`); no minimum sits
-at the last frame (every run is long enough).  What the data also shows (see the
-full form): over :math:`\beta\in[4,128]` the growth is faster than linear in
-:math:`\log\beta` (the points bend upward), which the bound, an upper bound, does
-not exclude; the plot adds, for comparison only, the least-squares power law
+at the last frame (every run is long enough).  On meshes that follow β the points are close to the line from β = 16 on
+(see the README); the plot adds, for comparison only, the least-squares power law
 :math:`t_{\min}\approx c\,\beta^{a}`.
 
 The mesh follows β: :math:`N=\lceil4\pi\beta/c^2\rceil` cells, spacing :math:`c\,\beta^{-1/2}`
