@@ -288,3 +288,27 @@ def convergence_claim(rows: Sequence[dict[str, Any]], *, tolerance: float) -> di
         return {}
     return {"mesh_converged": {"ok": bool(max(changes) <= tolerance), "value": float(max(changes)),
                                "expected": f"max |ΔW2_min| between N and 4N cells <= {tolerance:g}"}}
+
+
+#: the two experiments of Massucco, Del Grande, Carioni, Brune and Schönlieb (arXiv 2605.18870)
+#: as their public code runs them
+AUTHORS_CONFIGS = {
+    "ou": FIGURES_DIR.parent / "data" / "massucco_ou.toml",
+    "oscillating": FIGURES_DIR.parent / "data" / "massucco_oscillating.toml",
+}
+#: the authors' seed rule: the head draw uses 42 + H, the weight noise 2000 + H
+AUTHORS_HEAD_SEED = 42
+AUTHORS_NOISE_SEED = 2000
+#: Monte-Carlo path p of the weight noise adds this times p to its seed
+AUTHORS_PATH_STRIDE = 1000
+
+
+def authors_noise_seed(heads: int, path: int = 0) -> int:
+    """``weights.seed`` of Monte-Carlo path ``path`` with ``heads`` heads: 2000 + H + 1000 p."""
+    return AUTHORS_NOISE_SEED + int(heads) + AUTHORS_PATH_STRIDE * int(path)
+
+
+def authors_overrides(heads: int, *, t_final: float, path: int = 0) -> list[str]:
+    """Config overrides for H heads with the authors' seeds (heads 42 + H, noise :func:`authors_noise_seed`) up to ``t_final``."""
+    return [f"model.num_heads={heads}", f"model.seed={AUTHORS_HEAD_SEED + heads}",
+            f"weights.seed={authors_noise_seed(heads, path)}", f"solver.t_final={t_final}"]

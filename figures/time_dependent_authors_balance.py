@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import AUTHORS_CONFIGS, authors_overrides, script_main, write_rows
 
 ID = "time_dependent_authors_balance"
 PAPER = "2605.18870"
@@ -45,16 +45,13 @@ THEOREM = "energy-dissipation balance (with the Itô correction for OU weights)"
 DESCRIPTION = "The energy–dissipation balance in the paper's setup (H = 10, OU by Euler–Maruyama and oscillating), with the authors' G² and with the true dissipation −⟨∇E, ẋ⟩, the Itô correction and the martingale term"
 
 # ---- constants -----------------------------------------------------------
-DATA = Path(__file__).resolve().parents[1] / "data"
-CONFIGS = {"ou": "massucco_ou.toml", "oscillating": "massucco_oscillating.toml"}
+CONFIGS = AUTHORS_CONFIGS
 HEADS = 10
 T_FINAL = 20.0
 N_TOKENS = 200
 QUICK_HEADS = 3
 QUICK_T_FINAL = 2.0
 QUICK_N_TOKENS = 60
-HEAD_SEED = 42          # the authors' head draw: seed 42 + H
-NOISE_SEED = 2000       # the authors' noise: seed 2000 + H
 EVERY = 5               # CSV rows every 5 steps (the authors record every 5)
 TOLERANCE = 0.15        # |true residual| <= 15 % of the dissipation at T
 TERMS = ("energy_change", "drift", "ito", "martingale", "time_term", "G2", "dissipation",
@@ -67,10 +64,8 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
 
     H, t_final, n = (QUICK_HEADS, QUICK_T_FINAL, QUICK_N_TOKENS) if quick else (HEADS, T_FINAL, N_TOKENS)
     rows: list[dict[str, Any]] = []
-    for experiment, name in CONFIGS.items():
-        out = balance_from_config(DATA / name, [f"model.num_heads={H}", f"model.seed={HEAD_SEED + H}",
-                                                f"weights.seed={NOISE_SEED + H}", f"solver.t_final={t_final}",
-                                                f"init.n={n}"])
+    for experiment, path in CONFIGS.items():
+        out = balance_from_config(path, [*authors_overrides(H, t_final=t_final), f"init.n={n}"])
         K = len(out["t"]) - 1
         for k in sorted({*range(0, K + 1, EVERY), K}):
             row = {"experiment": experiment, "H": H, "n": n, "dt": out["dt"], "t": float(out["t"][k])}

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import AUTHORS_CONFIGS, authors_noise_seed, authors_overrides, script_main, write_rows
 
 ID = "time_dependent_authors_plateau"
 PAPER = "2605.18870"
@@ -47,8 +47,7 @@ THEOREM = "long-time behaviour (OU plateau ~ 1/H, oscillating ~ H^0)"
 DESCRIPTION = "The authors' G² plateau against H in the paper's own setup (octahedral clusters, random symmetric heads, mean over heads), OU and oscillating, mean ± std over Monte-Carlo paths, with both fits of a·H^b"
 
 # ---- constants -----------------------------------------------------------
-DATA = Path(__file__).resolve().parents[1] / "data"
-CONFIGS = {"ou": "massucco_ou.toml", "oscillating": "massucco_oscillating.toml"}
+CONFIGS = AUTHORS_CONFIGS
 HEADS = (1, 10, 100)
 T_FINAL = 20.0
 PATHS = {"ou": 10, "oscillating": 1}
@@ -57,8 +56,6 @@ QUICK_HEADS = (1, 4, 16)
 QUICK_T_FINAL = 6.0
 QUICK_PATHS = {"ou": 2, "oscillating": 1}
 QUICK_SAVE_EVERY = 0.1
-HEAD_SEED = 42          # the authors' head draw: seed 42 + H
-NOISE_SEED = 2000       # the authors' noise: seed 2000 + H; path p adds 1000 p
 EXPECTED = {"ou": (-1.2, -0.8), "oscillating": (-0.2, 0.2)}
 
 
@@ -71,13 +68,11 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
     heads, t_final = (QUICK_HEADS, QUICK_T_FINAL) if quick else (HEADS, T_FINAL)
     paths, save_every = (QUICK_PATHS, QUICK_SAVE_EVERY) if quick else (PATHS, SAVE_EVERY)
     rows: list[dict[str, Any]] = []
-    for experiment, name in CONFIGS.items():
+    for experiment, config in CONFIGS.items():
         for H in heads:
             for p in range(paths[experiment]):
-                seed = NOISE_SEED + H + 1000 * p
-                cfg = load_config(DATA / name, [f"model.num_heads={H}", f"model.seed={HEAD_SEED + H}",
-                                                f"weights.seed={seed}", f"solver.t_final={t_final}",
-                                                f"solver.save_every={save_every}"])
+                seed = authors_noise_seed(H, p)
+                cfg = load_config(config, [*authors_overrides(H, t_final=t_final, path=p), f"solver.save_every={save_every}"])
                 run = simulate(cfg)
                 t = np.asarray(run.t)
                 rows.append({"experiment": experiment, "H": H, "path": p, "weights_seed": seed,

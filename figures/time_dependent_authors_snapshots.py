@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import AUTHORS_CONFIGS, authors_overrides, script_main, write_rows
 
 ID = "time_dependent_authors_snapshots"
 PAPER = "2605.18870"
@@ -52,15 +52,12 @@ THEOREM = "long-time behaviour (integrable vs oscillating weights), in the autho
 DESCRIPTION = "Token clouds on S² at t = 0, T/2, T in the paper's setup (H = 10, octahedral clusters, random symmetric heads relaxing to +I or to F(t)), OU and oscillating, coloured by initial cluster: with the authors' heads neither cloud collapses"
 
 # ---- constants -----------------------------------------------------------
-DATA = Path(__file__).resolve().parents[1] / "data"
-CONFIGS = {"ou": "massucco_ou.toml", "oscillating": "massucco_oscillating.toml"}
+CONFIGS = AUTHORS_CONFIGS
 LABELS = {"ou": "OU weights  dD = (I − D)dt + √2 dW", "oscillating": "oscillating weights  dD = (F(t) − D)dt"}
 HEADS = 10
 T_FINAL = 20.0
 QUICK_HEADS = 3
 QUICK_T_FINAL = 4.0
-HEAD_SEED = 42          # the authors' head draw: seed 42 + H
-NOISE_SEED = 2000       # the authors' noise: seed 2000 + H
 SNAPSHOT_FRACTIONS = (0.0, 0.5, 1.0)   # t = 0, T/2, T
 SPREAD_MAX = 0.5        # mean pairwise inner product of a spread cloud (one cluster: ≈ 1)
 CLUSTER_INNER = 0.95    # single-linkage clusters: tokens linked when <x_i, x_j> >= 0.95
@@ -77,9 +74,8 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
 
     H, t_final = (QUICK_HEADS, QUICK_T_FINAL) if quick else (HEADS, T_FINAL)
     rows: list[dict[str, Any]] = []
-    for experiment, name in CONFIGS.items():
-        cfg = load_config(DATA / name, [f"model.num_heads={H}", f"model.seed={HEAD_SEED + H}",
-                                        f"weights.seed={NOISE_SEED + H}", f"solver.t_final={t_final}"])
+    for experiment, config in CONFIGS.items():
+        cfg = load_config(config, authors_overrides(H, t_final=t_final))
         run = simulate(cfg)
         t, x = np.asarray(run.t), np.asarray(run.x)
         centers = cluster_centers(cfg["init"]["centers"], x.shape[2])
