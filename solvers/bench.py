@@ -35,6 +35,7 @@ from meanfield.geometry.sphere import sample_uniform
 __all__ = [
     "time_call",
     "peak_memory",
+    "best_of",
     "exp_roofline",
     "bench_attention",
     "bench_grid",
@@ -58,6 +59,16 @@ def time_call(func: Callable[[], Any], *, repeat: int = 3, min_time: float = 0.2
                 break
         best = min(best, elapsed / calls)
     return float(best)
+
+
+def best_of(func: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    """Best wall time of ``repeat`` single calls of ``func`` (no warm-up), and the last call's value."""
+    best, value = np.inf, None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        value = func()
+        best = min(best, time.perf_counter() - started)
+    return float(best), value
 
 
 def peak_memory(func: Callable[[], Any]) -> int:

@@ -25,8 +25,7 @@ would be slower per row than the whole.  The non-quick run adds one row for
 from __future__ import annotations
 
 import time
-import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +37,7 @@ from meanfield.kernels.fused import CHUNK, _accumulate3, _score_exp3, velocity_f
 from meanfield.kernels.harmonic import choose_sphere_method, estimate_sphere_seconds, velocity_harmonic
 from meanfield.kernels.jit import kernel_threads, num_threads, pjit
 from meanfield.kernels.local import SphereSources, combine_head_sums, dense_head_sums, velocity_local
+from meanfield.solvers.bench import best_of, peak_memory
 
 __all__ = ["bench_sphere", "bench_heads", "dense_rows_seconds", "format_table"]
 
@@ -86,24 +86,6 @@ def dense_rows_seconds(x: np.ndarray, heads: HeadStack, beta: float, rows: np.nd
         started = time.perf_counter()
         _fused_rows(*args)
         return time.perf_counter() - started
-
-
-def _timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    best, value = np.inf, None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        value = fn()
-        best = min(best, time.perf_counter() - started)
-    return best, value
-
-
-def _peak(fn: Callable[[], Any]) -> int:
-    tracemalloc.start()
-    try:
-        fn()
-        return int(tracemalloc.get_traced_memory()[1])
-    finally:
-        tracemalloc.stop()
 
 
 def bench_sphere(
@@ -166,7 +148,7 @@ def bench_sphere(
             row: dict[str, Any] = {"n": n, "beta": float(beta), "threads": num_threads(), "choice": choose_sphere_method(n, beta, heads)}
             ref = combine_head_sums(heads, "softmax", [dense_head_sums(x[rows], heads.B[0], beta, src)])
             scale = float(np.abs(ref).max())
-            t_h, v_h = _timed(lambda: velocity_harmonic(x, heads, beta=beta), repeat)
+            t_h, v_h = best_of(lambda: velocity_harmonic(x, heads, beta=beta), repeat)
             row["harmonic_s"] = t_h
             row["harmonic_error"] = float(np.abs(v_h[rows] - ref).max() / scale)
             # local: whole if affordable (cost model), else k random rows × n / k, with k large enough
@@ -175,18 +157,18 @@ def bench_sphere(
             row["local_error"] = float(np.abs(v_l - ref).max() / scale)
             predicted = estimate_sphere_seconds(n, beta, heads)["local"]
             if predicted <= max_seconds:
-                row["local_s"], _ = _timed(lambda: velocity_local(x, heads, beta=beta), repeat)
+                row["local_s"], _ = best_of(lambda: velocity_local(x, heads, beta=beta), repeat)
                 row["local_extrapolated"] = False
             else:
                 k = int(np.clip(n * 0.5 * max_seconds / predicted, min(2048, n), n))
                 some = np.sort(rng.choice(n, size=k, replace=False))
-                t_some, _ = _timed(lambda: velocity_local(x, heads, beta=beta, rows=some), 1)
+                t_some, _ = best_of(lambda: velocity_local(x, heads, beta=beta, rows=some), 1)
                 row["local_s"] = t_some * n / k
                 row["local_extrapolated"] = True
             # dense fused kernel: whole if it fits in max_seconds, else sampled rows × n / k
             predicted = dense_rate * n * n if dense_rate is not None else 0.0
             if predicted <= max_seconds:
-                row["dense_s"], _ = _timed(lambda: velocity_fused(x, heads, beta=beta), 1)
+                row["dense_s"], _ = best_of(lambda: velocity_fused(x, heads, beta=beta), 1)
                 row["dense_extrapolated"] = False
                 dense_rate = row["dense_s"] / (float(n) * n) if dense_rate is None else dense_rate
             else:
@@ -199,9 +181,9 @@ def bench_sphere(
             row["dense_over_harmonic"] = row["dense_s"] / row["harmonic_s"]
             row["dense_over_local"] = row["dense_s"] / row["local_s"]
             if memory:
-                row["harmonic_peak_mib"] = _peak(lambda: velocity_harmonic(x, heads, beta=beta)) / 2**20
+                row["harmonic_peak_mib"] = peak_memory(lambda: velocity_harmonic(x, heads, beta=beta)) / 2**20
                 if not row["local_extrapolated"]:
-                    row["local_peak_mib"] = _peak(lambda: velocity_local(x, heads, beta=beta)) / 2**20
+                    row["local_peak_mib"] = peak_memory(lambda: velocity_local(x, heads, beta=beta)) / 2**20
             rows_out.append(row)
     if million if million is not None else not quick:
         rows_out.append(_million(heads, rng, sample_rows, dense_rows, repeat, memory))
@@ -216,14 +198,14 @@ def _million(heads: HeadStack, rng: np.random.Generator, sample_rows: int, dense
     rows = np.sort(rng.choice(n, size=sample_rows, replace=False))
     ref = combine_head_sums(heads, "softmax", [dense_head_sums(x[rows], heads.B[0], beta, src)])
     row: dict[str, Any] = {"n": n, "beta": beta, "threads": num_threads(), "choice": choose_sphere_method(n, beta, heads)}
-    row["harmonic_s"], v_h = _timed(lambda: velocity_harmonic(x, heads, beta=beta), repeat)
+    row["harmonic_s"], v_h = best_of(lambda: velocity_harmonic(x, heads, beta=beta), repeat)
     row["harmonic_error"] = float(np.abs(v_h[rows] - ref).max() / np.abs(ref).max())
     some = np.sort(rng.choice(n, size=dense_rows, replace=False))
     row["dense_s"] = dense_rows_seconds(x, heads, beta, some) * n / some.size
     row["dense_extrapolated"] = True
     row["dense_over_harmonic"] = row["dense_s"] / row["harmonic_s"]
     if memory:
-        row["harmonic_peak_mib"] = _peak(lambda: velocity_harmonic(x, heads, beta=beta)) / 2**20
+        row["harmonic_peak_mib"] = peak_memory(lambda: velocity_harmonic(x, heads, beta=beta)) / 2**20
     return row
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import NDArray
 
 from meanfield.analysis.concentration import (
     ConcentrationTracker,
@@ -364,15 +363,6 @@ def tracking_share(cfg: dict[str, Any] | None = None) -> dict[str, float]:
     }
 
 
-def _timed(func: Any, repeat: int) -> tuple[float, Any]:
-    best, value = math.inf, None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        value = func()
-        best = min(best, time.perf_counter() - started)
-    return best, value
-
-
 def bench_concentration(*, quick: bool = False, repeat: int = 3) -> dict[str, Any]:
     r"""Timings of the concentration diagnostics, for ``meanfield bench``.
 
@@ -396,6 +386,7 @@ def bench_concentration(*, quick: bool = False, repeat: int = 3) -> dict[str, An
     """
     from meanfield.geometry.sphere import sample_uniform
     from meanfield.analysis.transport import w2
+    from meanfield.solvers.bench import best_of
 
     scale = 10 if quick else 1
     n_big, n_pair = 100_000 // scale, 2000 // scale
@@ -404,12 +395,12 @@ def bench_concentration(*, quick: bool = False, repeat: int = 3) -> dict[str, An
     x = sample_uniform(n_big, 3, seed=1)
     tracker = tracker_from_head(head.Q, head.K, head.V, x, policy="skip")
     rows = []
-    seconds, value = _timed(lambda: w2(x, tracker.target.atoms, None, tracker.target.weights), repeat)
+    seconds, value = best_of(lambda: w2(x, tracker.target.atoms, None, tracker.target.weights), repeat)
     rows.append({"name": "w2_target", "n": n_big, "seconds": seconds, "value": float(value)})
-    seconds, value = _timed(lambda: eigenspace_distance(x, tracker.P_V), repeat)
+    seconds, value = best_of(lambda: eigenspace_distance(x, tracker.P_V), repeat)
     rows.append({"name": "eigenspace_distance", "n": n_big, "seconds": seconds, "value": float(value)})
     y1, y2 = sample_uniform(n_pair, 3, seed=2), sample_uniform(n_pair, 3, seed=3)
-    seconds, value = _timed(lambda: w2(y1, y2), 1 if not quick else repeat)
+    seconds, value = best_of(lambda: w2(y1, y2), 1 if not quick else repeat)
     rows.append({"name": "w2_exact_clouds", "n": n_pair, "seconds": seconds, "value": float(value)})
     if quick:
         cfg["init"]["n"] = 200
