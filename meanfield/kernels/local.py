@@ -73,7 +73,7 @@ from numba import prange
 from scipy.spatial import cKDTree
 
 from meanfield.heads.head import HeadStack
-from meanfield.kernels.fused import exp_nonpositive_scalar
+from meanfield.kernels.fused import _accumulate3, exp_nonpositive_scalar
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, check_tokens, token_masses
 from meanfield.kernels.jit import jit, kernel_threads, pjit, threads_for
 
@@ -314,24 +314,6 @@ def _exp_inplace(z, nc):  # pragma: no cover - compiled
         z[j] = exp_nonpositive_scalar(z[j])
 
 
-@jit(fastmath=True)
-def _accumulate4(e, w0, w1, w2, w3, nc, acc):  # pragma: no cover - compiled
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    for j in range(nc):
-        ej = e[j]
-        s0 += ej * w0[j]
-        s1 += ej * w1[j]
-        s2 += ej * w2[j]
-        s3 += ej * w3[j]
-    acc[0] = s0
-    acc[1] = s1
-    acc[2] = s2
-    acc[3] = s3
-
-
 @pjit
 def _local_kernel(q, row_ptr, cand_ptr, cand, whole, cos_out, yt, wy, mass, eps, delta, sums, shift, ok):  # pragma: no cover - compiled
     """Block ``b`` holds rows ``row_ptr[b]:row_ptr[b+1]`` of ``q`` (= β Bᵀx_i, already in block order) and
@@ -382,7 +364,8 @@ def _local_kernel(q, row_ptr, cand_ptr, cand, whole, cos_out, yt, wy, mass, eps,
             top = _scores(q0, q1, q2, y0, y1, y2, nc, z)
             kept = _compact(z, top, -delta, w0, w1, w2, w3, nc, zk, k0, k1, k2, k3)
             _exp_inplace(zk, kept)
-            _accumulate4(zk, k0, k1, k2, k3, kept, acc)
+            acc[:] = 0.0
+            _accumulate3(zk, k0, k1, k2, k3, kept, acc)
             sums[i, 0] = acc[0]
             sums[i, 1] = acc[1]
             sums[i, 2] = acc[2]
