@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from meanfield.kernels.jit import num_threads, one_blas_thread
+from meanfield.solvers.timing import best_of, peak_memory
 from meanfield.kernels.attention import BLOCK_ELEMENTS, FUSED_MAX_D, velocity_blas, velocity_numba, velocity_numpy
 from meanfield.kernels.blas import _pool
 from meanfield.kernels.fused import velocity_fused
@@ -59,26 +60,6 @@ def time_call(func: Callable[[], Any], *, repeat: int = 3, min_time: float = 0.2
                 break
         best = min(best, elapsed / calls)
     return float(best)
-
-
-def best_of(func: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    """Best wall time of ``repeat`` single calls of ``func`` (no warm-up), and the last call's value."""
-    best, value = np.inf, None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        value = func()
-        best = min(best, time.perf_counter() - started)
-    return float(best), value
-
-
-def peak_memory(func: Callable[[], Any]) -> int:
-    """Peak bytes allocated (tracemalloc) during one call of ``func``."""
-    tracemalloc.start()
-    try:
-        func()
-        return int(tracemalloc.get_traced_memory()[1])
-    finally:
-        tracemalloc.stop()
 
 
 def exp_roofline(n: int, *, threads: int | None = None) -> Callable[[], None]:

@@ -37,7 +37,7 @@ from meanfield.kernels.fused import CHUNK, _accumulate3, _score_exp3, velocity_f
 from meanfield.kernels.harmonic import choose_sphere_method, estimate_sphere_seconds, velocity_harmonic
 from meanfield.kernels.jit import kernel_threads, num_threads, pjit
 from meanfield.kernels.local import SphereSources, combine_head_sums, dense_head_sums, velocity_local
-from meanfield.solvers.bench import best_of, peak_memory
+from meanfield.solvers.timing import best_of, peak_memory
 
 __all__ = ["bench_sphere", "bench_heads", "dense_rows_seconds", "format_table"]
 

@@ -386,7 +386,7 @@ def bench_concentration(*, quick: bool = False, repeat: int = 3) -> dict[str, An
     """
     from meanfield.geometry.sphere import sample_uniform
     from meanfield.analysis.transport import w2
-    from meanfield.solvers.bench import best_of
+    from meanfield.solvers.timing import best_of
 
     scale = 10 if quick else 1
     n_big, n_pair = 100_000 // scale, 2000 // scale

@@ -1,0 +1,29 @@
+"""Timers for the benchmarks: the best of single calls, and the peak memory of one call."""
+from __future__ import annotations
+
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["best_of", "peak_memory"]
+
+
+def best_of(func: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    """Best wall time of ``repeat`` single calls of ``func`` (no warm-up), and the last call's value."""
+    best, value = float("inf"), None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        value = func()
+        best = min(best, time.perf_counter() - started)
+    return float(best), value
+
+
+def peak_memory(func: Callable[[], Any]) -> int:
+    """Peak bytes allocated (tracemalloc) during one call of ``func``."""
+    tracemalloc.start()
+    try:
+        func()
+        return int(tracemalloc.get_traced_memory()[1])
+    finally:
+        tracemalloc.stop()
