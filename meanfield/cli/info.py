@@ -59,7 +59,7 @@ def follow(path: str, *, interval: float) -> int:
         time.sleep(interval)
         try:
             reader = RunReader(path)
-        except ConfigError:  # between frames the writer may hold the file for a moment
+        except (ConfigError, OSError):  # between frames the writer may hold the file, or be mid-way through its header
             continue
 
 
