@@ -77,6 +77,37 @@ PAPERS: dict[str, tuple[str, str, str]] = {
         "time_dependent",
         "Multi-Headed Transformer Architectures as Time-dependent Wasserstein Gradient Flows",
     ),
+    # the field's other public codes: features this project builds as its own (see the README, "Beyond the three papers")
+    "2305.05465": (
+        "Geshkovski, Letrouit, Polyanskiy and Rigollet, arXiv 2305.05465",
+        "clusters",
+        "The emergence of clusters in self-attention dynamics",
+    ),
+    "2312.10794": (
+        "Geshkovski, Letrouit, Polyanskiy and Rigollet, arXiv 2312.10794",
+        "perspective",
+        "A mathematical perspective on Transformers",
+    ),
+    "2411.04990": (
+        "Karagodin, Polyanskiy and Rigollet, arXiv 2411.04990",
+        "causal",
+        "Clustering in Causal Attention Masking",
+    ),
+    "2510.22026": (
+        "Karagodin, Ge, Polyanskiy and Rigollet, arXiv 2510.22026",
+        "normalization",
+        "Normalization in Attention Dynamics",
+    ),
+    "2410.06833": (
+        "Geshkovski, Koubbi, Polyanskiy and Rigollet, arXiv 2410.06833",
+        "metastability",
+        "Dynamic metastability in the self-attention model",
+    ),
+    "2501.03096": (
+        "Burger, Kabri, Korolev, Roith and Weigand, arXiv 2501.03096",
+        "layernorm",
+        "Analysis of mean-field models arising from self-attention dynamics in transformer architectures with layer normalization",
+    ),
 }
 
 
