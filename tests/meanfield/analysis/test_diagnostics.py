@@ -289,7 +289,36 @@ def test_count_clusters_blocked_matches_dense_components(rng, monkeypatch):
         dense = connected_components(x @ x.T >= 1 - tol, directed=False)[0]
         monkeypatch.setattr(diag, "BLOCK_ELEMENTS", 4 * 63)
         assert diag.count_clusters(x, tol=tol) == dense
+        assert diag._count_clusters_blocks(x, tol=tol) == dense
     assert diag.count_clusters(x, tol=1e-2) == 7
+
+
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_count_clusters_by_balls_matches_dense_components_on_chains_and_clouds(rng, d):
+    """Chains of tokens just inside / outside the link radius, and uniform clouds: the k-d tree count equals the dense one."""
+    from scipy.sparse.csgraph import connected_components
+
+    tol = 1e-3
+    step = math.acos(1 - tol)
+    for spacing in (0.97 * step, 1.03 * step, 0.5 * step):  # linked chain, broken chain, dense chain
+        angles = spacing * np.arange(40)
+        x = np.zeros((40, d))
+        x[:, 0], x[:, 1] = np.cos(angles), np.sin(angles)
+        x = x[rng.permutation(40)]
+        dense = connected_components(x @ x.T >= 1 - tol, directed=False)[0]
+        assert diag.count_clusters(x, tol=tol) == dense
+    for n, t in ((300, 0.02), (300, 0.2), (2000, 2e-3)):
+        x = normalize(rng.standard_normal((n, d)))
+        dense = connected_components(x @ x.T >= 1 - t, directed=False)[0]
+        assert diag.count_clusters(x, tol=t) == dense
+
+
+def test_count_clusters_of_a_large_clustered_state():
+    """10^5 tokens in three tight clusters: three components (the dense count would take 10^10 pair tests)."""
+    rng = np.random.default_rng(5)
+    centres = normalize(rng.standard_normal((3, 3)))
+    x = normalize(np.repeat(centres, 34_000, axis=0) + 1e-3 * rng.standard_normal((102_000, 3)))
+    assert diag.count_clusters(x, tol=1e-3) == 3
 
 
 def test_gradient_flow_setting_detection(rng):
