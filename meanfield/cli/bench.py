@@ -18,6 +18,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the tables as JSON")
     p.add_argument("--quick", action="store_true", help="smaller sizes (n up to 4096, one grid size)")
+    p.add_argument("--compare", action="store_true",
+                   help="instead: the softmax velocity against torch and JAX where installed (results checked against the "
+                        "NumPy twin first, timed in rotating rounds on the same threads), as t_other / t_meanfield")
     p.set_defaults(func=main)
 
 
@@ -53,8 +56,32 @@ def _print_table(name: str, rows: list[dict[str, Any]]) -> None:
         print("  ".join(_fmt(r.get(k, "")) for k in keys))
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from meanfield.solvers.bench_compare import COMPARE_CASES, available_frameworks, compare_environment, compare_frameworks, format_comparison
+
+    cases = ((1024, 3), (1024, 64)) if args.quick else COMPARE_CASES
+    rows = compare_frameworks(cases)
+    environment = compare_environment()
+    if args.json:
+        json.dump({"environment": environment, "compare": rows}, sys.stdout, indent=2, default=float)
+        print()
+        return 0
+    missing = [name for name in ("torch", "jax") if name not in available_frameworks()]
+    print(f"softmax velocity, one head, {environment['threads']} thread(s); ratios t_other / t_meanfield in the same precision "
+          "(above 1: meanfield is faster), measured in this run")
+    for lib in environment["blas"]:
+        print(f"BLAS: {lib['internal_api']} {lib['version']} ({lib['architecture']} kernels, {lib['num_threads']} threads)")
+    if missing:
+        print(f"not installed, so not compared: {', '.join(missing)} (pip install {' '.join(missing)})")
+    print(format_comparison(rows))
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     from meanfield.solvers.bench import run_benchmarks
+
+    if args.compare:
+        return _compare(args)
 
     tables = run_benchmarks(quick=args.quick)
     if args.json:

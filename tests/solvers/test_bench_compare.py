@@ -1,0 +1,45 @@
+"""``meanfield bench --compare``: every implementation is checked against the float64 NumPy twin before it is timed."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from meanfield.solvers import bench_compare
+
+
+def test_meanfield_rows_agree_with_the_twin_and_set_the_unit_ratio():
+    rows = bench_compare.compare_frameworks(((96, 3), (40, 7)), rounds=1, min_time=0.0, frameworks=[])
+    assert {(r["n"], r["d"]) for r in rows} == {(96, 3), (40, 7)}
+    for r in rows:
+        assert r["agrees"], r
+        bound = bench_compare.F64_AGREEMENT if r["precision"] == "float64" else bench_compare.F32_AGREEMENT
+        assert r["error"] <= bound
+        if r["implementation"] == "meanfield":
+            np.testing.assert_allclose(r["ratio"], 1.0, rtol=0, atol=0)
+        assert r["seconds"] > 0 and np.isfinite(r["ratio"])
+
+
+def test_an_implementation_that_disagrees_is_not_timed(monkeypatch):
+    monkeypatch.setattr(bench_compare, "F32_AGREEMENT", 1e-12)  # float32 cannot meet a float64 bound
+    rows = bench_compare.compare_frameworks(((64, 3),), rounds=1, min_time=0.0, frameworks=[])
+    f32 = [r for r in rows if r["precision"] == "float32"]
+    assert f32 and all(not r["agrees"] and np.isnan(r["seconds"]) and np.isnan(r["ratio"]) for r in f32)
+    assert "not timed: disagrees" in bench_compare.format_comparison(rows)
+
+
+def test_unknown_or_missing_framework_is_refused():
+    with pytest.raises(ValueError, match="unknown framework"):
+        bench_compare.compare_frameworks(((8, 3),), frameworks=["keops"])
+    for name in ("torch", "jax"):
+        if importlib.util.find_spec(name) is None:
+            with pytest.raises(ValueError, match="not installed"):
+                bench_compare.compare_frameworks(((8, 3),), frameworks=[name])
+
+
+def test_blas_is_reported():
+    import numpy  # noqa: F401 - loads the BLAS threadpoolctl reports
+
+    info = bench_compare.blas_info()
+    assert info and all("internal_api" in lib for lib in info)
