@@ -21,7 +21,7 @@ import numpy as np
 
 from meanfield.geometry.sphere import project_tangent
 from meanfield.heads.head import Head, HeadStack, stack_heads
-from meanfield.kernels.attention import ATTENTION_KINDS, DEFAULT_TOLERANCE, attention_velocity
+from meanfield.kernels.attention import ATTENTION_KINDS, DEFAULT_TOLERANCE, MASKS, attention_velocity
 
 __all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES"]
 
@@ -72,6 +72,11 @@ class Model:
         throughput, relative error ~1e-6).
     tolerance : float
         Relative accuracy per row of the ``harmonic`` and ``local`` kernels (default 1e-12).
+    mask : {"none", "causal"}
+        Attention mask: ``"causal"`` lets token :math:`i` attend only to the tokens
+        :math:`j\le i` in the order of the state array (Karagodin, Polyanskiy and Rigollet,
+        *Clustering in Causal Attention Masking*, arXiv 2411.04990; the flow is then no
+        gradient flow); default ``"none"``.
     combine : {"sum", "mean"}
         How the heads' fields combine (softmax, unnormalized, relu): their sum
         (default), or their mean,
@@ -101,8 +106,11 @@ class Model:
     precision: str = "float64"
     tolerance: float = DEFAULT_TOLERANCE
     combine: str = "sum"
+    mask: str = "none"
 
     def __post_init__(self) -> None:
+        if self.mask not in MASKS:
+            raise ValueError(f"mask must be one of {MASKS}, got {self.mask!r}")
         if self.combine not in COMBINES:
             raise ValueError(f"combine must be one of {COMBINES}, got {self.combine!r}")
         if self.combine == "mean" and self.attention == "pooled":
@@ -134,7 +142,7 @@ class Model:
         stack = self.heads.at(t)
         v = attention_velocity(
             x, stack, beta=self.beta, kind=self.attention, weights=weights, backend=self.backend, precision=self.precision,
-            tolerance=self.tolerance,
+            tolerance=self.tolerance, mask=self.mask,
         )
         return v / stack.H if self.combine == "mean" else v
 

@@ -46,6 +46,23 @@ On :math:`S^2` (``d = 3``, float64, unit tokens, an exponential law) ``"auto"`` 
 among ``"harmonic"``, ``"local"`` and the dense kernels by the measured cost models of
 :func:`meanfield.kernels.harmonic.choose_sphere_method`: dense up to about a thousand
 tokens, harmonic beyond, local where the caps are small (:math:`n\lesssim 45\,\beta\|B\|`).
+
+**Causal mask** (``mask="causal"``, config ``model.mask``): Karagodin, Polyanskiy and
+Rigollet, *Clustering in Causal Attention Masking* (arXiv 2411.04990).  Token :math:`i`
+attends only to the tokens :math:`j\le i` in the order of the state array,
+
+.. math::
+
+    v_i = \sum_h \frac{\sum_{j\le i} a_j e^{\beta s^h_{ij}} V_h x_j}{\sum_{j\le i} a_j e^{\beta s^h_{ij}}}
+    \quad(\text{softmax; the other laws likewise restrict }\textstyle\sum_j\text{ to } j\le i),
+
+so the first token's softmax row is :math:`p_{11}=1` and :math:`v_1=\sum_h V_hx_1`.  The
+masses :math:`a_j` are not renormalised (``unnormalized`` and ``relu`` sum
+:math:`a_j` over the prefix).  Every backend computes it: the dense kernels restrict their
+inner loop to :math:`j\le i` (about half the work), ``harmonic`` sums block prefixes of
+its source coefficients, ``local`` lists each block's candidates in index order; ``auto``
+compares the causal cost models (:func:`~meanfield.kernels.harmonic.estimate_causal_sphere_seconds`).
+The system is no longer a gradient flow (the paper's point): the energy need not be monotone.
 """
 from __future__ import annotations
 
@@ -56,14 +73,16 @@ import numpy as np
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.blas import velocity_blas
 from meanfield.kernels.fused import velocity_fused
+from meanfield.kernels.fused32 import velocity_fused32
 from meanfield.kernels.harmonic import choose_sphere_method, velocity_harmonic
-from meanfield.kernels.inputs import ATTENTION_KINDS, BLOCK_ELEMENTS, block_rows, check_tokens, token_masses
+from meanfield.kernels.inputs import ATTENTION_KINDS, BLOCK_ELEMENTS, MASKS, block_rows, check_tokens, is_causal, token_masses
 from meanfield.kernels.reference import velocity_numpy
 from meanfield.kernels.local import SPHERE_KINDS, SPHERE_TOLERANCE, velocity_local
 from meanfield.kernels.rows import velocity_numba
 
 __all__ = [
     "ATTENTION_KINDS",
+    "MASKS",
     "BACKENDS",
     "FUSED_MAX_D",
     "BLOCK_ELEMENTS",
@@ -83,12 +102,13 @@ __all__ = [
 
 
 def _velocity_fused(
-    x: np.ndarray, heads: HeadStack, *, beta: float, kind: str = "softmax", weights: np.ndarray | None = None
+    x: np.ndarray, heads: HeadStack, *, beta: float, kind: str = "softmax", weights: np.ndarray | None = None,
+    mask: str = "none",
 ) -> np.ndarray:
     """The fused small-``d`` softmax kernel of :mod:`meanfield.kernels.fused` (softmax only)."""
     if kind != "softmax":
         raise ValueError(f"backend 'fused' computes the softmax law only, got kind={kind!r}; use 'blas'")
-    return velocity_fused(x, heads, beta=beta, weights=weights)
+    return velocity_fused(x, heads, beta=beta, weights=weights, mask=mask)
 
 
 #: kernels by backend name (``"auto"`` picks one per call, see :func:`attention_velocity`)
@@ -121,6 +141,7 @@ def attention_velocity(
     backend: str = "auto",
     precision: str = "float64",
     tolerance: float = DEFAULT_TOLERANCE,
+    mask: str = "none",
 ) -> np.ndarray:
     r"""Ambient attention velocity :math:`v_i` (the velocity laws of the module docstring).
 
@@ -140,14 +161,20 @@ def attention_velocity(
         tokens and an exponential law in float64, the fastest of ``"harmonic"``,
         ``"local"`` and dense by :func:`~meanfield.kernels.harmonic.choose_sphere_method`;
         otherwise the fused kernel (:mod:`meanfield.kernels.fused`, one pass with a
-        vectorised ``exp``) for float64 softmax with ``d ≤`` :data:`FUSED_MAX_D`,
-        else ``"blas"``.
+        vectorised ``exp``) for float64 softmax and every float32 law with
+        ``d ≤`` :data:`FUSED_MAX_D`, else ``"blas"``.  ``"fused"`` in float32 is the
+        fused float32 kernel, for every law.
     precision : {"float64", "float32"}
-        Arithmetic of the ``blas`` kernel's score buffers (the other backends
-        are float64 only); see :func:`velocity_blas`.
+        Arithmetic of the scores and exponentials: ``float32`` runs the fused float32
+        kernel (:mod:`meanfield.kernels.fused32`, every law, float64 sums; ``"auto"``
+        takes it for ``d ≤`` :data:`FUSED_MAX_D`) or the ``blas`` kernel's float32
+        buffers (:func:`velocity_blas`); relative error ~1e-6. The sphere kernels are float64 only.
     tolerance : float
         Relative accuracy per row of the ``harmonic`` and ``local`` kernels
         (default :data:`DEFAULT_TOLERANCE`; the dense kernels are exact to round-off).
+    mask : {"none", "causal"}
+        ``"causal"``: token :math:`i` attends only to :math:`j\le i` (Karagodin,
+        Polyanskiy and Rigollet, arXiv 2411.04990); every backend supports it.
 
     Returns
     -------
@@ -163,8 +190,9 @@ def attention_velocity(
     >>> attention_velocity(x, heads, beta=4.0).shape
     (64, 3)
     """
+    is_causal(mask)  # an unknown mask is a ValueError before any work
     if backend == "auto":
-        backend = _sphere_backend(x, heads, beta, kind, precision) or _dense_backend(heads, kind, precision)
+        backend = _sphere_backend(x, heads, beta, kind, precision, mask) or _dense_backend(heads, kind, precision)
         if backend == "dense":
             backend = _dense_backend(heads, kind, precision)
     try:
@@ -174,21 +202,23 @@ def attention_velocity(
     if precision not in ("float64", "float32"):
         raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
     if precision == "float32":
+        if backend == "fused":
+            return velocity_fused32(x, heads, beta=beta, kind=kind, weights=weights, mask=mask)
         if backend != "blas":
-            raise ValueError("precision='float32' is available with backend='blas' (or 'auto') only")
-        return velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision)
+            raise ValueError("precision='float32' is available with backend='fused', 'blas' or 'auto' only")
+        return velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision, mask=mask)
     if backend in TOLERANCE_BACKENDS:
-        return kernel(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance)
-    return kernel(x, heads, beta=beta, kind=kind, weights=weights)
+        return kernel(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance, mask=mask)
+    return kernel(x, heads, beta=beta, kind=kind, weights=weights, mask=mask)
 
 
 def _dense_backend(heads: HeadStack, kind: str, precision: str) -> str:
-    """The dense kernel ``"auto"`` uses: fused for float64 softmax at small ``d``, else BLAS."""
-    small = kind == "softmax" and precision == "float64" and heads.d <= FUSED_MAX_D
+    """The dense kernel ``"auto"`` uses at small ``d``: fused for float64 softmax and for every float32 law; else BLAS."""
+    small = heads.d <= FUSED_MAX_D and (kind == "softmax" or precision == "float32")
     return "fused" if small else "blas"
 
 
-def _sphere_backend(x: np.ndarray, heads: HeadStack, beta: float, kind: str, precision: str) -> str | None:
+def _sphere_backend(x: np.ndarray, heads: HeadStack, beta: float, kind: str, precision: str, mask: str = "none") -> str | None:
     """``"harmonic"``, ``"local"`` or ``"dense"`` where the sphere kernels apply, else ``None``."""
     x = np.asarray(x)
     if heads.d != 3 or kind not in SPHERE_KINDS or precision != "float64" or x.ndim != 2 or x.shape[0] <= SPHERE_DENSE_MAX_N:
@@ -198,4 +228,4 @@ def _sphere_backend(x: np.ndarray, heads: HeadStack, beta: float, kind: str, pre
     norms = np.sqrt(np.einsum("ij,ij->i", x, x))
     if not float(np.max(np.abs(norms - 1.0))) <= SPHERE_TOLERANCE:
         return None
-    return choose_sphere_method(x.shape[0], float(beta), heads)
+    return choose_sphere_method(x.shape[0], float(beta), heads, mask=mask)

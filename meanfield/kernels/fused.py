@@ -27,6 +27,12 @@ Rows are shifted by :math:`c_i=\|\beta B_h^\top x_i\|\max_j\|x_j\|\ge\max_j\beta
 so that every exponent is ≤ 0.  Where the shifted row sum underflows
 (below ``1e-200``), that (row, head) term is recomputed in NumPy with the exact
 row maximum — never silently wrong.
+
+With ``mask="causal"`` (Karagodin, Polyanskiy and Rigollet, *Clustering in Causal
+Attention Masking*, arXiv 2411.04990) row :math:`i` runs its column chunks over
+:math:`j\le i` only (half the pairs; the shift :math:`c_i` still bounds the prefix's
+scores), and the row blocks are visited in the order 0, B-1, 1, B-2, … so that the
+static ``prange`` chunks carry equal work.
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ from numba import prange, types
 from numba.extending import intrinsic
 
 from meanfield.kernels.jit import jit, kernel_threads, pjit
-from meanfield.kernels.inputs import check_tokens, token_masses
+from meanfield.kernels.inputs import check_tokens, is_causal, token_masses
 from meanfield.heads import HeadStack
 
 __all__ = ["velocity_fused", "exp_nonpositive", "exp_nonpositive_scalar", "CHUNK"]
@@ -206,18 +212,22 @@ def _accumulate(e, wx, j0, m, acc):  # pragma: no cover - compiled
 
 
 @pjit
-def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk):  # pragma: no cover - compiled
+def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk, causal=False):  # pragma: no cover - compiled
     n, d = x.shape
     H = B.shape[0]
     out = np.zeros((n, d))
     low = np.zeros((n, H), dtype=np.bool_)
     nblocks = (n + rows_per_block - 1) // rows_per_block
-    for b in prange(nblocks):
+    for p in prange(nblocks):
+        # causal: cheap and expensive blocks alternate (0, B-1, 1, B-2, …), so that static chunks balance
+        half = np.int64(p) // 2  # (prange indices are unsigned: int64 keeps the arithmetic integral)
+        b = (half if p % 2 == 0 else nblocks - 1 - half) if causal else np.int64(p)
         z = np.empty(chunk)
         e = np.empty(chunk)
         q = np.empty(d)
         acc = np.empty(d + 1)
         for i in range(b * rows_per_block, min(n, (b + 1) * rows_per_block)):
+            jend = i + 1 if causal else n
             for h in range(H):
                 qn = 0.0
                 for k in range(d):
@@ -230,8 +240,8 @@ def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk):  # pragma
                 c = np.sqrt(qn) * xmax
                 for k in range(d + 1):
                     acc[k] = 0.0
-                for j0 in range(0, n, chunk):
-                    m = min(chunk, n - j0)
+                for j0 in range(0, jend, chunk):
+                    m = min(chunk, jend - j0)
                     j1 = j0 + m
                     if d == 3:
                         _score_exp3(q[0], q[1], q[2], c, xt[0, j0:j1], xt[1, j0:j1], xt[2, j0:j1], m, e)
@@ -251,9 +261,13 @@ def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk):  # pragma
     return out, low
 
 
-def _exact_rows(x: np.ndarray, a: np.ndarray, B: np.ndarray, V: np.ndarray, beta: float, idx: np.ndarray) -> np.ndarray:
-    """Softmax term of one head for rows ``idx``, with the exact row maximum (NumPy)."""
+def _exact_rows(
+    x: np.ndarray, a: np.ndarray, B: np.ndarray, V: np.ndarray, beta: float, idx: np.ndarray, causal: bool = False
+) -> np.ndarray:
+    """Softmax term of one head for rows ``idx``, with the exact row maximum (NumPy; causal: over j ≤ i)."""
     s = beta * ((x[idx] @ B) @ x.T)
+    if causal:
+        s[np.arange(x.shape[0])[None, :] > idx[:, None]] = -np.inf
     s -= s.max(axis=1, keepdims=True)
     np.exp(s, out=s)
     s *= a
@@ -267,10 +281,11 @@ def velocity_fused(
     beta: float,
     weights: np.ndarray | None = None,
     chunk: int = CHUNK,
+    mask: str = "none",
 ) -> np.ndarray:
     """Softmax attention velocity by the fused small-``d`` kernel (float64).
 
-    Same result as ``velocity_numpy(x, heads, beta=beta, kind="softmax", weights=weights)``.
+    Same result as ``velocity_numpy(x, heads, beta=beta, kind="softmax", weights=weights, mask=mask)``.
 
     Parameters
     ----------
@@ -284,6 +299,8 @@ def velocity_fused(
         Token masses :math:`a_j` (default :math:`1/n`).
     chunk : int
         Columns per chunk of the inner loop.
+    mask : {"none", "causal"}
+        ``"causal"``: row :math:`i` sums over :math:`j\\le i` only (half the pairs).
 
     Returns
     -------
@@ -291,6 +308,7 @@ def velocity_fused(
         The ambient velocity :math:`v_i`.
     """
     x = check_tokens(x, heads, "softmax")
+    causal = is_causal(mask)
     n, d = x.shape
     a = token_masses(n, weights)
     if n == 0:
@@ -301,12 +319,12 @@ def velocity_fused(
     xmax = float(np.sqrt(np.max(np.sum(x * x, axis=1))))
     B = np.ascontiguousarray(heads.B, dtype=float)
     V = np.ascontiguousarray(heads.V, dtype=float)
-    with kernel_threads(float(n) * n * B.shape[0]) as threads:
+    with kernel_threads(float(n) * n * B.shape[0] * (0.5 if causal else 1.0)) as threads:
         rows = max(1, min(64, -(-n // (4 * threads))))
-        out, low = _fused_kernel(x, xt, wx, B, V, beta, xmax, rows, max(8, int(chunk)))
+        out, low = _fused_kernel(x, xt, wx, B, V, beta, xmax, rows, max(8, int(chunk)), causal)
     if low.any():  # the Cauchy–Schwarz shift overshot: exact row maximum for those (row, head) terms
         for h in range(B.shape[0]):
             idx = np.flatnonzero(low[:, h])
             if idx.size:
-                out[idx] += _exact_rows(x, a, B[h], V[h], beta, idx)
+                out[idx] += _exact_rows(x, a, B[h], V[h], beta, idx, causal)
     return out

@@ -127,6 +127,27 @@ limit being :math:`2\cdot10^{-13}`); the default ``tol = 1e-12`` is thus near wh
 precision allows.  Tokens must be unit vectors: a deviation :math:`\delta` costs a relative
 error of about :math:`\delta\beta\|B\|` (checked: :math:`\delta\le10^{-10}`).
 
+**Causal mask** (``mask="causal"``; Karagodin, Polyanskiy and Rigollet, *Clustering in
+Causal Attention Masking*, arXiv 2411.04990): row :math:`i` sums over :math:`j\le i` only.
+The source coefficients are linear in the sources, so a prefix sum is a sum of
+coefficients.  The rows are cut into consecutive blocks :math:`I_k=[ks,(k+1)s)` of
+:math:`s` tokens, and
+
+.. math::
+
+    F_i = \underbrace{\sum_{j<ks} a_je^{\beta u_i\cdot y_j}}_{\text{harmonic},\ g^{(k)}=\sum_{k'<k}g(I_{k'})}
+        + \underbrace{\sum_{ks\le j\le i} a_je^{\beta u_i\cdot y_j}}_{\text{dense, exact}},
+    \qquad i\in I_k :
+
+one adjoint transform per block (its coefficients :math:`g(I_k)`, accumulated),
+one evaluation of :func:`harmonic_head_sums` per block and head with the accumulated
+:math:`g^{(k)}` and prefix mass :math:`M_k=\sum_{j<ks}a_j` in the error bound, and the
+triangle inside the block by the causal local method (numba, exact to
+:data:`NEAR_SHARE` · tol).  The row test compares the far bound with
+:math:`(1-` :data:`NEAR_SHARE` :math:`)\,\mathrm{tol}` times the whole row sum (far + near); the rows that
+fail it are recomputed exactly by the causal local method over their whole prefix.  The block
+size minimises the measured cost models (:func:`causal_block_rows`).
+
 Memory: :math:`O(N + L^2 + L'^2)` per head, no :math:`n\times n` arrays.
 """
 from __future__ import annotations
@@ -147,7 +168,7 @@ from ducc0.sht.experimental import (
 from numba import prange
 
 from meanfield.heads.head import HeadStack
-from meanfield.kernels.inputs import token_masses
+from meanfield.kernels.inputs import is_causal, token_masses
 from meanfield.kernels.jit import kernel_threads, pjit, threads_for
 from meanfield.kernels.local import (
     WHOLE_CHORD,
@@ -160,12 +181,17 @@ from meanfield.kernels.local import (
 )
 
 __all__ = [
+    "certified_head_sums",
+    "sphere_head_energies",
     "velocity_harmonic",
     "choose_sphere_method",
     "estimate_sphere_seconds",
     "scaled_spherical_in",
     "truncation_degree",
     "harmonic_head_sums",
+    "causal_block_rows",
+    "estimate_causal_sphere_seconds",
+    "CAUSAL_MIN_BLOCK",
     "NUFFT_EPS_MIN",
     "FLOOR_RELATIVE",
     "TAIL_RELATIVE",
@@ -877,6 +903,8 @@ def velocity_harmonic(
     kind: str = "softmax",
     weights: np.ndarray | None = None,
     tolerance: float = 1e-12,
+    mask: str = "none",
+    block: int | None = None,
 ) -> np.ndarray:
     r"""Attention velocity on :math:`S^2` by spherical harmonics, exact local fallback where needed.
 
@@ -914,6 +942,11 @@ def velocity_harmonic(
         Target relative accuracy per row.  The NUFFT accuracy is
         :math:`\varepsilon_N=\max(2.5\cdot10^{-13}, \mathrm{tol}/4)`, truncation and
         interpolation aim at :math:`10^{-5}\,\mathrm{tol}`.
+    mask : {"none", "causal"}
+        ``"causal"``: row :math:`i` sums over :math:`j\le i` only, by the block-prefix
+        algorithm of the module docstring (same tolerance).
+    block : int, optional
+        Causal mask only: tokens per block (default :func:`causal_block_rows`).
 
     Returns
     -------
@@ -926,6 +959,7 @@ def velocity_harmonic(
         For ``kind="relu"``, ``d != 3`` or tokens off the unit sphere.
     """
     x = check_sphere_tokens(x, heads, kind)
+    causal = is_causal(mask)
     n = x.shape[0]
     a = token_masses(n, weights)
     if n == 0:
@@ -933,6 +967,21 @@ def velocity_harmonic(
     beta = float(beta)
     if beta < 0 or not np.isfinite(beta):
         raise ValueError(f"beta must be finite and >= 0, got {beta}")
+    if causal:
+        return _causal_harmonic(x, heads, beta, kind, a, float(tolerance), block)
+    return combine_head_sums(heads, kind, certified_head_sums(x, heads, beta, kind, a, float(tolerance)))
+
+
+def certified_head_sums(x: np.ndarray, heads: HeadStack, beta: float, kind: str, a: np.ndarray, tolerance: float) -> list[HeadSums]:
+    r"""Every head's shifted sums :math:`N^h_i, D^h_i, m^h_i` over all tokens, each row to ``tolerance``.
+
+    The harmonic sums of :func:`harmonic_head_sums` (one adjoint transform for all
+    heads), with the rows whose bound exceeds ``tolerance`` times their sum — per head,
+    or for ``kind="pooled"`` of the pooled denominator — recomputed exactly by
+    :func:`meanfield.kernels.local.local_head_sums`.  Heads of zero weight are left
+    empty under ``pooled``.  (``x`` unit vectors, ``a`` the masses.)
+    """
+    n = x.shape[0]
     src = SphereSources(x, a)
     active = [h for h in range(heads.H) if kind != "pooled" or heads.w[h] != 0]
     lsrc = max([_source_degree(heads.B[h], beta, tolerance) for h in active] + [1])
@@ -956,7 +1005,166 @@ def velocity_harmonic(
         if bad.size:
             for h in active:
                 sums[h].put(bad, local_head_sums(x[bad], heads.B[h], beta, src, tolerance=tol))
+    return sums
+
+
+def sphere_head_energies(
+    x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None, tolerance: float = 1e-12,
+) -> np.ndarray:
+    r"""Per-head energies on :math:`S^2` from the harmonic row sums: no :math:`O(n^2)` pass.
+
+    .. math::
+
+        E_h = rac1{2eta}\sum_i a_i\,e^{m^h_i}D^h_i,\qquad D^h_i e^{m^h_i}=\sum_j a_je^{eta s^h_{ij}}
+
+    (the energy of Pendharkar, arXiv 2605.04279, as :func:`meanfield.analysis.energy.head_energies`
+    defines it), with the row sums of :func:`certified_head_sums`: each to relative
+    ``tolerance``, so each :math:`E_h`, a sum of positive terms, is too.  The
+    velocity's own transform cost, once per frame.
+
+    Parameters
+    ----------
+    x : (n, 3) array
+        Unit vectors.
+    heads : HeadStack
+    beta : float
+        Inverse temperature, > 0.
+    weights : (n,) array, optional
+        Masses (default :math:`1/n`).
+    tolerance : float
+        Relative accuracy of each row sum.
+
+    Returns
+    -------
+    (H,) array
+    """
+    x = check_sphere_tokens(x, heads, "softmax")
+    a = token_masses(x.shape[0], weights)
+    beta = float(beta)
+    if not beta > 0 or not np.isfinite(beta):
+        raise ValueError(f"beta must be finite and > 0, got {beta}")
+    out = np.zeros(heads.H)
+    for h, sums in enumerate(certified_head_sums(x, heads, beta, "softmax", a, float(tolerance))):
+        logs = np.full(x.shape[0], -np.inf)
+        positive = (a > 0) & (sums.den > 0)
+        logs[positive] = np.log(a[positive]) + sums.shift[positive] + np.log(sums.den[positive])
+        top = float(logs.max())
+        out[h] = np.exp(top) * float(np.sum(np.exp(logs - top))) / (2 * beta) if np.isfinite(top) else 0.0
+    return out
+
+
+# ----------------------------------------------------------------------------- the causal mask
+
+
+def _merge_sums(far: HeadSums, near: HeadSums) -> tuple[HeadSums, np.ndarray]:
+    """The sum of two sets of shifted sums on a common shift, and the factor applied to ``far``."""
+    top = np.maximum(far.shift, near.shift)
+    base = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(invalid="ignore"):
+        f_far = np.where(far.den > 0, np.exp(np.minimum(far.shift - base, 0.0)), 0.0)
+        f_near = np.where(near.den > 0, np.exp(np.minimum(near.shift - base, 0.0)), 0.0)
+    merged = HeadSums(far.num * f_far[:, None] + near.num * f_near[:, None], far.den * f_far + near.den * f_near, top)
+    return merged, f_far
+
+
+def _causal_harmonic(
+    x: np.ndarray, heads: HeadStack, beta: float, kind: str, a: np.ndarray, tol: float, block: int | None
+) -> np.ndarray:
+    """The causal velocity by block prefixes of the source coefficients (module docstring, *Causal mask*)."""
+    n = x.shape[0]
+    src = SphereSources(x, a)
+    active = [h for h in range(heads.H) if kind != "pooled" or heads.w[h] != 0]
+    lsrc = max([_source_degree(heads.B[h], beta, tol) for h in active] + [1])
+    eps_n = _accuracies(tol)[1]
+    size = int(block) if block is not None else causal_block_rows(n, beta, heads, tolerance=tol)
+    size = max(1, min(n, size))
+    sums: list[HeadSums] = [HeadSums.empty(n) for _ in range(heads.H)]
+    errors: list[np.ndarray] = [np.zeros(n) for _ in range(heads.H)]
+    g = np.zeros((lsrc + 1) * (lsrc + 2) // 2, dtype=complex)
+    mass = 0.0
+    for b0 in range(0, n, size):
+        b1 = min(n, b0 + size)
+        rows = np.arange(b0, b1)
+        part = SphereSources(x[b0:b1], a[b0:b1])
+        limits = part.causal_limits(rows - b0)
+        for h in active:
+            near = local_head_sums(x[b0:b1], heads.B[h], beta, part, tolerance=NEAR_SHARE * tol, limits=limits)
+            if mass > 0:
+                far, err = harmonic_head_sums(x[b0:b1], heads.B[h], beta, g, lsrc, mass, tolerance=tol)
+                near, f_far = _merge_sums(far, near)
+                errors[h][rows] = err * f_far
+            sums[h].put(rows, near)
+        if part.m:
+            g += _source_coefficients(part, lsrc, eps_n)
+            mass += part.mass
+    far_tol = (1.0 - NEAR_SHARE) * tol
+    if kind in ("softmax", "unnormalized"):
+        for h in active:
+            bad = np.flatnonzero(~(errors[h] <= far_tol * sums[h].den))
+            if bad.size:
+                sums[h].put(bad, local_head_sums(x[bad], heads.B[h], beta, src, tolerance=tol, limits=src.causal_limits(bad)))
+    else:
+        scales, _ = pooled_scales(heads, sums)
+        err = sum(np.abs(scales[h]) * errors[h] for h in active)
+        den = sum(scales[h] * sums[h].den for h in active)
+        bad = np.flatnonzero(~(err <= far_tol * np.abs(den)))
+        if bad.size:
+            limits = src.causal_limits(bad)
+            for h in active:
+                sums[h].put(bad, local_head_sums(x[bad], heads.B[h], beta, src, tolerance=tol, limits=limits))
     return combine_head_sums(heads, kind, sums)
+
+
+#: smallest block of the causal harmonic kernel
+CAUSAL_MIN_BLOCK = 256
+#: share of the tolerance left to the in-block (near) sums of the causal harmonic kernel
+NEAR_SHARE = 0.25
+
+
+def _causal_local_seconds(n: int, beta: float, heads: HeadStack, tolerance: float) -> float:
+    """The local cost model of :func:`estimate_sphere_seconds` with half the candidate pairs (causal rows)."""
+    calls = heads.H * (LOCAL_CALL_SECONDS + LOCAL_ROW_SECONDS * n)
+    return calls + 0.5 * max(estimate_sphere_seconds(n, beta, heads, tolerance=tolerance)["local"] - calls, 0.0)
+
+
+def _causal_harmonic_seconds(n: int, size: int, beta: float, heads: HeadStack, tolerance: float) -> float:
+    """Predicted seconds of the causal harmonic kernel with blocks of ``size`` tokens: per block the
+    harmonic far part (all blocks but the first) and the causal local sums inside the block."""
+    blocks = -(-n // size)
+    far = estimate_sphere_seconds(size, beta, heads, tolerance=tolerance)["harmonic"]
+    near = _causal_local_seconds(size, beta, heads, tolerance)
+    return (blocks - 1) * far + blocks * near
+
+
+def causal_block_rows(n: int, beta: float, heads: HeadStack, *, tolerance: float = 1e-12) -> int:
+    r"""Tokens per block of the causal harmonic kernel: the cheapest power of two (≥ 256) by the cost models.
+
+    .. math::
+
+        T(s) = \Big(\Big\lceil\frac ns\Big\rceil-1\Big)\,C_{\rm harmonic}(s)
+               + \Big\lceil\frac ns\Big\rceil\,C_{\rm local}(s),
+
+    :math:`C_{\rm harmonic}(s)` the harmonic estimate of :func:`estimate_sphere_seconds` for
+    :math:`s` rows and :math:`C_{\rm local}(s)` its local estimate with half the pairs
+    (the causal triangle of a block).
+    """
+    sizes = [CAUSAL_MIN_BLOCK << k for k in range(32) if (CAUSAL_MIN_BLOCK << k) < n] or [max(1, n)]
+    return min(sizes, key=lambda size: _causal_harmonic_seconds(n, size, beta, heads, tolerance))
+
+
+def estimate_causal_sphere_seconds(n: int, beta: float, heads: HeadStack, *, tolerance: float = 1e-12) -> dict[str, float]:
+    """Predicted seconds of the three methods under the causal mask (``n`` tokens spread over the sphere).
+
+    * ``dense``: half the pairs of :func:`estimate_sphere_seconds`;
+    * ``local``: the per-call and per-row costs, half the candidate pairs;
+    * ``harmonic``: the block-prefix algorithm at its best block size (:func:`causal_block_rows`).
+    """
+    size = causal_block_rows(n, beta, heads, tolerance=tolerance)
+    return {
+        "harmonic": _causal_harmonic_seconds(n, size, beta, heads, tolerance),
+        "local": _causal_local_seconds(n, beta, heads, tolerance),
+        "dense": 0.5 * estimate_sphere_seconds(n, beta, heads, tolerance=tolerance)["dense"],
+    }
 
 
 # ----------------------------------------------------------------------------- method choice
@@ -1021,7 +1229,7 @@ def estimate_sphere_seconds(n: int, beta: float, heads: HeadStack, *, tolerance:
     return {"harmonic": harmonic, "local": local, "dense": dense}
 
 
-def choose_sphere_method(n: int, beta: float, heads: HeadStack) -> str:
+def choose_sphere_method(n: int, beta: float, heads: HeadStack, *, mask: str = "none") -> str:
     """The fastest method for ``n`` tokens at inverse temperature ``beta``: "harmonic", "local" or "dense".
 
     The least of the measured cost models of :func:`estimate_sphere_seconds` (their
@@ -1040,6 +1248,8 @@ def choose_sphere_method(n: int, beta: float, heads: HeadStack) -> str:
       kernel at n = 16384, 0.40 s vs 0.88 s at n = 32768);
     * harmonic everywhere else, far ahead at large n (65536 tokens at β = 64: 0.08 s,
       some 300× the dense kernel).
+
+    ``mask="causal"`` compares the causal cost models instead (:func:`estimate_causal_sphere_seconds`).
     """
-    est = estimate_sphere_seconds(n, beta, heads)
+    est = estimate_causal_sphere_seconds(n, beta, heads) if is_causal(mask) else estimate_sphere_seconds(n, beta, heads)
     return min(est, key=est.get)

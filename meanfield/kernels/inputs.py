@@ -5,10 +5,14 @@ import numpy as np
 
 from meanfield.heads.head import HeadStack
 
-__all__ = ["ATTENTION_KINDS", "BLOCK_ELEMENTS", "token_masses", "check_tokens", "block_rows"]
+__all__ = ["ATTENTION_KINDS", "MASKS", "BLOCK_ELEMENTS", "token_masses", "check_tokens", "block_rows", "is_causal"]
 
 #: names of the velocity laws (see :mod:`meanfield.kernels.attention`)
 ATTENTION_KINDS: tuple[str, ...] = ("softmax", "unnormalized", "relu", "pooled")
+#: attention masks (config ``model.mask``): ``"none"`` (every token sees every token) or ``"causal"``
+#: (token :math:`i` attends only to :math:`j\le i` in the order of the state array; Karagodin,
+#: Polyanskiy and Rigollet, *Clustering in Causal Attention Masking*, arXiv 2411.04990)
+MASKS: tuple[str, ...] = ("none", "causal")
 #: largest ``block × n`` score buffer per thread (elements): 4 MiB of float64 (fastest in `meanfield bench`)
 BLOCK_ELEMENTS = 1 << 19
 
@@ -39,3 +43,11 @@ def block_rows(n: int, block_elements: int | None = None) -> int:
     """Rows per block so that a ``rows × n`` buffer holds at most ``block_elements`` (default :data:`BLOCK_ELEMENTS`)."""
     limit = BLOCK_ELEMENTS if block_elements is None else block_elements
     return int(max(1, min(n, limit // max(n, 1))))
+
+
+def is_causal(mask: str) -> bool:
+    """``True`` for ``mask="causal"``, ``False`` for ``"none"``; any other value is a ``ValueError``."""
+    if mask not in MASKS:
+        raise ValueError(f"unknown attention mask {mask!r}; choose from {MASKS}")
+    return mask == "causal"
+

@@ -58,6 +58,16 @@ Cost: :math:`\sum_{\rm blocks}\text{rows}\times\text{candidates}` pairs, about
 (every cap is the whole sphere).  Memory :math:`O(n + m)` plus the candidate lists of a
 batch of blocks (at most :data:`MAX_BATCH_CANDIDATES` indices).
 
+**Causal mask** (``mask="causal"``; Karagodin, Polyanskiy and Rigollet, *Clustering in
+Causal Attention Masking*, arXiv 2411.04990): row :math:`i` may only use the points
+:math:`j\le i`.  The tree, the blocks and the candidate balls stay those of all points;
+each block's candidates are listed in index order, so that row :math:`i` scores the
+leading candidates up to its limit only (the causal pairs, about half), and the bound
+uses the mass :math:`M_i=\sum_{j\le i}a_j` of its prefix.  The bound stays rigorous (the
+ball bounds the scores of every point outside it, whichever index it has); rows whose
+prefix holds nothing near the ball — the first few hundred rows, typically — fail it
+and take the dense exact sum over their (short) prefix.
+
 This module also holds what the harmonic kernel (:mod:`meanfield.kernels.harmonic`)
 shares with it: the input checks, the per-head shifted sums :class:`HeadSums`, and
 their combination into the velocity laws (:func:`combine_head_sums`).
@@ -74,7 +84,7 @@ from scipy.spatial import cKDTree
 
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.fused import _accumulate3, exp_nonpositive_scalar
-from meanfield.kernels.inputs import BLOCK_ELEMENTS, check_tokens, token_masses
+from meanfield.kernels.inputs import BLOCK_ELEMENTS, check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import jit, kernel_threads, pjit, threads_for
 
 __all__ = [
@@ -274,6 +284,17 @@ class SphereSources:
         return np.ascontiguousarray(self.y.T)
 
     @cached_property
+    def cumulative_mass(self) -> np.ndarray:
+        """(m + 1,): :math:`\\sum_{k<l} a_k`, the mass of the first ``l`` points (causal prefixes)."""
+        out = np.zeros(self.m + 1)
+        np.cumsum(self.w, out=out[1:])
+        return out
+
+    def causal_limits(self, rows: np.ndarray) -> np.ndarray:
+        """For token indices ``rows``: how many of the points (in index order) have index ≤ the row's own."""
+        return np.searchsorted(self.index, np.asarray(rows, dtype=np.int64), side="right").astype(np.int64)
+
+    @cached_property
     def tree(self) -> cKDTree:
         return cKDTree(self.y, balanced_tree=False, compact_nodes=False)
 
@@ -315,13 +336,15 @@ def _exp_inplace(z, nc):  # pragma: no cover - compiled
 
 
 @pjit
-def _local_kernel(q, row_ptr, cand_ptr, cand, whole, cos_out, yt, wy, mass, eps, delta, sums, shift, ok):  # pragma: no cover - compiled
+def _local_kernel(q, row_ptr, cand_ptr, cand, whole, cos_out, yt, wy, mass, eps, delta, sums, shift, ok,
+                  causal, limits, cmass):  # pragma: no cover - compiled
     """Block ``b`` holds rows ``row_ptr[b]:row_ptr[b+1]`` of ``q`` (= β Bᵀx_i, already in block order) and
     candidates ``cand[cand_ptr[b]:cand_ptr[b+1]]`` (all points if ``whole[b]``).
 
     Per row: scores and their exact maximum ``top``; the candidates within ``delta`` of it are
     exponentiated and summed; the bound on everything else (the candidates below and the points
-    outside the block's ball) is checked against ``eps`` times the row sum.
+    outside the block's ball) is checked against ``eps`` times the row sum.  ``causal``: row ``i``
+    uses the candidates below ``limits[i]`` only (the lists are sorted), and its mass is ``cmass[limits[i]]``.
     """
     nb = row_ptr.shape[0] - 1
     m = yt.shape[1]
@@ -358,11 +381,17 @@ def _local_kernel(q, row_ptr, cand_ptr, cand, whole, cos_out, yt, wy, mass, eps,
             q0 = q[i, 0]
             q1 = q[i, 1]
             q2 = q[i, 2]
-            if nc == 0:
+            nci = nc
+            mass_i = mass
+            if causal:  # the leading candidates (index order) below the row's limit
+                lim = limits[i]
+                nci = min(nc, lim) if whole[b] else np.searchsorted(cand[c0 : c0 + nc], lim)
+                mass_i = cmass[lim]
+            if nci == 0:
                 ok[i] = False
                 continue
-            top = _scores(q0, q1, q2, y0, y1, y2, nc, z)
-            kept = _compact(z, top, -delta, w0, w1, w2, w3, nc, zk, k0, k1, k2, k3)
+            top = _scores(q0, q1, q2, y0, y1, y2, nci, z)
+            kept = _compact(z, top, -delta, w0, w1, w2, w3, nci, zk, k0, k1, k2, k3)
             _exp_inplace(zk, kept)
             acc[:] = 0.0
             _accumulate3(zk, k0, k1, k2, k3, kept, acc)
@@ -374,7 +403,7 @@ def _local_kernel(q, row_ptr, cand_ptr, cand, whole, cos_out, yt, wy, mass, eps,
             inside = 0.0
             for j in range(kept):
                 inside += k3[j]
-            rest = mass - inside
+            rest = mass_i - inside
             # exponent bound of what was left out: -delta inside the ball, r cos_out - top outside it
             t = -delta
             if not whole[b]:
@@ -425,13 +454,20 @@ def _row_blocks(uhat: np.ndarray, cell: float, max_rows: int) -> tuple[np.ndarra
     return order, np.r_[first + offset * max_rows, n].astype(np.int64)
 
 
-def dense_head_sums(x_rows: np.ndarray, B: np.ndarray, beta: float, src: SphereSources) -> HeadSums:
-    """Exact shifted sums of one head over *all* points (row blocks, exact maxima): the last resort."""
+def dense_head_sums(
+    x_rows: np.ndarray, B: np.ndarray, beta: float, src: SphereSources, *, limits: np.ndarray | None = None
+) -> HeadSums:
+    """Exact shifted sums of one head over *all* points (row blocks, exact maxima): the last resort.
+
+    ``limits`` (k,): row ``r`` sums over the first ``limits[r]`` points only (the causal mask).
+    """
     k = x_rows.shape[0]
     out = HeadSums.empty(k)
     if k == 0 or src.m == 0:
         out.shift[:] = 0.0
         return out
+    if limits is not None:
+        return _dense_prefix_sums(x_rows, B, beta, src, np.asarray(limits, dtype=np.int64))
     q = beta * (x_rows @ B)
     block = max(1, min(k, BLOCK_ELEMENTS // max(src.m, 1)))
     for s in range(0, k, block):
@@ -446,8 +482,42 @@ def dense_head_sums(x_rows: np.ndarray, B: np.ndarray, beta: float, src: SphereS
     return out
 
 
+def _dense_prefix_sums(x_rows: np.ndarray, B: np.ndarray, beta: float, src: SphereSources, limits: np.ndarray) -> HeadSums:
+    """:func:`dense_head_sums` over the prefixes ``[0, limits[r])``: rows by increasing limit, each block
+    multiplying the columns up to its largest limit (the others masked to :math:`-\\infty`)."""
+    k = x_rows.shape[0]
+    out = HeadSums.empty(k)
+    order = np.argsort(limits, kind="stable")
+    q = beta * (x_rows[order] @ B)
+    lim = limits[order]
+    block = max(1, min(k, BLOCK_ELEMENTS // max(int(lim[-1]), 1)))
+    for s in range(0, k, block):
+        rows = slice(s, min(k, s + block))
+        idx = order[rows]
+        cols = int(lim[rows.stop - 1])
+        if cols == 0:  # no point at or before these rows: empty sums
+            out.shift[idx] = -np.inf
+            continue
+        z = q[rows] @ src.yt[:, :cols]
+        z[np.arange(cols)[None, :] >= lim[rows][:, None]] = -np.inf
+        top = z.max(axis=1)
+        z -= np.where(np.isfinite(top), top, 0.0)[:, None]
+        np.exp(z, out=z)
+        acc = z @ src.wy[:, :cols].T
+        out.num[idx] = acc[:, :3]
+        out.den[idx] = acc[:, 3]
+        out.shift[idx] = top
+    return out
+
+
 def local_head_sums(
-    x_rows: np.ndarray, B: np.ndarray, beta: float, src: SphereSources, *, tolerance: float = 1e-12
+    x_rows: np.ndarray,
+    B: np.ndarray,
+    beta: float,
+    src: SphereSources,
+    *,
+    tolerance: float = 1e-12,
+    limits: np.ndarray | None = None,
 ) -> HeadSums:
     r"""Exact shifted sums :math:`N_i, D_i, m_i` of one head for the rows ``x_rows`` (local method).
 
@@ -463,6 +533,9 @@ def local_head_sums(
         The points with positive mass.
     tolerance : float
         Relative error allowed per row for the dropped points (rigorously checked).
+    limits : (k,) int array, optional
+        The causal mask: row ``r`` may use the first ``limits[r]`` points of ``src`` only
+        (:meth:`SphereSources.causal_limits`); its bound then uses that prefix's mass.
     """
     k = x_rows.shape[0]
     out = HeadSums.empty(k)
@@ -475,20 +548,27 @@ def local_head_sums(
     eps = max(float(tolerance), 1e-300) * 0.5
     delta = float(np.log(src.m / eps))
     pending = np.arange(k)
+    lims = None if limits is None else np.asarray(limits, dtype=np.int64)
     for attempt in range(_RETRIES + 1):
         if pending.size == 0:
             break
-        sub, ok = _local_pass(q[pending], r[pending], src, delta, eps)
+        sub, ok = _local_pass(q[pending], r[pending], src, delta, eps, None if lims is None else lims[pending])
         out.put(pending, sub)
         pending = pending[~ok]
         delta *= 2.0
     if pending.size:
-        out.put(pending, dense_head_sums(x_rows[pending], B, beta, src))
+        out.put(pending, dense_head_sums(x_rows[pending], B, beta, src, limits=None if lims is None else lims[pending]))
     return out
 
 
-def _local_pass(q: np.ndarray, r: np.ndarray, src: SphereSources, delta: float, eps: float) -> tuple[HeadSums, np.ndarray]:
-    """One pass of the local method with cap parameter ``delta``; returns the sums and the rows whose bound held."""
+def _local_pass(
+    q: np.ndarray, r: np.ndarray, src: SphereSources, delta: float, eps: float, limits: np.ndarray | None = None
+) -> tuple[HeadSums, np.ndarray]:
+    """One pass of the local method with cap parameter ``delta``; returns the sums and the rows whose bound held.
+
+    ``limits``: the causal prefix of each row (candidate lists are then sorted by index).
+    """
+    causal = limits is not None
     k = q.shape[0]
     uhat = np.empty_like(q)
     nz = r > 0
@@ -519,6 +599,8 @@ def _local_pass(q: np.ndarray, r: np.ndarray, src: SphereSources, delta: float, 
     whole = radius >= WHOLE_CHORD  # a cap this large: scan every point rather than list them
     cos_out = np.where(whole, -1.0, 1.0 - 0.5 * np.minimum(rho, 2.0) ** 2)
     qs = np.ascontiguousarray(q[order])
+    lims = np.ascontiguousarray(limits[order]) if causal else np.zeros(0, dtype=np.int64)
+    cmass = src.cumulative_mass if causal else np.zeros(1)
     sums = np.zeros((k, 4))
     shift = np.zeros(k)
     ok = np.zeros(k, dtype=np.bool_)
@@ -534,18 +616,18 @@ def _local_pass(q: np.ndarray, r: np.ndarray, src: SphereSources, delta: float, 
         cand_ptr = np.zeros(blocks.size + 1, dtype=np.int64)
         cand = np.zeros(0, dtype=np.int64)
         if part.any():
-            lists = src.tree.query_ball_point(centre[blocks[part]], radius[blocks[part]], return_sorted=False, workers=threads)
+            lists = src.tree.query_ball_point(centre[blocks[part]], radius[blocks[part]], return_sorted=causal, workers=threads)
             ptr, cand = _flatten(lists)
             counts = np.zeros(blocks.size, dtype=np.int64)
             counts[part] = np.diff(ptr)
             np.cumsum(counts, out=cand_ptr[1:])
         lo, hi = row_ptr[b0], row_ptr[b1]
         sub_ptr = row_ptr[b0 : b1 + 1] - lo
-        pairs = float(np.sum(np.diff(sub_ptr) * np.where(whole[blocks], src.m, np.diff(cand_ptr))))
+        pairs = float(np.sum(np.diff(sub_ptr) * np.where(whole[blocks], src.m, np.diff(cand_ptr)))) * (0.5 if causal else 1.0)
         with kernel_threads(pairs):
             _local_kernel(
                 qs[lo:hi], sub_ptr, cand_ptr, cand, whole[blocks], cos_out[blocks], src.yt, src.wy,
-                src.mass, eps, delta, sums[lo:hi], shift[lo:hi], ok[lo:hi],
+                src.mass, eps, delta, sums[lo:hi], shift[lo:hi], ok[lo:hi], causal, lims[lo:hi] if causal else lims, cmass,
             )
         b0 = b1
     result = HeadSums.empty(k)
@@ -566,6 +648,7 @@ def velocity_local(
     weights: np.ndarray | None = None,
     tolerance: float = 1e-12,
     rows: np.ndarray | None = None,
+    mask: str = "none",
 ) -> np.ndarray:
     r"""Attention velocity on :math:`S^2` by exact local sums (k-d tree caps).
 
@@ -597,6 +680,9 @@ def velocity_local(
         Relative error allowed per row for the points left out.
     rows : array of int, optional
         Rows to compute (default all).
+    mask : {"none", "causal"}
+        ``"causal"``: row :math:`i` sums over :math:`j\le i` only (the causal local
+        method of the module docstring; exact to the same tolerance).
 
     Returns
     -------
@@ -609,6 +695,7 @@ def velocity_local(
     cap is the whole sphere and the cost is that of a dense kernel.
     """
     x = check_sphere_tokens(x, heads, kind)
+    causal = is_causal(mask)
     n = x.shape[0]
     a = token_masses(n, weights)
     idx = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64).ravel()
@@ -616,8 +703,9 @@ def velocity_local(
         raise IndexError("rows out of range")
     src = SphereSources(x, a)
     beta = float(beta)
+    limits = src.causal_limits(np.where(idx < 0, idx + n, idx)) if causal else None
     sums = [
-        local_head_sums(x[idx], heads.B[h], beta, src, tolerance=tolerance)
+        local_head_sums(x[idx], heads.B[h], beta, src, tolerance=tolerance, limits=limits)
         if kind != "pooled" or heads.w[h] != 0
         else HeadSums.empty(idx.size)
         for h in range(heads.H)

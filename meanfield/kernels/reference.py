@@ -1,20 +1,36 @@
 r"""The NumPy twin of the attention kernels: the reference every compiled kernel is tested against.
 
 GEMM → exact row maximum → ``exp`` → GEMM, in row blocks, on one thread
-(the velocity laws are in :mod:`meanfield.kernels.attention`).
+(the velocity laws are in :mod:`meanfield.kernels.attention`).  With ``mask="causal"``
+the mask of Karagodin, Polyanskiy and Rigollet (*Clustering in Causal Attention
+Masking*, arXiv 2411.04990) is applied explicitly to each block of scores,
+
+.. math::
+
+    s_{ij} \leftarrow -\infty\ (\text{exponential laws}),\qquad
+    \max(s_{ij}, 0) \leftarrow 0\ (\text{relu})\qquad\text{for } j > i,
+
+so that every law sums over :math:`j\le i` only (softmax normalises over the prefix).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from meanfield.heads.head import HeadStack
-from meanfield.kernels.inputs import block_rows, check_tokens, token_masses
+from meanfield.kernels.inputs import block_rows, check_tokens, is_causal, token_masses
 
 __all__ = ["velocity_numpy"]
 
 
 def velocity_numpy(
-    x: np.ndarray, heads: HeadStack, *, beta: float, kind: str = "softmax", weights: np.ndarray | None = None
+    x: np.ndarray,
+    heads: HeadStack,
+    *,
+    beta: float,
+    kind: str = "softmax",
+    weights: np.ndarray | None = None,
+    mask: str = "none",
+    rows: np.ndarray | None = None,
 ) -> np.ndarray:
     """Reference implementation: row blocks, exact row maxima, one thread.
 
@@ -28,37 +44,51 @@ def velocity_numpy(
     kind : {"softmax", "unnormalized", "relu", "pooled"}
     weights : (n,) array, optional
         Masses :math:`a_j`; default :math:`1/n`.
+    mask : {"none", "causal"}
+        ``"causal"``: row :math:`i` sums over :math:`j\\le i` only (the masked scores
+        are set to :math:`-\\infty`, or the ReLU weights to 0, before the sums).
+    rows : (k,) int array, optional
+        Compute only the velocity of these tokens (default all), against every token.
 
     Returns
     -------
-    (n, d) array
+    (n, d) array, or (k, d) with ``rows``
         The ambient velocity :math:`v_i` (not yet projected).
     """
     x = check_tokens(x, heads, kind)
+    causal = is_causal(mask)
     n, d = x.shape
     a = token_masses(n, weights)
-    out = np.zeros((n, d))
+    targets = np.arange(n) if rows is None else np.asarray(rows, dtype=np.intp).ravel()
+    out = np.zeros((targets.size, d))
     block = block_rows(n)
     values = [x @ heads.V[h].T for h in range(heads.H)]
     xt = np.ascontiguousarray(x.T)
     buffer = np.empty(block * n)
-    for start in range(0, n, block):
-        rows = slice(start, min(n, start + block))
-        z = buffer[: (rows.stop - rows.start) * n].reshape(-1, n)
+    for start in range(0, targets.size, block):
+        at = targets[start:start + block]
+        here = slice(start, start + at.size)
+        z = buffer[: at.size * n].reshape(-1, n)
+        # the causal mask of this block: column j is hidden from row i when j > i
+        hidden = np.arange(n)[None, :] > at[:, None] if causal else None
         if kind == "pooled":
             nums, dens, shifts = [], [], []
         for h in range(heads.H):
-            np.matmul(x[rows] @ heads.B[h], xt, out=z)  # scores s_ij
+            np.matmul(x[at] @ heads.B[h], xt, out=z)  # scores s_ij
             if kind == "relu":
                 np.maximum(z, 0.0, out=z)
+                if causal:
+                    z[hidden] = 0.0
                 z *= a
-                out[rows] += z @ values[h]
+                out[here] += z @ values[h]
                 continue
             z *= beta
+            if causal:
+                z[hidden] = -np.inf
             if kind == "unnormalized":
                 np.exp(z, out=z)
                 z *= a
-                out[rows] += z @ values[h]
+                out[here] += z @ values[h]
                 continue
             m = z.max(axis=1, keepdims=True)
             z -= m
@@ -67,7 +97,7 @@ def velocity_numpy(
             num = z @ values[h]
             den = z.sum(axis=1, keepdims=True)
             if kind == "softmax":
-                out[rows] += num / den
+                out[here] += num / den
             else:
                 nums.append(num)
                 dens.append(den)
@@ -77,5 +107,5 @@ def velocity_numpy(
             scale = [heads.w[h] * np.exp(shifts[h] - top) for h in range(heads.H)]
             num = sum(scale[h] * nums[h] for h in range(heads.H))
             den = sum(scale[h] * dens[h] for h in range(heads.H))
-            out[rows] = num / den
+            out[here] = num / den
     return out

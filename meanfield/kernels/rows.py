@@ -3,6 +3,9 @@ r"""The numba row kernel: a fused loop over rows (parallel), exact row maxima, :
 numba's ``exp`` is a scalar libm call, so for dense attention this loses to
 :mod:`~meanfield.kernels.blas` and :mod:`~meanfield.kernels.fused`; it is kept
 as a second independent implementation of all four kinds (``meanfield bench`` measures it).
+With ``mask="causal"`` (Karagodin, Polyanskiy and Rigollet, arXiv 2411.04990) row
+:math:`i` loops over :math:`j\le i` only — half the work — and the rows are visited in
+the order 0, n-1, 1, n-2, … so that the static ``prange`` chunks carry equal work.
 """
 from __future__ import annotations
 
@@ -12,15 +15,15 @@ import numpy as np
 from numba import prange as numba_prange
 
 from meanfield.heads.head import HeadStack
-from meanfield.kernels.inputs import check_tokens, token_masses
+from meanfield.kernels.inputs import check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import kernel_threads, pjit
 
 __all__ = ["velocity_numba"]
 
 
 @pjit
-def _numba_kernel(x, B, V, w, a, beta, mode):  # pragma: no cover - compiled
-    # mode: 0 softmax, 1 unnormalized, 2 relu, 3 pooled
+def _numba_kernel(x, B, V, w, a, beta, mode, causal=False):  # pragma: no cover - compiled
+    # mode: 0 softmax, 1 unnormalized, 2 relu, 3 pooled; causal: row i sees columns j <= i
     n, d = x.shape
     H = B.shape[0]
     out = np.zeros((n, d))
@@ -30,7 +33,11 @@ def _numba_kernel(x, B, V, w, a, beta, mode):  # pragma: no cover - compiled
         for k in range(d):
             s2 += x[j, k] * x[j, k]
         xnorm2 = max(xnorm2, s2)
-    for i in numba_prange(n):
+    for p in numba_prange(n):
+        # causal: cheap and expensive rows alternate (0, n-1, 1, n-2, …), so that static chunks balance
+        half = np.int64(p) // 2  # (prange indices are unsigned: int64 keeps the arithmetic integral)
+        i = (half if p % 2 == 0 else n - 1 - half) if causal else np.int64(p)
+        jend = i + 1 if causal else n
         q = np.empty(d)
         acc = np.empty(d)
         vx = np.empty(d)
@@ -49,7 +56,7 @@ def _numba_kernel(x, B, V, w, a, beta, mode):  # pragma: no cover - compiled
             if mode == 0 or mode == 3:
                 # exact row maximum (two passes): robust for any B
                 best = -np.inf
-                for j in range(n):
+                for j in range(jend):
                     if a[j] > 0.0:
                         s = 0.0
                         for k in range(d):
@@ -60,7 +67,7 @@ def _numba_kernel(x, B, V, w, a, beta, mode):  # pragma: no cover - compiled
             for k in range(d):
                 acc[k] = 0.0
             den = 0.0
-            for j in range(n):
+            for j in range(jend):
                 s = 0.0
                 for k in range(d):
                     s += q[k] * x[j, k]
@@ -111,14 +118,23 @@ _MODES = {"softmax": 0, "unnormalized": 1, "relu": 2, "pooled": 3}
 
 
 def velocity_numba(
-    x: np.ndarray, heads: HeadStack, *, beta: float, kind: str = "softmax", weights: np.ndarray | None = None
+    x: np.ndarray,
+    heads: HeadStack,
+    *,
+    beta: float,
+    kind: str = "softmax",
+    weights: np.ndarray | None = None,
+    mask: str = "none",
 ) -> np.ndarray:
     """Fused numba kernel, parallel over rows, :math:`O(n\\,d)` memory.
 
-    Same parameters and result as :func:`velocity_numpy`.  Softmax and pooled
+    Same parameters and result as :func:`velocity_numpy` (``mask="causal"``: row
+    :math:`i` loops over :math:`j\\le i`, half the pairs).  Softmax and pooled
     rows use the exact row maximum (two passes over the row).
     """
     x = check_tokens(x, heads, kind)
+    causal = is_causal(mask)
     a = token_masses(x.shape[0], weights)
-    with kernel_threads(float(x.shape[0]) ** 2 * heads.H):
-        return _numba_kernel(x, heads.B, heads.V, heads.w, np.ascontiguousarray(a), float(beta), _MODES[kind])
+    pairs = float(x.shape[0]) ** 2 * heads.H * (0.5 if causal else 1.0)
+    with kernel_threads(pairs):
+        return _numba_kernel(x, heads.B, heads.V, heads.w, np.ascontiguousarray(a), float(beta), _MODES[kind], causal)

@@ -1,0 +1,329 @@
+r"""Fused float32 attention velocity for small ``d``: every law, float32 scores and ``exp``, float64 sums.
+
+:func:`velocity_fused32` computes the four laws of :mod:`meanfield.kernels.attention`,
+
+.. math::
+
+    v_i^{\mathrm{softmax}} = \sum_h V_h\frac{\sum_j a_j e^{\beta s^h_{ij}} x_j}{\sum_j a_j e^{\beta s^h_{ij}}},\qquad
+    v_i^{\mathrm{unnorm}} = \sum_h V_h\sum_j a_j e^{\beta s^h_{ij}} x_j,\qquad
+    v_i^{\mathrm{relu}} = \sum_h V_h\sum_j a_j (s^h_{ij})_+ x_j,
+
+    v_i^{\mathrm{pooled}} = \frac{\sum_h w_h\sum_j a_j e^{\beta s^h_{ij}} V_h x_j}{\sum_h w_h\sum_j a_j e^{\beta s^h_{ij}}},
+    \qquad s^h_{ij} = x_i^\top B_h x_j,
+
+in one numba pass per row, like the float64 kernel of :mod:`meanfield.kernels.fused`,
+but with the score, the exponential and the sums over a column chunk in float32 —
+twice the SIMD lanes (8 on AVX2, 16 on AVX-512) — and every chunk's partial sums
+added into float64 accumulators.  The masks of Karagodin, Polyanskiy and Rigollet
+(*Clustering in Causal Attention Masking*, arXiv 2411.04990) and token masses are
+supported as in the float64 kernels.
+
+**The float32 exponential** (:func:`exp32_nonpositive_scalar`, branch-free so that the
+loops vectorise): Cody–Waite reduction :math:`z = k\ln2 + r`, :math:`|r|\le\ln 2/2`,
+with :math:`\ln 2` split in a 9-bit head and a tail; the degree-7 Taylor polynomial
+of :math:`e^r` (truncation below :math:`5\cdot10^{-9}`) in Horner form; :math:`2^k` from
+the exponent bits.  Below :math:`z=-87` (the float32 normal range) the result is 0.
+Its relative error is a few float32 ulp (:math:`\lesssim 3\cdot10^{-7}`, tested against ``np.exp``).
+
+**Accuracy against float64.**  Each term carries the rounding of its float32
+score, :math:`|\delta e_j|/e_j \lesssim (1+|\beta s_{ij}|+c_i)\,2^{-24}`, and each chunk
+sum (``CHUNK32`` terms, float32) a relative :math:`\lesssim 2^{-24}\sqrt{m}`; the chunks
+add in float64.  The result is within about :math:`10^{-6}(1+\beta\|B\|)` of the
+float64 law relative to :math:`\max_i\|v_i\|` (the tests bound it at β up to 64).
+For ``relu`` the same holds without the β factor.
+
+Rows are shifted by :math:`c_i=\|\beta B_h^\top x_i\|\max_j\|x_j\|\ge\max_j\beta s^h_{ij}`.
+Where a shifted row sum falls below ``1e-20`` (float32 terms underflow at
+:math:`e^{-87}`), that row is recomputed in float64 with the exact row maximum
+(:func:`meanfield.kernels.reference.velocity_numpy` on those rows) — never silently wrong.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import prange, types
+from numba.extending import intrinsic
+
+from meanfield.heads import HeadStack
+from meanfield.kernels.inputs import check_tokens, is_causal, token_masses
+from meanfield.kernels.jit import jit, kernel_threads, pjit
+from meanfield.kernels.reference import velocity_numpy
+
+__all__ = ["velocity_fused32", "exp32_nonpositive", "exp32_nonpositive_scalar", "CHUNK32", "FUSED32_KINDS"]
+
+#: columns per chunk: the float32 partial sums cover this many terms before they go to float64
+CHUNK32 = 256
+#: the laws the kernel computes, by the code the compiled loop takes
+FUSED32_KINDS = {"softmax": 0, "unnormalized": 1, "pooled": 2, "relu": 3}
+#: shifted row sums below this are recomputed in float64 with the exact row maximum
+_UNDERFLOW32 = 1e-20
+
+_F = np.float32
+_LOG2E = _F(1.4426950408889634)
+# Cody–Waite split of ln 2: the head has 9 significant bits, so k * head is exact for |k| < 2^15
+_LN2_HI = _F(0.693359375)
+_LN2_LO = _F(0.6931471805599453 - 0.693359375)
+_ZMIN = _F(-87.0)
+_HALF = _F(0.5)
+_ONE = _F(1.0)
+_ZERO = _F(0.0)
+# 1/m! for m = 2..7
+_C2 = _F(1.0 / 2)
+_C3 = _F(1.0 / 6)
+_C4 = _F(1.0 / 24)
+_C5 = _F(1.0 / 120)
+_C6 = _F(1.0 / 720)
+_C7 = _F(1.0 / 5040)
+
+
+@intrinsic
+def _bits_to_float32(typingctx, bits):  # pragma: no cover - compiled
+    """Reinterpret an int32 as a float32 (a register bitcast; vectorises)."""
+    sig = types.float32(types.int32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float32))
+
+    return sig, codegen
+
+
+@jit(fastmath={"contract"})
+def exp32_nonpositive_scalar(z):  # pragma: no cover - compiled
+    r"""float32 ``exp(z)`` for ``z ≤ 0`` (0 below -87), branch-free so that loops calling it vectorise.
+
+    Cody–Waite reduction with :math:`k=\mathrm{round}(z\log_2e)`, the degree-7 Taylor
+    polynomial on :math:`|r|\le\ln2/2`, and :math:`2^k` built from the exponent bits.
+    """
+    keep = _F(z >= _ZMIN)
+    z = _ZMIN if z < _ZMIN else z
+    ki = np.int32(z * _LOG2E - _HALF)  # z ≤ 0: truncating y - 1/2 rounds y to nearest
+    kf = _F(ki)
+    r = (z - kf * _LN2_HI) - kf * _LN2_LO
+    p = _C7
+    p = p * r + _C6
+    p = p * r + _C5
+    p = p * r + _C4
+    p = p * r + _C3
+    p = p * r + _C2
+    p = p * r + _ONE
+    p = p * r + _ONE
+    return keep * (p * _bits_to_float32((ki + np.int32(127)) << np.int32(23)))
+
+
+@jit(fastmath={"contract"})
+def _exp32_array(z, out):  # pragma: no cover - compiled
+    for j in range(z.size):
+        out[j] = exp32_nonpositive_scalar(z[j])
+
+
+def exp32_nonpositive(z: np.ndarray) -> np.ndarray:
+    """The kernel's float32 ``exp`` on a 1-d array of values ≤ 0 (for tests and checks)."""
+    z = np.ascontiguousarray(z, dtype=np.float32).ravel()
+    out = np.empty_like(z)
+    _exp32_array(z, out)
+    return out
+
+
+@jit(fastmath={"contract"})
+def _scores32(q, xt, j0, m, c, z):  # pragma: no cover - compiled
+    """``z[j] = q · x_{j0+j} - c`` in float32 (coordinates in groups of ≤ 4)."""
+    d = q.shape[0]
+    j1 = j0 + m
+    for j in range(m):
+        z[j] = -c
+    k = 0
+    while k + 4 <= d:
+        q0, q1, q2, q3 = q[k], q[k + 1], q[k + 2], q[k + 3]
+        x0, x1, x2, x3 = xt[k, j0:j1], xt[k + 1, j0:j1], xt[k + 2, j0:j1], xt[k + 3, j0:j1]
+        for j in range(m):
+            z[j] += q0 * x0[j] + q1 * x1[j] + q2 * x2[j] + q3 * x3[j]
+        k += 4
+    while k < d:
+        qk = q[k]
+        xk = xt[k, j0:j1]
+        for j in range(m):
+            z[j] += qk * xk[j]
+        k += 1
+
+
+@jit(fastmath={"contract"})
+def _exp32_inplace(z, m):  # pragma: no cover - compiled
+    for j in range(m):
+        z[j] = exp32_nonpositive_scalar(z[j])
+
+
+@jit(fastmath=True)
+def _relu32_inplace(z, m):  # pragma: no cover - compiled
+    for j in range(m):
+        z[j] = z[j] if z[j] > _ZERO else _ZERO
+
+
+@jit(fastmath=True)
+def _accumulate32(e, wx, j0, m, acc):  # pragma: no cover - compiled
+    """``acc[k] += Σ_j e_j wx[k, j0+j]``: float32 sums over the chunk, added into float64 ``acc``."""
+    rows = wx.shape[0]
+    j1 = j0 + m
+    k = 0
+    while k + 4 <= rows:
+        w0, w1, w2, w3 = wx[k, j0:j1], wx[k + 1, j0:j1], wx[k + 2, j0:j1], wx[k + 3, j0:j1]
+        s0 = _ZERO
+        s1 = _ZERO
+        s2 = _ZERO
+        s3 = _ZERO
+        for j in range(m):
+            ej = e[j]
+            s0 += ej * w0[j]
+            s1 += ej * w1[j]
+            s2 += ej * w2[j]
+            s3 += ej * w3[j]
+        acc[k] += np.float64(s0)
+        acc[k + 1] += np.float64(s1)
+        acc[k + 2] += np.float64(s2)
+        acc[k + 3] += np.float64(s3)
+        k += 4
+    while k < rows:
+        wk = wx[k, j0:j1]
+        total = _ZERO
+        for j in range(m):
+            total += e[j] * wk[j]
+        acc[k] += np.float64(total)
+        k += 1
+
+
+@pjit
+def _fused32_kernel(q32, shift, xt, wx, V, w, top, code, rows_per_block, chunk, causal):  # pragma: no cover - compiled
+    H, n, d = q32.shape
+    out = np.zeros((n, d))
+    low = np.zeros(n, dtype=np.bool_)
+    nblocks = (n + rows_per_block - 1) // rows_per_block
+    for p in prange(nblocks):
+        half = np.int64(p) // 2  # causal: cheap and expensive blocks alternate, so static chunks balance
+        b = (half if p % 2 == 0 else nblocks - 1 - half) if causal else np.int64(p)
+        z = np.empty(chunk, dtype=np.float32)
+        acc = np.empty(d + 1)
+        num = np.zeros(d)
+        for i in range(b * rows_per_block, min(n, (b + 1) * rows_per_block)):
+            jend = i + 1 if causal else n
+            den_pool = 0.0
+            for k in range(d):
+                num[k] = 0.0
+            for h in range(H):
+                c = shift[h, i]
+                for k in range(d + 1):
+                    acc[k] = 0.0
+                q = q32[h, i]
+                for j0 in range(0, jend, chunk):
+                    m = min(chunk, jend - j0)
+                    _scores32(q, xt, j0, m, np.float32(c), z)
+                    if code == 3:
+                        _relu32_inplace(z, m)
+                    else:
+                        _exp32_inplace(z, m)
+                    _accumulate32(z, wx, j0, m, acc)
+                den = acc[d]
+                if code == 0 or code == 2:
+                    if not den >= _UNDERFLOW32:
+                        low[i] = True
+                if code == 1 and not den >= _UNDERFLOW32:
+                    low[i] = True
+                if code == 0:
+                    scale = 1.0 / den if den > 0.0 else 0.0
+                elif code == 1:
+                    scale = np.exp(c)
+                elif code == 2:
+                    scale = w[h] * np.exp(c - top[i])
+                    den_pool += scale * den
+                else:
+                    scale = 1.0
+                for k in range(d):
+                    vk = 0.0
+                    for l in range(d):
+                        vk += V[h, k, l] * acc[l]
+                    if code == 2:
+                        num[k] += scale * vk
+                    else:
+                        out[i, k] += scale * vk
+            if code == 2:
+                if den_pool > 0.0:
+                    for k in range(d):
+                        out[i, k] = num[k] / den_pool
+    return out, low
+
+
+def velocity_fused32(
+    x: np.ndarray,
+    heads: HeadStack,
+    *,
+    beta: float,
+    kind: str = "softmax",
+    weights: np.ndarray | None = None,
+    chunk: int = CHUNK32,
+    mask: str = "none",
+) -> np.ndarray:
+    """Attention velocity by the fused float32 kernel (every law; float64 result).
+
+    The same law as ``velocity_numpy(x, heads, beta=beta, kind=kind, weights=weights, mask=mask)``
+    to float32 accuracy (see the module docstring).
+
+    Parameters
+    ----------
+    x : (n, d) array
+        Tokens (need not be on the sphere); meant for small ``d`` (≤ 8).
+    heads : HeadStack
+        ``B`` (H, d, d), ``V`` (H, d, d), head weights ``w`` (H,) (``pooled`` only).
+    beta : float
+        Inverse temperature.
+    kind : {"softmax", "unnormalized", "relu", "pooled"}
+    weights : (n,) array, optional
+        Token masses :math:`a_j` (default :math:`1/n`).
+    chunk : int
+        Columns per chunk: the float32 sums cover this many terms.
+    mask : {"none", "causal"}
+        ``"causal"``: row :math:`i` sums over :math:`j\\le i` only.
+
+    Returns
+    -------
+    (n, d) float64 array
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from meanfield.heads import HeadStack
+    >>> from meanfield.geometry.sphere import sample_uniform
+    >>> x = sample_uniform(500, 3, seed=0)
+    >>> heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    >>> v64 = velocity_numpy(x, heads, beta=4.0)
+    >>> bool(np.max(np.abs(velocity_fused32(x, heads, beta=4.0) - v64)) < 1e-5)
+    True
+    """
+    if kind not in FUSED32_KINDS:
+        raise ValueError(f"unknown attention kind {kind!r}; choose from {sorted(FUSED32_KINDS)}")
+    x = check_tokens(x, heads, kind)
+    causal = is_causal(mask)
+    n, d = x.shape
+    a = token_masses(n, weights)
+    if n == 0:
+        return np.zeros((0, d))
+    beta = float(beta)
+    code = FUSED32_KINDS[kind]
+    B = np.asarray(heads.B, dtype=float)
+    V = np.ascontiguousarray(heads.V, dtype=float)
+    H = B.shape[0]
+    xmax = float(np.sqrt(np.max(np.sum(x * x, axis=1))))
+    q = np.einsum("nl,hlk->hnk", x, B)  # B_hᵀ x_i, float64
+    if code == 3:
+        shift = np.zeros((H, n))
+    else:
+        q *= beta
+        shift = np.sqrt(np.einsum("hnk,hnk->hn", q, q)) * xmax
+    top = shift.max(axis=0)
+    q32 = np.ascontiguousarray(q, dtype=np.float32)
+    xt = np.ascontiguousarray(x.T, dtype=np.float32)
+    wx = np.ascontiguousarray(np.vstack([x.T * a, a[None, :]]), dtype=np.float32)  # (d+1, n): a_j x_j | a_j
+    w = np.ascontiguousarray(heads.w, dtype=float)
+    with kernel_threads(float(n) * n * H * (0.5 if causal else 1.0)) as threads:
+        rows = max(1, min(64, -(-n // (4 * threads))))
+        out, low = _fused32_kernel(q32, np.ascontiguousarray(shift), xt, wx, V, w, top, code, rows, max(8, int(chunk)), causal)
+    if low.any():  # float32 terms underflowed (the Cauchy–Schwarz shift overshot): those rows in float64
+        idx = np.flatnonzero(low)
+        out[idx] = velocity_numpy(x, heads, beta=beta, kind=kind, weights=a, mask=mask, rows=idx)
+    return out

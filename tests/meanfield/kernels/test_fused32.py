@@ -1,0 +1,74 @@
+"""The fused float32 kernel against the float64 NumPy twin: every law, H = 1 and 3, masses, the causal mask."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from meanfield.geometry.sphere import normalize, sample_uniform
+from meanfield.heads import HeadStack
+from meanfield.kernels.attention import attention_velocity
+from meanfield.kernels.fused32 import exp32_nonpositive, velocity_fused32
+from meanfield.kernels.reference import velocity_numpy
+
+KINDS = ("softmax", "unnormalized", "pooled", "relu")
+
+
+def test_float32_exp_is_within_a_few_ulp_and_zero_below_the_normal_range():
+    z = -np.linspace(0.0, 86.9, 400_001).astype(np.float32)
+    got = exp32_nonpositive(z).astype(np.float64)
+    ref = np.exp(z.astype(np.float64))
+    np.testing.assert_allclose(got, ref, rtol=3e-7, atol=0)
+    assert np.all(exp32_nonpositive(np.array([-87.5, -100.0, -1e30], dtype=np.float32)) == 0.0)
+    assert exp32_nonpositive(np.array([0.0], dtype=np.float32))[0] == 1.0
+
+
+def _heads(rng, H, d):
+    return HeadStack(B=rng.standard_normal((H, d, d)), V=rng.standard_normal((H, d, d)), w=rng.uniform(0.2, 1.0, H))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("H", [1, 3])
+@pytest.mark.parametrize("d", [2, 3, 5])
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_every_law_matches_the_float64_twin_to_float32_accuracy(rng, kind, H, d, mask):
+    n = 301
+    x = sample_uniform(n, d, seed=3)
+    heads = _heads(rng, H, d)
+    a = rng.uniform(0.5, 1.5, n)
+    for beta in (0.5, 4.0, 16.0):
+        for weights in (None, a):
+            ref = velocity_numpy(x, heads, beta=beta, kind=kind, weights=weights, mask=mask)
+            got = velocity_fused32(x, heads, beta=beta, kind=kind, weights=weights, mask=mask)
+            scale = float(np.max(np.linalg.norm(ref, axis=1)))
+            bound = 2e-6 * (1.0 + (0.0 if kind == "relu" else beta))  # the module's stated float32 accuracy
+            np.testing.assert_allclose(got, ref, rtol=0, atol=bound * scale)
+
+
+def test_rows_whose_float32_terms_underflow_are_recomputed_in_float64(rng):
+    """Keys in a cap and B turning every query away from it: the shift overshoots by ~2β > 87, float32 underflows."""
+    x = normalize(np.array([1.0, 0.0, 0.0]) + 0.05 * rng.standard_normal((200, 3)))
+    heads = HeadStack(B=-np.eye(3)[None], V=np.eye(3)[None])
+    for kind in ("softmax", "pooled", "unnormalized"):
+        ref = velocity_numpy(x, heads, beta=64.0, kind=kind)
+        got = velocity_fused32(x, heads, beta=64.0, kind=kind)
+        scale = float(np.max(np.linalg.norm(ref, axis=1)))
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * scale)  # the float64 path, not float32
+
+
+def test_precision_float32_dispatch():
+    rng = np.random.default_rng(1)
+    x = sample_uniform(400, 3, seed=0)
+    heads = _heads(rng, 2, 3)
+    for kind in KINDS:
+        auto = attention_velocity(x, heads, beta=2.0, kind=kind, precision="float32")
+        np.testing.assert_array_equal(auto, velocity_fused32(x, heads, beta=2.0, kind=kind))
+        np.testing.assert_array_equal(attention_velocity(x, heads, beta=2.0, kind=kind, precision="float32", backend="fused"), auto)
+    x16 = sample_uniform(300, 16, seed=0)
+    wide = _heads(rng, 1, 16)
+    blas = attention_velocity(x16, wide, beta=1.0, precision="float32")  # d > 8: the BLAS float32 kernel
+    np.testing.assert_allclose(blas, velocity_numpy(x16, wide, beta=1.0), rtol=0, atol=1e-5 * np.abs(blas).max())
+    with pytest.raises(ValueError, match="float32"):
+        attention_velocity(x, heads, beta=1.0, precision="float32", backend="numba")
+    with pytest.raises(ValueError, match="unknown attention kind"):
+        velocity_fused32(x, heads, beta=1.0, kind="linear")
