@@ -1,0 +1,299 @@
+r"""Noisy tokens: the noise level :math:`\gamma(t)` and the geometric Euler–Maruyama step on :math:`S^{d-1}`.
+
+.. math::
+
+    dx_i = P^\perp_{x_i} v_i\,dt + \sqrt{2/\gamma(t)}\;P^\perp_{x_i}\,dW_i,\qquad
+    \partial_t\mu + \operatorname{div}_S(\mu X[\mu]) = \frac1{\gamma(t)}\,\Delta_S\mu
+
+(the noisy transformer: a McKean–Vlasov equation on the sphere; A. Shalova and
+A. Schlichting, *Solutions of stationary McKean–Vlasov equation on a high-dimensional
+sphere and other Riemannian manifolds*, arXiv 2412.14813).  The noise alone is
+Brownian motion on :math:`S^{d-1}` run at speed :math:`1/\gamma` (generator
+:math:`\gamma^{-1}\Delta_S`): its invariant law is the uniform measure, and a
+degree-:math:`l` spherical harmonic decays at rate :math:`l(l+d-2)/\gamma`, so
+:math:`\mathbb E\langle x_t,e\rangle = e^{-(d-1)t/\gamma}\langle x_0,e\rangle`.
+
+The pure pieces live here, so that the config can check them and both solvers share them:
+
+* :class:`NoiseSchedule`: :math:`\gamma(t)` from ``[noise] gamma``, ``anneal`` and its keys
+  (:data:`ANNEAL_SCHEDULES`), and the seed of the increments;
+* :func:`geometric_em_step`: one step
+  :math:`x\mapsto \dfrac{x+h\,X(x)+\sqrt{2h/\gamma}\,P^\perp_x\xi}{\|\cdots\|}`, :math:`\xi\sim N(0,I_d)`;
+* :func:`interval_generator`: the random stream of the save interval that starts at :math:`t_0`,
+  ``default_rng([seed, bits(t0)])``, so that a run resumed from a saved frame draws the
+  same numbers as the uninterrupted run;
+* :func:`em_mean_factor`: the exact one-step factor :math:`\mathbb E\langle x_{k+1},e\rangle/\langle x_k,e\rangle`
+  of the pure-noise step (the weak error of the scheme in closed form).
+
+Annealing (``[noise] anneal``) lowers or raises the temperature :math:`1/\gamma` in time:
+
+=================  ==========================================================================  ======================
+``anneal``         :math:`\gamma(t)`                                                            keys
+=================  ==========================================================================  ======================
+``"none"``         :math:`\gamma_0`                                                              —
+``"linear"``       :math:`\gamma_0 + (\gamma_f-\gamma_0)\min(t/T_a, 1)`                          ``gamma_final``, ``duration``
+``"exponential"``  :math:`\gamma_f + (\gamma_0-\gamma_f)\,e^{-r t}`                              ``gamma_final``, ``anneal_rate``
+``"logarithmic"``  :math:`\gamma_0\,\ln(e + r t)`                                                ``anneal_rate``
+``"expression"``   any expression in ``t`` and ``gamma`` (e.g. ``"gamma*(1 + t)"``)             ``anneal_expr``
+=================  ==========================================================================  ======================
+
+``logarithmic`` is the cooling schedule of simulated annealing, temperature
+:math:`\propto 1/\ln t` (S. Geman and D. Geman, IEEE TPAMI 6 (1984) 721; R. Holley,
+S. Kusuoka and D. Stroock, J. Funct. Anal. 83 (1989) 333), slow enough for the law to
+follow the Gibbs measures of the energy; ``linear`` and ``exponential`` interpolate between
+two noise levels and stay between them.  Every schedule is positive and finite at all
+:math:`t\ge0` by construction, except ``expression``, which is checked on
+:math:`[0, t_{\mathrm{final}}]` when the config is read and at every step while it runs.
+
+Examples
+--------
+>>> s = NoiseSchedule(gamma=2.0, anneal="exponential", gamma_final=8.0, anneal_rate=1.0)
+>>> round(s.gamma_at(0.0), 12), round(s.gamma_at(50.0), 12)
+(2.0, 8.0)
+>>> import numpy as np
+>>> x = geometric_em_step(np.array([[0.0, 0.0, 1.0]]), np.zeros((1, 3)), 0.01, 2.0, np.ones((1, 3)))
+>>> bool(abs(np.linalg.norm(x) - 1.0) < 1e-15)
+True
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from meanfield.errors import ConfigError, RunFailed
+
+__all__ = [
+    "ANNEAL_SCHEDULES",
+    "NoiseSchedule",
+    "noise_from_config",
+    "check_noise_section",
+    "interval_generator",
+    "geometric_em_step",
+    "em_mean_factor",
+    "l1_decay_rate",
+]
+
+#: ``[noise] anneal`` values and the keys each one needs
+ANNEAL_SCHEDULES: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "linear": ("gamma_final", "duration"),
+    "exponential": ("gamma_final", "anneal_rate"),
+    "logarithmic": ("anneal_rate",),
+    "expression": ("anneal_expr",),
+}
+#: the optional keys of ``[noise]`` that belong to an annealing schedule
+_SCHEDULE_KEYS = ("gamma_final", "duration", "anneal_rate", "anneal_expr")
+
+
+def _positive(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(key, f"expected a number, got {value!r}")
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(key, f"must be > 0 and finite, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class NoiseSchedule:
+    r"""The noise level :math:`\gamma(t)>0` of :math:`dx = P^\perp v\,dt+\sqrt{2/\gamma(t)}\,P^\perp dW`, and its seed.
+
+    Parameters
+    ----------
+    gamma : float
+        :math:`\gamma_0>0` (``[noise] gamma``); the diffusivity is :math:`1/\gamma`.
+    seed : int
+        Seed of the Brownian increments (``[noise] seed``).
+    anneal : {"none", "linear", "exponential", "logarithmic", "expression"}
+        Time dependence of :math:`\gamma` (module docstring).
+    gamma_final, duration, anneal_rate : float, optional
+        :math:`\gamma_f`, :math:`T_a`, :math:`r` of the schedules that use them.
+    anneal_expr : str, optional
+        ``anneal = "expression"``: :math:`\gamma(t)` as an expression in ``t`` and ``gamma``.
+    t_check : float
+        ``expression``: the schedule is checked positive and finite on ``[0, t_check]``.
+
+    Raises
+    ------
+    ConfigError
+        Naming the ``noise.*`` key: :math:`\gamma\le0` or not finite, an unknown schedule, a
+        missing or superfluous key, an expression that is not positive and finite.
+    """
+
+    gamma: float
+    seed: int = 0
+    anneal: str = "none"
+    gamma_final: float | None = None
+    duration: float | None = None
+    anneal_rate: float | None = None
+    anneal_expr: str | None = None
+    t_check: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gamma", _positive(self.gamma, "noise.gamma"))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ConfigError("noise.seed", f"expected an integer >= 0, got {self.seed!r}")
+        if self.anneal not in ANNEAL_SCHEDULES:
+            raise ConfigError("noise.anneal", f"expected one of {', '.join(repr(a) for a in ANNEAL_SCHEDULES)}, got {self.anneal!r}")
+        needed = ANNEAL_SCHEDULES[self.anneal]
+        for key in _SCHEDULE_KEYS:
+            value = getattr(self, key)
+            if key in needed and value is None:
+                raise ConfigError(f"noise.{key}", f"anneal = {self.anneal!r} needs {key}")
+            if key not in needed and value is not None:
+                users = [name for name, keys in ANNEAL_SCHEDULES.items() if key in keys]
+                raise ConfigError(f"noise.{key}", f"applies to anneal = {' or '.join(repr(u) for u in users)}, got anneal = {self.anneal!r}")
+        for key in ("gamma_final", "duration", "anneal_rate"):
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, _positive(getattr(self, key), f"noise.{key}"))
+        if self.anneal == "expression":
+            f = _compiled(self.anneal_expr)
+            grid = np.linspace(0.0, max(float(self.t_check), 0.0), 1001)
+            values = np.broadcast_to(np.asarray(f(t=grid, gamma=self.gamma), dtype=float), grid.shape)
+            bad = ~(np.isfinite(values) & (values > 0))
+            if np.any(bad):
+                k = int(np.argmax(bad))
+                raise ConfigError("noise.anneal_expr", f"γ(t) = {self.anneal_expr} must be > 0 and finite on [0, t_final]; "
+                                                       f"it is {values[k]!r} at t = {grid[k]:.6g}")
+
+    def gamma_at(self, t: float) -> float:
+        r""":math:`\gamma(t)`.
+
+        Raises
+        ------
+        RunFailed
+            When an ``expression`` schedule is not positive and finite at ``t`` (beyond the checked interval).
+        """
+        g0 = self.gamma
+        if self.anneal == "none":
+            return g0
+        if self.anneal == "linear":
+            return g0 + (self.gamma_final - g0) * min(max(t, 0.0) / self.duration, 1.0)
+        if self.anneal == "exponential":
+            return self.gamma_final + (g0 - self.gamma_final) * math.exp(-self.anneal_rate * max(t, 0.0))
+        if self.anneal == "logarithmic":
+            return g0 * math.log(math.e + self.anneal_rate * max(t, 0.0))
+        value = float(_compiled(self.anneal_expr)(t=float(t), gamma=g0))
+        if not (math.isfinite(value) and value > 0):
+            raise RunFailed(f"noise schedule γ(t) = {self.anneal_expr} is {value!r} at t = {t:.6g}; it must stay > 0 and finite")
+        return value
+
+    def diffusivity(self, t: float) -> float:
+        r"""The Laplace–Beltrami coefficient :math:`1/\gamma(t)`."""
+        return 1.0 / self.gamma_at(t)
+
+
+@lru_cache(maxsize=64)
+def _compiled(expr: str) -> Callable[..., Any]:
+    from meanfield.expressions import compile_expression
+
+    return compile_expression(expr, variables=("t", "gamma"), key="noise.anneal_expr", what="a noise schedule")
+
+
+def check_noise_section(noise: Mapping[str, Any], *, t_final: float) -> NoiseSchedule | None:
+    """The :class:`NoiseSchedule` of a resolved ``[noise]`` table (``None`` without ``gamma``).
+
+    Raises
+    ------
+    ConfigError
+        Schedule keys given without ``gamma``, or any check of :class:`NoiseSchedule`.
+    """
+    if noise.get("gamma") is None:
+        given = [key for key in _SCHEDULE_KEYS if noise.get(key) is not None]
+        if given or noise.get("anneal", "none") != "none":
+            raise ConfigError("noise.gamma", "the [noise] section needs gamma = γ > 0 (the noise is √(2/γ) P⊥ dW)")
+        return None
+    return NoiseSchedule(
+        gamma=noise["gamma"], seed=int(noise.get("seed", 0) or 0), anneal=noise.get("anneal", "none") or "none",
+        gamma_final=noise.get("gamma_final"), duration=noise.get("duration"), anneal_rate=noise.get("anneal_rate"),
+        anneal_expr=noise.get("anneal_expr"), t_check=float(t_final),
+    )
+
+
+def noise_from_config(cfg: Mapping[str, Any]) -> NoiseSchedule | None:
+    """The noise of a resolved config (``None``: deterministic)."""
+    section = cfg.get("noise")
+    if not section:
+        return None
+    return check_noise_section(section, t_final=float(cfg.get("solver", {}).get("t_final", 1.0)))
+
+
+def interval_generator(seed: int, t0: float) -> np.random.Generator:
+    r"""The random stream of the save interval starting at :math:`t_0`: ``default_rng([seed, bits(t0)])``.
+
+    ``bits(t0)`` is the IEEE-754 bit pattern of ``float(t0)``.  The save times are
+    computed from integers (:func:`meanfield.solvers.loop.save_times`), so a resumed run
+    sees the same :math:`t_0` and draws the same increments.
+    """
+    bits = int(np.array(float(t0), dtype=np.float64).view(np.uint64))
+    return np.random.default_rng([int(seed), bits])
+
+
+def geometric_em_step(x: np.ndarray, drift: np.ndarray, h: float, gamma: float, xi: np.ndarray) -> np.ndarray:
+    r"""One geometric Euler–Maruyama step on the sphere.
+
+    .. math::
+
+        x_{k+1} = \frac{x_k + h\,X(x_k) + \sqrt{2h/\gamma}\,P^\perp_{x_k}\xi_k}
+                       {\big\|x_k + h\,X(x_k) + \sqrt{2h/\gamma}\,P^\perp_{x_k}\xi_k\big\|},
+        \qquad \xi_k\sim N(0, I_d).
+
+    The radial projection adds the Itô drift :math:`-\tfrac{d-1}{\gamma}x\,h` of Brownian motion
+    on :math:`S^{d-1}` (its mean to first order in :math:`h`), so the step is weak order 1
+    for the generator :math:`X\cdot\nabla_S + \gamma^{-1}\Delta_S`.
+
+    Parameters
+    ----------
+    x : (n, d) array
+        Unit tokens.
+    drift : (n, d) array
+        Tangent drift :math:`X(x_k)` (``model.velocity``).
+    h : float
+        Step.
+    gamma : float
+        :math:`\gamma>0` at the step's start.
+    xi : (n, d) array
+        Standard normal draws.
+    """
+    tangent = xi - np.sum(xi * x, axis=-1, keepdims=True) * x
+    y = x + h * drift + math.sqrt(2.0 * h / gamma) * tangent
+    return y / np.linalg.norm(y, axis=-1, keepdims=True)
+
+
+def em_mean_factor(h: float, gamma: float, d: int) -> float:
+    r"""Exact :math:`c(h)=\mathbb E\langle x_{k+1},e\rangle/\langle x_k,e\rangle` of the pure-noise step.
+
+    .. math::
+
+        c(h) = \mathbb E\big[(1 + s^2\chi^2_{d-1})^{-1/2}\big],\qquad s^2 = 2h/\gamma
+
+    (the tangential part of the increment averages out by symmetry), so after :math:`T/h`
+    steps :math:`\mathbb E\langle x_T,e\rangle = c(h)^{T/h}\langle x_0,e\rangle`, against
+    :math:`e^{-(d-1)T/\gamma}` for the diffusion.  In closed form,
+    :math:`c = (2s^2)^{-k/2}\,U\big(\tfrac k2, \tfrac{k+1}2, \tfrac1{2s^2}\big)` with :math:`k=d-1` and
+    Tricomi's confluent hypergeometric :math:`U` (from :math:`\int_0^\infty e^{-zt}t^{a-1}(1+t)^{b-a-1}dt=\Gamma(a)U(a,b,z)`);
+    quadrature over the :math:`\chi^2_{k}` law where :math:`U` under- or overflows.
+    Expansion: :math:`c = 1-(d-1)\tfrac h\gamma+\tfrac32(d^2-1)\tfrac{h^2}{\gamma^2}+O(h^3)`, so the
+    scheme's weak error is :math:`\big(\tfrac32(d^2-1)-\tfrac12(d-1)^2\big)\tfrac{Th}{\gamma^2}e^{-(d-1)T/\gamma}+O(h^2)`.
+    """
+    from scipy import integrate, special, stats
+
+    s2 = 2.0 * h / gamma
+    k = d - 1
+    with np.errstate(all="ignore"):
+        value = float((2.0 * s2) ** (-k / 2) * special.hyperu(k / 2, (k + 1) / 2, 1.0 / (2.0 * s2)))
+    if math.isfinite(value) and 0.0 < value <= 1.0:
+        return value
+    law = stats.chi2(k)
+    value, _ = integrate.quad(lambda q: law.pdf(q) / math.sqrt(1.0 + s2 * q), 0.0, np.inf, limit=200, epsabs=1e-14, epsrel=1e-13)
+    return float(value)
+
+
+def l1_decay_rate(gamma: float, d: int) -> float:
+    r"""Decay rate :math:`(d-1)/\gamma` of the degree-1 harmonic under :math:`\gamma^{-1}\Delta_S` on :math:`S^{d-1}`."""
+    return (d - 1) / float(gamma)
