@@ -9,7 +9,7 @@ import numpy as np
 __all__ = ["run_summary", "solver_line", "model_line", "grid_clusters", "SUMMARY_SERIES"]
 
 #: diagnostics shown as ``first -> last`` when a run recorded them
-SUMMARY_SERIES = ("energy", "energy_theta", "rayleigh", "sphere_error", "max_speed", "w2_target", "mass_error", "authors_G2")
+SUMMARY_SERIES = ("energy", "energy_theta", "rayleigh", "sphere_error", "max_speed", "w2_target", "mass_error", "authors_G2", "r_mean")
 
 #: tokens with ⟨x_i, x_j⟩ ≥ 1 − CLUSTER_TOL are one cluster in the summary
 CLUSTER_TOL = 1e-3
@@ -21,7 +21,8 @@ def model_line(cfg: dict[str, Any]) -> str:
     """``d, β, attention, direction`` — β = ∞ for the zero-temperature solver, which has no temperature."""
     m, s = cfg["model"], cfg["solver"]
     beta = "∞ (zero-temperature limit)" if s["kind"] == "zero-temperature" else f"{m['beta']:g}"
-    return f"d={m['d']} β={beta} attention={m['attention']} direction={m['direction']}"
+    norm = "" if m.get("norm", "post") == "post" else f" norm={m['norm']}" + (f" α={m['ngpt_alpha']:g}" if m["norm"] == "ngpt" else "")
+    return f"d={m['d']} β={beta} attention={m['attention']} direction={m['direction']}{norm}"
 
 
 def solver_line(cfg: dict[str, Any]) -> str:
@@ -92,7 +93,9 @@ def run_summary(run: Any) -> str:
         if run.frames:
             from meanfield.analysis.diagnostics import cluster_statistics
 
-            stats = cluster_statistics(run.final, tol=CLUSTER_TOL)
+            from meanfield.normalization import token_directions  # Pre-LN and Peri-LN tokens r·θ: their directions θ
+
+            stats = cluster_statistics(token_directions(run.final), tol=CLUSTER_TOL)
             lines.append(
                 f"final:     {int(stats['n_clusters'])} cluster(s) (tokens with <x_i,x_j> >= {1 - CLUSTER_TOL:g} joined), "
                 f"min <x_i,x_j> = {stats['min_inner']:.6f} (1 = one point)"

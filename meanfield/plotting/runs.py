@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from meanfield.normalization import token_directions
 from meanfield.plotting.density import animate_density, plot_grid_run
 from meanfield.plotting.particles import animate_particles, plot_high_dim_run, plot_particle_run
 
@@ -19,7 +20,8 @@ def run_title(run: Any) -> str:
     m, s = cfg["model"], cfg["solver"]
     beta = "β = ∞ (zero temperature)" if s["kind"] == "zero-temperature" else f"β = {m['beta']:g}"
     size = f"n = {run.shape[0]} tokens" if run.kind == "particle" and run.frames else f"N = {cfg['grid']['cells']} cells"
-    return f"{m['attention']} attention, {beta}, {size}, {s['kind']} solver"
+    norm = "" if m.get("norm", "post") == "post" else f", norm = {m['norm']}"  # arXiv 2510.22026's schemes
+    return f"{m['attention']} attention{norm}, {beta}, {size}, {s['kind']} solver"
 
 
 def _check_frames(run: Any) -> None:
@@ -33,9 +35,10 @@ def plot_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
     title = options.pop("title", run_title(run))
     if run.kind == "grid":
         return plot_grid_run(run.mesh(), run.t, run.mass, path, diagnostics=run.diagnostics, title=title, **options)
+    x = token_directions(run.x)  # the tokens r·θ of Pre-LN and Peri-LN (meanfield.normalization) by their directions θ
     if run.shape[1] == 3:
-        return plot_particle_run(run.t, run.x, path, diagnostics=run.diagnostics, title=title, **options)
-    return plot_high_dim_run(run.t, run.x, path, diagnostics=run.diagnostics, title=title, **options)
+        return plot_particle_run(run.t, x, path, diagnostics=run.diagnostics, title=title, **options)
+    return plot_high_dim_run(run.t, x, path, diagnostics=run.diagnostics, title=title, **options)
 
 
 def animate_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
@@ -43,4 +46,4 @@ def animate_run(run: Any, path: str | Path | None = None, **options: Any) -> Any
     _check_frames(run)
     if run.kind == "grid":
         return animate_density(run.mesh(), run.t, run.mass, path, **options)
-    return animate_particles(run.t, run.x, path, **options)
+    return animate_particles(run.t, token_directions(run.x), path, **options)
