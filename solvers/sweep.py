@@ -121,6 +121,7 @@ __all__ = [
     "case_scalars",
     "aggregate_paths",
     "read_ledger",
+    "TaskPool",
     "RESULT_COLUMNS",
     "SWEEP_KEYS",
 ]
@@ -1025,6 +1026,84 @@ class _Cluster:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+
+
+def _threaded_call(func: Callable[[Any], Any], payload: Any, threads: int | Mapping[str, int] | None) -> Any:
+    """``func(payload)`` on a worker, its kernels given their share of the host's cores (as :func:`run_case` does)."""
+    count = _threads_here(threads)
+    if count is not None:
+        from meanfield.kernels.jit import set_num_threads
+
+        set_num_threads(count)
+    return func(payload)
+
+
+class TaskPool:
+    """Where a sweep's cases run, for any task: this process, a local Dask cluster, or a running scheduler.
+
+    ``workers=0`` runs the tasks here, in order; by default a
+    :class:`distributed.LocalCluster` of single-threaded processes, one per core
+    (at most one per task); ``scheduler="tcp://host:8786"`` any running cluster.
+    Each task's kernels get its host's cores over the worker threads there, as a
+    sweep case's do.  The batches of a phase diagram (:mod:`meanfield.solvers.phase`)
+    run on it.
+
+    Examples
+    --------
+    >>> with TaskPool(workers=0) as pool:
+    ...     sorted(pool.map(abs, [-1, 2]))
+    [(0, 1), (1, 2)]
+    """
+
+    def __init__(self, *, scheduler: str | None = None, workers: int | None = None, tasks: int = 1) -> None:
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+            raise ConfigError("--workers", f"expected an integer >= 0, got {workers!r}")
+        if scheduler and workers is not None:
+            raise ConfigError("--workers", "sizes the local cluster; it cannot be combined with --scheduler")
+        self._cluster = _Cluster(scheduler=scheduler, workers=workers, cases=tasks) if workers != 0 and tasks > 0 else None
+
+    def __enter__(self) -> TaskPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Shut the local cluster down (or disconnect from the scheduler)."""
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+    def map(self, func: Callable[[Any], Any], payloads: Sequence[Any], *, name: str = "meanfield-task") -> Iterator[tuple[int, Any]]:
+        """``(index, func(payload))`` for every payload, as each finishes.
+
+        A task that raises re-raises here; the tasks still queued are then cancelled
+        (also when the caller stops iterating or is interrupted).
+        """
+        if self._cluster is None:
+            for index, payload in enumerate(payloads):
+                yield index, func(payload)
+            return
+        from distributed import as_completed
+
+        client = self._cluster.client
+        threads = _threads_per_worker(client)
+        token = uuid.uuid4().hex[:8]
+        futures = {client.submit(_threaded_call, func, payload, threads, key=f"{name}-{index}-{token}", pure=False): index
+                   for index, payload in enumerate(payloads)}
+        pending = dict(futures)
+        try:
+            for future in as_completed(list(futures), loop=client.loop):
+                index = pending.pop(future)
+                result = future.result()
+                future.release()
+                yield index, result
+        finally:
+            if pending:
+                try:
+                    client.cancel(list(pending), force=True)
+                except (RuntimeError, OSError, TimeoutError):  # the connection is already gone
+                    pass
 
 
 # --------------------------------------------------------------------------- #

@@ -1,0 +1,305 @@
+"""Phase diagrams over random initialisations (meanfield.solvers.phase, meanfield.kernels.batched, ``meanfield phase``).
+
+The batched kernel is checked against its NumPy twin; a batch against its systems
+run one by one with the ordinary particle solver; the cluster count against
+scipy's connected components and constructed clouds; the Gram rank against
+``numpy.linalg.matrix_rank`` and orthogonal clusters; the CLI end to end.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.sparse.csgraph import connected_components
+
+import meanfield as mf
+from meanfield.cli import main as cli_main
+from meanfield.errors import ConfigError
+from meanfield.geometry.sphere import normalize, sample_uniform
+from meanfield.heads import HeadStack
+from meanfield.kernels.batched import velocity_batched, velocity_batched_numpy
+from meanfield.solvers.loop import save_times
+from meanfield.solvers.phase import (
+    PHASE_COLUMNS, check_phase_config, cluster_count, gram_rank, pair_fraction, phase_diagram, run_batch,
+)
+from meanfield.solvers.sweep import TaskPool
+
+TINY_TOML = """
+[model]
+d = 3
+beta = 1.0
+
+[init]
+kind = "uniform"
+n = 12
+seed = 3
+
+[solver]
+method = "rk4"
+dt = 0.1
+t_final = 2.0
+save_every = 0.5
+
+[phase]
+betas = [0.5, 2.0, 6.0]
+samples = 6
+batch = 4
+"""
+
+
+def _clouds(systems: int, n: int, d: int, seed: int = 0) -> np.ndarray:
+    return np.stack([sample_uniform(n, d, seed=seed + s) for s in range(systems)])
+
+
+# --------------------------------------------------------------------------- #
+# the batched kernel against its NumPy twin
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("kind", ["softmax", "unnormalized"])
+@pytest.mark.parametrize("H", [1, 3])
+@pytest.mark.parametrize("per_system", [False, True])
+def test_batched_kernel_equals_its_numpy_twin(rng, kind, H, per_system):
+    systems, n, d = 7, 19, 3
+    x = _clouds(systems, n, d, seed=11)
+    shape = (systems, H, d, d) if per_system else (H, d, d)
+    B = rng.standard_normal(shape)
+    V = rng.standard_normal(shape)
+    beta = rng.uniform(0.0, 6.0, systems)  # one β per system
+    for combine in ("sum", "mean"):
+        fast = velocity_batched(x, B, V, beta=beta, kind=kind, combine=combine)
+        twin = velocity_batched_numpy(x, B, V, beta=beta, kind=kind, combine=combine)
+        np.testing.assert_allclose(fast, twin, rtol=1e-12, atol=1e-13 * np.max(np.abs(twin)))
+
+
+def test_batched_kernel_in_other_dimensions_and_each_system_is_the_ordinary_kernel(rng):
+    from meanfield.kernels.reference import velocity_numpy
+
+    systems, n, d, H = 5, 9, 5, 2
+    x = _clouds(systems, n, d, seed=2)
+    B = rng.standard_normal((systems, H, d, d))
+    V = rng.standard_normal((systems, H, d, d))
+    beta = np.array([0.0, 0.5, 1.0, 3.0, 8.0])
+    for kind in ("softmax", "unnormalized"):
+        fast = velocity_batched(x, B, V, beta=beta, kind=kind)
+        one_by_one = np.stack([velocity_numpy(x[b], HeadStack(B=B[b], V=V[b]), beta=beta[b], kind=kind) for b in range(systems)])
+        np.testing.assert_allclose(fast, one_by_one, rtol=1e-12, atol=1e-13 * np.max(np.abs(one_by_one)))
+
+
+def test_batched_kernel_rejects_bad_input():
+    x = _clouds(2, 4, 3)
+    I = np.eye(3)[None]
+    with pytest.raises(ValueError, match="relu"):
+        velocity_batched(x, I, I, beta=1.0, kind="relu")
+    with pytest.raises(ValueError, match="shape"):
+        velocity_batched(x, np.eye(2)[None], np.eye(2)[None], beta=1.0)
+    with pytest.raises(ValueError, match="beta"):
+        velocity_batched(x, I, I, beta=[1.0, -1.0])
+
+
+# --------------------------------------------------------------------------- #
+# a batch equals its cases run one by one
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("kind, direction, combine", [("softmax", "ascent", "sum"), ("unnormalized", "descent", "mean")])
+def test_a_batch_equals_its_systems_run_one_by_one_with_the_particle_solver(rng, kind, direction, combine):
+    systems, n, d, H, dt = 4, 10, 3, 2, 0.1
+    x0 = _clouds(systems, n, d, seed=5)
+    B = rng.standard_normal((H, d, d)) / math.sqrt(d)
+    V = rng.standard_normal((H, d, d)) / math.sqrt(d)
+    betas = np.array([0.5, 1.0, 2.0, 4.0])
+    times = save_times(0.0, 2.0, 0.5)
+    batch = run_batch(x0, betas, B, V, times=times, dt=dt, kind=kind, direction=direction, combine=combine, keep_states=True)
+    for b in range(systems):
+        model = mf.Model(d=d, beta=float(betas[b]), attention=kind, heads=HeadStack(B=B, V=V), direction=direction, combine=combine)
+        run = mf.solve(mf.Problem(model, x0[b]), mf.ParticleSolver(method="rk4", dt=dt), t_final=2.0, save_every=0.5,
+                       energy=False, speed=False)
+        np.testing.assert_allclose(run.t, times, rtol=0, atol=0)
+        np.testing.assert_allclose(batch.states[:, b], np.asarray(run.states), rtol=0, atol=1e-11)
+    assert batch.steps == 20
+
+
+def test_numpy_backend_of_a_batch_agrees_and_statistics_follow_the_states():
+    x0 = _clouds(3, 8, 3, seed=1)
+    I = np.eye(3)[None]
+    times = [0.0, 1.0, 3.0]
+    fast = run_batch(x0, [1.0, 2.0, 3.0], I, I, times=times, dt=0.2, keep_states=True)
+    twin = run_batch(x0, [1.0, 2.0, 3.0], I, I, times=times, dt=0.2, keep_states=True, backend="numpy")
+    np.testing.assert_allclose(fast.states, twin.states, rtol=0, atol=1e-12)
+    angle = math.acos(0.999)
+    np.testing.assert_array_equal(fast.clusters, cluster_count(np.swapaxes(fast.states, 0, 1), angle=angle))
+    np.testing.assert_array_equal(fast.rank, gram_rank(np.swapaxes(fast.states, 0, 1), tol=1e-3))
+    with pytest.raises(ValueError, match="rk45"):
+        run_batch(x0, 1.0, I, I, times=times, dt=0.2, method="rk45")
+
+
+# --------------------------------------------------------------------------- #
+# the statistics on constructed clouds
+# --------------------------------------------------------------------------- #
+def _caps(centers: np.ndarray, per_cap: int, radius: float, rng: np.random.Generator) -> np.ndarray:
+    """``per_cap`` unit tokens within angle ``radius`` of each center."""
+    out = []
+    for c in centers:
+        noise = rng.standard_normal((per_cap, c.size))
+        noise -= (noise @ c)[:, None] * c  # tangent at c
+        noise /= np.linalg.norm(noise, axis=1, keepdims=True)
+        angles = rng.uniform(0.0, radius, per_cap)[:, None]
+        out.append(np.cos(angles) * c + np.sin(angles) * noise)
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 6])
+def test_k_well_separated_caps_are_k_clusters(rng, k):
+    octahedron = np.concatenate([np.eye(3), -np.eye(3)])[[0, 3, 1, 4, 2, 5]][:k]
+    angle = 0.05
+    x = _caps(octahedron, 7, angle / 2.5, rng)  # inside a cap every pair is within 2 × radius < angle
+    x = x[rng.permutation(len(x))]
+    assert int(cluster_count(x, angle=angle)) == k
+    expected_pairs = k * 7 * 6 / (7 * k * (7 * k - 1))
+    np.testing.assert_allclose(pair_fraction(x, angle=angle), expected_pairs, rtol=1e-15)
+
+
+def test_a_chain_of_close_tokens_is_one_cluster_and_a_gap_splits_it():
+    angle = 0.05
+    phis = np.arange(20) * 0.9 * angle  # neighbours linked, the ends 0.86 rad apart
+    chain = np.stack([np.cos(phis), np.sin(phis), np.zeros_like(phis)], axis=1)
+    assert int(cluster_count(chain, angle=angle)) == 1
+    broken = chain.copy()
+    broken[10:] = normalize(chain[10:] @ np.array([[np.cos(0.2), np.sin(0.2), 0], [-np.sin(0.2), np.cos(0.2), 0], [0, 0, 1]]))
+    assert int(cluster_count(broken, angle=angle)) == 2
+
+
+def test_cluster_count_equals_scipy_connected_components_on_random_clouds():
+    x = _clouds(40, 24, 3, seed=7)
+    angle = 0.6  # large enough for non-trivial components in uniform clouds
+    counts = cluster_count(x, angle=angle)
+    for b in range(x.shape[0]):
+        linked = np.arccos(np.clip(x[b] @ x[b].T, -1, 1)) <= angle
+        expected, _ = connected_components(linked, directed=False)
+        assert counts[b] == expected
+    assert len(set(counts.tolist())) > 3  # the check saw varied answers
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_gram_rank_of_k_orthogonal_clusters_is_k(rng, k):
+    x = normalize(np.repeat(np.eye(4)[:k], 8, axis=0) + 1e-5 * rng.standard_normal((8 * k, 4)))
+    assert int(gram_rank(x, tol=1e-3)) == k
+    np.testing.assert_array_equal(gram_rank(x, tol=1e-3), np.linalg.matrix_rank(x @ x.T, tol=1e-3))
+
+
+def test_gram_rank_equals_the_rank_of_the_n_by_n_gram_matrix(rng):
+    x = _clouds(10, 6, 4, seed=1)
+    x[:5, :, 3] *= 1e-3  # nearly in a hyperplane: rank 3 at τ = 1e-3
+    x = normalize(x)
+    expected = [int(np.sum(np.linalg.eigvalsh(x[b] @ x[b].T) > 1e-3)) for b in range(10)]
+    np.testing.assert_array_equal(gram_rank(x, tol=1e-3), expected)
+    assert set(expected) == {3, 4}
+
+
+# --------------------------------------------------------------------------- #
+# the diagram: API, probabilities, CLI
+# --------------------------------------------------------------------------- #
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("phase") / "tiny.toml"
+    path.write_text(TINY_TOML)
+    return path
+
+
+def test_diagram_probabilities_lie_in_0_1_and_counts_are_integers_in_1_n(tiny):
+    diagram = phase_diagram(tiny, workers=0)
+    K, T = 3, 5
+    assert diagram.one_cluster.shape == diagram.clusters.shape == diagram.rank.shape == diagram.pairs.shape == (K, T)
+    for p in (diagram.one_cluster, diagram.pairs):
+        assert np.all((p >= 0) & (p <= 1))
+    clusters, rank = diagram.counts["clusters"], diagram.counts["rank"]
+    assert clusters.shape == (K, 6, T) and clusters.dtype.kind == "i" and rank.dtype.kind == "i"
+    assert np.all((clusters >= 1) & (clusters <= 12)) and np.all((rank >= 1) & (rank <= 3))
+    assert np.all(diagram.one_cluster_se >= 0) and np.all(diagram.clusters_se >= 0)
+    np.testing.assert_allclose(diagram.one_cluster, np.mean(clusters == 1, axis=1), rtol=0, atol=0)
+    np.testing.assert_allclose(diagram.clusters_se, np.std(clusters, axis=1, ddof=1) / math.sqrt(6), rtol=1e-14)
+    np.testing.assert_array_equal(diagram.clusters[:, 0], 12)  # uniform draws of 12 tokens: no two within 0.045 rad
+    # sample s starts from init.seed + s, the same for every β: the first batch, run by hand
+    x0 = np.stack([sample_uniform(12, 3, seed=3 + s) for s in range(4)])
+    by_hand = run_batch(x0, 0.5, np.eye(3)[None], np.eye(3)[None], times=save_times(0, 2, 0.5), dt=0.1)
+    np.testing.assert_array_equal(diagram.counts["clusters"][0, :4], by_hand.clusters)
+
+
+def test_diagram_from_overrides_and_its_figure(tiny, tmp_path):
+    diagram = phase_diagram(tiny, workers=0, **{"phase.samples": 3, "phase.times": [0.0, 1.5], "model.attention": "unnormalized"})
+    assert diagram.samples == 3 and diagram.times.tolist() == [0.0, 1.5]
+    fig = diagram.plot(tmp_path / "p.png")
+    assert len(fig.axes) == 8 and (tmp_path / "p.png").stat().st_size > 10_000
+
+
+def test_cli_end_to_end_writes_the_table_and_the_picture_and_resumes(tiny, tmp_path, capsys):
+    out = tmp_path / "diagram"
+    assert cli_main(["phase", str(tiny), "-o", str(out), "--workers", "0", "--quiet"]) == 0
+    assert "P(one cluster)" in capsys.readouterr().out
+    with open(out / "phase.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == PHASE_COLUMNS and len(rows) == 3 * 5
+    api = phase_diagram(tiny, workers=0).rows()
+    for row, expected in zip(rows, api):
+        assert {k: float(v) for k, v in row.items()} == pytest.approx({k: float(v) for k, v in expected.items()}, rel=0, abs=0)
+    assert (out / "phase.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / "phase.json").exists()
+    assert len(list((out / "batches").glob("*.npz"))) == 5  # 18 systems in batches of 4
+    before = (out / "phase.csv").read_text()
+    assert cli_main(["phase", str(tiny), "-o", str(out), "--workers", "0", "--quiet"]) == 2  # not without --resume
+    assert "--resume" in capsys.readouterr().err
+    (out / "batches" / sorted(p.name for p in (out / "batches").glob("*.npz"))[2]).unlink()
+    assert cli_main(["phase", str(tiny), "-o", str(out), "--workers", "0", "--quiet", "--resume"]) == 0
+    assert "4 resumed" in capsys.readouterr().out
+    assert (out / "phase.csv").read_text() == before
+
+
+@pytest.mark.parametrize("override, key", [
+    ("phase.samples=0", "phase.samples"),
+    ("phase.times=[0.0, 2.0, 1.0]", "phase.times"),
+    ("phase.betas=[]", "phase.betas"),
+    ("phase.cluster_angle=-0.1", "phase.cluster_angle"),
+    ("phase.nothing=1", "phase.nothing"),
+    ("model.attention=relu", "model.attention"),
+    ("solver.method=rk45", "solver.method"),
+    ("init.n=1", "init.n"),
+])
+def test_bad_input_exits_2_naming_the_key_before_any_file(tiny, tmp_path, capsys, override, key):
+    out = tmp_path / "never"
+    assert cli_main(["phase", str(tiny), "-o", str(out), "--workers", "0", "--set", override]) == 2
+    assert key in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_bad_scheduler_and_workers_exit_2(tiny, tmp_path, capsys):
+    assert cli_main(["phase", str(tiny), "-o", str(tmp_path / "a"), "--scheduler", "not an address"]) == 2
+    assert "--scheduler" in capsys.readouterr().err
+    assert cli_main(["phase", str(tiny), "-o", str(tmp_path / "b"), "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    assert "--workers" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    (tmp_path / "afile").write_text("x")
+    assert cli_main(["phase", str(tiny), "-o", str(tmp_path / "afile"), "--workers", "0"]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert cli_main(["phase", str(tmp_path / "missing.toml"), "-o", str(tmp_path / "c"), "--workers", "0"]) == 2
+    assert "not found" in capsys.readouterr().err and not (tmp_path / "c").exists()
+
+
+def test_check_phase_config_names_unsupported_settings():
+    with pytest.raises(ConfigError, match="weights.schedule"):
+        check_phase_config(mf.load_config(None, **{"weights.schedule": "oscillating"}))
+    with pytest.raises(ConfigError, match="solver.kind"):
+        check_phase_config(mf.load_config(None, **{"solver.kind": "zero-temperature"}))
+
+
+def test_task_pool_in_process_keeps_order_and_checks_its_options():
+    with TaskPool(workers=0) as pool:
+        assert list(pool.map(lambda v: v * v, [3, 1, 2])) == [(0, 9), (1, 1), (2, 4)]
+    with pytest.raises(ConfigError, match="--workers"):
+        TaskPool(workers=-1)
+
+
+@pytest.mark.slow
+def test_batches_on_a_local_dask_cluster_equal_the_in_process_diagram(tiny, tmp_path):
+    here = phase_diagram(tiny, workers=0)
+    there = phase_diagram(tiny, workers=2, out=tmp_path / "dask")
+    for name in ("clusters", "rank", "pairs"):
+        np.testing.assert_array_equal(there.counts[name], here.counts[name])
