@@ -1,0 +1,101 @@
+"""``meanfield landscape``: critical configurations of the energy, their Hessian and its verdict.
+
+``meanfield landscape classify OUT.h5 [--frame K]`` tells whether a particle run's frame is a
+critical point of E and whether it is a maximum, a minimum, a saddle or degenerate (eigenvalues
+of the Riemannian Hessian with the rotation zero modes removed).  ``meanfield landscape search
+CONFIG.toml --mode max|min`` runs Riemannian gradient ascent or descent with an Armijo line search
+from the config's initial tokens and classifies what it reaches
+(:mod:`meanfield.analysis.landscape`).
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+
+from meanfield.cli.options import emit, load_config_noted, parse_float, parse_int
+from meanfield.errors import ConfigError
+
+__all__ = ["add_parser", "main"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``meanfield landscape``."""
+    p = subparsers.add_parser(
+        "landscape",
+        help="critical points of the energy: classify a run's frame, or search maximisers/minimisers",
+        description="The energy landscape of E = (1/2β) Σ_h Σ_ij a_i a_j exp(β x_iᵀB_h x_j) on the product of spheres "
+        "(symmetric B_h): the Riemannian gradient and Hessian in the mass metric, with the rotation zero modes "
+        "removed. 'classify OUT.h5' says whether a frame is critical and whether it is a maximum, a minimum, a "
+        "saddle or degenerate; 'search CONFIG.toml --mode max|min' runs Riemannian gradient ascent or descent "
+        "(Armijo line search) from the config's initial tokens and classifies the result.",
+    )
+    sub = p.add_subparsers(dest="action", metavar="ACTION")
+    c = sub.add_parser("classify", help="classify one frame of a particle run")
+    c.add_argument("run", metavar="OUT.h5", help="a particle run file")
+    c.add_argument("--frame", default="-1", metavar="K", help="frame index (default -1: the last)")
+    s = sub.add_parser("search", help="search a maximiser or minimiser from a config's initial tokens")
+    s.add_argument("config", metavar="CONFIG.toml", help="the model and the initial tokens")
+    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
+    s.add_argument("--mode", default="max", choices=("max", "min"), help="ascent to a maximiser (default) or descent to a minimiser")
+    s.add_argument("--max-iter", default="5000", metavar="N", help="largest number of iterations (default 5000)")
+    s.add_argument("--out", metavar="X.npy", help="save the configuration reached")
+    for q in (c, s):
+        q.add_argument("--gtol", default="1e-6", metavar="G", help="critical when |grad E| <= G |u| (default 1e-6)")
+        q.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=main)
+
+
+def _heads(model: Any, t: float) -> tuple[np.ndarray, float]:
+    """The symmetric score matrices of ``model`` at ``t`` (scaled by 1/H for ``combine = "mean"``) and β."""
+    from meanfield.analysis.landscape import symmetric_heads
+
+    stack = model.heads.at(t)
+    try:
+        B = symmetric_heads(stack)
+    except ValueError as exc:
+        raise ConfigError("model.heads", str(exc)) from None
+    if not np.allclose(stack.V, stack.B, rtol=1e-12, atol=1e-12 * max(1.0, float(np.max(np.abs(stack.B))))):
+        raise ConfigError("model.heads", "the energy landscape is that of value-aligned heads (V = QᵀK); set V = 'aligned'")
+    return (B / stack.H if getattr(model, "combine", "sum") == "mean" else B), float(model.beta)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``meanfield landscape``."""
+    from meanfield.analysis.landscape import hessian_spectrum, optimize
+
+    if not getattr(args, "action", None):
+        raise ConfigError("ACTION", "expected 'classify' or 'search' (meanfield landscape --help)")
+    gtol = parse_float(args.gtol, "--gtol", positive=True)
+    if args.action == "classify":
+        from meanfield.run import load
+
+        run = load(args.run)
+        if run.kind != "particle":
+            raise ConfigError("OUT.h5", f"{args.run} holds a grid density; classify takes a particle run")
+        frames = run.frames
+        k = parse_int(args.frame, "--frame")
+        if not -frames <= k < frames:
+            raise ConfigError("--frame", f"{args.run} has {frames} frames, got {k}")
+        k %= frames
+        x = np.asarray(run.frame(k), dtype=float)
+        B, beta = _heads(run.model, float(run.t[k]))
+        spectrum = hessian_spectrum(x, B, beta=beta, gtol=gtol)
+        emit({"frame": k, "t": float(run.t[k]), "n": x.shape[0], "d": x.shape[1], **spectrum.as_dict()}, as_json=args.json)
+        return 0
+    from meanfield.build import build_model, initial_tokens
+
+    cfg = load_config_noted(args.config, args.overrides)
+    max_iter = parse_int(args.max_iter, "--max-iter", minimum=1)
+    if args.out is not None and not str(args.out).endswith(".npy"):
+        raise ConfigError("--out", f"expected a .npy file name, got {args.out!r}")
+    B, beta = _heads(build_model(cfg), 0.0)
+    result = optimize(initial_tokens(cfg), B, beta=beta, mode=args.mode, gtol=gtol * 1e-2, max_iter=max_iter)
+    spectrum = hessian_spectrum(result.x, B, beta=beta, gtol=gtol)
+    if args.out is not None:
+        np.save(args.out, result.x)
+    emit({"mode": args.mode, "converged": result.converged, "iterations": result.iterations,
+          "energy_start": float(result.energy[0]), **spectrum.as_dict(), **({"out": args.out} if args.out else {})},
+         as_json=args.json)
+    return 0

@@ -1,0 +1,266 @@
+r"""The energy landscape: Hessian against finite differences and closed forms, optimisers, merging, the clock.
+
+Closed forms (``B = I``, mass metric :math:`g=\sum_ia_i\langle\cdot,\cdot\rangle`, Hessian operator
+eigenvalues on the tangent space after removing the rotation zero modes):
+
+* one cluster :math:`x_i=e`: :math:`-e^\beta` with multiplicity :math:`(n-1)(d-1)`, and :math:`d-1`
+  zero modes (rotating :math:`e`): a maximum.
+* antipodal groups, mass :math:`p` at :math:`e` (:math:`n_A` tokens) and :math:`q=1-p` at :math:`-e`
+  (:math:`n_B` tokens): on each tangent coordinate the operator is
+  :math:`(Lv)_i=\sum_ja_je^{\beta s_{ij}}v_j-c_iv_i` with :math:`c_A=pe^\beta-qe^{-\beta}`,
+  :math:`c_B=qe^\beta-pe^{-\beta}`.  Mass-weighted mean-zero vectors inside a group give
+  :math:`-c_A` (:math:`(n_A-1)(d-1)` times) and :math:`-c_B` (:math:`(n_B-1)(d-1)` times); group-constant
+  vectors give the matrix :math:`e^{-\beta}\begin{pmatrix}q&q\\p&p\end{pmatrix}`, i.e. the rotation
+  zero mode :math:`v_A=-v_B` and :math:`+e^{-\beta}` (:math:`v_A=v_B`), :math:`d-1` times each.  A single
+  antipodal pair is a minimum, larger groups a saddle.
+* the regular simplex, :math:`n=d+1`, :math:`\langle x_i,x_j\rangle=-1/d`, :math:`a_i=1/n`,
+  :math:`w=e^{-\beta/d}`: with :math:`G_{ik}=\langle\xi_i,x_k\rangle` (zero diagonal, zero row sums;
+  the :math:`x_k` are a tight frame, :math:`\sum_kx_kx_k^\top=\frac nd I`) the Hessian form is
+  :math:`\frac{w}{n^2}[2\beta\|\mathrm{sym}\,G\|^2+\frac dn\|G^\top1\|^2]` and the metric
+  :math:`\frac d{n^2}\|G\|^2` (the :math:`e^\beta` terms cancel).  Splitting :math:`G` into symmetric
+  (zero row sums), antisymmetric (zero row sums) and the :math:`(n-1)`-dimensional rest gives
+  :math:`\frac{2\beta w}{d}` (multiplicity :math:`(d+1)(d-2)/2`), :math:`0` (:math:`d(d-1)/2`: the
+  rotations) and :math:`\frac wd\big(\frac{\beta(d+1)}d+d-1\big)` (multiplicity :math:`d`): a minimum.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield.analysis.energy import head_energies
+from meanfield.analysis.landscape import (
+    gradient_clock,
+    gradient_norm,
+    hessian_spectrum,
+    identify,
+    merging_flow,
+    mirror_descent,
+    optimize,
+    riemannian_gradient,
+    riemannian_hessian,
+    symmetry_algebra,
+)
+from meanfield.errors import ConfigError
+from meanfield.geometry.mesh import initial_mass, mesh
+from meanfield.geometry.sphere import sample_uniform
+from meanfield.heads import HeadStack
+
+
+def _simplex(d: int) -> np.ndarray:
+    n = d + 1
+    u, _, _ = np.linalg.svd(np.eye(n) - 1.0 / n)
+    x = u[:, :d]
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _retract(y: np.ndarray) -> np.ndarray:
+    return y / np.linalg.norm(y, axis=1, keepdims=True)
+
+
+def test_hessian_matches_finite_differences_of_the_riemannian_gradient(rng: np.random.Generator) -> None:
+    n, d, beta = 6, 3, 1.7
+    x = sample_uniform(n, d, seed=3)
+    m = rng.standard_normal((2, d, d))
+    B = 0.5 * (m + np.transpose(m, (0, 2, 1)))
+    a = rng.uniform(0.5, 1.5, n)
+    a /= a.sum()
+    hess = riemannian_hessian(x, B, beta=beta, weights=a)
+    np.testing.assert_allclose(hess, hess.T, atol=1e-14)
+    for _ in range(3):
+        xi = rng.standard_normal((n, d))
+        xi -= np.einsum("ij,ij->i", xi, x)[:, None] * x
+        eps = 1e-5
+        dg = (riemannian_gradient(_retract(x + eps * xi), B, beta=beta, weights=a)
+              - riemannian_gradient(_retract(x - eps * xi), B, beta=beta, weights=a)) / (2 * eps)
+        dg -= np.einsum("ij,ij->i", dg, x)[:, None] * x  # the Levi-Civita derivative: project the ambient one
+        applied = (hess @ (np.sqrt(a)[:, None] * xi).ravel()).reshape(n, d) / np.sqrt(a)[:, None]
+        np.testing.assert_allclose(applied, dg, atol=1e-8 * np.abs(dg).max())
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5, 3.0])
+def test_single_cluster_is_a_maximum_for_the_identity(beta: float) -> None:
+    n, d = 5, 3
+    x = np.tile([0.0, 0.6, 0.8], (n, 1))
+    a = np.array([0.1, 0.3, 0.2, 0.15, 0.25])
+    s = hessian_spectrum(x, np.eye(d), beta=beta, weights=a)
+    assert s.kind == "maximum" and s.zero_modes == d - 1
+    np.testing.assert_allclose(s.eigenvalues, np.full((n - 1) * (d - 1), -math.exp(beta)), rtol=1e-12)
+    assert s.gradient_norm == pytest.approx(0.0, abs=1e-14)
+
+
+def test_antipodal_groups_closed_form() -> None:
+    d, beta = 3, 2.0
+    x = np.array([[0.0, 0.0, 1.0]] * 3 + [[0.0, 0.0, -1.0]] * 2)
+    a = np.array([0.1, 0.3, 0.2, 0.15, 0.25])
+    p, q = a[:3].sum(), a[3:].sum()
+    s = hessian_spectrum(x, np.eye(d), beta=beta, weights=a)
+    expected = np.sort(np.concatenate([
+        np.full(d - 1, math.exp(-beta)),
+        np.full(2 * (d - 1), -(p * math.exp(beta) - q * math.exp(-beta))),
+        np.full(1 * (d - 1), -(q * math.exp(beta) - p * math.exp(-beta))),
+    ]))
+    assert s.kind == "saddle" and s.zero_modes == d - 1 and s.positive == d - 1
+    np.testing.assert_allclose(s.eigenvalues, expected, rtol=1e-12)
+    pair = hessian_spectrum(np.array([[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]]), np.eye(d), beta=beta)
+    assert pair.kind == "minimum" and pair.zero_modes == d - 1
+    np.testing.assert_allclose(pair.eigenvalues, np.full(d - 1, math.exp(-beta)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("d", [2, 3, 4])
+def test_equiangular_simplex_closed_form(d: int) -> None:
+    beta = 1.3
+    w = math.exp(-beta / d)
+    s = hessian_spectrum(_simplex(d), np.eye(d), beta=beta)
+    expected = np.sort(np.concatenate([
+        np.full((d + 1) * (d - 2) // 2, 2 * beta * w / d),
+        np.full(d, (w / d) * (beta * (d + 1) / d + d - 1)),
+    ]))
+    assert s.kind == "minimum" and s.zero_modes == d * (d - 1) // 2
+    np.testing.assert_allclose(s.eigenvalues, expected, rtol=1e-10)
+    assert s.symmetry_residual < 1e-12
+
+
+def test_symmetry_algebra_dimensions() -> None:
+    assert symmetry_algebra(np.eye(4)).shape[0] == 6
+    assert symmetry_algebra(np.diag([1.0, 1.0, 2.0])).shape[0] == 1
+    assert symmetry_algebra(np.diag([1.0, 2.0, 3.0])).shape[0] == 0
+    with pytest.raises(ValueError, match="symmetric"):
+        riemannian_gradient(np.eye(3), np.triu(np.ones((3, 3))), beta=1.0)
+
+
+def test_a_generic_head_has_no_zero_modes_and_its_maximiser_is_a_maximum() -> None:
+    B = np.diag([1.0, 0.4, -0.3])
+    r = optimize(sample_uniform(6, 3, seed=4), B, beta=2.0, mode="max", gtol=1e-9)
+    assert r.converged
+    s = hessian_spectrum(r.x, B, beta=2.0)
+    assert s.zero_modes == 0 and s.kind == "maximum"
+
+
+def test_optimizer_reaches_critical_points_with_monotone_energy() -> None:
+    beta = 2.0
+    up = optimize(sample_uniform(7, 3, seed=1), np.eye(3), beta=beta, mode="max", gtol=1e-9)
+    assert up.converged and gradient_norm(up.x, np.eye(3), beta=beta, relative=True) <= 1e-9
+    assert np.all(np.diff(up.energy) >= -1e-13 * up.energy[-1])
+    np.testing.assert_allclose(up.x @ up.x[0], 1.0, atol=1e-8)  # B = I: every token in one cluster
+    down = optimize(sample_uniform(4, 3, seed=1), np.eye(3), beta=beta, mode="min", gtol=1e-9)
+    assert down.converged and np.all(np.diff(down.energy) <= 1e-13 * down.energy[0])
+    gram = down.x @ down.x.T
+    np.testing.assert_allclose(gram[~np.eye(4, dtype=bool)], -1.0 / 3.0, atol=1e-7)  # n = d + 1: the simplex
+    np.testing.assert_allclose(down.energy[-1], head_energies(down.x, HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]),
+                                                              beta=beta)[0], rtol=1e-13)
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_mirror_descent_conserves_mass_and_is_monotone(mode: str) -> None:
+    msh = mesh(300)
+    start = initial_mass(msh, "vmf", mean=[0.0, 0.0, 1.0], kappa=3.0)
+    r = mirror_descent(msh, np.eye(3), beta=2.0, mass=start, mode=mode, max_iter=60)
+    assert abs(float(np.sum(r.mass)) - 1.0) <= 1e-14 and np.all(r.mass > 0)
+    steps = np.diff(r.energy)
+    scale = float(np.max(np.abs(r.energy)))
+    assert np.all(steps <= 1e-13 * scale) if mode == "min" else np.all(steps >= -1e-13 * scale)
+    assert r.gap[-1] < 0.1 * r.gap[0]
+    energy = head_energies(msh.points, HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]), beta=2.0, weights=r.mass)[0]
+    np.testing.assert_allclose(r.energy[-1], energy, rtol=1e-12)
+    if mode == "min":  # B = I: the minimiser over densities is the uniform density
+        uniform = msh.areas / msh.areas.sum()
+        assert np.max(np.abs(r.mass - uniform)) < np.max(np.abs(start - uniform)) / 10
+
+
+def test_identify_links_chains_of_close_tokens() -> None:
+    angles = np.array([0.0, 0.01, 0.02, 1.0, 1.005, 2.0])
+    groups = identify(np.c_[np.cos(angles), np.sin(angles)], 0.015)
+    assert [g.tolist() for g in groups] == [[0, 1, 2], [3, 4]]
+
+
+def _cluster_setup(beta: float, sizes: tuple[int, ...], gaps: tuple[float, ...], spread: float):
+    centres = np.concatenate([[0.0], np.cumsum(gaps)])
+    rng = np.random.default_rng(0)
+    angles = np.concatenate([c + spread * rng.standard_normal(k) for c, k in zip(centres, sizes)])
+    return np.c_[np.cos(angles), np.sin(angles)], np.c_[np.cos(centres), np.sin(centres)], np.array(sizes) / sum(sizes)
+
+
+def test_merging_model_conserves_mass_and_climbs() -> None:
+    model = mf.Model(d=2, beta=30.0, attention="unnormalized")
+    _, centres, masses = _cluster_setup(30.0, (2, 3, 1, 4), (0.3, 0.35, 0.45), 0.0)
+    r = merging_flow(centres, masses, model, threshold=0.01, ds=4e-3, s_final=0.6, save_every=0.02)
+    for m in r.masses:
+        assert abs(float(np.sum(m)) - 1.0) <= 2e-16 * len(masses)
+    assert np.all(np.diff(r.atoms) <= 0) and r.atoms[-1] < r.atoms[0]
+    assert np.all(np.diff(r.energy) >= -1e-12 * r.energy[-1])
+    assert len(r.merges) == r.atoms[0] - r.atoms[-1]
+    counts = r.masses[-1] * 10  # every atom's mass is a sum of the initial masses k/10
+    np.testing.assert_allclose(counts, np.round(counts), atol=1e-13)
+
+
+def test_staircase_of_the_tokens_matches_the_merging_model(tmp_path) -> None:
+    """Tokens in 3 tight clusters under the gradient clock against 3 merging atoms.
+
+    Tolerance: the jumps (energy half-way between the levels Σ m_c²) within 0.03 in s, the
+    cluster spread (0.005) and the identification radius 2·dt·√(2n) ≈ 0.02 being the error sources.
+    """
+    beta = 30.0
+    x0, centres, masses = _cluster_setup(beta, (3, 5, 4), (0.3, 0.4), 0.005)
+    np.save(tmp_path / "x0.npy", x0)
+    run = mf.simulate({
+        "model": {"d": 2, "beta": beta, "attention": "unnormalized", "heads": [{"V": "aligned"}]},
+        "init": {"kind": "file", "path": str(tmp_path / "x0.npy")},
+        "solver": {"clock": "gradient", "dt": 2e-3, "t_final": 0.5, "save_every": 0.01},
+    })
+    reduced = merging_flow(centres, masses, run.model, threshold=0.05 / math.sqrt(beta), ds=2e-3, s_final=0.5,
+                           save_every=0.01)
+    scale = 2 * beta * math.exp(-beta)
+    first = int(np.argmax(reduced.atoms == 2))  # the first merge: 3 atoms -> 2
+    assert first > 0
+    levels = [float(np.sum(masses ** 2)), float(np.sum(reduced.masses[first] ** 2))]
+
+    def crossing(s: np.ndarray, e: np.ndarray) -> float:
+        mid = 0.5 * sum(levels)
+        k = int(np.argmax(e >= mid))
+        return float(s[k - 1] + (mid - e[k - 1]) * (s[k] - s[k - 1]) / (e[k] - e[k - 1]))
+
+    tokens = run.diagnostics["energy"] * scale
+    assert np.all(np.diff(tokens) >= -1e-12 * tokens[-1])
+    assert abs(crossing(run.t, tokens) - crossing(reduced.s, reduced.energy * scale)) <= 0.03
+    np.testing.assert_allclose(tokens[-1], reduced.energy[-1] * scale, atol=1e-2)
+    # the clock is the arc length: dE/ds = |grad E| for this gradient flow, so E(s) - E(0) = ∫ speed ds
+    speed = run.diagnostics["clock_speed"]
+    rise = float(np.sum(0.5 * (speed[1:] + speed[:-1]) * np.diff(run.t)))
+    np.testing.assert_allclose(rise, run.diagnostics["energy"][-1] - run.diagnostics["energy"][0], rtol=2e-2)
+    physical = run.diagnostics["clock_time"]
+    physical = physical[np.isfinite(physical)]  # inf once every token is in one cluster: the maximum, at finite s
+    assert physical.size > 10 and np.all(np.diff(physical) > 0)
+
+
+def test_clock_keys_are_checked() -> None:
+    with pytest.raises(ConfigError, match="solver.clock"):
+        mf.load_config({"solver": {"clock": "arc"}})
+    with pytest.raises(ConfigError, match="solver.clock_merge"):
+        mf.load_config({"solver": {"clock_merge": -1.0}})
+
+    class Setup:
+        stepper = object()
+        trackers: list = []
+
+    with pytest.raises(ConfigError, match="solver.clock"):
+        gradient_clock(Setup(), schedule="ou")
+    with pytest.raises(ConfigError, match="solver.clock"):
+        gradient_clock(Setup())
+
+
+def test_a_gradient_clock_run_writes_its_file_and_resumes_with_its_physical_time(tmp_path):
+    """The clock's diagnostics go to the HDF5 file, and --resume continues the physical time (not from 0)."""
+    import meanfield as mf
+
+    cfg = {"model": {"beta": 2.0, "attention": "unnormalized"}, "init": {"n": 8},
+           "solver": {"clock": "gradient", "dt": 0.01, "t_final": 0.3, "save_every": 0.1}, "track": {"energy": False}}
+    first = mf.simulate(cfg, out=tmp_path / "a.h5")
+    assert np.all(np.diff(first.diagnostics["clock_time"]) > 0)
+    longer = {**cfg, "solver": {**cfg["solver"], "t_final": 0.6}}
+    resumed = mf.simulate(longer, out=tmp_path / "a.h5", resume=True)
+    straight = mf.simulate(longer, out=tmp_path / "b.h5")
+    np.testing.assert_allclose(resumed.diagnostics["clock_time"], straight.diagnostics["clock_time"], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(np.asarray(resumed.x), np.asarray(straight.x), rtol=0, atol=1e-14)
