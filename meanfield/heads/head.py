@@ -10,6 +10,10 @@ Each of ``Q``, ``K``, ``V`` in a config may be
 * a number :math:`\lambda` — :math:`\lambda I_d` (a scalar head);
 * a list of rows — an explicit matrix;
 * ``"random"`` — i.i.d. :math:`N(0, 1/d)` entries, seeded by the head's ``seed``;
+* a random-matrix ensemble of :mod:`meanfield.heads.ensembles`: ``"goe"`` (symmetric
+  Wigner :math:`(G+G^\top)/\sqrt{2d}`, spectrum filling :math:`[-2,2]`; ``d×d`` only),
+  ``"gaussian"`` (:math:`N(0,1/d)` entries, the draws of ``"random"``) or ``"gpt2"``
+  (:math:`N(0,0.02^2)` entries), seeded like ``"random"``;
 * ``"file:PATH.npy"`` — a matrix stored with :func:`numpy.save`;
 * for ``V`` only, ``"aligned"`` — :math:`V_h = Q_h^\top K_h = B_h` (the
   value-aligned heads :math:`M_h` of Pendharkar (arXiv 2605.04279)).
@@ -24,8 +28,17 @@ from typing import Any
 import numpy as np
 
 from meanfield.errors import ConfigError
+from meanfield.heads.ensembles import ENSEMBLES, draw
 
-__all__ = ["Head", "HeadStack", "head_from_spec", "heads_from_config", "stack_heads", "identity", "scalar", "random_head"]
+__all__ = ["Head", "HeadStack", "head_from_spec", "heads_from_config", "stack_heads", "identity", "scalar", "random_head", "RANDOM_VALUES", "is_random", "replicate_specs"]
+
+#: config strings whose matrix is drawn at random from the head's seed
+RANDOM_VALUES = ("random", *ENSEMBLES)
+
+
+def is_random(spec: Mapping[str, Any]) -> bool:
+    """Whether a head table draws any of ``Q``, ``K``, ``V`` at random (``"random"`` or an ensemble)."""
+    return any(isinstance(spec.get(name), str) and spec.get(name) in RANDOM_VALUES for name in ("Q", "K", "V"))
 
 
 @dataclass(frozen=True)
@@ -116,6 +129,10 @@ def _matrix(value: Any, *, key: str, d: int, rows: int | None, rng: np.random.Ge
             return np.eye(d)
         if value == "random":
             return rng.standard_normal((shape_rows, d)) / np.sqrt(d)
+        if value in ENSEMBLES:
+            if value == "goe" and shape_rows != d:
+                raise ConfigError(key, f"'goe' is a symmetric {d}×{d} matrix, but {shape_rows} rows are asked for (k = {shape_rows})")
+            return draw(value, rng, shape_rows, d)
         if value.startswith("file:"):
             path = Path(value[5:])
             if base is not None and not path.is_absolute():
@@ -127,7 +144,8 @@ def _matrix(value: Any, *, key: str, d: int, rows: int | None, rng: np.random.Ge
             except Exception as exc:  # noqa: BLE001 - any unreadable file is bad input
                 raise ConfigError(key, f"cannot read {path}: {exc}") from None
             return _check_matrix(mat, key=key, d=d, rows=rows)
-        raise ConfigError(key, f"unknown value {value!r}; expected 'identity', a number, a list of rows, 'random' or 'file:PATH.npy'")
+        raise ConfigError(key, f"unknown value {value!r}; expected 'identity', a number, a list of rows, 'random', "
+                               f"an ensemble ({', '.join(repr(e) for e in ENSEMBLES)}) or 'file:PATH.npy'")
     if isinstance(value, (list, tuple)):
         try:
             mat = np.array(value, dtype=float)
@@ -149,12 +167,15 @@ def _check_matrix(mat: np.ndarray, *, key: str, d: int, rows: int | None) -> np.
 
 
 def head_from_spec(
-    spec: Mapping[str, Any], *, d: int, seed: int = 0, key: str = "model.heads[0]", base: Path | None = None
+    spec: Mapping[str, Any], *, d: int, seed: int = 0, key: str = "model.heads[0]", base: Path | None = None, layer: int = 0
 ) -> Head:
     """Build one :class:`Head` from its config table (keys ``Q``, ``K``, ``V``, ``seed``).
 
     ``Q`` and ``K`` must have the same number of rows ``k``; ``V`` is ``d×d``.
     Errors name the key, e.g. ``model.heads[1].Q: expected a 3×3 matrix, got 3×2``.
+    The random matrices come, in the order ``Q``, ``K``, ``V``, from
+    ``default_rng(seed)``; with ``layer = k ≥ 1`` from ``default_rng([seed, k])``
+    (the independent redraw of layer :math:`k` of ``weights.schedule = "layers"``).
     """
     allowed = {"Q", "K", "V", "seed", "k"}
     for name in spec:
@@ -166,14 +187,14 @@ def head_from_spec(
     k = spec.get("k")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise ConfigError(f"{key}.k", f"expected a positive integer, got {k!r}")
-    rng = np.random.default_rng(head_seed)
+    rng = np.random.default_rng(head_seed) if layer == 0 else np.random.default_rng([head_seed, int(layer)])
     q_val, k_val = spec.get("Q", "identity"), spec.get("K", "identity")
     if k is not None:
         for name, value in (("Q", q_val), ("K", k_val)):
-            if not (value == "random" or isinstance(value, (list, tuple)) or (isinstance(value, str) and value.startswith("file:"))) and k != d:
+            if not ((value in RANDOM_VALUES and value != "goe") or isinstance(value, (list, tuple)) or (isinstance(value, str) and value.startswith("file:"))) and k != d:
                 raise ConfigError(f"{key}.k", f"k={k} rows, but {name} = {value!r} is a {d}×{d} matrix; use 'random', a list of rows or a file")
     Q = _matrix(q_val, key=f"{key}.Q", d=d, rows=k, rng=rng, base=base)
-    K = _matrix(k_val, key=f"{key}.K", d=d, rows=Q.shape[0] if k_val in ("random",) or k is not None else None, rng=rng, base=base)
+    K = _matrix(k_val, key=f"{key}.K", d=d, rows=Q.shape[0] if k_val in RANDOM_VALUES or k is not None else None, rng=rng, base=base)
     if K.shape[0] != Q.shape[0]:
         raise ConfigError(f"{key}.K", f"expected a {Q.shape[0]}×{d} matrix to match Q, got {K.shape[0]}×{K.shape[1]}")
     v_val = spec.get("V", "identity")
@@ -185,15 +206,43 @@ def head_from_spec(
 
 
 def heads_from_config(
-    specs: Sequence[Mapping[str, Any]] | None, *, d: int, seed: int = 0, base: Path | None = None
+    specs: Sequence[Mapping[str, Any]] | None, *, d: int, seed: int = 0, base: Path | None = None, layer: int = 0
 ) -> list[Head]:
-    """All heads of ``[[model.heads]]``; none means one identity head."""
+    """All heads of ``[[model.heads]]``; none means one identity head.  ``layer``: see :func:`head_from_spec`."""
     if not specs:
         return [Head(Q=np.eye(d), K=np.eye(d), V=np.eye(d))]
     return [
-        head_from_spec(spec, d=d, seed=seed + 1000 * index, key=f"model.heads[{index}]", base=base)
+        head_from_spec(spec, d=d, seed=seed + 1000 * index, key=f"model.heads[{index}]", base=base, layer=layer)
         for index, spec in enumerate(specs)
     ]
+
+
+def replicate_specs(specs: Sequence[Mapping[str, Any]] | None, num_heads: int | None) -> list[dict[str, Any]] | None:
+    """``model.num_heads = H``: one head table (or the default identity head) stands for H heads.
+
+    Copy ``h`` keeps the table; its random matrices get their own draw (the table's
+    ``seed`` plus ``1000 h`` when it sets one, else ``model.seed + 1000 h`` as for
+    separate tables).  Several tables must number ``num_heads`` exactly.
+
+    Raises
+    ------
+    ConfigError
+        ``model.num_heads`` when several tables do not number H.
+    """
+    if num_heads is None:
+        return specs  # type: ignore[return-value]
+    specs = list(specs or [{"Q": "identity", "K": "identity", "V": "identity"}])
+    if len(specs) == num_heads:
+        return specs  # type: ignore[return-value]
+    if len(specs) != 1:
+        raise ConfigError("model.num_heads", f"num_heads = {num_heads} but {len(specs)} [[model.heads]] tables are given; give one table (it stands for all H heads) or exactly {num_heads}")
+    out = []
+    for h in range(num_heads):
+        spec = dict(specs[0])
+        if "seed" in spec and isinstance(spec["seed"], int):
+            spec["seed"] = spec["seed"] + 1000 * h
+        out.append(spec)
+    return out
 
 
 def identity(d: int) -> Head:

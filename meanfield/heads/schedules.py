@@ -53,8 +53,18 @@ Schedules (registry :data:`SCHEDULES`, config ``[weights] schedule``):
     and integrated on the grid :math:`t_k=k\Delta` by Euler–Maruyama (the
     authors' recursion, draw for draw) or, for ``ou``, by the exact transition.
 
+``layers`` — :class:`LayerSchedule`
+    Piecewise-constant heads, one independent draw per layer: on :math:`[k,k+1)` every
+    random matrix of ``[[model.heads]]`` (``"random"`` or an ensemble of
+    :mod:`meanfield.heads.ensembles`: ``"goe"``, ``"gaussian"``, ``"gpt2"``) is drawn afresh
+    from ``default_rng([s_h, k])``, :math:`s_h` the head's seed (layer 0 is the configured
+    heads, the draw of ``schedule = "constant"``); fixed matrices stay.  The particle
+    integrator never steps across an integer time (:meth:`LayerSchedule.pieces`).
+
 **Saving and replay.**  :func:`weight_path` samples a schedule on a time grid
-(``t`` (T,), ``B`` (T, H, d, d), ``V`` (T, H, d, d), ``w`` (H,));
+(``t`` (T,), ``B`` (T, H, d, d), ``V`` (T, H, d, d), ``w`` (H,); a ``layers`` schedule
+stores one draw per layer, ``t`` the layer starts, plus ``layers`` (T,), the layer indices, which
+marks the path as piecewise constant);
 :func:`weights_static` gives the same arrays under the HDF5 group ``weights/``;
 :func:`schedule_from_path` builds a :class:`PathSchedule` that interpolates a
 saved path linearly.  Because an OU schedule *is* the linear interpolant of its
@@ -109,6 +119,8 @@ __all__ = [
     "weight_path",
     "weights_static",
     "default_grid",
+    "LayerSchedule",
+    "LAYER_SNAP",
 ]
 
 #: steps of noise drawn per block of the OU generator (block b uses the seed ``[seed, b]``)
@@ -699,6 +711,100 @@ def _sde_from_config(cfg: Mapping[str, Any], mean: HeadStack) -> MatrixSDESchedu
     )
 
 
+
+# ----------------------------------------------------------------------------- layers
+
+#: a time within this of an integer is on the layer boundary (save times carry round-off)
+LAYER_SNAP = 1e-9
+
+
+class LayerSchedule:
+    r"""Piecewise-constant random heads, redrawn at integer times (one draw per layer).
+
+    .. math::
+
+        \theta^{(h)}_t=\theta^{(h)}_k\quad\text{for } t\in[k,k+1),\qquad
+        \theta^{(h)}_k\ \text{i.i.d. in } k \text{ (the head's random law)}
+
+    A depth-:math:`L` transformer whose layers have independent random weights, read as
+    the time-dependent heads of Massucco, Del Grande, Carioni, Brune and Schönlieb
+    (*Multi-Headed Transformer Architectures as Time-dependent Wasserstein Gradient
+    Flows*, arXiv 2605.18870) with :math:`\Theta_t` constant on each layer.  Layer
+    :math:`k` of head :math:`h` is :func:`~meanfield.heads.head_from_spec` with
+    ``layer=k``: its random matrices come from ``default_rng([s_h, k])`` (layer 0:
+    ``default_rng(s_h)``, the heads of ``schedule = "constant"``), so a layer depends on
+    ``(model.seed, h, k)`` only, whatever times are asked in whatever order.
+
+    A time within :data:`LAYER_SNAP` of an integer belongs to the layer that starts there.
+
+    Parameters
+    ----------
+    layers : callable or sequence of HeadStack
+        ``draw(k) -> HeadStack``, or the stored layers ``0..K-1`` (a replay: past the
+        last one its heads are held).
+    """
+
+    def __init__(self, layers: Callable[[int], HeadStack] | Sequence[HeadStack]) -> None:
+        if callable(layers):
+            self._draw: Callable[[int], HeadStack] | None = layers
+            self._cache: dict[int, HeadStack] = {}
+        else:
+            stacks = list(layers)
+            if not stacks:
+                raise ValueError("a layer schedule needs at least one layer")
+            self._draw = None
+            self._cache = dict(enumerate(stacks))
+
+    @classmethod
+    def from_specs(cls, specs: Sequence[Mapping[str, Any]] | None, *, d: int, seed: int = 0,
+                   base: Path | None = None) -> LayerSchedule:
+        """Layers redrawn from the ``[[model.heads]]`` tables (after ``model.num_heads`` replication)."""
+        from meanfield.heads.head import heads_from_config
+
+        def draw(k: int) -> HeadStack:
+            return stack_heads(heads_from_config(specs, d=d, seed=seed, base=base, layer=k))
+
+        return cls(draw)
+
+    @staticmethod
+    def layer(t: float) -> int:
+        r"""The layer :math:`k=\lfloor t\rfloor` of time ``t`` (snapped up within :data:`LAYER_SNAP`)."""
+        if not (t >= 0 and math.isfinite(t)):
+            raise ValueError(f"the layer schedule is defined for finite t >= 0, got {t!r}")
+        return int(math.floor(t + LAYER_SNAP))
+
+    def heads(self, k: int) -> HeadStack:
+        """The heads of layer ``k``."""
+        if k not in self._cache:
+            if self._draw is None:
+                return self._cache[max(self._cache)]
+            self._cache[k] = self._draw(k)
+        return self._cache[k]
+
+    def at(self, t: float) -> HeadStack:
+        return self.heads(self.layer(t))
+
+    def derivative(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """Zero: the heads are constant inside a layer (the jumps at integer times are not a derivative)."""
+        stack = self.at(t)
+        return np.zeros_like(stack.B), np.zeros_like(stack.V)
+
+    def pieces(self, t0: float, t1: float) -> list[tuple[float, float, HeadStack]]:
+        """``[t0, t1]`` cut at the integer times inside it: ``(a, b, heads)`` per piece, the heads constant on it.
+
+        An integer within :data:`LAYER_SNAP` of ``t0`` or ``t1`` makes no cut; each piece
+        takes the layer of its midpoint.
+        """
+        cuts = [float(m) for m in range(int(math.floor(t0)) + 1, int(math.ceil(t1)))
+                if t0 + LAYER_SNAP < m < t1 - LAYER_SNAP]
+        ends = [t0, *cuts, t1]
+        return [(a, b, self.heads(self.layer(0.5 * (a + b)))) for a, b in zip(ends[:-1], ends[1:])]
+
+    def grid(self, t_final: float) -> np.ndarray:
+        r"""The layer starts :math:`0,1,\dots,\lfloor T\rfloor` that a run to ``t_final`` touches."""
+        return np.arange(self.layer(max(float(t_final), 0.0)) + 1, dtype=float)
+
+
 # ----------------------------------------------------------------------------- replay
 
 
@@ -795,7 +901,7 @@ def schedule_derivative(schedule: HeadSchedule, t: float) -> tuple[np.ndarray, n
 
 def default_grid(schedule: HeadSchedule, t_final: float, *, dt: float = 0.01) -> np.ndarray:
     """Times at which a schedule's path is saved: its own grid (OU), one time (constant), else step ``dt``."""
-    if isinstance(schedule, (OUSchedule, MatrixSDESchedule)):
+    if isinstance(schedule, (OUSchedule, MatrixSDESchedule, LayerSchedule)):
         return schedule.grid(t_final)
     if isinstance(schedule, ConstantHeads):
         return np.zeros(1)
@@ -825,6 +931,8 @@ def weights_static(schedule: HeadSchedule, t_final: float, *, dt: float = 0.01) 
     for each of ``B`` and ``V``.
     """
     path = weight_path(schedule, default_grid(schedule, t_final, dt=dt))
+    if isinstance(schedule, LayerSchedule):  # piecewise constant: replayed layer by layer, not interpolated
+        path["layers"] = path["t"].astype(np.int64)
     return {f"weights/{key}": value for key, value in path.items()}
 
 
@@ -850,6 +958,12 @@ def schedule_from_path(source: Mapping[str, Any] | str | Path) -> HeadSchedule:
         if key not in source:
             raise ValueError(f"a weight path needs '{key}'")
     w = source.get("w")
+    if "layers" in source:  # a layers run: one draw per layer, held constant on [k, k+1)
+        layers = np.asarray(source["layers"]).reshape(-1)
+        if not np.array_equal(layers, np.arange(layers.size)):
+            raise ValueError("a layer path must hold the layers 0, 1, …, K-1 in order")
+        B, V = np.asarray(source["B"], dtype=float), np.asarray(source["V"], dtype=float)
+        return LayerSchedule([HeadStack(B=B[k], V=V[k], w=w) for k in range(layers.size)])
     if np.asarray(source["t"]).size == 1:
         return ConstantHeads(HeadStack(B=np.asarray(source["B"])[0], V=np.asarray(source["V"])[0], w=w))
     return PathSchedule(source["t"], source["B"], source["V"], w)
@@ -880,12 +994,27 @@ def _constant(cfg: Mapping[str, Any], mean: HeadStack) -> HeadSchedule:  # noqa:
     return ConstantHeads(mean)
 
 
+def _layers(cfg: Mapping[str, Any], mean: HeadStack) -> HeadSchedule:  # noqa: ARG001 - redrawn from the tables
+    from meanfield.heads.head import is_random, replicate_specs
+
+    model = cfg["model"]
+    specs = model["heads"]
+    if isinstance(specs, str):
+        raise ConfigError("weights.schedule", "'layers' redraws the random matrices of [[model.heads]] tables; a checkpoint's heads are fixed")
+    specs = replicate_specs(specs, model.get("num_heads"))
+    if not specs or not any(is_random(spec) for spec in specs):
+        raise ConfigError("weights.schedule", "'layers' redraws random head matrices, but no head has one: set Q, K or V to "
+                                              "'random', 'goe', 'gaussian' or 'gpt2' in [[model.heads]]")
+    return LayerSchedule.from_specs(specs, d=int(model["d"]), seed=int(model.get("seed", 0)))
+
+
 #: weight schedules by name: ``f(resolved_config, mean_heads) -> schedule``
 SCHEDULES: dict[str, Callable[[Mapping[str, Any], HeadStack], HeadSchedule]] = {
     "constant": _constant,
     "ou": _ou,
     "oscillating": _oscillating,
     "relaxation": lambda cfg, mean: _sde_from_config(cfg, mean),
+    "layers": _layers,
 }
 
 

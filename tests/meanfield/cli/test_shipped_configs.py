@@ -14,7 +14,9 @@ CONFIGS = [p for p in sorted((ROOT / "data").glob("*.toml")) if "base" not in to
 
 
 def test_the_example_configs_are_all_here():
-    assert {p.stem for p in CONFIGS} >= {"default", "concentration", "multihead", "jko", "ou_heads", "oscillating_heads", "minilm"}
+    assert {p.stem for p in CONFIGS} >= {"default", "concentration", "multihead", "jko", "ou_heads", "oscillating_heads", "minilm",
+                                          "massucco_ou_s1", "massucco_oscillating_s1", "massucco_ou_d5", "massucco_oscillating_d5",
+                                          "layers_gpt2"}
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)

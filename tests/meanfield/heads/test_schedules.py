@@ -41,7 +41,7 @@ def aligned(rng: np.random.Generator) -> HeadStack:
 
 
 def test_registry_names() -> None:
-    assert sorted(SCHEDULES) == ["constant", "oscillating", "ou", "relaxation"]
+    assert sorted(SCHEDULES) == ["constant", "layers", "oscillating", "ou", "relaxation"]
 
 
 def test_ou_reproducible_from_seed_and_query_order(aligned: HeadStack) -> None:
