@@ -5,6 +5,8 @@ For the softmax velocity (one head) at each ``(n, d)`` we time, in the same proc
 * the BLAS kernel (:func:`meanfield.kernels.attention.velocity_blas`, float64 and float32),
 * for ``d ≤ 8`` the fused one-pass kernel with a vectorised ``exp``
   (:func:`meanfield.kernels.fused.velocity_fused`; the default ``"auto"`` backend uses it there),
+* for ``d ≤ 8`` the fused float32 kernel (:func:`meanfield.kernels.fused32.velocity_fused32`;
+  ``model.precision = "float32"`` uses it there), with its speed-up over the float64 one,
 * the fused numba kernel,
 * (a) the NumPy twin (:func:`meanfield.kernels.attention.velocity_numpy`: GEMM → exp → GEMM
   in row blocks, in place in one preallocated buffer, one thread with BLAS held to
@@ -30,6 +32,7 @@ from meanfield.solvers.timing import best_of, peak_memory
 from meanfield.kernels.attention import BLOCK_ELEMENTS, FUSED_MAX_D, velocity_blas, velocity_numba, velocity_numpy
 from meanfield.kernels.blas import _pool
 from meanfield.kernels.fused import velocity_fused
+from meanfield.kernels.fused32 import velocity_fused32
 from meanfield.heads import HeadStack
 from meanfield.geometry.sphere import sample_uniform
 
@@ -118,8 +121,10 @@ def bench_attention(
             )
             if d <= FUSED_MAX_D:  # the default ("auto") kernel for float64 softmax at small d
                 t_fused = time_call(lambda: velocity_fused(x, heads, beta=beta))
+                t_fused32 = time_call(lambda: velocity_fused32(x, heads, beta=beta))
                 row.update(fused_s=t_fused, fused_pairs_per_s=pairs / t_fused, fused_over_roofline=t_fused / t_roof,
-                           fused_over_kernel=t_fused / t_kernel)
+                           fused_over_kernel=t_fused / t_kernel, fused32_s=t_fused32, fused32_pairs_per_s=pairs / t_fused32,
+                           fused64_over_fused32=t_fused / t_fused32)
             if pairs * d <= twin_max_work:
                 with one_blas_thread():  # the twin is one thread, BLAS included
                     t_twin = time_call(lambda: velocity_numpy(x, heads, beta=beta), repeat=2, min_time=0.0)

@@ -38,6 +38,11 @@ class EnergyTracker:
     the energy whose flow that velocity is) and ``energy_h0``, ``energy_h1``, …; with time-dependent
     weights also ``energy_theta`` (:math:`\sum_h w_h E_h`, Massucco et al. (arXiv 2605.18870)).  With
     ``points`` the state is a grid measure (cell masses at those points).
+
+    Under ``model.mask = "causal"`` it records the same (unmasked) energy, but the causal
+    flow is no gradient flow of it (Karagodin, Polyanskiy and Rigollet, *Clustering in Causal
+    Attention Masking*, arXiv 2411.04990): the energy need not be monotone, and
+    Thm 11 of arXiv 2605.04279 does not apply.
     """
 
     model: Model
@@ -52,7 +57,8 @@ class EnergyTracker:
         else:  # a grid measure: the state is the cell masses at fixed points
             x, weights = self.points, np.asarray(state, dtype=float)
         with np.errstate(over="ignore"):
-            energies = head_energies(x, stack, beta=self.model.beta, weights=weights)
+            energies = head_energies(x, stack, beta=self.model.beta, weights=weights, backend=self.model.backend,
+                                     tolerance=self.model.tolerance)
         total = float(energies.mean()) if getattr(self.model, "combine", "sum") == "mean" else float(energies.sum())
         out = {"energy": total, "energy_theta": float(stack.w @ energies)}
         out.update({f"energy_h{h}": float(e) for h, e in enumerate(energies)})

@@ -23,6 +23,7 @@ import numpy as np
 from meanfield.heads import HeadStack
 from meanfield.kernels.blas import _pool
 from meanfield.kernels.inputs import block_rows
+from meanfield.kernels.harmonic import sphere_head_energies
 from meanfield.kernels.jit import one_blas_thread, threads_for
 
 __all__ = ["head_energies", "energy_multi", "energy_theta"]
@@ -72,7 +73,7 @@ def _energy_rows(rows: slice, lhs: np.ndarray, rhs_t: np.ndarray, xb: np.ndarray
 
 
 def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None,
-                  threads: int | None = None) -> np.ndarray:
+                  threads: int | None = None, backend: str = "blas", tolerance: float = 1e-12) -> np.ndarray:
     r"""Per-head energies :math:`E_h`, shape ``(H,)`` (the energy of Pendharkar, arXiv 2605.04279).
 
     .. math::
@@ -96,14 +97,19 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
         Masses; default :math:`1/n`.
     threads : int, optional
         Size of the thread pool (default: the kernels' choice for :math:`n^2 H` pairs).
+    backend : str
+        The model's attention backend.  Where it is (or ``"auto"`` picks) ``"harmonic"`` or
+        ``"local"`` on :math:`S^2`, the energies come from those kernels' certified row sums
+        (:func:`meanfield.kernels.harmonic.sphere_head_energies`, relative accuracy
+        ``tolerance``) at the cost of one velocity evaluation, instead of the dense
+        :math:`O(n^2)` pass; any other value: the dense pass.
+    tolerance : float
+        Relative accuracy of the sphere kernels' row sums.
 
     Examples
     --------
     >>> import numpy as np
     >>> from meanfield.heads import HeadStack
-from meanfield.kernels.blas import _pool
-from meanfield.kernels.inputs import block_rows
-from meanfield.kernels.jit import one_blas_thread, threads_for
     >>> x = np.eye(3)
     >>> e = head_energies(x, HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]), beta=1.0)
     >>> bool(np.isclose(e[0], (3 * np.e + 6) / 18))
@@ -112,6 +118,8 @@ from meanfield.kernels.jit import one_blas_thread, threads_for
     x = np.ascontiguousarray(x, dtype=float)
     n = x.shape[0]
     a = np.full(n, 1.0 / n) if weights is None else np.ascontiguousarray(weights, dtype=float)
+    if beta > 0 and backend in ("auto", "harmonic", "local") and _sphere_rows(x, heads, beta, backend, tolerance):
+        return sphere_head_energies(x, heads, beta=beta, weights=a, tolerance=tolerance)
     out = np.zeros(heads.H)
     xt = np.ascontiguousarray(x.T)
     rhs_t = np.ascontiguousarray(np.vstack([xt, np.ones((1, n))]))  # [x | 1]^T
@@ -140,6 +148,15 @@ from meanfield.kernels.jit import one_blas_thread, threads_for
             top = logs.max()
             out[h] = np.exp(top) * np.sum(np.exp(logs - top)) / (2 * beta)
     return out
+
+
+def _sphere_rows(x: np.ndarray, heads: HeadStack, beta: float, backend: str, tolerance: float) -> bool:
+    """Whether the velocity of these tokens runs on the sphere kernels (so the energy can use their row sums)."""
+    from meanfield.kernels.attention import _sphere_backend
+
+    if backend == "auto":
+        return _sphere_backend(x, heads, beta, "softmax", "float64") in ("harmonic", "local")
+    return heads.d == 3 and x.ndim == 2 and x.shape[0] > 0 and bool(np.allclose(np.einsum("ij,ij->i", x, x), 1.0, rtol=0, atol=1e-10))
 
 
 def energy_multi(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None) -> float:

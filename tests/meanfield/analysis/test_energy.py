@@ -77,3 +77,37 @@ def test_no_n_by_n_array_at_large_n():
     rows = np.arange(0, n, 64)
     part = np.exp(4.0 * x[rows] @ x.T).sum() / n**2 / 8.0 * (n / rows.size)
     assert abs(e[0] - part) < 0.05 * part
+
+
+def test_energies_from_the_sphere_kernels_row_sums_equal_the_dense_pass():
+    """On S² with more tokens than the dense limit, ``backend="auto"`` takes the harmonic/local row sums: same energies."""
+    from meanfield.geometry.sphere import sample_uniform
+    from meanfield.heads import HeadStack
+    from meanfield.kernels.attention import SPHERE_DENSE_MAX_N
+
+    rng = np.random.default_rng(4)
+    n = 2 * SPHERE_DENSE_MAX_N
+    x = sample_uniform(n, 3, seed=2)
+    heads = HeadStack(B=rng.standard_normal((2, 3, 3)), V=np.eye(3)[None].repeat(2, 0))
+    a = rng.uniform(0.5, 1.5, n)
+    for beta in (1.0, 16.0, 128.0):
+        dense = head_energies(x, heads, beta=beta, weights=a)
+        for backend in ("auto", "harmonic", "local"):
+            shared = head_energies(x, heads, beta=beta, weights=a, backend=backend, tolerance=1e-12)
+            np.testing.assert_allclose(shared, dense, rtol=1e-11, atol=0)
+
+
+def test_the_speed_tracker_shares_the_next_steps_first_evaluation():
+    """One kernel call serves the frame's largest speed and the next RK4 step's first stage; the values are unchanged."""
+    import meanfield as mf
+    from meanfield.solvers.loop import run_loop, save_times
+
+    problem = mf.Problem(mf.Model(d=3, beta=4.0), mf.sample_uniform(64, 3, seed=0))
+    setup = mf.ParticleSolver(method="rk4", dt=0.05).setup(problem, energy=False)
+    result = run_loop(setup.stepper, setup.state, save_times(0.0, 0.5, 0.1), trackers=setup.trackers, keep_states=True)
+    steps = setup.stepper.stats["steps"]
+    assert setup.stepper.stats["evaluations"] == 4 * steps + 1  # the frames' speeds cost nothing but the first
+    for k, t in enumerate(result.t):
+        x = result.states[k]
+        speed = np.max(np.linalg.norm(problem.model.velocity(x, t), axis=1))
+        np.testing.assert_allclose(result.diagnostics["max_speed"][k], speed, rtol=1e-14, atol=0)
