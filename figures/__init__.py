@@ -103,6 +103,11 @@ PAPERS: dict[str, tuple[str, str, str]] = {
         "metastability",
         "Dynamic metastability in the self-attention model",
     ),
+    "2412.14813": (
+        "Shalova and Schlichting, arXiv 2412.14813",
+        "noisy",
+        "Solutions of stationary McKean-Vlasov equation on a high-dimensional sphere and other Riemannian manifolds",
+    ),
     "2501.03096": (
         "Burger, Kabri, Korolev, Roith and Weigand, arXiv 2501.03096",
         "layernorm",

@@ -12,6 +12,7 @@ import numpy as np
 
 from meanfield.errors import ConfigError
 from meanfield.heads import Head, heads_from_config, stack_heads
+from meanfield.heads.head import replicate_specs
 from meanfield.model import ConstantHeads, HeadSchedule, Model
 from meanfield.geometry.sphere import sample
 
@@ -44,20 +45,7 @@ def replicate_heads(specs: list[dict[str, Any]] | None, num_heads: int | None) -
     ConfigError
         ``model.num_heads`` when several tables do not number H.
     """
-    if num_heads is None:
-        return specs
-    specs = list(specs or [{"Q": "identity", "K": "identity", "V": "identity"}])
-    if len(specs) == num_heads:
-        return specs
-    if len(specs) != 1:
-        raise ConfigError("model.num_heads", f"num_heads = {num_heads} but {len(specs)} [[model.heads]] tables are given; give one table (it stands for all H heads) or exactly {num_heads}")
-    out = []
-    for h in range(num_heads):
-        spec = dict(specs[0])
-        if "seed" in spec and isinstance(spec["seed"], int):
-            spec["seed"] = spec["seed"] + 1000 * h
-        out.append(spec)
-    return out
+    return replicate_specs(specs, num_heads)  # in meanfield.heads.head, so that the layer redraws use the same rule
 
 
 def build_schedule(cfg: dict[str, Any], heads: list[Head] | None = None) -> HeadSchedule:
@@ -84,6 +72,7 @@ def build_model(cfg: dict[str, Any], *, schedule: HeadSchedule | None = None) ->
         precision=m["precision"],
         tolerance=float(m["tolerance"]),
         combine=m.get("combine", "sum"),
+        mask=m.get("mask", "none"),
     )
 
 

@@ -77,6 +77,22 @@ def _finite(value: Any, key: str) -> None:
             _finite(float(item), f"{key}[{index}]")
 
 
+def _nonnegative_list(*, increasing: bool = False) -> Callable[[Any, str], None]:
+    """A non-empty list of finite numbers ≥ 0 (strictly increasing when asked)."""
+
+    def check(value: Any, key: str) -> None:
+        if not value:
+            raise ConfigError(key, "expected a non-empty list of numbers")
+        _finite(value, key)
+        for index, item in enumerate(value):
+            if item < 0:
+                raise ConfigError(f"{key}[{index}]", f"must be >= 0, got {item!r}")
+        if increasing and any(b <= a for a, b in zip(value, value[1:])):
+            raise ConfigError(key, f"entries must increase strictly, got {value!r}")
+
+    return check
+
+
 NUM = (int, float)
 #: every accepted key, by section; ``model.heads`` is checked by :mod:`meanfield.heads`
 SCHEMA: dict[str, dict[str, Key]] = {
@@ -85,13 +101,16 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "beta": Key(NUM, 4.0, _at_least(0), "inverse temperature β ≥ 0"),
         "attention": Key((str,), "softmax", _choice("softmax", "unnormalized", "relu", "pooled"), "velocity law: softmax, unnormalized, relu or pooled (see meanfield.kernels.attention)"),
         "direction": Key((str,), "ascent", _choice("ascent", "descent"), "ascent of the energy (forward pass) or descent (the public code of Massucco et al., arXiv 2605.18870)"),
+        "norm": Key((str,), "post", _choice("post", "pre", "peri", "ngpt"), "normalisation scheme (Karagodin, Ge, Polyanskiy and Rigollet, arXiv 2510.22026): post (tokens on the sphere), pre (tokens r·θ in R^d with a radius), peri, ngpt; see meanfield.normalization"),
+        "ngpt_alpha": Key(NUM, 0.2, _at_least(0, strict=True), "norm = 'ngpt': the step α along the attention output's direction (0.2 as in the authors' public code)"),
         "heads": Key((list, str), None, None, "array of head tables, or 'checkpoint:PATH#layer=L'"),
         "seed": Key((int,), 0, _at_least(0), "seed of 'random' head matrices (head h uses seed + 1000 h unless it sets its own) and of weights.initial = 'random-symmetric'"),
         "combine": Key((str,), "sum", _choice("sum", "mean"), "how the heads' fields combine: their sum, or their mean (1/H of the sum; Massucco et al., arXiv 2605.18870); softmax, unnormalized and relu only"),
+        "mask": Key((str,), "none", _choice("none", "causal"), "attention mask: 'causal' lets token i attend only to tokens j ≤ i in the order of the initial tokens (Karagodin, Polyanskiy and Rigollet, arXiv 2411.04990; particle solver only)"),
         "num_heads": Key((int,), None, _at_least(1), "H: one [[model.heads]] table (or the default identity head) stands for H heads, each with its own random draws (head h: seed + 1000 h)"),
         "backend": Key((str,), "auto", _choice("auto", "blas", "fused", "harmonic", "local", "numba", "numpy"), "attention kernel (auto: on S² the fastest of harmonic, local and dense by measured cost models; elsewhere fused one-pass softmax for d ≤ 8 in float64, else blas)"),
         "tolerance": Key(NUM, 1e-12, _between(1e-15, 1e-2), "relative accuracy per row of the harmonic and local kernels on S² (the dense kernels are exact to round-off)"),
-        "precision": Key((str,), "float64", _choice("float64", "float32"), "score/exp arithmetic of the blas kernel (float32: ~2× faster, ~1e-6 relative error)"),
+        "precision": Key((str,), "float64", _choice("float64", "float32"), "score/exp arithmetic of the dense kernels: float32 runs the fused float32 kernel (d ≤ 8, every law; 2.5–3× the float64 one) or the blas kernel's float32 buffers, ~1e-6 relative error"),
         "assumptions": Key((str,), "check", _choice("check", "warn", "skip"), "Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931) Assumption 1 on (Q, K, V) when W2 to Π♯ρ₀ is tracked"),
     },
     "init": {
@@ -123,6 +142,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "variant": Key((str,), "particle", _choice("particle", "grid"), "jko: particle or grid"),
         "mobility": Key((str,), "frozen", _choice("frozen", "implicit"), "jko: mobility frozen at μ_k or iterated"),
         "tol": Key(NUM, 1e-10, _at_least(0, strict=True), "jko: inner-solver tolerance"),
+        "clock": Key((str,), "time", _choice("time", "gradient"), "particle: what the save times count: physical time, or the gradient clock ds = ‖ẋ‖ dt (arc length in the mass metric; Geshkovski, Koubbi, Polyanskiy and Rigollet, arXiv 2410.06833), with the physical time in diagnostics clock_time"),
+        "clock_merge": Key(NUM, 0.0, _at_least(0), "clock = 'gradient': tokens closer than this (geodesic) are identified after each step (0: 2·dt·√(2/min token mass), twice the distance at which an explicit step stalls a collapsing pair)"),
     },
     "grid": {
         "cells": Key((int,), 2000, _at_least(12), "number of cells N"),
@@ -132,7 +153,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "limiter": Key((str,), "barth-jespersen", _choice("barth-jespersen", "none"), "slope limiter of the second-order scheme ('none' is not positive)"),
     },
     "weights": {
-        "schedule": Key((str,), "constant", _choice("constant", "ou", "oscillating", "relaxation"), "time dependence of the heads (relaxation: dD = rate (F(t) − D) dt toward weights.target)"),
+        "schedule": Key((str,), "constant", _choice("constant", "ou", "oscillating", "relaxation", "layers"), "time dependence of the heads (relaxation: dD = rate (F(t) − D) dt toward weights.target; layers: the random head matrices redrawn at every integer time from (model.seed, head, layer), constant in between; particle solver)"),
         "kappa": Key(NUM, 1.0, _at_least(0), "ou: mean-reversion rate κ"),
         "sigma": Key(NUM, 0.1, _at_least(0), "ou: noise σ"),
         "seed": Key((int,), 0, _at_least(0), "ou: noise seed"),
@@ -147,10 +168,27 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "omega": Key(NUM, 1.0, _finite, "oscillating: angular frequency ω"),
         "phases": Key((str,), "spread", _choice("spread", "equal", "same", "random"), "oscillating, relaxation: phases φ_h = 2πh/H, all 0 ('equal' or 'same'), or uniform from weights.seed"),
     },
+    "noise": {
+        "gamma": Key(NUM, None, _at_least(0, strict=True), "noisy tokens: dx = P⊥v dt + √(2/γ) P⊥dW (grid: + (1/γ)Δ_S μ); γ > 0, unset: deterministic (Shalova and Schlichting, arXiv 2412.14813)"),
+        "seed": Key((int,), 0, _at_least(0), "seed of the Brownian increments (particles; the interval [t0, t1] draws from (seed, t0))"),
+        "anneal": Key((str,), "none", _choice("none", "linear", "exponential", "logarithmic", "expression"), "time dependence of γ: none, linear (to gamma_final over duration), exponential (to gamma_final at anneal_rate), logarithmic (γ ln(e + anneal_rate t)), expression (anneal_expr)"),
+        "gamma_final": Key(NUM, None, _at_least(0, strict=True), "anneal = 'linear' or 'exponential': the γ the schedule goes to"),
+        "duration": Key(NUM, None, _at_least(0, strict=True), "anneal = 'linear': time T_a at which γ reaches gamma_final"),
+        "anneal_rate": Key(NUM, None, _at_least(0, strict=True), "anneal = 'exponential' or 'logarithmic': the rate r"),
+        "anneal_expr": Key((str,), None, None, "anneal = 'expression': γ(t) as an expression in t and gamma, e.g. 'gamma*(1 + t)' (checked > 0 on [0, t_final])"),
+    },
     "track": {
         "energy": Key((bool,), True, None, "record E_multi and E_h at every frame"),
         "concentration": Key((bool,), False, None, "record W2(ρ_t, Π♯ρ₀) and the distance to V's dominant eigenspace"),
         "w2_method": Key((str,), "exact", _choice("exact", "sinkhorn", "sliced"), "estimator for the concentration tracker"),
+    },
+    "phase": {  # `meanfield phase`: Geshkovski, Letrouit, Polyanskiy and Rigollet, arXiv 2312.10794
+        "betas": Key((list,), [0.1, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0], _nonnegative_list(), "phase diagram: the inverse temperatures β (its rows)"),
+        "times": Key((list,), None, _nonnegative_list(increasing=True), "phase diagram: the times t (its columns); unset: 0, solver.save_every, …, solver.t_final"),
+        "samples": Key((int,), 256, _at_least(1), "phase diagram: random initialisations per β (init.seed + 0, 1, …; the same for every β)"),
+        "batch": Key((int,), 256, _at_least(1), "phase diagram: systems per batch (one kernel call, one Dask task)"),
+        "cluster_angle": Key(NUM, math.acos(0.999), _between(0, math.pi), "phase diagram: tokens at geodesic distance ≤ this (radians) are linked; clusters are the connected components (default arccos 0.999)"),
+        "rank_tol": Key(NUM, 1e-3, _at_least(0, strict=True), "phase diagram: the Gram matrix's numerical rank counts its eigenvalues > rank_tol (those of X Xᵀ, which sum to n)"),
     },
 }
 
@@ -202,6 +240,7 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None) -> dict[str, An
                 out[key] = copy.deepcopy(spec.default)
         resolved[section] = out
     _integrator_for_kind(resolved["solver"], given="method" in raw.get("solver", {}))
+    _noise_checks(resolved, method_given="method" in raw.get("solver", {}))
     if isinstance(resolved["model"]["heads"], list) and not resolved["model"]["heads"] and "heads" in raw.get("model", {}):
         raise ConfigError("model.heads", "an empty list of heads; give at least one [[model.heads]] table "
                                          "(or leave model.heads out for one identity head)")
@@ -227,6 +266,24 @@ def _integrator_for_kind(solver: dict[str, Any], *, given: bool) -> None:
     elif kind in ("particle", "zero-temperature") and method in GRID_METHODS:
         solver["method"] = "rk4"
         warnings.warn(f"solver.method = {method!r} is a grid method; the {kind} solver uses its default 'rk4'", ConfigNote, stacklevel=3)
+
+
+def _noise_checks(cfg: dict[str, Any], *, method_given: bool) -> None:
+    """``[noise]``: the schedule's keys, the solvers that take noise, and the particle integrator (Euler–Maruyama)."""
+    from meanfield.noise import check_noise_section
+
+    solver = cfg["solver"]
+    if check_noise_section(cfg["noise"], t_final=solver["t_final"]) is None:
+        return
+    kind = solver["kind"]
+    if kind not in ("particle", "grid"):
+        raise ConfigError("noise.gamma", f"noisy tokens run on solver.kind = 'particle' or 'grid', got {kind!r}")
+    if kind == "particle" and solver["method"] != "euler":
+        if method_given:
+            raise ConfigError("solver.method", f"noisy tokens take geometric Euler–Maruyama steps: use method = 'euler' "
+                                               f"(the only stochastic scheme), got {solver['method']!r}")
+        solver["method"] = "euler"
+        warnings.warn("with [noise] the particle solver takes Euler–Maruyama steps: solver.method = 'euler'", ConfigNote, stacklevel=4)
 
 
 def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping[str, Any] | None = None) -> None:
@@ -257,6 +314,7 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         if base is not None and spec.path.lower() != "minilm" and not Path(spec.path).is_absolute():
             model["heads"] = f"checkpoint:{base / spec.path}#{heads.rpartition('#')[2]}"
     _authors_checks(cfg, on_grid=on_grid)
+    _mask_checks(cfg, on_grid=on_grid)
     if init["mean"] is not None and len(init["mean"]) != d:
         raise ConfigError("init.mean", f"expected a vector of length d={d}, got length {len(init['mean'])}")
     if init["mean"] is not None and not any(float(v) != 0.0 for v in init["mean"]):
@@ -304,8 +362,8 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         raise ConfigError("init.kind", f"kind={init['kind']!r} describes a density; it needs a grid solver (solver.kind = 'grid', or 'jko' with variant = 'grid')")
     if on_grid and d != 3:
         raise ConfigError("model.d", f"the grid solver works on S² (d = 3), got d={d}")
-    if model["precision"] == "float32" and model["backend"] not in ("auto", "blas"):
-        raise ConfigError("model.precision", f"float32 is available with backend = 'blas' (or 'auto') only, got backend = {model['backend']!r}")
+    if model["precision"] == "float32" and model["backend"] not in ("auto", "blas", "fused"):
+        raise ConfigError("model.precision", f"float32 is available with backend = 'fused', 'blas' or 'auto' only, got backend = {model['backend']!r}")
     if model["backend"] in ("harmonic", "local"):
         if d != 3:
             raise ConfigError("model.backend", f"{model['backend']!r} attention works on S² (d = 3), got d={d}")
@@ -313,8 +371,46 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
             raise ConfigError("model.backend", f"{model['backend']!r} computes the exponential laws (softmax, unnormalized, pooled), not 'relu'")
         if model["precision"] != "float64":
             raise ConfigError("model.precision", f"{model['backend']!r} attention is float64 only")
-    if model["backend"] == "fused" and model["attention"] != "softmax":
-        raise ConfigError("model.backend", f"'fused' computes softmax attention only, got attention = {model['attention']!r}")
+    if model["backend"] == "fused" and model["attention"] != "softmax" and model["precision"] == "float64":
+        raise ConfigError("model.backend", f"'fused' in float64 computes softmax attention only (precision = 'float32' has every law), got attention = {model['attention']!r}")
+    _norm_checks(cfg)
+    if cfg["weights"]["schedule"] == "layers":  # piecewise-constant heads: only the particle stepper cuts its steps at the layer boundaries
+        if solver["kind"] != "particle":
+            raise ConfigError("weights.schedule", f"'layers' runs with solver.kind = 'particle', got {solver['kind']!r}")
+        if cfg["noise"]["gamma"] is not None:  # the Euler–Maruyama stepper does not cut its steps at the layer switches
+            raise ConfigError("weights.schedule", "'layers' does not combine with [noise] (the noisy steps would cross the layer switches); drop one of them")
+        from meanfield.heads.schedules import SCHEDULES
+
+        SCHEDULES["layers"](cfg, None)  # raises ConfigError when no head has a random matrix
+
+
+def _norm_checks(cfg: dict[str, Any]) -> None:
+    """``model.norm`` ≠ "post" (:mod:`meanfield.normalization`) runs with the particle solver, noiseless, with tokens W2 can read."""
+    model, solver = cfg["model"], cfg["solver"]
+    norm = model["norm"]
+    if model["ngpt_alpha"] != SCHEMA["model"]["ngpt_alpha"].default and norm != "ngpt":
+        raise ConfigError("model.ngpt_alpha", f"applies to norm = 'ngpt', got norm = {norm!r}")
+    if norm == "post":
+        return
+    if solver["kind"] != "particle":
+        raise ConfigError("model.norm", f"norm = {norm!r} is simulated by the particle solver (solver.kind = 'particle'), got solver.kind = {solver['kind']!r}")
+    if (cfg.get("noise") or {}).get("gamma") is not None:
+        raise ConfigError("model.norm", f"norm = {norm!r} takes no [noise]: noisy tokens follow the sphere model (norm = 'post')")
+    if norm in ("pre", "peri") and cfg["track"]["concentration"]:
+        raise ConfigError("track.concentration", f"W2 to Π♯ρ₀ is measured on the sphere; the tokens of norm = {norm!r} have radii (use norm = 'post' or 'ngpt')")
+
+
+def _mask_checks(cfg: dict[str, Any], *, on_grid: bool) -> None:
+    """``model.mask = "causal"`` needs tokens in an order and a solver that integrates the masked field."""
+    if cfg["model"]["mask"] == "none":
+        return
+    kind = cfg["solver"]["kind"]
+    if on_grid:
+        raise ConfigError("model.mask", f"mask = 'causal' needs an order of the tokens; the grid {'JKO scheme' if kind == 'jko' else 'solver'} evolves a density on a mesh, which has none (use solver.kind = 'particle')")
+    if kind == "jko":
+        raise ConfigError("model.mask", "mask = 'causal': the JKO scheme is a minimizing movement of the interaction energy, and the causal system is no gradient flow (Karagodin, Polyanskiy and Rigollet, arXiv 2411.04990); use solver.kind = 'particle'")
+    if kind == "zero-temperature":
+        raise ConfigError("model.mask", "mask = 'causal': the zero-temperature field is the β → ∞ limit for a measure of full support, which token i's causal prefix is not; use solver.kind = 'particle'")
 
 
 def _authors_checks(cfg: dict[str, Any], *, on_grid: bool) -> None:

@@ -67,6 +67,8 @@ from meanfield.model import Model
 from meanfield.solvers.signals import check
 from meanfield.solvers.loop import RunSetup, StopRun, Tracker
 from meanfield.solvers.trackers import EnergyTracker
+from meanfield.noise import NoiseSchedule, noise_from_config
+from meanfield.solvers.noise import LaplaceBeltrami
 
 __all__ = [
     "ShuOsher",
@@ -249,6 +251,12 @@ class GridStepper:
         generators (first order in :math:`h`).
     limiter : {"barth-jespersen", "none"}
         Slope limiter of the second-order scheme (``"none"`` is not positive).
+    noise : NoiseSchedule, optional
+        Noisy tokens: adds the Laplace–Beltrami term :math:`\gamma(t)^{-1}\Delta_S\mu`
+        (:class:`meanfield.solvers.noise.LaplaceBeltrami`) to every stage, and its outflow
+        :math:`\gamma^{-1}\sum_j\ell_{ij}/\delta_{ij}` to the CFL rule:
+        :math:`\Delta t\le\mathrm{cfl}\,A_i/(\sum_j\ell_{ij}u^+_{ij}+\gamma^{-1}\sum_j\ell_{ij}/\delta_{ij})`
+        (and :math:`\mathrm{cfl}\,m_c/(\mathrm{outflow}_c+m_c\gamma^{-1}\sum_j\ell_{cj}/\delta_{cj}/A_c)` at second order).
 
     Attributes
     ----------
@@ -287,6 +295,7 @@ class GridStepper:
         max_halvings: int = 60,
         order: int = 2,
         limiter: str = "barth-jespersen",
+        noise: NoiseSchedule | None = None,
     ) -> None:
         if order not in GRID_ORDERS:
             raise ValueError(f"order must be one of {GRID_ORDERS}, got {order!r}")
@@ -314,6 +323,8 @@ class GridStepper:
         self.reconstruction = LinearReconstruction(mesh, limiter=limiter) if self.order == 2 else None
         #: where the velocity is evaluated and the cell masses sit in the quadrature
         self.points = mesh.centroids if self.order == 2 else mesh.points
+        self.noise = noise
+        self.diffusion = LaplaceBeltrami(mesh, noise) if noise is not None else None
         self.reset_stats()
 
     # ------------------------------------------------------------------ statistics
@@ -362,15 +373,29 @@ class GridStepper:
         vel = self.velocity(mass, t)
         if self.reconstruction is None:
             u = edge_velocity(self.mesh, vel)
-            return upwind_rate(self.mesh, mass, u), u, None
-        u = self.reconstruction.edge_velocity(vel)
-        faces = self.reconstruction.face_values(mass / self.mesh.areas)
-        rate, out = muscl_rate(self.mesh, faces, u)
+            rate, out = upwind_rate(self.mesh, mass, u), None
+        else:
+            u = self.reconstruction.edge_velocity(vel)
+            faces = self.reconstruction.face_values(mass / self.mesh.areas)
+            rate, out = muscl_rate(self.mesh, faces, u)
+        if self.diffusion is not None:  # the noise: (1/γ) Δ_S μ, in the same stage
+            rate = rate + self.diffusion.rate(mass, t)
         return rate, u, out
 
-    def stable_step(self, mass: np.ndarray, u: np.ndarray, outflow: np.ndarray | None = None) -> float:
+    def stable_step(self, mass: np.ndarray, u: np.ndarray, outflow: np.ndarray | None = None, *, t: float = 0.0) -> float:
         r"""The CFL step of the state: :math:`\mathrm{cfl}\min_c A_c/\sum_e\ell_e u_e^+`, and for the
-        second-order scheme also :math:`\mathrm{cfl}\min_c m_c/\mathrm{outflow}_c` (``inf`` if nothing moves)."""
+        second-order scheme also :math:`\mathrm{cfl}\min_c m_c/\mathrm{outflow}_c` (``inf`` if nothing moves);
+        with noise each outflow also holds the diffusive one at time ``t`` (see ``noise``)."""
+        if self.diffusion is not None:
+            diffusive = self.diffusion.outflow_rate(t)  # fraction of a cell's mass lost per unit time
+            advective = _outflow(self.mesh, u) / self.mesh.areas
+            dt = float(self.cfl / np.max(advective + diffusive))
+            if outflow is not None:
+                loss = outflow + mass * diffusive
+                moving = loss > 0
+                if np.any(moving):
+                    dt = min(dt, float(self.cfl * np.min(mass[moving] / loss[moving])))
+            return dt
         dt = cfl_step(self.mesh, u, self.cfl)
         if outflow is not None:
             moving = outflow > 0
@@ -405,7 +430,7 @@ class GridStepper:
         """
         first, u, out = self._evaluate(mass, t)
         if dt is None:
-            dt = min(self.stable_step(mass, u, out), self.dt_max or math.inf)
+            dt = min(self.stable_step(mass, u, out, t=t), self.dt_max or math.inf)
             if not math.isfinite(dt):
                 raise ValueError("nothing moves and no dt_max is set: give dt explicitly")
         return self._accept(mass, t, dt, first), self._taken
@@ -441,7 +466,7 @@ class GridStepper:
             check()
             remaining = t1 - t
             first, u, out = self._evaluate(m, t)
-            dt = min(self.stable_step(m, u, out), self.dt_max or math.inf)
+            dt = min(self.stable_step(m, u, out, t=t), self.dt_max or math.inf)
             if dt >= remaining * (1.0 - 1e-12):
                 dt = remaining
             elif dt > 0.5 * remaining:  # avoid a sliver at the end: two equal steps instead
@@ -516,6 +541,8 @@ class GridSolver:
         Spatial order (:class:`GridStepper`).
     limiter : {"barth-jespersen", "none"}
         Slope limiter of the second-order scheme.
+    noise : NoiseSchedule, optional
+        Noisy tokens: the Laplace–Beltrami term :math:`\gamma(t)^{-1}\Delta_S\mu` (:class:`GridStepper`).
     """
 
     method: str = "ssprk3"
@@ -524,6 +551,7 @@ class GridSolver:
     backend: str | None = None
     order: int = 2
     limiter: str = "barth-jespersen"
+    noise: NoiseSchedule | None = None
     kind: ClassVar[str] = "grid"
 
     def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:
@@ -532,7 +560,7 @@ class GridSolver:
             raise ValueError("the grid solver takes a density on a mesh: Problem(model, masses, mesh=mesh)")
         mesh, mass0 = problem.mesh, problem.initial
         stepper = GridStepper(problem.model, mesh, method=self.method, cfl=self.cfl, dt_max=self.dt_max,
-                              backend=self.backend, order=self.order, limiter=self.limiter)
+                              backend=self.backend, order=self.order, limiter=self.limiter, noise=self.noise)
         trackers: list[Tracker] = [MassTracker(total=float(mass0.sum()))]  # baseline: the initial mass, also on resume
         if energy:
             trackers.append(GridEnergyTracker(problem.model, mesh, points=stepper.points))
@@ -609,7 +637,8 @@ def grid_mesh(cfg: Mapping[str, Any]) -> SphericalMesh:
 
 def solver_from_config(cfg: Mapping[str, Any]) -> GridSolver:
     """The :class:`GridSolver` of a resolved config (``solver.method``, ``solver.cfl``, ``grid.dt_max``,
-    ``grid.order``, ``grid.limiter``)."""
+    ``grid.order``, ``grid.limiter``, ``[noise]``)."""
     solver, grid = cfg["solver"], cfg["grid"]
     return GridSolver(method=solver["method"], cfl=solver["cfl"], dt_max=grid["dt_max"] or None,
-                      order=int(grid.get("order", 2)), limiter=grid.get("limiter", "barth-jespersen"))
+                      order=int(grid.get("order", 2)), limiter=grid.get("limiter", "barth-jespersen"),
+                      noise=noise_from_config(cfg))

@@ -20,12 +20,13 @@ import numpy as np
 
 from meanfield.analysis.concentration import ConcentrationTracker, single_head, tracker_from_head
 from meanfield.build import build_model, initial_tokens
-from meanfield.config import ConfigNote
+from meanfield.config import SCHEMA, ConfigNote
 from meanfield.errors import ConfigError, RunFailed, RunInterrupted
 from meanfield.geometry.mesh import initial_mass
 from meanfield.io.runfile import RunReader, RunWriter, last_frame
 from meanfield.kernels.jit import one_blas_thread
 from meanfield.model import Model
+from meanfield.noise import noise_from_config
 from meanfield.run import Run
 from meanfield.solvers import grid as grid_solver
 from meanfield.solvers import jko as jko_solver
@@ -50,7 +51,8 @@ __all__ = [
 
 def _particle(cfg: dict[str, Any]) -> ParticleSolver:
     s = cfg["solver"]
-    return ParticleSolver(method=s["method"], dt=s["dt"], rtol=s["rtol"], atol=s["atol"])
+    return ParticleSolver(method=s["method"], dt=s["dt"], rtol=s["rtol"], atol=s["atol"], noise=noise_from_config(cfg),
+                          norm=cfg["model"].get("norm", "post"), ngpt_alpha=cfg["model"].get("ngpt_alpha", 0.2))
 
 
 def _zero_temperature(cfg: dict[str, Any]) -> ZeroTemperatureSolver:
@@ -128,6 +130,10 @@ def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSe
     problem = problem_from_config(cfg)
     solver = solver_from_config(cfg)
     setup = solver.setup(problem, energy=cfg["track"]["energy"], speed=True, steady_tol=cfg["solver"]["steady_tol"])
+    if cfg["solver"].get("clock", "time") != "time":  # save times count the gradient clock (meanfield.analysis.landscape)
+        from meanfield.analysis.landscape import gradient_clock
+
+        gradient_clock(setup, clock=cfg["solver"]["clock"], merge=cfg["solver"]["clock_merge"], schedule=cfg["weights"]["schedule"], kind=cfg["solver"]["kind"])
     if cfg["weights"]["schedule"] != "constant" and "weights/t" not in setup.static:
         from meanfield.heads.schedules import weights_static  # the weight path, so that the run can be replayed
 
@@ -148,10 +154,14 @@ def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSe
 def _check_resumable(stored: dict[str, Any], cfg: dict[str, Any], path: Path) -> None:
     """A run may be resumed with the same config, or with a later ``solver.t_final``."""
     for section, keys in cfg.items():
+        # a section newer than the stored run (e.g. [noise]) holds its defaults there
+        saved = stored[section] if section in stored else {k: spec.default for k, spec in SCHEMA.get(section, {}).items()}
         for key, value in keys.items():
             if section == "solver" and key == "t_final":
                 continue
-            old = stored.get(section, {}).get(key)
+            spec = SCHEMA.get(section, {}).get(key)
+            # a key newer than the stored run holds its default there
+            old = saved[key] if key in saved else (spec.default if spec is not None else None)
             if json.dumps(old, sort_keys=True) != json.dumps(value, sort_keys=True):
                 raise ConfigError(
                     f"{section}.{key}",
@@ -182,6 +192,13 @@ def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.nd
             "Fix the config and start afresh without --resume",
         )
     frames, t_last, state = last_frame(path, setup.state_name)
+    restore = getattr(setup.stepper, "restore", None)
+    if restore is not None:  # a stepper with its own state (the gradient clock's physical time) takes it from the last frame
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            group = f["diagnostics"]
+            restore({name: float(group[name][frames - 1]) for name in group if group[name].shape[0] >= frames})
     tol = 1e-12 * max(1.0, abs(t_last))
     done = times[times <= t_last + tol]
     if len(done) == frames and math.isclose(done[-1], t_last, rel_tol=0, abs_tol=tol):

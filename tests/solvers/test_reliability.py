@@ -76,7 +76,7 @@ def _same(a: Path, b: Path) -> None:
 #: frames of 48 KB: about 25 of them fill the small disk of the full-disk test
 BIG_FRAMES = {"init": {"n": 2000}, "solver": {"kind": "particle", "dt": 0.05, "t_final": 5.0, "save_every": 0.1}}
 #: a run of several seconds, for the tests that act on a live writer
-SLOW = {"init": {"n": 600}, "solver": {"kind": "particle", "dt": 0.01, "t_final": 4.0, "save_every": 0.25}}
+SLOW = {"init": {"n": 600}, "solver": {"kind": "particle", "dt": 0.01, "t_final": 10.0, "save_every": 0.5}}
 
 
 @pytest.fixture(scope="module")

@@ -214,6 +214,24 @@ def test_resume_only_extends_t_final_and_records_it(tmp_path, capsys):
         assert json.loads(f.attrs["config"])["solver"]["t_final"] == 0.5 and f["t"][-1] == 0.5
 
 
+def test_a_run_written_before_a_key_existed_resumes_when_the_key_keeps_its_default(tmp_path, capsys):
+    """A file from an older version lacks the newer keys (their defaults then); a changed value is still refused."""
+    from meanfield.config import SCHEMA
+
+    good = _run_file(tmp_path, capsys)
+    with h5py.File(good, "r+") as f:
+        stored = json.loads(f.attrs["config"])
+        assert stored["model"].pop("tolerance") == SCHEMA["model"]["tolerance"].default
+        f.attrs["config"] = json.dumps(stored)
+    longer = ["--set", "solver.t_final=0.5", "--set", "init.n=16"]
+    assert _run(["simulate", str(DEFAULT), "-o", str(good), "--resume", "--quiet", *longer], capsys)[0] == 0
+    with h5py.File(good, "r") as f:
+        assert f["t"][-1] == 0.5
+    changed = ["--set", "solver.t_final=0.6", "--set", "init.n=16", "--set", "model.tolerance=1e-6"]
+    status, err = _run(["simulate", str(DEFAULT), "-o", str(good), "--resume", "--quiet", *changed], capsys)
+    assert status == 2 and "model.tolerance" in err
+
+
 @pytest.mark.parametrize(
     ("argv", "option"),
     [
