@@ -34,17 +34,7 @@ def build_heads(cfg: dict[str, Any]) -> list[Head]:
 
 
 def replicate_heads(specs: list[dict[str, Any]] | None, num_heads: int | None) -> list[dict[str, Any]] | None:
-    """``model.num_heads = H``: one head table (or the default identity head) stands for H heads.
-
-    Copy ``h`` keeps the table; its random matrices get their own draw (the table's
-    ``seed`` plus ``1000 h`` when it sets one, else ``model.seed + 1000 h`` as for
-    separate tables).  Several tables must number ``num_heads`` exactly.
-
-    Raises
-    ------
-    ConfigError
-        ``model.num_heads`` when several tables do not number H.
-    """
+    """``model.num_heads = H``: one head table stands for H heads (:func:`meanfield.heads.head.replicate_specs`)."""
     return replicate_specs(specs, num_heads)  # in meanfield.heads.head, so that the layer redraws use the same rule
 
 

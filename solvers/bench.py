@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from meanfield.kernels.jit import num_threads, one_blas_thread
-from meanfield.solvers.timing import best_of, peak_memory
+from meanfield.solvers.timing import best_of, mean_call_time, peak_memory
 from meanfield.kernels.attention import BLOCK_ELEMENTS, FUSED_MAX_D, velocity_blas, velocity_numba, velocity_numpy
 from meanfield.kernels.blas import _pool
 from meanfield.kernels.fused import velocity_fused
@@ -52,17 +52,7 @@ __all__ = [
 def time_call(func: Callable[[], Any], *, repeat: int = 3, min_time: float = 0.2) -> float:
     """Best wall time of ``func`` over ``repeat`` rounds (after one warm-up call)."""
     func()
-    best = np.inf
-    for _ in range(repeat):
-        calls, started = 0, time.perf_counter()
-        while True:
-            func()
-            calls += 1
-            elapsed = time.perf_counter() - started
-            if elapsed >= min_time or calls >= 50:
-                break
-        best = min(best, elapsed / calls)
-    return float(best)
+    return float(min(mean_call_time(func, min_time=min_time) for _ in range(repeat)))
 
 
 def exp_roofline(n: int, *, threads: int | None = None) -> Callable[[], None]:

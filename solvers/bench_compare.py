@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,6 +36,7 @@ from meanfield.geometry.sphere import sample_uniform
 from meanfield.heads import HeadStack
 from meanfield.kernels.attention import attention_velocity, velocity_numpy
 from meanfield.kernels.jit import num_threads, one_blas_thread
+from meanfield.solvers.timing import mean_call_time
 
 __all__ = ["COMPARE_CASES", "F64_AGREEMENT", "F32_AGREEMENT", "blas_info", "available_frameworks", "compare_frameworks", "compare_environment", "format_comparison"]
 
@@ -123,16 +123,6 @@ def _jax_impls(x: np.ndarray, beta: float) -> dict[tuple[str, str], Callable[[],
     return impls
 
 
-def _best(fn: Callable[[], Any], *, min_time: float) -> float:
-    calls, started = 0, time.perf_counter()
-    while True:
-        fn()
-        calls += 1
-        elapsed = time.perf_counter() - started
-        if elapsed >= min_time or calls >= 20:
-            return elapsed / calls
-
-
 def compare_frameworks(
     cases: Sequence[tuple[int, int]] = COMPARE_CASES,
     *,
@@ -203,9 +193,9 @@ def compare_frameworks(
                     continue
                 if key[0].startswith("NumPy"):
                     with one_blas_thread():
-                        seconds = _best(fn, min_time=min_time)
+                        seconds = mean_call_time(fn, min_time=min_time, max_calls=20)
                 else:
-                    seconds = _best(fn, min_time=min_time)
+                    seconds = mean_call_time(fn, min_time=min_time, max_calls=20)
                 checked[key]["seconds"] = min(checked[key]["seconds"], seconds)
         for (name, precision), row in checked.items():
             ours = checked[("meanfield", precision)]["seconds"]

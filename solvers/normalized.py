@@ -28,7 +28,6 @@ True
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -37,9 +36,8 @@ import numpy as np
 from meanfield.errors import RunFailed
 from meanfield.geometry.sphere import normalize
 from meanfield.normalization import DEFAULT_NGPT_ALPHA, NormalizedDynamics, polar
-from meanfield.solvers.integrators import DormandPrince, from_name
 from meanfield.solvers.loop import RunSetup, StopRun, Tracker
-from meanfield.solvers.signals import check
+from meanfield.solvers.particle_stepper import ParticleStepper
 from meanfield.solvers.trackers import EnergyTracker, FiniteTracker, SphereTracker, SteadyStateTracker
 
 __all__ = ["NormalizedStepper", "NormalizedSolver", "RadiusTracker", "DirectionsTracker"]
@@ -53,7 +51,7 @@ def _retract_polar(y: np.ndarray) -> np.ndarray:
     return out
 
 
-class NormalizedStepper:
+class NormalizedStepper(ParticleStepper):
     """Advances the tokens of one normalisation scheme between save times.
 
     Parameters
@@ -80,16 +78,8 @@ class NormalizedStepper:
         atol: float = 1e-10,
         weights: np.ndarray | None = None,
     ) -> None:
-        if dt <= 0 or not math.isfinite(dt):
-            raise ValueError(f"dt must be positive and finite, got {dt}")
+        super().__init__(dynamics.model, method=method, dt=dt, rtol=rtol, atol=atol, weights=weights)
         self.dynamics = dynamics
-        self.model = dynamics.model
-        self.scheme = from_name(method)
-        self.dt = float(dt)
-        self.rtol = float(rtol)
-        self.atol = float(atol)
-        self.weights = weights
-        self.stats: dict[str, int] = {"steps": 0, "rejected": 0, "evaluations": 0}
 
     def field(self, y: np.ndarray, t: float) -> np.ndarray:
         """The integrated field: :math:`\\dot\\theta` (n, d), or :math:`(\\dot\\theta, \\dot r)` (n, d + 1) for a radial scheme."""
@@ -116,17 +106,7 @@ class NormalizedStepper:
             retract = _retract_polar
         else:
             y, retract = state, normalize
-        if isinstance(self.scheme, DormandPrince):
-            y, counts = self.scheme.integrate(self.field, y, t0, t1, h0=self.dt, retract=retract, rtol=self.rtol, atol=self.atol)
-            self.stats["steps"] += counts["accepted"]
-            self.stats["rejected"] += counts["rejected"]
-        else:
-            steps = max(1, math.ceil((t1 - t0) / self.dt - 1e-9))
-            h = (t1 - t0) / steps
-            for k in range(steps):
-                check()
-                y = self.scheme.step(self.field, y, t0 + k * h, h, retract=retract)
-            self.stats["steps"] += steps
+        y = self.integrate(y, t0, t1, retract=retract)
         if not self.dynamics.radial:
             return y
         if not np.all(y[:, -1] > 0):

@@ -6,7 +6,7 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["best_of", "peak_memory"]
+__all__ = ["best_of", "mean_call_time", "peak_memory"]
 
 
 def best_of(func: Callable[[], Any], repeat: int) -> tuple[float, Any]:
@@ -17,6 +17,17 @@ def best_of(func: Callable[[], Any], repeat: int) -> tuple[float, Any]:
         value = func()
         best = min(best, time.perf_counter() - started)
     return float(best), value
+
+
+def mean_call_time(func: Callable[[], Any], *, min_time: float, max_calls: int = 50) -> float:
+    """Mean wall time of back-to-back calls of ``func``, repeated until ``min_time`` seconds (at most ``max_calls``)."""
+    calls, started = 0, time.perf_counter()
+    while True:
+        func()
+        calls += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= min_time or calls >= max_calls:
+            return elapsed / calls
 
 
 def peak_memory(func: Callable[[], Any]) -> int:
