@@ -14,6 +14,10 @@ taken in rotating rounds (every implementation once per round, the best of the r
 kept), all on the same number of threads, and reported as ``t_other / t_meanfield`` in
 the same precision: above 1 means meanfield is faster.
 
+``meanfield`` is what ``model.backend = "auto"`` runs: on :math:`S^2` with more than 1024
+tokens in float64 that can be the harmonic kernel; the row ``meanfield dense (fused)`` gives
+the dense fused kernel as well, for a like-for-like comparison.
+
 The alternatives, when importable (an optional extra, never a dependency):
 
 * **torch**: ``matmul + softmax`` (one ``n × n`` score matrix) and
@@ -34,7 +38,8 @@ import numpy as np
 
 from meanfield.geometry.sphere import sample_uniform
 from meanfield.heads import HeadStack
-from meanfield.kernels.attention import attention_velocity, velocity_numpy
+from meanfield.kernels.attention import FUSED_MAX_D, attention_velocity, velocity_numpy
+from meanfield.kernels.fused import velocity_fused
 from meanfield.kernels.jit import num_threads, one_blas_thread
 from meanfield.solvers.timing import mean_call_time
 
@@ -66,8 +71,7 @@ def available_frameworks() -> list[str]:
 
 
 def _ours(x: np.ndarray, heads: HeadStack, beta: float, precision: str) -> Callable[[], np.ndarray]:
-    backend = "auto" if precision == "float64" else "blas"
-    return lambda: attention_velocity(x, heads, beta=beta, kind="softmax", backend=backend, precision=precision)
+    return lambda: attention_velocity(x, heads, beta=beta, kind="softmax", backend="auto", precision=precision)
 
 
 def _torch_impls(x: np.ndarray, beta: float, threads: int) -> dict[tuple[str, str], Callable[[], np.ndarray]]:
@@ -175,6 +179,8 @@ def compare_frameworks(
             ("meanfield", "float64"): _ours(x, heads, beta, "float64"),
             ("meanfield", "float32"): _ours(x, heads, beta, "float32"),
         }
+        if d <= FUSED_MAX_D:  # on S² "auto" may take the harmonic kernel: the dense one too, for a like-for-like row
+            impls[("meanfield dense (fused)", "float64")] = lambda: velocity_fused(x, heads, beta=beta)
         with one_blas_thread():
             impls[("NumPy row blocks (one thread)", "float64")] = lambda: velocity_numpy(x, heads, beta=beta)
         if "torch" in frameworks:

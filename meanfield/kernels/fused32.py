@@ -146,6 +146,13 @@ def _scores32(q, xt, j0, m, c, z):  # pragma: no cover - compiled
 
 
 @jit(fastmath={"contract"})
+def _score_exp32_3(q0, q1, q2, c, x0, x1, x2, m, e):  # pragma: no cover - compiled
+    """d = 3: ``e[j] = exp(q · x_j - c)`` in one pass (score and exponential fused)."""
+    for j in range(m):
+        e[j] = exp32_nonpositive_scalar(q0 * x0[j] + q1 * x1[j] + q2 * x2[j] - c)
+
+
+@jit(fastmath={"contract"})
 def _exp32_inplace(z, m):  # pragma: no cover - compiled
     for j in range(m):
         z[j] = exp32_nonpositive_scalar(z[j])
@@ -213,11 +220,15 @@ def _fused32_kernel(q32, shift, xt, wx, V, w, top, code, rows_per_block, chunk, 
                 q = q32[h, i]
                 for j0 in range(0, jend, chunk):
                     m = min(chunk, jend - j0)
-                    _scores32(q, xt, j0, m, np.float32(c), z)
-                    if code == 3:
-                        _relu32_inplace(z, m)
+                    if d == 3 and code != 3:
+                        j1 = j0 + m
+                        _score_exp32_3(q[0], q[1], q[2], np.float32(c), xt[0, j0:j1], xt[1, j0:j1], xt[2, j0:j1], m, z)
                     else:
-                        _exp32_inplace(z, m)
+                        _scores32(q, xt, j0, m, np.float32(c), z)
+                        if code == 3:
+                            _relu32_inplace(z, m)
+                        else:
+                            _exp32_inplace(z, m)
                     _accumulate32(z, wx, j0, m, acc)
                 den = acc[d]
                 if code == 0 or code == 2:
