@@ -80,8 +80,8 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
     grid = np.linspace(-2.2, 2.2, 89)
     empirical = np.searchsorted(eig, grid, side="right") / eig.size
     for x, e, s in zip(grid, empirical, semicircle_cdf(np.clip(grid, -2, 2))):
-        rows.append({"panel": "spectrum", "x": float(x), "value": float(e), "reference": float(s), "seed": -1, "schedule": ""})
-    rows.append({"panel": "edges", "x": float(eig[0]), "value": float(eig[-1]), "reference": 2.0, "seed": -1, "schedule": ""})
+        rows.append({"panel": "spectrum", "x": float(x), "value": float(e), "reference": float(s), "seed": -1, "schedule": "none"})
+    rows.append({"panel": "edges", "x": float(eig[0]), "value": float(eig[-1]), "reference": 2.0, "seed": -1, "schedule": "none"})
     t_final = QUICK_T_FINAL if quick else T_FINAL
     for seed in range(QUICK_SEEDS if quick else SEEDS):
         for schedule in ("constant", "layers"):
