@@ -45,6 +45,7 @@ __all__ = [
     "bench_grid",
     "bench_w2_overhead",
     "bench_run_step",
+    "bench_time_split",
     "run_benchmarks",
 ]
 
@@ -252,6 +253,58 @@ def bench_w2_overhead(n: int = 2000, *, d: int = 3, rounds: int = 5, cost: str =
             "value": float(w2(x, y, cost=cost))}
 
 
+def bench_time_split(n: int = 4096, d: int = 64, *, beta: float = 1.0, rounds: int = 3) -> dict[str, Any]:
+    r"""Where a dense softmax call spends its time at large ``d``: the score GEMM, the ``exp``, the value GEMM.
+
+    .. math::
+
+        S = \beta\,(X_{\mathrm{rows}}B)X^\top,\qquad P = e^{S-m},\qquad V_{\mathrm{rows}} = P\,[XV^\top\,|\,\mathbf 1]
+
+    timed part by part over the row blocks of the BLAS kernel (one thread, BLAS held to one
+    thread; best of ``rounds``), next to the whole :func:`velocity_blas` call (``kernel_s``, on the
+    kernels' threads).
+    The parts' shares say which of them a faster large-``d`` path must shorten.
+
+    Returns
+    -------
+    dict
+        ``name``, ``n``, ``d``, ``score_gemm_s``, ``exp_s``, ``value_gemm_s``, ``parts_s`` (their sum),
+        ``kernel_s`` and the shares ``score_share``, ``exp_share``, ``value_share`` of ``parts_s``.
+    """
+    from meanfield.kernels.inputs import block_rows
+
+    x = sample_uniform(n, d, seed=0)
+    heads = HeadStack(B=np.eye(d)[None], V=np.eye(d)[None])
+    block = block_rows(n)
+    xt = np.ascontiguousarray(x.T)
+    values = np.hstack([x @ heads.V[0].T, np.ones((n, 1))])
+    z = np.empty((block, n))
+    parts = {"score": np.inf, "exp": np.inf, "value": np.inf}
+    with one_blas_thread():
+        for _ in range(max(1, rounds)):
+            spent = dict.fromkeys(parts, 0.0)
+            for start in range(0, n, block):
+                rows = slice(start, min(n, start + block))
+                buf = z[: rows.stop - rows.start]
+                t0 = time.perf_counter()
+                np.matmul(beta * (x[rows] @ heads.B[0]), xt, out=buf)
+                t1 = time.perf_counter()
+                buf -= beta
+                np.exp(buf, out=buf)
+                t2 = time.perf_counter()
+                buf @ values
+                t3 = time.perf_counter()
+                spent["score"] += t1 - t0
+                spent["exp"] += t2 - t1
+                spent["value"] += t3 - t2
+            parts = {k: min(parts[k], spent[k]) for k in parts}
+        kernel = min(_once(lambda: velocity_blas(x, heads, beta=beta)) for _ in range(max(1, rounds)))
+    total = sum(parts.values())
+    return {"name": "time_split", "n": n, "d": d, "score_gemm_s": parts["score"], "exp_s": parts["exp"],
+            "value_gemm_s": parts["value"], "parts_s": total, "kernel_s": kernel,
+            "score_share": parts["score"] / total, "exp_share": parts["exp"] / total, "value_share": parts["value"] / total}
+
+
 def bench_run_step(n: int = 4096, *, d: int = 3, beta: float = 4.0, dt: float = 0.01, save_every: float = 0.1,
                    rounds: int = 3) -> dict[str, Any]:
     r"""End-to-end cost of a particle RK4 step with the default trackers against the bare kernel.
@@ -328,4 +381,5 @@ def run_benchmarks(*, quick: bool = False) -> dict[str, list[dict[str, Any]]]:
     tables["transport"] = list(transport["rows"]) + [{"name": "tracking", **transport["tracking"]}]
     tables["transport"].append(bench_w2_overhead(200 if quick else 2000))
     tables["run"] = [bench_run_step(1024 if quick else 4096)]
+    tables["large_d"] = [bench_time_split(1024 if quick else 4096, d) for d in (32, 64)]
     return tables
