@@ -157,7 +157,19 @@ def _accumulate3(e, w0, w1, w2, w3, m, acc):  # pragma: no cover - compiled
 
 @jit(fastmath={"contract"})
 def _score_exp(q, xt, j0, m, c, z, e):  # pragma: no cover - compiled
-    """Any d: scores into ``z`` (one pass per group of ≤ 4 coordinates), then ``e = exp(z)``."""
+    """Any d: scores into ``z`` (:func:`_scores`), then ``e = exp(z)``."""
+    _scores(q, xt, j0, m, c, z)
+    for j in range(m):
+        e[j] = exp_nonpositive_scalar(z[j])
+
+
+@jit(fastmath={"contract"})
+def _scores(q, xt, j0, m, c, z):  # pragma: no cover - compiled
+    """Any d: ``z[j] = q · x_{j0+j} - c`` (one pass per group of ≤ 4 coordinates), in the precision of the arrays.
+
+    Also the score pass of the float32 kernel (:mod:`meanfield.kernels.fused32`): numba compiles
+    it once per argument type.
+    """
     d = q.shape[0]
     j1 = j0 + m
     for j in range(m):
@@ -175,8 +187,6 @@ def _score_exp(q, xt, j0, m, c, z, e):  # pragma: no cover - compiled
         for j in range(m):
             z[j] += qk * xk[j]
         k += 1
-    for j in range(m):
-        e[j] = exp_nonpositive_scalar(z[j])
 
 
 @jit(fastmath=True)

@@ -45,6 +45,7 @@ from numba.extending import intrinsic
 
 from meanfield.heads import HeadStack
 from meanfield.kernels.inputs import check_tokens, is_causal, token_masses
+from meanfield.kernels.fused import _scores
 from meanfield.kernels.jit import jit, kernel_threads, pjit
 from meanfield.kernels.reference import velocity_numpy
 
@@ -121,28 +122,6 @@ def exp32_nonpositive(z: np.ndarray) -> np.ndarray:
     out = np.empty_like(z)
     _exp32_array(z, out)
     return out
-
-
-@jit(fastmath={"contract"})
-def _scores32(q, xt, j0, m, c, z):  # pragma: no cover - compiled
-    """``z[j] = q · x_{j0+j} - c`` in float32 (coordinates in groups of ≤ 4)."""
-    d = q.shape[0]
-    j1 = j0 + m
-    for j in range(m):
-        z[j] = -c
-    k = 0
-    while k + 4 <= d:
-        q0, q1, q2, q3 = q[k], q[k + 1], q[k + 2], q[k + 3]
-        x0, x1, x2, x3 = xt[k, j0:j1], xt[k + 1, j0:j1], xt[k + 2, j0:j1], xt[k + 3, j0:j1]
-        for j in range(m):
-            z[j] += q0 * x0[j] + q1 * x1[j] + q2 * x2[j] + q3 * x3[j]
-        k += 4
-    while k < d:
-        qk = q[k]
-        xk = xt[k, j0:j1]
-        for j in range(m):
-            z[j] += qk * xk[j]
-        k += 1
 
 
 @jit(fastmath={"contract"})
@@ -224,7 +203,7 @@ def _fused32_kernel(q32, shift, xt, wx, V, w, top, code, rows_per_block, chunk, 
                         j1 = j0 + m
                         _score_exp32_3(q[0], q[1], q[2], np.float32(c), xt[0, j0:j1], xt[1, j0:j1], xt[2, j0:j1], m, z)
                     else:
-                        _scores32(q, xt, j0, m, np.float32(c), z)
+                        _scores(q, xt, j0, m, np.float32(c), z)
                         if code == 3:
                             _relu32_inplace(z, m)
                         else:
