@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from meanfield.geometry.mesh import SphericalMesh
+from meanfield.geometry.sphere import geodesic_distance
 from meanfield.noise import NoiseSchedule, geometric_em_step, interval_generator
 from meanfield.solvers.signals import check
 
@@ -121,10 +122,8 @@ class LaplaceBeltrami:
         self.mesh = mesh
         self.noise = noise
         i, j = mesh.edges[:, 0], mesh.edges[:, 1]
-        a, b = mesh.points[i], mesh.points[j]
-        distance = 2.0 * np.arctan2(np.linalg.norm(a - b, axis=1), np.linalg.norm(a + b, axis=1))
         #: transmissibilities ℓ_ij / δ_ij, one per edge
-        self.weights = mesh.edge_lengths / distance
+        self.weights = mesh.edge_lengths / geodesic_distance(mesh.points[i], mesh.points[j])
         #: Σ_j w_ij / A_i: the per-cell outflow rate of density at γ = 1
         self.cell_rate = (np.bincount(i, weights=self.weights, minlength=mesh.N)
                           + np.bincount(j, weights=self.weights, minlength=mesh.N)) / mesh.areas

@@ -154,13 +154,12 @@ def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSe
 def _check_resumable(stored: dict[str, Any], cfg: dict[str, Any], path: Path) -> None:
     """A run may be resumed with the same config, or with a later ``solver.t_final``."""
     for section, keys in cfg.items():
-        # a section newer than the stored run (e.g. [noise]) holds its defaults there
-        saved = stored[section] if section in stored else {k: spec.default for k, spec in SCHEMA.get(section, {}).items()}
+        saved = stored.get(section, {})
         for key, value in keys.items():
             if section == "solver" and key == "t_final":
                 continue
             spec = SCHEMA.get(section, {}).get(key)
-            # a key newer than the stored run holds its default there
+            # a key (or a section, e.g. [noise]) newer than the stored run holds its default there
             old = saved[key] if key in saved else (spec.default if spec is not None else None)
             if json.dumps(old, sort_keys=True) != json.dumps(value, sort_keys=True):
                 raise ConfigError(
