@@ -435,25 +435,11 @@ def random_symmetric(H: int, d: int, *, seed: int = 0) -> np.ndarray:
 
 def matrix_value(value: Any, d: int, *, key: str) -> np.ndarray:
     """A ``d×d`` matrix from a config value: a list of rows, ``"identity"``, or a number λ (λ·I)."""
-    if isinstance(value, bool):
+    from meanfield.heads.head import _matrix  # the head matrices' parser, without their random draws and files
+
+    if isinstance(value, bool) or (isinstance(value, str) and value != "identity"):
         raise ConfigError(key, f"expected a d×d matrix, 'identity' or a number, got {value!r}")
-    if isinstance(value, str):
-        if value != "identity":
-            raise ConfigError(key, f"expected a d×d matrix, 'identity' or a number, got {value!r}")
-        return np.eye(d)
-    if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise ConfigError(key, f"must be finite, got {value!r}")
-        return float(value) * np.eye(d)
-    try:
-        m = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        raise ConfigError(key, f"expected a {d}×{d} matrix of numbers, got {value!r}") from None
-    if m.shape != (d, d):
-        raise ConfigError(key, f"expected a {d}×{d} matrix, got shape {m.shape}")
-    if not np.all(np.isfinite(m)):
-        raise ConfigError(key, "must be finite")
-    return m
+    return _matrix(value, key=key, d=d, rows=d, rng=np.random.default_rng(0), base=None)
 
 
 def relaxation_target(target: Any, d: int, *, key: str = "weights.target") -> Callable[[float, np.ndarray], np.ndarray]:
