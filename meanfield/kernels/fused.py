@@ -56,6 +56,12 @@ _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01
 _LN2_LO = 1.90821492927058770002e-10
 _ZMIN = -746.0
+#: 1.5·2^52: adding it rounds to an integer k held in the low mantissa bits
+_SHIFTER = 6755399441055744.0
+#: the bits of 1.5·2^52, less 2048 (so that bits(shifter + k) - this = k + 2048 > 0)
+_SHIFTER_BITS = np.uint64(0x4338000000000000 - 2048)
+_ONE = np.uint64(1)
+_MANTISSA = np.uint64(52)
 
 # 1/m! for m = 2..13
 _C2 = 1.0 / 2
@@ -74,11 +80,22 @@ _C13 = 1.0 / 6227020800
 
 @intrinsic
 def _bits_to_float(typingctx, bits):  # pragma: no cover - compiled
-    """Reinterpret an int64 as a float64 (a register bitcast; vectorises)."""
-    sig = types.float64(types.int64)
+    """Reinterpret a uint64 as a float64 (a register bitcast; vectorises)."""
+    sig = types.float64(types.uint64)
 
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], context.get_value_type(types.float64))
+
+    return sig, codegen
+
+
+@intrinsic
+def _float_to_bits(typingctx, value):  # pragma: no cover - compiled
+    """Reinterpret a float64 as a uint64 (a register bitcast; vectorises)."""
+    sig = types.uint64(types.float64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.uint64))
 
     return sig, codegen
 
@@ -87,15 +104,21 @@ def _bits_to_float(typingctx, bits):  # pragma: no cover - compiled
 def exp_nonpositive_scalar(z):  # pragma: no cover - compiled
     r"""``exp(z)`` for ``z ≤ 0`` (below -746: 0), branch-free so that loops calling it vectorise.
 
-    Cody–Waite reduction with k = round(z log2 e), degree-13 Taylor polynomial
-    on |r| ≤ ln2/2 (truncation error < 1e-17), and :math:`2^k` built from
-    integer bits as :math:`2^{\lfloor k/2\rfloor}\,2^{k-\lfloor k/2\rfloor}`
-    (both factors normal for k ≥ -1077: subnormal results are right).
-    Compiled without reassociation (``fastmath={"contract"}``).
+    Cody–Waite reduction with :math:`k=\mathrm{round}(z\log_2e)`, a degree-13 Taylor
+    polynomial on :math:`|r|\le\ln2/2` (truncation error < 1e-17), and :math:`2^k` built
+    from integer bits as :math:`2^{\lfloor k/2\rfloor}\,2^{k-\lfloor k/2\rfloor}` (both
+    factors normal for k ≥ -1077: subnormal results are right).
+
+    Every step is a SIMD instruction on AVX2: ``k`` is rounded by the shifter
+    :math:`1.5\cdot2^{52}` (adding it leaves ``k`` in the low bits of the sum, read by
+    a bitcast), and the halving of ``k + 2048`` is a logical shift of an unsigned
+    integer.  (A float → int64 conversion or a signed 64-bit shift has no AVX2
+    instruction, and would make the loop scalar.)  Compiled without reassociation
+    (``fastmath={"contract"}``), which would fold the shifter away.
     """
     z = _ZMIN if z < _ZMIN else z  # NaN passes through (and poisons the row sum)
-    ki = np.int64(z * _LOG2E - 0.5)  # z ≤ 0: truncation of y - 1/2 rounds y to nearest
-    kf = np.float64(ki)
+    t = z * _LOG2E + _SHIFTER  # 1.5·2^52 + k, k = round(z log2 e)
+    kf = t - _SHIFTER
     r = (z - kf * _LN2_HI) - kf * _LN2_LO
     p = _C13
     p = p * r + _C12
@@ -111,8 +134,9 @@ def exp_nonpositive_scalar(z):  # pragma: no cover - compiled
     p = p * r + _C2
     p = p * r + 1.0
     p = p * r + 1.0
-    k1 = ki >> 1
-    return (p * _bits_to_float((k1 + 1023) << 52)) * _bits_to_float((ki - k1 + 1023) << 52)
+    u = _float_to_bits(t) - _SHIFTER_BITS  # k + 2048 ≥ 971
+    half = u >> _ONE  # ⌊k/2⌋ + 1024
+    return (p * _bits_to_float((half - _ONE) << _MANTISSA)) * _bits_to_float((u - half - _ONE) << _MANTISSA)
 
 
 @jit(fastmath={"contract"})
