@@ -17,14 +17,18 @@ pairs.  The blocks go to the pool largest first (the pool hands them out as thre
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 from meanfield.heads.head import HeadStack
+from meanfield.kernels.fused import exp_nonpositive_scalar
+from meanfield.kernels.fused32 import exp32_nonpositive_scalar
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
-from meanfield.kernels.jit import one_blas_thread, threads_for
+from meanfield.kernels.jit import jit, one_blas_thread, threads_for
 
 __all__ = ["velocity_blas"]
 
@@ -37,23 +41,147 @@ _UNDERFLOW = {"d": 1e-200, "f": 1e-25}
 #: last row), but no block has fewer than CAUSAL_MIN_ROWS rows
 CAUSAL_BLOCKS = 8
 CAUSAL_MIN_ROWS = 32
+#: every B_h symmetric (and n ≥ 2 TILE, no mask): square tiles of this many rows, the upper
+#: triangle only (a float64 tile of TILE² scores stays in a 1 MB L2 cache)
+TILE = 256
+
+#: operand buffers (not the score block) up to this many elements are kept per thread between calls
+REUSE_MAX_ELEMENTS = 1 << 21
 
 _local = threading.local()
 
 
-def _scratch(size: int, dtype: type) -> np.ndarray:
-    """A per-thread score buffer, reused across calls (no page faults in the hot loop)."""
-    key = np.dtype(dtype).char
+def _scratch(size: int, dtype: type, slot: str = "scores") -> np.ndarray:
+    """A per-thread buffer of ``size`` elements, reused across calls.
+
+    Fresh arrays of more than a few hundred kB are mapped pages, and their first
+    touch costs page faults: at n = 1024, d = 64 building the GEMM operands anew took
+    a third of a two-thread call.  ``slot`` names the buffer (the score block, the
+    operands of one head), so that buffers in use at the same time never alias.
+    Operands above :data:`REUSE_MAX_ELEMENTS` are allocated afresh, so that what
+    stays allocated between calls is bounded.
+    """
+    if slot != "scores" and size > REUSE_MAX_ELEMENTS:  # large: the faults are small next to the O(n²) work
+        return np.empty(size, dtype=dtype)
+    key = f"{slot}:{np.dtype(dtype).char}"
     buf = getattr(_local, key, None)
     if buf is None or buf.size < size:
-        buf = np.empty(max(size, BLOCK_ELEMENTS), dtype=dtype)
+        buf = np.empty(max(size, BLOCK_ELEMENTS if slot == "scores" else 0), dtype=dtype)
         setattr(_local, key, buf)
     return buf[:size]
+
+
+@jit(fastmath={"contract"})
+def _exp_block64(z, first):  # pragma: no cover - compiled
+    """``z ← exp(z)`` in place on a (rows, cols) float64 block of shifted scores (≤ 0).
+
+    ``first ≥ 0`` (causal mask): row ``i`` is token ``first + i``, and its columns
+    ``j > first + i`` are set to 0 instead.  The loop vectorises (the branch-free
+    :func:`~meanfield.kernels.fused.exp_nonpositive_scalar`): about 2.5× ``np.exp``.
+    """
+    rows, cols = z.shape
+    for i in range(rows):
+        stop = cols if first < 0 else min(cols, first + i + 1)
+        for j in range(stop):
+            z[i, j] = exp_nonpositive_scalar(z[i, j])
+        for j in range(stop, cols):
+            z[i, j] = 0.0
+
+
+@jit(fastmath={"contract"})
+def _exp_block32(z, first):  # pragma: no cover - compiled
+    """float32 twin of :func:`_exp_block64` (:func:`~meanfield.kernels.fused32.exp32_nonpositive_scalar`)."""
+    rows, cols = z.shape
+    zero = np.float32(0.0)
+    for i in range(rows):
+        stop = cols if first < 0 else min(cols, first + i + 1)
+        for j in range(stop):
+            z[i, j] = exp32_nonpositive_scalar(z[i, j])
+        for j in range(stop, cols):
+            z[i, j] = zero
 
 
 @lru_cache(maxsize=4)
 def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="meanfield-attn")
+
+
+def _operand_rows(
+    rows: slice,
+    x: np.ndarray,
+    heads: HeadStack,
+    beta: float,
+    kind: str,
+    a: np.ndarray,
+    x_norm_max: float,
+    lhs: list[np.ndarray],
+    rhs: list[np.ndarray],
+    values: list[np.ndarray],
+    shifts: list[np.ndarray],
+) -> None:
+    r"""Rows ``rows`` of the GEMM operands, per head: the shifts :math:`c_i`, the values
+    ``values[h] = [a V_h x | a]``, and the augmented queries and keys.
+
+    Row layout (``lhs[h].shape[1] == d + 1``, one ``rhs[0]`` for all heads):
+    ``lhs[h] = [β B_hᵀx | -c]``, ``rhs = [x | 1]ᵀ``, so that the product is :math:`\beta s_{ij} - c_i`.
+    Symmetric layout (``d + 2``, one ``rhs[h]`` per head): ``lhs[h] = [β B_h x | -c/2 | 1]``,
+    ``rhs[h] = [x | 1 | -c/2]ᵀ``: :math:`\beta s_{ij} - (c_i + c_j)/2`, symmetric in i, j.
+    """
+    d = x.shape[1]
+    xr = x[rows]
+    symmetric = lhs[0].shape[1] == d + 2
+    for keys in rhs:
+        keys[:d, rows] = xr.T
+        keys[d, rows] = 1.0
+    product = _scratch(xr.shape[0] * d, np.float64, "product").reshape(xr.shape[0], d)
+    for h in range(heads.H):
+        np.matmul(xr, heads.B[h], out=product)  # row i: (B^T x_i)^T
+        query = lhs[h][rows]
+        if kind == "relu":
+            query[:, :d] = product
+            query[:, d] = 0.0
+        else:
+            c = beta * x_norm_max * np.sqrt(np.einsum("ij,ij->i", product, product))
+            np.multiply(product, beta, out=query[:, :d], casting="same_kind")
+            if symmetric:
+                query[:, d] = -0.5 * c
+                query[:, d + 1] = 1.0
+                rhs[h][d + 1, rows] = -0.5 * c
+            else:
+                query[:, d] = -c
+            shifts[h][rows] = c
+        np.matmul(xr, heads.V[h].T, out=product)
+        np.multiply(product, a[rows, None], out=values[h][rows, :d], casting="same_kind")
+        values[h][rows, d] = a[rows]
+
+
+def _symmetric_tile(
+    tile: tuple[slice, slice],
+    lhs: list[np.ndarray],
+    rhs: list[np.ndarray],
+    weighted: list[np.ndarray],
+    accumulators: dict[int, np.ndarray],
+    dtype: type,
+) -> None:
+    r"""One tile :math:`(I, J)`, :math:`I \le J`, of the symmetric path, for every head.
+
+    :math:`E_{IJ} = \exp(\beta s_{IJ} - (c_I + c_J)/2)` serves both sides:
+    ``acc[I] += E_IJ @ W_J`` and, off the diagonal, ``acc[J] += E_IJᵀ @ W_I``, into this
+    thread's own accumulator (summed once every tile is done).
+    """
+    rows, cols = tile
+    acc = accumulators.get(threading.get_ident())
+    if acc is None:
+        acc = np.zeros((len(lhs), weighted[0].shape[0], weighted[0].shape[1]))
+        accumulators[threading.get_ident()] = acc  # one key per thread: no other thread writes it
+    z = _scratch((rows.stop - rows.start) * (cols.stop - cols.start), dtype).reshape(rows.stop - rows.start, cols.stop - cols.start)
+    exp_block = _exp_block32 if np.dtype(dtype) == np.float32 else _exp_block64
+    for h in range(len(lhs)):
+        np.matmul(lhs[h][rows], rhs[h][:, cols], out=z)
+        exp_block(z, -1)
+        acc[h, rows] += z @ weighted[h][cols]
+        if rows != cols:
+            acc[h, cols] += z.T @ weighted[h][rows]
 
 
 def _blas_rows(
@@ -63,7 +191,7 @@ def _blas_rows(
     beta: float,
     kind: str,
     lhs: list[np.ndarray],
-    rhs_t: np.ndarray,
+    rhs: list[np.ndarray],
     values: list[np.ndarray],
     shifts: list[np.ndarray],
     out: np.ndarray,
@@ -77,53 +205,141 @@ def _blas_rows(
     """
     d = x.shape[1]
     blk = out[rows]
+    rhs_t = rhs[0]
     cols = rows.stop if causal else rhs_t.shape[1]
     z = _scratch(blk.shape[0] * cols, dtype).reshape(blk.shape[0], cols)
-    rhs = rhs_t[:, :cols] if causal else rhs_t
+    keys = rhs_t[:, :cols] if causal else rhs_t
     upper = np.triu_indices(blk.shape[0], 1) if causal else None
     underflow = _UNDERFLOW[np.dtype(dtype).char]
-    pooled: list[tuple[np.ndarray, np.ndarray]] = []
+    exp_block = _exp_block32 if np.dtype(dtype) == np.float32 else _exp_block64
+    accs: list[np.ndarray] = []
+    row_shifts: list[np.ndarray] = []
     for h in range(heads.H):
         vals = values[h][:cols] if causal else values[h]
-        np.matmul(lhs[h][rows], rhs, out=z)  # beta*s - c_i  (or s for relu), shape (b, n)
+        np.matmul(lhs[h][rows], keys, out=z)  # beta*s - c_i  (or s for relu), shape (b, n)
         if kind == "relu":
             np.maximum(z, 0.0, out=z)
             if causal:
                 z[:, rows.start :][upper] = 0.0
             blk += (z @ vals).astype(float, copy=False)[:, :d]
             continue
-        np.exp(z, out=z)
-        if causal:
-            z[:, rows.start :][upper] = 0.0
+        exp_block(z, rows.start if causal else -1)
         acc = (z @ vals).astype(float)  # (b, d+1): numerator | row sum
-        shift = shifts[h][rows]
-        low = acc[:, d] < underflow
-        if np.any(low):  # the shift overshot the row maximum: redo those rows exactly, in float64
-            idx = np.flatnonzero(low) + rows.start
-            sub = beta * ((x[idx] @ heads.B[h]) @ x[:cols].T)
-            if causal:
-                sub[np.arange(cols)[None, :] > idx[:, None]] = -np.inf
-            row_max = sub.max(axis=1)
-            sub -= row_max[:, None]
-            np.exp(sub, out=sub)
-            acc[low] = sub @ vals.astype(float)
-            shift = shift.copy()
-            shift[low] = row_max
-        if kind == "softmax":
+        accs.append(acc)
+        row_shifts.append(_exact_where_underflow(acc, shifts[h][rows], rows.start, x, heads.B[h], beta, vals, underflow, causal))
+    if kind != "relu":
+        _add_heads(blk, accs, row_shifts, heads, kind)
+
+
+def _exact_where_underflow(
+    acc: np.ndarray,
+    shift: np.ndarray,
+    first: int,
+    x: np.ndarray,
+    B: np.ndarray,
+    beta: float,
+    vals: np.ndarray,
+    underflow: float,
+    causal: bool,
+) -> np.ndarray:
+    """Redo in float64, with the exact row maximum, the rows of ``acc`` (tokens ``first + i``)
+    whose shifted row sum fell below ``underflow``: the shift overshot the row maximum.
+
+    ``vals`` are the value rows of the columns the rows sum over.  Returns the rows' shifts,
+    a copy with the recomputed rows' maxima where any row was redone.
+    """
+    d = x.shape[1]
+    low = acc[:, d] < underflow
+    if not np.any(low):
+        return shift
+    cols = vals.shape[0]
+    idx = np.flatnonzero(low) + first
+    sub = beta * ((x[idx] @ B) @ x[:cols].T)
+    if causal:
+        sub[np.arange(cols)[None, :] > idx[:, None]] = -np.inf
+    row_max = sub.max(axis=1)
+    sub -= row_max[:, None]
+    np.exp(sub, out=sub)
+    acc[low] = sub @ vals.astype(float)
+    shift = shift.copy()
+    shift[low] = row_max
+    return shift
+
+
+def _add_heads(blk: np.ndarray, accs: list[np.ndarray], shifts: list[np.ndarray], heads: HeadStack, kind: str) -> None:
+    r"""Add the heads' velocities to ``blk`` from their shifted sums ``accs[h] = [Σ_j e^{βs_ij - c_i} a_j V_h x_j | Σ_j e^{βs_ij - c_i} a_j]``."""
+    d = blk.shape[1]
+    if kind == "softmax":
+        for acc in accs:
             blk += acc[:, :d] / acc[:, d:]
-        elif kind == "unnormalized":
+    elif kind == "unnormalized":
+        for acc, shift in zip(accs, shifts):
             blk += acc[:, :d] * np.exp(shift)[:, None]
-        else:
-            pooled.append((acc, shift))
-    if kind == "pooled":
-        top = np.max(np.stack([shift for _, shift in pooled]), axis=0)
+    else:  # pooled: one softmax over the heads' pooled sums
+        top = np.max(np.stack(shifts), axis=0)
         num = np.zeros((blk.shape[0], d))
         den = np.zeros(blk.shape[0])
-        for h, (acc, shift) in enumerate(pooled):
+        for h, (acc, shift) in enumerate(zip(accs, shifts)):
             scale = heads.w[h] * np.exp(shift - top)
             num += scale[:, None] * acc[:, :d]
             den += scale * acc[:, d]
         blk[...] = num / den[:, None]
+
+
+def _symmetric_velocity(
+    out: np.ndarray,
+    x: np.ndarray,
+    heads: HeadStack,
+    beta: float,
+    kind: str,
+    lhs: list[np.ndarray],
+    rhs: list[np.ndarray],
+    values: list[np.ndarray],
+    shifts: list[np.ndarray],
+    blocks: list[slice],
+    dtype: type,
+    run: Callable[[Callable[[Any], None], list[Any]], None],
+) -> None:
+    r"""Every :math:`B_h` symmetric: the upper triangle of :data:`TILE`-square tiles only.
+
+    With :math:`\bar c = \max_j c_j` and :math:`W_j = a_j e^{(c_j-\bar c)/2}[V_hx_j \mid 1]`,
+
+    .. math::
+
+        \sum_j a_j e^{\beta s_{ij}}[V_hx_j \mid 1]
+        = e^{(c_i+\bar c)/2}\sum_j E_{ij} W_j, \qquad E_{ij} = e^{\beta s_{ij}-(c_i+c_j)/2} \le 1,
+
+    and :math:`E` is symmetric (:math:`\beta s_{ij}\le\min(c_i,c_j)`), so each tile's score
+    GEMM and ``exp`` serve two tiles of rows: about half of both.  Rows whose sum underflows
+    are redone exactly, as on the row-block path.
+    """
+    n, d = x.shape
+    weighted: list[np.ndarray] = []
+    row_shifts: list[np.ndarray] = []
+    for h in range(heads.H):
+        top = float(shifts[h].max())
+        if top == float(shifts[h].min()):  # B_h = λI on the sphere: every c_j equal, W = values
+            weighted.append(values[h])
+        else:
+            weighted.append((values[h] * np.exp(0.5 * (shifts[h] - top))[:, None]).astype(dtype, copy=False))
+        row_shifts.append(0.5 * (shifts[h] + top))
+    tiles = [slice(s, min(n, s + TILE)) for s in range(0, n, TILE)]
+    pairs = [(tiles[i], tiles[j]) for i in range(len(tiles)) for j in range(i, len(tiles))]
+    accumulators: dict[int, np.ndarray] = {}
+    run(lambda tile: _symmetric_tile(tile, lhs, rhs, weighted, accumulators, dtype), pairs)
+    parts = list(accumulators.values())
+    acc = parts[0]
+    for part in parts[1:]:
+        acc += part
+    underflow = _UNDERFLOW[np.dtype(dtype).char]
+
+    def finish(rows: slice) -> None:
+        accs = [acc[h, rows] for h in range(heads.H)]
+        fixed = [_exact_where_underflow(accs[h], row_shifts[h][rows], rows.start, x, heads.B[h], beta, values[h], underflow, False)
+                 for h in range(heads.H)]
+        _add_heads(out[rows], accs, fixed, heads, kind)
+
+    run(finish, blocks)
 
 
 def velocity_blas(
@@ -155,41 +371,42 @@ def velocity_blas(
     a = token_masses(n, weights)
     dtype = {"float64": np.float64, "float32": np.float32}[precision]
     out = np.zeros((n, d))
-    ones = np.ones((n, 1))
-    # rhs: [x | 1]ᵀ, so that [beta x B | -c] @ rhs = beta s - c
-    rhs_t = np.ascontiguousarray(np.hstack([x, ones]).T, dtype=dtype)
+    symmetric = not causal and kind != "relu" and n >= 2 * TILE and all(np.array_equal(b, b.T) for b in heads.B)
+    # rhs: [x | 1]ᵀ, so that [beta x B | -c] @ rhs = beta s - c (symmetric layout: _operand_rows).  The
+    # operands live in buffers reused across calls (_scratch), filled row block by row block on the pool.
+    width = d + 2 if symmetric else d + 1
+    rhs = [_scratch(width * n, dtype, f"rhs{h}").reshape(width, n) for h in range(heads.H if symmetric else 1)]
+    lhs = [_scratch(n * width, dtype, f"lhs{h}").reshape(n, width) for h in range(heads.H)]
+    values = [_scratch(n * (d + 1), dtype, f"values{h}").reshape(n, d + 1) for h in range(heads.H)]
+    shifts = [np.zeros(n) for _ in range(heads.H)]
+    x_norm_max = float(np.sqrt(np.max(np.einsum("ij,ij->i", x, x))))
+    block = block_rows(n)
+    if causal:  # smaller blocks skip more of the masked triangle (at least 32 rows: GEMM-sized)
+        block = min(block, max(CAUSAL_MIN_ROWS, -(-n // CAUSAL_BLOCKS)))
+    jobs = [slice(s, min(n, s + block)) for s in range(0, n, block)]
+    pairs = float(n) * n * heads.H * (0.5 if causal else 1.0)
+    nthreads = min(threads or threads_for(pairs), len(jobs) if not symmetric else n)
+
+    def run(stage: Callable[[Any], None], items: list[Any]) -> None:
+        if nthreads <= 1 or len(items) == 1:
+            for item in items:
+                stage(item)
+        else:
+            list(_pool(min(nthreads, len(items))).map(stage, items))
+
+    def prepare(rows: slice) -> None:
+        _operand_rows(rows, x, heads, beta, kind, a, x_norm_max, lhs, rhs, values, shifts)
+
     # one BLAS thread per pool thread: the pool already fills the cores, and threaded
     # BLAS on these thin GEMMs only adds synchronisation (up to 50× slower on a loaded machine)
     with one_blas_thread():
-        lhs: list[np.ndarray] = []
-        values: list[np.ndarray] = []
-        shifts: list[np.ndarray] = []
-        for h in range(heads.H):
-            xb = x @ heads.B[h]  # row i: (B^T x_i)^T
-            if kind == "relu":
-                lhs.append(np.ascontiguousarray(np.hstack([xb, np.zeros((n, 1))]), dtype=dtype))
-                shifts.append(np.zeros(n))
-            else:
-                c = beta * np.sqrt(np.sum(xb * xb, axis=1) * np.sum(x * x, axis=1).max())
-                lhs.append(np.ascontiguousarray(np.hstack([beta * xb, -c[:, None]]), dtype=dtype))
-                shifts.append(c)
-            values.append(np.ascontiguousarray(np.hstack([a[:, None] * (x @ heads.V[h].T), a[:, None]]), dtype=dtype))
-        block = block_rows(n)
-        if causal:  # smaller blocks skip more of the masked triangle (at least 32 rows: GEMM-sized)
-            block = min(block, max(CAUSAL_MIN_ROWS, -(-n // CAUSAL_BLOCKS)))
-        starts = range(0, n, block)
-        jobs = [slice(s, min(n, s + block)) for s in starts]
-        if causal:
-            jobs.reverse()  # the longest rows first: the pool balances what is left
-        pairs = float(n) * n * heads.H * (0.5 if causal else 1.0)
-        nthreads = min(threads or threads_for(pairs), len(jobs))
-
-        def work(rows: slice) -> None:
-            _blas_rows(rows, x, heads, beta, kind, lhs, rhs_t, values, shifts, out, dtype, causal)
-
-        if nthreads <= 1:
-            for rows in jobs:
-                work(rows)
+        run(prepare, jobs)  # every operand row is written before any block reads it
+        if symmetric:
+            _symmetric_velocity(out, x, heads, beta, kind, lhs, rhs, values, shifts, jobs, dtype, run)
         else:
-            list(_pool(nthreads).map(work, jobs))
+
+            def work(rows: slice) -> None:
+                _blas_rows(rows, x, heads, beta, kind, lhs, rhs, values, shifts, out, dtype, causal)
+
+            run(work, jobs[::-1] if causal else jobs)  # causal: the longest rows first
     return out

@@ -10,8 +10,10 @@ from meanfield.solvers import bench_compare
 
 
 def test_meanfield_rows_agree_with_the_twin_and_set_the_unit_ratio():
-    rows = bench_compare.compare_frameworks(((96, 3), (40, 7)), rounds=1, min_time=0.0, frameworks=[])
-    assert {(r["n"], r["d"]) for r in rows} == {(96, 3), (40, 7)}
+    rows = bench_compare.compare_frameworks(((96, 3), (40, 7), (48, 12)), rounds=1, min_time=0.0, frameworks=[])
+    assert {(r["n"], r["d"]) for r in rows} == {(96, 3), (40, 7), (48, 12)}
+    # above d = 8 a non-symmetric B is timed too, checked against its own twin
+    assert {r["precision"] for r in rows if r["implementation"] == "meanfield, B not symmetric"} == {"float64", "float32"}
     for r in rows:
         assert r["agrees"], r
         bound = bench_compare.F64_AGREEMENT if r["precision"] == "float64" else bench_compare.F32_AGREEMENT

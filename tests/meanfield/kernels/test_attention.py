@@ -154,3 +154,42 @@ def test_concentrated_tokens_and_loose_shifts(rng, precision, rtol, kind):
         assert np.isfinite(scale) and scale > 0
         got = velocity_blas(x, heads, beta=beta, kind=kind, precision=precision)
         np.testing.assert_allclose(got, reference, rtol=rtol, atol=rtol * scale)
+
+
+@pytest.mark.parametrize("precision, rtol", [("float64", 1e-11), ("float32", 3e-5)])
+@pytest.mark.parametrize("kind", ["softmax", "unnormalized", "pooled"])
+@pytest.mark.parametrize("H", [1, 3])
+def test_blas_symmetric_tiles_match_numpy_twin(rng, kind, H, precision, rtol):
+    # every B_h symmetric: the kernel runs the upper triangle of square tiles (n = 2.6 tiles a side,
+    # so diagonal, off-diagonal and ragged tiles all occur), with masses, empty cells and unequal shifts
+    from meanfield.kernels import blas
+
+    d = 6
+    n = int(2.6 * blas.TILE)
+    x = sample_uniform(n, d, seed=H)
+    A = rng.standard_normal((H, d, d))
+    heads = HeadStack(B=A + A.transpose(0, 2, 1), V=rng.standard_normal((H, d, d)), w=rng.uniform(0.2, 1.0, H))
+    a = rng.uniform(0.0, 1.0, n)
+    a[::7] = 0.0
+    a /= a.sum()
+    for weights in (None, a):
+        reference = velocity_numpy(x, heads, beta=2.5, kind=kind, weights=weights)
+        for threads in (1, 2):
+            got = velocity_blas(x, heads, beta=2.5, kind=kind, weights=weights, precision=precision, threads=threads)
+            np.testing.assert_allclose(got, reference, rtol=rtol, atol=rtol * np.abs(reference).max())
+
+
+@pytest.mark.parametrize("kind", ["softmax", "pooled"])
+def test_blas_symmetric_tiles_redo_rows_that_underflow(kind):
+    # B = diag(1, 1e-3, 1e-3) at β = 3000: tokens near e_2 have c_j ≈ 3 against max c ≈ 3000, so their
+    # tile sums carry e^{(c_j - max c)/2} = 0 and must be redone exactly
+    from meanfield.geometry.sphere import sample_vmf
+    from meanfield.kernels import blas
+
+    n = 3 * blas.TILE
+    x = sample_vmf(n, 3, kappa=50.0, seed=0)
+    x[: n // 2] = sample_vmf(n // 2, 3, kappa=50.0, seed=1)[:, [1, 0, 2]]
+    heads = HeadStack(B=np.diag([1.0, 1e-3, 1e-3])[None], V=np.eye(3)[None])
+    reference = velocity_numpy(x, heads, beta=3000.0, kind=kind)
+    assert np.all(np.isfinite(reference))
+    np.testing.assert_allclose(velocity_blas(x, heads, beta=3000.0, kind=kind), reference, rtol=1e-10, atol=1e-12 * np.abs(reference).max())
