@@ -260,17 +260,20 @@ def bench_time_split(n: int = 4096, d: int = 64, *, beta: float = 1.0, rounds: i
 
         S = \beta\,(X_{\mathrm{rows}}B)X^\top,\qquad P = e^{S-m},\qquad V_{\mathrm{rows}} = P\,[XV^\top\,|\,\mathbf 1]
 
-    timed part by part over the row blocks of the BLAS kernel (one thread, BLAS held to one
-    thread; best of ``rounds``), next to the whole :func:`velocity_blas` call (``kernel_s``, on the
-    kernels' threads).
+    timed part by part over the row blocks of the BLAS kernel's row-block path (one thread, BLAS
+    held to one thread; best of ``rounds``), next to the whole :func:`velocity_blas` call
+    (``kernel_s``, on the kernels' threads; for this symmetric :math:`B = I` it takes the
+    symmetric tile path, which does about half of the first two parts).
     The parts' shares say which of them a faster large-``d`` path must shorten.
 
     Returns
     -------
     dict
-        ``name``, ``n``, ``d``, ``score_gemm_s``, ``exp_s``, ``value_gemm_s``, ``parts_s`` (their sum),
-        ``kernel_s`` and the shares ``score_share``, ``exp_share``, ``value_share`` of ``parts_s``.
+        ``name``, ``n``, ``d``, ``score_gemm_s``, ``exp_s`` (the kernel's numba ``exp``), ``value_gemm_s``,
+        ``parts_s`` (their sum), ``kernel_s``, ``numpy_exp_s`` (``np.exp`` on the same blocks, for
+        comparison) and the shares ``score_share``, ``exp_share``, ``value_share`` of ``parts_s``.
     """
+    from meanfield.kernels.blas import _exp_block64
     from meanfield.kernels.inputs import block_rows
 
     x = sample_uniform(n, d, seed=0)
@@ -280,9 +283,11 @@ def bench_time_split(n: int = 4096, d: int = 64, *, beta: float = 1.0, rounds: i
     values = np.hstack([x @ heads.V[0].T, np.ones((n, 1))])
     z = np.empty((block, n))
     parts = {"score": np.inf, "exp": np.inf, "value": np.inf}
+    numpy_exp = np.inf
     with one_blas_thread():
         for _ in range(max(1, rounds)):
             spent = dict.fromkeys(parts, 0.0)
+            spent_numpy = 0.0
             for start in range(0, n, block):
                 rows = slice(start, min(n, start + block))
                 buf = z[: rows.stop - rows.start]
@@ -290,18 +295,24 @@ def bench_time_split(n: int = 4096, d: int = 64, *, beta: float = 1.0, rounds: i
                 np.matmul(beta * (x[rows] @ heads.B[0]), xt, out=buf)
                 t1 = time.perf_counter()
                 buf -= beta
-                np.exp(buf, out=buf)
+                scores = buf.copy()
                 t2 = time.perf_counter()
-                buf @ values
+                _exp_block64(buf, -1)  # the kernel's own exp
                 t3 = time.perf_counter()
+                np.exp(scores, out=scores)
+                t4 = time.perf_counter()
+                buf @ values
+                t5 = time.perf_counter()
                 spent["score"] += t1 - t0
-                spent["exp"] += t2 - t1
-                spent["value"] += t3 - t2
+                spent["exp"] += t3 - t2
+                spent_numpy += t4 - t3
+                spent["value"] += t5 - t4
             parts = {k: min(parts[k], spent[k]) for k in parts}
+            numpy_exp = min(numpy_exp, spent_numpy)
         kernel = min(_once(lambda: velocity_blas(x, heads, beta=beta)) for _ in range(max(1, rounds)))
     total = sum(parts.values())
     return {"name": "time_split", "n": n, "d": d, "score_gemm_s": parts["score"], "exp_s": parts["exp"],
-            "value_gemm_s": parts["value"], "parts_s": total, "kernel_s": kernel,
+            "value_gemm_s": parts["value"], "parts_s": total, "kernel_s": kernel, "numpy_exp_s": numpy_exp,
             "score_share": parts["score"] / total, "exp_share": parts["exp"] / total, "value_share": parts["value"] / total}
 
 
