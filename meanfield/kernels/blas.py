@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -106,6 +107,21 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="meanfield-attn")
 
 
+@dataclass
+class Operands:
+    r"""The GEMM operands of one call, per head (layouts: :func:`_operand_rows`).
+
+    ``lhs[h]`` the augmented queries, ``rhs`` the augmented keys (one for all heads, or one per
+    head on the symmetric path), ``values[h] = [a V_h x | a]`` and ``shifts[h]`` the bounds
+    :math:`c_i \ge \max_j \beta s^h_{ij}`.
+    """
+
+    lhs: list[np.ndarray]
+    rhs: list[np.ndarray]
+    values: list[np.ndarray]
+    shifts: list[np.ndarray]
+
+
 def _operand_rows(
     rows: slice,
     x: np.ndarray,
@@ -114,10 +130,7 @@ def _operand_rows(
     kind: str,
     a: np.ndarray,
     x_norm_max: float,
-    lhs: list[np.ndarray],
-    rhs: list[np.ndarray],
-    values: list[np.ndarray],
-    shifts: list[np.ndarray],
+    operands: Operands,
 ) -> None:
     r"""Rows ``rows`` of the GEMM operands, per head: the shifts :math:`c_i`, the values
     ``values[h] = [a V_h x | a]``, and the augmented queries and keys.
@@ -129,6 +142,7 @@ def _operand_rows(
     """
     d = x.shape[1]
     xr = x[rows]
+    lhs, rhs, values, shifts = operands.lhs, operands.rhs, operands.values, operands.shifts
     symmetric = lhs[0].shape[1] == d + 2
     for keys in rhs:
         keys[:d, rows] = xr.T
@@ -190,10 +204,7 @@ def _blas_rows(
     heads: HeadStack,
     beta: float,
     kind: str,
-    lhs: list[np.ndarray],
-    rhs: list[np.ndarray],
-    values: list[np.ndarray],
-    shifts: list[np.ndarray],
+    operands: Operands,
     out: np.ndarray,
     dtype: type,
     causal: bool = False,
@@ -205,7 +216,8 @@ def _blas_rows(
     """
     d = x.shape[1]
     blk = out[rows]
-    rhs_t = rhs[0]
+    lhs, values, shifts = operands.lhs, operands.values, operands.shifts
+    rhs_t = operands.rhs[0]
     cols = rows.stop if causal else rhs_t.shape[1]
     z = _scratch(blk.shape[0] * cols, dtype).reshape(blk.shape[0], cols)
     keys = rhs_t[:, :cols] if causal else rhs_t
@@ -292,10 +304,7 @@ def _symmetric_velocity(
     heads: HeadStack,
     beta: float,
     kind: str,
-    lhs: list[np.ndarray],
-    rhs: list[np.ndarray],
-    values: list[np.ndarray],
-    shifts: list[np.ndarray],
+    operands: Operands,
     blocks: list[slice],
     dtype: type,
     run: Callable[[Callable[[Any], None], list[Any]], None],
@@ -314,6 +323,7 @@ def _symmetric_velocity(
     are redone exactly, as on the row-block path.
     """
     n, d = x.shape
+    lhs, rhs, values, shifts = operands.lhs, operands.rhs, operands.values, operands.shifts
     weighted: list[np.ndarray] = []
     row_shifts: list[np.ndarray] = []
     for h in range(heads.H):
@@ -375,10 +385,12 @@ def velocity_blas(
     # rhs: [x | 1]ᵀ, so that [beta x B | -c] @ rhs = beta s - c (symmetric layout: _operand_rows).  The
     # operands live in buffers reused across calls (_scratch), filled row block by row block on the pool.
     width = d + 2 if symmetric else d + 1
-    rhs = [_scratch(width * n, dtype, f"rhs{h}").reshape(width, n) for h in range(heads.H if symmetric else 1)]
-    lhs = [_scratch(n * width, dtype, f"lhs{h}").reshape(n, width) for h in range(heads.H)]
-    values = [_scratch(n * (d + 1), dtype, f"values{h}").reshape(n, d + 1) for h in range(heads.H)]
-    shifts = [np.zeros(n) for _ in range(heads.H)]
+    operands = Operands(
+        lhs=[_scratch(n * width, dtype, f"lhs{h}").reshape(n, width) for h in range(heads.H)],
+        rhs=[_scratch(width * n, dtype, f"rhs{h}").reshape(width, n) for h in range(heads.H if symmetric else 1)],
+        values=[_scratch(n * (d + 1), dtype, f"values{h}").reshape(n, d + 1) for h in range(heads.H)],
+        shifts=[np.zeros(n) for _ in range(heads.H)],
+    )
     x_norm_max = float(np.sqrt(np.max(np.einsum("ij,ij->i", x, x))))
     block = block_rows(n)
     if causal:  # smaller blocks skip more of the masked triangle (at least 32 rows: GEMM-sized)
@@ -395,18 +407,18 @@ def velocity_blas(
             list(_pool(min(nthreads, len(items))).map(stage, items))
 
     def prepare(rows: slice) -> None:
-        _operand_rows(rows, x, heads, beta, kind, a, x_norm_max, lhs, rhs, values, shifts)
+        _operand_rows(rows, x, heads, beta, kind, a, x_norm_max, operands)
 
     # one BLAS thread per pool thread: the pool already fills the cores, and threaded
     # BLAS on these thin GEMMs only adds synchronisation (up to 50× slower on a loaded machine)
     with one_blas_thread():
         run(prepare, jobs)  # every operand row is written before any block reads it
         if symmetric:
-            _symmetric_velocity(out, x, heads, beta, kind, lhs, rhs, values, shifts, jobs, dtype, run)
+            _symmetric_velocity(out, x, heads, beta, kind, operands, jobs, dtype, run)
         else:
 
             def work(rows: slice) -> None:
-                _blas_rows(rows, x, heads, beta, kind, lhs, rhs, values, shifts, out, dtype, causal)
+                _blas_rows(rows, x, heads, beta, kind, operands, out, dtype, causal)
 
             run(work, jobs[::-1] if causal else jobs)  # causal: the longest rows first
     return out

@@ -38,9 +38,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import prange, types
-from numba.extending import intrinsic
 
-from meanfield.kernels.jit import jit, kernel_threads, pjit
+from meanfield.kernels.jit import bitcast, jit, kernel_threads, pjit
 from meanfield.kernels.inputs import check_tokens, is_causal, token_masses
 from meanfield.heads import HeadStack
 
@@ -78,26 +77,9 @@ _C12 = 1.0 / 479001600
 _C13 = 1.0 / 6227020800
 
 
-@intrinsic
-def _bits_to_float(typingctx, bits):  # pragma: no cover - compiled
-    """Reinterpret a uint64 as a float64 (a register bitcast; vectorises)."""
-    sig = types.float64(types.uint64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-
-    return sig, codegen
-
-
-@intrinsic
-def _float_to_bits(typingctx, value):  # pragma: no cover - compiled
-    """Reinterpret a float64 as a uint64 (a register bitcast; vectorises)."""
-    sig = types.uint64(types.float64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.uint64))
-
-    return sig, codegen
+#: register bitcasts between float64 and uint64 (vectorise)
+_bits_to_float = bitcast(types.uint64, types.float64)
+_float_to_bits = bitcast(types.float64, types.uint64)
 
 
 @jit(fastmath={"contract"})

@@ -41,12 +41,11 @@ from __future__ import annotations
 
 import numpy as np
 from numba import prange, types
-from numba.extending import intrinsic
 
 from meanfield.heads import HeadStack
 from meanfield.kernels.inputs import check_tokens, is_causal, token_masses
 from meanfield.kernels.fused import _scores
-from meanfield.kernels.jit import jit, kernel_threads, pjit
+from meanfield.kernels.jit import bitcast, jit, kernel_threads, pjit
 from meanfield.kernels.reference import velocity_numpy
 
 __all__ = ["velocity_fused32", "exp32_nonpositive", "exp32_nonpositive_scalar", "CHUNK32", "FUSED32_KINDS"]
@@ -76,15 +75,8 @@ _C6 = _F(1.0 / 720)
 _C7 = _F(1.0 / 5040)
 
 
-@intrinsic
-def _bits_to_float32(typingctx, bits):  # pragma: no cover - compiled
-    """Reinterpret an int32 as a float32 (a register bitcast; vectorises)."""
-    sig = types.float32(types.int32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float32))
-
-    return sig, codegen
+#: register bitcast of an int32 as a float32 (vectorises)
+_bits_to_float32 = bitcast(types.int32, types.float32)
 
 
 @jit(fastmath={"contract"})

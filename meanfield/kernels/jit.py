@@ -39,12 +39,31 @@ __all__ = [
     "threads_for",
     "kernel_threads",
     "one_blas_thread",
+    "bitcast",
     "PARALLEL_MIN_PAIRS",
 ]
 
 #: score pairs ``n·m·H`` per call below which kernels run on one thread: under load the join of a
 #: parallel region waits for a descheduled thread (measured crossover ~1.5e5 pairs on 2 cores)
 PARALLEL_MIN_PAIRS = 1 << 18
+
+
+def bitcast(source: Any, target: Any) -> Any:
+    """A numba intrinsic reinterpreting a ``source`` scalar's bits as a ``target`` scalar of the same width.
+
+    A register bitcast: no conversion, and loops that call it vectorise (the exponentials of
+    :mod:`meanfield.kernels.fused` and :mod:`meanfield.kernels.fused32` build :math:`2^k` with it).
+    """
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def reinterpret(typingctx: Any, value: Any) -> Any:  # pragma: no cover - compiled
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            return builder.bitcast(args[0], context.get_value_type(target))
+
+        return target(source), codegen
+
+    return reinterpret
 
 
 def jit(func: Callable[..., Any] | None = None, **options: Any) -> Any:
