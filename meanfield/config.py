@@ -110,7 +110,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "num_heads": Key((int,), None, _at_least(1), "H: one [[model.heads]] table (or the default identity head) stands for H heads, each with its own random draws (head h: seed + 1000 h)"),
         "backend": Key((str,), "auto", _choice("auto", "blas", "fused", "harmonic", "local", "numba", "numpy"), "attention kernel (auto: on S² the fastest of harmonic, local and dense by measured cost models; elsewhere fused one-pass softmax for d ≤ 8 in float64, else blas)"),
         "tolerance": Key(NUM, 1e-12, _between(1e-15, 1e-2), "relative accuracy per row of the harmonic and local kernels on S² (the dense kernels are exact to round-off)"),
-        "precision": Key((str,), "float64", _choice("float64", "float32"), "score/exp arithmetic of the dense kernels: float32 runs the fused float32 kernel (d ≤ 8, every law; 3.4–3.7× the float64 one at d = 3) or the blas kernel's float32 buffers, ~1e-6 relative error"),
+        "precision": Key((str,), "float64", _choice("float64", "float32"), "score/exp arithmetic of the dense kernels: float32 runs the fused float32 kernel (d ≤ 8, every law; 3.4–3.7× the float64 one at d = 3) or the blas kernel's float32 buffers, ~1e-6 relative error; on S² with backend auto, a harmonic or local kernel that beats the float32 dense one runs instead, in float64"),
         "assumptions": Key((str,), "check", _choice("check", "warn", "skip"), "Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931) Assumption 1 on (Q, K, V) when W2 to Π♯ρ₀ is tracked"),
     },
     "init": {

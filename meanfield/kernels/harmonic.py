@@ -1229,7 +1229,7 @@ def estimate_sphere_seconds(n: int, beta: float, heads: HeadStack, *, tolerance:
     return {"harmonic": harmonic, "local": local, "dense": dense}
 
 
-def choose_sphere_method(n: int, beta: float, heads: HeadStack, *, mask: str = "none") -> str:
+def choose_sphere_method(n: int, beta: float, heads: HeadStack, *, mask: str = "none", dense_speedup: float = 1.0) -> str:
     """The fastest method for ``n`` tokens at inverse temperature ``beta``: "harmonic", "local" or "dense".
 
     The least of the measured cost models of :func:`estimate_sphere_seconds` (their
@@ -1250,6 +1250,9 @@ def choose_sphere_method(n: int, beta: float, heads: HeadStack, *, mask: str = "
       some 300× the dense kernel).
 
     ``mask="causal"`` compares the causal cost models instead (:func:`estimate_causal_sphere_seconds`).
+    ``dense_speedup`` divides the dense model's cost: the float32 dense kernel's speed over the float64
+    one's (:data:`meanfield.kernels.attention.FUSED32_SPEEDUP`).
     """
     est = estimate_causal_sphere_seconds(n, beta, heads) if is_causal(mask) else estimate_sphere_seconds(n, beta, heads)
+    est["dense"] = est["dense"] / float(dense_speedup)
     return min(est, key=est.get)

@@ -139,6 +139,28 @@ def test_model_float32_precision_runs_close_to_float64():
     assert info.value.key == "model.precision"
 
 
+def test_auto_float32_on_the_sphere_takes_a_faster_sphere_kernel_in_float64():
+    # 16 384 tokens on S² at β = 4: the harmonic kernel's cost model beats even the float32 dense
+    # kernel's, so "auto" in float32 runs it, at float64 accuracy; at 600 tokens it stays float32 dense
+    from meanfield.kernels import attention
+    from meanfield.kernels.harmonic import choose_sphere_method, estimate_sphere_seconds
+
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    n = 16384
+    est = estimate_sphere_seconds(n, 4.0, heads)
+    assert min(est["harmonic"], est["local"]) < est["dense"] / attention.FUSED32_SPEEDUP
+    assert choose_sphere_method(n, 4.0, heads, dense_speedup=attention.FUSED32_SPEEDUP) != "dense"
+    x = sample_uniform(n, 3, seed=5)
+    got = attention_velocity(x, heads, beta=4.0, precision="float32")
+    exact = attention_velocity(x, heads, beta=4.0, precision="float64")
+    np.testing.assert_allclose(got, exact, rtol=0, atol=1e-11 * np.abs(exact).max())
+    small = sample_uniform(600, 3, seed=5)
+    v32 = attention_velocity(small, heads, beta=4.0, precision="float32")
+    v64 = velocity_numpy(small, heads, beta=4.0)
+    error = np.abs(v32 - v64).max() / np.abs(v64).max()
+    assert 1e-12 < error < 1e-5  # float32 arithmetic: not float64-exact, within its bound
+
+
 @pytest.mark.parametrize("precision, rtol", [("float64", 1e-10), ("float32", 2e-4)])
 @pytest.mark.parametrize("kind", ["softmax", "unnormalized", "pooled"])
 def test_concentrated_tokens_and_loose_shifts(rng, precision, rtol, kind):
