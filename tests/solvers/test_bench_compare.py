@@ -45,3 +45,15 @@ def test_blas_is_reported():
 
     info = bench_compare.blas_info()
     assert info and all("internal_api" in lib for lib in info)
+
+
+def test_time_split_parts_and_shares():
+    # the large-d table: the three parts of the row-block path, their shares, and np.exp beside the kernel's exp
+    from meanfield.solvers.bench import bench_time_split
+
+    row = bench_time_split(256, 16, rounds=1)
+    assert row["name"] == "time_split" and (row["n"], row["d"]) == (256, 16)
+    parts = [row["score_gemm_s"], row["exp_s"], row["value_gemm_s"]]
+    assert all(p > 0 for p in parts) and row["kernel_s"] > 0 and row["numpy_exp_s"] > 0
+    np.testing.assert_allclose(row["parts_s"], sum(parts), rtol=1e-12)
+    np.testing.assert_allclose(row["score_share"] + row["exp_share"] + row["value_share"], 1.0, rtol=1e-12)
