@@ -16,12 +16,10 @@ large ``n``; about one kernel call per evaluation).
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from meanfield.heads import HeadStack
-from meanfield.kernels.blas import _pool
+from meanfield.kernels.blas import _pool, exp_block64, thread_buffer
 from meanfield.kernels.inputs import block_rows
 from meanfield.kernels.harmonic import sphere_head_energies
 from meanfield.kernels.jit import one_blas_thread, threads_for
@@ -30,16 +28,6 @@ __all__ = ["head_energies", "energy_multi", "energy_theta"]
 
 #: scores per row block (2 MiB of float64 per thread)
 _BLOCK_ELEMENTS = 1 << 18
-_local = threading.local()
-
-
-def _scratch(size: int) -> np.ndarray:
-    """A per-thread score buffer of the energy, reused across calls."""
-    buf = getattr(_local, "buf", None)
-    if buf is None or buf.size < size:
-        buf = np.empty(size)
-        _local.buf = buf
-    return buf[:size]
 
 
 #: a shifted row sum below this means the Cauchy–Schwarz shift overshot: the row is redone with its maximum
@@ -54,9 +42,9 @@ def _energy_rows(rows: slice, lhs: np.ndarray, rhs_t: np.ndarray, xb: np.ndarray
     column, as in :mod:`meanfield.kernels.blas`); rows whose shifted sum underflows are redone
     with the exact row maximum.
     """
-    z = _scratch((rows.stop - rows.start) * rhs_t.shape[1]).reshape(rows.stop - rows.start, rhs_t.shape[1])
+    z = thread_buffer((rows.stop - rows.start) * rhs_t.shape[1], np.float64, "energy").reshape(rows.stop - rows.start, rhs_t.shape[1])
     np.matmul(lhs[rows], rhs_t, out=z)
-    np.exp(z, out=z)
+    exp_block64(z, -1)  # the attention kernels' vectorised exp (the shifted scores are ≤ 0)
     total = z @ a
     c = shift[rows].copy()
     low = total < _UNDERFLOW

@@ -14,7 +14,7 @@ columns ``[0, r1)`` and zeroes the strict upper triangle of its diagonal square 
 the ``exp``: with blocks of at most ``n/8`` rows that is about 56 % of the unmasked
 pairs.  The blocks go to the pool largest first (the pool hands them out as threads free up).
 
-The ``exp`` is the fused kernels' own vectorised one (:func:`_exp_block64`, :func:`_exp_block32`:
+The ``exp`` is the fused kernels' own vectorised one (:func:`exp_block64`, :func:`exp_block32`:
 2.5× and 4.7× ``np.exp``).  When every :math:`B_h` is symmetric (and there is no mask), the
 shift :math:`(c_i + c_j)/2` makes the shifted score matrix symmetric, and only the upper
 triangle of :data:`TILE`-square tiles is computed, each tile serving the rows of both sides
@@ -37,7 +37,7 @@ from meanfield.kernels.fused32 import exp32_nonpositive_scalar
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import jit, one_blas_thread, threads_for
 
-__all__ = ["velocity_blas"]
+__all__ = ["velocity_blas", "thread_buffer", "exp_block64", "exp_block32"]
 
 #: a shifted row sum below this (by dtype) means the Cauchy–Schwarz shift was too loose:
 #: those rows are recomputed with the exact maximum (float32 sums below ~1e-31 lose digits)
@@ -58,7 +58,7 @@ REUSE_MAX_ELEMENTS = 1 << 21
 _local = threading.local()
 
 
-def _scratch(size: int, dtype: type, slot: str = "scores") -> np.ndarray:
+def thread_buffer(size: int, dtype: type, slot: str = "scores") -> np.ndarray:
     """A per-thread buffer of ``size`` elements, reused across calls.
 
     At n = 1024, d = 64 building the GEMM operands serially with fresh arrays (``hstack``,
@@ -79,7 +79,7 @@ def _scratch(size: int, dtype: type, slot: str = "scores") -> np.ndarray:
 
 
 @jit(fastmath={"contract"})
-def _exp_block64(z, first):  # pragma: no cover - compiled
+def exp_block64(z, first):  # pragma: no cover - compiled
     """``z ← exp(z)`` in place on a (rows, cols) float64 block of shifted scores (≤ 0).
 
     ``first ≥ 0`` (causal mask): row ``i`` is token ``first + i``, and its columns
@@ -96,8 +96,8 @@ def _exp_block64(z, first):  # pragma: no cover - compiled
 
 
 @jit(fastmath={"contract"})
-def _exp_block32(z, first):  # pragma: no cover - compiled
-    """float32 twin of :func:`_exp_block64` (:func:`~meanfield.kernels.fused32.exp32_nonpositive_scalar`)."""
+def exp_block32(z, first):  # pragma: no cover - compiled
+    """float32 twin of :func:`exp_block64` (:func:`~meanfield.kernels.fused32.exp32_nonpositive_scalar`)."""
     rows, cols = z.shape
     zero = np.float32(0.0)
     for i in range(rows):
@@ -153,7 +153,7 @@ def _operand_rows(
     for keys in rhs:
         keys[:d, rows] = xr.T
         keys[d, rows] = 1.0
-    product = _scratch(xr.shape[0] * d, np.float64, "product").reshape(xr.shape[0], d)
+    product = thread_buffer(xr.shape[0] * d, np.float64, "product").reshape(xr.shape[0], d)
     for h in range(heads.H):
         np.matmul(xr, heads.B[h], out=product)  # row i: (B^T x_i)^T
         query = lhs[h][rows]
@@ -194,8 +194,8 @@ def _symmetric_tile(
     if acc is None:
         acc = np.zeros((len(lhs), weighted[0].shape[0], weighted[0].shape[1]))
         accumulators[threading.get_ident()] = acc  # one key per thread: no other thread writes it
-    z = _scratch((rows.stop - rows.start) * (cols.stop - cols.start), dtype).reshape(rows.stop - rows.start, cols.stop - cols.start)
-    exp_block = _exp_block32 if np.dtype(dtype) == np.float32 else _exp_block64
+    z = thread_buffer((rows.stop - rows.start) * (cols.stop - cols.start), dtype).reshape(rows.stop - rows.start, cols.stop - cols.start)
+    exp_block = exp_block32 if np.dtype(dtype) == np.float32 else exp_block64
     for h in range(len(lhs)):
         np.matmul(lhs[h][rows], rhs[h][:, cols], out=z)
         exp_block(z, -1)
@@ -225,11 +225,11 @@ def _blas_rows(
     lhs, values, shifts = operands.lhs, operands.values, operands.shifts
     rhs_t = operands.rhs[0]
     cols = rows.stop if causal else rhs_t.shape[1]
-    z = _scratch(blk.shape[0] * cols, dtype).reshape(blk.shape[0], cols)
+    z = thread_buffer(blk.shape[0] * cols, dtype).reshape(blk.shape[0], cols)
     keys = rhs_t[:, :cols] if causal else rhs_t
     upper = np.triu_indices(blk.shape[0], 1) if causal else None
     underflow = _UNDERFLOW[np.dtype(dtype).char]
-    exp_block = _exp_block32 if np.dtype(dtype) == np.float32 else _exp_block64
+    exp_block = exp_block32 if np.dtype(dtype) == np.float32 else exp_block64
     accs: list[np.ndarray] = []
     row_shifts: list[np.ndarray] = []
     for h in range(heads.H):
@@ -389,12 +389,12 @@ def velocity_blas(
     out = np.zeros((n, d))
     symmetric = not causal and kind != "relu" and n >= 2 * TILE and all(np.array_equal(b, b.T) for b in heads.B)
     # rhs: [x | 1]ᵀ, so that [beta x B | -c] @ rhs = beta s - c (symmetric layout: _operand_rows).  The
-    # operands live in buffers reused across calls (_scratch), filled row block by row block on the pool.
+    # operands live in buffers reused across calls (thread_buffer), filled row block by row block on the pool.
     width = d + 2 if symmetric else d + 1
     operands = Operands(
-        lhs=[_scratch(n * width, dtype, f"lhs{h}").reshape(n, width) for h in range(heads.H)],
-        rhs=[_scratch(width * n, dtype, f"rhs{h}").reshape(width, n) for h in range(heads.H if symmetric else 1)],
-        values=[_scratch(n * (d + 1), dtype, f"values{h}").reshape(n, d + 1) for h in range(heads.H)],
+        lhs=[thread_buffer(n * width, dtype, f"lhs{h}").reshape(n, width) for h in range(heads.H)],
+        rhs=[thread_buffer(width * n, dtype, f"rhs{h}").reshape(width, n) for h in range(heads.H if symmetric else 1)],
+        values=[thread_buffer(n * (d + 1), dtype, f"values{h}").reshape(n, d + 1) for h in range(heads.H)],
         shifts=[np.zeros(n) for _ in range(heads.H)],
     )
     x_norm_max = float(np.sqrt(np.max(np.einsum("ij,ij->i", x, x))))
