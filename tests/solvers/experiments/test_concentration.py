@@ -243,7 +243,7 @@ def test_bench_quick_rows() -> None:
 
 
 @pytest.mark.slow
-def test_tracking_costs_under_ten_percent_of_the_default_experiment() -> None:
+def test_tracking_time_is_a_part_of_the_default_experiment() -> None:
     share = tracking_share()
     assert share["frames"] == 121 and 0.0 < share["tracking_seconds"] <= share["simulation_seconds"]  # the share itself is in bench
 
