@@ -48,7 +48,7 @@ import importlib
 import math
 import importlib.util
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -290,12 +290,12 @@ def concentration_grid_config(*, cells: int, t_final: float, cfl: float = 0.5, s
     return load_config(raw)
 
 
-def concentration_family_rows(betas: Sequence[float], *, spacing: float, refine: bool, t_final: float,
+def concentration_family_rows(betas: Sequence[float], *, spacing: float | Mapping[float, float], refine: bool, t_final: float,
                               cfl: float = 0.5, save_every: float = 0.1) -> list[dict[str, Any]]:
     r"""The β family of the default concentration head on the grid, the mesh following β.
 
-    Each β runs on :math:`N=\lceil4\pi\beta/c^2\rceil` cells (``spacing`` = :math:`c`, at
-    least 200) and, with ``refine``, on :math:`4N` as well; the row holds the finer run's
+    Each β runs on :math:`N=\lceil4\pi\beta/c^2\rceil` cells (``spacing`` = :math:`c`, one
+    for every β or one per β; at least 200 cells) and, with ``refine``, on :math:`4N` as well; the row holds the finer run's
     numbers and the changes from the coarser one (``dw2_min`` relative, ``dt_min``; NaN
     without ``refine``).  Shared by the β-family figures of Alcalde, Bungert, Riedl and
     Roith (arXiv 2605.10931).
@@ -307,7 +307,7 @@ def concentration_family_rows(betas: Sequence[float], *, spacing: float, refine:
     nan = float("nan")
     return [
         {
-            "solver": sweep.solver, "cells": s["n"], "spacing": spacing, "beta": s["beta"], "log_beta": math.log(s["beta"]), "rate": s["rate"],
+            "solver": sweep.solver, "cells": s["n"], "spacing": s["spacing"], "beta": s["beta"], "log_beta": math.log(s["beta"]), "rate": s["rate"],
             "t_min": s["t_min"], "w2_min": s["w2_min"], "ratio": s["ratio"], "w2_initial": s["w2_initial"],
             "w2_final": s["w2_final"], "min_at_end": int(s["min_at_end"]), "under_resolved": int(bool(s["under_resolved"])),
             "cells_coarse": s.get("n_coarse", nan), "w2_min_coarse": s.get("w2_min_coarse", nan),
@@ -315,6 +315,19 @@ def concentration_family_rows(betas: Sequence[float], *, spacing: float, refine:
         }
         for s in sweep.summaries
     ]
+
+
+def family_mesh_label(rows: Sequence[dict[str, Any]]) -> str:
+    """The meshes of a β-family figure in a title: ``N = 4πβ/c²`` with its constant(s) and the range of N."""
+    groups: dict[float, list[float]] = {}
+    for r in sorted(rows, key=lambda r: r["beta"]):
+        groups.setdefault(float(r["spacing"]), []).append(float(r["beta"]))
+    if len(groups) == 1:
+        constant = f"c = {next(iter(groups)):g}"
+    else:
+        constant = ", ".join(f"c = {c:g} at β = {', '.join(f'{b:g}' for b in betas)}" for c, betas in groups.items())
+    cells = sorted(int(r["cells"]) for r in rows)
+    return f"N = 4πβ/c² cells, {constant}; N = {cells[0]} … {cells[-1]}"
 
 
 def convergence_claim(rows: Sequence[dict[str, Any]], *, tolerance: float) -> dict[str, dict[str, Any]]:

@@ -27,8 +27,9 @@ diffusion puts a floor of the order of the cell size under the minima).
 Claim: slope > 0 with :math:`R^2\ge0.9`, and :math:`\max_\beta W_{2,\min}/r(\beta)\le1`.
 
 The mesh follows β: :math:`N=\lceil4\pi\beta/c^2\rceil` cells, spacing :math:`c\,\beta^{-1/2}`
-(full: :math:`c = 0.5`, β = 4, 16, 64, each also on :math:`4N` cells, and the claim that
-W2_min moves by at most 2 % between the two; quick: :math:`c = 0.7`, β = 4 … 32, one mesh).
+(full: β = 4, 16, 64 with :math:`c = 0.25` at β = 4 and :math:`c = 0.5` at 16 and 64, each also
+on :math:`4N` cells, and the claim that W2_min moves by at most 2 % between the two; at β = 4,
+:math:`c = 0.5` moves it 3.2 %, so that β runs finer; quick: :math:`c = 0.7`, β = 4 … 32, one mesh).
 Second-order scheme (``grid.order = 2``).
 
 Runtime: under a minute with ``--quick``; in full about 15 min on two cores (the
@@ -48,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import concentration_family_rows, convergence_claim, script_main, write_rows
+from meanfield.figures import concentration_family_rows, convergence_claim, family_mesh_label, script_main, write_rows
 
 ID = "concentration_w2min_rate"
 PAPER = "2605.10931"
@@ -58,7 +59,7 @@ DESCRIPTION = "W2_min against √(log(β+1)/β) on log-log axes with the fitted 
 # ---- constants -----------------------------------------------------------
 BETAS = (4.0, 16.0, 64.0)
 #: the mesh follows β: N = 4πβ/c² cells (h = c·β^{-1/2}), and 4N for the convergence check
-SPACING = 0.5
+SPACING = {4.0: 0.25, 16.0: 0.5, 64.0: 0.5}
 T_FINAL = 16.0
 QUICK_BETAS = (4.0, 8.0, 16.0, 32.0)
 QUICK_SPACING = 0.7
@@ -127,7 +128,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_ylabel(r"$W_{2,\min} = \min_t\, W_2(\rho_t, \Pi_\sharp\rho_0)$")
     ax.set_title(
         f"Thm 1 of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the closest approach to $\\Pi_\\sharp\\rho_0$ against the rate\n"
-        f"grid solver on $S^2$ (N = 4πβ/{rows[0]['spacing']:g}² cells, N = {int(rows[0]['cells'])} … {int(rows[-1]['cells'])}; uniform $\\rho_0$, $S=\\mathrm{{diag}}(1,0.5,0.25)$)",
+        f"grid solver on $S^2$ ({family_mesh_label(rows)}; uniform $\\rho_0$, $S=\\mathrm{{diag}}(1,0.5,0.25)$)",
         fontsize=8,
     )
     ax.legend(fontsize=7, loc="upper left")

@@ -31,7 +31,8 @@ Transformers in the Low-Temperature Regime, arXiv 2605.10931).
                           [--single] [--out DIR] [--csv F] [--plot F.png]
       runs the family of β and fits t_min against log β and W2_min against sqrt(log(β+1)/β).
       On S² the resolution follows β: N = 4πβ/C² cells (or quasi-uniform particles), so that their
-      spacing sqrt(4π/N) is C·β^(-1/2), C = 0.5 unless --spacing says otherwise; --cells fixes N.
+      spacing sqrt(4π/N) is C·β^(-1/2), C = 0.5 unless --spacing says otherwise (one C, or one per β:
+      --spacing 4:0.25,16:0.5,64:0.5); --cells fixes N.
       Each β runs on N and on 4N (the spacing halved) and the table gives the change of W2_min and
       t_min between the two: the convergence columns (--single: one run per β).
 
@@ -55,7 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="DIR", help="--sweep-beta: keep the runs as DIR/beta_<β>.h5")
     p.add_argument("--solver", choices=("particle", "grid"), help="--sweep-beta: solver family (default on S²: grid; elsewhere the config's)")
     p.add_argument("--cells", type=int, metavar="N", help="--sweep-beta: cells (or particles) of every β, the coarser of the two runs")
-    p.add_argument("--spacing", type=float, metavar="C", help="--sweep-beta on S²: N = 4πβ/C² (default C = 0.5)")
+    p.add_argument("--spacing", metavar="C | B:C,…", help="--sweep-beta on S²: N = 4πβ/C² (default C = 0.5), one C or one per β (4:0.25,16:0.5)")
     p.add_argument("--single", action="store_true", help="--sweep-beta: one run per β, no convergence columns")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="--sweep-beta: override a config key")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -72,8 +73,13 @@ def _check_options(args: argparse.Namespace) -> None:
                 raise ConfigError(option, "only applies with --sweep-beta")
     if args.cells is not None and args.cells < 12:
         raise ConfigError("--cells", f"must be at least 12, got {args.cells}")
-    if args.spacing is not None and not (np.isfinite(args.spacing) and args.spacing > 0):
-        raise ConfigError("--spacing", f"must be a positive number, got {args.spacing}")
+    if args.spacing is not None:
+        from meanfield.solvers.experiments.concentration import parse_betas, parse_spacing, spacing_of
+
+        args.spacing = parse_spacing(args.spacing)
+        if isinstance(args.spacing, dict) and args.sweep_beta is not None:
+            for beta in parse_betas(args.sweep_beta):
+                spacing_of(args.spacing, beta)  # every β has its constant, before any run
     if args.cells is not None and args.spacing is not None:
         raise ConfigError("--cells", "give --cells or --spacing, not both")
     if not Path(args.path).exists():
@@ -141,7 +147,11 @@ def _sweep(args: argparse.Namespace) -> int:
     spacing = None
     if args.cells is None and on_sphere:
         spacing = SWEEP_SPACING if args.spacing is None else args.spacing
-        print(f"the resolution follows β: N = 4πβ/{spacing:g}² (spacing {spacing:g}·β^(-1/2))"
+        if isinstance(spacing, dict):
+            rule = "N = 4πβ/C² (spacing C·β^(-1/2), " + ", ".join(f"C = {c:g} at β = {b:g}" for b, c in spacing.items()) + ")"
+        else:
+            rule = f"N = 4πβ/{spacing:g}² (spacing {spacing:g}·β^(-1/2))"
+        print(f"the resolution follows β: {rule}"
               + ("" if args.single else ", and 4N for the convergence columns"), file=sys.stderr)
     elif args.spacing is not None:
         raise ConfigError("--spacing", f"the resolution follows β on S² (d = 3) only, got model.d = {cfg['model']['d']}")
@@ -157,7 +167,7 @@ def _sweep(args: argparse.Namespace) -> int:
         if s["under_resolved"]:
             print(f"warning: β = {s['beta']:g}: {s['under_resolved']}", file=sys.stderr)
     if args.csv:
-        keys = ["beta", "n", "t_min", "w2_min", "threshold", "t_a", "t_b", "window_length", "rate", "ratio", "min_at_end", "under_resolved", "wall_time"]
+        keys = ["beta", "n", "spacing", "t_min", "w2_min", "threshold", "t_a", "t_b", "window_length", "rate", "ratio", "min_at_end", "under_resolved", "wall_time"]
         if not args.single:
             keys += ["n_coarse", "w2_min_coarse", "t_min_coarse", "dw2_min", "dt_min"]
         rows = [[s[k] if k != "under_resolved" else bool(s[k]) for k in keys] for s in sweep.summaries]

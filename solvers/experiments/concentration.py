@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ from meanfield.analysis.projection import concentration_rate, eigenspace_distanc
 from meanfield.config import load_config
 from meanfield.errors import ConfigError
 
-__all__ = ["DEFAULT_CONCENTRATION_CONFIG", "BetaSweep", "sweep_beta", "sweep_size", "SWEEP_SPACING", "REFINEMENT", "tracking_share", "bench_concentration"]
+__all__ = ["DEFAULT_CONCENTRATION_CONFIG", "BetaSweep", "sweep_beta", "sweep_size", "parse_betas", "parse_spacing", "spacing_of", "SWEEP_SPACING", "REFINEMENT", "tracking_share", "bench_concentration"]
 
 #: The default concentration experiment on S² (also ``data/concentration.toml``; keep them equal).
 #: ``B = QᵀK = K`` and ``V`` are chosen so that ``S = V Bᵀ = diag(1, 0.5, 0.25)`` exactly
@@ -147,7 +147,8 @@ class BetaSweep:
         return "\n".join(lines)
 
 
-def _parse_betas(betas: Sequence[float] | str) -> NDArray[np.float64]:
+def parse_betas(betas: Sequence[float] | str) -> NDArray[np.float64]:
+    """The β of a sweep, sorted: a sequence or ``"b1,b2,…"``, at least two distinct, each finite and > 0 (else ``--sweep-beta`` is named)."""
     if isinstance(betas, str):
         try:
             values = [float(item) for item in betas.split(",") if item.strip()]
@@ -168,6 +169,48 @@ def _parse_betas(betas: Sequence[float] | str) -> NDArray[np.float64]:
 SWEEP_SPACING = 0.5
 #: the second resolution of each β has this many times the degrees of freedom (h / 2)
 REFINEMENT = 4
+
+
+def parse_spacing(text: str | float | Mapping[float, float]) -> float | dict[float, float]:
+    """The ``--spacing`` of a β sweep: one constant ``C``, or ``"B1:C1,B2:C2,…"``, a constant per β.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--spacing``, for anything else or a constant that is not a positive number.
+    """
+    if isinstance(text, Mapping):
+        pairs = {float(b): float(c) for b, c in text.items()}
+    elif isinstance(text, str) and ":" in text:
+        pairs = {}
+        for item in (part.strip() for part in text.split(",")):
+            beta, sep, value = item.partition(":")
+            try:
+                pairs[float(beta)] = float(value)
+            except ValueError:
+                raise ConfigError("--spacing", f"expected C or B1:C1,B2:C2,…, got {text!r}") from None
+    else:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise ConfigError("--spacing", f"expected C or B1:C1,B2:C2,…, got {text!r}") from None
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError("--spacing", f"must be a positive number, got {text}")
+        return value
+    bad = {b: c for b, c in pairs.items() if not (c > 0 and math.isfinite(c))}
+    if bad:
+        raise ConfigError("--spacing", f"every constant must be a positive number, got {bad}")
+    return pairs
+
+
+def spacing_of(spacing: float | Mapping[float, float], beta: float) -> float:
+    """The constant :math:`c` of one β: ``spacing`` itself, or its entry for β (``--spacing`` names a missing one)."""
+    if not isinstance(spacing, Mapping):
+        return float(spacing)
+    for key, value in spacing.items():
+        if math.isclose(float(key), float(beta), rel_tol=1e-12):
+            return float(value)
+    raise ConfigError("--spacing", f"no constant for β = {beta:g}; it gives {', '.join(f'{float(b):g}' for b in spacing)}")
 
 
 def sweep_size(beta: float, *, spacing: float = SWEEP_SPACING, minimum: int = 200) -> int:
@@ -195,7 +238,7 @@ def sweep_beta(
     threshold: float | None = None,
     quiet: bool = True,
     policy: str | None = None,
-    spacing: float | None = None,
+    spacing: float | Mapping[float, float] | None = None,
     size: int | None = None,
     refine: bool = False,
 ) -> BetaSweep:
@@ -241,8 +284,10 @@ def sweep_beta(
         No progress bars.
     policy : {"check", "warn", "skip"}, optional
         Assumption-1 policy (default ``model.assumptions``).
-    spacing : float, optional
-        The constant :math:`c` of :math:`h\le c\beta^{-1/2}` (S² only; e.g. :data:`SWEEP_SPACING`).
+    spacing : float or mapping of β to float, optional
+        The constant :math:`c` of :math:`h\le c\beta^{-1/2}` (S² only; e.g. :data:`SWEEP_SPACING`),
+        one for every β or one per β (:func:`parse_spacing`; a β without one is a
+        :class:`~meanfield.errors.ConfigError`).
     size : int, optional
         Cells or particles of every β (the coarser run when refining); overrides ``spacing``.
     refine : bool
@@ -255,7 +300,7 @@ def sweep_beta(
     from meanfield.solvers.run import simulate_config
 
     base = load_config(cfg) if isinstance(cfg, (str, Path)) else copy.deepcopy(cfg)
-    values = _parse_betas(betas)
+    values = parse_betas(betas)
     if solver is not None:
         if solver not in ("particle", "grid"):
             raise ConfigError("--solver", f"expected 'particle' or 'grid', got {solver!r}")
@@ -276,6 +321,10 @@ def sweep_beta(
     d = base["model"]["d"]
     if spacing is not None and size is None and d != 3:
         raise ConfigError("--spacing", f"the size follows β on S² (d = 3) only, got model.d = {d}")
+    constants: dict[float, float] = {}
+    if spacing is not None:
+        spacing = parse_spacing(spacing)
+        constants = {float(beta): spacing_of(spacing, beta) for beta in values}  # a missing β fails before any run
     if size is not None and not (isinstance(size, (int, np.integer)) and size >= 12):
         raise ConfigError("--cells", f"must be an integer ≥ 12, got {size!r}")
     if policy is not None:
@@ -286,7 +335,7 @@ def sweep_beta(
     summaries: list[dict[str, Any]] = []
     files: list[str] = []
     for beta in values:
-        first = int(size) if size is not None else (sweep_size(beta, spacing=spacing) if spacing is not None else resolution_size(base))
+        first = int(size) if size is not None else (sweep_size(beta, spacing=constants[float(beta)]) if spacing is not None else resolution_size(base))
         sizes = [first, REFINEMENT * first] if refine else [first]
         results = []
         for k, n in enumerate(sizes):
@@ -307,6 +356,7 @@ def sweep_beta(
         summary.update(
             beta=float(beta),
             n=n,
+            spacing=constants[float(beta)] if spacing is not None and size is None else math.nan,  # c of N = 4πβ/c² (the coarser run)
             rate=rate,
             ratio=summary["w2_min"] / rate,
             under_resolved=resolution_warning(n, float(beta), d) or "",

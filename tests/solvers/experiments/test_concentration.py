@@ -21,6 +21,7 @@ from meanfield.analysis.concentration import concentration_summary, tracker_from
 from meanfield.solvers.experiments.concentration import (
     DEFAULT_CONCENTRATION_CONFIG,
     bench_concentration,
+    parse_spacing,
     sweep_beta,
     sweep_size,
     SWEEP_SPACING,
@@ -337,6 +338,11 @@ def test_cli_exit_codes(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture) 
         (["concentration", "--sweep-beta", "4", str(good)], "--sweep-beta"),
         (["concentration", "--sweep-beta", "x,y", str(good)], "--sweep-beta"),
         (["concentration", "--sweep-beta", "2,4", str(good), "--set", "model.nope=1"], "model.nope"),
+        (["concentration", "--sweep-beta", "2,4", str(good), "--spacing", "-0.5"], "--spacing"),
+        (["concentration", "--sweep-beta", "2,4", str(good), "--spacing", "2:0.5,4:x"], "--spacing"),
+        (["concentration", "--sweep-beta", "2,4", str(good), "--spacing", "2:0.5,4:0"], "--spacing"),
+        (["concentration", "--sweep-beta", "2,4", str(good), "--spacing", "2:0.5"], "β = 4"),  # every β needs its constant
+        (["concentration", str(run), "--spacing", "0.5"], "--spacing"),
     ):
         assert run_cli(argv) == 2, argv
         assert key in capsys.readouterr().err
@@ -375,6 +381,30 @@ def test_sweep_size_follows_the_kernel_width() -> None:
     assert sweep_size(1.0) == 200 and sweep_size(1024.0, spacing=1.0) == 12868
     with pytest.raises(ConfigError):
         sweep_size(4.0, spacing=0.0)
+
+
+def test_spacing_per_beta_sets_each_size(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture) -> None:
+    assert parse_spacing("0.25") == 0.25 and parse_spacing(0.5) == 0.5
+    assert parse_spacing("4:0.25, 16:0.5") == {4.0: 0.25, 16.0: 0.5}
+    cfg = _config("init.kind=fibonacci", "solver.t_final=1", "solver.dt=0.1", "solver.save_every=0.25")
+    constants = {2.0: 1.0, 6.0: 0.5}
+    sweep = sweep_beta(cfg, [6.0, 2.0], spacing=constants)
+    assert [s["n"] for s in sweep.summaries] == [200, math.ceil(4 * math.pi * 6.0 / 0.25)] == [200, 302]
+    assert [s["spacing"] for s in sweep.summaries] == [1.0, 0.5]
+    with pytest.raises(ConfigError, match="β = 6") as info:  # before any run
+        sweep_beta(cfg, [2.0, 6.0], spacing={2.0: 1.0})
+    assert info.value.key == "--spacing"
+    # the CLI: one constant per β, the grid by default on S², the constant in the CSV
+    raw = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
+    raw["solver"].update(t_final=1.0, dt=0.1, save_every=0.25)
+    config = _write_config(tmp_path / "c.toml", raw)
+    argv = ["concentration", "--sweep-beta", "2,6", str(config), "--spacing", "2:1,6:0.5", "--single",
+            "--csv", str(tmp_path / "s.csv"), "--quiet"]
+    assert run_cli(argv) == 0
+    assert "C = 1 at β = 2, C = 0.5 at β = 6" in capsys.readouterr().err
+    rows = np.genfromtxt(tmp_path / "s.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
+    np.testing.assert_array_equal(rows["n"], [200, 302])
+    np.testing.assert_allclose(rows["spacing"], [1.0, 0.5], rtol=0)
 
 
 def test_refined_sweep_reports_the_change_between_resolutions(tmp_path: Path) -> None:
