@@ -298,14 +298,21 @@ def concentration_family_rows(betas: Sequence[float], *, spacing: float | Mappin
     for every β or one per β; at least 200 cells) and, with ``refine``, on :math:`4N` as well; the row holds the finer run's
     numbers and the changes from the coarser one (``dw2_min`` relative, ``dt_min``; NaN
     without ``refine``).  Shared by the β-family figures of Alcalde, Bungert, Riedl and
-    Roith (arXiv 2605.10931).
+    Roith (arXiv 2605.10931): a second call with the same arguments in one process returns
+    the first one's rows (a copy) without running the sweep again.
     """
+    import copy
+
     from meanfield.solvers.experiments.concentration import sweep_beta
 
+    key = (tuple(float(b) for b in betas), tuple(sorted(spacing.items())) if isinstance(spacing, Mapping) else float(spacing),
+           bool(refine), float(t_final), float(cfl), float(save_every))
+    if key in _FAMILY_ROWS:  # the β-family figures share their sweep when made in one process (meanfield reproduce)
+        return copy.deepcopy(_FAMILY_ROWS[key])
     cfg = concentration_grid_config(cells=200, t_final=t_final, cfl=cfl, save_every=save_every)
     sweep = sweep_beta(cfg, betas, solver="grid", spacing=spacing, refine=refine)
     nan = float("nan")
-    return [
+    rows = [
         {
             "solver": sweep.solver, "cells": s["n"], "spacing": s["spacing"], "beta": s["beta"], "log_beta": math.log(s["beta"]), "rate": s["rate"],
             "t_min": s["t_min"], "w2_min": s["w2_min"], "ratio": s["ratio"], "w2_initial": s["w2_initial"],
@@ -315,6 +322,12 @@ def concentration_family_rows(betas: Sequence[float], *, spacing: float | Mappin
         }
         for s in sweep.summaries
     ]
+    _FAMILY_ROWS[key] = copy.deepcopy(rows)
+    return rows
+
+
+#: the rows of :func:`concentration_family_rows` by its arguments, for the figures made in this process
+_FAMILY_ROWS: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
 
 
 def family_mesh_label(rows: Sequence[dict[str, Any]]) -> str:

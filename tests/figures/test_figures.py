@@ -183,3 +183,26 @@ def test_family_mesh_label_names_each_constant_with_its_betas():
             {"beta": 64.0, "spacing": 0.5, "cells": 12868}]
     assert FIGURES.family_mesh_label(rows) == "N = 4πβ/c² cells, c = 0.25 at β = 4, c = 0.5 at β = 16, 64; N = 3220 … 12868"
     assert FIGURES.family_mesh_label(rows[:1]) == "N = 4πβ/c² cells, c = 0.5; N = 3220 … 3220"
+
+
+def test_family_rows_run_their_sweep_once_per_process(monkeypatch):
+    from types import SimpleNamespace
+
+    from meanfield.solvers.experiments import concentration
+
+    calls = []
+
+    def fake_sweep(cfg, betas, **options):
+        calls.append((tuple(betas), options["spacing"]))
+        summaries = [{"n": 200, "spacing": 0.7, "beta": b, "rate": 0.5, "t_min": 1.0, "w2_min": 0.3, "ratio": 0.6,
+                      "w2_initial": 1.0, "w2_final": 0.7, "min_at_end": False, "under_resolved": ""} for b in betas]
+        return SimpleNamespace(solver="grid", summaries=summaries)
+
+    monkeypatch.setattr(concentration, "sweep_beta", fake_sweep)
+    monkeypatch.setattr(FIGURES, "_FAMILY_ROWS", {})
+    first = FIGURES.concentration_family_rows((2.0, 3.0), spacing={2.0: 0.7, 3.0: 0.7}, refine=False, t_final=1.0)
+    first[0]["w2_min"] = -1.0  # a caller's edit does not reach the next one
+    second = FIGURES.concentration_family_rows((2.0, 3.0), spacing={3.0: 0.7, 2.0: 0.7}, refine=False, t_final=1.0)
+    assert len(calls) == 1 and second[0]["w2_min"] == 0.3 and [r["beta"] for r in second] == [2.0, 3.0]
+    FIGURES.concentration_family_rows((2.0, 3.0), spacing=0.7, refine=False, t_final=2.0)  # other arguments: a new sweep
+    assert len(calls) == 2
