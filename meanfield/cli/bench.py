@@ -7,6 +7,8 @@ import math
 import sys
 from typing import Any
 
+from meanfield.errors import ConfigError
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -21,7 +23,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", action="store_true",
                    help="instead: the softmax velocity against torch and JAX where installed (results checked against the "
                         "NumPy twin first, timed in rotating rounds on the same threads), as t_other / t_meanfield")
+    p.add_argument("--cases", metavar="N:D,…", help="with --compare: the token counts and dimensions to compare, e.g. 4096:32,1024:384 "
+                   "(default: 4096:3,16384:3,4096:64,1024:64; --quick: 1024:3,1024:64)")
     p.set_defaults(func=main)
+
+
+def parse_cases(text: str) -> tuple[tuple[int, int], ...]:
+    """``"N:D,N:D,…"`` as ``((N, D), …)``: each N ≥ 2 and D ≥ 2 (else a :class:`ConfigError` naming ``--cases``)."""
+    cases = []
+    for item in (part.strip() for part in text.split(",")):
+        n, sep, d = item.partition(":")
+        try:
+            case = (int(n), int(d))
+        except ValueError:
+            raise ConfigError("--cases", f"expected N:D pairs such as 4096:32,1024:384, got {text!r}") from None
+        if not sep or case[0] < 2 or case[1] < 2:
+            raise ConfigError("--cases", f"each case needs N ≥ 2 tokens and dimension D ≥ 2, got {item!r}")
+        cases.append(case)
+    return tuple(cases)
 
 
 def _fmt(value: Any) -> str:
@@ -56,10 +75,11 @@ def _print_table(name: str, rows: list[dict[str, Any]]) -> None:
         print("  ".join(_fmt(r.get(k, "")) for k in keys))
 
 
-def _compare(args: argparse.Namespace) -> int:
+def _compare(args: argparse.Namespace, cases: tuple[tuple[int, int], ...] | None) -> int:
     from meanfield.solvers.bench_compare import COMPARE_CASES, available_frameworks, compare_environment, compare_frameworks, format_comparison
 
-    cases = ((1024, 3), (1024, 64)) if args.quick else COMPARE_CASES
+    if cases is None:
+        cases = ((1024, 3), (1024, 64)) if args.quick else COMPARE_CASES
     rows = compare_frameworks(cases)
     environment = compare_environment()
     if args.json:
@@ -80,8 +100,10 @@ def _compare(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     from meanfield.solvers.bench import run_benchmarks
 
+    if args.cases is not None and not args.compare:
+        raise ConfigError("--cases", "only applies with --compare")
     if args.compare:
-        return _compare(args)
+        return _compare(args, parse_cases(args.cases) if args.cases is not None else None)  # a bad case fails before any timing
 
     tables = run_benchmarks(quick=args.quick)
     if args.json:

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import numpy as np
 import pytest
 
+from meanfield.errors import ConfigError
 from meanfield.solvers import bench_compare
 
 
@@ -57,3 +59,22 @@ def test_time_split_parts_and_shares():
     assert all(p > 0 for p in parts) and row["kernel_s"] > 0 and row["numpy_exp_s"] > 0
     np.testing.assert_allclose(row["parts_s"], sum(parts), rtol=1e-12)
     np.testing.assert_allclose(row["score_share"] + row["exp_share"] + row["value_share"], 1.0, rtol=1e-12)
+
+
+def test_compare_cases_from_the_command_line(capsys, monkeypatch):
+    from meanfield.cli import main
+    from meanfield.cli.bench import parse_cases
+
+    assert parse_cases("4096:32, 1024:384") == ((4096, 32), (1024, 384))
+    for bad in ("64", "64:x", "1:3", "64:1", "64:3,"):
+        with pytest.raises(ConfigError) as info:
+            parse_cases(bad)
+        assert info.value.key == "--cases"
+    assert main(["bench", "--cases", "64:3"]) == 2  # only with --compare
+    assert "--cases" in capsys.readouterr().err
+    seen = []
+    monkeypatch.setattr(bench_compare, "compare_frameworks", lambda cases, _real=bench_compare.compare_frameworks: seen.append(cases) or _real(cases, rounds=1, min_time=0.0, frameworks=[]))
+    assert main(["bench", "--compare", "--cases", "48:3,40:12", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["compare"]
+    assert seen == [((48, 3), (40, 12))]
+    assert {(r["n"], r["d"]) for r in rows} == {(48, 3), (40, 12)} and all(r["agrees"] for r in rows)
