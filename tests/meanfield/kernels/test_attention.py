@@ -187,7 +187,7 @@ def test_blas_symmetric_tiles_match_numpy_twin(rng, kind, H, precision, rtol):
     from meanfield.kernels import blas
 
     d = 6
-    n = int(2.6 * blas.TILE)
+    n = int(2.6 * (blas.TILE32 if precision == "float32" else blas.TILE))
     x = sample_uniform(n, d, seed=H)
     A = rng.standard_normal((H, d, d))
     heads = HeadStack(B=A + A.transpose(0, 2, 1), V=rng.standard_normal((H, d, d)), w=rng.uniform(0.2, 1.0, H))
