@@ -216,7 +216,11 @@ def concentration_summary(
         \text{ containing } t_{\min}
 
     (Theorem 1: metastability near :math:`\Pi_\sharp\rho_0` for
-    :math:`t\lesssim\log\beta`).  The threshold is ``threshold`` if given, else
+    :math:`t\lesssim\log\beta`).  The first local minimum of the saved frames,
+    ``t_first_min`` and ``w2_first_min``, is reported beside the global one: at large β
+    the curve can wander near its floor after it (perturbations of the discretisation
+    decide when the clusters leave, and a later dip may go lower), while the first
+    approach is a property of the flow.  The threshold is ``threshold`` if given, else
     :math:`\theta = \text{factor}\cdot W_{2,\min}` (default twice the minimum).
     :math:`t_a, t_b` are interpolated linearly between saved frames; when the
     curve is still below :math:`\theta` at the first (last) frame the window is
@@ -234,7 +238,9 @@ def concentration_summary(
     Returns
     -------
     dict
-        ``t_min``, ``w2_min``, ``threshold``, ``t_a``, ``t_b``, ``window_length``
+        ``t_min``, ``w2_min``, ``t_first_min``, ``w2_first_min`` (the first frame
+        lower than the next one and not higher than the previous one; the global minimum when the
+        curve never rises), ``threshold``, ``t_a``, ``t_b``, ``window_length``
         (NaN when the threshold is below the minimum), ``open_start``,
         ``open_end``, ``min_at_end`` (the curve was still falling: run longer),
         ``w2_initial``, ``w2_final``.
@@ -258,9 +264,13 @@ def concentration_summary(
     i = int(np.argmin(values))
     w_min = float(values[i])
     theta = float(threshold) if threshold is not None else factor * w_min
+    rises = np.flatnonzero((values[:-1] < values[1:]) & (np.r_[True, values[1:-1] <= values[:-2]]))
+    first = int(rises[0]) if rises.size else i
     out: dict[str, Any] = {
         "t_min": float(times[i]),
         "w2_min": w_min,
+        "t_first_min": float(times[first]),
+        "w2_first_min": float(values[first]),
         "threshold": theta,
         "w2_initial": float(values[0]),
         "w2_final": float(values[-1]),
@@ -396,6 +406,8 @@ class Concentration:
         """``t_min``, ``W2_min`` and the metastable window, in words."""
         s = self.summary
         lines = [f"t_min  = {s['t_min']:.6g}", f"W2_min = {s['w2_min']:.6g}"]
+        if s["t_first_min"] != s["t_min"]:
+            lines.append(f"first local minimum: W2 = {s['w2_first_min']:.6g} at t = {s['t_first_min']:.6g}")
         if np.isnan(s["t_a"]):
             lines.append(f"window: none (threshold {s['threshold']:.4g} < W2_min)")
         else:

@@ -208,6 +208,21 @@ def test_summary_edge_cases() -> None:
     np.testing.assert_allclose([with_nan["t_a"], with_nan["t_b"]], [1.0, 3.5], atol=1e-15)
 
 
+def test_summary_first_local_minimum_beside_the_global_one() -> None:
+    # a first approach, a rise, and a lower later dip (the exit from a metastable state decided late)
+    t = np.linspace(0.0, 10.0, 1001)
+    w = 0.3 + 0.02 * (t - 3.0) ** 2 - 0.4 * np.exp(-((t - 7.0) ** 2) / 0.1)
+    s = concentration_summary(t, w)
+    assert 6.9 < s["t_min"] <= 7.0 and s["w2_min"] == w.min() < 0.25
+    # the first dip: the parabola's vertex t = 3 (the later dip's tail there is e^{-160}), W2 = 0.3
+    np.testing.assert_allclose([s["t_first_min"], s["w2_first_min"]], [3.0, 0.3], atol=1e-12)
+    for curve in ([1.0, 0.8, 0.6, 0.6, 0.5], [0.2, 0.4, 0.3]):  # never rising: the global minimum; rising at once: frame 0
+        c = concentration_summary(np.arange(len(curve), dtype=float), curve)
+        assert (c["t_first_min"], c["w2_first_min"]) == ((4.0, 0.5) if len(curve) == 5 else (0.0, 0.2))
+    plateau = concentration_summary(np.arange(4.0), [0.5, 0.3, 0.3, 0.4])  # a flat bottom: its last frame
+    assert plateau["t_first_min"] == 2.0
+
+
 def test_sweep_beta_tiny_family(tmp_path: Path) -> None:
     cfg = _config("init.n=300", "solver.t_final=10", "solver.dt=0.1", "solver.save_every=0.2")
     sweep = sweep_beta(cfg, [2.0, 8.0, 24.0], out_dir=tmp_path)
