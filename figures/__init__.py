@@ -338,7 +338,7 @@ def family_mesh_label(rows: Sequence[dict[str, Any]]) -> str:
     if len(groups) == 1:
         constant = f"c = {next(iter(groups)):g}"
     else:
-        constant = ", ".join(f"c = {c:g} at β = {', '.join(f'{b:g}' for b in betas)}" for c, betas in groups.items())
+        constant = "c = " + ", ".join(f"{c:g} (β = {', '.join(f'{b:g}' for b in betas)})" for c, betas in groups.items())
     cells = sorted(int(r["cells"]) for r in rows)
     return f"N = 4πβ/c² cells, {constant}; N = {cells[0]} … {cells[-1]}"
 

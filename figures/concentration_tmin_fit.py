@@ -129,7 +129,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_ylabel(r"$t_{\min} = \arg\min_t\, W_2(\rho_t, \Pi_\sharp\rho_0)$")
     ax.set_title(
         f"Thm 1 of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the metastable time grows with β\n"
-        f"grid solver on $S^2$ ({family_mesh_label(rows)}; uniform $\\rho_0$, $S=\\mathrm{{diag}}(1,0.5,0.25)$)",
+        f"grid solver on $S^2$, uniform $\\rho_0$, $S=\\mathrm{{diag}}(1,0.5,0.25)$\n{family_mesh_label(rows)}",
         fontsize=8,
     )
     ax.legend(fontsize=7, loc="upper left")

@@ -127,8 +127,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_xlabel(r"$r(\beta) = \sqrt{\log(\beta+1)/\beta}$")
     ax.set_ylabel(r"$W_{2,\min} = \min_t\, W_2(\rho_t, \Pi_\sharp\rho_0)$")
     ax.set_title(
-        f"Thm 1 of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the closest approach to $\\Pi_\\sharp\\rho_0$ against the rate\n"
-        f"grid solver on $S^2$ ({family_mesh_label(rows)}; uniform $\\rho_0$, $S=\\mathrm{{diag}}(1,0.5,0.25)$)",
+        f"Thm 1 of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931: the closest approach to $\\Pi_\\sharp\\rho_0$\n"
+        f"against the rate; grid solver on $S^2$, uniform $\\rho_0$, $S=\\mathrm{{diag}}(1,0.5,0.25)$\n{family_mesh_label(rows)}",
         fontsize=8,
     )
     ax.legend(fontsize=7, loc="upper left")

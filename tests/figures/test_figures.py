@@ -181,7 +181,7 @@ def test_registry_rejects_scripts_without_their_metadata(tmp_path):
 def test_family_mesh_label_names_each_constant_with_its_betas():
     rows = [{"beta": 16.0, "spacing": 0.5, "cells": 3220}, {"beta": 4.0, "spacing": 0.25, "cells": 3220},
             {"beta": 64.0, "spacing": 0.5, "cells": 12868}]
-    assert FIGURES.family_mesh_label(rows) == "N = 4πβ/c² cells, c = 0.25 at β = 4, c = 0.5 at β = 16, 64; N = 3220 … 12868"
+    assert FIGURES.family_mesh_label(rows) == "N = 4πβ/c² cells, c = 0.25 (β = 4), 0.5 (β = 16, 64); N = 3220 … 12868"
     assert FIGURES.family_mesh_label(rows[:1]) == "N = 4πβ/c² cells, c = 0.5; N = 3220 … 3220"
 
 
