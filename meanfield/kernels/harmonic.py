@@ -1171,11 +1171,13 @@ def estimate_causal_sphere_seconds(n: int, beta: float, heads: HeadStack, *, tol
 
 #: the dense fused kernel: seconds per score pair (measured 4–8e-9 for n = 512 … 16384 at d = 3)
 DENSE_PAIR_SECONDS = 5.5e-9
-#: the local kernel: a call, per row (tree queries, blocks, lists), per candidate pair
-#: (measured: 8 ms at n = 512, 0.16 s at 16384, 0.99 s at 65536 for beta‖B‖ = 1220)
+#: the local kernel: a call, per row (nearest points, blocks), per candidate pair (the model's pairs
+#: undercount the candidates of the balls by up to 2x); measured on 2 quiet cores for the
+#: benchmark head (β‖B‖ = 1.35 β): 7 ms at n = 2048, 0.14 s at 32768 and 0.45 s at 65536 for
+#: β = 1024, 1.2 s at 65536 for β = 256, and scaled by the load factor of the dense constant
 LOCAL_CALL_SECONDS = 5e-3
-LOCAL_ROW_SECONDS = 4e-6
-LOCAL_PAIR_SECONDS = 1e-8
+LOCAL_ROW_SECONDS = 2e-6
+LOCAL_PAIR_SECONDS = 4.5e-9
 #: the harmonic kernel outside the transforms: a call (planning, nodes), per row and head (geometry,
 #: sums; measured ≈ 0.3 s per 10^6 rows)
 HARMONIC_CALL_SECONDS = 3e-3

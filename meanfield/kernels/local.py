@@ -10,60 +10,67 @@ For one head, row :math:`i` of the velocity laws of :mod:`meanfield.kernels.atte
     s_{ij} = x_i^\top B x_j = u_i\cdot x_j,\quad u_i = B^\top x_i ,
 
 with :math:`m_i = \max_j \beta s_{ij}`.  Write :math:`r_i=\beta\|u_i\|`,
-:math:`\hat u_i = u_i/\|u_i\|` and :math:`c^*_i=\max_j\hat u_i\cdot x_j`.  A point
-with :math:`r_i(c^*_i-\hat u_i\cdot x_j)>\Delta` contributes less than
-:math:`e^{-\Delta}` times its mass, so, relative to the row's own sum
-:math:`D_i\ge a_{j^*}`, everything outside the spherical cap
+:math:`\hat u_i = u_i/\|u_i\|`, :math:`j^*_i=\arg\max_j\hat u_i\cdot x_j` the best point
+and :math:`c^*_i=\hat u_i\cdot x_{j^*_i}`.  A point with :math:`r_i(c^*_i-\hat u_i\cdot
+x_j)>\Delta_i` contributes less than :math:`e^{-\Delta_i}` times its mass, so, relative
+to the row's own sum :math:`D_i\ge a_{j^*_i}`, everything outside the spherical cap
 
 .. math::
 
-    \mathcal C_i = \{y\in S^2:\ \hat u_i\cdot y \ge c^*_i - \Delta/r_i\},\qquad
-    \Delta = \ln\frac{M}{\varepsilon\,\bar a},
+    \mathcal C_i = \{y\in S^2:\ \hat u_i\cdot y \ge c^*_i - \Delta_i/r_i\},\qquad
+    \Delta_i = \ln\frac{M}{\varepsilon\,a_{j^*_i}}
 
-(:math:`M=\sum_j a_j`, :math:`\bar a = M/m` the mean positive mass) may be dropped
-at relative cost :math:`\varepsilon`.  For large :math:`r_i` the cap is small: its
-chord radius is :math:`\sqrt{2(1-c^*_i)+2\Delta/r_i}`, about
-:math:`(2\ln(1/\varepsilon)/r_i)^{1/2}` around the best point when mass lies near
-:math:`\hat u_i`.
+(:math:`M=\sum_j a_j`; :func:`cap_parameters`) may be dropped at relative cost
+:math:`\varepsilon`.  With equal masses :math:`\Delta_i=\ln(m/\varepsilon)` for every row;
+with masses over many decades (a grid density late in a clustering run) the rows whose
+direction sees only empty cells get the larger caps they need, and the rows on a heavy
+cluster smaller ones.  For large :math:`r_i` the cap is small: its chord radius is
+:math:`\sqrt{2(1-c^*_i)+2\Delta_i/r_i}`, about :math:`(2\Delta_i/r_i)^{1/2}` around the
+best point.
 
-**Algorithm.**  The points with positive mass go into a :class:`scipy.spatial.cKDTree`
-(chord distances between unit vectors).  The query directions :math:`\hat u_i` are
-grouped into blocks: cells of a cube-sphere grid (gnomonic side about half the typical cap
-radius, :data:`CELL_CAP`, or smaller so that a cell holds about :data:`BLOCK_ROWS` rows),
-split into at most :data:`BLOCK_ROWS` rows.  For a block with centre :math:`c`, radius
-:math:`\delta` (chord) and nearest point at chord :math:`d` from :math:`c`, every row's cap
-lies in the ball of chord radius :math:`R=\rho+\delta`,
-:math:`\rho=\sqrt{(d+\delta)^2+2\Delta/r_{\min}}`, around :math:`c`; one
-``query_ball_point`` per block lists these candidates (blocks with
-:math:`R\ge` :data:`WHOLE_CHORD` scan every point instead).  A numba kernel then, row by
-row, computes the candidates' scores and their exact maximum :math:`m_i` (the shift: no
-overflow, no underflow of the leading term), exponentiates only the candidates within
-:math:`\Delta` of it (the vectorised ``exp`` of :mod:`meanfield.kernels.fused`), sums them,
-and checks the rigorous bound
+**Algorithm.**  The points with positive mass are binned in cubes on :math:`[-1,1]^3`
+(:meth:`SphereSources.grid`, about :data:`GRID_POINTS` points in a cube the sphere
+crosses), and go into a :class:`scipy.spatial.cKDTree` for the nearest-point queries.  The
+query directions :math:`\hat u_i` are grouped into blocks: cells of a cube-sphere grid
+(gnomonic side about half the typical cap radius, :data:`CELL_CAP`, or smaller so that a
+cell holds about :data:`BLOCK_ROWS` rows), split into at most :data:`BLOCK_ROWS` rows.  For
+a block with centre :math:`c`, radius :math:`\delta` (chord), nearest point at chord
+:math:`d` from :math:`c` and largest cap parameter :math:`\Delta_b` of its rows, every
+row's cap lies in the ball of chord radius :math:`R=\rho+\delta`,
+:math:`\rho=\sqrt{(d+\delta)^2+2\Delta_b/r_{\min}}`, around :math:`c` (blocks with
+:math:`R\ge` :data:`WHOLE_CHORD` scan every point instead).  One numba kernel, in parallel
+over the blocks, lists each block's candidates from the cubes of the ball's bounding box,
+computes every row's exact maximum score :math:`m_i` (the shift: no overflow, no underflow
+of the leading term), and then, in chunks of :data:`LOCAL_CHUNK` candidates that stay in
+cache while every row of the block runs over them, sums :math:`e^{\beta s_{ij}-m_i}` over
+all the candidates (the branch-free vectorised ``exp`` of :mod:`meanfield.kernels.fused`;
+none is dropped), and checks the rigorous bound
 
 .. math::
 
-    (M - M_{\rm kept})\, e^{\max(-\Delta,\ r_i(1-\rho^2/2) - m_i)} \le \varepsilon\, D_i
+    (M - M_{\rm ball})\, e^{r_i(1-\rho^2/2) - m_i} \le \varepsilon\, D_i
 
-on everything it left out (:math:`M_{\rm kept}` the mass it summed).  Rows that fail (a
-tiny mass at the best point, say) are redone with a doubled :math:`\Delta`, twice, and then
-by the dense exact sum over all points.  The result is exact to a relative
-:math:`\varepsilon` = ``tolerance / 2`` per row (plus rounding), whatever the data.
+on the points outside the ball (:math:`M_{\rm ball}` the mass of the candidates).  The caps
+of :func:`cap_parameters` make it hold at once; rows that still fail are redone with a
+doubled :math:`\Delta_i`, twice, and then by the dense exact sum over all points.  The
+result is exact to a relative :math:`\varepsilon` = ``tolerance / 2`` per row (plus
+rounding), whatever the data.
 
-Measured (n = 65536, β‖B‖ = 1220, 1.3e8 candidate pairs): the numba kernel takes
-8 ns per pair on one thread, the same blocks in NumPy (GEMM → ``exp`` → GEMM) 25 ns.
-Cost: :math:`\sum_{\rm blocks}\text{rows}\times\text{candidates}` pairs, about
-:math:`n^2\cdot1.2\,(\sqrt{2\Delta/r}+0.06)^2/4` for spread-out data at large
-:math:`r=\beta\|B\|` (vs :math:`n^2` dense), and :math:`n\,m` when :math:`r` is small
-(every cap is the whole sphere).  Memory :math:`O(n + m)` plus the candidate lists of a
-batch of blocks (at most :data:`MAX_BATCH_CANDIDATES` indices).
+Measured on this machine's cores (AVX2): 3.7 ns per candidate pair on one thread, 2.2–2.6 ns
+on two, against 3.0 and 1.6 ns for the dense fused kernel (:mod:`meanfield.kernels.fused`):
+the cost of a pair is that of the ``exp``.  Cost: :math:`\sum_{\rm blocks}\text{rows}\times
+\text{candidates}` pairs, about :math:`n^2\cdot1.2\,(\sqrt{2\Delta/r}+0.06)^2/4` for
+spread-out data at large :math:`r=\beta\|B\|` (vs :math:`n^2` dense), and :math:`n\,m` when
+:math:`r` is small (every cap is the whole sphere).  Memory :math:`O(n + m)` plus one block's
+candidates per thread.
 
 **Causal mask** (``mask="causal"``; Karagodin, Polyanskiy and Rigollet, *Clustering in
 Causal Attention Masking*, arXiv 2411.04990): row :math:`i` may only use the points
-:math:`j\le i`.  The tree, the blocks and the candidate balls stay those of all points;
-each block's candidates are listed in index order, so that row :math:`i` scores the
+:math:`j\le i`.  The cubes, the blocks and the candidate balls stay those of all points;
+each block's candidates are sorted into index order, so that row :math:`i` scores the
 leading candidates up to its limit only (the causal pairs, about half), and the bound
-uses the mass :math:`M_i=\sum_{j\le i}a_j` of its prefix.  The bound stays rigorous (the
+uses the mass :math:`M_i=\sum_{j\le i}a_j` of its prefix.  Causal rows take
+:math:`\Delta_i=\ln(m/\varepsilon)`: their best point may lie outside their prefix.  The bound stays rigorous (the
 ball bounds the scores of every point outside it, whichever index it has); rows whose
 prefix holds nothing near the ball — the first few hundred rows, typically — fail it
 and take the dense exact sum over their (short) prefix.
@@ -74,7 +81,6 @@ their combination into the velocity laws (:func:`combine_head_sums`).
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -83,7 +89,7 @@ from numba import prange
 from scipy.spatial import cKDTree
 
 from meanfield.heads.head import HeadStack
-from meanfield.kernels.fused import _accumulate3, exp_nonpositive_scalar
+from meanfield.kernels.fused import _accumulate3, _score_exp3
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import jit, kernel_threads, pjit, threads_for
 
@@ -101,7 +107,10 @@ __all__ = [
     "BLOCK_ROWS",
     "CELL_CAP",
     "WHOLE_CHORD",
-    "MAX_BATCH_CANDIDATES",
+    "GRID_POINTS",
+    "MIN_BLOCK_ROWS",
+    "LOCAL_CHUNK",
+    "GRID_SIDE",
 ]
 
 #: velocity laws the sphere kernels provide (``relu`` has no exponential structure)
@@ -111,12 +120,19 @@ SPHERE_KINDS: tuple[str, ...] = ("softmax", "unnormalized", "pooled")
 SPHERE_TOLERANCE = 1e-10
 #: most query rows per block of the local kernel (one candidate list per block)
 BLOCK_ROWS = 128
+#: fewest query rows a block should hold on average (cells no smaller than that): a block costs about
+#: 2 µs of its own, the time of some 500 candidate pairs
+MIN_BLOCK_ROWS = 16
 #: cell side of the row blocks as a fraction of the typical cap radius (larger cells: fewer
 #: candidate lists, more score pairs)
 CELL_CAP = 0.5
-#: candidate indices materialised at once (a batch of blocks): the k-d tree returns Python lists
-#: (~36 bytes per index while they live), so 2^20 keeps a batch below ~50 MiB
-MAX_BATCH_CANDIDATES = 1 << 20
+#: candidates per chunk of the local kernel: every row of a block runs over one chunk while it is in
+#: cache (7 arrays of 2048 doubles: 112 KiB)
+LOCAL_CHUNK = 2048
+#: points per cell of the point grid that lists a block's candidates (:meth:`SphereSources.grid`)
+GRID_POINTS = 16
+#: most cells a side of that grid (128³ cells: 16 MiB of pointers)
+GRID_SIDE = 128
 #: blocks whose candidate ball has at least this chord radius (a third of the sphere's area)
 #: scan all points instead: listing them costs more than the cheap score pass they save
 WHOLE_CHORD = 1.15
@@ -298,78 +314,112 @@ class SphereSources:
     def tree(self) -> cKDTree:
         return cKDTree(self.y, balanced_tree=False, compact_nodes=False)
 
+    @cached_property
+    def grid(self) -> tuple[float, int, np.ndarray, np.ndarray]:
+        """The points binned in cubes of side ``g`` on :math:`[-1,1]^3`: ``(g, side, cell_start, cell_order)``.
+
+        Cell ``(ix·side + iy)·side + iz`` holds the points ``cell_order[cell_start[c]:cell_start[c+1]]``;
+        ``g`` puts about :data:`GRID_POINTS` points in a cell that the sphere crosses (such a cell holds
+        a patch of area about :math:`1.5g^2`), with at most :data:`GRID_SIDE` cells a side.
+        """
+        g = max(2.0 / GRID_SIDE, min(2.0, float(np.sqrt(GRID_POINTS * 1.5 * 4.0 * np.pi / max(self.m, 1)))))
+        side = int(np.ceil(2.0 / g))
+        ijk = np.clip(np.floor((self.y + 1.0) / g).astype(np.int64), 0, side - 1)
+        cell = (ijk[:, 0] * side + ijk[:, 1]) * side + ijk[:, 2]
+        order = np.argsort(cell, kind="stable")
+        start = np.zeros(side**3 + 1, dtype=np.int64)
+        np.cumsum(np.bincount(cell, minlength=side**3), out=start[1:])
+        return g, side, start, order.astype(np.int64)
+
 
 # ----------------------------------------------------------------------------- numba kernels
 
 
 @jit(fastmath=True)
-def _scores(q0, q1, q2, y0, y1, y2, nc, z):  # pragma: no cover - compiled
-    """``z[j] = q · y_j`` for the candidates; returns the maximum."""
+def _max_score(q0, q1, q2, y0, y1, y2, nc):  # pragma: no cover - compiled
+    """``max_j q · y_j`` over the first ``nc`` candidates (``-inf`` for none)."""
     best = -np.inf
     for j in range(nc):
-        s = q0 * y0[j] + q1 * y1[j] + q2 * y2[j]
-        z[j] = s
-        best = max(best, s)
+        best = max(best, q0 * y0[j] + q1 * y1[j] + q2 * y2[j])
     return best
 
 
-@jit(fastmath={"contract"})
-def _compact(z, top, floor, w0, w1, w2, w3, nc, zk, k0, k1, k2, k3):  # pragma: no cover - compiled
-    """Keep the candidates with ``z - top >= floor`` (shifted scores and weights packed); returns their count."""
+@jit
+def _gather(cx, cy, cz, R, g, side, cell_start, cell_order, yt, idx):  # pragma: no cover - compiled
+    """Indices of the points within chord ``R`` of ``(cx, cy, cz)`` into ``idx`` (from the point grid); returns their count.
+
+    The grid's cells are cubes of side ``g`` on :math:`[-1, 1]^3`, numbered
+    ``(ix·side + iy)·side + iz``: for each ``(ix, iy)`` in the ball's bounding box the cells of
+    its ``iz`` range hold one contiguous run of ``cell_order``.
+    """
+    lo0 = max(0, int(np.floor((cx - R + 1.0) / g)))
+    hi0 = min(side - 1, int(np.floor((cx + R + 1.0) / g)))
+    lo1 = max(0, int(np.floor((cy - R + 1.0) / g)))
+    hi1 = min(side - 1, int(np.floor((cy + R + 1.0) / g)))
+    lo2 = max(0, int(np.floor((cz - R + 1.0) / g)))
+    hi2 = min(side - 1, int(np.floor((cz + R + 1.0) / g)))
+    r2 = R * R
     c = 0
-    for j in range(nc):
-        t = z[j] - top
-        if t >= floor:
-            zk[c] = t
-            k0[c] = w0[j]
-            k1[c] = w1[j]
-            k2[c] = w2[j]
-            k3[c] = w3[j]
-            c += 1
+    for i0 in range(lo0, hi0 + 1):
+        for i1 in range(lo1, hi1 + 1):
+            base = (i0 * side + i1) * side
+            for p in range(cell_start[base + lo2], cell_start[base + hi2 + 1]):
+                k = cell_order[p]
+                d0 = yt[0, k] - cx
+                d1 = yt[1, k] - cy
+                d2 = yt[2, k] - cz
+                if d0 * d0 + d1 * d1 + d2 * d2 <= r2:
+                    idx[c] = k
+                    c += 1
     return c
 
 
-@jit(fastmath={"contract"})
-def _exp_inplace(z, nc):  # pragma: no cover - compiled
-    for j in range(nc):
-        z[j] = exp_nonpositive_scalar(z[j])
+@jit
+def _gather_bound(cx, cy, cz, R, g, side, cell_start):  # pragma: no cover - compiled
+    """How many points the cells of the ball's bounding box hold (a bound on :func:`_gather`'s count)."""
+    lo0 = max(0, int(np.floor((cx - R + 1.0) / g)))
+    hi0 = min(side - 1, int(np.floor((cx + R + 1.0) / g)))
+    lo1 = max(0, int(np.floor((cy - R + 1.0) / g)))
+    hi1 = min(side - 1, int(np.floor((cy + R + 1.0) / g)))
+    lo2 = max(0, int(np.floor((cz - R + 1.0) / g)))
+    hi2 = min(side - 1, int(np.floor((cz + R + 1.0) / g)))
+    c = 0
+    for i0 in range(lo0, hi0 + 1):
+        for i1 in range(lo1, hi1 + 1):
+            base = (i0 * side + i1) * side
+            c += cell_start[base + hi2 + 1] - cell_start[base + lo2]
+    return c
 
 
 @pjit
-def _local_kernel(q, row_ptr, cand_ptr, cand, whole, cos_out, yt, wy, mass, eps, delta, sums, shift, ok,
-                  causal, limits, cmass):  # pragma: no cover - compiled
-    """Block ``b`` holds rows ``row_ptr[b]:row_ptr[b+1]`` of ``q`` (= β Bᵀx_i, already in block order) and
-    candidates ``cand[cand_ptr[b]:cand_ptr[b+1]]`` (all points if ``whole[b]``).
+def _local_kernel(q, row_ptr, centre, radius, whole, cos_out, yt, wy, g, side, cell_start, cell_order, mass, eps,
+                  delta, sums, shift, ok, causal, limits, cmass):  # pragma: no cover - compiled
+    """Block ``b`` holds rows ``row_ptr[b]:row_ptr[b+1]`` of ``q`` (= β Bᵀx_i, already in block order); its
+    candidates are the points within chord ``radius[b]`` of ``centre[b]`` (all points if ``whole[b]``),
+    gathered from the point grid (:meth:`SphereSources.grid`); its caps were drawn with ``delta[b]``.
 
-    Per row: scores and their exact maximum ``top``; the candidates within ``delta`` of it are
-    exponentiated and summed; the bound on everything else (the candidates below and the points
-    outside the block's ball) is checked against ``eps`` times the row sum.  ``causal``: row ``i``
-    uses the candidates below ``limits[i]`` only (the lists are sorted), and its mass is ``cmass[limits[i]]``.
+    Per row: the candidates' scores and their exact maximum ``top``, then every candidate's
+    ``exp(score - top)`` summed (one branch-free pass: no candidate is dropped), and the bound on
+    the points outside the block's ball checked against ``eps`` times the row sum.  ``causal``: row
+    ``i`` uses the candidates below ``limits[i]`` only (the candidates are sorted by index), and its
+    mass is ``cmass[limits[i]]``.
     """
     nb = row_ptr.shape[0] - 1
     m = yt.shape[1]
     for b in prange(nb):
         if whole[b]:
             nc = m
+            cand = np.arange(m)
         else:
-            nc = cand_ptr[b + 1] - cand_ptr[b]
-        y0 = np.empty(nc)
-        y1 = np.empty(nc)
-        y2 = np.empty(nc)
-        w0 = np.empty(nc)
-        w1 = np.empty(nc)
-        w2 = np.empty(nc)
-        w3 = np.empty(nc)
-        z = np.empty(nc)
-        zk = np.empty(nc)
-        k0 = np.empty(nc)
-        k1 = np.empty(nc)
-        k2 = np.empty(nc)
-        k3 = np.empty(nc)
-        acc = np.empty(4)
-        c0 = cand_ptr[b]
+            cx, cy, cz = centre[b, 0], centre[b, 1], centre[b, 2]
+            cand = np.empty(_gather_bound(cx, cy, cz, radius[b], g, side, cell_start), dtype=np.int64)
+            nc = _gather(cx, cy, cz, radius[b], g, side, cell_start, cell_order, yt, cand)
+            if causal:
+                cand[:nc] = np.sort(cand[:nc])
+        buf = np.empty((8, nc))  # one allocation per block: the candidates' columns and the chunk's exponentials
+        y0, y1, y2, w0, w1, w2, w3, z = buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7]
         for j in range(nc):
-            k = j if whole[b] else cand[c0 + j]
+            k = cand[j]
             y0[j] = yt[0, k]
             y1[j] = yt[1, k]
             y2[j] = yt[2, k]
@@ -377,56 +427,66 @@ def _local_kernel(q, row_ptr, cand_ptr, cand, whole, cos_out, yt, wy, mass, eps,
             w1[j] = wy[1, k]
             w2[j] = wy[2, k]
             w3[j] = wy[3, k]
-        for i in range(row_ptr[b], row_ptr[b + 1]):
-            q0 = q[i, 0]
-            q1 = q[i, 1]
-            q2 = q[i, 2]
+        r0 = row_ptr[b]
+        nr = row_ptr[b + 1] - r0
+        ncs = np.empty(nr, dtype=np.int64)  # each row's candidates: all, or its causal prefix
+        rowbuf = np.zeros((nr, 5))
+        accs, tops = rowbuf[:, :4], rowbuf[:, 4]
+        for i in range(nr):
             nci = nc
-            mass_i = mass
             if causal:  # the leading candidates (index order) below the row's limit
-                lim = limits[i]
-                nci = min(nc, lim) if whole[b] else np.searchsorted(cand[c0 : c0 + nc], lim)
-                mass_i = cmass[lim]
+                lim = limits[r0 + i]
+                nci = min(nc, lim) if whole[b] else np.searchsorted(cand[:nc], lim)
+            ncs[i] = nci
+            tops[i] = _max_score(q[r0 + i, 0], q[r0 + i, 1], q[r0 + i, 2], y0, y1, y2, nci)
+        # the candidates in chunks that stay in cache while every row of the block runs over them
+        for c0 in range(0, nc, LOCAL_CHUNK):
+            c1 = min(nc, c0 + LOCAL_CHUNK)
+            y0c, y1c, y2c = y0[c0:c1], y1[c0:c1], y2[c0:c1]
+            w0c, w1c, w2c, w3c = w0[c0:c1], w1[c0:c1], w2[c0:c1], w3[c0:c1]
+            for i in range(nr):
+                mi = min(c1, ncs[i]) - c0
+                if mi > 0:
+                    _score_exp3(q[r0 + i, 0], q[r0 + i, 1], q[r0 + i, 2], tops[i], y0c, y1c, y2c, mi, z)
+                    _accumulate3(z, w0c, w1c, w2c, w3c, mi, accs[i])
+        ball = 0.0  # mass of all candidates
+        for j in range(nc):
+            ball += w3[j]
+        for i in range(nr):
+            row = r0 + i
+            nci = ncs[i]
             if nci == 0:
-                ok[i] = False
+                ok[row] = False
                 continue
-            top = _scores(q0, q1, q2, y0, y1, y2, nci, z)
-            kept = _compact(z, top, -delta, w0, w1, w2, w3, nci, zk, k0, k1, k2, k3)
-            _exp_inplace(zk, kept)
-            acc[:] = 0.0
-            _accumulate3(zk, k0, k1, k2, k3, kept, acc)
-            sums[i, 0] = acc[0]
-            sums[i, 1] = acc[1]
-            sums[i, 2] = acc[2]
-            sums[i, 3] = acc[3]
-            shift[i] = top
-            inside = 0.0
-            for j in range(kept):
-                inside += k3[j]
+            mass_i = mass
+            inside = ball
+            if causal:
+                mass_i = cmass[limits[row]]
+                inside = 0.0
+                for j in range(nci):
+                    inside += w3[j]
+            top = tops[i]
+            sums[row, 0] = accs[i, 0]
+            sums[row, 1] = accs[i, 1]
+            sums[row, 2] = accs[i, 2]
+            sums[row, 3] = accs[i, 3]
+            shift[row] = top
             rest = mass_i - inside
-            # exponent bound of what was left out: -delta inside the ball, r cos_out - top outside it
-            t = -delta
+            # exponent bound of what was left out: the points outside the ball score below r cos_out
+            # (with every point listed, only the rounding of ``rest`` is left: bounded by -delta)
+            t = -delta[b]
             if not whole[b]:
-                r = np.sqrt(q0 * q0 + q1 * q1 + q2 * q2)
-                t = max(t, r * cos_out[b] - top)
+                q0, q1, q2 = q[row, 0], q[row, 1], q[row, 2]
+                t = max(t, np.sqrt(q0 * q0 + q1 * q1 + q2 * q2) * cos_out[b] - top)
             if rest <= 0.0:
-                ok[i] = True
+                ok[row] = True
             elif t > 0.0:
-                ok[i] = False
+                ok[row] = False
             else:
-                ok[i] = rest * np.exp(t) <= eps * acc[3]
+                ok[row] = rest * np.exp(t) <= eps * accs[i, 3]
 
 
 # ----------------------------------------------------------------------------- the local sums
-
-
-def _flatten(lists: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """CSR form (pointers, indices) of an object array of index lists."""
-    counts = np.fromiter((len(c) for c in lists), dtype=np.int64, count=len(lists))
-    ptr = np.zeros(len(lists) + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    flat = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(ptr[-1]))
-    return ptr, flat
 
 
 def _row_blocks(uhat: np.ndarray, cell: float, max_rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -546,25 +606,53 @@ def local_head_sums(
     q = beta * (x_rows @ B)
     r = np.sqrt(np.einsum("ij,ij->i", q, q))
     eps = max(float(tolerance), 1e-300) * 0.5
-    delta = float(np.log(src.m / eps))
-    pending = np.arange(k)
     lims = None if limits is None else np.asarray(limits, dtype=np.int64)
+    delta = cap_parameters(q, r, src, eps, causal=lims is not None)
+    pending = np.arange(k)
     for attempt in range(_RETRIES + 1):
         if pending.size == 0:
             break
-        sub, ok = _local_pass(q[pending], r[pending], src, delta, eps, None if lims is None else lims[pending])
+        sub, ok = _local_pass(q[pending], r[pending], src, delta[pending], eps, None if lims is None else lims[pending])
         out.put(pending, sub)
         pending = pending[~ok]
-        delta *= 2.0
+        delta[pending] *= 2.0
     if pending.size:
         out.put(pending, dense_head_sums(x_rows[pending], B, beta, src, limits=None if lims is None else lims[pending]))
     return out
 
 
+def cap_parameters(q: np.ndarray, r: np.ndarray, src: SphereSources, eps: float, *, causal: bool = False) -> np.ndarray:
+    r"""The cap parameter :math:`\Delta_i` of each row, large enough for its bound to hold at once.
+
+    .. math::
+
+        \Delta_i = \ln\frac{M}{\varepsilon\, a_{j^*_i}},\qquad j^*_i=\arg\max_j \hat u_i\cdot y_j ,
+
+    the mass :math:`a_{j^*_i}` of the row's best point (its nearest point, one k-d tree query):
+    since :math:`D_i\ge a_{j^*_i}`, everything scoring :math:`\Delta_i` below the best point
+    weighs at most :math:`M e^{-\Delta_i}=\varepsilon a_{j^*_i}\le\varepsilon D_i`.  Equal masses
+    give :math:`\ln(m/\varepsilon)` for every row (no query); a row in a nearly empty region
+    (a late grid density) gets the larger cap it needs in the first pass, a row on a heavy
+    cluster a smaller one.  Causal rows (whose best point may lie outside their prefix) take
+    :math:`\ln(m/\varepsilon)`.
+    """
+    k = q.shape[0]
+    base = float(np.log(src.m / eps))
+    if causal or k == 0 or float(src.w.min()) == float(src.w.max()):
+        return np.full(k, base)
+    uhat = np.empty_like(q)
+    nz = r > 0
+    uhat[nz] = q[nz] / r[nz, None]
+    uhat[~nz] = (0.0, 0.0, 1.0)
+    _, best = src.tree.query(uhat, k=1, workers=threads_for(float(k) * 64.0))
+    return np.log(src.mass / (eps * src.w[best]))
+
+
 def _local_pass(
-    q: np.ndarray, r: np.ndarray, src: SphereSources, delta: float, eps: float, limits: np.ndarray | None = None
+    q: np.ndarray, r: np.ndarray, src: SphereSources, delta: np.ndarray, eps: float, limits: np.ndarray | None = None
 ) -> tuple[HeadSums, np.ndarray]:
-    """One pass of the local method with cap parameter ``delta``; returns the sums and the rows whose bound held.
+    """One pass of the local method with the cap parameters ``delta`` (one per row); returns the sums and
+    the rows whose bound held.  A block's caps take the largest parameter of its rows.
 
     ``limits``: the causal prefix of each row (candidate lists are then sorted by index).
     """
@@ -576,8 +664,9 @@ def _local_pass(
     uhat[~nz] = (0.0, 0.0, 1.0)
     # cells (gnomonic side, ~ angle) of at most half the typical cap radius, about BLOCK_ROWS rows each
     r_typ = float(np.median(r)) if k else 1.0
-    cap = np.sqrt(2.0 * delta / max(r_typ, 1e-300))
-    cell = float(np.clip(min(CELL_CAP * cap, np.sqrt(4.0 * np.pi * BLOCK_ROWS / max(k, 1))), 1e-3, 2.0))
+    cap = np.sqrt(2.0 * float(np.median(delta)) / max(r_typ, 1e-300))
+    cell = min(CELL_CAP * cap, np.sqrt(4.0 * np.pi * BLOCK_ROWS / max(k, 1)))
+    cell = float(np.clip(max(cell, np.sqrt(4.0 * np.pi * MIN_BLOCK_ROWS / max(k, 1))), 1e-3, 2.0))
     order, row_ptr = _row_blocks(uhat, cell, BLOCK_ROWS)
     starts = row_ptr[:-1]
     us = uhat[order]
@@ -591,10 +680,11 @@ def _local_pass(
     block_of_row = np.repeat(np.arange(starts.size), sizes)
     spread = np.maximum.reduceat(np.linalg.norm(us - centre[block_of_row], axis=1), starts)
     r_min = np.minimum.reduceat(r[order], starts)
+    block_delta = np.maximum.reduceat(delta[order], starts)
     threads = threads_for(float(k) * src.m)
     nearest, _ = src.tree.query(centre, k=1, workers=threads)
     with np.errstate(divide="ignore"):
-        rho = np.sqrt((nearest + spread) ** 2 + np.where(r_min > 0, 2.0 * delta / np.maximum(r_min, 1e-300), np.inf))
+        rho = np.sqrt((nearest + spread) ** 2 + np.where(r_min > 0, 2.0 * block_delta / np.maximum(r_min, 1e-300), np.inf))
     radius = rho + spread
     whole = radius >= WHOLE_CHORD  # a cap this large: scan every point rather than list them
     cos_out = np.where(whole, -1.0, 1.0 - 0.5 * np.minimum(rho, 2.0) ** 2)
@@ -604,32 +694,15 @@ def _local_pass(
     sums = np.zeros((k, 4))
     shift = np.zeros(k)
     ok = np.zeros(k, dtype=np.bool_)
-    # batches of blocks whose candidate lists fit in memory (estimated from the cap areas)
-    est = np.where(whole, 0, np.minimum(src.m, np.ceil(src.m * radius**2 / 4.0 * 1.5) + 16))
-    b0 = 0
-    nb = starts.size
-    while b0 < nb:
-        total = np.cumsum(est[b0:])
-        b1 = b0 + max(1, int(np.searchsorted(total, MAX_BATCH_CANDIDATES, side="right")))
-        blocks = np.arange(b0, b1)
-        part = ~whole[blocks]
-        cand_ptr = np.zeros(blocks.size + 1, dtype=np.int64)
-        cand = np.zeros(0, dtype=np.int64)
-        if part.any():
-            lists = src.tree.query_ball_point(centre[blocks[part]], radius[blocks[part]], return_sorted=causal, workers=threads)
-            ptr, cand = _flatten(lists)
-            counts = np.zeros(blocks.size, dtype=np.int64)
-            counts[part] = np.diff(ptr)
-            np.cumsum(counts, out=cand_ptr[1:])
-        lo, hi = row_ptr[b0], row_ptr[b1]
-        sub_ptr = row_ptr[b0 : b1 + 1] - lo
-        pairs = float(np.sum(np.diff(sub_ptr) * np.where(whole[blocks], src.m, np.diff(cand_ptr)))) * (0.5 if causal else 1.0)
-        with kernel_threads(pairs):
-            _local_kernel(
-                qs[lo:hi], sub_ptr, cand_ptr, cand, whole[blocks], cos_out[blocks], src.yt, src.wy,
-                src.mass, eps, delta, sums[lo:hi], shift[lo:hi], ok[lo:hi], causal, lims[lo:hi] if causal else lims, cmass,
-            )
-        b0 = b1
+    # score pairs, estimated from the balls' areas (chord R covers a fraction R²/4 of the sphere)
+    listed = np.where(whole, src.m, np.minimum(src.m, src.m * radius**2 / 4.0))
+    pairs = float(np.sum(sizes * listed)) * (0.5 if causal else 1.0)
+    g, side, cell_start, cell_order = src.grid
+    with kernel_threads(pairs):
+        _local_kernel(
+            qs, row_ptr, np.ascontiguousarray(centre), np.ascontiguousarray(radius), whole, cos_out, src.yt, src.wy,
+            g, side, cell_start, cell_order, src.mass, eps, block_delta, sums, shift, ok, causal, lims, cmass,
+        )
     result = HeadSums.empty(k)
     result.num[order] = sums[:, :3]
     result.den[order] = sums[:, 3]
