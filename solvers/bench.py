@@ -43,6 +43,7 @@ __all__ = [
     "exp_roofline",
     "bench_attention",
     "bench_grid",
+    "LATE_CLUSTERS",
     "bench_w2_overhead",
     "bench_run_step",
     "bench_time_split",
@@ -135,6 +136,15 @@ def _once(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
+#: the late density of :func:`bench_grid`: two vMF clusters (κ = 300, width about 0.06 rad, as at
+#: the minimum of W2 to Π♯ρ₀ for β = 256) at ±e1 over a uniform floor of 1e-9 of the mass
+LATE_CLUSTERS: tuple[dict[str, Any], ...] = (
+    {"weight": 0.5, "kind": "vmf", "mean": [1.0, 0.0, 0.0], "kappa": 300.0},
+    {"weight": 0.5, "kind": "vmf", "mean": [-1.0, 0.0, 0.0], "kappa": 300.0},
+    {"weight": 1e-9, "kind": "uniform"},
+)
+
+
 def bench_grid(
     cells_list: Sequence[int] = (2000, 8000, 32000),
     *,
@@ -146,10 +156,14 @@ def bench_grid(
     repeats: int = 1,
     order: int = 2,
     tolerance: float = 1e-12,
+    density: str = "vmf",
 ) -> list[dict[str, Any]]:
     r"""Time the grid solver's velocity quadrature and one SSP step, and their peak memory.
 
-    For each mesh size: one identity head, a vMF(κ=4) density, the scheme of ``order``
+    For each mesh size: one identity head, a density (``density``: ``"vmf"``, a vMF(κ=4)
+    density, the start of a run; ``"clusters"``, :data:`LATE_CLUSTERS`, two tight clusters
+    at :math:`\pm e_1` over a floor :math:`10^{-9}` of uniform mass, masses over some ten
+    decades as late in a clustering run at large β), the scheme of ``order``
     (:class:`~meanfield.solvers.grid.GridStepper`), the harmonic and local kernels at
     ``tolerance`` where ``backend="auto"`` picks them; the best of
     ``repeats`` timings of ``model.velocity`` on the cells (``velocity_s``) and
@@ -161,13 +175,15 @@ def bench_grid(
     Returns
     -------
     list of dict
-        Keys ``cells``, ``edges``, ``beta``, ``order``, ``tolerance``, ``backend``, ``mesh_s``,
+        Keys ``cells``, ``edges``, ``beta``, ``order``, ``tolerance``, ``backend``, ``density``, ``mesh_s``,
         ``velocity_s``, ``step_s``, ``cell_steps_per_s``, ``peak_bytes``, ``bytes_per_cell``.
     """
     from meanfield.geometry.mesh import initial_mass, mesh as build_mesh, mesh_from_points
     from meanfield.model import Model
     from meanfield.solvers.grid import GridStepper
 
+    if density not in ("vmf", "clusters"):
+        raise ValueError(f"unknown density {density!r}; choose 'vmf' or 'clusters'")
     model = Model(d=3, beta=beta, attention=attention, backend=backend, tolerance=tolerance)
     rows = []
     for cells in cells_list:
@@ -178,7 +194,7 @@ def bench_grid(
             started = time.perf_counter()
             mesh_from_points(msh.points, family=family)
             mesh_s = time.perf_counter() - started
-        mass = initial_mass(msh, "vmf", kappa=4.0)
+        mass = initial_mass(msh, "mixture", components=LATE_CLUSTERS) if density == "clusters" else initial_mass(msh, "vmf", kappa=4.0)
         stepper = GridStepper(model, msh, method=method, backend=backend, order=order)
         stepper.step(mass, 0.0)  # warm-up (numba compilation, thread pool, reconstruction)
         vel_s = min(_once(lambda: stepper.velocity(mass, 0.0)) for _ in range(max(1, repeats)))
@@ -196,6 +212,7 @@ def bench_grid(
             "order": order,
             "tolerance": float(tolerance),
             "backend": backend,
+            "density": density,
             "mesh_s": mesh_s,
             "velocity_s": vel_s,
             "step_s": step_s,
@@ -376,7 +393,8 @@ def run_benchmarks(*, quick: bool = False) -> dict[str, list[dict[str, Any]]]:
     β = 256 on 131 072 cells (16 384 with ``quick``) with the harmonic kernel's default
     tolerance 1e-12 and with 1e-8, the looser one being enough for a grid whose
     discretisation error is ~1e-4 and keeping rows of densities down to 1e-7 of the
-    largest on the transform path.
+    largest on the transform path; then the late clustered density (:data:`LATE_CLUSTERS`)
+    at β = 256 and 1024 on 32 768 cells (8192 with ``quick``), tolerance 1e-8.
     """
     sizes = (1024, 4096) if quick else (1024, 4096, 16384)
     from meanfield.solvers.bench_sphere import bench_sphere
@@ -387,6 +405,8 @@ def run_benchmarks(*, quick: bool = False) -> dict[str, list[dict[str, Any]]]:
     grid = bench_grid(cells_list=(2000,) if quick else (2000, 8000, 32000))
     for tolerance in (1e-12, 1e-8):
         grid += bench_grid(cells_list=(16384,) if quick else (131072,), beta=256.0, tolerance=tolerance)
+    for beta in (256.0, 1024.0):  # late in a run: most cells nearly empty, the exact local rows
+        grid += bench_grid(cells_list=(8192,) if quick else (32768,), beta=beta, tolerance=1e-8, density="clusters")
     tables["grid"] = grid
     transport = bench_concentration(quick=quick)
     tables["transport"] = list(transport["rows"]) + [{"name": "tracking", **transport["tracking"]}]

@@ -442,6 +442,18 @@ def test_bench_grid_quick():
     assert row["cell_steps_per_s"] > 0 and row["peak_bytes"] > 0
 
 
+def test_bench_grid_late_clusters():
+    from meanfield.geometry.mesh import initial_mass, mesh
+    from meanfield.solvers.bench import LATE_CLUSTERS
+
+    masses = initial_mass(mesh(2000, "fibonacci"), "mixture", components=LATE_CLUSTERS)
+    assert masses.max() / masses.min() > 1e9  # most cells nearly empty, as late in a run
+    row = bench_grid([300], beta=256.0, tolerance=1e-8, density="clusters")[0]
+    assert row["density"] == "clusters" and row["velocity_s"] > 0 and row["step_s"] > 0
+    with pytest.raises(ValueError, match="density"):
+        bench_grid([300], density="late")
+
+
 def test_grid_dt_max_from_config_limits_the_step(tmp_path):
     from meanfield.config import load_config
     from meanfield.solvers.run import simulate_config
