@@ -225,14 +225,32 @@ class LinearReconstruction:
         with the least-squares gradients of the three components of :math:`X`:
         second-order accurate for a smooth field.
         """
-        mesh = self.mesh
         X = np.asarray(velocity, dtype=float)
-        J = self.gradient(X)  # (N, 3 [direction], 3 [component])
-        n = mesh.edge_normals
-        Jn = np.einsum("eskc,ec->esk", J[mesh.edges], n)  # directional derivatives of n·X
-        centre = np.einsum("esc,ec->es", X[mesh.edges], n)
-        slope = np.einsum("esk,esk->es", self.centroid_offsets, Jn)
-        return 0.5 * (centre + slope).sum(axis=1)
+        Y = self.edge_matrix @ X  # (E, 3): the sum of both sides' reconstructions of X at m_e
+        return 0.5 * np.einsum("ec,ec->e", self.mesh.edge_normals, Y)
+
+    @cached_property
+    def edge_matrix(self) -> sp.csr_matrix:
+        r"""The linear map from the cell values :math:`X_c` to :math:`\sum_{s}(X_s+\nabla X_s\,(m_e-q_s))`,
+        the sum over both sides :math:`s` of an edge of the reconstructions at its midpoint, ``(E, N)``.
+
+        Row :math:`e` is :math:`\sum_s\big(\delta_{s}+\sum_k (m_e-q_s)_k\,G_{k,s}\big)`, with
+        :math:`G_{k,s}` the row of cell :math:`s` in the :math:`k`-th block of :attr:`gradient_matrix`:
+        :meth:`edge_velocity` is one sparse product instead of gathering the gradients of every edge.
+        """
+        mesh = self.mesh
+        N, E = mesh.N, mesh.E
+        G = self.gradient_matrix
+        blocks = [G[k * N : (k + 1) * N] for k in range(3)]
+        A = sp.csr_matrix((E, N))
+        for side in (0, 1):
+            cells = mesh.edges[:, side]
+            A = A + sp.csr_matrix((np.ones(E), (np.arange(E), cells)), shape=(E, N))
+            for k in range(3):
+                A = A + sp.diags(self.centroid_offsets[:, side, k]) @ blocks[k][cells]
+        A = sp.csr_matrix(A)
+        A.sum_duplicates()
+        return A
 
     # ------------------------------------------------------------------ quadrature of the measure
     @cached_property

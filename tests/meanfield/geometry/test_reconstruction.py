@@ -87,6 +87,18 @@ def test_gradient_is_first_order_and_face_values_and_edge_velocity_second_order(
     assert np.abs(g - (np.eye(3)[2] - q[:, 2:] * q)).max() < 5 * msh.h
 
 
+@pytest.mark.parametrize("msh", [fibonacci_mesh(700), icosahedral_mesh(3)], ids=repr)
+def test_edge_velocity_is_the_mean_of_both_sides_reconstructions(msh, rng):
+    # the sparse edge matrix against the formula gathered edge by edge: gradients of the three
+    # components, each side's value at the midpoint, the normal component of their mean
+    rec = LinearReconstruction(msh)
+    X = rng.standard_normal((msh.N, 3))
+    g = np.stack([rec.gradient(X[:, c]) for c in range(3)], axis=2)  # (N, 3 [direction], 3 [component])
+    sides = X[msh.edges] + np.einsum("esk,eskc->esc", rec.centroid_offsets, g[msh.edges])
+    expected = np.einsum("ec,ec->e", 0.5 * sides.sum(axis=1), msh.edge_normals)
+    np.testing.assert_allclose(rec.edge_velocity(X), expected, rtol=0, atol=1e-13 * np.abs(expected).max())
+
+
 def test_quadrature_is_positive_and_keeps_every_cell_mass(rng):
     msh = fibonacci_mesh(900)
     mass = rng.uniform(size=msh.N) ** 4 * (rng.uniform(size=msh.N) > 0.5)
