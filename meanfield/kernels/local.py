@@ -345,6 +345,14 @@ def _max_score(q0, q1, q2, y0, y1, y2, nc):  # pragma: no cover - compiled
 
 
 @jit
+def _box(cx, cy, cz, R, g, side):  # pragma: no cover - compiled
+    """The cube indices ``lo ≤ i ≤ hi`` (per axis) that the bounding box of the ball ``(c, R)`` overlaps."""
+    return (max(0, int(np.floor((cx - R + 1.0) / g))), min(side - 1, int(np.floor((cx + R + 1.0) / g))),
+            max(0, int(np.floor((cy - R + 1.0) / g))), min(side - 1, int(np.floor((cy + R + 1.0) / g))),
+            max(0, int(np.floor((cz - R + 1.0) / g))), min(side - 1, int(np.floor((cz + R + 1.0) / g))))
+
+
+@jit
 def _gather(cx, cy, cz, R, g, side, cell_start, cell_order, yt, idx):  # pragma: no cover - compiled
     """Indices of the points within chord ``R`` of ``(cx, cy, cz)`` into ``idx`` (from the point grid); returns their count.
 
@@ -352,12 +360,7 @@ def _gather(cx, cy, cz, R, g, side, cell_start, cell_order, yt, idx):  # pragma:
     ``(ix·side + iy)·side + iz``: for each ``(ix, iy)`` in the ball's bounding box the cells of
     its ``iz`` range hold one contiguous run of ``cell_order``.
     """
-    lo0 = max(0, int(np.floor((cx - R + 1.0) / g)))
-    hi0 = min(side - 1, int(np.floor((cx + R + 1.0) / g)))
-    lo1 = max(0, int(np.floor((cy - R + 1.0) / g)))
-    hi1 = min(side - 1, int(np.floor((cy + R + 1.0) / g)))
-    lo2 = max(0, int(np.floor((cz - R + 1.0) / g)))
-    hi2 = min(side - 1, int(np.floor((cz + R + 1.0) / g)))
+    lo0, hi0, lo1, hi1, lo2, hi2 = _box(cx, cy, cz, R, g, side)
     r2 = R * R
     c = 0
     for i0 in range(lo0, hi0 + 1):
@@ -377,12 +380,7 @@ def _gather(cx, cy, cz, R, g, side, cell_start, cell_order, yt, idx):  # pragma:
 @jit
 def _gather_bound(cx, cy, cz, R, g, side, cell_start):  # pragma: no cover - compiled
     """How many points the cells of the ball's bounding box hold (a bound on :func:`_gather`'s count)."""
-    lo0 = max(0, int(np.floor((cx - R + 1.0) / g)))
-    hi0 = min(side - 1, int(np.floor((cx + R + 1.0) / g)))
-    lo1 = max(0, int(np.floor((cy - R + 1.0) / g)))
-    hi1 = min(side - 1, int(np.floor((cy + R + 1.0) / g)))
-    lo2 = max(0, int(np.floor((cz - R + 1.0) / g)))
-    hi2 = min(side - 1, int(np.floor((cz + R + 1.0) / g)))
+    lo0, hi0, lo1, hi1, lo2, hi2 = _box(cx, cy, cz, R, g, side)
     c = 0
     for i0 in range(lo0, hi0 + 1):
         for i1 in range(lo1, hi1 + 1):
