@@ -248,9 +248,7 @@ class LinearReconstruction:
             A = A + sp.csr_matrix((np.ones(E), (np.arange(E), cells)), shape=(E, N))
             for k in range(3):
                 A = A + sp.diags(self.centroid_offsets[:, side, k]) @ blocks[k][cells]
-        A = sp.csr_matrix(A)
-        A.sum_duplicates()
-        return A
+        return A.tocsr()
 
     # ------------------------------------------------------------------ quadrature of the measure
     @cached_property

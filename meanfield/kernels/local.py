@@ -619,6 +619,15 @@ def local_head_sums(
     return out
 
 
+def _directions(q: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """The rows' directions :math:`\hat u_i = q_i / r_i` (:math:`e_3` where :math:`r_i = 0`)."""
+    uhat = np.empty_like(q)
+    nz = r > 0
+    uhat[nz] = q[nz] / r[nz, None]
+    uhat[~nz] = (0.0, 0.0, 1.0)
+    return uhat
+
+
 def cap_parameters(q: np.ndarray, r: np.ndarray, src: SphereSources, eps: float, *, causal: bool = False) -> np.ndarray:
     r"""The cap parameter :math:`\Delta_i` of each row, large enough for its bound to hold at once.
 
@@ -638,10 +647,7 @@ def cap_parameters(q: np.ndarray, r: np.ndarray, src: SphereSources, eps: float,
     base = float(np.log(src.m / eps))
     if causal or k == 0 or float(src.w.min()) == float(src.w.max()):
         return np.full(k, base)
-    uhat = np.empty_like(q)
-    nz = r > 0
-    uhat[nz] = q[nz] / r[nz, None]
-    uhat[~nz] = (0.0, 0.0, 1.0)
+    uhat = _directions(q, r)
     _, best = src.tree.query(uhat, k=1, workers=threads_for(float(k) * 64.0))
     return np.log(src.mass / (eps * src.w[best]))
 
@@ -656,10 +662,7 @@ def _local_pass(
     """
     causal = limits is not None
     k = q.shape[0]
-    uhat = np.empty_like(q)
-    nz = r > 0
-    uhat[nz] = q[nz] / r[nz, None]
-    uhat[~nz] = (0.0, 0.0, 1.0)
+    uhat = _directions(q, r)
     # cells (gnomonic side, ~ angle) of at most half the typical cap radius, about BLOCK_ROWS rows each
     r_typ = float(np.median(r)) if k else 1.0
     cap = np.sqrt(2.0 * float(np.median(delta)) / max(r_typ, 1e-300))
