@@ -201,8 +201,70 @@ def test_blas_symmetric_tiles_match_numpy_twin(rng, kind, H, precision, rtol):
             np.testing.assert_allclose(got, reference, rtol=rtol, atol=rtol * np.abs(reference).max())
 
 
+@pytest.mark.parametrize("precision, rtol", [("float64", 1e-11), ("float32", 3e-5)])
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+@pytest.mark.parametrize("n", [300, 1100], ids=["row blocks", "symmetric tiles"])
+def test_blas_scalar_heads_match_numpy_twin(rng, kind, n, precision, rtol):
+    # B_h = λI and V_h = μI (λ, μ of either sign and 0) are scalings: no product is formed; tokens off
+    # the sphere (unequal norms), mixed with a general head on the row-block path
+    from meanfield.kernels import blas
+
+    d = 6
+    x = sample_uniform(n, d, seed=2) * rng.uniform(0.5, 1.5, (n, 1))
+    eye = np.eye(d)
+    if n >= 2 * blas.TILE:  # every B_h symmetric, so that the tiles run
+        B = np.stack([2.5 * eye, -0.7 * eye, 0.0 * eye])
+    else:
+        B = np.stack([2.5 * eye, rng.standard_normal((d, d)), 0.0 * eye])
+    heads = HeadStack(B=B, V=np.stack([eye, -1.5 * eye, rng.standard_normal((d, d))]), w=np.array([0.5, 0.3, 0.2]))
+    reference = velocity_numpy(x, heads, beta=1.3, kind=kind)
+    for threads in (1, 2):
+        got = velocity_blas(x, heads, beta=1.3, kind=kind, precision=precision, threads=threads)
+        np.testing.assert_allclose(got, reference, rtol=rtol, atol=rtol * np.abs(reference).max())
+
+
+def test_identity_multiple_recognises_exact_scalings_only():
+    from meanfield.kernels.blas import identity_multiple
+
+    eye = np.eye(4)
+    assert identity_multiple(eye) == 1.0
+    assert identity_multiple(-2.5 * eye) == -2.5
+    assert identity_multiple(0.0 * eye) == 0.0
+    near = eye.copy()
+    near[0, 3] = 1e-300
+    assert identity_multiple(near) is None
+    assert identity_multiple(np.diag([1.0, 1.0, 1.0, 1.0 + 1e-16 * 4])) is None
+    assert identity_multiple(np.full((4, 4), np.nan)) is None
+    assert identity_multiple(np.ones((4, 4))) is None
+
+
+def test_run_on_threads_runs_every_item_once_with_the_calling_thread():
+    import threading
+    import time
+
+    from meanfield.kernels.blas import run_on_threads
+
+    seen: list[tuple[int, int]] = []
+
+    def stage(item: int) -> None:
+        time.sleep(0.002)
+        seen.append((item, threading.get_ident()))
+
+    run_on_threads(stage, list(range(20)), 2)
+    assert sorted(item for item, _ in seen) == list(range(20))
+    assert threading.get_ident() in {ident for _, ident in seen}  # the caller works, it does not only wait
+
+    def failing(item: int) -> None:
+        time.sleep(0.002)
+        if item == 5:
+            raise RuntimeError("item 5")
+
+    with pytest.raises(RuntimeError, match="item 5"):
+        run_on_threads(failing, list(range(20)), 2)
+
+
 @pytest.mark.parametrize("kind", ["softmax", "pooled"])
-def test_blas_symmetric_tiles_redo_rows_that_underflow(kind):
+def test_blas_symmetric_tiles_redo_rows_that_underflow(kind, monkeypatch):
     # B = diag(1, 1e-3, 1e-3) at β = 3000: tokens near e_2 have c_j ≈ 3 against max c ≈ 3000, so their
     # tile sums carry e^{(c_j - max c)/2} = 0 and must be redone exactly
     from meanfield.geometry.sphere import sample_vmf
@@ -214,4 +276,6 @@ def test_blas_symmetric_tiles_redo_rows_that_underflow(kind):
     heads = HeadStack(B=np.diag([1.0, 1e-3, 1e-3])[None], V=np.eye(3)[None])
     reference = velocity_numpy(x, heads, beta=3000.0, kind=kind)
     assert np.all(np.isfinite(reference))
+    np.testing.assert_allclose(velocity_blas(x, heads, beta=3000.0, kind=kind), reference, rtol=1e-10, atol=1e-12 * np.abs(reference).max())
+    monkeypatch.setattr(blas, "block_rows", lambda cols: 7)  # the exact rows redone 7 at a time
     np.testing.assert_allclose(velocity_blas(x, heads, beta=3000.0, kind=kind), reference, rtol=1e-10, atol=1e-12 * np.abs(reference).max())
