@@ -186,6 +186,8 @@ class Operands:
     head on the symmetric path), ``values[h] = [a V_h x | a]`` and ``shifts[h]`` the bounds
     :math:`c_i \ge \max_j \beta s^h_{ij}`.  ``scale_B[h]`` (``scale_V[h]``) is ``λ`` where
     :math:`B_h = \lambda I` (:math:`V_h = \lambda I`), else ``None``: those products are scalings.
+    ``B[h]`` and ``VT[h]`` are :math:`B_h` and :math:`V_h^\top` in the arithmetic of the scores
+    (float32 products are twice as fast, and the scores are float32 anyway), ``None`` for scalings.
     """
 
     lhs: list[np.ndarray]
@@ -194,6 +196,8 @@ class Operands:
     shifts: list[np.ndarray]
     scale_B: list[float | None]
     scale_V: list[float | None]
+    B: list[np.ndarray | None]
+    VT: list[np.ndarray | None]
 
 
 def _operand_rows(
@@ -224,12 +228,14 @@ def _operand_rows(
     for keys in rhs:
         keys[:d, rows] = xr.T
         keys[d, rows] = 1.0
-    product = thread_buffer(xr.shape[0] * d, np.float64, "product").reshape(xr.shape[0], d)
+    work = lhs[0].dtype
+    product = thread_buffer(xr.shape[0] * d, work, "product").reshape(xr.shape[0], d)
+    xw = xr if work == xr.dtype or all(m is None for m in operands.B + operands.VT) else xr.astype(work)
     for h in range(heads.H):
         query = lhs[h][rows]
         lam = operands.scale_B[h]
         if lam is None:
-            np.matmul(xr, heads.B[h], out=product)  # row i: (B^T x_i)^T
+            np.matmul(xw, operands.B[h], out=product)  # row i: (B^T x_i)^T
         if kind == "relu":
             if lam is None:
                 query[:, :d] = product
@@ -238,7 +244,7 @@ def _operand_rows(
             query[:, d] = 0.0
         else:
             if lam is None:
-                c = beta * x_norm_max * np.sqrt(np.einsum("ij,ij->i", product, product))
+                c = beta * x_norm_max * np.sqrt(np.einsum("ij,ij->i", product, product).astype(float, copy=False))
                 np.multiply(product, beta, out=query[:, :d], casting="same_kind")
             else:
                 c = (beta * abs(lam) * x_norm_max) * x_norms[rows]
@@ -252,7 +258,7 @@ def _operand_rows(
             shifts[h][rows] = c
         mu = operands.scale_V[h]
         if mu is None:
-            np.matmul(xr, heads.V[h].T, out=product)
+            np.matmul(xw, operands.VT[h], out=product)
             np.multiply(product, a[rows, None], out=values[h][rows, :d], casting="same_kind")
         else:
             np.multiply(xr, (mu * a[rows])[:, None], out=values[h][rows, :d], casting="same_kind")
@@ -484,6 +490,8 @@ def velocity_blas(
         shifts=[np.zeros(n) for _ in range(heads.H)],
         scale_B=scale_B,
         scale_V=scale_V,
+        B=[None if lam is not None else heads.B[h].astype(dtype) for h, lam in enumerate(scale_B)],
+        VT=[None if mu is not None else np.ascontiguousarray(heads.V[h].T, dtype=dtype) for h, mu in enumerate(scale_V)],
     )
     x_norms = np.sqrt(np.einsum("ij,ij->i", x, x))
     x_norm_max = float(np.max(x_norms))
