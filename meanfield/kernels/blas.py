@@ -173,7 +173,10 @@ def run_on_threads(stage: Callable[[Any], None], items: Sequence[Any], threads: 
 def identity_multiple(m: np.ndarray) -> float | None:
     """``λ`` when the square matrix ``m`` is exactly ``λI`` (its products are then scalings), else ``None``."""
     lam = float(m[0, 0])
-    if not np.all(np.diagonal(m) == lam) or np.count_nonzero(m) != (m.shape[0] if lam != 0 else 0):
+    flat = m.reshape(-1)
+    if np.count_nonzero(flat) != (m.shape[0] if lam != 0 else 0):  # a general matrix stops here, in one C pass
+        return None
+    if not (flat[:: m.shape[0] + 1] == lam).all():
         return None
     return lam
 
@@ -282,16 +285,21 @@ def _symmetric_tile(
     rows, cols = tile
     acc = accumulators.get(threading.get_ident())
     if acc is None:
-        acc = np.zeros((len(lhs), weighted[0].shape[0], weighted[0].shape[1]))
+        shape = (len(lhs), weighted[0].shape[0], weighted[0].shape[1])
+        acc = thread_buffer(int(np.prod(shape)), np.float64, "accumulator").reshape(shape)
+        acc.fill(0.0)
         accumulators[threading.get_ident()] = acc  # one key per thread: no other thread writes it
-    z = thread_buffer((rows.stop - rows.start) * (cols.stop - cols.start), dtype).reshape(rows.stop - rows.start, cols.stop - cols.start)
+    m, k = rows.stop - rows.start, cols.stop - cols.start
+    z = thread_buffer(m * k, dtype).reshape(m, k)
+    width = weighted[0].shape[1]
+    product = thread_buffer(max(m, k) * width, dtype, "value product")
     exp_block = exp_block32 if np.dtype(dtype) == np.float32 else exp_block64
     for h in range(len(lhs)):
         np.matmul(lhs[h][rows], rhs[h][:, cols], out=z)
         exp_block(z, -1)
-        acc[h, rows] += z @ weighted[h][cols]
+        acc[h, rows] += np.matmul(z, weighted[h][cols], out=product[: m * width].reshape(m, width))
         if rows != cols:
-            acc[h, cols] += z.T @ weighted[h][rows]
+            acc[h, cols] += np.matmul(z.T, weighted[h][rows], out=product[: k * width].reshape(k, width))
 
 
 def _blas_rows(
@@ -332,7 +340,11 @@ def _blas_rows(
             blk += (z @ vals).astype(float, copy=False)[:, :d]
             continue
         exp_block(z, rows.start if causal else -1)
-        acc = (z @ vals).astype(float)  # (b, d+1): numerator | row sum
+        acc = thread_buffer(blk.shape[0] * (d + 1), np.float64, f"row sums{h}").reshape(blk.shape[0], d + 1)
+        if np.dtype(dtype) == np.float64:
+            np.matmul(z, vals, out=acc)  # (b, d+1): numerator | row sum
+        else:
+            acc[...] = np.matmul(z, vals, out=thread_buffer(blk.shape[0] * (d + 1), dtype, "value product").reshape(blk.shape[0], d + 1))
         accs.append(acc)
         row_shifts.append(_exact_where_underflow(acc, shifts[h][rows], rows.start, x, heads.B[h], beta, vals, underflow, causal))
     if kind != "relu":
@@ -380,22 +392,24 @@ def _exact_where_underflow(
 
 def _add_heads(blk: np.ndarray, accs: list[np.ndarray], shifts: list[np.ndarray], heads: HeadStack, kind: str) -> None:
     r"""Add the heads' velocities to ``blk`` from their shifted sums ``accs[h] = [Σ_j e^{βs_ij - c_i} a_j V_h x_j | Σ_j e^{βs_ij - c_i} a_j]``."""
-    d = blk.shape[1]
+    n, d = blk.shape
+    term = thread_buffer(n * d, np.float64, "head term").reshape(n, d)  # reused: no fresh pages per call
     if kind == "softmax":
         for acc in accs:
-            blk += acc[:, :d] / acc[:, d:]
+            blk += np.divide(acc[:, :d], acc[:, d:], out=term)
     elif kind == "unnormalized":
         for acc, shift in zip(accs, shifts):
-            blk += acc[:, :d] * np.exp(shift)[:, None]
+            blk += np.multiply(acc[:, :d], np.exp(shift)[:, None], out=term)
     else:  # pooled: one softmax over the heads' pooled sums
         top = np.max(np.stack(shifts), axis=0)
-        num = np.zeros((blk.shape[0], d))
-        den = np.zeros(blk.shape[0])
+        num = thread_buffer(n * d, np.float64, "pooled numerator").reshape(n, d)
+        num.fill(0.0)
+        den = np.zeros(n)
         for h, (acc, shift) in enumerate(zip(accs, shifts)):
             scale = heads.w[h] * np.exp(shift - top)
-            num += scale[:, None] * acc[:, :d]
+            num += np.multiply(scale[:, None], acc[:, :d], out=term)
             den += scale * acc[:, d]
-        blk[...] = num / den[:, None]
+        np.divide(num, den[:, None], out=blk)
 
 
 def _symmetric_velocity(
@@ -477,7 +491,7 @@ def velocity_blas(
     a = token_masses(n, weights)
     dtype = {"float64": np.float64, "float32": np.float32}[precision]
     out = np.zeros((n, d))
-    symmetric = not causal and kind != "relu" and n >= 2 * TILE and all(np.array_equal(b, b.T) for b in heads.B)
+    symmetric = not causal and kind != "relu" and n >= 2 * TILE and all((b == b.T).all() for b in heads.B)
     # rhs: [x | 1]ᵀ, so that [beta x B | -c] @ rhs = beta s - c (symmetric layout: _operand_rows).  The
     # operands live in buffers reused across calls (thread_buffer), filled row block by row block on the pool.
     width = d + 2 if symmetric else d + 1
