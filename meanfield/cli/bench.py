@@ -25,6 +25,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "NumPy twin first, timed in rotating rounds on the same threads), as t_other / t_meanfield")
     p.add_argument("--cases", metavar="N:D,…", help="with --compare: the token counts and dimensions to compare, e.g. 4096:32,1024:384 "
                    "(default: 4096:3,16384:3,4096:64,1024:64; --quick: 1024:3,1024:64)")
+    p.add_argument("--rounds", type=int, default=3, metavar="N",
+                   help="with --compare: rotating rounds, the best time of each implementation kept (default 3; more "
+                        "rounds give every implementation more chances at a quiet moment on a shared machine)")
     p.set_defaults(func=main)
 
 
@@ -80,7 +83,7 @@ def _compare(args: argparse.Namespace, cases: tuple[tuple[int, int], ...] | None
 
     if cases is None:
         cases = ((1024, 3), (1024, 64)) if args.quick else COMPARE_CASES
-    rows = compare_frameworks(cases)
+    rows = compare_frameworks(cases, rounds=args.rounds)
     environment = compare_environment()
     if args.json:
         json.dump({"environment": environment, "compare": rows}, sys.stdout, indent=2, default=float)
@@ -102,6 +105,10 @@ def main(args: argparse.Namespace) -> int:
 
     if args.cases is not None and not args.compare:
         raise ConfigError("--cases", "only applies with --compare")
+    if args.rounds != 3 and not args.compare:
+        raise ConfigError("--rounds", "only applies with --compare")
+    if args.rounds < 1:
+        raise ConfigError("--rounds", f"needs at least one round, got {args.rounds}")
     if args.compare:
         return _compare(args, parse_cases(args.cases) if args.cases is not None else None)  # a bad case fails before any timing
 

@@ -66,8 +66,8 @@ TILE32 = 512
 
 #: operand buffers (not the score block) up to this many elements are kept per thread between calls
 REUSE_MAX_ELEMENTS = 1 << 21
-#: the operands are built on the pool only above this many multiply-adds (the products with
-#: B_h and V_h, ``2 n H d²``, where they are not multiples of I); below it, in the calling thread:
+#: the operands are built on the pool only above this many flops (the products with B_h and
+#: V_h, ``2 n d²`` each where it is not a multiple of I); below it, in the calling thread:
 #: a hand-off to the pool costs 0.1–0.3 ms on these cores, as much as building them at n = 1024, d = 32
 PREP_PARALLEL_FLOPS = 1 << 24
 
@@ -526,8 +526,10 @@ def velocity_blas(
     # one BLAS thread per pool thread: the pool already fills the cores, and threaded
     # BLAS on these thin GEMMs only adds synchronisation (up to 50× slower on a loaded machine)
     with one_blas_thread():
-        # every operand row is written before any block reads it
-        run(prepare, jobs) if products > PREP_PARALLEL_FLOPS else prepare(slice(0, n))
+        if products > PREP_PARALLEL_FLOPS:  # every operand row is written before any block reads it
+            run(prepare, jobs)
+        else:
+            prepare(slice(0, n))
         if symmetric:
             _symmetric_velocity(out, x, heads, beta, kind, operands, dtype, run)
         else:

@@ -73,8 +73,14 @@ def test_compare_cases_from_the_command_line(capsys, monkeypatch):
     assert main(["bench", "--cases", "64:3"]) == 2  # only with --compare
     assert "--cases" in capsys.readouterr().err
     seen = []
-    monkeypatch.setattr(bench_compare, "compare_frameworks", lambda cases, _real=bench_compare.compare_frameworks: seen.append(cases) or _real(cases, rounds=1, min_time=0.0, frameworks=[]))
+    monkeypatch.setattr(bench_compare, "compare_frameworks", lambda cases, rounds=3, _real=bench_compare.compare_frameworks: seen.append((cases, rounds)) or _real(cases, rounds=1, min_time=0.0, frameworks=[]))
     assert main(["bench", "--compare", "--cases", "48:3,40:12", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["compare"]
-    assert seen == [((48, 3), (40, 12))]
+    assert seen == [(((48, 3), (40, 12)), 3)]
     assert {(r["n"], r["d"]) for r in rows} == {(48, 3), (40, 12)} and all(r["agrees"] for r in rows)
+    assert main(["bench", "--compare", "--cases", "48:3", "--rounds", "7", "--json"]) == 0
+    capsys.readouterr()
+    assert seen[-1] == (((48, 3),), 7)
+    for argv in (["bench", "--rounds", "5"], ["bench", "--compare", "--rounds", "0"]):
+        assert main(argv) == 2  # only with --compare, and at least one round
+        assert "--rounds" in capsys.readouterr().err
