@@ -120,7 +120,7 @@ from meanfield.analysis.mobility import (
 )
 from meanfield.model import Model
 from meanfield.heads.schedules import head_structure, schedule_derivative
-from meanfield.geometry.sphere import exp_map, geodesic_distance, log_map, normalize, project_tangent, sphere_error
+from meanfield.geometry.sphere import exp_map, geodesic_distance, log_map, project_tangent
 from meanfield.solvers.signals import check
 from meanfield.solvers.loop import RunSetup, Tracker
 from meanfield.solvers.trackers import EnergyTracker, FiniteTracker, SphereTracker

@@ -63,6 +63,8 @@ TILE = 256
 #: float32's twice faster GEMMs (measured: 13–20 % faster than 256 at n ≥ 1536, d = 32 and 64; equal at
 #: n = 1024 and at d = 384; in float64, 512 is no faster than 256)
 TILE32 = 512
+#: fewer symmetric tiles than this per thread: each is cut into two halves of rows (:func:`_tile_items`)
+SPLIT_TILES_PER_THREAD = 4
 
 #: operand buffers (not the score block) up to this many elements are kept per thread between calls
 REUSE_MAX_ELEMENTS = 1 << 21
@@ -268,21 +270,45 @@ def _operand_rows(
         values[h][rows, d] = a[rows]
 
 
+def _tile_items(n: int, side: int, threads: int) -> list[tuple[slice, slice, bool]]:
+    """The symmetric path's work items ``(rows, cols, diagonal)``: the upper triangle of ``side``-square tiles, largest first.
+
+    With fewer than :data:`SPLIT_TILES_PER_THREAD` tiles per thread, every tile off the diagonal
+    is cut into two halves of rows, so that the threads' shares come out even: at n = 1024 in float32
+    (three tiles, a diagonal one costing a score GEMM and one value GEMM, the other a score GEMM and
+    two), one thread had carried both diagonal tiles, 2 score GEMMs + 2 value GEMMs against 1.5 + 2
+    for even shares.  (Cutting the diagonal tiles too measured 5–8 % slower at d = 32: more, smaller
+    items for no better balance.)
+    """
+    tiles = [slice(s, min(n, s + side)) for s in range(0, n, side)]
+    items = [(tiles[i], tiles[j], i == j) for i in range(len(tiles)) for j in range(i, len(tiles))]
+    if threads > 1 and len(items) < SPLIT_TILES_PER_THREAD * threads:
+        items = [(half, cols, diagonal) for rows, cols, diagonal in items
+                 for half in ((rows,) if diagonal or rows.stop - rows.start < 2 else
+                              (slice(rows.start, (rows.start + rows.stop) // 2), slice((rows.start + rows.stop) // 2, rows.stop)))]
+
+    def cost(item: tuple[slice, slice, bool]) -> int:  # score GEMM + exp, then one value GEMM (two off the diagonal)
+        rows, cols, diagonal = item
+        return (rows.stop - rows.start) * (cols.stop - cols.start) * (2 if diagonal else 3)
+
+    return sorted(items, key=cost, reverse=True)
+
+
 def _symmetric_tile(
-    tile: tuple[slice, slice],
+    tile: tuple[slice, slice, bool],
     lhs: list[np.ndarray],
     rhs: list[np.ndarray],
     weighted: list[np.ndarray],
     accumulators: dict[int, np.ndarray],
     dtype: type,
 ) -> None:
-    r"""One tile :math:`(I, J)`, :math:`I \le J`, of the symmetric path, for every head.
+    r"""One tile :math:`(I, J)`, :math:`I \le J`, of the symmetric path (or a part ``I`` of its rows), for every head.
 
     :math:`E_{IJ} = \exp(\beta s_{IJ} - (c_I + c_J)/2)` serves both sides:
     ``acc[I] += E_IJ @ W_J`` and, off the diagonal, ``acc[J] += E_IJᵀ @ W_I``, into this
     thread's own accumulator (summed once every tile is done).
     """
-    rows, cols = tile
+    rows, cols, diagonal = tile
     acc = accumulators.get(threading.get_ident())
     if acc is None:
         shape = (len(lhs), weighted[0].shape[0], weighted[0].shape[1])
@@ -298,7 +324,7 @@ def _symmetric_tile(
         np.matmul(lhs[h][rows], rhs[h][:, cols], out=z)
         exp_block(z, -1)
         acc[h, rows] += np.matmul(z, weighted[h][cols], out=product[: m * width].reshape(m, width))
-        if rows != cols:
+        if not diagonal:
             acc[h, cols] += np.matmul(z.T, weighted[h][rows], out=product[: k * width].reshape(k, width))
 
 
@@ -421,6 +447,7 @@ def _symmetric_velocity(
     operands: Operands,
     dtype: type,
     run: Callable[[Callable[[Any], None], list[Any]], None],
+    threads: int,
 ) -> None:
     r"""Every :math:`B_h` symmetric: the upper triangle of :data:`TILE`-square tiles only (:data:`TILE32` in float32).
 
@@ -448,10 +475,8 @@ def _symmetric_velocity(
             weighted.append(np.multiply(values[h], scale[:, None], out=thread_buffer(values[h].size, dtype, f"weighted{h}").reshape(values[h].shape)))
         row_shifts.append(0.5 * (shifts[h] + top))
     side = TILE32 if np.dtype(dtype) == np.float32 else TILE
-    tiles = [slice(s, min(n, s + side)) for s in range(0, n, side)]
-    pairs = [(tiles[i], tiles[j]) for i in range(len(tiles)) for j in range(i, len(tiles))]
     accumulators: dict[int, np.ndarray] = {}
-    run(lambda tile: _symmetric_tile(tile, lhs, rhs, weighted, accumulators, dtype), pairs)
+    run(lambda tile: _symmetric_tile(tile, lhs, rhs, weighted, accumulators, dtype), _tile_items(n, side, threads))
     parts = list(accumulators.values())
     acc = parts[0]
     for part in parts[1:]:
@@ -531,7 +556,7 @@ def velocity_blas(
         else:
             prepare(slice(0, n))
         if symmetric:
-            _symmetric_velocity(out, x, heads, beta, kind, operands, dtype, run)
+            _symmetric_velocity(out, x, heads, beta, kind, operands, dtype, run, nthreads)
         else:
 
             def work(rows: slice) -> None:

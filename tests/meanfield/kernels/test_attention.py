@@ -223,6 +223,24 @@ def test_blas_scalar_heads_match_numpy_twin(rng, kind, n, precision, rtol):
         np.testing.assert_allclose(got, reference, rtol=rtol, atol=rtol * np.abs(reference).max())
 
 
+@pytest.mark.parametrize("n, side", [(1024, 512), (1300, 512), (1100, 256), (3000, 256)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_symmetric_tile_items_cover_every_pair_once(n, side, threads):
+    # each item (rows, cols, diagonal) sums E[rows, cols] into the rows and, off the diagonal, its
+    # transpose into the columns: together every (i, j) exactly once, whether or not tiles were cut
+    from meanfield.kernels.blas import _tile_items
+
+    covered = np.zeros((n, n), dtype=np.int64)
+    items = _tile_items(n, side, threads)
+    for rows, cols, diagonal in items:
+        covered[rows, cols] += 1
+        if not diagonal:
+            covered[cols, rows] += 1
+    assert covered.min() == 1 and covered.max() == 1
+    costs = [(r.stop - r.start) * (c.stop - c.start) * (2 if diag else 3) for r, c, diag in items]
+    assert costs == sorted(costs, reverse=True)  # largest first: the threads' last items are small
+
+
 def test_identity_multiple_recognises_exact_scalings_only():
     from meanfield.kernels.blas import identity_multiple
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import importlib
 import math
 import tomllib
 from pathlib import Path
@@ -16,7 +15,6 @@ from meanfield.errors import ConfigError
 from meanfield.run import load
 from meanfield.analysis.projection import zero_temperature_solution
 from meanfield.geometry.sphere import normalize, sample_uniform
-from meanfield.cli import concentration as concentration_command
 from meanfield.analysis.concentration import concentration_summary, tracker_from_head
 from meanfield.solvers.experiments.concentration import (
     DEFAULT_CONCENTRATION_CONFIG,
