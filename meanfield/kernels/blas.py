@@ -63,7 +63,7 @@ TILE = 256
 #: float32's twice faster GEMMs (measured: 13–20 % faster than 256 at n ≥ 1536, d = 32 and 64; equal at
 #: n = 1024 and at d = 384; in float64, 512 is no faster than 256)
 TILE32 = 512
-#: fewer symmetric tiles than this per thread: each is cut into two halves of rows (:func:`_tile_items`)
+#: fewer symmetric tiles than this per thread: those off the diagonal are cut into two halves of rows (:func:`_tile_items`)
 SPLIT_TILES_PER_THREAD = 4
 
 #: operand buffers (not the score block) up to this many elements are kept per thread between calls
