@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from meanfield.heads import HeadStack
-from meanfield.kernels.blas import _pool, exp_block64, thread_buffer
+from meanfield.kernels.blas import exp_block64, run_on_threads, thread_buffer
 from meanfield.kernels.inputs import block_rows
 from meanfield.kernels.harmonic import sphere_head_energies
 from meanfield.kernels.jit import one_blas_thread, threads_for
@@ -128,11 +128,7 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
             def work(rows: slice, lhs=lhs, xb=xb, shift=shift) -> None:
                 _energy_rows(rows, lhs, rhs_t, xb, xt, a, shift, beta, logs)
 
-            if nthreads <= 1:
-                for rows in jobs:
-                    work(rows)
-            else:
-                list(_pool(nthreads).map(work, jobs))
+            run_on_threads(work, jobs, nthreads)
             top = logs.max()
             out[h] = np.exp(top) * np.sum(np.exp(logs - top)) / (2 * beta)
     return out

@@ -446,7 +446,6 @@ def _symmetric_velocity(
     kind: str,
     operands: Operands,
     dtype: type,
-    run: Callable[[Callable[[Any], None], list[Any]], None],
     threads: int,
 ) -> None:
     r"""Every :math:`B_h` symmetric: the upper triangle of :data:`TILE`-square tiles only (:data:`TILE32` in float32).
@@ -476,7 +475,7 @@ def _symmetric_velocity(
         row_shifts.append(0.5 * (shifts[h] + top))
     side = TILE32 if np.dtype(dtype) == np.float32 else TILE
     accumulators: dict[int, np.ndarray] = {}
-    run(lambda tile: _symmetric_tile(tile, lhs, rhs, weighted, accumulators, dtype), _tile_items(n, side, threads))
+    run_on_threads(lambda tile: _symmetric_tile(tile, lhs, rhs, weighted, accumulators, dtype), _tile_items(n, side, threads), threads)
     parts = list(accumulators.values())
     acc = parts[0]
     for part in parts[1:]:
@@ -542,9 +541,6 @@ def velocity_blas(
     nthreads = min(threads or threads_for(pairs), len(jobs) if not symmetric else n)
     products = 2.0 * n * d * d * sum((lam is None) + (mu is None) for lam, mu in zip(scale_B, scale_V))
 
-    def run(stage: Callable[[Any], None], items: list[Any]) -> None:
-        run_on_threads(stage, items, nthreads)
-
     def prepare(rows: slice) -> None:
         _operand_rows(rows, x, heads, beta, kind, a, x_norms, x_norm_max, operands)
 
@@ -552,15 +548,15 @@ def velocity_blas(
     # BLAS on these thin GEMMs only adds synchronisation (up to 50× slower on a loaded machine)
     with one_blas_thread():
         if products > PREP_PARALLEL_FLOPS:  # every operand row is written before any block reads it
-            run(prepare, jobs)
+            run_on_threads(prepare, jobs, nthreads)
         else:
             prepare(slice(0, n))
         if symmetric:
-            _symmetric_velocity(out, x, heads, beta, kind, operands, dtype, run, nthreads)
+            _symmetric_velocity(out, x, heads, beta, kind, operands, dtype, nthreads)
         else:
 
             def work(rows: slice) -> None:
                 _blas_rows(rows, x, heads, beta, kind, operands, out, dtype, causal)
 
-            run(work, jobs[::-1] if causal else jobs)  # causal: the longest rows first
+            run_on_threads(work, jobs[::-1] if causal else jobs, nthreads)  # causal: the longest rows first
     return out
