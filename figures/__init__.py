@@ -330,6 +330,33 @@ def concentration_family_rows(betas: Sequence[float], *, spacing: float | Mappin
 _FAMILY_ROWS: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
 
 
+#: the β family of the Thm 1 figures (t_min against log β, W2_min against the rate): the mesh follows β,
+#: N = 4πβ/c² cells (h = c·β^{-1/2}), and 4N for the convergence check
+FAMILY_BETAS = (4.0, 16.0, 64.0)
+FAMILY_SPACING = {4.0: 0.25, 16.0: 0.5, 64.0: 0.5}
+FAMILY_T_FINAL = 16.0
+#: their quick form: more β, one coarse mesh each, shorter runs
+FAMILY_QUICK_BETAS = (4.0, 8.0, 16.0, 32.0)
+FAMILY_QUICK_SPACING = 0.7
+FAMILY_QUICK_T_FINAL = 10.0
+#: largest relative change of W2_min between N and 4N cells the full form accepts
+FAMILY_CONVERGED = 0.02
+FAMILY_SAVE_EVERY = 0.1
+FAMILY_CFL = 0.5
+
+
+def beta_family_rows(*, quick: bool = False) -> list[dict[str, Any]]:
+    """The rows of the Thm 1 figures' β family (:func:`concentration_family_rows` with the ``FAMILY_*`` constants).
+
+    The full form runs every β on N and 4N cells; the quick form runs more β on one coarse mesh each.
+    """
+    if quick:
+        return concentration_family_rows(FAMILY_QUICK_BETAS, spacing=FAMILY_QUICK_SPACING, refine=False,
+                                         t_final=FAMILY_QUICK_T_FINAL, cfl=FAMILY_CFL, save_every=FAMILY_SAVE_EVERY)
+    return concentration_family_rows(FAMILY_BETAS, spacing=FAMILY_SPACING, refine=True, t_final=FAMILY_T_FINAL,
+                                     cfl=FAMILY_CFL, save_every=FAMILY_SAVE_EVERY)
+
+
 def family_mesh_label(rows: Sequence[dict[str, Any]]) -> str:
     """The meshes of a β-family figure in a title: ``N = 4πβ/c²`` with its constant(s) and the range of N."""
     groups: dict[float, list[float]] = {}

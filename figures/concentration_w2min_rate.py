@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import concentration_family_rows, convergence_claim, family_mesh_label, script_main, write_rows
+from meanfield.figures import FAMILY_CONVERGED, beta_family_rows, convergence_claim, family_mesh_label, script_main, write_rows
 
 ID = "concentration_w2min_rate"
 PAPER = "2605.10931"
@@ -57,26 +57,13 @@ THEOREM = "Thm 1"
 DESCRIPTION = "W2_min against √(log(β+1)/β) on log-log axes with the fitted power (grid solver on S²): W2_min falls with the rate and stays below it"
 
 # ---- constants -----------------------------------------------------------
-BETAS = (4.0, 16.0, 64.0)
-#: the mesh follows β: N = 4πβ/c² cells (h = c·β^{-1/2}), and 4N for the convergence check
-SPACING = {4.0: 0.25, 16.0: 0.5, 64.0: 0.5}
-T_FINAL = 16.0
-QUICK_BETAS = (4.0, 8.0, 16.0, 32.0)
-QUICK_SPACING = 0.7
-QUICK_T_FINAL = 10.0
-#: largest relative change of W2_min between N and 4N cells the full form accepts
-CONVERGED = 0.02
-SAVE_EVERY = 0.1
-CFL = 0.5
 MIN_R2 = 0.9
 MAX_RATIO = 1.0  # the constant C of W2_min ≤ C·r(β) the data must satisfy
 
 
 def compute(*, quick: bool = False) -> list[dict[str, Any]]:
-    """One row per β (:func:`meanfield.figures.concentration_family_rows`): the finer mesh's numbers and, in full, their change from the coarser."""
-    if quick:
-        return concentration_family_rows(QUICK_BETAS, spacing=QUICK_SPACING, refine=False, t_final=QUICK_T_FINAL, cfl=CFL, save_every=SAVE_EVERY)
-    return concentration_family_rows(BETAS, spacing=SPACING, refine=True, t_final=T_FINAL, cfl=CFL, save_every=SAVE_EVERY)
+    """One row per β (:func:`meanfield.figures.beta_family_rows`): the finer mesh's numbers and, in full, their change from the coarser."""
+    return beta_family_rows(quick=quick)
 
 
 def read_csv(path: str | Path) -> list[dict[str, Any]]:
@@ -104,7 +91,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         "max_ratio": {"ok": bool(max(ratios) <= MAX_RATIO), "value": float(max(ratios)),
                       "expected": f"max W2_min/r(β) <= {MAX_RATIO:g} (W2_min ≲ C·r with C = {MAX_RATIO:g})"},
         "minimum_inside_run": {"ok": at_end == 0, "value": float(at_end), "expected": "0 minima at the last frame"},
-        **convergence_claim(rows, tolerance=CONVERGED),
+        **convergence_claim(rows, tolerance=FAMILY_CONVERGED),
     }
 
 

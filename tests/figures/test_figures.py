@@ -206,3 +206,21 @@ def test_family_rows_run_their_sweep_once_per_process(monkeypatch):
     assert len(calls) == 1 and second[0]["w2_min"] == 0.3 and [r["beta"] for r in second] == [2.0, 3.0]
     FIGURES.concentration_family_rows((2.0, 3.0), spacing=0.7, refine=False, t_final=2.0)  # other arguments: a new sweep
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_thm1_figures_share_one_beta_family(monkeypatch, quick):
+    """The t_min fit and the W2_min-against-rate figures run the same sweep, so one process runs it once."""
+    calls = []
+
+    def fake_rows(betas, **options):
+        calls.append((tuple(betas), options))
+        return [{"beta": b} for b in betas]
+
+    monkeypatch.setattr(FIGURES, "concentration_family_rows", fake_rows)
+    tmin = REGISTRY["concentration_tmin_fit"].load().compute(quick=quick)
+    rate = REGISTRY["concentration_w2min_rate"].load().compute(quick=quick)
+    assert tmin == rate and len(calls) == 2 and calls[0] == calls[1]
+    betas, options = calls[0]
+    assert options["refine"] is not quick
+    assert betas == (FIGURES.FAMILY_QUICK_BETAS if quick else FIGURES.FAMILY_BETAS)
