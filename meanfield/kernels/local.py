@@ -620,7 +620,7 @@ def local_head_sums(
 
 
 def _directions(q: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """The rows' directions :math:`\hat u_i = q_i / r_i` (:math:`e_3` where :math:`r_i = 0`)."""
+    r"""The rows' directions :math:`\hat u_i = q_i / r_i` (:math:`e_3` where :math:`r_i = 0`)."""
     uhat = np.empty_like(q)
     nz = r > 0
     uhat[nz] = q[nz] / r[nz, None]
