@@ -286,11 +286,14 @@ def bench_time_split(n: int = 4096, d: int = 64, *, beta: float = 1.0, rounds: i
     Returns
     -------
     dict
-        ``name``, ``n``, ``d``, ``score_gemm_s``, ``exp_s`` (the kernel's numba ``exp``), ``value_gemm_s``,
-        ``parts_s`` (their sum), ``kernel_s``, ``numpy_exp_s`` (``np.exp`` on the same blocks, for
-        comparison) and the shares ``score_share``, ``exp_share``, ``value_share`` of ``parts_s``.
+        ``name``, ``n``, ``d``, ``score_gemm_s``, ``exp_s`` (the kernel's ``exp``,
+        :func:`~meanfield.kernels.blas.exp_scores`), ``exp_path`` (``"numpy"`` where that is NumPy's
+        vectorised ``exp``, else ``"numba"``), ``value_gemm_s``, ``parts_s`` (the sum of the three parts),
+        ``kernel_s``, ``numba_exp_s`` and ``numpy_exp_s`` (:func:`~meanfield.kernels.blas.exp_block64` and
+        ``np.exp`` on the same blocks, for comparison) and the shares ``score_share``, ``exp_share``,
+        ``value_share`` of ``parts_s``.
     """
-    from meanfield.kernels.blas import exp_block64
+    from meanfield.kernels.blas import NUMPY_EXP64, exp_block64, exp_scores
     from meanfield.kernels.inputs import block_rows
 
     x = sample_uniform(n, d, seed=0)
@@ -300,11 +303,11 @@ def bench_time_split(n: int = 4096, d: int = 64, *, beta: float = 1.0, rounds: i
     values = np.hstack([x @ heads.V[0].T, np.ones((n, 1))])
     z = np.empty((block, n))
     parts = {"score": np.inf, "exp": np.inf, "value": np.inf}
-    numpy_exp = np.inf
+    numpy_exp = numba_exp = np.inf
     with one_blas_thread():
         for _ in range(max(1, rounds)):
             spent = dict.fromkeys(parts, 0.0)
-            spent_numpy = 0.0
+            spent_numpy = spent_numba = 0.0
             for start in range(0, n, block):
                 rows = slice(start, min(n, start + block))
                 buf = z[: rows.stop - rows.start]
@@ -313,22 +316,27 @@ def bench_time_split(n: int = 4096, d: int = 64, *, beta: float = 1.0, rounds: i
                 t1 = time.perf_counter()
                 buf -= beta
                 scores = buf.copy()
-                t2 = time.perf_counter()
-                exp_block64(buf, -1)  # the kernel's own exp
-                t3 = time.perf_counter()
-                np.exp(scores, out=scores)
-                t4 = time.perf_counter()
-                buf @ values
+                exp_times = []
+                for exp in (lambda z: np.exp(z, out=z), lambda z: exp_block64(z, -1), exp_scores):  # the kernel's own exp last
+                    np.copyto(buf, scores)  # each exp on the same scores, fresh in the cache
+                    t2 = time.perf_counter()
+                    exp(buf)
+                    exp_times.append(time.perf_counter() - t2)
                 t5 = time.perf_counter()
+                buf @ values
+                t6 = time.perf_counter()
                 spent["score"] += t1 - t0
-                spent["exp"] += t3 - t2
-                spent_numpy += t4 - t3
-                spent["value"] += t5 - t4
+                spent_numpy += exp_times[0]
+                spent_numba += exp_times[1]
+                spent["exp"] += exp_times[2]
+                spent["value"] += t6 - t5
             parts = {k: min(parts[k], spent[k]) for k in parts}
             numpy_exp = min(numpy_exp, spent_numpy)
+            numba_exp = min(numba_exp, spent_numba)
         kernel = min(_once(lambda: velocity_blas(x, heads, beta=beta)) for _ in range(max(1, rounds)))
     total = sum(parts.values())
     return {"name": "time_split", "n": n, "d": d, "score_gemm_s": parts["score"], "exp_s": parts["exp"],
+            "exp_path": "numpy" if NUMPY_EXP64 else "numba", "numba_exp_s": numba_exp,
             "value_gemm_s": parts["value"], "parts_s": total, "kernel_s": kernel, "numpy_exp_s": numpy_exp,
             "score_share": parts["score"] / total, "exp_share": parts["exp"] / total, "value_share": parts["value"] / total}
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from meanfield.heads import HeadStack
-from meanfield.kernels.blas import exp_block64, run_on_threads, thread_buffer
+from meanfield.kernels.blas import exp_scores, run_on_threads, thread_buffer
 from meanfield.kernels.inputs import block_rows
 from meanfield.kernels.harmonic import sphere_head_energies
 from meanfield.kernels.jit import one_blas_thread, threads_for
@@ -44,7 +44,7 @@ def _energy_rows(rows: slice, lhs: np.ndarray, rhs_t: np.ndarray, xb: np.ndarray
     """
     z = thread_buffer((rows.stop - rows.start) * rhs_t.shape[1], np.float64, "energy").reshape(rows.stop - rows.start, rhs_t.shape[1])
     np.matmul(lhs[rows], rhs_t, out=z)
-    exp_block64(z, -1)  # the attention kernels' vectorised exp (the shifted scores are ≤ 0)
+    exp_scores(z)  # the attention kernels' exp (the shifted scores are ≤ 0)
     total = z @ a
     c = shift[rows].copy()
     low = total < _UNDERFLOW

@@ -15,7 +15,8 @@ the ``exp``: with blocks of at most ``n/8`` rows that is about 56 % of the unmas
 pairs.  The blocks go to the pool largest first (the pool hands them out as threads free up).
 
 The ``exp`` is the fused kernels' own vectorised one (:func:`exp_block64`, :func:`exp_block32`:
-2.5× and 4.7× ``np.exp``).  When every :math:`B_h` is symmetric (and there is no mask), the
+2.5× and 4.7× ``np.exp`` on an AVX2 processor), except in float64 on AVX-512 processors, where
+NumPy's own ``exp`` is vectorised and faster (:func:`exp_scores`, :data:`NUMPY_EXP64`).  When every :math:`B_h` is symmetric (and there is no mask), the
 shift :math:`(c_i + c_j)/2` makes the shifted score matrix symmetric, and only the upper
 triangle of :data:`TILE`-square tiles (:data:`TILE32` in float32) is computed, each tile serving the rows of both sides
 (:func:`_symmetric_velocity`): half the score GEMM and half the ``exp``.
@@ -45,7 +46,7 @@ from meanfield.kernels.fused32 import exp32_nonpositive_scalar
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import jit, one_blas_thread, threads_for
 
-__all__ = ["velocity_blas", "thread_buffer", "exp_block64", "exp_block32", "run_on_threads", "identity_multiple"]
+__all__ = ["velocity_blas", "thread_buffer", "exp_block64", "exp_block32", "exp_scores", "NUMPY_EXP64", "run_on_threads", "identity_multiple"]
 
 #: a shifted row sum below this (by dtype) means the Cauchy–Schwarz shift was too loose:
 #: those rows are recomputed with the exact maximum (float32 sums below ~1e-31 lose digits)
@@ -124,6 +125,78 @@ def exp_block32(z, first):  # pragma: no cover - compiled
             z[i, j] = exp32_nonpositive_scalar(z[i, j])
         for j in range(stop, cols):
             z[i, j] = zero
+
+
+@jit
+def _keys_into(xr, keys, start):  # pragma: no cover - compiled
+    """``keys[:d, start + i] = xr[i]`` and ``keys[d, start + i] = 1``: the augmented keys, transposed, in one pass
+    (``keys[:d, rows] = xr.T`` with its cast to float32 took 40 µs of a 1.4 ms call at n = 1024, d = 32)."""
+    rows, d = xr.shape
+    one = keys.dtype.type(1.0)
+    for k in range(d):
+        for i in range(rows):
+            keys[k, start + i] = xr[i, k]
+    for i in range(rows):
+        keys[d, start + i] = one
+
+
+@jit
+def _scale_rows_into(xr, scale, out):  # pragma: no cover - compiled
+    """``out[i, j] = scale[i] · xr[i, j]``, cast to ``out``'s dtype (``out`` may be a view of wider rows)."""
+    rows, d = xr.shape
+    for i in range(rows):
+        s = scale[i]
+        for j in range(d):
+            out[i, j] = xr[i, j] * s
+
+
+@jit
+def _add_softmax_rows(blk, acc):  # pragma: no cover - compiled
+    """``blk[i] += acc[i, :d] / acc[i, d]``: the softmax head's velocity from its shifted sums."""
+    rows, d = blk.shape
+    for i in range(rows):
+        inverse = 1.0 / acc[i, d]
+        for j in range(d):
+            blk[i, j] += acc[i, j] * inverse
+
+
+def _numpy_exp64_is_vectorised() -> bool:
+    """``True`` where NumPy's float64 ``exp`` runs its AVX-512 loop (a CPU with AVX512F and a NumPy built with that target).
+
+    NumPy vectorises the float64 ``exp`` only for AVX-512 (its AVX2 build calls the scalar libm
+    ``exp``, about 9 ns per element); there it is a table-driven loop within 1 ulp, and measured
+    0.51–0.55 ns per element against 0.86 ns for :func:`exp_block64` (whose loops LLVM compiles
+    for 256-bit vectors on these processors).
+    """
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:  # NumPy < 2
+        try:
+            from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+        except ImportError:
+            return False
+    built = any(target.startswith(("AVX512", "X86_V4")) for target in __cpu_dispatch__)
+    return built and bool(__cpu_features__.get("AVX512F"))
+
+
+#: the score blocks' float64 ``exp`` is NumPy's (in place) rather than :func:`exp_block64` (see
+#: :func:`_numpy_exp64_is_vectorised`); decided once, from the CPU and the NumPy build, so that a
+#: machine always takes the same path
+NUMPY_EXP64 = _numpy_exp64_is_vectorised()
+
+
+def exp_scores(z: np.ndarray, first: int = -1) -> None:
+    """``z ← exp(z)`` in place on a block of shifted scores (≤ 0), by the fastest ``exp`` of its dtype here.
+
+    float32: :func:`exp_block32`; float64: NumPy's ``exp`` where it is vectorised
+    (:data:`NUMPY_EXP64`, and no causal mask), else :func:`exp_block64`.  ``first`` as in :func:`exp_block64`.
+    """
+    if z.dtype == np.float32:
+        exp_block32(z, first)
+    elif NUMPY_EXP64 and first < 0:
+        np.exp(z, out=z)
+    else:
+        exp_block64(z, first)
 
 
 @lru_cache(maxsize=4)
@@ -231,8 +304,7 @@ def _operand_rows(
     lhs, rhs, values, shifts = operands.lhs, operands.rhs, operands.values, operands.shifts
     symmetric = lhs[0].shape[1] == d + 2
     for keys in rhs:
-        keys[:d, rows] = xr.T
-        keys[d, rows] = 1.0
+        _keys_into(xr, keys, rows.start)
     work = lhs[0].dtype
     product = thread_buffer(xr.shape[0] * d, work, "product").reshape(xr.shape[0], d)
     xw = xr if work == xr.dtype or all(m is None for m in operands.B + operands.VT) else xr.astype(work)
@@ -253,7 +325,7 @@ def _operand_rows(
                 np.multiply(product, beta, out=query[:, :d], casting="same_kind")
             else:
                 c = (beta * abs(lam) * x_norm_max) * x_norms[rows]
-                np.multiply(xr, beta * lam, out=query[:, :d], casting="same_kind")
+                _scale_rows_into(xr, np.full(xr.shape[0], beta * lam), query[:, :d])
             if symmetric:
                 query[:, d] = -0.5 * c
                 query[:, d + 1] = 1.0
@@ -266,7 +338,7 @@ def _operand_rows(
             np.matmul(xw, operands.VT[h], out=product)
             np.multiply(product, a[rows, None], out=values[h][rows, :d], casting="same_kind")
         else:
-            np.multiply(xr, (mu * a[rows])[:, None], out=values[h][rows, :d], casting="same_kind")
+            _scale_rows_into(xr, mu * a[rows], values[h][rows, :d])
         values[h][rows, d] = a[rows]
 
 
@@ -319,10 +391,9 @@ def _symmetric_tile(
     z = thread_buffer(m * k, dtype).reshape(m, k)
     width = weighted[0].shape[1]
     product = thread_buffer(max(m, k) * width, dtype, "value product")
-    exp_block = exp_block32 if np.dtype(dtype) == np.float32 else exp_block64
     for h in range(len(lhs)):
         np.matmul(lhs[h][rows], rhs[h][:, cols], out=z)
-        exp_block(z, -1)
+        exp_scores(z)
         acc[h, rows] += np.matmul(z, weighted[h][cols], out=product[: m * width].reshape(m, width))
         if not diagonal:
             acc[h, cols] += np.matmul(z.T, weighted[h][rows], out=product[: k * width].reshape(k, width))
@@ -353,7 +424,6 @@ def _blas_rows(
     keys = rhs_t[:, :cols] if causal else rhs_t
     upper = np.triu_indices(blk.shape[0], 1) if causal else None
     underflow = _UNDERFLOW[np.dtype(dtype).char]
-    exp_block = exp_block32 if np.dtype(dtype) == np.float32 else exp_block64
     accs: list[np.ndarray] = []
     row_shifts: list[np.ndarray] = []
     for h in range(heads.H):
@@ -365,7 +435,7 @@ def _blas_rows(
                 z[:, rows.start :][upper] = 0.0
             blk += (z @ vals).astype(float, copy=False)[:, :d]
             continue
-        exp_block(z, rows.start if causal else -1)
+        exp_scores(z, rows.start if causal else -1)
         acc = thread_buffer(blk.shape[0] * (d + 1), np.float64, f"row sums{h}").reshape(blk.shape[0], d + 1)
         if np.dtype(dtype) == np.float64:
             np.matmul(z, vals, out=acc)  # (b, d+1): numerator | row sum
@@ -422,7 +492,7 @@ def _add_heads(blk: np.ndarray, accs: list[np.ndarray], shifts: list[np.ndarray]
     term = thread_buffer(n * d, np.float64, "head term").reshape(n, d)  # reused: no fresh pages per call
     if kind == "softmax":
         for acc in accs:
-            blk += np.divide(acc[:, :d], acc[:, d:], out=term)
+            _add_softmax_rows(blk, acc)
     elif kind == "unnormalized":
         for acc, shift in zip(accs, shifts):
             blk += np.multiply(acc[:, :d], np.exp(shift)[:, None], out=term)

@@ -297,3 +297,31 @@ def test_blas_symmetric_tiles_redo_rows_that_underflow(kind, monkeypatch):
     np.testing.assert_allclose(velocity_blas(x, heads, beta=3000.0, kind=kind), reference, rtol=1e-10, atol=1e-12 * np.abs(reference).max())
     monkeypatch.setattr(blas, "block_rows", lambda cols: 7)  # the exact rows redone 7 at a time
     np.testing.assert_allclose(velocity_blas(x, heads, beta=3000.0, kind=kind), reference, rtol=1e-10, atol=1e-12 * np.abs(reference).max())
+
+
+@pytest.mark.parametrize("numpy_exp", [False, True], ids=["numba exp", "numpy exp"])
+def test_blas_float64_exp_paths_match_numpy_twin(rng, numpy_exp, monkeypatch):
+    # the float64 score blocks take NumPy's exp where it is vectorised (AVX-512) and the kernels' own
+    # elsewhere: both paths, whichever this machine takes, on the row blocks, the tiles and the energy
+    from meanfield.analysis.energy import head_energies
+    from meanfield.kernels import blas
+
+    monkeypatch.setattr(blas, "NUMPY_EXP64", numpy_exp)
+    z = -np.concatenate([rng.uniform(0, 745, 4000), rng.uniform(0, 1e-3, 100), [0.0, 800.0]])
+    block = z.reshape(1, -1).copy()
+    blas.exp_scores(block)
+    np.testing.assert_allclose(block[0], np.exp(z), rtol=2.3e-16, atol=5e-324)  # within 1 ulp
+    d = 6
+    A = rng.standard_normal((2, d, d))
+    for n, B in ((300, rng.standard_normal((2, d, d))), (1100, A + A.transpose(0, 2, 1))):  # row blocks, then tiles
+        x = sample_uniform(n, d, seed=n)
+        heads = HeadStack(B=B, V=rng.standard_normal((2, d, d)), w=np.array([0.6, 0.4]))
+        for kind in ("softmax", "unnormalized", "pooled"):
+            reference = velocity_numpy(x, heads, beta=2.5, kind=kind)
+            got = velocity_blas(x, heads, beta=2.5, kind=kind, threads=2)
+            np.testing.assert_allclose(got, reference, rtol=1e-11, atol=1e-11 * np.abs(reference).max())
+    x = sample_uniform(700, d, seed=3)
+    heads = HeadStack(B=rng.standard_normal((1, d, d)), V=np.eye(d)[None])
+    s = x @ heads.B[0] @ x.T
+    expected = np.exp(2.0 * s).sum() / (2 * 2.0 * 700**2)
+    np.testing.assert_allclose(head_energies(x, heads, beta=2.0)[0], expected, rtol=1e-12)
