@@ -178,13 +178,28 @@ def test_concentrated_tokens_and_loose_shifts(rng, precision, rtol, kind):
         np.testing.assert_allclose(got, reference, rtol=rtol, atol=rtol * scale)
 
 
+#: the BLAS kernel's stages around the GEMMs (operands, weighting, finishing) in the calling thread or,
+#: as for large n (d + 1) H, on the pool in row blocks
+STAGES = pytest.mark.parametrize("stages", ["serial", "on the pool"])
+
+
+def set_stages(monkeypatch, stages):
+    from meanfield.kernels import blas
+
+    if stages == "on the pool":
+        monkeypatch.setattr(blas, "PARALLEL_STAGE_ELEMENTS", 0)
+
+
+@STAGES
 @pytest.mark.parametrize("precision, rtol", [("float64", 1e-11), ("float32", 3e-5)])
 @pytest.mark.parametrize("kind", ["softmax", "unnormalized", "pooled"])
 @pytest.mark.parametrize("H", [1, 3])
-def test_blas_symmetric_tiles_match_numpy_twin(rng, kind, H, precision, rtol):
+def test_blas_symmetric_tiles_match_numpy_twin(rng, kind, H, precision, rtol, stages, monkeypatch):
     # every B_h symmetric: the kernel runs the upper triangle of square tiles (n = 2.6 tiles a side,
     # so diagonal, off-diagonal and ragged tiles all occur), with masses, empty cells and unequal shifts
     from meanfield.kernels import blas
+
+    set_stages(monkeypatch, stages)
 
     d = 6
     n = int(2.6 * (blas.TILE32 if precision == "float32" else blas.TILE))
@@ -204,10 +219,13 @@ def test_blas_symmetric_tiles_match_numpy_twin(rng, kind, H, precision, rtol):
 @pytest.mark.parametrize("precision, rtol", [("float64", 1e-11), ("float32", 3e-5)])
 @pytest.mark.parametrize("kind", ATTENTION_KINDS)
 @pytest.mark.parametrize("n", [300, 1100], ids=["row blocks", "symmetric tiles"])
-def test_blas_scalar_heads_match_numpy_twin(rng, kind, n, precision, rtol):
+@STAGES
+def test_blas_scalar_heads_match_numpy_twin(rng, kind, n, precision, rtol, stages, monkeypatch):
     # B_h = λI and V_h = μI (λ, μ of either sign and 0) are scalings: no product is formed; tokens off
     # the sphere (unequal norms), mixed with a general head on the row-block path
     from meanfield.kernels import blas
+
+    set_stages(monkeypatch, stages)
 
     d = 6
     x = sample_uniform(n, d, seed=2) * rng.uniform(0.5, 1.5, (n, 1))
@@ -282,11 +300,14 @@ def test_run_on_threads_runs_every_item_once_with_the_calling_thread():
 
 
 @pytest.mark.parametrize("kind", ["softmax", "pooled"])
-def test_blas_symmetric_tiles_redo_rows_that_underflow(kind, monkeypatch):
+@STAGES
+def test_blas_symmetric_tiles_redo_rows_that_underflow(kind, stages, monkeypatch):
     # B = diag(1, 1e-3, 1e-3) at β = 3000: tokens near e_2 have c_j ≈ 3 against max c ≈ 3000, so their
-    # tile sums carry e^{(c_j - max c)/2} = 0 and must be redone exactly
+    # tile sums carry e^{(c_j - max c)/2} = 0 and must be redone exactly (on the pool: in each row block)
     from meanfield.geometry.sphere import sample_vmf
     from meanfield.kernels import blas
+
+    set_stages(monkeypatch, stages)
 
     n = 3 * blas.TILE
     x = sample_vmf(n, 3, kappa=50.0, seed=0)
@@ -294,9 +315,9 @@ def test_blas_symmetric_tiles_redo_rows_that_underflow(kind, monkeypatch):
     heads = HeadStack(B=np.diag([1.0, 1e-3, 1e-3])[None], V=np.eye(3)[None])
     reference = velocity_numpy(x, heads, beta=3000.0, kind=kind)
     assert np.all(np.isfinite(reference))
-    np.testing.assert_allclose(velocity_blas(x, heads, beta=3000.0, kind=kind), reference, rtol=1e-10, atol=1e-12 * np.abs(reference).max())
+    np.testing.assert_allclose(velocity_blas(x, heads, beta=3000.0, kind=kind, threads=2), reference, rtol=1e-10, atol=1e-12 * np.abs(reference).max())
     monkeypatch.setattr(blas, "block_rows", lambda cols: 7)  # the exact rows redone 7 at a time
-    np.testing.assert_allclose(velocity_blas(x, heads, beta=3000.0, kind=kind), reference, rtol=1e-10, atol=1e-12 * np.abs(reference).max())
+    np.testing.assert_allclose(velocity_blas(x, heads, beta=3000.0, kind=kind, threads=2), reference, rtol=1e-10, atol=1e-12 * np.abs(reference).max())
 
 
 @pytest.mark.parametrize("numpy_exp", [False, True], ids=["numba exp", "numpy exp"])
