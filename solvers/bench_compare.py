@@ -15,8 +15,9 @@ kept), all on the same number of threads, and reported as ``t_other / t_meanfiel
 the same precision: above 1 means meanfield is faster.
 
 ``meanfield`` is what ``model.backend = "auto"`` runs: on :math:`S^2` with more than 1024
-tokens in float64 that can be the harmonic kernel; the row ``meanfield dense (fused)`` gives
-the dense fused kernel as well, for a like-for-like comparison.  Above ``d = 8`` the BLAS
+tokens that can be the harmonic kernel (in float64 in either precision); the rows ``meanfield dense (fused)``
+give the dense fused kernels as well (float64, and the float32 one that ``model.precision = "float32"``
+runs with ``model.backend = "fused"``), for a like-for-like comparison.  Above ``d = 8`` the BLAS
 kernel takes its symmetric path for :math:`B = I` (half the score GEMM and of the ``exp``);
 the row ``meanfield, B not symmetric`` times the same velocity with :math:`B` a random
 rotation, which costs the other implementations what :math:`B = I` costs them (its
@@ -44,6 +45,7 @@ from meanfield.geometry.sphere import sample_uniform
 from meanfield.heads import HeadStack
 from meanfield.kernels.attention import FUSED_MAX_D, attention_velocity, velocity_numpy
 from meanfield.kernels.fused import velocity_fused
+from meanfield.kernels.fused32 import velocity_fused32
 from meanfield.kernels.jit import num_threads, one_blas_thread
 from meanfield.solvers.timing import mean_call_time
 
@@ -182,8 +184,9 @@ def compare_frameworks(
             ("meanfield", "float64"): _ours(x, heads, beta, "float64"),
             ("meanfield", "float32"): _ours(x, heads, beta, "float32"),
         }
-        if d <= FUSED_MAX_D:  # on S² "auto" may take the harmonic kernel: the dense one too, for a like-for-like row
+        if d <= FUSED_MAX_D:  # on S² "auto" may take the harmonic kernel: the dense ones too, for like-for-like rows
             impls[("meanfield dense (fused)", "float64")] = lambda: velocity_fused(x, heads, beta=beta)
+            impls[("meanfield dense (fused)", "float32")] = lambda: velocity_fused32(x, heads, beta=beta)
         references: dict[tuple[str, str], np.ndarray] = {}
         if d > FUSED_MAX_D:  # the BLAS path uses the symmetry of B = I; a rotation B (not symmetric) costs the others the same
             rotation = np.linalg.qr(np.random.default_rng(1).standard_normal((d, d)))[0]
