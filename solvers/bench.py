@@ -317,7 +317,7 @@ def bench_time_split(n: int = 4096, d: int = 64, *, beta: float = 1.0, rounds: i
                 buf -= beta
                 scores = buf.copy()
                 exp_times = []
-                for exp in (lambda z: np.exp(z, out=z), lambda z: exp_block64(z, -1), exp_scores):  # the kernel's own exp last
+                for exp in (lambda block_: np.exp(block_, out=block_), lambda block_: exp_block64(block_, -1), exp_scores):  # the kernel's own exp last
                     np.copyto(buf, scores)  # each exp on the same scores, fresh in the cache
                     t2 = time.perf_counter()
                     exp(buf)

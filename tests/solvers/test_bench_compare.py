@@ -56,7 +56,10 @@ def test_time_split_parts_and_shares():
     row = bench_time_split(256, 16, rounds=1)
     assert row["name"] == "time_split" and (row["n"], row["d"]) == (256, 16)
     parts = [row["score_gemm_s"], row["exp_s"], row["value_gemm_s"]]
-    assert all(p > 0 for p in parts) and row["kernel_s"] > 0 and row["numpy_exp_s"] > 0
+    assert all(p > 0 for p in parts) and row["kernel_s"] > 0 and row["numpy_exp_s"] > 0 and row["numba_exp_s"] > 0
+    from meanfield.kernels.blas import NUMPY_EXP64
+
+    assert row["exp_path"] == ("numpy" if NUMPY_EXP64 else "numba")
     np.testing.assert_allclose(row["parts_s"], sum(parts), rtol=1e-12)
     np.testing.assert_allclose(row["score_share"] + row["exp_share"] + row["value_share"], 1.0, rtol=1e-12)
 
