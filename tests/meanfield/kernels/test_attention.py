@@ -299,6 +299,28 @@ def test_run_on_threads_runs_every_item_once_with_the_calling_thread():
         run_on_threads(failing, list(range(20)), 2)
 
 
+def test_run_on_threads_does_not_wait_for_a_helper_that_never_started():
+    # the pool's only thread is held (as a descheduled thread would be): the calling thread does every
+    # item and returns without waiting for it; the helper, when it does start, runs nothing
+    import threading
+
+    from meanfield.kernels.blas import _pool, run_on_threads
+
+    release = threading.Event()
+    blocker = _pool(1).submit(release.wait, 30.0)
+    seen: list[tuple[int, int]] = []
+    try:
+        run_on_threads(lambda item: seen.append((item, threading.get_ident())), list(range(8)), 2)
+        assert not blocker.done()  # returned while the pool's thread was still held (a wait for it would end only with the hold)
+        assert sorted(item for item, _ in seen) == list(range(8))
+        assert {ident for _, ident in seen} == {threading.get_ident()}
+    finally:
+        release.set()
+    blocker.result(timeout=30.0)
+    _pool(1).submit(lambda: None).result(timeout=10.0)  # the late helper has run (and returned) by now
+    assert len(seen) == 8
+
+
 @pytest.mark.parametrize("kind", ["softmax", "pooled"])
 @STAGES
 def test_blas_symmetric_tiles_redo_rows_that_underflow(kind, stages, monkeypatch):
