@@ -124,6 +124,7 @@ def kernel_threads(pairs: float) -> Iterator[int]:
 
 @lru_cache(maxsize=1)
 def _blas_controller() -> Any:
+    import scipy.linalg.cython_blas  # noqa: F401 - SciPy's OpenBLAS (meanfield.kernels.gemm calls it) is loaded, so the controller holds it too
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()

@@ -1,0 +1,50 @@
+"""The GEMM called from compiled code (meanfield.kernels.gemm) against NumPy's float64 products."""
+import itertools
+
+import numpy as np
+import pytest
+
+from meanfield.kernels.gemm import gemm_address, gemm_into
+
+
+def strided(rng, shape, dtype):
+    """A view with the given shape whose rows are longer than it (a row stride past its columns), like the kernels' slices."""
+    base = rng.standard_normal((shape[0] + 5, shape[1] + 7)).astype(dtype)
+    return base[2 : 2 + shape[0], 3 : 3 + shape[1]]
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-13), (np.float32, 2e-6)])
+@pytest.mark.parametrize("transpose_a, transpose_b, accumulate", list(itertools.product((False, True), repeat=3)))
+def test_gemm_into_matches_numpy(rng, dtype, rtol, transpose_a, transpose_b, accumulate):
+    m, k, n = 37, 53, 29
+    a = strided(rng, (k, m) if transpose_a else (m, k), dtype)
+    b = strided(rng, (n, k) if transpose_b else (k, n), dtype)
+    c = strided(rng, (m, n), dtype)
+    before = c.astype(np.float64)
+    base_before = c.base.copy()
+    want = (a.T if transpose_a else a).astype(np.float64) @ (b.T if transpose_b else b).astype(np.float64)
+    if accumulate:
+        want += before
+    gemm_into(a, b, c, accumulate, transpose_a, transpose_b, gemm_address(dtype))
+    np.testing.assert_allclose(c, want, rtol=rtol, atol=rtol * np.abs(want).max())
+    outside = np.ones(c.base.shape, dtype=bool)
+    outside[2 : 2 + m, 3 : 3 + n] = False
+    np.testing.assert_array_equal(c.base[outside], base_before[outside])  # nothing written around the view
+
+
+def test_gemm_addresses_are_the_two_precisions():
+    assert gemm_address(np.float32) != gemm_address(np.float64)
+    assert gemm_address(np.dtype("float64")) == gemm_address(np.float64)
+    with pytest.raises(KeyError):
+        gemm_address(np.int32)
+
+
+def test_scipy_blas_is_held_to_one_thread_with_the_others():
+    # the tiles call SciPy's OpenBLAS from compiled code: one_blas_thread must limit that library too
+    from threadpoolctl import threadpool_info
+
+    from meanfield.kernels.jit import one_blas_thread
+
+    with one_blas_thread():
+        blas = [entry for entry in threadpool_info() if entry["user_api"] == "blas"]  # a fresh scan: every BLAS loaded now
+        assert blas and all(entry["num_threads"] == 1 for entry in blas), blas
