@@ -1,8 +1,9 @@
-r"""Matrix products from compiled code, without the GIL: :math:`C \leftarrow A B + \gamma C` on row-major arrays.
+r"""Matrix products from compiled code, without the GIL: :math:`C \leftarrow \operatorname{op}(A)\operatorname{op}(B) + \gamma C` on row-major arrays.
 
 .. math::
 
-    C \leftarrow \operatorname{op}(A)\,B + \gamma\,C,\qquad \operatorname{op}(A) \in \{A, A^\top\},\ \gamma \in \{0, 1\}
+    C \leftarrow \operatorname{op}(A)\,\operatorname{op}(B) + \gamma\,C,\qquad
+    \operatorname{op}(M) \in \{M, M^\top\},\ \gamma \in \{0, 1\}
 
 :func:`gemm_into` calls the ``sgemm`` / ``dgemm`` of SciPy's public Cython BLAS interface
 (``scipy.linalg.cython_blas``, the OpenBLAS that SciPy ships) from a numba kernel.  Two things
@@ -18,9 +19,9 @@ come of it that ``np.matmul`` cannot give:
 The function's address is looked up in Python (:data:`GEMM_ADDRESS`) and passed to the
 compiled code as an integer (:func:`_fortran_gemm`), so that the kernels stay in numba's disk
 cache (an address frozen into cached machine code would be wrong in the next process).
-Row-major arrays are column-major transposes, so :math:`C = AB` is computed as
-:math:`C^\top = B^\top A^\top` in Fortran's convention; every operand needs unit stride along
-its rows (any row stride).
+Row-major arrays are column-major transposes, so :math:`C = \operatorname{op}(A)\operatorname{op}(B)`
+is computed as :math:`C^\top = \operatorname{op}(B)^\top \operatorname{op}(A)^\top` in Fortran's
+convention; every operand needs unit stride along its rows (any row stride).
 
 BLAS threads: the library is held to one thread with the others in
 :func:`meanfield.kernels.jit.one_blas_thread` (threadpoolctl sees SciPy's OpenBLAS, which this
@@ -77,6 +78,11 @@ def gemm_into(a, b, c, accumulate, transpose_a, transpose_b, address):  # pragma
     m, n = c.shape
     k = b.shape[1] if transpose_b else b.shape[0]
     size = c.itemsize
+    rows_a, inner_a = (a.shape[1], a.shape[0]) if transpose_a else (a.shape[0], a.shape[1])
+    if rows_a != m or inner_a != k or (b.shape[0] if transpose_b else b.shape[1]) != n:
+        raise ValueError("gemm_into: the shapes of op(a), op(b) and c do not match")
+    if (a.strides[1] != size and a.shape[1] > 1) or (b.strides[1] != size and b.shape[1] > 1) or (c.strides[1] != size and n > 1):
+        raise ValueError("gemm_into: every operand needs unit stride along its rows")
     ints = np.empty(8, np.int32)  # transa, transb (as bytes), m, n, k, ldb, lda, ldc
     # Fortran sees a row-major array as its transpose, and computes cᵀ (n × m) = op(b)ᵀ (n × k) · op(a)ᵀ (k × m)
     ints[0] = 84 if transpose_b else 78  # 'T' / 'N'
@@ -94,3 +100,6 @@ def gemm_into(a, b, c, accumulate, transpose_a, transpose_b, address):  # pragma
     s = np.int64(scalars.ctypes.data)
     _fortran_gemm(np.int64(address), i, i + 4, i + 8, i + 12, i + 16, s, np.int64(b.ctypes.data), i + 20,
                   np.int64(a.ctypes.data), i + 24, s + size, np.int64(c.ctypes.data), i + 28)
+    # numba may free an array right after its last use: these two hold the call's arguments, so use them after it
+    ints[0] = 0
+    scalars[0] = 0.0

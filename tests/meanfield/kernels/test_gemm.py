@@ -48,3 +48,16 @@ def test_scipy_blas_is_held_to_one_thread_with_the_others():
     with one_blas_thread():
         blas = [entry for entry in threadpool_info() if entry["user_api"] == "blas"]  # a fresh scan: every BLAS loaded now
         assert blas and all(entry["num_threads"] == 1 for entry in blas), blas
+
+
+def test_gemm_into_refuses_mismatched_shapes_and_strides(rng):
+    a, b = rng.standard_normal((4, 5)), rng.standard_normal((5, 6))
+    address = gemm_address(np.float64)
+    with pytest.raises(ValueError, match="shapes"):
+        gemm_into(a, b, np.zeros((4, 7)), False, False, False, address)
+    with pytest.raises(ValueError, match="shapes"):
+        gemm_into(a, b, np.zeros((4, 6)), False, True, False, address)  # aᵀ is (5, 4)
+    with pytest.raises(ValueError, match="unit stride"):
+        gemm_into(a, np.asfortranarray(b), np.zeros((4, 6)), False, False, False, address)
+    with pytest.raises(ValueError, match="unit stride"):
+        gemm_into(a, b, np.zeros((6, 4)).T, False, False, False, address)
