@@ -163,6 +163,19 @@ def _keys_into(xr, keys, start):  # pragma: no cover - compiled
         keys[d, start + i] = one
 
 
+@jit(fastmath={"reassoc", "contract"})
+def _row_norms(x):  # pragma: no cover - compiled
+    """``‖x_i‖`` of every row, the sums of squares reassociated so that they vectorise (at n = 1024, d = 32, on a loaded machine: 7–16 µs against 19–34 µs for ``np.sqrt(np.einsum(…))``)."""
+    n, d = x.shape
+    out = np.empty(n)
+    for i in range(n):
+        total = 0.0
+        for j in range(d):
+            total += x[i, j] * x[i, j]
+        out[i] = np.sqrt(total)
+    return out
+
+
 @jit
 def _is_symmetric(m):  # pragma: no cover - compiled
     """``m == mᵀ`` exactly, stopping at the first pair that differs."""
@@ -721,8 +734,8 @@ def velocity_blas(
         B=[None if lam is not None else heads.B[h].astype(dtype) for h, lam in enumerate(scale_B)],
         VT=[None if mu is not None else np.ascontiguousarray(heads.V[h].T, dtype=dtype) for h, mu in enumerate(scale_V)],
     )
-    x_norms = np.sqrt(np.einsum("ij,ij->i", x, x))
-    x_norm_max = float(np.max(x_norms))
+    x_norms = _row_norms(x)
+    x_norm_max = float(x_norms.max())
     block = block_rows(n)
     if causal:  # smaller blocks skip more of the masked triangle (at least 32 rows: GEMM-sized)
         block = min(block, max(CAUSAL_MIN_ROWS, -(-n // CAUSAL_BLOCKS)))
