@@ -323,9 +323,11 @@ def test_run_on_threads_does_not_wait_for_a_helper_that_never_started():
 
 @pytest.mark.parametrize("kind", ["softmax", "pooled"])
 @STAGES
-def test_blas_symmetric_tiles_redo_rows_that_underflow(kind, stages, monkeypatch):
+@pytest.mark.parametrize("precision, rtol", [("float64", 1e-10), ("float32", 1e-5)])
+def test_blas_symmetric_tiles_redo_rows_that_underflow(kind, stages, precision, rtol, monkeypatch):
     # B = diag(1, 1e-3, 1e-3) at β = 3000: tokens near e_2 have c_j ≈ 3 against max c ≈ 3000, so their
-    # tile sums carry e^{(c_j - max c)/2} = 0 and must be redone exactly (on the pool: in each row block)
+    # tile sums carry e^{(c_j - max c)/2} = 0 and must be redone exactly (on the pool: in each row block);
+    # in float32 the redone sums go back into the float32 accumulators (measured error 1.4e-7)
     from meanfield.geometry.sphere import sample_vmf
     from meanfield.kernels import blas
 
@@ -337,9 +339,12 @@ def test_blas_symmetric_tiles_redo_rows_that_underflow(kind, stages, monkeypatch
     heads = HeadStack(B=np.diag([1.0, 1e-3, 1e-3])[None], V=np.eye(3)[None])
     reference = velocity_numpy(x, heads, beta=3000.0, kind=kind)
     assert np.all(np.isfinite(reference))
-    np.testing.assert_allclose(velocity_blas(x, heads, beta=3000.0, kind=kind, threads=2), reference, rtol=1e-10, atol=1e-12 * np.abs(reference).max())
+    def run():
+        return velocity_blas(x, heads, beta=3000.0, kind=kind, threads=2, precision=precision)
+
+    np.testing.assert_allclose(run(), reference, rtol=rtol, atol=rtol * 1e-2 * np.abs(reference).max())
     monkeypatch.setattr(blas, "block_rows", lambda cols: 7)  # the exact rows redone 7 at a time
-    np.testing.assert_allclose(velocity_blas(x, heads, beta=3000.0, kind=kind, threads=2), reference, rtol=1e-10, atol=1e-12 * np.abs(reference).max())
+    np.testing.assert_allclose(run(), reference, rtol=rtol, atol=rtol * 1e-2 * np.abs(reference).max())
 
 
 @pytest.mark.parametrize("numpy_exp", [False, True], ids=["numba exp", "numpy exp"])
