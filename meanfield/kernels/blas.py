@@ -389,7 +389,7 @@ def _operand_rows(
     symmetric = lhs[0].shape[1] == d + 2
     for keys in rhs:
         if symmetric:  # row-major keys: a copy (the tiles' score GEMMs take them transposed)
-            _scale_rows_into(xr, np.ones(xr.shape[0]), keys[rows])
+            keys[rows, :d] = xr
             keys[rows, d] = 1.0
         else:
             _keys_into(xr, keys, rows.start)
@@ -466,14 +466,21 @@ def _tile_items(n: int, side: int, threads: int) -> list[tuple[slice, slice, boo
 
 
 @jit
-def _symmetric_tile32(lhs, rhs, weighted, z, acc, r0, r1, c0, c1, diagonal, address):  # pragma: no cover - compiled
-    """One head's float32 tile of :func:`_symmetric_tile` (rows ``[r0, r1)``, columns ``[c0, c1)``) in one call without the GIL:
-    score GEMM, :func:`exp_block32`, and the value GEMMs accumulating into ``acc``."""
-    gemm_into(lhs[r0:r1], rhs[c0:c1], z, False, False, True, address)
-    exp_block32(z, -1)
+def _tile_values(z, weighted, acc, r0, r1, c0, c1, diagonal, address):  # pragma: no cover - compiled
+    """The value GEMMs of one head's tile ``E = z`` (rows ``[r0, r1)``, columns ``[c0, c1)``), accumulating in the GEMM:
+    ``acc[I] += E W_J`` and, off the diagonal, ``acc[J] += Eᵀ W_I``."""
     gemm_into(z, weighted[c0:c1], acc[r0:r1], True, False, False, address)
     if not diagonal:
         gemm_into(z, weighted[r0:r1], acc[c0:c1], True, True, False, address)
+
+
+@jit
+def _symmetric_tile32(lhs, rhs, weighted, z, acc, r0, r1, c0, c1, diagonal, address):  # pragma: no cover - compiled
+    """One head's float32 tile of :func:`_symmetric_tile` in one call without the GIL:
+    score GEMM, :func:`exp_block32`, then :func:`_tile_values`."""
+    gemm_into(lhs[r0:r1], rhs[c0:c1], z, False, False, True, address)
+    exp_block32(z, -1)
+    _tile_values(z, weighted, acc, r0, r1, c0, c1, diagonal, address)
 
 
 def _symmetric_tile(
@@ -505,10 +512,8 @@ def _symmetric_tile(
             _symmetric_tile32(lhs[h], rhs[h], weighted[h], z, acc[h], rows.start, rows.stop, cols.start, cols.stop, diagonal, address)
             continue
         gemm_into(lhs[h][rows], rhs[h][cols], z, False, False, True, address)
-        exp_scores(z)
-        gemm_into(z, weighted[h][cols], acc[h, rows], True, False, False, address)  # acc[I] += E_IJ W_J, in the GEMM
-        if not diagonal:
-            gemm_into(z, weighted[h][rows], acc[h, cols], True, True, False, address)  # acc[J] += E_IJᵀ W_I
+        exp_scores(z)  # in float64 NumPy's exp may be the faster one (exp_scores), so it runs between the compiled calls
+        _tile_values(z, weighted[h], acc[h], rows.start, rows.stop, cols.start, cols.stop, diagonal, address)
 
 
 def _blas_rows(
