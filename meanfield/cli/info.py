@@ -40,9 +40,9 @@ def _frame_line(k: int, t: float, diagnostics: dict) -> str:
     return "  ".join(parts)
 
 
-#: what reading a file that is being written may raise for a moment: between frames the writer may hold the
-#: file or be mid-way through its header, and HDF5's single-writer mode can show a reader the root group
-#: half-updated (h5py's KeyError "unable to determine object type"; seen in about one in five runs of the test)
+#: what reading a file that is being written may still raise after the reader's own retries
+#: (:func:`meanfield.io.runfile.read_run_file`): before its first frame the writer holds the file
+#: ("holds no complete frame yet"), and a read that kept meeting a half-updated header gives up
 _LIVE_READ_ERRORS = (ConfigError, OSError, KeyError)
 #: looks at a live file before its error is let through
 LIVE_READ_ATTEMPTS = 50
