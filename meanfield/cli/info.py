@@ -44,14 +44,14 @@ def _frame_line(k: int, t: float, diagnostics: dict) -> str:
 #: (:func:`meanfield.io.runfile.read_run_file`): before its first frame the writer holds the file
 #: ("holds no complete frame yet"), and a read that kept meeting a half-updated header gives up
 _LIVE_READ_ERRORS = (ConfigError, OSError, KeyError)
-#: looks at a live file before its error is let through
-LIVE_READ_ATTEMPTS = 50
+#: looks at a live file before its error is let through (each read inside a look has its own retries)
+FOLLOW_LOOKS = 50
 
 
 def _when_readable(path: str, read, interval: float):  # type: ignore[no-untyped-def]
     """``read()``, retried every ``interval`` seconds while it raises one of :data:`_LIVE_READ_ERRORS` and
     ``path`` is a file (a wrong path fails at once; the last try raises)."""
-    for _ in range(LIVE_READ_ATTEMPTS - 1):
+    for _ in range(FOLLOW_LOOKS - 1):
         try:
             return read()
         except _LIVE_READ_ERRORS:

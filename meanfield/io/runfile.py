@@ -43,12 +43,12 @@ import numpy as np
 from meanfield.errors import ConfigError, StorageFailed
 from meanfield.io.lock import WriterLock, writer_alive
 
+T = TypeVar("T")
+
 __all__ = ["RunWriter", "RunReader", "open_run_file", "read_run_file", "read_config", "run_status", "last_frame", "STATE_NAMES", "COMMITTED"]
 
 #: dataset that holds the evolving state, by solver family
 STATE_NAMES = {"particle": "x", "grid": "mass"}
-T = TypeVar("T")
-
 #: the dataset counting the frames that are completely on disk
 COMMITTED = "committed_frames"
 #: datasets with one entry per frame (besides the state and the diagnostics)
