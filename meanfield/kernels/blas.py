@@ -719,7 +719,7 @@ def velocity_blas(
     x = check_tokens(x, heads, kind)
     causal = is_causal(mask)
     n, d = x.shape
-    a = token_masses(n, weights)
+    a = token_masses(n, weights, kind=kind, causal=causal)
     dtype = {"float64": np.float64, "float32": np.float32}[precision]
     out = np.zeros((n, d))
     scale_B = [identity_multiple(b) for b in heads.B]

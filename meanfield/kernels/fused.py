@@ -319,7 +319,7 @@ def velocity_fused(
     x = check_tokens(x, heads, "softmax")
     causal = is_causal(mask)
     n, d = x.shape
-    a = token_masses(n, weights)
+    a = token_masses(n, weights, kind="softmax", causal=causal)
     if n == 0:
         return np.zeros((0, d))
     beta = float(beta)

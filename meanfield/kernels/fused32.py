@@ -282,7 +282,7 @@ def velocity_fused32(
     x = check_tokens(x, heads, kind)
     causal = is_causal(mask)
     n, d = x.shape
-    a = token_masses(n, weights)
+    a = token_masses(n, weights, kind=kind, causal=causal)
     if n == 0:
         return np.zeros((0, d))
     beta = float(beta)

@@ -961,7 +961,7 @@ def velocity_harmonic(
     x = check_sphere_tokens(x, heads, kind)
     causal = is_causal(mask)
     n = x.shape[0]
-    a = token_masses(n, weights)
+    a = token_masses(n, weights, kind=kind, causal=causal)
     if n == 0:
         return np.zeros((0, 3))
     beta = float(beta)

@@ -5,7 +5,7 @@ import numpy as np
 
 from meanfield.heads.head import HeadStack
 
-__all__ = ["ATTENTION_KINDS", "MASKS", "BLOCK_ELEMENTS", "token_masses", "check_tokens", "block_rows", "is_causal"]
+__all__ = ["ATTENTION_KINDS", "MASKS", "NORMALISED_KINDS", "BLOCK_ELEMENTS", "token_masses", "check_tokens", "block_rows", "is_causal"]
 
 #: names of the velocity laws (see :mod:`meanfield.kernels.attention`)
 ATTENTION_KINDS: tuple[str, ...] = ("softmax", "unnormalized", "relu", "pooled")
@@ -13,12 +13,19 @@ ATTENTION_KINDS: tuple[str, ...] = ("softmax", "unnormalized", "relu", "pooled")
 #: (token :math:`i` attends only to :math:`j\le i` in the order of the state array; Karagodin,
 #: Polyanskiy and Rigollet, *Clustering in Causal Attention Masking*, arXiv 2411.04990)
 MASKS: tuple[str, ...] = ("none", "causal")
+#: the laws that divide by a row's sum of masses (its velocity is undefined where that sum is zero)
+NORMALISED_KINDS: tuple[str, ...] = ("softmax", "pooled")
 #: largest ``block × n`` score buffer per thread (elements): 4 MiB of float64 (fastest in `meanfield bench`)
 BLOCK_ELEMENTS = 1 << 19
 
 
-def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False) -> np.ndarray:
-    """Token masses :math:`a_j`: :math:`1/n` by default, else checked (shape ``(n,)``, finite, ≥ 0 or > 0)."""
+def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False, kind: str | None = None, causal: bool = False) -> np.ndarray:
+    r"""Token masses :math:`a_j`: :math:`1/n` by default, else checked (shape ``(n,)``, finite, ≥ 0 or > 0).
+
+    With ``kind`` a normalised law (``"softmax"``, ``"pooled"``), every row's sum of masses must be
+    positive, or its velocity is 0/0: the masses must not all be zero, and under the causal mask,
+    where token :math:`i` sees only :math:`j \le i`, the first token's mass must be positive.
+    """
     if weights is None:
         return np.full(n, 1.0 / n)
     a = np.asarray(weights, dtype=float)
@@ -26,6 +33,12 @@ def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False) 
         raise ValueError(f"weights must have shape ({n},), got {a.shape}")
     if not np.all(np.isfinite(a)) or np.any(a <= 0 if positive else a < 0):
         raise ValueError(f"weights (token masses) must be finite and {'positive' if positive else 'non-negative'}")
+    if kind in NORMALISED_KINDS and n > 0:
+        if causal and a[0] == 0.0:
+            raise ValueError(f"weights: under the causal mask the first token's mass must be positive ({kind} attention "
+                             "normalises each row by the mass it sees, and the first row sees only its own)")
+        if not np.any(a > 0.0):
+            raise ValueError(f"weights (token masses) are all zero: {kind} attention normalises by their sum")
     return a
 
 

@@ -771,7 +771,7 @@ def velocity_local(
     x = check_sphere_tokens(x, heads, kind)
     causal = is_causal(mask)
     n = x.shape[0]
-    a = token_masses(n, weights)
+    a = token_masses(n, weights, kind=kind, causal=causal)
     idx = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64).ravel()
     if idx.size and (idx.min() < -n or idx.max() >= n):
         raise IndexError("rows out of range")

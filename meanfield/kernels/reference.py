@@ -58,7 +58,7 @@ def velocity_numpy(
     x = check_tokens(x, heads, kind)
     causal = is_causal(mask)
     n, d = x.shape
-    a = token_masses(n, weights)
+    a = token_masses(n, weights, kind=kind, causal=causal)
     targets = np.arange(n) if rows is None else np.asarray(rows, dtype=np.intp).ravel()
     out = np.zeros((targets.size, d))
     block = block_rows(n)

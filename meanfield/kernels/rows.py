@@ -134,7 +134,7 @@ def velocity_numba(
     """
     x = check_tokens(x, heads, kind)
     causal = is_causal(mask)
-    a = token_masses(x.shape[0], weights)
+    a = token_masses(x.shape[0], weights, kind=kind, causal=causal)
     pairs = float(x.shape[0]) ** 2 * heads.H * (0.5 if causal else 1.0)
     with kernel_threads(pairs):
         return _numba_kernel(x, heads.B, heads.V, heads.w, np.ascontiguousarray(a), float(beta), _MODES[kind], causal)

@@ -123,6 +123,26 @@ def test_bad_input():
         attention_velocity(np.ones((2, 3)), heads, beta=1.0, backend="gpu")
 
 
+
+@pytest.mark.parametrize(("backend", "kind"), [(backend, kind) for backend in ("numpy", "blas", "numba", "fused", "harmonic", "local")
+                                                for kind in ("softmax", "pooled") if backend != "fused" or kind == "softmax"])
+def test_normalised_laws_refuse_masses_that_leave_a_row_empty(backend, kind):
+    # every backend used to answer differently (NaN, or numba's ZeroDivisionError in the BLAS kernel);
+    # the fused kernel has the softmax law only
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    x = sample_uniform(600, 3, seed=3)
+    with pytest.raises(ValueError, match="all zero"):
+        attention_velocity(x, heads, beta=2.0, kind=kind, weights=np.zeros(600), backend=backend)
+    first_empty = np.r_[0.0, np.ones(599)]
+    with pytest.raises(ValueError, match="first token's mass"):
+        attention_velocity(x, heads, beta=2.0, kind=kind, weights=first_empty, backend=backend, mask="causal")
+    # without the mask a zero first mass is fine: every row still sees the others (against the twin)
+    v = attention_velocity(x, heads, beta=2.0, kind=kind, weights=first_empty, backend=backend)
+    np.testing.assert_allclose(v, velocity_numpy(x, heads, beta=2.0, kind=kind, weights=first_empty), rtol=0, atol=1e-12)
+    # the unnormalised laws are defined for any masses: zero masses give zero velocity
+    np.testing.assert_array_equal(velocity_numpy(x, heads, beta=2.0, kind="unnormalized", weights=np.zeros(600)), 0.0)
+
+
 def test_model_float32_precision_runs_close_to_float64():
     from meanfield.config import load_config
     from meanfield.build import build_model, initial_tokens
