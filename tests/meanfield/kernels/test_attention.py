@@ -261,6 +261,46 @@ def test_blas_scalar_heads_match_numpy_twin(rng, kind, n, precision, rtol, stage
         np.testing.assert_allclose(got, reference, rtol=rtol, atol=rtol * np.abs(reference).max())
 
 
+@pytest.mark.parametrize("precision, rtol", [("float64", 1e-11), ("float32", 3e-5)])
+@pytest.mark.parametrize(("kind", "beta"), [("softmax", 1.3), ("unnormalized", 1.3), ("pooled", 1.3), ("softmax", 900.0), ("pooled", 900.0)],
+                         ids=["softmax", "unnormalized", "pooled", "softmax, rows underflow", "pooled, rows underflow"])  # e^900 overflows unnormalised
+@STAGES
+def test_blas_all_scalar_heads_write_their_operands_in_one_pass(rng, kind, beta, precision, rtol, stages, monkeypatch):
+    # every B_h = λI and V_h = μI on the symmetric path: the operands, weighted values and shifts come from
+    # one compiled pass per head (_scalar_head_rows); tokens off the sphere make the weights e^{(c_j - c̄)/2}
+    # unequal, and at β = 900 the shortest tokens' rows underflow and are redone exactly; there the largest
+    # score of many rows falls on a token of zero mass, whose redo had divided by a float32 sum of 0
+    from meanfield.kernels import blas
+
+    set_stages(monkeypatch, stages)
+    d = 5
+    n = int(2.3 * (blas.TILE32 if precision == "float32" else blas.TILE))
+    x = sample_uniform(n, d, seed=4) * rng.uniform(0.2, 1.0, (n, 1))
+    x[0] *= 1.0 / np.linalg.norm(x[0])  # the longest token: norm 1
+    eye = np.eye(d)
+    heads = HeadStack(B=np.stack([1.0 * eye, -0.5 * eye]), V=np.stack([-1.5 * eye, 0.4 * eye]), w=np.array([0.7, 0.3]))
+    a = rng.uniform(0.0, 1.0, n)
+    a[1::5] = 0.0
+    a /= a.sum()
+    calls = []
+    monkeypatch.setattr(blas, "_scalar_head_rows", lambda *args: calls.append(1) or SCALAR_HEAD_ROWS(*args))
+    for weights in (None, a):
+        reference = velocity_numpy(x, heads, beta=beta, kind=kind, weights=weights)
+        assert np.all(np.isfinite(reference))
+        for threads in (1, 2):
+            got = velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision, threads=threads)
+            np.testing.assert_allclose(got, reference, rtol=rtol, atol=rtol * np.abs(reference).max())
+    assert calls  # the one-pass operands ran
+
+
+def _scalar_head_rows_of_the_module():
+    from meanfield.kernels import blas
+
+    return blas._scalar_head_rows
+
+
+SCALAR_HEAD_ROWS = _scalar_head_rows_of_the_module()
+
 @pytest.mark.parametrize("n, side", [(1024, 512), (1300, 512), (1100, 256), (3000, 256)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_symmetric_tile_items_cover_every_pair_once(n, side, threads):
