@@ -40,7 +40,7 @@ def _energy_rows(rows: slice, lhs: np.ndarray, rhs_t: np.ndarray, xb: np.ndarray
 
     ``lhs @ rhs_t`` is :math:`\beta s_{ij} - c_i` (the shift is folded into the GEMM as an extra
     column, as in :mod:`meanfield.kernels.blas`); rows whose shifted sum underflows are redone
-    with the exact row maximum.
+    shifted by :math:`\max_j(\beta s_{ij}+\ln a_j)`, so that their sum is at least 1.
     """
     z = thread_buffer((rows.stop - rows.start) * rhs_t.shape[1], np.float64, "energy").reshape(rows.stop - rows.start, rhs_t.shape[1])
     np.matmul(lhs[rows], rhs_t, out=z)
@@ -50,11 +50,13 @@ def _energy_rows(rows: slice, lhs: np.ndarray, rhs_t: np.ndarray, xb: np.ndarray
     low = total < _UNDERFLOW
     if np.any(low):
         idx = np.flatnonzero(low) + rows.start
-        sub = beta * (xb[idx] @ xt)
+        with np.errstate(divide="ignore"):  # the masses in the exponent (-inf where a_j = 0): the largest term is 1,
+            sub = beta * (xb[idx] @ xt) + np.log(a)  # where the largest score alone could sit on an empty cell
         top = sub.max(axis=1)
+        top[~np.isfinite(top)] = 0.0  # no mass at all: the row's sum is 0
         sub -= top[:, None]
         np.exp(sub, out=sub)
-        total[low] = sub @ a
+        total[low] = sub.sum(axis=1)
         c[low] = top
     with np.errstate(divide="ignore"):  # empty cells contribute log(0) = -inf
         logs[rows] = np.log(total * a[rows]) + c
