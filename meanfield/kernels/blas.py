@@ -362,7 +362,7 @@ class Operands:
     B: list[np.ndarray | None]
     VT: list[np.ndarray | None]
     masses: np.ndarray
-    weighted: list[np.ndarray | None] | None = None
+    weighted: list[np.ndarray] | None = None
 
 
 @jit
@@ -379,13 +379,12 @@ def _scalar_head_rows(x, x_norms, a, r0, r1, query_scale, shift_scale, value_sca
     for i in range(r0, r1):
         c = shift_scale * x_norms[i]
         shifts[i] = c
-        q = query_scale
         mass = a[i]
         v = value_scale * mass
         w = np.exp(0.5 * (c - top))
         for j in range(d):
             xij = x[i, j]
-            lhs[i, j] = xij * q
+            lhs[i, j] = xij * query_scale
             rhs[i, j] = xij
             values[i, j] = xij * v
             weighted[i, j] = values[i, j] * w

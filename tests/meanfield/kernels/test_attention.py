@@ -123,7 +123,6 @@ def test_bad_input():
         attention_velocity(np.ones((2, 3)), heads, beta=1.0, backend="gpu")
 
 
-
 @pytest.mark.parametrize(("backend", "kind"), [(backend, kind) for backend in ("numpy", "blas", "numba", "fused", "harmonic", "local")
                                                 for kind in ("softmax", "pooled") if backend != "fused" or kind == "softmax"])
 def test_normalised_laws_refuse_masses_that_leave_a_row_empty(backend, kind):
@@ -283,7 +282,8 @@ def test_blas_all_scalar_heads_write_their_operands_in_one_pass(rng, kind, beta,
     a[1::5] = 0.0
     a /= a.sum()
     calls = []
-    monkeypatch.setattr(blas, "_scalar_head_rows", lambda *args: calls.append(1) or SCALAR_HEAD_ROWS(*args))
+    one_pass = blas._scalar_head_rows
+    monkeypatch.setattr(blas, "_scalar_head_rows", lambda *args: calls.append(1) or one_pass(*args))
     for weights in (None, a):
         reference = velocity_numpy(x, heads, beta=beta, kind=kind, weights=weights)
         assert np.all(np.isfinite(reference))
@@ -292,14 +292,6 @@ def test_blas_all_scalar_heads_write_their_operands_in_one_pass(rng, kind, beta,
             np.testing.assert_allclose(got, reference, rtol=rtol, atol=rtol * np.abs(reference).max())
     assert calls  # the one-pass operands ran
 
-
-def _scalar_head_rows_of_the_module():
-    from meanfield.kernels import blas
-
-    return blas._scalar_head_rows
-
-
-SCALAR_HEAD_ROWS = _scalar_head_rows_of_the_module()
 
 @pytest.mark.parametrize("n, side", [(1024, 512), (1300, 512), (1100, 256), (3000, 256)])
 @pytest.mark.parametrize("threads", [1, 2])
