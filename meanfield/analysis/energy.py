@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from meanfield.heads import HeadStack
-from meanfield.kernels.blas import exp_scores, run_on_threads, thread_buffer
+from meanfield.kernels.blas import exp_scores, exp_shifted_by_mass, run_on_threads, thread_buffer
 from meanfield.kernels.inputs import block_rows
 from meanfield.kernels.harmonic import sphere_head_energies
 from meanfield.kernels.jit import one_blas_thread, threads_for
@@ -50,12 +50,9 @@ def _energy_rows(rows: slice, lhs: np.ndarray, rhs_t: np.ndarray, xb: np.ndarray
     low = total < _UNDERFLOW
     if np.any(low):
         idx = np.flatnonzero(low) + rows.start
-        with np.errstate(divide="ignore"):  # the masses in the exponent (-inf where a_j = 0): the largest term is 1,
-            sub = beta * (xb[idx] @ xt) + np.log(a)  # where the largest score alone could sit on an empty cell
-        top = sub.max(axis=1)
-        top[~np.isfinite(top)] = 0.0  # no mass at all: the row's sum is 0
-        sub -= top[:, None]
-        np.exp(sub, out=sub)
+        sub = beta * (xb[idx] @ xt)
+        with np.errstate(divide="ignore"):  # -inf where a_j = 0
+            top = exp_shifted_by_mass(sub, np.log(a))  # the masses in the exponent: the largest term is 1
         total[low] = sub.sum(axis=1)
         c[low] = top
     with np.errstate(divide="ignore"):  # empty cells contribute log(0) = -inf

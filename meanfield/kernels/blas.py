@@ -52,7 +52,7 @@ from meanfield.kernels.gemm import gemm_address, gemm_into
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import jit, one_blas_thread, threads_for
 
-__all__ = ["velocity_blas", "thread_buffer", "exp_block64", "exp_block32", "exp_scores", "NUMPY_EXP64", "run_on_threads", "identity_multiple"]
+__all__ = ["velocity_blas", "thread_buffer", "exp_block64", "exp_block32", "exp_scores", "NUMPY_EXP64", "run_on_threads", "identity_multiple", "exp_shifted_by_mass"]
 
 #: a shifted row sum below this (by dtype) means the Cauchy–Schwarz shift was too loose:
 #: those rows are recomputed with the exact maximum (float32 sums below ~1e-31 lose digits)
@@ -609,6 +609,23 @@ def _blas_rows(
         _add_heads(blk, accs, row_shifts, heads, kind)
 
 
+def exp_shifted_by_mass(scores: np.ndarray, log_mass: np.ndarray) -> np.ndarray:
+    r"""``scores ← exp(scores + ln a − m)`` in place, row by row, with :math:`m_i=\max_j(\text{scores}_{ij}+\ln a_j)`; returns :math:`m`.
+
+    Every term is at most 1 and a row's largest is 1 (its sum of masses times exponentials is at least 1),
+    where a shift by the largest score alone can sit on a token of zero mass and leave the row's sum
+    underflowing.  ``log_mass`` is :math:`\ln a_j` (−inf for an empty token); a row that sees no mass
+    gets :math:`m_i = 0` and exponentials 0.  The exact redo of underflowing rows in this kernel and in
+    :mod:`meanfield.analysis.energy`.
+    """
+    scores += log_mass
+    top = scores.max(axis=1)
+    top[~np.isfinite(top)] = 0.0  # no mass in view: every term is e^{-inf} = 0
+    scores -= top[:, None]
+    np.exp(scores, out=scores)
+    return top
+
+
 def _exact_where_underflow(
     acc: np.ndarray,
     shift: np.ndarray,
@@ -650,13 +667,9 @@ def _exact_where_underflow(
         chunk = rows[start : start + step]
         idx = chunk + first
         sub = beta * ((x[idx] @ B) @ x[:cols].T)
-        sub += log_mass
         if causal:
             sub[np.arange(cols)[None, :] > idx[:, None]] = -np.inf
-        row_max = sub.max(axis=1)
-        row_max[~np.isfinite(row_max)] = 0.0  # no mass in view: every term is e^{-inf} = 0
-        sub -= row_max[:, None]
-        np.exp(sub, out=sub)
+        row_max = exp_shifted_by_mass(sub, log_mass)
         acc[chunk] = sub @ values
         shift[chunk] = row_max
     return shift
