@@ -146,8 +146,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "clock_merge": Key(NUM, 0.0, _at_least(0), "clock = 'gradient': tokens closer than this (geodesic) are identified after each step (0: 2·dt·√(2/min token mass), twice the distance at which an explicit step stalls a collapsing pair)"),
     },
     "grid": {
-        "cells": Key((int,), 2000, _at_least(12), "number of cells N"),
-        "family": Key((str,), "fibonacci", _choice("fibonacci", "icosahedral"), "generators of the Voronoi mesh"),
+        "cells": Key((int,), 2000, _at_least(12), "number of cells N (graded: the mesh outside the fine caps is that of N Fibonacci cells, spacing sqrt(4π/N); the whole mesh has more)"),
+        "family": Key((str,), "fibonacci", _choice("fibonacci", "icosahedral", "graded"), "generators of the Voronoi mesh (graded: fine caps around grid.refine_centres inside a Fibonacci mesh of grid.cells cells)"),
+        "refine_centres": Key((list,), None, None, "graded: the centres of the fine caps, a list of 3-vectors (normalised), e.g. [[1, 0, 0], [-1, 0, 0]] (the atoms of Π♯ρ₀ of data/concentration.toml)"),
+        "refine_radius": Key(NUM, 0.12, _at_least(0), "graded: radius R (radians) of the caps of fine spacing h_c/F around each centre"),
+        "refine_factor": Key(NUM, 8.0, _at_least(1), "graded: F, the coarse spacing sqrt(4π/grid.cells) over the fine one"),
+        "grading": Key(NUM, 0.25, _at_least(0, strict=True), "graded: γ, the growth of the spacing per radian beyond R, up to the coarse spacing"),
         "dt_max": Key(NUM, 0.0, _at_least(0), "largest time step of the grid solver (0: only the CFL condition and the save times limit it)"),
         "order": Key((int,), 2, _choice(1, 2), "spatial order: 2 (limited linear reconstruction, velocity at centroids and edge midpoints) or 1 (upwind cell averages)"),
         "limiter": Key((str,), "barth-jespersen", _choice("barth-jespersen", "none"), "slope limiter of the second-order scheme ('none' is not positive)"),
@@ -315,6 +319,7 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
             model["heads"] = f"checkpoint:{base / spec.path}#{heads.rpartition('#')[2]}"
     _authors_checks(cfg, on_grid=on_grid)
     _mask_checks(cfg, on_grid=on_grid)
+    _graded_checks(cfg)
     if init["mean"] is not None and len(init["mean"]) != d:
         raise ConfigError("init.mean", f"expected a vector of length d={d}, got length {len(init['mean'])}")
     if init["mean"] is not None and not any(float(v) != 0.0 for v in init["mean"]):
@@ -382,6 +387,22 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         from meanfield.heads.schedules import SCHEDULES
 
         SCHEDULES["layers"](cfg, None)  # raises ConfigError when no head has a random matrix
+
+
+def _graded_checks(cfg: dict[str, Any]) -> None:
+    """``grid.family = "graded"`` needs its centres, and builds (the geometry is checked before any work)."""
+    grid = cfg["grid"]
+    if grid["family"] != "graded":
+        return
+    if grid["refine_centres"] is None:
+        raise ConfigError("grid.refine_centres", "grid.family = 'graded' needs the centres of its fine caps, "
+                          "e.g. refine_centres = [[1, 0, 0], [-1, 0, 0]]")
+    if cfg["model"]["d"] != 3:
+        raise ConfigError("grid.family", f"graded meshes are meshes of S² (model.d = 3), got model.d = {cfg['model']['d']}")
+    from meanfield.geometry.graded import graded_points  # local: the geometry imports numpy and scipy
+
+    graded_points(grid["cells"], grid["refine_centres"], radius=float(grid["refine_radius"]),
+                  factor=float(grid["refine_factor"]), grading=float(grid["grading"]))
 
 
 def _norm_checks(cfg: dict[str, Any]) -> None:

@@ -59,7 +59,9 @@ def memory_estimate(cfg: Mapping[str, Any]) -> dict[str, float]:
     on_grid = solver["kind"] == "grid" or (solver["kind"] == "jko" and solver.get("variant") == "grid")
     out = {"model.d": 8.0 * 6 * _heads(cfg) * d * d}  # Q, K, V, B and the stacked copies the kernels read
     if on_grid:
-        out["grid.cells"] = float(_CELL_BYTES) * int(cfg["grid"]["cells"])
+        from meanfield.geometry.grid_config import cells_of_grid  # local: the geometry imports scipy
+
+        out["grid.cells"] = float(_CELL_BYTES) * cells_of_grid(cfg["grid"])
     else:
         out["init.n"] = 8.0 * _TOKEN_COPIES * int(cfg["init"]["n"]) * d
     return out

@@ -204,18 +204,28 @@ class Run:
         return self._model
 
     def mesh(self) -> Any:
-        """The :class:`~meanfield.geometry.mesh.SphericalMesh` of a grid run."""
+        """The :class:`~meanfield.geometry.mesh.SphericalMesh` of a grid run.
+
+        Rebuilt from the stored ``[grid]`` table (cached), and checked against the stored cell points, which
+        are the generators (first order) or the cell centroids (second order); a run without a usable table
+        gets the Voronoi mesh of its stored points.
+        """
         self._require("grid", "mesh")
-        from meanfield.geometry.mesh import mesh as build_mesh
+        from meanfield.errors import ConfigError
+        from meanfield.geometry.grid_config import mesh_of_grid
         from meanfield.geometry.mesh import mesh_from_points
 
         grid = (self.config or {}).get("grid", {})
-        cells = int(self.points.shape[0])
-        if grid.get("cells") == cells and grid.get("family") in ("fibonacci", "icosahedral"):
-            candidate = build_mesh(cells, grid["family"])  # cached, and identical to the stored generators
-            if candidate.N == cells and np.array_equal(candidate.points, self.points):
+        points = np.asarray(self.points)
+        if grid.get("family") in ("fibonacci", "icosahedral", "graded"):
+            try:
+                candidate = mesh_of_grid(grid)
+            except ConfigError:
+                candidate = None
+            if candidate is not None and candidate.N == points.shape[0] and (
+                    np.array_equal(candidate.points, points) or np.array_equal(candidate.centroids, points)):
                 return candidate
-        return mesh_from_points(np.asarray(self.points), family=grid.get("family", "custom"))
+        return mesh_from_points(points, family=grid.get("family", "custom"))
 
     # ------------------------------------------------------------------ text
     def __repr__(self) -> str:

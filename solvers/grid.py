@@ -61,7 +61,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from meanfield.errors import ConfigError, RunFailed
-from meanfield.geometry.mesh import SphericalMesh, mesh as build_mesh
+from meanfield.geometry.grid_config import mesh_of_grid
+from meanfield.geometry.mesh import SphericalMesh
 from meanfield.geometry.reconstruction import LIMITERS, LinearReconstruction
 from meanfield.model import Model
 from meanfield.solvers.signals import check
@@ -630,9 +631,8 @@ def grid_init(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def grid_mesh(cfg: Mapping[str, Any]) -> SphericalMesh:
-    """The mesh of a resolved config's ``[grid]`` (``cells``, ``family``)."""
-    grid = cfg.get("grid", {})
-    return build_mesh(grid.get("cells", 2000), grid.get("family", "fibonacci"))
+    """The mesh of a resolved config's ``[grid]`` (:func:`meanfield.geometry.grid_config.mesh_of_grid`)."""
+    return mesh_of_grid(cfg.get("grid", {}))
 
 
 def solver_from_config(cfg: Mapping[str, Any]) -> GridSolver:

@@ -1,0 +1,48 @@
+"""The mesh a run's ``[grid]`` table describes: a Fibonacci, icosahedral or graded Voronoi mesh of S².
+
+One place for the rule, so that the grid solver builds its mesh and a stored run rebuilds it the same way
+(:meth:`meanfield.run.Run.mesh`).
+
+Public API: :func:`mesh_of_grid`, :func:`cells_of_grid`.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from meanfield.geometry.graded import DEFAULT_GRADING, DEFAULT_REFINE_FACTOR, DEFAULT_REFINE_RADIUS, graded_mesh, graded_points
+from meanfield.geometry.mesh import SphericalMesh, mesh
+
+__all__ = ["mesh_of_grid", "cells_of_grid"]
+
+
+def mesh_of_grid(grid: Mapping[str, Any]) -> SphericalMesh:
+    """The mesh of a resolved ``[grid]`` table: ``cells`` and ``family``, and for ``family = "graded"`` also
+    ``refine_centres``, ``refine_radius``, ``refine_factor`` and ``grading``
+    (:func:`meanfield.geometry.graded.graded_mesh`).
+
+    Raises
+    ------
+    ConfigError
+        Naming the key that does not describe a mesh.
+    """
+    family = grid.get("family", "fibonacci")
+    cells = grid.get("cells", 2000)
+    if family == "graded":
+        return graded_mesh(cells, grid.get("refine_centres"),
+                           radius=float(grid.get("refine_radius", DEFAULT_REFINE_RADIUS)),
+                           factor=float(grid.get("refine_factor", DEFAULT_REFINE_FACTOR)),
+                           grading=float(grid.get("grading", DEFAULT_GRADING)))
+    return mesh(cells, family)
+
+
+def cells_of_grid(grid: Mapping[str, Any]) -> int:
+    """How many cells the mesh of a resolved ``[grid]`` table has, without building its Voronoi diagram
+    (``grid.cells`` itself, except for graded meshes, which have more; for icosahedral ones the nearest
+    10·4^L + 2 is within a factor 2)."""
+    if grid.get("family") == "graded":
+        return len(graded_points(grid["cells"], grid["refine_centres"],
+                                 radius=float(grid.get("refine_radius", DEFAULT_REFINE_RADIUS)),
+                                 factor=float(grid.get("refine_factor", DEFAULT_REFINE_FACTOR)),
+                                 grading=float(grid.get("grading", DEFAULT_GRADING))))
+    return int(grid.get("cells", 2000))
