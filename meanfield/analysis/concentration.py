@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -169,7 +169,12 @@ def tracker_from_head(
         Grid cell centres; the state is then a mass vector.
     mesh : SphericalMesh, optional
         The grid's mesh: the measure is then the second-order quadrature of the
-        reconstructed density (for runs of the second-order scheme).
+        reconstructed density (for runs of the second-order scheme), and, when
+        ``dim E = 1``, the weight :math:`p` of :math:`\Pi_\sharp\rho_0` is the mass of
+        that density on the side :math:`\langle x,e\rangle>0`, with the cells the plane
+        cuts split exactly (:meth:`LinearReconstruction.half_space_mass`), not by the side of
+        each quadrature node: on a mesh of 40 000 cells the node split errs by 2e-5,
+        and moving that mass between the atoms adds 20 % to :math:`W_2` near its minimum at β = 1024.
     method : {"exact", "sinkhorn", "sliced"}
         W2 estimator (``track.w2_method``).
     policy : {"check", "warn", "skip"}
@@ -189,6 +194,12 @@ def tracker_from_head(
         support, a0 = grid_quadrature(mesh, mass) if mesh is not None else (pts, mass)
         a0 = a0 / a0.sum()
     target = pushforward_target(support, P_E, a0)
+    if mesh is not None and target.dim_E == 1 and target.orthogonal.size == 0:
+        # p = ρ₀(⟨x,e⟩ > 0) of the reconstructed density, with the cells that the plane cuts split exactly
+        from meanfield.geometry.reconstruction import reconstruction_of
+
+        p = reconstruction_of(mesh).half_space_mass(mass, target.atoms[0]) / mass.sum()
+        target = replace(target, weights=np.array([p, 1.0 - p]))
     masses = None if (pts is not None or weights is None) else np.asarray(weights, dtype=float) / np.sum(weights)
     return ConcentrationTracker(target=target, P_E=P_E, P_V=P_V, method=method, points=pts, weights=masses, report=report,
                                 mesh=mesh)

@@ -80,7 +80,7 @@ def _arc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 #: barycentric coordinates (apex, a, b) of the degree-2 rule on a triangle (equal weights 1/3)
-_BARY_DEGREE2 = ((2.0 / 3.0, 1.0 / 6.0, 1.0 / 6.0), (1.0 / 6.0, 2.0 / 3.0, 1.0 / 6.0), (1.0 / 6.0, 1.0 / 6.0, 2.0 / 3.0))
+DEGREE2_BARYCENTRIC = ((2.0 / 3.0, 1.0 / 6.0, 1.0 / 6.0), (1.0 / 6.0, 2.0 / 3.0, 1.0 / 6.0), (1.0 / 6.0, 1.0 / 6.0, 2.0 / 3.0))
 
 
 def triangle_area(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -298,7 +298,7 @@ class SphericalMesh:
         normal = cross / np.maximum(np.linalg.norm(cross, axis=2, keepdims=True), 1e-300)
         delta = np.abs(np.einsum("esk,esk->es", normal, q))
         corners = (q, np.broadcast_to(a, q.shape), np.broadcast_to(b, q.shape))
-        flat_nodes = np.stack([sum(w * c for w, c in zip(bary, corners)) for bary in _BARY_DEGREE2], axis=2)
+        flat_nodes = np.stack([sum(w * c for w, c in zip(bary, corners)) for bary in DEGREE2_BARYCENTRIC], axis=2)
         r = np.linalg.norm(flat_nodes, axis=3)
         weights = (flat * delta)[..., None] / (3.0 * r**3)
         for arr in (flat_nodes, weights):

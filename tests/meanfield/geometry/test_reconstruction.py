@@ -145,3 +145,37 @@ def test_w2_of_a_resolved_cluster_to_its_atom_has_no_cell_size_floor():
         atom_err.append(abs(w2(msh.centroids, y[None], mass, np.ones(1)) - exact))
     assert quad_err[-1] < 2e-5 and quad_err[-1] < atom_err[-1] / 20, (quad_err, atom_err)
     assert quad_err[0] / quad_err[1] > 3.5, quad_err  # resolved from 8000 cells on (h = 0.04 against a width of 0.05)
+
+
+def test_half_space_mass_splits_a_uniform_density_exactly(rng):
+    """Uniform masses: every half-sphere holds 1/2, whatever the plane; the side of each centroid errs by 1e-3."""
+    msh = fibonacci_mesh(2000)
+    rec = reconstruction_of(msh)
+    mass = initial_mass(msh, "uniform")
+    for normal in rng.normal(size=(5, 3)):
+        np.testing.assert_allclose(rec.half_space_mass(mass, normal), 0.5, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(rec.half_space_mass(mass, normal) + rec.half_space_mass(mass, -normal), 1.0,
+                                   rtol=0, atol=1e-13)
+
+
+def test_half_space_mass_of_a_vmf_density_converges_at_second_order():
+    r"""vMF(u, κ = 6) on {⟨x, n⟩ > 0}: p = κ/(2 sinh κ) ∫_0^{π/2} e^{κ cos α cos θ} I₀(κ sin α sin θ) sin θ dθ."""
+    from scipy.special import i0
+
+    kappa = 6.0
+    u = np.array([0.3, -0.5, 0.8]) / np.linalg.norm([0.3, -0.5, 0.8])
+    n = np.array([0.7, 0.2, -0.1]) / np.linalg.norm([0.7, 0.2, -0.1])
+    ca = float(u @ n)
+    sa = math.sqrt(1.0 - ca * ca)
+    exact = kappa / (2.0 * math.sinh(kappa)) * quad(
+        lambda t: math.exp(kappa * ca * math.cos(t)) * i0(kappa * sa * math.sin(t)) * math.sin(t),
+        0.0, math.pi / 2, epsabs=1e-15, epsrel=1e-14)[0]
+    errors, by_centroid = [], []
+    for N in (2000, 32000):
+        msh = fibonacci_mesh(N)
+        mass = msh.integrate(lambda x: np.exp(kappa * (x @ u - 1.0)))
+        mass /= mass.sum()
+        errors.append(abs(reconstruction_of(msh).half_space_mass(mass, n) - exact))
+        by_centroid.append(abs(mass[msh.centroids @ n > 0].sum() - exact))
+    assert errors[0] < 5e-6 and errors[1] < errors[0] / 16, errors  # order ≥ 2 in h (h halves twice)
+    assert errors[1] < by_centroid[1] / 100, (errors, by_centroid)

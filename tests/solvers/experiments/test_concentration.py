@@ -485,3 +485,19 @@ def test_sweep_grid_needs_the_grid_solver(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(ConfigError) as info:
         sweep_beta(_config("init.n=20"), [2.0, 4.0], solver="spectral")
     assert info.value.key == "--solver"
+
+
+def test_tracker_on_a_second_order_grid_splits_the_target_by_the_reconstructed_density() -> None:
+    """Uniform cell masses: Π♯ρ₀ = ½δ_e + ½δ_{−e} to 1e-10, where the quadrature nodes' sides give 1/2 ± 1e-4,
+    and W2(ρ₀, Π♯ρ₀) is √(π − 2) to the quadrature's accuracy."""
+    from meanfield.geometry.mesh import fibonacci_mesh, initial_mass
+    from meanfield.geometry.reconstruction import reconstruction_of
+
+    msh = fibonacci_mesh(3000)
+    mass = initial_mass(msh, "uniform")
+    tracker = tracker_from_head(np.eye(3), np.array(K_DEFAULT), np.array(V_DEFAULT), mass, points=msh.centroids, mesh=msh)
+    np.testing.assert_allclose(tracker.target.weights, [0.5, 0.5], rtol=0, atol=1e-10)
+    nodes, weights = reconstruction_of(msh).quadrature(mass)
+    e = tracker.target.atoms[0]
+    assert abs(weights[nodes @ e > 0].sum() - 0.5) > 1e-6  # what the split by nodes would have given
+    np.testing.assert_allclose(tracker(0.0, mass)["w2_target"], math.sqrt(math.pi - 2), rtol=1e-5)
