@@ -28,13 +28,13 @@ Transformers in the Low-Temperature Regime, arXiv 2605.10931).
   meanfield concentration OUT.h5 [--csv F] [--plot F.png] [--threshold X] [--force]
       analyses a stored run (the curve is recomputed from the frames when the run did not track it);
   meanfield concentration --sweep-beta 4,16,64 CONFIG.toml [--solver grid|particle] [--cells N | --spacing C]
-                          [--single] [--out DIR] [--csv F] [--plot F.png]
+                          [--single | --refinement R] [--out DIR] [--csv F] [--plot F.png]
       runs the family of β and fits t_min against log β and W2_min against sqrt(log(β+1)/β).
       On S² the resolution follows β: N = 4πβ/C² cells (or quasi-uniform particles), so that their
       spacing sqrt(4π/N) is C·β^(-1/2), C = 0.5 unless --spacing says otherwise (one C, or one per β:
       --spacing 4:0.25,16:0.5,64:0.5); --cells fixes N.
-      Each β runs on N and on 4N (the spacing halved) and the table gives the change of W2_min and
-      t_min between the two: the convergence columns (--single: one run per β).
+      Each β runs on N and on 4N (the spacing halved; --refinement 2: on 2N) and the table gives the
+      change of W2_min and t_min between the two: the convergence columns (--single: one run per β).
 
 Exit status 2, with the numbers, when Assumption 1 of the paper fails (B = QᵀK invertible, S = V Bᵀ
 symmetric with a spectral gap), unless --force or model.assumptions = "warn"."""
@@ -58,6 +58,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cells", type=int, metavar="N", help="--sweep-beta: cells (or particles) of every β, the coarser of the two runs")
     p.add_argument("--spacing", metavar="C | B:C,…", help="--sweep-beta on S²: N = 4πβ/C² (default C = 0.5), one C or one per β (4:0.25,16:0.5)")
     p.add_argument("--single", action="store_true", help="--sweep-beta: one run per β, no convergence columns")
+    p.add_argument("--refinement", type=int, metavar="R",
+                   help="--sweep-beta: the finer run of each β has R times the coarser's cells or particles (default 4)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="--sweep-beta: override a config key")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=main)
@@ -68,7 +70,8 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError("--threshold", f"must be a positive number, got {args.threshold}")
     if args.sweep_beta is None:
         for option, value in (("--out", args.out), ("--solver", args.solver), ("--set", args.overrides),
-                              ("--cells", args.cells), ("--spacing", args.spacing), ("--single", args.single)):
+                              ("--cells", args.cells), ("--spacing", args.spacing), ("--single", args.single),
+                              ("--refinement", args.refinement)):
             if value:
                 raise ConfigError(option, "only applies with --sweep-beta")
     if args.cells is not None and args.cells < 12:
@@ -80,6 +83,11 @@ def _check_options(args: argparse.Namespace) -> None:
         if isinstance(args.spacing, dict) and args.sweep_beta is not None:
             for beta in parse_betas(args.sweep_beta):
                 spacing_of(args.spacing, beta)  # every β has its constant, before any run
+    if args.refinement is not None:
+        if args.refinement < 2:
+            raise ConfigError("--refinement", f"must be an integer ≥ 2 (the finer run's size over the coarser's), got {args.refinement}")
+        if args.single:
+            raise ConfigError("--refinement", "--single runs one resolution per β; give one of them")
     if args.cells is not None and args.spacing is not None:
         raise ConfigError("--cells", "give --cells or --spacing, not both")
     if not Path(args.path).exists():
@@ -134,7 +142,7 @@ def _write_csv(path: str, header: list[str], rows: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from meanfield.solvers.experiments.concentration import SWEEP_SPACING, sweep_beta
+    from meanfield.solvers.experiments.concentration import REFINEMENT, SWEEP_SPACING, sweep_beta
 
     cfg = load_config_noted(args.path, args.overrides)
     policy = "warn" if args.force else None
@@ -144,6 +152,7 @@ def _sweep(args: argparse.Namespace) -> int:
         # the theorem is about the PDE: on S² the grid resolves large β where particles cannot
         solver = "grid"
         print("on S² the β family runs on the grid solver; --solver particle keeps the particles", file=sys.stderr)
+    refinement = REFINEMENT if args.refinement is None else args.refinement
     spacing = None
     if args.cells is None and on_sphere:
         spacing = SWEEP_SPACING if args.spacing is None else args.spacing
@@ -152,13 +161,14 @@ def _sweep(args: argparse.Namespace) -> int:
         else:
             rule = f"N = 4πβ/{spacing:g}² (spacing {spacing:g}·β^(-1/2))"
         print(f"the resolution follows β: {rule}"
-              + ("" if args.single else ", and 4N for the convergence columns"), file=sys.stderr)
+              + ("" if args.single else f", and {refinement}N for the convergence columns"), file=sys.stderr)
     elif args.spacing is not None:
         raise ConfigError("--spacing", f"the resolution follows β on S² (d = 3) only, got model.d = {cfg['model']['d']}")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
         sweep = sweep_beta(cfg, args.sweep_beta, solver=solver, out_dir=args.out, threshold=args.threshold, quiet=args.quiet,
-                           policy=policy, spacing=spacing, size=args.cells, refine=not args.single)
+                           policy=policy, spacing=spacing, size=args.cells, refine=not args.single,
+                           refinement=refinement)
     for message in dict.fromkeys(str(item.message) for item in caught):
         print(f"warning: {message}", file=sys.stderr)
     print(f"β sweep of {args.path} ({sweep.solver} solver)")

@@ -81,6 +81,13 @@ DEFAULT_CONCENTRATION_CONFIG: dict[str, Any] = {
 # ----------------------------------------------------------------------------- β sweeps
 
 
+#: on S² the β family keeps the spacing of cells (or quasi-uniform particles) at
+#: ``h = sqrt(4π/N) ≤ SWEEP_SPACING · β^{-1/2}``, a fixed fraction of the kernel width
+SWEEP_SPACING = 0.5
+#: the second resolution of each β has this many times the degrees of freedom (h / 2), unless ``refinement`` says otherwise
+REFINEMENT = 4
+
+
 @dataclass(frozen=True)
 class BetaSweep:
     r"""Outcome of :func:`sweep_beta`.
@@ -103,6 +110,8 @@ class BetaSweep:
     solver : str
     files : list of str
         HDF5 runs written (empty without ``out_dir``).
+    refinement : int
+        Size of the finer run of each β over the coarser (refined sweeps).
     """
 
     betas: NDArray[np.float64]
@@ -112,6 +121,7 @@ class BetaSweep:
     fit_w2min: dict[str, float]
     solver: str
     files: list[str] = field(default_factory=list)
+    refinement: int = REFINEMENT
 
     @property
     def under_resolved(self) -> bool:
@@ -140,7 +150,8 @@ class BetaSweep:
         if any(s["open_end"] for s in self.summaries):
             lines.append("≥ the curve is still below the threshold at the last frame: the window may extend further")
         if refined:
-            lines.append(f"n: the finer run ({REFINEMENT}× the coarser's cells or particles, spacing halved); "
+            lines.append(f"n: the finer run ({self.refinement}× the coarser's cells or particles, spacing "
+                         f"÷{math.sqrt(self.refinement):.3g}); "
                          "ΔW2_min = (fine − coarse)/fine, Δt_min = fine − coarse: the convergence columns")
         if any(s["min_at_end"] for s in self.summaries):
             lines.append("* the minimum is at the last frame: the run is too short to see t_min (raise solver.t_final)")
@@ -162,13 +173,6 @@ def parse_betas(betas: Sequence[float] | str) -> NDArray[np.float64]:
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         raise ConfigError("--sweep-beta", f"every β must be finite and > 0 (the fits use log β), got {values}")
     return np.sort(arr)
-
-
-#: on S² the β family keeps the spacing of cells (or quasi-uniform particles) at
-#: ``h = sqrt(4π/N) ≤ SWEEP_SPACING · β^{-1/2}``, a fixed fraction of the kernel width
-SWEEP_SPACING = 0.5
-#: the second resolution of each β has this many times the degrees of freedom (h / 2)
-REFINEMENT = 4
 
 
 def parse_spacing(text: str | float | Mapping[float, float]) -> float | dict[float, float]:
@@ -241,6 +245,7 @@ def sweep_beta(
     spacing: float | Mapping[float, float] | None = None,
     size: int | None = None,
     refine: bool = False,
+    refinement: int = REFINEMENT,
 ) -> BetaSweep:
     r"""Run the β family of a config and fit the concentration observables.
 
@@ -261,7 +266,7 @@ def sweep_beta(
     :math:`N = \lceil4\pi\beta/c^2\rceil` (:func:`sweep_size`: cells, or quasi-uniform
     particles, a fixed fraction of the kernel width :math:`\beta^{-1/2}` apart); ``size``
     fixes it instead.  With ``refine`` each β runs a second time with
-    :data:`REFINEMENT` times the size (spacing halved), and the summary reports the
+    ``refinement`` times the size (:data:`REFINEMENT` = 4: spacing halved), and the summary reports the
     finer run's numbers with their change from the coarser one — the convergence
     columns ``dw2_min`` (relative) and ``dt_min``.
 
@@ -292,6 +297,10 @@ def sweep_beta(
         Cells or particles of every β (the coarser run when refining); overrides ``spacing``.
     refine : bool
         Run each β at two resolutions and report the convergence columns.
+    refinement : int
+        Size of the finer run over the coarser (``--refinement``, an integer ≥ 2): 4 halves
+        the spacing; 2 divides it by √2, which is enough for a second-order scheme and
+        halves the cost of the finer run.
 
     Returns
     -------
@@ -325,6 +334,8 @@ def sweep_beta(
     if spacing is not None:
         spacing = parse_spacing(spacing)
         constants = {float(beta): spacing_of(spacing, beta) for beta in values}  # a missing β fails before any run
+    if not (isinstance(refinement, (int, np.integer)) and not isinstance(refinement, bool) and refinement >= 2):
+        raise ConfigError("--refinement", f"must be an integer ≥ 2 (the finer run's size over the coarser's), got {refinement!r}")
     if size is not None and not (isinstance(size, (int, np.integer)) and size >= 12):
         raise ConfigError("--cells", f"must be an integer ≥ 12, got {size!r}")
     if policy is not None:
@@ -336,7 +347,7 @@ def sweep_beta(
     files: list[str] = []
     for beta in values:
         first = int(size) if size is not None else (sweep_size(beta, spacing=constants[float(beta)]) if spacing is not None else resolution_size(base))
-        sizes = [first, REFINEMENT * first] if refine else [first]
+        sizes = [first, int(refinement) * first] if refine else [first]
         results = []
         for k, n in enumerate(sizes):
             case = _with_size(base, n)
@@ -376,7 +387,7 @@ def sweep_beta(
     w_min = np.array([s["w2_min"] for s in summaries])
     fit_tmin = linear_fit(np.log(values), t_min)
     fit_w2min = linear_fit(np.log(concentration_rate(values)), np.log(np.maximum(w_min, 1e-300)))
-    return BetaSweep(values, curves, summaries, fit_tmin, fit_w2min, base["solver"]["kind"], files)
+    return BetaSweep(values, curves, summaries, fit_tmin, fit_w2min, base["solver"]["kind"], files, refinement=int(refinement))
 
 
 # ----------------------------------------------------------------------------- cost

@@ -474,6 +474,33 @@ def test_refined_sweep_reports_the_change_between_resolutions(tmp_path: Path) ->
     assert info.value.key == "--cells"
 
 
+def test_refinement_sets_the_finer_size(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture) -> None:
+    raw = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
+    raw["solver"].update(t_final=2.0, dt=0.1, save_every=0.25)
+    config = _write_config(tmp_path / "c.toml", raw)
+    argv = ["concentration", "--sweep-beta", "2,6", str(config), "--solver", "particle", "--cells", "100",
+            "--refinement", "2", "--out", str(tmp_path / "runs"), "--csv", str(tmp_path / "s.csv"), "--quiet"]
+    assert run_cli(argv) == 0
+    assert "2× the coarser's" in capsys.readouterr().out
+    rows = np.genfromtxt(tmp_path / "s.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
+    np.testing.assert_array_equal(rows["n_coarse"], [100, 100])
+    np.testing.assert_array_equal(rows["n"], [200, 200])
+    for beta, row in zip((2, 6), rows):  # the stored runs have those sizes, and the columns are their curves'
+        coarse, fine = load(tmp_path / "runs" / f"beta_{beta}_coarse.h5"), load(tmp_path / "runs" / f"beta_{beta}.h5")
+        assert (coarse.config["init"]["n"], fine.config["init"]["n"]) == (100, 200)
+        a = concentration_summary(coarse.t, coarse.diagnostics["w2_target"])
+        b = concentration_summary(fine.t, fine.diagnostics["w2_target"])
+        np.testing.assert_allclose(row["dw2_min"], (b["w2_min"] - a["w2_min"]) / b["w2_min"], rtol=1e-8)
+    for bad in (["--refinement", "1"], ["--refinement", "2", "--single"]):
+        assert run_cli(["concentration", "--sweep-beta", "2,6", str(config), "--quiet", *bad]) == 2
+        assert "--refinement" in capsys.readouterr().err
+    assert run_cli(["concentration", str(config), "--refinement", "2"]) == 2
+    assert "--refinement: only applies with --sweep-beta" in capsys.readouterr().err
+    with pytest.raises(ConfigError) as info:
+        sweep_beta(_config("init.n=20"), [2.0, 4.0], refine=True, refinement=1)
+    assert info.value.key == "--refinement"
+
+
 def test_sweep_grid_needs_the_grid_solver(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
