@@ -177,9 +177,9 @@ def _sweep(args: argparse.Namespace) -> int:
         if s["under_resolved"]:
             print(f"warning: β = {s['beta']:g}: {s['under_resolved']}", file=sys.stderr)
     if args.csv:
-        keys = ["beta", "n", "spacing", "t_min", "w2_min", "t_first_min", "w2_first_min", "threshold", "t_a", "t_b", "window_length", "rate", "ratio", "min_at_end", "under_resolved", "wall_time"]
+        keys = ["beta", "n", "cells", "spacing", "t_min", "w2_min", "t_first_min", "w2_first_min", "threshold", "t_a", "t_b", "window_length", "rate", "ratio", "min_at_end", "under_resolved", "wall_time"]
         if not args.single:
-            keys += ["n_coarse", "w2_min_coarse", "t_min_coarse", "dw2_min", "dt_min"]
+            keys += ["n_coarse", "cells_coarse", "w2_min_coarse", "t_min_coarse", "dw2_min", "dt_min"]
         rows = [[s[k] if k != "under_resolved" else bool(s[k]) for k in keys] for s in sweep.summaries]
         _write_csv(args.csv, keys, rows)
         print(f"wrote {args.csv}")

@@ -98,10 +98,11 @@ class BetaSweep:
     curves : list of dict
         Per β: ``t``, ``w2_target``, ``v_eigenspace_distance``, ``e_eigenspace_distance``.
     summaries : list of dict
-        Per β: :func:`concentration_summary` plus ``beta``, ``n``, ``rate``
+        Per β: :func:`concentration_summary` plus ``beta``, ``n`` (``grid.cells`` or ``init.n``),
+        ``cells`` (the mesh's cells, more than ``n`` on a graded mesh; particles: ``n``), ``rate``
         (:math:`\sqrt{\log(\beta+1)/\beta}`), ``ratio`` (:math:`W_{2,\min}/\text{rate}`),
         ``under_resolved`` (the warning text or ``""``), ``wall_time`` (all runs of the β);
-        refined sweeps add ``n_coarse``, ``w2_min_coarse``, ``t_min_coarse``, ``dw2_min``
+        refined sweeps add ``n_coarse``, ``cells_coarse``, ``w2_min_coarse``, ``t_min_coarse``, ``dw2_min``
         (relative change of W2_min from the coarser run) and ``dt_min``.
     fit_tmin : dict
         :math:`t_{\min}\approx a\log\beta+b`: ``slope``, ``intercept``, ``r2``.
@@ -131,7 +132,9 @@ class BetaSweep:
         """The per-β numbers and both fits as text."""
         refined = any("dw2_min" in s for s in self.summaries)
         extra = f" {'n coarse':>8} {'ΔW2_min':>8} {'Δt_min':>7}" if refined else ""
-        lines = [f"{'beta':>8} {'n':>7} {'t_min':>8} {'W2_min':>9} {'window [t_a, t_b]':>20} {'rate':>9} {'W2min/rate':>10}{extra}  resolved"]
+        graded = any(s.get("cells", s["n"]) != s["n"] for s in self.summaries)
+        cells = f" {'cells':>7}" if graded else ""
+        lines = [f"{'beta':>8} {'n':>7}{cells} {'t_min':>8} {'W2_min':>9} {'window [t_a, t_b]':>20} {'rate':>9} {'W2min/rate':>10}{extra}  resolved"]
         for s in self.summaries:
             end = "*" if s["min_at_end"] else " "
             if math.isnan(s["t_a"]):
@@ -139,8 +142,9 @@ class BetaSweep:
             else:
                 window = f"[{'≤' if s['open_start'] else ''}{s['t_a']:.3g}, {'≥' if s['open_end'] else ''}{s['t_b']:.3g}]"
             change = f" {s['n_coarse']:8d} {100 * s['dw2_min']:+7.2f}% {s['dt_min']:+7.3g}" if "dw2_min" in s else ""
+            mesh = f" {s.get('cells', s['n']):7d}" if graded else ""
             lines.append(
-                f"{s['beta']:8.4g} {s['n']:7d} {s['t_min']:7.4g}{end} {s['w2_min']:9.4g} {window:>20} "
+                f"{s['beta']:8.4g} {s['n']:7d}{mesh} {s['t_min']:7.4g}{end} {s['w2_min']:9.4g} {window:>20} "
                 f"{s['rate']:9.4g} {s['ratio']:10.4g}{change}  {'no' if s['under_resolved'] else 'yes'}"
             )
         a = self.fit_tmin
@@ -153,6 +157,8 @@ class BetaSweep:
             lines.append(f"n: the finer run ({self.refinement}× the coarser's cells or particles, spacing "
                          f"÷{math.sqrt(self.refinement):.3g}); "
                          "ΔW2_min = (fine − coarse)/fine, Δt_min = fine − coarse: the convergence columns")
+        if graded:
+            lines.append("cells: the graded mesh's cells for grid.cells = n (fine caps around grid.refine_centres)")
         if any(s["min_at_end"] for s in self.summaries):
             lines.append("* the minimum is at the last frame: the run is too short to see t_min (raise solver.t_final)")
         return "\n".join(lines)
@@ -360,7 +366,9 @@ def sweep_beta(
                 warnings.filterwarnings("ignore", message="Assumption 1", category=RuntimeWarning)  # warned once above
                 result = simulate_config(case, out, quiet=quiet, keep_states=False)
             curve = {"t": result.t, **{key: result.diagnostics[key] for key in ("w2_target", "v_eigenspace_distance", "e_eigenspace_distance")}}
-            results.append((n, curve, concentration_summary(curve["t"], curve["w2_target"], threshold=threshold), float(result.info["wall_time"])))
+            summary_k = concentration_summary(curve["t"], curve["w2_target"], threshold=threshold)
+            summary_k["cells"] = int(result.info.get("cells", n))  # a graded mesh has more cells than grid.cells
+            results.append((n, curve, summary_k, float(result.info["wall_time"])))
         n, curve, summary, wall = results[-1]
         curves.append(curve)
         rate = float(concentration_rate(beta))
@@ -377,6 +385,7 @@ def sweep_beta(
             n0, _, coarse, _ = results[0]
             summary.update(
                 n_coarse=n0,
+                cells_coarse=coarse["cells"],
                 w2_min_coarse=coarse["w2_min"],
                 t_min_coarse=coarse["t_min"],
                 dw2_min=(summary["w2_min"] - coarse["w2_min"]) / summary["w2_min"],

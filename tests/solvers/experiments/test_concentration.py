@@ -528,3 +528,19 @@ def test_tracker_on_a_second_order_grid_splits_the_target_by_the_reconstructed_d
     e = tracker.target.atoms[0]
     assert abs(weights[nodes @ e > 0].sum() - 0.5) > 1e-6  # what the split by nodes would have given
     np.testing.assert_allclose(tracker(0.0, mass)["w2_target"], math.sqrt(math.pi - 2), rtol=1e-5)
+
+
+def test_a_graded_sweep_reports_the_cells_of_its_meshes(tmp_path: Path) -> None:
+    """On a graded mesh the sweep's ``cells`` are the stored mesh's, not ``grid.cells``."""
+    poles = [[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]]
+    cfg = _config("solver.kind=grid", "solver.method=ssprk3", "init.kind=uniform", "solver.t_final=0.4",
+                  "solver.save_every=0.2", "grid.family=graded", f"grid.refine_centres={poles}",
+                  "grid.refine_radius=0.3", "grid.refine_factor=3")
+    sweep = sweep_beta(cfg, [2.0, 4.0], size=300, refine=True, refinement=2, out_dir=tmp_path)
+    for s, coarse_file, fine_file in zip(sweep.summaries, sweep.files[::2], sweep.files[1::2]):
+        coarse, fine = load(coarse_file), load(fine_file)
+        assert (s["n_coarse"], s["n"]) == (300, 600)
+        assert (s["cells_coarse"], s["cells"]) == (coarse.mass.shape[1], fine.mass.shape[1])
+        assert coarse.mass.shape[1] > 300 and fine.mass.shape[1] > 600  # the caps add cells
+    table = sweep.table()
+    assert "cells" in table.splitlines()[0] and f"{sweep.summaries[0]['cells']:7d}" in table
