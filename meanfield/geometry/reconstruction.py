@@ -213,10 +213,21 @@ class LinearReconstruction:
         return phi[:, None] * g
 
     def face_values(self, density: np.ndarray, slopes: np.ndarray | None = None) -> np.ndarray:
-        r"""Reconstructed densities :math:`r_{c,e}` at the edge midpoints, from each side, shape ``(E, 2)``."""
+        r"""Reconstructed densities :math:`r_{c,e}` at the edge midpoints, from each side, shape ``(E, 2)``.
+
+        The limited values are :math:`\ge 0` in exact arithmetic; in floating point
+        :math:`\rho_c + \phi_c s_c\cdot\delta` can end at :math:`-\epsilon\rho_c`, which would
+        feed a negative inflow into a neighbour of much smaller mass (a cluster next to
+        cells of :math:`10^{-300}`) and stall the positivity check.  Those round-off
+        values are set to 0 (the fluxes stay antisymmetric, so mass is conserved to
+        round-off all the same); ``limiter = "none"`` keeps its negative values.
+        """
         density = np.asarray(density, dtype=float)
         s = self.slopes(density) if slopes is None else slopes
-        return density[self.mesh.edges] + np.einsum("esk,esk->es", self.face_offsets, s[self.mesh.edges])
+        values = density[self.mesh.edges] + np.einsum("esk,esk->es", self.face_offsets, s[self.mesh.edges])
+        if self.limiter != "none":
+            np.maximum(values, 0.0, out=values)
+        return values
 
     # ------------------------------------------------------------------ velocity
     def edge_velocity(self, velocity: np.ndarray) -> np.ndarray:
