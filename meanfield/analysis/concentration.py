@@ -381,7 +381,11 @@ class Concentration:
     notes : list of str
         What a reader must know to read the numbers (a trivial target); part of :meth:`text`.
     warnings : list of str
-        Doubts about the run itself (too few particles for this β); the CLI prints them on stderr.
+        Doubts about the run itself (too few particles for this β, cluster cores below the grid's
+        cells); the CLI prints them on stderr.
+    cores : CoreResolution or None
+        For grid runs with ``dim E = 1``: the clusters' r.m.s. radii against the spacing of the cells
+        at their centres (:mod:`meanfield.analysis.core_resolution`).
     """
 
     curves: dict[str, NDArray[np.float64]]
@@ -390,6 +394,7 @@ class Concentration:
     heading: str
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    cores: Any = None
 
     @property
     def trivial(self) -> bool:
@@ -485,4 +490,19 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
     resolution = resolution_warning(resolution_size(cfg), float(m["beta"]), int(m["d"]))
     if resolution and kind != "zero-temperature":
         doubts.append(resolution)
-    return Concentration(curves, summary, report, heading, notes, doubts)
+    cores = grid_core_resolution(run) if run.kind == "grid" and report.dim_E == 1 and int(m["d"]) == 3 else None
+    if cores is not None and cores.describe(summary["t_min"]):
+        doubts.append(cores.describe(summary["t_min"]))
+    return Concentration(curves, summary, report, heading, notes, doubts, cores)
+
+
+def grid_core_resolution(run: Any) -> Any:
+    """:func:`meanfield.analysis.core_resolution.core_resolution` of a stored grid run whose ``dim E = 1``."""
+    from meanfield.analysis.core_resolution import core_resolution
+    from meanfield.analysis.projection import dominant_eigenspace
+
+    head = single_head(run.config)
+    S = np.asarray(head.V, dtype=float) @ (np.asarray(head.Q, dtype=float).T @ np.asarray(head.K, dtype=float)).T
+    basis, _ = dominant_eigenspace(S)
+    mesh = run.mesh()
+    return core_resolution(run.points, mesh.areas, (run.frame(k) for k in range(run.frames)), run.t, basis[:, 0])
