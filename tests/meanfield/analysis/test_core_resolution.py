@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 import meanfield as mf
 from meanfield.analysis.core_resolution import core_resolution
@@ -87,7 +86,6 @@ def _concentration() -> dict:
     return tomllib.loads((Path(__file__).resolve().parents[3] / "data" / "concentration.toml").read_text())
 
 
-@pytest.mark.parametrize("kind", ["particle"])
-def test_particle_runs_have_no_core_check(kind):
-    cfg = {**_concentration(), "solver": {"kind": kind, "t_final": 0.2, "save_every": 0.1, "dt": 0.05}}
+def test_particle_runs_have_no_core_check():
+    cfg = {**_concentration(), "solver": {"kind": "particle", "t_final": 0.2, "save_every": 0.1, "dt": 0.05}}
     assert mf.simulate(cfg).concentration().cores is None
