@@ -71,7 +71,8 @@ class CoreResolution:
         if not hits.size:
             return ""
         k = int(hits[0])
-        side = int(np.argmax(self.spacing[k] - self.radius[k]))
+        below = self.radius[k] < self.spacing[k]  # False where a side holds no mass (NaN)
+        side = int(np.argmax(np.where(below, self.spacing[k] - self.radius[k], -np.inf)))
         when = ""
         if t_min is not None and math.isfinite(t_min) and self.t[k] <= t_min:
             when = f", before t_min = {t_min:.4g}: W2_min is the mesh's, not the flow's"

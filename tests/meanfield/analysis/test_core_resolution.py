@@ -73,7 +73,8 @@ def test_a_grid_run_whose_cluster_sits_on_a_cell_warns_in_the_concentration_anal
     run = mf.simulate({**_concentration(), **cfg}, out=tmp_path / "r.h5")
     result = mf.load(tmp_path / "r.h5").concentration()
     assert result.cores is not None and result.cores.t_unresolved == 0.0
-    assert any("the grid no longer resolves the core" in w for w in result.warnings)
+    assert any("the grid no longer resolves the core" in w and "cluster at (1, 0, 0)" in w for w in result.warnings)
+    assert np.isnan(result.cores.radius[:, 1]).all()  # nothing on the other side: no cluster there
     broad = mf.simulate({**_concentration(), **cfg, "init": {"kind": "uniform"}})
     assert broad.concentration().cores.describe() == ""
     assert run.frames == 3
