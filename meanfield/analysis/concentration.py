@@ -491,18 +491,19 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
     if resolution and kind != "zero-temperature":
         doubts.append(resolution)
     cores = grid_core_resolution(run) if run.kind == "grid" and report.dim_E == 1 and int(m["d"]) == 3 else None
-    if cores is not None and cores.describe(summary["t_min"]):
-        doubts.append(cores.describe(summary["t_min"]))
+    core_doubt = cores.describe(summary["t_min"]) if cores is not None else ""
+    if core_doubt:
+        doubts.append(core_doubt)
     return Concentration(curves, summary, report, heading, notes, doubts, cores)
 
 
 def grid_core_resolution(run: Any) -> Any:
     """:func:`meanfield.analysis.core_resolution.core_resolution` of a stored grid run whose ``dim E = 1``."""
     from meanfield.analysis.core_resolution import core_resolution
-    from meanfield.analysis.projection import dominant_eigenspace
+    from meanfield.analysis.projection import dominant_eigenspace, score_and_value
 
     head = single_head(run.config)
-    S = np.asarray(head.V, dtype=float) @ (np.asarray(head.Q, dtype=float).T @ np.asarray(head.K, dtype=float)).T
+    _, S = score_and_value(head.Q, head.K, head.V)
     basis, _ = dominant_eigenspace(S)
     mesh = run.mesh()
     return core_resolution(run.points, mesh.areas, (run.frame(k) for k in range(run.frames)), run.t, basis[:, 0])

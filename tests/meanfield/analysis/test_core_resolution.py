@@ -6,6 +6,8 @@ a run whose single cluster sits on one cell from the start.
 from __future__ import annotations
 
 import math
+import tomllib
+from pathlib import Path
 
 import numpy as np
 
@@ -81,9 +83,6 @@ def test_a_grid_run_whose_cluster_sits_on_a_cell_warns_in_the_concentration_anal
 
 
 def _concentration() -> dict:
-    import tomllib
-    from pathlib import Path
-
     return tomllib.loads((Path(__file__).resolve().parents[3] / "data" / "concentration.toml").read_text())
 
 
