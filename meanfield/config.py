@@ -114,10 +114,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "assumptions": Key((str,), "check", _choice("check", "warn", "skip"), "Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931) Assumption 1 on (Q, K, V) when W2 to Π♯ρ₀ is tracked"),
     },
     "init": {
-        "kind": Key((str,), "uniform", _choice("uniform", "vmf", "fibonacci", "equiangular", "orthogonal", "file", "mixture", "function", "sentence", "clusters"), "initial measure (fibonacci: quasi-uniform points on S², rotated at random when seed > 0)"),
+        "kind": Key((str,), "uniform", _choice("uniform", "vmf", "fibonacci", "equiangular", "orthogonal", "file", "mixture", "function", "sentence", "clusters", "run"), "initial measure (fibonacci: quasi-uniform points on S², rotated at random when seed > 0; run: a frame of a stored run, init.path and init.time, as the tokens of a particle run)"),
         "n": Key((int,), 256, _at_least(1), "number of tokens (particles)"),
         "seed": Key((int,), 0, _at_least(0), "sampler seed"),
-        "path": Key((str,), None, None, "kind='file': an (n, d) .npy array (grid: an (N,) mass array)"),
+        "path": Key((str,), None, None, "kind='file': an (n, d) .npy array (grid: an (N,) mass array); kind='run': an HDF5 run of meanfield simulate, whose frame at init.time becomes the tokens (a grid run's cells: tokens at the cell points carrying the cell masses)"),
+        "time": Key(NUM, None, _at_least(0), "kind='run': the time of the stored frame to start from (default: its last committed frame); the run's clock starts there"),
+        "min_mass": Key(NUM, 0.0, _between(0, 1e-3), "kind='run': leave out the tokens whose mass is below this share of the total (default 0: every token; a grid run late in a clustering keeps all but 1e-8 of its mass on a third of its cells)"),
+        "symmetry": Key((str,), "none", _choice("none", "antipodal"), "kind='run': 'antipodal' adds the image -x of every token, each with half the mass, (ρ + (−id)♯ρ)/2: a symmetry the flow keeps exactly (the scores ⟨Qx, Ky⟩ are even in the joint reflection x, y ↦ −x, −y, so the field is odd; unmasked attention), which the source run's discretisation broke at the level of its errors"),
         "mean": Key((list,), None, _finite, "kind='vmf': mean direction"),
         "kappa": Key(NUM, 4.0, _between(0, 1e12), "kind='vmf': concentration κ (at most 1e12: a cluster of width 1e-6)"),
         "gamma": Key(NUM, 0.0, _finite, "kind='equiangular': ⟨x_i,x_j⟩ = γ"),
@@ -358,6 +361,12 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
             if init_given.get("n") is not None and init_given["n"] != rows:
                 raise ConfigError("init.n", f"n={init_given['n']} but {path} holds {rows} tokens")
             init["n"] = rows  # the stored config says how many tokens the run has
+    if init["kind"] == "run":
+        _source_run_checks(cfg, base=base, init_given=init_given)
+    else:
+        for key, default in (("time", None), ("min_mass", 0.0), ("symmetry", "none")):
+            if init[key] != default:
+                raise ConfigError(f"init.{key}", f"applies to init.kind = 'run' (the frame of a stored run), got kind = {init['kind']!r}")
     if init["kind"] == "fibonacci" and d != 3:
         raise ConfigError("init.kind", f"kind='fibonacci' places particles on S² (d = 3), got d={d}")
     if init["kind"] == "fibonacci" and on_grid:
@@ -387,6 +396,41 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         from meanfield.heads.schedules import SCHEDULES
 
         SCHEDULES["layers"](cfg, None)  # raises ConfigError when no head has a random matrix
+
+
+def _source_run_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping[str, Any]) -> None:
+    """``init.kind = "run"``: a readable frame of a stored run, for a particle run that starts at its time.
+
+    Resolves ``init.path`` (absolute), ``init.time`` (the frame's time) and ``init.n`` (its tokens),
+    so that the stored config names the frame exactly.
+    """
+    init, model, solver = cfg["init"], cfg["model"], cfg["solver"]
+    if solver["kind"] != "particle":
+        raise ConfigError("init.kind", f"kind='run' gives tokens; it needs solver.kind = 'particle', got {solver['kind']!r} "
+                                       "(a grid run continues on its own mesh with --resume)")
+    if model["norm"] != "post":
+        raise ConfigError("model.norm", f"init.kind = 'run' starts tokens on the sphere (norm = 'post'), got {model['norm']!r}")
+    if solver["clock"] != "time":
+        raise ConfigError("solver.clock", "init.kind = 'run' starts the clock at the frame's physical time; it needs clock = 'time'")
+    if not init["path"]:
+        raise ConfigError("init.path", "kind='run' needs path = \"run.h5\", a run of meanfield simulate")
+    path = Path(init["path"])
+    if base is not None and not path.is_absolute():
+        path = base / path
+    from meanfield.io.source_frame import source_tokens  # local: the reader imports h5py
+
+    if init["symmetry"] == "antipodal" and model["mask"] != "none":
+        raise ConfigError("init.symmetry", f"the image tokens have no place in the order a mask reads (model.mask = {model['mask']!r}); use symmetry = 'none'")
+    frame = source_tokens(path, init["time"], min_mass=float(init["min_mass"]), symmetry=init["symmetry"])
+    if frame.tokens.shape[1] != model["d"]:
+        raise ConfigError("model.d", f"{path} holds tokens in d = {frame.tokens.shape[1]}, the config has d = {model['d']}")
+    rows = frame.tokens.shape[0]
+    if init_given.get("n") is not None and init_given["n"] != rows:  # (a config's n for its own initial measure)
+        warnings.warn(f"init.n = {init_given['n']} is replaced by the {rows} tokens of the frame of {path}", ConfigNote, stacklevel=4)
+    if not solver["t_final"] > frame.time:
+        raise ConfigError("solver.t_final", f"the run starts at the frame's time t = {frame.time:g} (init.time); "
+                                            f"t_final = {solver['t_final']:g} must come after it")
+    init["path"], init["time"], init["n"] = str(path.resolve()), frame.time, rows
 
 
 def _graded_checks(cfg: dict[str, Any]) -> None:

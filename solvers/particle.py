@@ -89,4 +89,5 @@ class ParticleSolver:
             trackers.append(EnergyTracker(problem.model, weights=problem.weights))
         if speed:
             trackers.append(SteadyStateTracker(stepper.field, tol=steady_tol))  # shares the next step's first evaluation
-        return RunSetup(problem.model, stepper, problem.initial, "x", {}, trackers, info=lambda: dict(stepper.stats))
+        static = {} if problem.weights is None else {"weights": problem.weights}  # token masses travel with the run
+        return RunSetup(problem.model, stepper, problem.initial, "x", static, trackers, info=lambda: dict(stepper.stats))

@@ -362,7 +362,7 @@ def check_phase_config(cfg: Mapping[str, Any]) -> None:
         raise ConfigError("model.heads", "a phase diagram takes [[model.heads]] tables (or the default identity head), not a checkpoint")
     if cfg["init"]["n"] < 2:
         raise ConfigError("init.n", f"clusters and pairs need n >= 2 tokens, got {cfg['init']['n']}")
-    if cfg["init"]["kind"] in ("file", "sentence", "orthogonal", "equiangular"):
+    if cfg["init"]["kind"] in ("file", "sentence", "orthogonal", "equiangular", "run"):
         raise ConfigError("init.kind", f"a phase diagram averages over random initialisations; init.kind = {cfg['init']['kind']!r} does not draw them")
 
 

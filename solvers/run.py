@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from dataclasses import replace
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,13 @@ from typing import Any
 import numpy as np
 
 from meanfield.analysis.concentration import ConcentrationTracker, single_head, tracker_from_head
+from meanfield.analysis.projection import Pushforward
 from meanfield.build import build_model, initial_tokens
 from meanfield.config import SCHEMA, ConfigNote
 from meanfield.errors import ConfigError, RunFailed, RunInterrupted
 from meanfield.geometry.mesh import initial_mass
 from meanfield.io.runfile import RunReader, RunWriter, last_frame
+from meanfield.io.source_frame import origin_run, source_tokens, start_time
 from meanfield.kernels.jit import one_blas_thread
 from meanfield.model import Model
 from meanfield.noise import noise_from_config
@@ -89,6 +92,10 @@ def problem_from_config(cfg: dict[str, Any], model: Model | None = None) -> Prob
         msh = grid_solver.grid_mesh(cfg)
         kind, params = grid_solver.grid_init(cfg)
         return Problem(model, initial_mass(msh, kind, **params), mesh=msh)
+    if cfg["init"]["kind"] == "run":  # a frame of a stored run: its tokens (a grid run's cells) with their masses
+        init = cfg["init"]
+        frame = source_tokens(init["path"], init["time"], min_mass=float(init["min_mass"]), symmetry=init["symmetry"])
+        return Problem(model, frame.tokens, weights=frame.weights)
     return Problem(model, initial_tokens(cfg))
 
 
@@ -112,6 +119,10 @@ def concentration_tracker(cfg: dict[str, Any], setup: RunSetup) -> Concentration
         More than one head, or Assumption 1 fails under ``model.assumptions = "check"``.
     """
     head = single_head(cfg)
+    if cfg["init"]["kind"] == "run":  # tokens from a stored frame: Π♯ρ₀ is that of the chain's first run
+        tracker = tracker_from_head(head.Q, head.K, head.V, setup.state, weights=setup.static.get("weights"),
+                                    method=cfg["track"]["w2_method"], policy=cfg["model"]["assumptions"])
+        return replace(tracker, target=origin_target(cfg["init"]["path"], head.Q, head.K, head.V))
     points = setup.static.get("points") if setup.state_name == "mass" else None
     # the second-order grid reconstructs the density inside the cells: W2 integrates that, not atoms
     stepper = getattr(setup, "stepper", None)
@@ -120,6 +131,23 @@ def concentration_tracker(cfg: dict[str, Any], setup: RunSetup) -> Concentration
         head.Q, head.K, head.V, setup.state, points=points, mesh=stepper.mesh if second_order else None,
         method=cfg["track"]["w2_method"], policy=cfg["model"]["assumptions"]
     )
+
+
+def origin_target(path: str | Path, Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> Pushforward:
+    r"""The :math:`\Pi_\sharp\rho_0` of the head ``(Q, K, V)`` for the first run of the chain that ``path`` continues.
+
+    :math:`\rho_0` is that run's first frame: its tokens (with their masses), or its cell masses, with the
+    exact split of the cells the separating plane cuts on the second-order grid, as its own tracker has it.
+    """
+    origin, config = origin_run(path)
+    reader = RunReader(origin, key="init.path")
+    first, static = reader.states(0), reader.static()
+    if reader.state_name == "x":
+        return tracker_from_head(Q, K, V, first, weights=static.get("weights"), policy="skip").target
+    grid = config.get("grid", {})
+    second_order = config["solver"]["kind"] == "grid" and grid.get("order", 1) == 2  # (runs older than grid.order were first order)
+    mesh = Run.load(origin).mesh() if second_order else None
+    return tracker_from_head(Q, K, V, first, points=static["points"], mesh=mesh, policy="skip").target
 
 
 def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSetup:
@@ -252,7 +280,7 @@ def simulate_config(
         Bad input, or another process writes ``out``.
     """
     solver = cfg["solver"]
-    times = save_times(0.0, solver["t_final"], solver["save_every"])
+    times = save_times(start_time(cfg), solver["t_final"], solver["save_every"])
     setup = setup_run(cfg, trackers=trackers)
     state = setup.state
     record_first = True

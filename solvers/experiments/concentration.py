@@ -412,6 +412,7 @@ def tracking_share(cfg: dict[str, Any] | None = None) -> dict[str, float]:
         ``tracking_seconds`` (time in the concentration tracker), ``share``
         (their ratio), ``frames``, ``n``.
     """
+    from meanfield.io.source_frame import start_time
     from meanfield.solvers.loop import run_loop, save_times
     from meanfield.solvers.run import setup_run
 
@@ -420,7 +421,7 @@ def tracking_share(cfg: dict[str, Any] | None = None) -> dict[str, float]:
     setup = setup_run(resolved)  # the same build as simulate_config, without a writer
     tracker = [t for t in setup.trackers if isinstance(t, ConcentrationTracker)]
     solver = resolved["solver"]
-    times = save_times(0.0, solver["t_final"], solver["save_every"])
+    times = save_times(start_time(resolved), solver["t_final"], solver["save_every"])
     result = run_loop(setup.stepper, setup.state, times, trackers=setup.trackers, keep_states=False)
     seconds = tracker[0].seconds
     wall = float(result.info["wall_time"])

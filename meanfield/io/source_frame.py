@@ -1,0 +1,207 @@
+r"""A frame of a stored run as the initial tokens of a particle run (``init.kind = "run"``).
+
+A grid run's frame becomes one token per cell, at the cell's stored point (the centroid on the
+second-order scheme, the generator on the first-order one), carrying the cell's mass:
+
+.. math::
+
+    \rho_{t_0} \approx \sum_i m_i\,\delta_{c_i}, \qquad
+    \dot x_i = P^\perp_{x_i}\, v\Big[\sum_j m_j\,\delta_{x_j}\Big](x_i),
+
+the Lagrangian (particle) discretisation of the continuity equation
+:math:`\partial_t\rho + \operatorname{div}(\rho\,X[\rho]) = 0` started from that density.  The
+tokens move with the flow, without the numerical diffusion of a finite-volume scheme, so that
+clusters can contract below the spacing of the cells, where a fixed mesh no longer resolves them
+(the low-temperature study of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931).  A particle
+run's frame gives its tokens, with their masses when it has any.  The new run's clock starts at
+the frame's time, and its Π♯ρ₀ is that of the first run of the chain (:func:`origin_run`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from meanfield.errors import ConfigError
+from meanfield.io.runfile import RunReader
+
+__all__ = ["SourceFrame", "origin_run", "read_source_frame", "source_tokens", "start_time"]
+
+#: how many runs :func:`origin_run` follows back before it calls the chain a loop
+MAX_CHAIN = 32
+
+
+@dataclass(frozen=True)
+class SourceFrame:
+    """The tokens, masses and time of one frame of a stored run.
+
+    Attributes
+    ----------
+    path : Path
+        The run file.
+    time : float
+        The frame's time (where the new run's clock starts).
+    index : int
+        The frame's index in the file.
+    tokens : (n, d) array
+        Unit vectors: a particle run's tokens, or a grid run's cell points.
+    weights : (n,) array or None
+        Token masses summing to 1 (a grid run's cell masses); ``None`` for uniform masses.
+    kind : {"particle", "grid"}
+        What the stored run holds.
+    """
+
+    path: Path
+    time: float
+    index: int
+    tokens: NDArray[np.float64]
+    weights: NDArray[np.float64] | None
+    kind: str
+
+
+def _frame_index(times: NDArray[np.float64], time: float | None, path: Path) -> int:
+    """The index of the frame at ``time`` (the last committed frame when ``None``)."""
+    if time is None:
+        return times.size - 1
+    tol = 1e-9 * max(1.0, abs(time))
+    hits = np.nonzero(np.abs(times - time) <= tol)[0]
+    if hits.size == 0:
+        every = f" every {times[1] - times[0]:.6g}" if times.size > 1 else ""
+        raise ConfigError("init.time", f"{path} has no frame at t = {time:g}; its {times.size} committed frames run "
+                                       f"from t = {times[0]:.6g} to {times[-1]:.6g}{every}")
+    return int(hits[-1])
+
+
+def read_source_frame(path: str | Path, time: float | None = None, *, key: str = "init.path") -> SourceFrame:
+    """Read the frame at ``time`` of the run in ``path`` as tokens and masses.
+
+    Parameters
+    ----------
+    path : path
+        A run file of ``meanfield simulate`` (particle or grid, tokens on the sphere).
+    time : float, optional
+        The frame's time, to within 1e-9 relative; by default the last committed frame.
+    key : str
+        The config key that errors name for the file.
+
+    Raises
+    ------
+    ConfigError
+        Not a run, no committed frame, no frame at ``time`` (naming ``init.time``), a frame that is
+        not finite, tokens off the sphere (``model.norm`` other than ``"post"``), or save times that
+        count the gradient clock instead of the physical time.
+    """
+    path = Path(path)
+    reader = RunReader(path, key=key)
+    solver, model = reader.config.get("solver", {}), reader.config.get("model", {})
+    if reader.frames == 0:
+        raise ConfigError(key, f"{path} holds no committed frame to start from")
+    if model.get("norm", "post") != "post":
+        raise ConfigError(key, f"{path} has model.norm = {model['norm']!r}: its tokens are not on the sphere; "
+                               "start a particle run only from a run with norm = 'post'")
+    if solver.get("clock", "time") != "time":
+        raise ConfigError(key, f"{path} saves frames on the gradient clock (solver.clock = {solver['clock']!r}), "
+                               "not in physical time; continue it with --resume")
+    times = reader.times()
+    index = _frame_index(times, time, path)
+    state = reader.states(index)
+    if not np.all(np.isfinite(state)):
+        raise ConfigError(key, f"{path}: the frame at t = {times[index]:.6g} is not finite")
+    static = reader.static()
+    if reader.state_name == "mass":
+        if "points" not in static:
+            raise ConfigError(key, f"{path} is a grid run without its cell points ('points' dataset)")
+        tokens = np.asarray(static["points"], dtype=float)
+        mass = np.asarray(state, dtype=float)
+        if mass.shape != (tokens.shape[0],) or np.any(mass < 0) or not mass.sum() > 0:
+            raise ConfigError(key, f"{path}: the frame at t = {times[index]:.6g} is not {tokens.shape[0]} "
+                                   "non-negative cell masses with a positive total")
+        weights: NDArray[np.float64] | None = mass / mass.sum()
+        kind = "grid"
+    else:
+        tokens = np.asarray(state, dtype=float)
+        stored = static.get("weights")
+        weights = None if stored is None else np.asarray(stored, dtype=float) / float(np.sum(stored))
+        kind = "particle"
+    tokens = tokens / np.linalg.norm(tokens, axis=1, keepdims=True)
+    return SourceFrame(path=path, time=float(times[index]), index=index, tokens=tokens, weights=weights, kind=kind)
+
+
+def source_tokens(path: str | Path, time: float | None = None, *, min_mass: float = 0.0, symmetry: str = "none") -> SourceFrame:
+    r"""The frame of :func:`read_source_frame`, with light tokens left out and, optionally, its antipodal image.
+
+    .. math::
+
+        \mu = \sum_{i:\,m_i \ge \varepsilon} \frac{m_i}{M}\,\delta_{x_i}
+        \quad\longrightarrow\quad
+        \tfrac12\big(\mu + (-\mathrm{id})_\sharp\mu\big) \quad (\texttt{symmetry = "antipodal"})
+
+    with :math:`\varepsilon` = ``min_mass`` and :math:`M` the mass kept.  Every attention law is a
+    function of :math:`\langle Q_h x, K_h y\rangle` times :math:`V_h y`, so the field of the reflected
+    measure is the reflected field, :math:`X[(-\mathrm{id})_\sharp\mu](-x) = -X[\mu](x)`: a measure
+    symmetric under :math:`x\mapsto -x` (the flow from a uniform :math:`\rho_0`) stays symmetric.  A
+    discretisation breaks that at the level of its errors (a Fibonacci mesh is not antipodally symmetric),
+    and in a metastable state the broken symmetry grows: the two clusters of Alcalde, Bungert, Riedl and
+    Roith (arXiv 2605.10931) then leave at different times.  The symmetrised tokens keep it to round-off.
+
+    Raises
+    ------
+    ConfigError
+        What :func:`read_source_frame` raises; ``min_mass`` leaving no token (naming ``init.min_mass``).
+    """
+    frame = read_source_frame(path, time)
+    tokens = frame.tokens
+    n = tokens.shape[0]
+    weights = np.full(n, 1.0 / n) if frame.weights is None else frame.weights
+    if min_mass > 0:
+        keep = weights >= min_mass
+        if not np.any(keep):
+            raise ConfigError("init.min_mass", f"{min_mass:g} leaves none of the {n} tokens of {frame.path}")
+        tokens, weights = tokens[keep], weights[keep] / weights[keep].sum()
+    if symmetry == "antipodal":
+        tokens, weights = np.concatenate([tokens, -tokens]), np.concatenate([weights, weights]) / 2.0
+    elif symmetry != "none":
+        raise ConfigError("init.symmetry", f"unknown symmetry {symmetry!r}; choose 'none' or 'antipodal'")
+    uniform = frame.weights is None and tokens.shape[0] in (n, 2 * n)  # nothing left out: the masses stay uniform
+    return replace(frame, tokens=tokens, weights=None if uniform else weights)
+
+
+def origin_run(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """The first run of a chain of continuations, and its stored config.
+
+    A run started with ``init.kind = "run"`` names its source in ``init.path``; this follows those
+    names back to the run that started from an initial measure of its own (whose first frame is
+    :math:`\rho_0`).
+
+    Raises
+    ------
+    ConfigError
+        A run of the chain is missing or unreadable, or the chain loops.
+    """
+    path = Path(path)
+    seen: list[Path] = []
+    for _ in range(MAX_CHAIN):
+        config = RunReader(path, key="init.path").config
+        init = config.get("init", {})
+        if init.get("kind") != "run":
+            return path, config
+        seen.append(path.resolve())
+        path = Path(init["path"])
+        if path.resolve() in seen:
+            raise ConfigError("init.path", f"the runs started from one another loop back to {path}")
+    raise ConfigError("init.path", f"more than {MAX_CHAIN} runs started from one another before {path}")
+
+
+def start_time(cfg: dict[str, Any]) -> float:
+    """Where a resolved config's clock starts: the source frame's time for ``init.kind = "run"``, else 0."""
+    init = cfg["init"]
+    if init["kind"] != "run":
+        return 0.0
+    value = float(init["time"])
+    if not math.isfinite(value):
+        raise ConfigError("init.time", f"must be finite, got {value}")
+    return value

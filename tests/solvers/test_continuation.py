@@ -1,0 +1,111 @@
+"""``init.kind = "run"``: a particle run that starts from a frame of a stored run (particle or grid)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield.cli import main
+from meanfield.config import ConfigNote
+from meanfield.io.source_frame import source_tokens
+
+ROOT = Path(__file__).resolve().parents[2]
+CONCENTRATION = ROOT / "data" / "concentration.toml"
+STEPS = {"model.beta": 4.0, "solver.dt": 0.05, "solver.t_final": 1.0, "solver.save_every": 0.25}
+PARTICLES = {**STEPS, "init.n": 48}
+GRID = {"solver.kind": "grid", "solver.method": "ssprk3", "init.kind": "uniform", "model.beta": 4.0, "grid.cells": 200,
+        "solver.t_final": 0.5, "solver.save_every": 0.25}
+
+
+@pytest.fixture(scope="module")
+def particle_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("source") / "particles.h5"
+    mf.simulate(CONCENTRATION, out=out, **PARTICLES)
+    return out
+
+
+@pytest.fixture(scope="module")
+def grid_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("source") / "grid.h5"
+    mf.simulate(CONCENTRATION, out=out, **GRID)
+    return out
+
+
+def test_a_particle_run_continued_from_its_middle_frame_repeats_its_later_frames(particle_run, tmp_path):
+    whole = mf.load(particle_run)
+    later = mf.simulate(CONCENTRATION, out=tmp_path / "later.h5", **{**PARTICLES, "init.kind": "run",
+                                                                     "init.path": str(particle_run), "init.time": 0.5})
+    assert later.t.tolist() == [0.5, 0.75, 1.0] and later.config["init"]["n"] == 48
+    np.testing.assert_allclose(later.x, whole.x[2:], rtol=0, atol=1e-14)  # the same steps from the same tokens
+    # Π♯ρ₀ is the source's (its first frame), so W2 continues the source's curve
+    np.testing.assert_allclose(later.diagnostics["w2_target"], whole.diagnostics["w2_target"][2:], rtol=1e-12)
+
+
+def test_the_default_frame_is_the_last_and_a_continuation_resumes_and_chains(particle_run, tmp_path):
+    out = tmp_path / "tail.h5"
+    settings = {**PARTICLES, "init.kind": "run", "init.path": str(particle_run)}
+    with pytest.warns(ConfigNote, match="init.n"):  # (no warning when n is left to the frame)
+        stopped = mf.simulate(CONCENTRATION, out=out, **{**settings, "init.n": 7, "solver.t_final": 1.25})
+    assert stopped.config["init"]["time"] == 1.0 and stopped.t.tolist() == [1.0, 1.25]
+    resumed = mf.simulate(CONCENTRATION, out=out, resume=True, **{**settings, "solver.t_final": 1.5})
+    straight = mf.simulate(CONCENTRATION, **{**settings, "solver.t_final": 1.5})
+    assert resumed.t.tolist() == [1.0, 1.25, 1.5]
+    np.testing.assert_array_equal(resumed.x, straight.x)
+    # a continuation of the continuation measures W2 to the first run's Π♯ρ₀ too
+    chained = mf.simulate(CONCENTRATION, **{**settings, "init.path": str(out), "init.time": 1.25, "solver.t_final": 1.5})
+    np.testing.assert_allclose(chained.diagnostics["w2_target"], straight.diagnostics["w2_target"][1:], rtol=1e-12)
+
+
+def test_a_grid_frame_becomes_tokens_at_the_cell_points_carrying_the_cell_masses(grid_run):
+    grid = mf.load(grid_run)
+    tokens = mf.simulate(CONCENTRATION, **{**STEPS, "init.kind": "run", "init.path": str(grid_run), "init.time": 0.5})
+    assert tokens.t[0] == 0.5 and tokens.x.shape[1] == 200
+    np.testing.assert_allclose(tokens.x[0], grid.points / np.linalg.norm(grid.points, axis=1, keepdims=True), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(tokens.static["weights"], grid.mass[-1] / grid.mass[-1].sum(), rtol=1e-13)
+    # the cell masses at their centroids against the grid's reconstructed density: W2 to Π♯ρ₀ agrees to the cells' size
+    np.testing.assert_allclose(tokens.diagnostics["w2_target"][0], grid.diagnostics["w2_target"][-1], rtol=0.02)
+
+
+def test_the_antipodal_image_stays_the_image_to_round_off(grid_run):
+    run = mf.simulate(CONCENTRATION, **{**STEPS, "init.kind": "run", "init.path": str(grid_run), "init.time": 0.5,
+                                        "init.symmetry": "antipodal", "model.beta": 16.0, "solver.t_final": 2.0})
+    half = run.x.shape[1] // 2
+    assert half == 200
+    w = run.static["weights"]
+    np.testing.assert_array_equal(w[:half], w[half:])
+    np.testing.assert_allclose(run.x[:, half:], -run.x[:, :half], rtol=0, atol=1e-13)  # the flow keeps x ↦ −x
+    assert np.abs(run.x[-1] - run.x[0]).max() > 0.1  # and the tokens did move
+
+
+def test_light_tokens_are_left_out_and_the_masses_renormalised(grid_run):
+    full = source_tokens(grid_run, 0.5)
+    mass = full.weights
+    cut = float(np.quantile(mass, 0.5))
+    light = source_tokens(grid_run, 0.5, min_mass=cut)
+    keep = mass >= cut
+    np.testing.assert_array_equal(light.tokens, full.tokens[keep])
+    np.testing.assert_allclose(light.weights, mass[keep] / mass[keep].sum(), rtol=1e-14)
+
+
+@pytest.mark.parametrize("settings, key", [
+    (["init.kind=\"run\""], "init.path"),
+    (["init.kind=\"run\"", "init.path=\"/nonexistent/run.h5\""], "init.path"),
+    (["init.kind=\"run\"", "init.path=\"{source}\"", "init.time=0.3"], "init.time"),
+    (["init.kind=\"run\"", "init.path=\"{source}\"", "solver.t_final=0.75", "init.time=1.0"], "solver.t_final"),
+    (["init.kind=\"run\"", "init.path=\"{source}\"", "solver.kind=\"grid\""], "init.kind"),
+    (["init.kind=\"run\"", "init.path=\"{source}\"", "model.d=4"], "model.d"),
+    (["init.kind=\"run\"", "init.path=\"{source}\"", "init.symmetry=\"mirror\""], "init.symmetry"),
+    (["init.kind=\"run\"", "init.path=\"{source}\"", "model.mask=\"causal\"", "init.symmetry=\"antipodal\""], "init.symmetry"),
+    (["init.time=0.5"], "init.time"),
+    (["init.min_mass=1e-6"], "init.min_mass"),
+])
+def test_bad_continuations_exit_2_naming_the_key_before_any_file_is_written(particle_run, tmp_path, capsys, settings, key):
+    out = tmp_path / "out.h5"
+    args = ["simulate", str(ROOT / "data" / "default.toml"), "-o", str(out), "--quiet"]
+    for setting in settings:
+        args += ["--set", setting.format(source=particle_run)]
+    assert main(args) == 2
+    assert key in capsys.readouterr().err
+    assert not out.exists()
