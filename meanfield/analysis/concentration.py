@@ -505,5 +505,5 @@ def grid_core_resolution(run: Any) -> Any:
     head = single_head(run.config)
     _, S = score_and_value(head.Q, head.K, head.V)
     basis, _ = dominant_eigenspace(S)
-    mesh = run.mesh()
-    return core_resolution(run.points, mesh.areas, (run.frame(k) for k in range(run.frames)), run.t, basis[:, 0])
+    areas = run.static["areas"] if "areas" in run.static else run.mesh().areas  # stored with every grid run
+    return core_resolution(run.points, areas, (run.frame(k) for k in range(run.frames)), run.t, basis[:, 0])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -176,11 +177,17 @@ def _sweep(args: argparse.Namespace) -> int:
     for s in sweep.summaries:
         if s["under_resolved"]:
             print(f"warning: β = {s['beta']:g}: {s['under_resolved']}", file=sys.stderr)
+        if s.get("cores"):
+            print(f"warning: β = {s['beta']:g}: {s['cores']}", file=sys.stderr)
     if args.csv:
         keys = ["beta", "n", "cells", "spacing", "t_min", "w2_min", "t_first_min", "w2_first_min", "threshold", "t_a", "t_b", "window_length", "rate", "ratio", "min_at_end", "under_resolved", "wall_time"]
         if not args.single:
             keys += ["n_coarse", "cells_coarse", "w2_min_coarse", "t_min_coarse", "dw2_min", "dt_min"]
-        rows = [[s[k] if k != "under_resolved" else bool(s[k]) for k in keys] for s in sweep.summaries]
+        if any("t_cores_unresolved" in s for s in sweep.summaries):  # grid runs: the core check
+            keys += ["t_cores_unresolved", "w2_min_resolved", "t_min_resolved", "resolved_min_at_end"]
+            if not args.single:
+                keys.append("t_cores_unresolved_coarse")
+        rows = [[bool(s[k]) if k == "under_resolved" else s.get(k, math.nan) for k in keys] for s in sweep.summaries]
         _write_csv(args.csv, keys, rows)
         print(f"wrote {args.csv}")
     if args.out:

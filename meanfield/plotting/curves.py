@@ -46,15 +46,24 @@ def plot_sweep(sweep: Any, path: str | Path | None = None) -> Figure:
     for beta, curve, s, color in zip(sweep.betas, sweep.curves, sweep.summaries, colors):
         t, w = curve["t"], curve["w2_target"]
         keep = t > 0
-        ax1.loglog(t[keep], w[keep], color=color, label=f"β = {beta:g}" + (" (under-res.)" if s["under_resolved"] else ""))
-        ax1.plot([s["t_min"]], [s["w2_min"]], "o", color=color, ms=4)
+        label = f"β = {beta:g}" + (" (under-res.)" if s["under_resolved"] else "")
+        if s.get("cores"):  # the grid's cores below its cells before t_min: dotted from there on, the mesh's W2
+            label += f" (cores below cells, dotted, from t = {s['t_cores_unresolved']:.3g})"
+            mesh_part = keep & (t >= s["t_cores_unresolved"])
+            ax1.loglog(t[mesh_part], w[mesh_part], ":", color=color, lw=1.0)
+            keep = keep & (t <= s["t_cores_unresolved"])
+        ax1.loglog(t[keep], w[keep], color=color, label=label)
+        ax1.plot([s["t_min"]], [s["w2_min"]], "o", color=color, ms=4, mfc="none" if s.get("cores") else color)
     ax1.set_xlabel("time t")
     ax1.set_ylabel(r"$W_2(\rho^\beta_t,\Pi_\sharp\rho_0)$")
     ax1.grid(alpha=0.3, which="both")
     ax1.legend(fontsize=7)
     logb = np.log(sweep.betas)
     t_min = np.array([s["t_min"] for s in sweep.summaries])
-    ax2.plot(logb, t_min, "o", color="C0")
+    mesh_value = np.array([bool(s.get("cores")) for s in sweep.summaries])  # cores below the cells before t_min
+    ax2.plot(logb[~mesh_value], t_min[~mesh_value], "o", color="C0")
+    if mesh_value.any():
+        ax2.plot(logb[mesh_value], t_min[mesh_value], "o", color="C0", mfc="none", label="cores below the cells: the mesh's")
     fit = sweep.fit_tmin
     grid = np.linspace(logb.min(), logb.max(), 50)
     ax2.plot(grid, fit["slope"] * grid + fit["intercept"], color="C1",
@@ -65,7 +74,9 @@ def plot_sweep(sweep: Any, path: str | Path | None = None) -> Figure:
     ax2.legend(fontsize=8)
     rate = concentration_rate(sweep.betas)
     w_min = np.array([s["w2_min"] for s in sweep.summaries])
-    ax3.loglog(rate, w_min, "o", color="C0", label=r"$W_{2,\min}$")
+    ax3.loglog(rate[~mesh_value], w_min[~mesh_value], "o", color="C0", label=r"$W_{2,\min}$")
+    if mesh_value.any():
+        ax3.loglog(rate[mesh_value], w_min[mesh_value], "o", color="C0", mfc="none", label="cores below the cells: the mesh's")
     fit = sweep.fit_w2min
     grid = np.linspace(np.log(rate.min()), np.log(rate.max()), 50)
     ax3.loglog(np.exp(grid), np.exp(fit["slope"] * grid + fit["intercept"]), color="C1",

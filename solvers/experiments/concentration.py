@@ -41,6 +41,7 @@ from meanfield.analysis.concentration import (
     ConcentrationTracker,
     assumption_report,
     concentration_summary,
+    grid_core_resolution,
     linear_fit,
     resolution_size,
     single_head,
@@ -50,7 +51,7 @@ from meanfield.analysis.projection import concentration_rate, eigenspace_distanc
 from meanfield.config import load_config
 from meanfield.errors import ConfigError
 
-__all__ = ["DEFAULT_CONCENTRATION_CONFIG", "BetaSweep", "sweep_beta", "sweep_size", "parse_betas", "parse_spacing", "spacing_of", "SWEEP_SPACING", "REFINEMENT", "tracking_share", "bench_concentration"]
+__all__ = ["DEFAULT_CONCENTRATION_CONFIG", "BetaSweep", "sweep_beta", "core_check", "resolved_range_text", "sweep_size", "parse_betas", "parse_spacing", "spacing_of", "SWEEP_SPACING", "REFINEMENT", "tracking_share", "bench_concentration"]
 
 #: The default concentration experiment on S² (also ``data/concentration.toml``; keep them equal).
 #: ``B = QᵀK = K`` and ``V`` are chosen so that ``S = V Bᵀ = diag(1, 0.5, 0.25)`` exactly
@@ -103,7 +104,10 @@ class BetaSweep:
         (:math:`\sqrt{\log(\beta+1)/\beta}`), ``ratio`` (:math:`W_{2,\min}/\text{rate}`),
         ``under_resolved`` (the warning text or ``""``), ``wall_time`` (all runs of the β);
         refined sweeps add ``n_coarse``, ``cells_coarse``, ``w2_min_coarse``, ``t_min_coarse``, ``dw2_min``
-        (relative change of W2_min from the coarser run) and ``dt_min``.
+        (relative change of W2_min from the coarser run) and ``dt_min``.  Grid runs with ``dim E = 1`` on S²
+        add the core check (:func:`core_check`): ``t_cores_unresolved``, ``cores`` (the warning, or ``""``),
+        and, where the cores fall below the cells before ``t_min``, ``w2_min_resolved``, ``t_min_resolved``
+        and ``resolved_min_at_end`` over the frames before it; refined sweeps also ``t_cores_unresolved_coarse``.
     fit_tmin : dict
         :math:`t_{\min}\approx a\log\beta+b`: ``slope``, ``intercept``, ``r2``.
     fit_w2min : dict
@@ -126,7 +130,8 @@ class BetaSweep:
 
     @property
     def under_resolved(self) -> bool:
-        return any(s["under_resolved"] for s in self.summaries)
+        """Whether a β has too few particles or cells for its kernel width, or cluster cores below its cells before t_min."""
+        return any(s["under_resolved"] or s.get("cores") for s in self.summaries)
 
     def table(self) -> str:
         """The per-β numbers and both fits as text."""
@@ -145,7 +150,7 @@ class BetaSweep:
             mesh = f" {s.get('cells', s['n']):7d}" if graded else ""
             lines.append(
                 f"{s['beta']:8.4g} {s['n']:7d}{mesh} {s['t_min']:7.4g}{end} {s['w2_min']:9.4g} {window:>20} "
-                f"{s['rate']:9.4g} {s['ratio']:10.4g}{change}  {'no' if s['under_resolved'] else 'yes'}"
+                f"{s['rate']:9.4g} {s['ratio']:10.4g}{change}  {'no' if s['under_resolved'] or s.get('cores') else 'yes'}"
             )
         a = self.fit_tmin
         b = self.fit_w2min
@@ -161,6 +166,9 @@ class BetaSweep:
             lines.append("cells: the graded mesh's cells for grid.cells = n (fine caps around grid.refine_centres)")
         if any(s["min_at_end"] for s in self.summaries):
             lines.append("* the minimum is at the last frame: the run is too short to see t_min (raise solver.t_final)")
+        for s in self.summaries:
+            if s.get("cores"):
+                lines.append(f"β = {s['beta']:g}: {resolved_range_text(s)}")
         return "\n".join(lines)
 
 
@@ -239,6 +247,58 @@ def _with_size(cfg: dict[str, Any], size: int) -> dict[str, Any]:
     return case
 
 
+def core_check(run: Any, summary: Mapping[str, Any]) -> dict[str, Any]:
+    r"""Whether a grid run resolved the cores of its two clusters up to its ``t_min``.
+
+    The r.m.s. radius :math:`r_\pm` of each cluster against the spacing :math:`\sqrt{|\Omega_c|}` of the
+    cell at its centre (:mod:`meanfield.analysis.core_resolution`): from the first frame where a radius
+    is below it, the grid's :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` is the mesh's, not the flow's.
+
+    Parameters
+    ----------
+    run : Run
+        A grid run on S² whose head has ``dim E = 1``, with its frames (in memory or on disk).
+    summary : mapping
+        Its :func:`concentration_summary` (``t_min``).
+
+    Returns
+    -------
+    dict
+        ``t_cores_unresolved`` (NaN while the cores stay resolved) and ``cores``, the warning of
+        :meth:`~meanfield.analysis.core_resolution.CoreResolution.describe` when that time comes at or
+        before ``t_min`` (else ``""``).  Then also ``w2_min_resolved`` and ``t_min_resolved``, the least W2
+        over the frames before it (NaN when there are none), and ``resolved_min_at_end``, whether that
+        least value is the last of those frames (no minimum while the cores are resolved).
+    """
+    cores = grid_core_resolution(run)
+    t_off = cores.t_unresolved
+    result: dict[str, Any] = {"t_cores_unresolved": t_off, "cores": ""}
+    if math.isnan(t_off) or t_off > summary["t_min"]:
+        return result
+    t = np.asarray(run.t, dtype=float)
+    w = np.asarray(run.diagnostics["w2_target"], dtype=float)
+    before = np.flatnonzero(t < t_off)
+    result["cores"] = cores.describe(summary["t_min"])
+    if before.size == 0:
+        result.update(w2_min_resolved=math.nan, t_min_resolved=math.nan, resolved_min_at_end=False)
+        return result
+    k = int(before[np.nanargmin(w[before])])
+    result.update(w2_min_resolved=float(w[k]), t_min_resolved=float(t[k]), resolved_min_at_end=k == int(before[-1]))
+    return result
+
+
+def resolved_range_text(summary: Mapping[str, Any]) -> str:
+    """What a β's W2 says over the frames where the grid resolved the cores (after :func:`core_check`)."""
+    t_off = summary["t_cores_unresolved"]
+    head = f"the cores fall below the cells at t = {t_off:.4g}, before t_min = {summary['t_min']:.4g}: W2_min is the mesh's"
+    if math.isnan(summary.get("w2_min_resolved", math.nan)):
+        return head + "; no frame before it resolves them (refine the cells at the atoms: grid.family = \"graded\")"
+    if summary["resolved_min_at_end"]:
+        return (head + f"; while they are resolved W2 has no minimum: {summary['w2_min_resolved']:.4g} at "
+                f"t = {summary['t_min_resolved']:.4g}, still falling (an upper bound of the flow's W2_min; t_min later)")
+    return head + f"; while they are resolved the least W2 is {summary['w2_min_resolved']:.4g} at t = {summary['t_min_resolved']:.4g}"
+
+
 def sweep_beta(
     cfg: dict[str, Any] | str | Path,
     betas: Sequence[float] | str,
@@ -265,7 +325,8 @@ def sweep_beta(
     :math:`t\approx\log(1/r)/(C_1+c)`, linear in :math:`\log\beta`, where it is
     :math:`\sim r^{c/(C_1+c)}`, so the theory predicts :math:`a>0` and :math:`0<a'\le1`).
     Every run tracks ``w2_target`` (``[track] concentration = true``); each β is
-    checked for under-resolution (:func:`meanfield.analysis.projection.resolution_warning`).
+    checked for under-resolution (:func:`meanfield.analysis.projection.resolution_warning`), and a grid
+    run also for cluster cores below its cells before ``t_min`` (:func:`core_check`).
 
     **Resolution.**  By default every β runs with the config's ``init.n`` or
     ``grid.cells``.  With ``spacing = c`` the size follows β,
@@ -346,7 +407,8 @@ def sweep_beta(
         raise ConfigError("--cells", f"must be an integer ≥ 12, got {size!r}")
     if policy is not None:
         base["model"]["assumptions"] = policy
-    assumption_report(base)
+    report = assumption_report(base)
+    check_cores = base["solver"]["kind"] == "grid" and d == 3 and report.dim_E == 1
     base["track"]["concentration"] = True
     curves: list[dict[str, NDArray[np.float64]]] = []
     summaries: list[dict[str, Any]] = []
@@ -364,11 +426,15 @@ def sweep_beta(
                 files.append(str(out))
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Assumption 1", category=RuntimeWarning)  # warned once above
-                result = simulate_config(case, out, quiet=quiet, keep_states=False)
+                # the core check reads the frames: from the file, or (without one) from memory
+                result = simulate_config(case, out, quiet=quiet, keep_states=check_cores and out is None)
             curve = {"t": result.t, **{key: result.diagnostics[key] for key in ("w2_target", "v_eigenspace_distance", "e_eigenspace_distance")}}
             summary_k = concentration_summary(curve["t"], curve["w2_target"], threshold=threshold)
             summary_k["cells"] = int(result.info.get("cells", n))  # a graded mesh has more cells than grid.cells
+            if check_cores:
+                summary_k.update(core_check(result, summary_k))
             results.append((n, curve, summary_k, float(result.info["wall_time"])))
+            del result  # the frames kept in memory for the core check
         n, curve, summary, wall = results[-1]
         curves.append(curve)
         rate = float(concentration_rate(beta))
@@ -391,6 +457,8 @@ def sweep_beta(
                 dw2_min=(summary["w2_min"] - coarse["w2_min"]) / summary["w2_min"],
                 dt_min=summary["t_min"] - coarse["t_min"],
             )
+            if check_cores:
+                summary["t_cores_unresolved_coarse"] = coarse["t_cores_unresolved"]
         summaries.append(summary)
     t_min = np.array([s["t_min"] for s in summaries])
     w_min = np.array([s["w2_min"] for s in summaries])

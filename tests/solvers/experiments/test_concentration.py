@@ -12,6 +12,7 @@ import pytest
 import meanfield.cli as cli
 from meanfield.config import load_config
 from meanfield.errors import ConfigError
+from meanfield.plotting.curves import plot_sweep
 from meanfield.run import load
 from meanfield.analysis.projection import zero_temperature_solution
 from meanfield.geometry.sphere import normalize, sample_uniform
@@ -544,3 +545,56 @@ def test_a_graded_sweep_reports_the_cells_of_its_meshes(tmp_path: Path) -> None:
         assert coarse.mass.shape[1] > 300 and fine.mass.shape[1] > 600  # the caps add cells
     table = sweep.table()
     assert "cells" in table.splitlines()[0] and f"{sweep.summaries[0]['cells']:7d}" in table
+
+
+def _first_unresolved_time(run) -> float:
+    """The first frame where a cluster's r.m.s. radius is below √(area) of the cell nearest its centre (angles by atan2)."""
+    x, areas = run.points, run.areas
+    for k in range(run.frames):
+        mass = run.frame(k)
+        for side in (x[:, 0] > 0, x[:, 0] < 0):
+            m, p = mass[side], x[side]
+            centre = m @ p
+            centre = centre / np.linalg.norm(centre)
+            theta = np.arctan2(np.linalg.norm(np.cross(p, centre), axis=1), p @ centre)
+            if math.sqrt(m @ theta**2 / m.sum()) < math.sqrt(areas[side][np.argmin(theta)]):
+                return float(run.t[k])
+    return math.nan
+
+
+def test_a_grid_sweep_flags_cores_below_the_cells_before_t_min(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture) -> None:
+    """On 300 cells the β = 256 clusters fall onto single cells while W2 still falls; β = 16 keeps them until after t_min."""
+    raw = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
+    raw["solver"].update(kind="grid", method="ssprk3", t_final=10.0, save_every=0.2)
+    raw["init"] = {"kind": "uniform"}
+    config = _write_config(tmp_path / "c.toml", raw)
+    argv = ["concentration", "--sweep-beta", "16,256", str(config), "--cells", "300", "--single", "--quiet",
+            "--csv", str(tmp_path / "s.csv"), "--out", str(tmp_path / "runs")]
+    assert run_cli(argv) == 0
+    out = capsys.readouterr()
+    rows = np.genfromtxt(tmp_path / "s.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
+    low, high = (load(tmp_path / "runs" / f"beta_{b}.h5") for b in (16, 256))
+    t_low, t_high = _first_unresolved_time(low), _first_unresolved_time(high)
+    np.testing.assert_allclose(rows["t_cores_unresolved"], [t_low, t_high], rtol=1e-9)
+    assert t_low > rows["t_min"][0] and t_high <= rows["t_min"][1]  # resolved at β = 16's minimum, not at 256's
+    # over the frames before the cores fall, the least W2 of the β = 256 run
+    t, w = high.t, high.diagnostics["w2_target"]
+    before = t < t_high
+    k = int(np.argmin(w[before]))
+    np.testing.assert_allclose([rows["w2_min_resolved"][1], rows["t_min_resolved"][1]], [w[before][k], t[before][k]], rtol=1e-9)  # (the CSV's 10 digits)
+    assert str(rows["resolved_min_at_end"][1]) == str(k == before.sum() - 1)  # (a column of True/False and nan)
+    assert np.isnan(rows["w2_min_resolved"][0])
+    lines = out.out.splitlines()
+    assert lines[2].split()[-1] == "yes" and lines[3].split()[-1] == "no"  # the table's resolved column
+    assert any(line.startswith("β = 256: the cores fall below the cells at t = ") for line in lines)
+    assert "warning: β = 256: from t = " in out.err and "no longer resolves the core" in out.err
+    assert "warning: β = 16" not in out.err
+    # in memory (no files) the sweep keeps the frames for the check and finds the same times
+    sweep = sweep_beta(load_config(config), [16.0, 256.0], size=300)
+    np.testing.assert_allclose([s["t_cores_unresolved"] for s in sweep.summaries], [t_low, t_high], rtol=0, atol=1e-12)
+    assert sweep.under_resolved and not sweep.summaries[0]["cores"] and sweep.summaries[1]["cores"]
+    fig = plot_sweep(sweep)  # the mesh's part of the β = 256 curve is dotted, its minimum hollow
+    curves = fig.axes[0].get_lines()
+    dotted = [line for line in curves if line.get_linestyle() == ":"]
+    assert len(dotted) == 1 and dotted[0].get_xdata().min() == pytest.approx(t_high)
+    assert "cores below the cells" in " ".join(text.get_text() for text in fig.axes[1].get_legend().get_texts())
