@@ -19,14 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.analysis.concentration import ConcentrationTracker, single_head, tracker_from_head
-from meanfield.analysis.projection import Pushforward
+from meanfield.analysis.concentration import ConcentrationTracker, origin_target, single_head, tracker_from_head
 from meanfield.build import build_model, initial_tokens
 from meanfield.config import SCHEMA, ConfigNote
 from meanfield.errors import ConfigError, RunFailed, RunInterrupted
 from meanfield.geometry.mesh import initial_mass
 from meanfield.io.runfile import RunReader, RunWriter, last_frame
-from meanfield.io.source_frame import origin_run, source_tokens, start_time
+from meanfield.io.source_frame import source_tokens, start_time
 from meanfield.kernels.jit import one_blas_thread
 from meanfield.model import Model
 from meanfield.noise import noise_from_config
@@ -131,23 +130,6 @@ def concentration_tracker(cfg: dict[str, Any], setup: RunSetup) -> Concentration
         head.Q, head.K, head.V, setup.state, points=points, mesh=stepper.mesh if second_order else None,
         method=cfg["track"]["w2_method"], policy=cfg["model"]["assumptions"]
     )
-
-
-def origin_target(path: str | Path, Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> Pushforward:
-    r"""The :math:`\Pi_\sharp\rho_0` of the head ``(Q, K, V)`` for the first run of the chain that ``path`` continues.
-
-    :math:`\rho_0` is that run's first frame: its tokens (with their masses), or its cell masses, with the
-    exact split of the cells the separating plane cuts on the second-order grid, as its own tracker has it.
-    """
-    origin, config = origin_run(path)
-    reader = RunReader(origin, key="init.path")
-    first, static = reader.states(0), reader.static()
-    if reader.state_name == "x":
-        return tracker_from_head(Q, K, V, first, weights=static.get("weights"), policy="skip").target
-    grid = config.get("grid", {})
-    second_order = config["solver"]["kind"] == "grid" and grid.get("order", 1) == 2  # (runs older than grid.order were first order)
-    mesh = Run.load(origin).mesh() if second_order else None
-    return tracker_from_head(Q, K, V, first, points=static["points"], mesh=mesh, policy="skip").target
 
 
 def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSetup:

@@ -50,6 +50,7 @@ __all__ = [
     "tracker_from_head",
     "concentration_summary",
     "concentration_curves",
+    "origin_target",
     "resolution_size",
     "linear_fit",
 ]
@@ -337,7 +338,8 @@ def concentration_curves(run: Any, *, policy: str | None = None) -> dict[str, ND
     """``t``, ``w2_target``, ``v_eigenspace_distance``, ``e_eigenspace_distance`` of a :class:`meanfield.Run`.
 
     Uses the tracked diagnostics when the run recorded them and recomputes
-    them from the saved frames otherwise (Π♯ρ₀ from the first frame).
+    them from the saved frames otherwise (Π♯ρ₀ from the first frame, or, for a run started from a
+    stored frame, ``init.kind = "run"``, from the first frame of the first run of the chain: :func:`origin_target`).
     Assumption 1 is checked with ``policy`` (default: the run's ``model.assumptions``).
     """
     cfg = run.config
@@ -352,11 +354,47 @@ def concentration_curves(run: Any, *, policy: str | None = None) -> dict[str, ND
         return {"t": t, **{k: np.asarray(run.diagnostics[k], dtype=float) for k in keys}}
     head = single_head(cfg)
     points = run.points if run.kind == "grid" else None
+    weights = run.static.get("weights") if run.kind == "particle" else None  # token masses (a continued grid run)
     mesh = run.mesh() if run.kind == "grid" and int(cfg["grid"].get("order", 1)) == 2 else None
-    tracker = tracker_from_head(head.Q, head.K, head.V, run.frame(0), points=points, mesh=mesh,
+    tracker = tracker_from_head(head.Q, head.K, head.V, run.frame(0), weights=weights, points=points, mesh=mesh,
                                 method=cfg["track"]["w2_method"], policy="skip")
+    if cfg["init"].get("kind") == "run":  # the first frame is the source's: Π♯ρ₀ is that of the chain's first run
+        tracker = replace(tracker, target=origin_target(cfg["init"]["path"], head.Q, head.K, head.V))
     rows = [tracker(float(t[k]), run.frame(k)) for k in range(run.frames)]
     return {"t": t, **{k: np.array([row[k] for row in rows]) for k in keys}}
+
+
+def origin_target(path: Any, Q: ArrayLike, K: ArrayLike, V: ArrayLike) -> Pushforward:
+    r"""The :math:`\Pi_\sharp\rho_0` of the head ``(Q, K, V)`` for the first run of the chain that ``path`` continues.
+
+    :math:`\rho_0` is that run's first frame: its tokens (with their masses), or its cell masses, with the
+    exact split of the cells the separating plane cuts on the second-order grid, as its own tracker has it.
+
+    Parameters
+    ----------
+    path : path
+        A run started with ``init.kind = "run"`` (its ``init.path``), or the first run itself.
+    Q, K, V : arrays
+        The head.
+
+    Returns
+    -------
+    Pushforward
+        The target of :func:`tracker_from_head` for that first frame.
+    """
+    from meanfield.io.runfile import RunReader  # local: h5py
+    from meanfield.io.source_frame import origin_run
+    from meanfield.run import Run
+
+    origin, config = origin_run(path)
+    reader = RunReader(origin, key="init.path")
+    first, static = reader.states(0), reader.static()
+    if reader.state_name == "x":
+        return tracker_from_head(Q, K, V, first, weights=static.get("weights"), policy="skip").target
+    grid = config.get("grid", {})
+    second_order = config["solver"]["kind"] == "grid" and grid.get("order", 1) == 2  # (runs older than grid.order were first order)
+    mesh = Run.load(origin).mesh() if second_order else None
+    return tracker_from_head(Q, K, V, first, points=static["points"], mesh=mesh, policy="skip").target
 
 
 #: at most this many rows of the W2 table are printed (the CSV has every frame)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import meanfield as mf
+from meanfield.analysis.concentration import concentration_curves, single_head, tracker_from_head
 from meanfield.cli import main
 from meanfield.config import ConfigNote
 from meanfield.io.source_frame import source_tokens
@@ -109,3 +110,19 @@ def test_bad_continuations_exit_2_naming_the_key_before_any_file_is_written(part
     assert main(args) == 2
     assert key in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_analysis_of_an_untracked_continuation_measures_w2_to_the_first_runs_target(grid_run, tmp_path):
+    """``meanfield concentration`` recomputes W2 from the frames: weighted tokens, and Π♯ρ₀ of the grid's first frame."""
+    settings = {**STEPS, "init.kind": "run", "init.path": str(grid_run), "init.time": 0.5}
+    tracked = mf.simulate(CONCENTRATION, **settings)
+    untracked = mf.simulate(CONCENTRATION, out=tmp_path / "untracked.h5", **{**settings, "track.concentration": False})
+    assert "w2_target" not in untracked.diagnostics
+    curves = concentration_curves(mf.load(tmp_path / "untracked.h5"))
+    np.testing.assert_allclose(curves["w2_target"], tracked.diagnostics["w2_target"], rtol=1e-12)
+    # the target of the tokens' own first frame, or uniform masses, give other curves (by 5e-5 and 8 % here)
+    head = single_head(tracked.config)
+    for weights in (tracked.static["weights"], None):
+        own = tracker_from_head(head.Q, head.K, head.V, tracked.x[0], weights=weights, policy="skip")
+        other = np.array([own(t, x)["w2_target"] for t, x in zip(tracked.t, tracked.x)])
+        assert np.abs(other / curves["w2_target"] - 1).max() > 1e-5
