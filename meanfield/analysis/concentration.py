@@ -24,20 +24,24 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from meanfield.analysis.core_resolution import CoreResolution, core_resolution
 from meanfield.analysis.projection import (
     AssumptionReport,
     Pushforward,
     check_assumptions,
+    dominant_eigenspace,
     dominant_projector,
     eigenspace_distance,
     enforce_assumptions,
     pushforward_target,
+    score_and_value,
     value_projector,
 )
 from meanfield.build import build_heads
@@ -51,6 +55,9 @@ __all__ = [
     "concentration_summary",
     "concentration_curves",
     "origin_target",
+    "grid_core_resolution",
+    "core_check",
+    "resolved_range_text",
     "resolution_size",
     "linear_fit",
 ]
@@ -532,16 +539,70 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
     core_doubt = cores.describe(summary["t_min"]) if cores is not None else ""
     if core_doubt:
         doubts.append(core_doubt)
+        check = core_check(run, summary, cores=cores)
+        if check["cores"]:  # below the cells before t_min: what W2 says while they were resolved
+            notes.append(resolved_range_text({**summary, **check}))
     return Concentration(curves, summary, report, heading, notes, doubts, cores)
 
 
-def grid_core_resolution(run: Any) -> Any:
+def grid_core_resolution(run: Any) -> CoreResolution:
     """:func:`meanfield.analysis.core_resolution.core_resolution` of a stored grid run whose ``dim E = 1``."""
-    from meanfield.analysis.core_resolution import core_resolution
-    from meanfield.analysis.projection import dominant_eigenspace, score_and_value
-
     head = single_head(run.config)
     _, S = score_and_value(head.Q, head.K, head.V)
     basis, _ = dominant_eigenspace(S)
     areas = run.static["areas"] if "areas" in run.static else run.mesh().areas  # stored with every grid run
     return core_resolution(run.points, areas, (run.frame(k) for k in range(run.frames)), run.t, basis[:, 0])
+
+
+def core_check(run: Any, summary: Mapping[str, Any], *, cores: CoreResolution | None = None) -> dict[str, Any]:
+    r"""Whether a grid run resolved the cores of its two clusters up to its ``t_min``.
+
+    The r.m.s. radius :math:`r_\pm` of each cluster against the spacing :math:`\sqrt{|\Omega_c|}` of the
+    cell at its centre (:mod:`meanfield.analysis.core_resolution`): from the first frame where a radius
+    is below it, the grid's :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` is the mesh's, not the flow's.
+
+    Parameters
+    ----------
+    run : Run
+        A grid run on S² whose head has ``dim E = 1``, with its frames (in memory or on disk).
+    summary : mapping
+        Its :func:`concentration_summary` (``t_min``).
+    cores : CoreResolution, optional
+        :func:`grid_core_resolution` of the run, when it is at hand.
+
+    Returns
+    -------
+    dict
+        ``t_cores_unresolved`` (NaN while the cores stay resolved) and ``cores``, the warning of
+        :meth:`~meanfield.analysis.core_resolution.CoreResolution.describe` when that time comes at or
+        before ``t_min`` (else ``""``).  Then also ``w2_min_resolved`` and ``t_min_resolved``, the least W2
+        over the frames before it (NaN when there are none), and ``resolved_min_at_end``, whether that
+        least value is the last of those frames (no minimum while the cores are resolved).
+    """
+    cores = grid_core_resolution(run) if cores is None else cores
+    t_off = cores.t_unresolved
+    result: dict[str, Any] = {"t_cores_unresolved": t_off, "cores": ""}
+    if math.isnan(t_off) or t_off > summary["t_min"]:
+        return result
+    t = np.asarray(run.t, dtype=float)
+    w = np.asarray(run.diagnostics["w2_target"], dtype=float)
+    before = np.flatnonzero(t < t_off)
+    result["cores"] = cores.describe(summary["t_min"])
+    if before.size == 0:
+        result.update(w2_min_resolved=math.nan, t_min_resolved=math.nan, resolved_min_at_end=False)
+        return result
+    k = int(before[np.nanargmin(w[before])])
+    result.update(w2_min_resolved=float(w[k]), t_min_resolved=float(t[k]), resolved_min_at_end=k == int(before[-1]))
+    return result
+
+
+def resolved_range_text(summary: Mapping[str, Any]) -> str:
+    """What a β's W2 says over the frames where the grid resolved the cores (after :func:`core_check`)."""
+    t_off = summary["t_cores_unresolved"]
+    head = f"the cores fall below the cells at t = {t_off:.4g}, before t_min = {summary['t_min']:.4g}: W2_min is the mesh's"
+    if math.isnan(summary.get("w2_min_resolved", math.nan)):
+        return head + "; no frame before it resolves them (refine the cells at the atoms: grid.family = \"graded\")"
+    if summary["resolved_min_at_end"]:
+        return (head + f"; while they are resolved W2 has no minimum: {summary['w2_min_resolved']:.4g} at "
+                f"t = {summary['t_min_resolved']:.4g}, still falling (an upper bound of the flow's W2_min; t_min later)")
+    return head + f"; while they are resolved the least W2 is {summary['w2_min_resolved']:.4g} at t = {summary['t_min_resolved']:.4g}"

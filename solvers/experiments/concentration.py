@@ -41,9 +41,10 @@ from meanfield.analysis.concentration import (
     ConcentrationTracker,
     assumption_report,
     concentration_summary,
-    grid_core_resolution,
+    core_check,
     linear_fit,
     resolution_size,
+    resolved_range_text,
     single_head,
     tracker_from_head,
 )
@@ -51,7 +52,7 @@ from meanfield.analysis.projection import concentration_rate, eigenspace_distanc
 from meanfield.config import load_config
 from meanfield.errors import ConfigError
 
-__all__ = ["DEFAULT_CONCENTRATION_CONFIG", "BetaSweep", "sweep_beta", "core_check", "resolved_range_text", "sweep_size", "parse_betas", "parse_spacing", "spacing_of", "SWEEP_SPACING", "REFINEMENT", "tracking_share", "bench_concentration"]
+__all__ = ["DEFAULT_CONCENTRATION_CONFIG", "BetaSweep", "sweep_beta", "sweep_size", "parse_betas", "parse_spacing", "spacing_of", "SWEEP_SPACING", "REFINEMENT", "tracking_share", "bench_concentration"]
 
 #: The default concentration experiment on S² (also ``data/concentration.toml``; keep them equal).
 #: ``B = QᵀK = K`` and ``V`` are chosen so that ``S = V Bᵀ = diag(1, 0.5, 0.25)`` exactly
@@ -245,58 +246,6 @@ def _with_size(cfg: dict[str, Any], size: int) -> dict[str, Any]:
     else:
         case["init"]["n"] = int(size)
     return case
-
-
-def core_check(run: Any, summary: Mapping[str, Any]) -> dict[str, Any]:
-    r"""Whether a grid run resolved the cores of its two clusters up to its ``t_min``.
-
-    The r.m.s. radius :math:`r_\pm` of each cluster against the spacing :math:`\sqrt{|\Omega_c|}` of the
-    cell at its centre (:mod:`meanfield.analysis.core_resolution`): from the first frame where a radius
-    is below it, the grid's :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` is the mesh's, not the flow's.
-
-    Parameters
-    ----------
-    run : Run
-        A grid run on S² whose head has ``dim E = 1``, with its frames (in memory or on disk).
-    summary : mapping
-        Its :func:`concentration_summary` (``t_min``).
-
-    Returns
-    -------
-    dict
-        ``t_cores_unresolved`` (NaN while the cores stay resolved) and ``cores``, the warning of
-        :meth:`~meanfield.analysis.core_resolution.CoreResolution.describe` when that time comes at or
-        before ``t_min`` (else ``""``).  Then also ``w2_min_resolved`` and ``t_min_resolved``, the least W2
-        over the frames before it (NaN when there are none), and ``resolved_min_at_end``, whether that
-        least value is the last of those frames (no minimum while the cores are resolved).
-    """
-    cores = grid_core_resolution(run)
-    t_off = cores.t_unresolved
-    result: dict[str, Any] = {"t_cores_unresolved": t_off, "cores": ""}
-    if math.isnan(t_off) or t_off > summary["t_min"]:
-        return result
-    t = np.asarray(run.t, dtype=float)
-    w = np.asarray(run.diagnostics["w2_target"], dtype=float)
-    before = np.flatnonzero(t < t_off)
-    result["cores"] = cores.describe(summary["t_min"])
-    if before.size == 0:
-        result.update(w2_min_resolved=math.nan, t_min_resolved=math.nan, resolved_min_at_end=False)
-        return result
-    k = int(before[np.nanargmin(w[before])])
-    result.update(w2_min_resolved=float(w[k]), t_min_resolved=float(t[k]), resolved_min_at_end=k == int(before[-1]))
-    return result
-
-
-def resolved_range_text(summary: Mapping[str, Any]) -> str:
-    """What a β's W2 says over the frames where the grid resolved the cores (after :func:`core_check`)."""
-    t_off = summary["t_cores_unresolved"]
-    head = f"the cores fall below the cells at t = {t_off:.4g}, before t_min = {summary['t_min']:.4g}: W2_min is the mesh's"
-    if math.isnan(summary.get("w2_min_resolved", math.nan)):
-        return head + "; no frame before it resolves them (refine the cells at the atoms: grid.family = \"graded\")"
-    if summary["resolved_min_at_end"]:
-        return (head + f"; while they are resolved W2 has no minimum: {summary['w2_min_resolved']:.4g} at "
-                f"t = {summary['t_min_resolved']:.4g}, still falling (an upper bound of the flow's W2_min; t_min later)")
-    return head + f"; while they are resolved the least W2 is {summary['w2_min_resolved']:.4g} at t = {summary['t_min_resolved']:.4g}"
 
 
 def sweep_beta(

@@ -16,7 +16,7 @@ from meanfield.plotting.curves import plot_sweep
 from meanfield.run import load
 from meanfield.analysis.projection import zero_temperature_solution
 from meanfield.geometry.sphere import normalize, sample_uniform
-from meanfield.analysis.concentration import concentration_summary, tracker_from_head
+from meanfield.analysis.concentration import concentration_summary, run_concentration, tracker_from_head
 from meanfield.solvers.experiments.concentration import (
     DEFAULT_CONCENTRATION_CONFIG,
     bench_concentration,
@@ -589,6 +589,10 @@ def test_a_grid_sweep_flags_cores_below_the_cells_before_t_min(tmp_path: Path, r
     assert any(line.startswith("β = 256: the cores fall below the cells at t = ") for line in lines)
     assert "warning: β = 256: from t = " in out.err and "no longer resolves the core" in out.err
     assert "warning: β = 16" not in out.err
+    # the analysis of the stored run says the same, under its table
+    analysis = run_concentration(high)
+    assert any(note.startswith(f"the cores fall below the cells at t = {t_high:.4g}") for note in analysis.notes)
+    assert any("no longer resolves the core" in doubt for doubt in analysis.warnings)
     # in memory (no files) the sweep keeps the frames for the check and finds the same times
     sweep = sweep_beta(load_config(config), [16.0, 256.0], size=300)
     np.testing.assert_allclose([s["t_cores_unresolved"] for s in sweep.summaries], [t_low, t_high], rtol=0, atol=1e-12)
