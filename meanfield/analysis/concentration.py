@@ -539,7 +539,7 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
     core_doubt = cores.describe(summary["t_min"]) if cores is not None else ""
     if core_doubt:
         doubts.append(core_doubt)
-        check = core_check(run, summary, cores=cores)
+        check = core_check(run, summary, cores=cores, w2=curves["w2_target"])
         if check["cores"]:  # below the cells before t_min: what W2 says while they were resolved
             notes.append(resolved_range_text({**summary, **check}))
     return Concentration(curves, summary, report, heading, notes, doubts, cores)
@@ -554,7 +554,9 @@ def grid_core_resolution(run: Any) -> CoreResolution:
     return core_resolution(run.points, areas, (run.frame(k) for k in range(run.frames)), run.t, basis[:, 0])
 
 
-def core_check(run: Any, summary: Mapping[str, Any], *, cores: CoreResolution | None = None) -> dict[str, Any]:
+def core_check(
+    run: Any, summary: Mapping[str, Any], *, cores: CoreResolution | None = None, w2: ArrayLike | None = None
+) -> dict[str, Any]:
     r"""Whether a grid run resolved the cores of its two clusters up to its ``t_min``.
 
     The r.m.s. radius :math:`r_\pm` of each cluster against the spacing :math:`\sqrt{|\Omega_c|}` of the
@@ -569,6 +571,9 @@ def core_check(run: Any, summary: Mapping[str, Any], *, cores: CoreResolution | 
         Its :func:`concentration_summary` (``t_min``).
     cores : CoreResolution, optional
         :func:`grid_core_resolution` of the run, when it is at hand.
+    w2 : (T,) array, optional
+        :math:`W_2(\rho_t,\Pi_\sharp\rho_0)` per frame (default: the run's tracked ``w2_target``;
+        :func:`concentration_curves` for a run that did not track it).
 
     Returns
     -------
@@ -585,7 +590,7 @@ def core_check(run: Any, summary: Mapping[str, Any], *, cores: CoreResolution | 
     if math.isnan(t_off) or t_off > summary["t_min"]:
         return result
     t = np.asarray(run.t, dtype=float)
-    w = np.asarray(run.diagnostics["w2_target"], dtype=float)
+    w = np.asarray(run.diagnostics["w2_target"] if w2 is None else w2, dtype=float)
     before = np.flatnonzero(t < t_off)
     result["cores"] = cores.describe(summary["t_min"])
     if before.size == 0:

@@ -602,3 +602,16 @@ def test_a_grid_sweep_flags_cores_below_the_cells_before_t_min(tmp_path: Path, r
     dotted = [line for line in curves if line.get_linestyle() == ":"]
     assert len(dotted) == 1 and dotted[0].get_xdata().min() == pytest.approx(t_high)
     assert "cores below the cells" in " ".join(text.get_text() for text in fig.axes[1].get_legend().get_texts())
+
+
+def test_the_core_check_of_an_untracked_grid_run_reads_the_recomputed_curve(tmp_path: Path) -> None:
+    """A grid run without ``[track] concentration`` is analysed from its frames; the core check uses that curve."""
+    settings = ["solver.kind=grid", "solver.method=ssprk3", "init.kind=uniform", "grid.cells=300", "model.beta=256",
+                "solver.t_final=10", "solver.save_every=0.2"]
+    tracked = simulate_config(_config(*settings), tmp_path / "tracked.h5", quiet=True)
+    simulate_config(_config(*settings, "track.concentration=false"), tmp_path / "untracked.h5", quiet=True)
+    untracked = load(tmp_path / "untracked.h5")
+    assert "w2_target" not in untracked.diagnostics
+    analysis, reference = run_concentration(untracked), run_concentration(load(tmp_path / "tracked.h5"))
+    assert len(analysis.notes) == 1 and analysis.notes == reference.notes  # the least W2 while the cores are resolved
+    np.testing.assert_allclose(analysis.curves["w2_target"], tracked.diagnostics["w2_target"], rtol=1e-12)
