@@ -211,21 +211,9 @@ class Run:
         gets the Voronoi mesh of its stored points.
         """
         self._require("grid", "mesh")
-        from meanfield.errors import ConfigError
-        from meanfield.geometry.grid_config import mesh_of_grid
-        from meanfield.geometry.mesh import mesh_from_points
+        from meanfield.geometry.grid_config import stored_mesh
 
-        grid = (self.config or {}).get("grid", {})
-        points = np.asarray(self.points)
-        if grid.get("family") in ("fibonacci", "icosahedral", "graded"):
-            try:
-                candidate = mesh_of_grid(grid)
-            except ConfigError:
-                candidate = None
-            if candidate is not None and candidate.N == points.shape[0] and (
-                    np.array_equal(candidate.points, points) or np.array_equal(candidate.centroids, points)):
-                return candidate
-        return mesh_from_points(points, family=grid.get("family", "custom"))
+        return stored_mesh((self.config or {}).get("grid", {}), self.points)
 
     # ------------------------------------------------------------------ text
     def __repr__(self) -> str:

@@ -389,9 +389,9 @@ def origin_target(path: Any, Q: ArrayLike, K: ArrayLike, V: ArrayLike) -> Pushfo
     Pushforward
         The target of :func:`tracker_from_head` for that first frame.
     """
+    from meanfield.geometry.grid_config import stored_mesh
     from meanfield.io.runfile import RunReader  # local: h5py
     from meanfield.io.source_frame import origin_run
-    from meanfield.run import Run
 
     origin, config = origin_run(path)
     reader = RunReader(origin, key="init.path")
@@ -400,7 +400,7 @@ def origin_target(path: Any, Q: ArrayLike, K: ArrayLike, V: ArrayLike) -> Pushfo
         return tracker_from_head(Q, K, V, first, weights=static.get("weights"), policy="skip").target
     grid = config.get("grid", {})
     second_order = config["solver"]["kind"] == "grid" and grid.get("order", 1) == 2  # (runs older than grid.order were first order)
-    mesh = Run.load(origin).mesh() if second_order else None
+    mesh = stored_mesh(grid, static["points"]) if second_order else None
     return tracker_from_head(Q, K, V, first, points=static["points"], mesh=mesh, policy="skip").target
 
 

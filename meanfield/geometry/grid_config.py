@@ -3,17 +3,21 @@
 One place for the rule, so that the grid solver builds its mesh and a stored run rebuilds it the same way
 (:meth:`meanfield.run.Run.mesh`).
 
-Public API: :func:`mesh_of_grid`, :func:`cells_of_grid`.
+Public API: :func:`mesh_of_grid`, :func:`stored_mesh`, :func:`cells_of_grid`.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from meanfield.geometry.graded import DEFAULT_GRADING, DEFAULT_REFINE_FACTOR, DEFAULT_REFINE_RADIUS, graded_mesh, graded_points
-from meanfield.geometry.mesh import SphericalMesh, mesh
+import numpy as np
+from numpy.typing import ArrayLike
 
-__all__ = ["mesh_of_grid", "cells_of_grid"]
+from meanfield.errors import ConfigError
+from meanfield.geometry.graded import DEFAULT_GRADING, DEFAULT_REFINE_FACTOR, DEFAULT_REFINE_RADIUS, graded_mesh, graded_points
+from meanfield.geometry.mesh import SphericalMesh, mesh, mesh_from_points
+
+__all__ = ["mesh_of_grid", "stored_mesh", "cells_of_grid"]
 
 
 def mesh_of_grid(grid: Mapping[str, Any]) -> SphericalMesh:
@@ -34,6 +38,24 @@ def mesh_of_grid(grid: Mapping[str, Any]) -> SphericalMesh:
                            factor=float(grid.get("refine_factor", DEFAULT_REFINE_FACTOR)),
                            grading=float(grid.get("grading", DEFAULT_GRADING)))
     return mesh(cells, family)
+
+
+def stored_mesh(grid: Mapping[str, Any], points: ArrayLike) -> SphericalMesh:
+    """The mesh of a stored grid run: rebuilt from its ``[grid]`` table (cached), checked against its cell points.
+
+    The stored points are the generators (first order) or the cell centroids (second order); a run without
+    a usable table gets the Voronoi mesh of its stored points.
+    """
+    points = np.asarray(points)
+    if grid.get("family") in ("fibonacci", "icosahedral", "graded"):
+        try:
+            candidate = mesh_of_grid(grid)
+        except ConfigError:
+            candidate = None
+        if candidate is not None and candidate.N == points.shape[0] and (
+                np.array_equal(candidate.points, points) or np.array_equal(candidate.centroids, points)):
+            return candidate
+    return mesh_from_points(points, family=grid.get("family", "custom"))
 
 
 def cells_of_grid(grid: Mapping[str, Any]) -> int:
