@@ -399,7 +399,7 @@ def origin_target(path: Any, Q: ArrayLike, K: ArrayLike, V: ArrayLike) -> Pushfo
     if reader.state_name == "x":
         return tracker_from_head(Q, K, V, first, weights=static.get("weights"), policy="skip").target
     grid = config.get("grid", {})
-    second_order = config["solver"]["kind"] == "grid" and grid.get("order", 1) == 2  # (runs older than grid.order were first order)
+    second_order = grid.get("order", 1) == 2  # a grid run (cell masses); runs older than grid.order were first order
     mesh = stored_mesh(grid, static["points"]) if second_order else None
     return tracker_from_head(Q, K, V, first, points=static["points"], mesh=mesh, policy="skip").target
 
