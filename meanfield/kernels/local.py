@@ -89,6 +89,7 @@ from numba import prange
 from scipy.spatial import cKDTree
 
 from meanfield.heads.head import HeadStack
+from meanfield.kernels.cluster_proxies import ClusterProxies, build_proxies
 from meanfield.kernels.fused import _accumulate3, _score_exp3
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import jit, kernel_threads, pjit, threads_for
@@ -314,6 +315,16 @@ class SphereSources:
     def tree(self) -> cKDTree:
         return cKDTree(self.y, balanced_tree=False, compact_nodes=False)
 
+    def proxies(self, qmax: float, tolerance: float) -> ClusterProxies:
+        r"""The Chebyshev proxies of the compact, heavy clusters of points (:func:`~meanfield.kernels.cluster_proxies.build_proxies`),
+        for rows with :math:`\|q\|\le` ``qmax``, to a relative ``tolerance`` per box; kept for the next head with the same bound."""
+        key = (float(qmax), float(tolerance))
+        cache = self.__dict__.setdefault("_proxies", {})
+        if key not in cache:
+            _, _, start, order = self.grid
+            cache[key] = build_proxies(self.y, self.wy, start, order, qmax=qmax, tolerance=tolerance)
+        return cache[key]
+
     @cached_property
     def grid(self) -> tuple[float, int, np.ndarray, np.ndarray]:
         """The points binned in cubes of side ``g`` on :math:`[-1,1]^3`: ``(g, side, cell_start, cell_order)``.
@@ -389,9 +400,44 @@ def _gather_bound(cx, cy, cz, R, g, side, cell_start):  # pragma: no cover - com
     return c
 
 
+@jit
+def _gather_nodes(cx, cy, cz, R, g, side, first, count, idx, c):  # pragma: no cover - compiled
+    """Append the nodes of the proxies (:mod:`meanfield.kernels.cluster_proxies`) of the cells in the bounding box
+    of the ball ``(c, R)`` to ``idx`` from position ``c``, coded ``-(node + 1)``; returns the new count.
+
+    A proxy stands for all of its box's points, which may reach beyond the ball: summing more points
+    than the cap needs only makes the row more exact.
+    """
+    lo0, hi0, lo1, hi1, lo2, hi2 = _box(cx, cy, cz, R, g, side)
+    for i0 in range(lo0, hi0 + 1):
+        for i1 in range(lo1, hi1 + 1):
+            base = (i0 * side + i1) * side
+            for i2 in range(lo2, hi2 + 1):
+                f = first[base + i2]
+                if f >= 0:
+                    for k in range(count[base + i2]):
+                        idx[c] = -(f + k) - 1
+                        c += 1
+    return c
+
+
+@jit
+def _nodes_bound(cx, cy, cz, R, g, side, count):  # pragma: no cover - compiled
+    """How many proxy nodes the cells of the ball's bounding box hold."""
+    lo0, hi0, lo1, hi1, lo2, hi2 = _box(cx, cy, cz, R, g, side)
+    c = 0
+    for i0 in range(lo0, hi0 + 1):
+        for i1 in range(lo1, hi1 + 1):
+            base = (i0 * side + i1) * side
+            for i2 in range(lo2, hi2 + 1):
+                c += count[base + i2]
+    return c
+
+
 @pjit
 def _local_kernel(q, row_ptr, centre, radius, whole, cos_out, yt, wy, g, side, cell_start, cell_order, mass, eps,
-                  delta, sums, shift, ok, causal, limits, cmass):  # pragma: no cover - compiled
+                  delta, sums, shift, ok, causal, limits, cmass, everything, proxied, first, count, node_t,
+                  node_w):  # pragma: no cover - compiled
     """Block ``b`` holds rows ``row_ptr[b]:row_ptr[b+1]`` of ``q`` (= β Bᵀx_i, already in block order); its
     candidates are the points within chord ``radius[b]`` of ``centre[b]`` (all points if ``whole[b]``),
     gathered from the point grid (:meth:`SphereSources.grid`); its caps were drawn with ``delta[b]``.
@@ -401,30 +447,50 @@ def _local_kernel(q, row_ptr, centre, radius, whole, cos_out, yt, wy, g, side, c
     the points outside the block's ball checked against ``eps`` times the row sum.  ``causal``: row
     ``i`` uses the candidates below ``limits[i]`` only (the candidates are sorted by index), and its
     mass is ``cmass[limits[i]]``.
+
+    ``proxied``: the compact, heavy boxes of points are represented by the nodes ``node_t`` (3, K) of their
+    proxies with the weights ``node_w`` (4, K) (:mod:`meanfield.kernels.cluster_proxies`; cell ``c`` has the
+    nodes ``first[c]:first[c] + count[c]``), and ``cell_start``/``cell_order`` list the other points only.
+    A block that scans everything takes the candidates ``everything`` (points ``k ≥ 0``, nodes ``-(k + 1)``).
     """
     nb = row_ptr.shape[0] - 1
     m = yt.shape[1]
     for b in prange(nb):
         if whole[b]:
-            nc = m
-            cand = np.arange(m)
+            nc = everything.shape[0]
+            cand = everything
         else:
             cx, cy, cz = centre[b, 0], centre[b, 1], centre[b, 2]
-            cand = np.empty(_gather_bound(cx, cy, cz, radius[b], g, side, cell_start), dtype=np.int64)
+            bound = _gather_bound(cx, cy, cz, radius[b], g, side, cell_start)
+            if proxied:
+                bound += _nodes_bound(cx, cy, cz, radius[b], g, side, count)
+            cand = np.empty(bound, dtype=np.int64)
             nc = _gather(cx, cy, cz, radius[b], g, side, cell_start, cell_order, yt, cand)
+            if proxied:
+                nc = _gather_nodes(cx, cy, cz, radius[b], g, side, first, count, cand, nc)
             if causal:
                 cand[:nc] = np.sort(cand[:nc])
         buf = np.empty((8, nc))  # one allocation per block: the candidates' columns and the chunk's exponentials
         y0, y1, y2, w0, w1, w2, w3, z = buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7]
         for j in range(nc):
             k = cand[j]
-            y0[j] = yt[0, k]
-            y1[j] = yt[1, k]
-            y2[j] = yt[2, k]
-            w0[j] = wy[0, k]
-            w1[j] = wy[1, k]
-            w2[j] = wy[2, k]
-            w3[j] = wy[3, k]
+            if k >= 0:
+                y0[j] = yt[0, k]
+                y1[j] = yt[1, k]
+                y2[j] = yt[2, k]
+                w0[j] = wy[0, k]
+                w1[j] = wy[1, k]
+                w2[j] = wy[2, k]
+                w3[j] = wy[3, k]
+            else:
+                k = -k - 1
+                y0[j] = node_t[0, k]
+                y1[j] = node_t[1, k]
+                y2[j] = node_t[2, k]
+                w0[j] = node_w[0, k]
+                w1[j] = node_w[1, k]
+                w2[j] = node_w[2, k]
+                w3[j] = node_w[3, k]
         r0 = row_ptr[b]
         nr = row_ptr[b + 1] - r0
         ncs = np.empty(nr, dtype=np.int64)  # each row's candidates: all, or its causal prefix
@@ -606,11 +672,14 @@ def local_head_sums(
     eps = max(float(tolerance), 1e-300) * 0.5
     lims = None if limits is None else np.asarray(limits, dtype=np.int64)
     delta = cap_parameters(q, r, src, eps, causal=lims is not None)
+    # compact clusters by their proxies (not under the causal mask, whose rows need the points' order)
+    proxies = None if lims is not None else src.proxies(beta * float(np.linalg.norm(B, 2)), 0.5 * eps)
     pending = np.arange(k)
     for attempt in range(_RETRIES + 1):
         if pending.size == 0:
             break
-        sub, ok = _local_pass(q[pending], r[pending], src, delta[pending], eps, None if lims is None else lims[pending])
+        sub, ok = _local_pass(q[pending], r[pending], src, delta[pending], eps, None if lims is None else lims[pending],
+                              proxies=proxies)
         out.put(pending, sub)
         pending = pending[~ok]
         delta[pending] *= 2.0
@@ -653,12 +722,14 @@ def cap_parameters(q: np.ndarray, r: np.ndarray, src: SphereSources, eps: float,
 
 
 def _local_pass(
-    q: np.ndarray, r: np.ndarray, src: SphereSources, delta: np.ndarray, eps: float, limits: np.ndarray | None = None
+    q: np.ndarray, r: np.ndarray, src: SphereSources, delta: np.ndarray, eps: float, limits: np.ndarray | None = None,
+    *, proxies: ClusterProxies | None = None,
 ) -> tuple[HeadSums, np.ndarray]:
     """One pass of the local method with the cap parameters ``delta`` (one per row); returns the sums and
     the rows whose bound held.  A block's caps take the largest parameter of its rows.
 
     ``limits``: the causal prefix of each row (candidate lists are then sorted by index).
+    ``proxies``: compact clusters summed through their proxies (none under ``limits``).
     """
     causal = limits is not None
     k = q.shape[0]
@@ -699,10 +770,24 @@ def _local_pass(
     listed = np.where(whole, src.m, np.minimum(src.m, src.m * radius**2 / 4.0))
     pairs = float(np.sum(sizes * listed)) * (0.5 if causal else 1.0)
     g, side, cell_start, cell_order = src.grid
+    proxied = proxies is not None and proxies.active and not causal
+    if proxied:
+        assert proxies is not None
+        cell_start, cell_order = proxies.residual_start, proxies.residual_order
+        everything = np.concatenate([cell_order, -1 - np.arange(proxies.nodes.shape[1], dtype=np.int64)])
+        first, count, node_t, node_w = proxies.first, proxies.count, proxies.nodes, proxies.weights
+        # a proxied box costs its nodes, not its points
+        listed = listed * (1.0 - (proxies.points - proxies.nodes.shape[1]) / max(src.m, 1))
+        pairs = float(np.sum(sizes * listed))
+    else:
+        everything = np.arange(src.m, dtype=np.int64)
+        first = count = np.zeros(1, dtype=np.int64)
+        node_t, node_w = np.zeros((3, 0)), np.zeros((4, 0))
     with kernel_threads(pairs):
         _local_kernel(
             qs, row_ptr, np.ascontiguousarray(centre), np.ascontiguousarray(radius), whole, cos_out, src.yt, src.wy,
             g, side, cell_start, cell_order, src.mass, eps, block_delta, sums, shift, ok, causal, lims, cmass,
+            everything, proxied, first, count, node_t, node_w,
         )
     result = HeadSums.empty(k)
     result.num[order] = sums[:, :3]

@@ -1,0 +1,139 @@
+"""Chebyshev proxies of compact clusters: the interpolation bound, the proxy sums, and the local kernel that uses them.
+
+The bound is checked against NumPy's own Chebyshev interpolant; the proxy sums against direct
+sums over the points they stand for; the local and harmonic kernels on tight clusters (the
+terminal phase at large β) against the dense NumPy twin, and with the proxies switched off.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import meanfield.kernels.cluster_proxies as proxies_module
+from meanfield.geometry.sphere import sample_uniform
+from meanfield.heads import HeadStack
+from meanfield.kernels.attention import attention_velocity, velocity_numpy
+from meanfield.kernels.cluster_proxies import build_proxies, chebyshev_points, interpolation_error_bound
+from meanfield.kernels.local import SphereSources, velocity_local
+
+#: the head of data/concentration.toml (B = K since Q = I): the clusters' rows look 31° away from them
+CONCENTRATION_B = np.array([[1.25, -0.75, 0.0], [-0.375, 0.625, 0.0], [0.0, 0.0, 1.0]])
+CONCENTRATION_V = np.array([[1.25, 0.75, 0.0], [0.75, 1.25, 0.0], [0.0, 0.0, 0.25]])
+
+
+def tight_clusters(n, radius, *, seed=0, centre=(1.0, 0.0166, 0.0)):
+    """Two antipodal Gaussian clusters of n/2 tokens each (the terminal phase of a β = 1024 run)."""
+    rng = np.random.default_rng(seed)
+    c = np.asarray(centre, dtype=float)
+    c /= np.linalg.norm(c)
+    half = c + radius * rng.standard_normal((n // 2, 3))
+    half /= np.linalg.norm(half, axis=1, keepdims=True)
+    return np.concatenate([half, -half])
+
+
+def row_errors(v, ref):
+    return np.linalg.norm(v - ref, axis=1) / np.linalg.norm(ref, axis=1)
+
+
+@pytest.mark.parametrize("u", [0.3, 2.0, 6.0])
+@pytest.mark.parametrize("p", [3, 6, 10, 14])
+def test_interpolation_bound_holds_and_is_tight(u, p):
+    # NumPy interpolates at the same points (Chebyshev points of the first kind): an independent interpolant
+    np.testing.assert_allclose(np.sort(chebyshev_points(p)), np.sort(np.cos((2 * np.arange(p) + 1) * np.pi / (2 * p))), rtol=0, atol=1e-15)
+    coef = np.polynomial.chebyshev.chebinterpolate(lambda t: np.exp(u * t), p - 1)
+    t = np.linspace(-1.0, 1.0, 4001)
+    err = np.max(np.abs(np.polynomial.chebyshev.chebval(t, coef) - np.exp(u * t))) / np.exp(u)
+    bound = interpolation_error_bound(u, p)
+    if bound < 1e-13:  # below the rounding of the interpolant itself
+        assert err < 1e-13
+    else:
+        assert err <= bound
+        assert err >= 1e-3 * bound  # not a vacuous bound
+
+
+def test_proxies_partition_the_points_and_keep_the_mass(rng):
+    x = tight_clusters(20000, 5e-4)
+    a = rng.random(x.shape[0]) + 0.1
+    src = SphereSources(x, a)
+    _, _, start, order = src.grid
+    prox = build_proxies(src.y, src.wy, start, order, qmax=1024.0 * np.linalg.norm(CONCENTRATION_B, 2), tolerance=1e-9)
+    assert prox.active and prox.cells >= 2 and prox.points > 0.9 * src.m
+    # every point is either summed one by one or stands behind a proxy, once
+    residual = prox.residual_order
+    assert residual.size + prox.points == src.m
+    assert np.unique(residual).size == residual.size
+    np.testing.assert_array_equal(np.diff(prox.residual_start) <= np.diff(start), True)
+    proxied = np.ones(src.m, dtype=bool)
+    proxied[residual] = False
+    # the weights' columns are exact moments of order 0: the mass and the first moment of the proxied points
+    np.testing.assert_allclose(prox.weights.sum(axis=1), src.wy[:, proxied].sum(axis=1), rtol=1e-12)
+    # nodes sit in the cells they stand for (near the clusters)
+    assert np.all(np.abs(np.abs(prox.nodes[0]) - 1.0) < 1e-3)
+
+
+@pytest.mark.parametrize("tolerance", [1e-2, 1e-6, 1e-10])
+def test_proxy_sums_match_direct_sums(rng, tolerance):
+    x = tight_clusters(16000, 3e-4, seed=2)
+    a = rng.random(x.shape[0])
+    src = SphereSources(x, a)
+    _, _, start, order = src.grid
+    qmax = 1024.0 * 1.5
+    prox = build_proxies(src.y, src.wy, start, order, qmax=qmax, tolerance=tolerance)
+    assert prox.active
+    proxied = np.ones(src.m, dtype=bool)
+    proxied[prox.residual_order] = False
+    for _ in range(40):
+        q = rng.standard_normal(3)
+        q *= qmax * rng.uniform(0.2, 1.0) / np.linalg.norm(q)
+        top = float(np.max(src.y[proxied] @ q))
+        direct = src.wy[:, proxied] @ np.exp(src.y[proxied] @ q - top)
+        approx = prox.weights @ np.exp(prox.nodes.T @ q - top)
+        # relative to the sum (den); |q| up to 1536 costs ~1e-13 of rounding in the scores themselves
+        assert np.max(np.abs(approx - direct)) <= max(tolerance, 1e-12) * direct[3]
+
+
+def test_spread_points_get_no_proxies():
+    x = sample_uniform(50000, 3, seed=1)
+    src = SphereSources(x, np.full(x.shape[0], 1.0 / x.shape[0]))
+    assert not src.proxies(1024.0 * 1.6, 1e-9).active
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+@pytest.mark.parametrize("kind", ["softmax", "pooled"])
+@pytest.mark.parametrize("beta", [64.0, 1024.0])
+def test_local_kernel_with_proxies_matches_the_dense_twin(rng, heads, kind, beta):
+    x = tight_clusters(8000, 1e-4 if beta > 100 else 2e-3, seed=heads)
+    a = rng.random(x.shape[0]) + 0.05
+    if heads == 1:
+        H = HeadStack(B=CONCENTRATION_B[None], V=CONCENTRATION_V[None])
+    else:  # random non-symmetric B and V
+        H = HeadStack(B=0.5 * rng.standard_normal((3, 3, 3)) + np.eye(3), V=rng.standard_normal((3, 3, 3)),
+                      w=np.array([1.0, 0.5, 2.0]))
+    tol = 1e-10
+    src = SphereSources(x, a)
+    assert any(src.proxies(beta * float(np.linalg.norm(B, 2)), 0.25 * tol).active for B in H.B)
+    ref = velocity_numpy(x, H, beta=beta, kind=kind, weights=a)
+    v = velocity_local(x, H, beta=beta, kind=kind, weights=a, tolerance=tol)
+    assert np.max(row_errors(v, ref)) <= 4 * tol
+
+
+def test_proxies_change_the_local_sums_only_within_the_tolerance(rng, monkeypatch):
+    x = tight_clusters(8000, 4e-4, seed=5)
+    a = rng.random(x.shape[0]) + 0.05
+    H = HeadStack(B=CONCENTRATION_B[None], V=CONCENTRATION_V[None])
+    with_proxies = velocity_local(x, H, beta=1024.0, weights=a, tolerance=1e-3)
+    monkeypatch.setattr(proxies_module, "PROXY_MIN_POINTS", 10**12)  # every cell summed point by point
+    src = SphereSources(x, a)
+    assert not src.proxies(1024.0 * float(np.linalg.norm(CONCENTRATION_B, 2)), 2.5e-4).active
+    without = velocity_local(x, H, beta=1024.0, weights=a, tolerance=1e-3)
+    assert np.max(row_errors(with_proxies, without)) <= 2e-3
+
+
+def test_harmonic_backend_on_tight_clusters_matches_the_dense_twin():
+    # every row of the clusters fails the harmonic certificate (no mass near B^T x) and takes the local path
+    x = tight_clusters(10000, 5e-4, seed=7)
+    H = HeadStack(B=CONCENTRATION_B[None], V=CONCENTRATION_V[None])
+    ref = velocity_numpy(x, H, beta=1024.0)
+    for backend in ("harmonic", "auto"):
+        v = attention_velocity(x, H, beta=1024.0, backend=backend, tolerance=1e-8)
+        assert np.max(row_errors(v, ref)) <= 4e-8
