@@ -402,14 +402,17 @@ def run_benchmarks(*, quick: bool = False) -> dict[str, list[dict[str, Any]]]:
     tolerance 1e-12 and with 1e-8, the looser one being enough for a grid whose
     discretisation error is ~1e-4 and keeping rows of densities down to 1e-7 of the
     largest on the transform path; then the late clustered density (:data:`LATE_CLUSTERS`)
-    at β = 256 and 1024 on 32 768 cells (8192 with ``quick``), tolerance 1e-8.
+    at β = 256 and 1024 on 32 768 cells (8192 with ``quick``), tolerance 1e-8.  The ``clusters``
+    table (:func:`~meanfield.solvers.bench_sphere.bench_clusters`) times the terminal phase at β = 1024,
+    where the local kernel sums compact clusters through their Chebyshev proxies.
     """
     sizes = (1024, 4096) if quick else (1024, 4096, 16384)
-    from meanfield.solvers.bench_sphere import bench_sphere
+    from meanfield.solvers.bench_sphere import bench_clusters, bench_sphere
     from meanfield.solvers.experiments.concentration import bench_concentration
 
     tables = {"attention": bench_attention(sizes)}
     tables["sphere"] = bench_sphere(quick=quick)
+    tables["clusters"] = bench_clusters(quick=quick)
     grid = bench_grid(cells_list=(2000,) if quick else (2000, 8000, 32000))
     for tolerance in (1e-12, 1e-8):
         grid += bench_grid(cells_list=(16384,) if quick else (131072,), beta=256.0, tolerance=tolerance)

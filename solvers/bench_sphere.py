@@ -39,7 +39,7 @@ from meanfield.kernels.jit import kernel_threads, num_threads, pjit
 from meanfield.kernels.local import SphereSources, combine_head_sums, dense_head_sums, velocity_local
 from meanfield.solvers.timing import best_of, peak_memory
 
-__all__ = ["bench_sphere", "bench_heads", "dense_rows_seconds", "format_table"]
+__all__ = ["bench_sphere", "bench_clusters", "cluster_tokens", "bench_heads", "dense_rows_seconds", "format_table"]
 
 #: the score matrix of the benchmark: general (non-symmetric, non-orthogonal), well conditioned
 BENCH_B = np.array([[1.1, 0.3, -0.2], [-0.1, 0.9, 0.25], [0.15, -0.3, 1.0]])
@@ -207,6 +207,79 @@ def _million(heads: HeadStack, rng: np.random.Generator, sample_rows: int, dense
     if memory:
         row["harmonic_peak_mib"] = peak_memory(lambda: velocity_harmonic(x, heads, beta=beta)) / 2**20
     return row
+
+
+#: the terminal-phase benchmark: two antipodal clusters of this radius around ±CLUSTER_CENTRE
+CLUSTER_RADIUS = 5e-4
+CLUSTER_CENTRE = (1.0, 0.0166, 0.0)
+#: its head, that of data/concentration.toml (Q = I, so B = K): no mass lies near the direction of Bᵀx
+CLUSTER_B = np.array([[1.25, -0.75, 0.0], [-0.375, 0.625, 0.0], [0.0, 0.0, 1.0]])
+CLUSTER_V = np.array([[1.25, 0.75, 0.0], [0.75, 1.25, 0.0], [0.0, 0.0, 0.25]])
+
+
+def cluster_tokens(n: int, *, radius: float = CLUSTER_RADIUS, seed: int = 0) -> np.ndarray:
+    """``n`` tokens in two antipodal Gaussian clusters of r.m.s. radius ``radius`` (a β = 1024 run past its exit)."""
+    rng = np.random.default_rng(seed)
+    centre = np.asarray(CLUSTER_CENTRE) / np.linalg.norm(CLUSTER_CENTRE)
+    half = centre + radius / np.sqrt(2.0) * rng.standard_normal((n // 2, 3))
+    half /= np.linalg.norm(half, axis=1, keepdims=True)
+    return np.concatenate([half, -half])
+
+
+def bench_clusters(
+    *,
+    quick: bool = False,
+    sizes: Sequence[int] | None = None,
+    beta: float = 1024.0,
+    tolerance: float = 1e-8,
+    sample_rows: int = 256,
+    point_rows: int = 2048,
+    dense_rows: int = 1024,
+    repeat: int = 2,
+) -> list[dict[str, Any]]:
+    r"""The terminal phase: the local kernel with and without the proxies of :mod:`meanfield.kernels.cluster_proxies`.
+
+    Two antipodal clusters of :math:`n/2` tokens (:func:`cluster_tokens`) and the head of
+    ``data/concentration.toml``, whose rows see no mass near :math:`B^	op x`: every row fails the
+    harmonic kernel's certificate and goes to the local one, whose caps reach a whole cluster.
+    Reported: ``auto_s`` (the ``auto`` backend, proxies on), ``local_s`` (the local kernel with
+    proxies), ``points_s`` (the same without proxies, from ``point_rows`` random rows × n / k),
+    ``dense_s`` (the fused kernel's loops on ``dense_rows`` rows × n / k), the speed-ups, the
+    errors of ``auto`` and ``local`` on ``sample_rows`` rows relative to their own norms against the
+    exact dense sums, the proxied points and nodes, and the peak memory of ``local``.
+    """
+    from meanfield.kernels.attention import attention_velocity
+
+    sizes = tuple(sizes) if sizes is not None else ((16384,) if quick else (65536, 262144, 1048576))
+    heads = HeadStack(B=CLUSTER_B[None], V=CLUSTER_V[None])
+    rng = np.random.default_rng(1)
+    warm = cluster_tokens(4096)
+    velocity_local(warm, heads, beta=beta, tolerance=tolerance)
+    velocity_local(warm, heads, beta=beta, tolerance=tolerance, cluster_proxies=False)
+    out = []
+    for n in sizes:
+        x = cluster_tokens(n)
+        src = SphereSources(x, np.full(n, 1.0 / n))
+        proxies = src.proxies(beta * float(np.linalg.norm(CLUSTER_B, 2)), 0.25 * tolerance)
+        rows = np.sort(rng.choice(n, size=min(sample_rows, n), replace=False))
+        ref = combine_head_sums(heads, "softmax", [dense_head_sums(x[rows], heads.B[0], beta, src)])
+        row: dict[str, Any] = {"n": n, "beta": float(beta), "tolerance": tolerance, "threads": num_threads(),
+                               "proxied_points": proxies.points, "nodes": int(proxies.nodes.shape[1])}
+        row["auto_s"], v_a = best_of(lambda: attention_velocity(x, heads, beta=beta, backend="auto", tolerance=tolerance), repeat)
+        row["local_s"], v_l = best_of(lambda: velocity_local(x, heads, beta=beta, tolerance=tolerance), repeat)
+        some = np.sort(rng.choice(n, size=min(n, point_rows), replace=False))
+        t_some, _ = best_of(lambda: velocity_local(x, heads, beta=beta, tolerance=tolerance, rows=some, cluster_proxies=False), 1)
+        row["points_s"] = t_some * n / some.size
+        some = np.sort(rng.choice(n, size=min(n, dense_rows), replace=False))
+        row["dense_s"] = dense_rows_seconds(x, heads, beta, some) * n / some.size
+        row["points_over_local"] = row["points_s"] / row["local_s"]
+        row["dense_over_auto"] = row["dense_s"] / row["auto_s"]
+        norms = np.linalg.norm(ref, axis=1)
+        row["auto_error"] = float(np.max(np.linalg.norm(v_a[rows] - ref, axis=1) / norms))
+        row["local_error"] = float(np.max(np.linalg.norm(v_l[rows] - ref, axis=1) / norms))
+        row["local_peak_mib"] = peak_memory(lambda: velocity_local(x, heads, beta=beta, tolerance=tolerance)) / 2**20
+        out.append(row)
+    return out
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

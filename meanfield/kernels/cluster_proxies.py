@@ -70,7 +70,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import prange
 
-from meanfield.kernels.jit import jit, pjit
+from meanfield.kernels.jit import jit, kernel_threads, pjit
 
 __all__ = [
     "ClusterProxies",
@@ -81,6 +81,8 @@ __all__ = [
     "PROXY_GAIN",
     "MAX_POINTS_PER_AXIS",
     "MAX_DEPTH",
+    "PROXY_MIN_ROWS",
+    "PROXY_MIN_CANDIDATES",
 ]
 
 #: fewest points a cell must hold to be considered for a proxy
@@ -89,6 +91,11 @@ PROXY_MIN_POINTS = 256
 PROXY_GAIN = 4
 #: most Chebyshev points per axis
 MAX_POINTS_PER_AXIS = 48
+#: fewest rows a local pass must have for the proxies to be built (fewer rows sum the points more cheaply)
+PROXY_MIN_ROWS = 2048
+#: fewest candidate points per row, on average, for the proxies to be built: a proxy has a few hundred
+#: to a few thousand nodes, and its build costs about as many pairs per proxied point
+PROXY_MIN_CANDIDATES = 4096
 #: most times a heavy cell's box is split into four
 MAX_DEPTH = 10
 #: relative rounding of one term of the proxy sums, before the Lebesgue constants and e^{U+ω}
@@ -176,6 +183,17 @@ def _points_per_axis(u: np.ndarray, offset: float, budget: float) -> tuple[int, 
     if _ROUNDING * lebesgue * amplification > budget / 4.0:
         return None
     return out[0], out[1], out[2]
+
+
+def _children_may_qualify(u: np.ndarray, points: int, budget: float) -> bool:
+    """Whether a quarter of the box (half its tangent widths, a quarter of its points on average) could take a proxy.
+
+    A cheap test before the split: where even the average child cannot pay for its nodes, splitting
+    further only makes the boxes poorer in points faster than it makes them narrower.
+    """
+    child = np.array([u[0] / 4.0, u[1] / 2.0, u[2] / 2.0])  # the normal extent shrinks with the square of the tangents
+    nodes = _points_per_axis(child, 0.0, budget)
+    return nodes is not None and 4 * math.prod(nodes) * PROXY_GAIN <= points
 
 
 def _frame(direction: np.ndarray) -> np.ndarray:
@@ -286,7 +304,7 @@ def _split_or_proxy(y: np.ndarray, wy: np.ndarray, cell: int, idx: np.ndarray, *
         if points is not None and math.prod(points) * PROXY_GAIN <= part.size:
             local = np.where(half > 0, (coords - middle) / np.where(half > 0, half, 1.0), 0.0)
             boxes.append(_Box(cell, part, local, middle, half, points, frame))
-        elif depth < MAX_DEPTH and part.size >= 4 * PROXY_MIN_POINTS:
+        elif depth < MAX_DEPTH and part.size >= 4 * PROXY_MIN_POINTS and _children_may_qualify(qmax * half, part.size, tolerance):
             quarter = (coords[:, 1] > middle[1]).astype(np.int64) * 2 + (coords[:, 2] > middle[2])
             for k in range(4):
                 stack.append((part[quarter == k], depth + 1))
@@ -359,7 +377,9 @@ def build_proxies(
     values = np.ascontiguousarray(wy[:, np.concatenate([box.idx for box in boxes])].T)
     bounds = np.r_[0, np.cumsum([box.idx.size for box in boxes])].astype(np.int64)
     weights = np.zeros((nodes.shape[0], 4))
-    _anterpolate(local, values, taus[0], barys[0], taus[1], barys[1], taus[2], barys[2], firsts, bounds, weights)
+    work = float(np.sum(np.diff(bounds) * sizes))  # (point, node) pairs, like a kernel's score pairs
+    with kernel_threads(work):
+        _anterpolate(local, values, taus[0], barys[0], taus[1], barys[1], taus[2], barys[2], firsts, bounds, weights)
     cells = cell_start.shape[0] - 1
     first = np.full(cells, -1, dtype=np.int64)
     count = np.zeros(cells, dtype=np.int64)

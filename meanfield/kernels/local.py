@@ -64,6 +64,15 @@ spread-out data at large :math:`r=\beta\|B\|` (vs :math:`n^2` dense), and :math:
 :math:`r` is small (every cap is the whole sphere).  Memory :math:`O(n + m)` plus one block's
 candidates per thread.
 
+**Compact clusters** (the terminal phase at large :math:`\beta`).  Where the tokens sit in
+clusters tighter than the kernel's width, every row whose cap reaches a cluster would sum all of
+its points: :math:`n^2/2` pairs for two clusters.  A heavy cell of the point grid whose points
+lie in a small enough box is summed instead through the Chebyshev proxy of
+:mod:`meanfield.kernels.cluster_proxies` (a few hundred to a few thousand nodes with anterpolated
+weights, built once per evaluation and head, to a quarter of the tolerance; the cell's other
+points are listed one by one).  A proxy stands for its whole box, so a ball that reaches the
+cell sums all of it: more than the cap needs, never less, and the bound below holds as it is.
+
 **Causal mask** (``mask="causal"``; Karagodin, Polyanskiy and Rigollet, *Clustering in
 Causal Attention Masking*, arXiv 2411.04990): row :math:`i` may only use the points
 :math:`j\le i`.  The cubes, the blocks and the candidate balls stay those of all points;
@@ -81,6 +90,7 @@ their combination into the velocity laws (:func:`combine_head_sums`).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -89,6 +99,7 @@ from numba import prange
 from scipy.spatial import cKDTree
 
 from meanfield.heads.head import HeadStack
+import meanfield.kernels.cluster_proxies as cluster_proxies_module
 from meanfield.kernels.cluster_proxies import ClusterProxies, build_proxies
 from meanfield.kernels.fused import _accumulate3, _score_exp3
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, check_tokens, is_causal, token_masses
@@ -434,6 +445,15 @@ def _nodes_bound(cx, cy, cz, R, g, side, count):  # pragma: no cover - compiled
     return c
 
 
+@jit
+def _candidate_bounds(centre, radius, whole, g, side, cell_start, m):  # pragma: no cover - compiled
+    """Per block, how many points the cells of its ball's bounding box hold (``m`` where it scans everything)."""
+    out = np.empty(centre.shape[0])
+    for b in range(centre.shape[0]):
+        out[b] = m if whole[b] else _gather_bound(centre[b, 0], centre[b, 1], centre[b, 2], radius[b], g, side, cell_start)
+    return out
+
+
 @pjit
 def _local_kernel(q, row_ptr, centre, radius, whole, cos_out, yt, wy, g, side, cell_start, cell_order, mass, eps,
                   delta, sums, shift, ok, causal, limits, cmass, everything, proxied, first, count, node_t,
@@ -454,7 +474,6 @@ def _local_kernel(q, row_ptr, centre, radius, whole, cos_out, yt, wy, g, side, c
     A block that scans everything takes the candidates ``everything`` (points ``k ≥ 0``, nodes ``-(k + 1)``).
     """
     nb = row_ptr.shape[0] - 1
-    m = yt.shape[1]
     for b in prange(nb):
         if whole[b]:
             nc = everything.shape[0]
@@ -642,6 +661,7 @@ def local_head_sums(
     *,
     tolerance: float = 1e-12,
     limits: np.ndarray | None = None,
+    cluster_proxies: bool = True,
 ) -> HeadSums:
     r"""Exact shifted sums :math:`N_i, D_i, m_i` of one head for the rows ``x_rows`` (local method).
 
@@ -660,6 +680,11 @@ def local_head_sums(
     limits : (k,) int array, optional
         The causal mask: row ``r`` may use the first ``limits[r]`` points of ``src`` only
         (:meth:`SphereSources.causal_limits`); its bound then uses that prefix's mass.
+    cluster_proxies : bool
+        Sum compact, heavy clusters through their Chebyshev proxies
+        (:mod:`meanfield.kernels.cluster_proxies`; a quarter of ``tolerance``, never under the causal
+        mask, and only for at least :data:`~meanfield.kernels.cluster_proxies.PROXY_MIN_ROWS` rows,
+        fewer being cheaper to sum point by point); ``False`` sums every candidate point by point.
     """
     k = x_rows.shape[0]
     out = HeadSums.empty(k)
@@ -673,7 +698,9 @@ def local_head_sums(
     lims = None if limits is None else np.asarray(limits, dtype=np.int64)
     delta = cap_parameters(q, r, src, eps, causal=lims is not None)
     # compact clusters by their proxies (not under the causal mask, whose rows need the points' order)
-    proxies = None if lims is not None else src.proxies(beta * float(np.linalg.norm(B, 2)), 0.5 * eps)
+    use_proxies = cluster_proxies and lims is None and k >= cluster_proxies_module.PROXY_MIN_ROWS
+    qmax = beta * float(np.linalg.norm(B, 2))
+    proxies = (lambda: src.proxies(qmax, 0.5 * eps)) if use_proxies else None
     pending = np.arange(k)
     for attempt in range(_RETRIES + 1):
         if pending.size == 0:
@@ -723,13 +750,15 @@ def cap_parameters(q: np.ndarray, r: np.ndarray, src: SphereSources, eps: float,
 
 def _local_pass(
     q: np.ndarray, r: np.ndarray, src: SphereSources, delta: np.ndarray, eps: float, limits: np.ndarray | None = None,
-    *, proxies: ClusterProxies | None = None,
+    *, proxies: Callable[[], ClusterProxies] | None = None,
 ) -> tuple[HeadSums, np.ndarray]:
     """One pass of the local method with the cap parameters ``delta`` (one per row); returns the sums and
     the rows whose bound held.  A block's caps take the largest parameter of its rows.
 
     ``limits``: the causal prefix of each row (candidate lists are then sorted by index).
-    ``proxies``: compact clusters summed through their proxies (none under ``limits``).
+    ``proxies``: builds the proxies of the compact clusters (none under ``limits``); called only where the
+    blocks' balls list at least :data:`~meanfield.kernels.cluster_proxies.PROXY_MIN_CANDIDATES` points per
+    row on average (a proxy costs a build; few candidates are cheaper summed one by one).
     """
     causal = limits is not None
     k = q.shape[0]
@@ -770,14 +799,19 @@ def _local_pass(
     listed = np.where(whole, src.m, np.minimum(src.m, src.m * radius**2 / 4.0))
     pairs = float(np.sum(sizes * listed)) * (0.5 if causal else 1.0)
     g, side, cell_start, cell_order = src.grid
-    proxied = proxies is not None and proxies.active and not causal
+    built = None
+    if proxies is not None and not causal:
+        candidates = _candidate_bounds(centre, radius, whole, g, side, cell_start, src.m)
+        if float(np.sum(sizes * candidates)) >= cluster_proxies_module.PROXY_MIN_CANDIDATES * k:
+            built = proxies()
+    proxied = built is not None and built.active
     if proxied:
-        assert proxies is not None
-        cell_start, cell_order = proxies.residual_start, proxies.residual_order
-        everything = np.concatenate([cell_order, -1 - np.arange(proxies.nodes.shape[1], dtype=np.int64)])
-        first, count, node_t, node_w = proxies.first, proxies.count, proxies.nodes, proxies.weights
+        assert built is not None
+        cell_start, cell_order = built.residual_start, built.residual_order
+        everything = np.concatenate([cell_order, -1 - np.arange(built.nodes.shape[1], dtype=np.int64)])
+        first, count, node_t, node_w = built.first, built.count, built.nodes, built.weights
         # a proxied box costs its nodes, not its points
-        listed = listed * (1.0 - (proxies.points - proxies.nodes.shape[1]) / max(src.m, 1))
+        listed = listed * (1.0 - (built.points - built.nodes.shape[1]) / max(src.m, 1))
         pairs = float(np.sum(sizes * listed))
     else:
         everything = np.arange(src.m, dtype=np.int64)
@@ -808,6 +842,7 @@ def velocity_local(
     tolerance: float = 1e-12,
     rows: np.ndarray | None = None,
     mask: str = "none",
+    cluster_proxies: bool = True,
 ) -> np.ndarray:
     r"""Attention velocity on :math:`S^2` by exact local sums (k-d tree caps).
 
@@ -842,6 +877,9 @@ def velocity_local(
     mask : {"none", "causal"}
         ``"causal"``: row :math:`i` sums over :math:`j\le i` only (the causal local
         method of the module docstring; exact to the same tolerance).
+    cluster_proxies : bool
+        Sum compact, heavy clusters (the terminal phase at large β) through their Chebyshev proxies
+        (:mod:`meanfield.kernels.cluster_proxies`), to a quarter of ``tolerance``; ``False``: point by point.
 
     Returns
     -------
@@ -864,7 +902,7 @@ def velocity_local(
     beta = float(beta)
     limits = src.causal_limits(np.where(idx < 0, idx + n, idx)) if causal else None
     sums = [
-        local_head_sums(x[idx], heads.B[h], beta, src, tolerance=tolerance, limits=limits)
+        local_head_sums(x[idx], heads.B[h], beta, src, tolerance=tolerance, limits=limits, cluster_proxies=cluster_proxies)
         if kind != "pooled" or heads.w[h] != 0
         else HeadSums.empty(idx.size)
         for h in range(heads.H)

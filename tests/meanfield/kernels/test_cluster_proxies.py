@@ -35,6 +35,27 @@ def row_errors(v, ref):
     return np.linalg.norm(v - ref, axis=1) / np.linalg.norm(ref, axis=1)
 
 
+@pytest.fixture
+def built(monkeypatch):
+    """Every local pass builds the proxies (no thresholds on rows or candidates); records what was built."""
+    monkeypatch.setattr(proxies_module, "PROXY_MIN_ROWS", 0)
+    monkeypatch.setattr(proxies_module, "PROXY_MIN_CANDIDATES", 0)
+    return spy_on_builds(monkeypatch)
+
+
+def spy_on_builds(monkeypatch):
+    record = []
+    original = SphereSources.proxies
+
+    def proxies(self, qmax, tolerance):
+        out = original(self, qmax, tolerance)
+        record.append(out)
+        return out
+
+    monkeypatch.setattr(SphereSources, "proxies", proxies)
+    return record
+
+
 @pytest.mark.parametrize("u", [0.3, 2.0, 6.0])
 @pytest.mark.parametrize("p", [3, 6, 10, 14])
 def test_interpolation_bound_holds_and_is_tight(u, p):
@@ -101,7 +122,7 @@ def test_spread_points_get_no_proxies():
 @pytest.mark.parametrize("heads", [1, 3])
 @pytest.mark.parametrize("kind", ["softmax", "pooled"])
 @pytest.mark.parametrize("beta", [64.0, 1024.0])
-def test_local_kernel_with_proxies_matches_the_dense_twin(rng, heads, kind, beta):
+def test_local_kernel_with_proxies_matches_the_dense_twin(rng, built, heads, kind, beta):
     x = tight_clusters(8000, 1e-4 if beta > 100 else 2e-3, seed=heads)
     a = rng.random(x.shape[0]) + 0.05
     if heads == 1:
@@ -110,30 +131,52 @@ def test_local_kernel_with_proxies_matches_the_dense_twin(rng, heads, kind, beta
         H = HeadStack(B=0.5 * rng.standard_normal((3, 3, 3)) + np.eye(3), V=rng.standard_normal((3, 3, 3)),
                       w=np.array([1.0, 0.5, 2.0]))
     tol = 1e-10
-    src = SphereSources(x, a)
-    assert any(src.proxies(beta * float(np.linalg.norm(B, 2)), 0.25 * tol).active for B in H.B)
     ref = velocity_numpy(x, H, beta=beta, kind=kind, weights=a)
     v = velocity_local(x, H, beta=beta, kind=kind, weights=a, tolerance=tol)
+    assert any(p.active for p in built)  # the kernel did sum through proxies
     assert np.max(row_errors(v, ref)) <= 4 * tol
 
 
-def test_proxies_change_the_local_sums_only_within_the_tolerance(rng, monkeypatch):
+def test_proxies_change_the_local_sums_only_within_the_tolerance(rng, built, monkeypatch):
     x = tight_clusters(8000, 4e-4, seed=5)
     a = rng.random(x.shape[0]) + 0.05
     H = HeadStack(B=CONCENTRATION_B[None], V=CONCENTRATION_V[None])
     with_proxies = velocity_local(x, H, beta=1024.0, weights=a, tolerance=1e-3)
-    monkeypatch.setattr(proxies_module, "PROXY_MIN_POINTS", 10**12)  # every cell summed point by point
-    src = SphereSources(x, a)
-    assert not src.proxies(1024.0 * float(np.linalg.norm(CONCENTRATION_B, 2)), 2.5e-4).active
-    without = velocity_local(x, H, beta=1024.0, weights=a, tolerance=1e-3)
+    assert built and built[-1].active
+    without = velocity_local(x, H, beta=1024.0, weights=a, tolerance=1e-3, cluster_proxies=False)
     assert np.max(row_errors(with_proxies, without)) <= 2e-3
+    # the switch does switch: with no cell heavy enough, the proxied run is the point-by-point one exactly
+    monkeypatch.setattr(proxies_module, "PROXY_MIN_POINTS", 10**12)
+    np.testing.assert_array_equal(velocity_local(x, H, beta=1024.0, weights=a, tolerance=1e-3), without)
 
 
-def test_harmonic_backend_on_tight_clusters_matches_the_dense_twin():
-    # every row of the clusters fails the harmonic certificate (no mass near B^T x) and takes the local path
-    x = tight_clusters(10000, 5e-4, seed=7)
+def test_harmonic_backend_on_tight_clusters_matches_the_dense_twin(monkeypatch):
+    # every row of the clusters fails the harmonic certificate (no mass near B^T x) and takes the local
+    # path, whose balls list a whole cluster: the default thresholds build the proxies
+    builds = spy_on_builds(monkeypatch)
+    x = tight_clusters(16000, 2e-4, seed=7)
     H = HeadStack(B=CONCENTRATION_B[None], V=CONCENTRATION_V[None])
     ref = velocity_numpy(x, H, beta=1024.0)
     for backend in ("harmonic", "auto"):
         v = attention_velocity(x, H, beta=1024.0, backend=backend, tolerance=1e-8)
         assert np.max(row_errors(v, ref)) <= 4e-8
+    assert builds and all(p.active for p in builds)
+
+
+def test_no_build_where_the_points_are_cheap(monkeypatch):
+    # spread-out tokens list few candidates per row: the local passes never build proxies
+    builds = spy_on_builds(monkeypatch)
+    x = sample_uniform(20000, 3, seed=2)
+    H = HeadStack(B=CONCENTRATION_B[None], V=CONCENTRATION_V[None])
+    velocity_local(x, H, beta=1024.0, tolerance=1e-8)
+    assert builds == []
+
+
+def test_clusters_benchmark_runs():
+    from meanfield.solvers.bench_sphere import bench_clusters
+
+    (row,) = bench_clusters(sizes=(8192,), repeat=1, point_rows=512, dense_rows=256, sample_rows=64)
+    assert row["proxied_points"] > 0.9 * 8192 and 0 < row["nodes"] < row["proxied_points"]
+    assert row["auto_error"] <= 4e-8 and row["local_error"] <= 4e-8
+    for key in ("auto_s", "local_s", "points_s", "dense_s", "local_peak_mib"):
+        assert row[key] > 0
