@@ -284,8 +284,9 @@ class _Box:
 
 
 def _split_or_proxy(y: np.ndarray, wy: np.ndarray, cell: int, idx: np.ndarray, *, qmax: float, tolerance: float,
-                    boxes: list[_Box], rest: list[np.ndarray]) -> None:
-    """Proxy the points ``idx`` of one cell, splitting their box into four along its tangents where it is too wide."""
+                    boxes: list[_Box]) -> None:
+    """Proxy the points ``idx`` of one cell, splitting their box into four along its tangents where it is too wide;
+    the boxes that qualify are appended to ``boxes``, the other points stay as they are."""
     stack = [(idx, 0)]
     while stack:
         part, depth = stack.pop()
@@ -293,7 +294,6 @@ def _split_or_proxy(y: np.ndarray, wy: np.ndarray, cell: int, idx: np.ndarray, *
         mean = wy[:3, part].sum(axis=1)
         norm = float(np.linalg.norm(mean))
         if part.size < PROXY_MIN_POINTS or not float(mass.sum()) > 0 or not norm > 0:
-            rest.append(part)
             continue
         frame = _frame(mean / norm)
         coords = y[part] @ frame.T  # (count, 3): along the mean direction and the two tangents
@@ -309,8 +309,6 @@ def _split_or_proxy(y: np.ndarray, wy: np.ndarray, cell: int, idx: np.ndarray, *
             quarter = (coords[:, 1] > middle[1]).astype(np.int64) * 2 + (coords[:, 2] > middle[2])
             for k in range(4):
                 stack.append((part[quarter == k], depth + 1))
-        else:
-            rest.append(part)
 
 
 def build_proxies(
@@ -350,12 +348,9 @@ def build_proxies(
     if heavy.size == 0 or not qmax > 0 or not np.isfinite(qmax):
         return _no_proxies(cell_start, cell_order)
     boxes: list[_Box] = []
-    rests: dict[int, list[np.ndarray]] = {}
     for cell in heavy:
-        rest: list[np.ndarray] = []
         _split_or_proxy(y, wy, int(cell), cell_order[cell_start[cell] : cell_start[cell + 1]], qmax=qmax,
-                        tolerance=tolerance, boxes=boxes, rest=rest)
-        rests[int(cell)] = rest
+                        tolerance=tolerance, boxes=boxes)
     if not boxes:
         return _no_proxies(cell_start, cell_order)
     boxes.sort(key=lambda box: box.cell)  # a cell's nodes are contiguous
@@ -375,33 +370,24 @@ def build_proxies(
         grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)  # node k = (k1 p2 + k2) p3 + k3
         nodes[firsts[b] : firsts[b] + sizes[b]] = grid @ box.frame
     local = np.ascontiguousarray(np.concatenate([box.local for box in boxes]))
-    values = np.ascontiguousarray(wy[:, np.concatenate([box.idx for box in boxes])].T)
+    proxied = np.concatenate([box.idx for box in boxes])
+    values = np.ascontiguousarray(wy[:, proxied].T)
     bounds = np.r_[0, np.cumsum([box.idx.size for box in boxes])].astype(np.int64)
     weights = np.zeros((nodes.shape[0], 4))
     work = float(np.sum(np.diff(bounds) * sizes))  # (point, node) pairs, like a kernel's score pairs
     with kernel_threads(work):
         _anterpolate(local, values, taus[0], barys[0], taus[1], barys[1], taus[2], barys[2], firsts, bounds, weights)
     cells = cell_start.shape[0] - 1
-    first = np.full(cells, -1, dtype=np.int64)
-    count = np.zeros(cells, dtype=np.int64)
     which = np.array([box.cell for box in boxes], dtype=np.int64)
-    np.add.at(count, which, sizes)
-    first[which[::-1]] = firsts[::-1]  # each cell's first node (the boxes are sorted by cell)
-    # the points left to be summed one by one: the proxied cells keep only their rests
-    kept = counts.copy()
-    for cell, rest in rests.items():
-        kept[cell] = sum(part.size for part in rest)
-    residual_start = np.zeros(cells + 1, dtype=np.int64)
-    np.cumsum(kept, out=residual_start[1:])
-    residual_order = np.empty(int(residual_start[-1]), dtype=np.int64)
-    untouched = np.ones(cells, dtype=bool)
-    untouched[list(rests)] = False
-    lengths = counts[untouched]
-    src = np.repeat(cell_start[:-1][untouched], lengths) + (np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths))
-    dst = np.repeat(residual_start[:-1][untouched], lengths) + (np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths))
-    residual_order[dst] = cell_order[src]
-    for cell, rest in rests.items():
-        if rest:
-            residual_order[residual_start[cell] : residual_start[cell + 1]] = np.concatenate(rest)
+    count = np.bincount(which, weights=sizes, minlength=cells).astype(np.int64)
+    first = np.full(cells, -1, dtype=np.int64)
+    proxied_cells, first_box = np.unique(which, return_index=True)  # the boxes are sorted by cell
+    first[proxied_cells] = firsts[first_box]
+    # the points left to be summed one by one, still grouped by cell (cell_order is)
+    kept = np.ones(y.shape[0], dtype=bool)
+    kept[proxied] = False
+    kept_in_order = kept[cell_order]
+    residual_start = np.r_[0, np.cumsum(kept_in_order)][cell_start].astype(np.int64)
+    residual_order = cell_order[kept_in_order]
     return ClusterProxies(first, count, np.ascontiguousarray(nodes.T), np.ascontiguousarray(weights.T),
                           int(bounds[-1]), residual_start, residual_order)
