@@ -109,10 +109,9 @@ class ClusterProxies:
 
     Attributes
     ----------
-    first : (cells,) int64 array
-        The first node of each cell's proxy, or -1 where the cell keeps its points.
-    count : (cells,) int64 array
-        How many nodes each cell's proxy has (0 where none).
+    node_start : (cells + 1,) int64 array
+        Cell ``c`` has the nodes ``node_start[c]:node_start[c+1]`` (none where it keeps its points),
+        laid out like the point grid's ``cell_start``.
     nodes : (3, K) array
         The nodes :math:`z_k`, one coordinate per row.
     weights : (4, K) array
@@ -124,8 +123,7 @@ class ClusterProxies:
         ``residual_order[residual_start[c]:residual_start[c+1]]`` (all of its points where it has no proxy).
     """
 
-    first: np.ndarray
-    count: np.ndarray
+    node_start: np.ndarray
     nodes: np.ndarray
     weights: np.ndarray
     points: int
@@ -135,7 +133,7 @@ class ClusterProxies:
     @property
     def cells(self) -> int:
         """How many cells have a proxy."""
-        return int(np.count_nonzero(self.first >= 0))
+        return int(np.count_nonzero(np.diff(self.node_start)))
 
     @property
     def active(self) -> bool:
@@ -265,9 +263,8 @@ def _anterpolate(local, values, t1, b1, t2, b2, t3, b3, first, bounds, weights):
 
 
 def _no_proxies(cell_start: np.ndarray, cell_order: np.ndarray) -> ClusterProxies:
-    cells = cell_start.shape[0] - 1
-    return ClusterProxies(np.full(cells, -1, dtype=np.int64), np.zeros(cells, dtype=np.int64), np.zeros((3, 0)),
-                          np.zeros((4, 0)), 0, cell_start, cell_order)
+    return ClusterProxies(np.zeros(cell_start.shape[0], dtype=np.int64), np.zeros((3, 0)), np.zeros((4, 0)), 0,
+                          cell_start, cell_order)
 
 
 @dataclass
@@ -379,15 +376,13 @@ def build_proxies(
         _anterpolate(local, values, taus[0], barys[0], taus[1], barys[1], taus[2], barys[2], firsts, bounds, weights)
     cells = cell_start.shape[0] - 1
     which = np.array([box.cell for box in boxes], dtype=np.int64)
-    count = np.bincount(which, weights=sizes, minlength=cells).astype(np.int64)
-    first = np.full(cells, -1, dtype=np.int64)
-    proxied_cells, first_box = np.unique(which, return_index=True)  # the boxes are sorted by cell
-    first[proxied_cells] = firsts[first_box]
+    node_start = np.zeros(cells + 1, dtype=np.int64)  # the boxes are sorted by cell: a cell's nodes are contiguous
+    np.cumsum(np.bincount(which, weights=sizes, minlength=cells).astype(np.int64), out=node_start[1:])
     # the points left to be summed one by one, still grouped by cell (cell_order is)
     kept = np.ones(y.shape[0], dtype=bool)
     kept[proxied] = False
     kept_in_order = kept[cell_order]
     residual_start = np.r_[0, np.cumsum(kept_in_order)][cell_start].astype(np.int64)
     residual_order = cell_order[kept_in_order]
-    return ClusterProxies(first, count, np.ascontiguousarray(nodes.T), np.ascontiguousarray(weights.T),
+    return ClusterProxies(node_start, np.ascontiguousarray(nodes.T), np.ascontiguousarray(weights.T),
                           int(bounds[-1]), residual_start, residual_order)

@@ -412,36 +412,20 @@ def _gather_bound(cx, cy, cz, R, g, side, cell_start):  # pragma: no cover - com
 
 
 @jit
-def _gather_nodes(cx, cy, cz, R, g, side, first, count, idx, c):  # pragma: no cover - compiled
+def _gather_nodes(cx, cy, cz, R, g, side, node_start, idx, c):  # pragma: no cover - compiled
     """Append the nodes of the proxies (:mod:`meanfield.kernels.cluster_proxies`) of the cells in the bounding box
     of the ball ``(c, R)`` to ``idx`` from position ``c``, coded ``-(node + 1)``; returns the new count.
 
     A proxy stands for all of its box's points, which may reach beyond the ball: summing more points
-    than the cap needs only makes the row more exact.
+    than the cap needs only makes the row more exact.  (Their number is :func:`_gather_bound` of ``node_start``.)
     """
     lo0, hi0, lo1, hi1, lo2, hi2 = _box(cx, cy, cz, R, g, side)
     for i0 in range(lo0, hi0 + 1):
         for i1 in range(lo1, hi1 + 1):
             base = (i0 * side + i1) * side
-            for i2 in range(lo2, hi2 + 1):
-                f = first[base + i2]
-                if f >= 0:
-                    for k in range(count[base + i2]):
-                        idx[c] = -(f + k) - 1
-                        c += 1
-    return c
-
-
-@jit
-def _nodes_bound(cx, cy, cz, R, g, side, count):  # pragma: no cover - compiled
-    """How many proxy nodes the cells of the ball's bounding box hold."""
-    lo0, hi0, lo1, hi1, lo2, hi2 = _box(cx, cy, cz, R, g, side)
-    c = 0
-    for i0 in range(lo0, hi0 + 1):
-        for i1 in range(lo1, hi1 + 1):
-            base = (i0 * side + i1) * side
-            for i2 in range(lo2, hi2 + 1):
-                c += count[base + i2]
+            for p in range(node_start[base + lo2], node_start[base + hi2 + 1]):
+                idx[c] = -p - 1
+                c += 1
     return c
 
 
@@ -456,7 +440,7 @@ def _candidate_bounds(centre, radius, whole, g, side, cell_start, m):  # pragma:
 
 @pjit
 def _local_kernel(q, row_ptr, centre, radius, whole, cos_out, yt, wy, g, side, cell_start, cell_order, mass, eps,
-                  delta, sums, shift, ok, causal, limits, cmass, everything, proxied, first, count, node_t,
+                  delta, sums, shift, ok, causal, limits, cmass, everything, proxied, node_start, node_t,
                   node_w):  # pragma: no cover - compiled
     """Block ``b`` holds rows ``row_ptr[b]:row_ptr[b+1]`` of ``q`` (= β Bᵀx_i, already in block order); its
     candidates are the points within chord ``radius[b]`` of ``centre[b]`` (all points if ``whole[b]``),
@@ -470,7 +454,7 @@ def _local_kernel(q, row_ptr, centre, radius, whole, cos_out, yt, wy, g, side, c
 
     ``proxied``: the compact, heavy boxes of points are represented by the nodes ``node_t`` (3, K) of their
     proxies with the weights ``node_w`` (4, K) (:mod:`meanfield.kernels.cluster_proxies`; cell ``c`` has the
-    nodes ``first[c]:first[c] + count[c]``), and ``cell_start``/``cell_order`` list the other points only.
+    nodes ``node_start[c]:node_start[c+1]``), and ``cell_start``/``cell_order`` list the other points only.
     A block that scans everything takes the candidates ``everything`` (points ``k ≥ 0``, nodes ``-(k + 1)``).
     """
     nb = row_ptr.shape[0] - 1
@@ -482,34 +466,27 @@ def _local_kernel(q, row_ptr, centre, radius, whole, cos_out, yt, wy, g, side, c
             cx, cy, cz = centre[b, 0], centre[b, 1], centre[b, 2]
             bound = _gather_bound(cx, cy, cz, radius[b], g, side, cell_start)
             if proxied:
-                bound += _nodes_bound(cx, cy, cz, radius[b], g, side, count)
+                bound += _gather_bound(cx, cy, cz, radius[b], g, side, node_start)
             cand = np.empty(bound, dtype=np.int64)
             nc = _gather(cx, cy, cz, radius[b], g, side, cell_start, cell_order, yt, cand)
             if proxied:
-                nc = _gather_nodes(cx, cy, cz, radius[b], g, side, first, count, cand, nc)
+                nc = _gather_nodes(cx, cy, cz, radius[b], g, side, node_start, cand, nc)
             if causal:
                 cand[:nc] = np.sort(cand[:nc])
         buf = np.empty((8, nc))  # one allocation per block: the candidates' columns and the chunk's exponentials
         y0, y1, y2, w0, w1, w2, w3, z = buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7]
         for j in range(nc):
             k = cand[j]
-            if k >= 0:
-                y0[j] = yt[0, k]
-                y1[j] = yt[1, k]
-                y2[j] = yt[2, k]
-                w0[j] = wy[0, k]
-                w1[j] = wy[1, k]
-                w2[j] = wy[2, k]
-                w3[j] = wy[3, k]
-            else:
-                k = -k - 1
-                y0[j] = node_t[0, k]
-                y1[j] = node_t[1, k]
-                y2[j] = node_t[2, k]
-                w0[j] = node_w[0, k]
-                w1[j] = node_w[1, k]
-                w2[j] = node_w[2, k]
-                w3[j] = node_w[3, k]
+            where, weight = yt, wy
+            if k < 0:  # a proxy's node
+                where, weight, k = node_t, node_w, -k - 1
+            y0[j] = where[0, k]
+            y1[j] = where[1, k]
+            y2[j] = where[2, k]
+            w0[j] = weight[0, k]
+            w1[j] = weight[1, k]
+            w2[j] = weight[2, k]
+            w3[j] = weight[3, k]
         r0 = row_ptr[b]
         nr = row_ptr[b + 1] - r0
         ncs = np.empty(nr, dtype=np.int64)  # each row's candidates: all, or its causal prefix
@@ -809,19 +786,19 @@ def _local_pass(
         assert built is not None
         cell_start, cell_order = built.residual_start, built.residual_order
         everything = np.concatenate([cell_order, -1 - np.arange(built.nodes.shape[1], dtype=np.int64)])
-        first, count, node_t, node_w = built.first, built.count, built.nodes, built.weights
+        node_start, node_t, node_w = built.node_start, built.nodes, built.weights
         # a proxied box costs its nodes, not its points
         listed = listed * (1.0 - (built.points - built.nodes.shape[1]) / max(src.m, 1))
         pairs = float(np.sum(sizes * listed))
     else:
         everything = np.arange(src.m, dtype=np.int64)
-        first = count = np.zeros(1, dtype=np.int64)
+        node_start = np.zeros(1, dtype=np.int64)
         node_t, node_w = np.zeros((3, 0)), np.zeros((4, 0))
     with kernel_threads(pairs):
         _local_kernel(
             qs, row_ptr, np.ascontiguousarray(centre), np.ascontiguousarray(radius), whole, cos_out, src.yt, src.wy,
             g, side, cell_start, cell_order, src.mass, eps, block_delta, sums, shift, ok, causal, lims, cmass,
-            everything, proxied, first, count, node_t, node_w,
+            everything, proxied, node_start, node_t, node_w,
         )
     result = HeadSums.empty(k)
     result.num[order] = sums[:, :3]
