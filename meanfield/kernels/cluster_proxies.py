@@ -29,10 +29,12 @@ the cell's points, whatever the row :math:`q`.  The weights :math:`W` depend on 
 so they are built once per velocity evaluation and head.
 
 **Error bound.**  With :math:`u_d=q_{\max}\rho_d` (:math:`q_{\max}=\beta\|B\|_2` bounds
-:math:`|q\cdot e_d|` for every row), :math:`U=\sum_d u_d`, and the Chebyshev interpolation error of
-:math:`e^{ut}` on :math:`[-1,1]`, :math:`\le e^{u}\,b_d`, :math:`b_d = u_d^{p_d}/(2^{p_d-1}p_d!)`
+:math:`|q\cdot e_d|` for every row), and the Chebyshev interpolation error of :math:`e^{ut}` on
+:math:`[-1,1]`, :math:`\le e^{u}\,b_d`, :math:`b_d = u_d^{p_d}/(2^{p_d-1}p_d!)`
 (:func:`interpolation_error_bound`), the tensor interpolant errs by at most
-:math:`e^{q\cdot c}e^{U}\sum_d b_d(1+\sum_d b_d)^2` at every point.  By Jensen's inequality the
+:math:`e^{q\cdot c}e^{U}\sum_d b_d(1+\sum_d b_d)^2` at every point, where
+:math:`\sum_d|q\cdot e_d|\rho_d\le\|q\|\,\|\rho\|_2` (Cauchy–Schwarz) gives
+:math:`U=q_{\max}\|\rho\|_2`, the box's half-diagonal in units of the kernel's scale.  By Jensen's inequality the
 box's own sum is at least :math:`M e^{q\cdot\bar y}` (:math:`M` its mass, :math:`\bar y` its
 centroid), so, with :math:`\omega = q_{\max}|\bar y - c|`, relative to that sum (and so to the
 row's :math:`D_i`; the numerators, with :math:`|f|\le1`, likewise),
@@ -49,7 +51,7 @@ Chebyshev points), stays below another quarter, and where :math:`\prod_d p_d` is
 box is too wide is split into four along its tangents, up to :data:`MAX_DEPTH` times (smaller
 boxes, smaller :math:`U`); what qualifies nowhere is summed point by point, as before.
 Spread-out tokens never qualify (a cell holds 16 points); a cluster of half a million tokens of
-radius :math:`5\cdot10^{-4}` at :math:`\beta = 1024` becomes about two thousand nodes.  The
+radius :math:`5\cdot10^{-4}` at :math:`\beta = 1024` becomes about 2300 nodes.  The
 bound is a worst case: measured errors are far below it (``tests``).
 
 **Cost.**  Building: about :math:`4\prod_d p_d` operations per proxied point, once per evaluation
@@ -57,8 +59,8 @@ and head; a row then scores the nodes instead of the points.  :mod:`meanfield.ke
 proxies only where they pay (:data:`PROXY_MIN_ROWS`, :data:`PROXY_MIN_CANDIDATES`).  Measured on two
 cores with two clusters of :math:`n/2` tokens (r.m.s. radius :math:`5\cdot10^{-4}`, the head of
 ``data/concentration.toml``, β = 1024, tolerance 1e-8; ``meanfield bench``, *clusters* table):
-0.20 s against 3.5 s point by point at :math:`n = 65\,536`, 1.05 s against 52 s at
-:math:`262\,144`, 7.3 s against about 960 s at :math:`2^{20}`.
+0.19 s against 3.5 s point by point at :math:`n = 65\,536`, 0.98 s against 55 s at
+:math:`262\,144`, 5.0 s against about 930 s at :math:`2^{20}`.
 
 Public API: :func:`build_proxies`, :class:`ClusterProxies`, :func:`chebyshev_points`,
 :func:`interpolation_error_bound`.
@@ -168,7 +170,7 @@ def _lebesgue(p: int) -> float:
 
 def _points_per_axis(u: np.ndarray, offset: float, budget: float) -> tuple[int, int, int] | None:
     """The fewest Chebyshev points per axis whose bound, times :math:`e^{U+\\omega}`, stays within ``budget``; None if none does."""
-    amplification = math.exp(float(np.sum(u)) + offset)
+    amplification = math.exp(float(np.linalg.norm(u)) + offset)  # U = q_max ‖ρ‖₂ (Cauchy–Schwarz)
     share = budget / (16.0 * amplification)  # three axes and the (1 + Σ b)² factor: within budget / 4 · e^{-(U + ω)}
     out = []
     for ud in u:
