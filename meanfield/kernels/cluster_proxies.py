@@ -88,9 +88,9 @@ __all__ = [
     "PROXY_MIN_CANDIDATES",
 ]
 
-#: fewest points a cell must hold to be considered for a proxy
+#: fewest points a cell (and a box split from it) must hold to be considered for a proxy
 PROXY_MIN_POINTS = 256
-#: a proxy's nodes must number at most this fraction (1/PROXY_GAIN) of the cell's points
+#: a proxy's nodes must number at most 1/PROXY_GAIN of its box's points
 PROXY_GAIN = 4
 #: most Chebyshev points per axis
 MAX_POINTS_PER_AXIS = 48
@@ -226,11 +226,11 @@ def _barycentric(t, tau, bary, out):  # pragma: no cover - compiled
 
 @pjit
 def _anterpolate(local, values, t1, b1, t2, b2, t3, b3, first, bounds, weights):  # pragma: no cover - compiled
-    r"""The proxy weights of every proxied cell, in parallel over the cells.
+    r"""The proxy weights of every box, in parallel over the boxes (each writes its own nodes only).
 
-    Cell ``c`` holds the points ``bounds[c]:bounds[c+1]`` of ``local`` ((m, 3), their coordinates
-    :math:`t\in[-1,1]^3` in the cell's box) and ``values`` ((m, 4), :math:`a_j f_j`); its nodes are
-    ``first[c] + (k_1 p_2 + k_2) p_3 + k_3`` with the cell's own Chebyshev points ``t1[c], t2[c], t3[c]``
+    Box ``c`` holds the points ``bounds[c]:bounds[c+1]`` of ``local`` ((m, 3), their coordinates
+    :math:`t\in[-1,1]^3` in the box) and ``values`` ((m, 4), :math:`a_j f_j`); its nodes are
+    ``first[c] + (k_1 p_2 + k_2) p_3 + k_3`` with the box's own Chebyshev points ``t1[c], t2[c], t3[c]``
     (padded rows; ``p_d`` = the number of finite entries) and barycentric weights ``b1, b2, b3``.
     """
     for c in prange(first.shape[0]):
@@ -343,7 +343,7 @@ def build_proxies(
         No box proxied where none qualifies (the usual case for spread-out points).
     """
     counts = np.diff(cell_start)
-    heavy = np.flatnonzero(counts >= PROXY_MIN_POINTS * PROXY_GAIN // 4)
+    heavy = np.flatnonzero(counts >= PROXY_MIN_POINTS)
     if heavy.size == 0 or not qmax > 0 or not np.isfinite(qmax):
         return _no_proxies(cell_start, cell_order)
     boxes: list[_Box] = []
