@@ -240,7 +240,7 @@ def bench_clusters(
     r"""The terminal phase: the local kernel with and without the proxies of :mod:`meanfield.kernels.cluster_proxies`.
 
     Two antipodal clusters of :math:`n/2` tokens (:func:`cluster_tokens`) and the head of
-    ``data/concentration.toml``, whose rows see no mass near :math:`B^	op x`: every row fails the
+    ``data/concentration.toml``, whose rows see no mass near :math:`B^\top x`: every row fails the
     harmonic kernel's certificate and goes to the local one, whose caps reach a whole cluster.
     Reported: ``auto_s`` (the ``auto`` backend, proxies on), ``local_s`` (the local kernel with
     proxies), ``points_s`` (the same without proxies, from ``point_rows`` random rows × n / k),
