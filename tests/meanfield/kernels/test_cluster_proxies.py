@@ -15,20 +15,13 @@ from meanfield.heads import HeadStack
 from meanfield.kernels.attention import attention_velocity, velocity_numpy
 from meanfield.kernels.cluster_proxies import build_proxies, chebyshev_points, interpolation_error_bound
 from meanfield.kernels.local import SphereSources, velocity_local
-
-#: the head of data/concentration.toml (B = K since Q = I): the clusters' rows look 31° away from them
-CONCENTRATION_B = np.array([[1.25, -0.75, 0.0], [-0.375, 0.625, 0.0], [0.0, 0.0, 1.0]])
-CONCENTRATION_V = np.array([[1.25, 0.75, 0.0], [0.75, 1.25, 0.0], [0.0, 0.0, 0.25]])
+from meanfield.solvers.bench_sphere import CLUSTER_B, CLUSTER_V, cluster_tokens
 
 
-def tight_clusters(n, radius, *, seed=0, centre=(1.0, 0.0166, 0.0)):
-    """Two antipodal Gaussian clusters of n/2 tokens each (the terminal phase of a β = 1024 run)."""
-    rng = np.random.default_rng(seed)
-    c = np.asarray(centre, dtype=float)
-    c /= np.linalg.norm(c)
-    half = c + radius * rng.standard_normal((n // 2, 3))
-    half /= np.linalg.norm(half, axis=1, keepdims=True)
-    return np.concatenate([half, -half])
+def tight_clusters(n, sigma, *, seed=0):
+    """Two antipodal Gaussian clusters of n/2 tokens, σ per coordinate (the terminal phase of a β = 1024 run):
+    the benchmark's clusters, whose r.m.s. radius is σ√2."""
+    return cluster_tokens(n, radius=sigma * np.sqrt(2.0), seed=seed)
 
 
 def row_errors(v, ref):
@@ -77,7 +70,7 @@ def test_proxies_partition_the_points_and_keep_the_mass(rng):
     a = rng.random(x.shape[0]) + 0.1
     src = SphereSources(x, a)
     _, _, start, order = src.grid
-    prox = build_proxies(src.y, src.wy, start, order, qmax=1024.0 * np.linalg.norm(CONCENTRATION_B, 2), tolerance=1e-9)
+    prox = build_proxies(src.y, src.wy, start, order, qmax=1024.0 * np.linalg.norm(CLUSTER_B, 2), tolerance=1e-9)
     assert prox.active and prox.cells >= 2 and prox.points > 0.9 * src.m
     # every point is either summed one by one or stands behind a proxy, once
     residual = prox.residual_order
@@ -126,7 +119,7 @@ def test_local_kernel_with_proxies_matches_the_dense_twin(rng, built, heads, kin
     x = tight_clusters(8000, 1e-4 if beta > 100 else 2e-3, seed=heads)
     a = rng.random(x.shape[0]) + 0.05
     if heads == 1:
-        H = HeadStack(B=CONCENTRATION_B[None], V=CONCENTRATION_V[None])
+        H = HeadStack(B=CLUSTER_B[None], V=CLUSTER_V[None])
     else:  # random non-symmetric B and V
         H = HeadStack(B=0.5 * rng.standard_normal((3, 3, 3)) + np.eye(3), V=rng.standard_normal((3, 3, 3)),
                       w=np.array([1.0, 0.5, 2.0]))
@@ -140,7 +133,7 @@ def test_local_kernel_with_proxies_matches_the_dense_twin(rng, built, heads, kin
 def test_proxies_change_the_local_sums_only_within_the_tolerance(rng, built, monkeypatch):
     x = tight_clusters(8000, 4e-4, seed=5)
     a = rng.random(x.shape[0]) + 0.05
-    H = HeadStack(B=CONCENTRATION_B[None], V=CONCENTRATION_V[None])
+    H = HeadStack(B=CLUSTER_B[None], V=CLUSTER_V[None])
     with_proxies = velocity_local(x, H, beta=1024.0, weights=a, tolerance=1e-3)
     assert built and built[-1].active
     without = velocity_local(x, H, beta=1024.0, weights=a, tolerance=1e-3, cluster_proxies=False)
@@ -155,7 +148,7 @@ def test_harmonic_backend_on_tight_clusters_matches_the_dense_twin(monkeypatch):
     # path, whose balls list a whole cluster: the default thresholds build the proxies
     builds = spy_on_builds(monkeypatch)
     x = tight_clusters(16000, 2e-4, seed=7)
-    H = HeadStack(B=CONCENTRATION_B[None], V=CONCENTRATION_V[None])
+    H = HeadStack(B=CLUSTER_B[None], V=CLUSTER_V[None])
     ref = velocity_numpy(x, H, beta=1024.0)
     for backend in ("harmonic", "auto"):
         v = attention_velocity(x, H, beta=1024.0, backend=backend, tolerance=1e-8)
@@ -167,7 +160,7 @@ def test_no_build_where_the_points_are_cheap(monkeypatch):
     # spread-out tokens list few candidates per row: the local passes never build proxies
     builds = spy_on_builds(monkeypatch)
     x = sample_uniform(20000, 3, seed=2)
-    H = HeadStack(B=CONCENTRATION_B[None], V=CONCENTRATION_V[None])
+    H = HeadStack(B=CLUSTER_B[None], V=CLUSTER_V[None])
     velocity_local(x, H, beta=1024.0, tolerance=1e-8)
     assert builds == []
 
