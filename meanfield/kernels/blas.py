@@ -47,6 +47,7 @@ import numpy as np
 
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.fused import exp_nonpositive_scalar
+from meanfield.kernels.flash import FLASH_CPU, FLASH_MAX_D, KEY_BLOCK, flash_operands, flash_rows, flash_symmetric, padded_rows, query_block, value_width
 from meanfield.kernels.fused32 import exp32_nonpositive_scalar
 from meanfield.kernels.gemm import gemm_address, gemm_into
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
@@ -767,6 +768,105 @@ def _symmetric_velocity(
     run_on_threads(finish, blocks, threads if stages_on_pool else 1)  # small: in this thread, without a hand-off
 
 
+def _flash_items(npad: int, block: int, symmetric: bool, threads: int) -> list[tuple[int, int, int, int]]:
+    r"""The flash path's work items ``(rows0, rows, cols0, cols)``, largest first.
+
+    Symmetric: the pairs :math:`I \le J` of :data:`~meanfield.kernels.flash.KEY_BLOCK`-row blocks (the
+    last one shorter), those off the diagonal (two value products) first.  Otherwise: ranges of whole
+    query blocks against every key, about four per thread.
+    """
+    if symmetric:
+        starts = list(range(0, npad, KEY_BLOCK))
+        sizes = [min(KEY_BLOCK, npad - s) for s in starts]
+        pairs = [(starts[i], sizes[i], starts[j], sizes[j]) for i in range(len(starts)) for j in range(i, len(starts))]
+        return sorted(pairs, key=lambda item: item[1] * item[3] * (2 if item[0] == item[2] else 3), reverse=True)
+    blocks = npad // block
+    per_item = max(1, -(-blocks // (4 * max(1, threads))))
+    return [(s * block, min(blocks - s, per_item) * block, 0, npad) for s in range(0, blocks, per_item)]
+
+
+def _flash_velocity(
+    out: np.ndarray,
+    x: np.ndarray,
+    heads: HeadStack,
+    beta: float,
+    kind: str,
+    a: np.ndarray,
+    dtype: type,
+    threads: int,
+    symmetric: bool,
+    scale_B: list[float | None],
+    scale_V: list[float | None],
+    x_norm_max: float,
+) -> None:
+    r"""The velocity by the flash tiles of :mod:`meanfield.kernels.flash` (no mask, the exponential laws).
+
+    Per head, the operands in the tiles' layouts (:func:`~meanfield.kernels.flash.flash_operands`),
+    then the tiles on the pool: query ranges against every key, or with every :math:`B_h` symmetric
+    the upper triangle of key-block pairs, each thread adding into its own accumulators.  Then, as on
+    the BLAS path, the rows whose sum underflowed are redone exactly and the heads added.
+    """
+    n, d = x.shape
+    npad = padded_rows(n)
+    block = query_block(dtype)
+    width = d + 2 if symmetric else d + 1
+    dv = value_width(d, dtype)
+    H = heads.H
+    queries = [thread_buffer(width * npad, dtype, f"flash queries{h}").reshape(npad // block, width, block) for h in range(H)]
+    keys = [thread_buffer(npad * width, dtype, f"flash keys{h}").reshape(npad, width) for h in range(H)]
+    values = [thread_buffer(npad * dv, dtype, f"flash values{h}").reshape(npad, dv) for h in range(H)]
+    masses = [thread_buffer(npad, dtype, f"flash masses{h}") for h in range(H)]
+    shifts = [np.empty(n) for _ in range(H)]
+    tops = []
+    for h in range(H):
+        lam, mu = scale_B[h], scale_V[h]
+        bx = x if lam is not None else x @ heads.B[h]  # row i: (B_hᵀ x_i)ᵀ
+        vx = x if mu is not None else x @ heads.V[h].T
+        tops.append(flash_operands(x, bx, 1.0 if lam is None else lam, vx, 1.0 if mu is None else mu, a, beta, x_norm_max,
+                                   symmetric, queries[h], keys[h], values[h], masses[h], shifts[h]))
+    items = _flash_items(npad, block, symmetric, threads)
+    threads = min(threads, len(items))
+    shared = np.zeros((H, npad, dv), dtype) if not symmetric else None
+    shared_sums = np.zeros((H, npad), dtype) if not symmetric else None
+    parts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def stage(item: tuple[int, int, int, int]) -> None:
+        rows0, rows, cols0, cols = item
+        ident = threading.get_ident()
+        if ident not in parts:
+            if symmetric:
+                acc = thread_buffer(H * npad * dv, dtype, "flash accumulator").reshape(H, npad, dv)
+                sums = thread_buffer(H * npad, dtype, "flash sums").reshape(H, npad)
+                acc.fill(0.0)
+                sums.fill(0.0)
+            else:
+                acc, sums = shared, shared_sums
+            parts[ident] = (acc, sums, thread_buffer(KEY_BLOCK * block, dtype, "flash tile"),
+                            thread_buffer(KEY_BLOCK * block // 2, dtype, "flash partial"))
+        acc, sums, tile, partial = parts[ident]
+        for h in range(H):
+            if symmetric:
+                flash_symmetric(queries[h], keys[h], values[h], masses[h], acc[h], sums[h], tile, partial, rows0, rows, cols0, cols)
+            else:
+                flash_rows(queries[h], keys[h], values[h], masses[h], acc[h], sums[h], tile, rows0, rows0 + rows, cols)
+
+    run_on_threads(stage, items, threads)
+    results = list(parts.values()) if symmetric else [(shared, shared_sums, None, None)]
+    underflow = _UNDERFLOW[np.dtype(dtype).char]
+    accs, row_shifts = [], []
+    for h in range(H):
+        acc = np.empty((n, d + 1))
+        acc[:, :d] = results[0][0][h, :n, :d]
+        acc[:, d] = results[0][1][h, :n]
+        for part, sums, _, _ in results[1:]:
+            acc[:, :d] += part[h, :n, :d]
+            acc[:, d] += sums[h, :n]
+        shift = 0.5 * (shifts[h] + tops[h]) if symmetric else shifts[h]
+        row_shifts.append(_exact_where_underflow(acc, shift, 0, x, heads.B[h], heads.V[h], a, beta, underflow, False))
+        accs.append(acc)
+    _add_heads(out, accs, row_shifts, heads, kind)
+
+
 def velocity_blas(
     x: np.ndarray,
     heads: HeadStack,
@@ -777,6 +877,7 @@ def velocity_blas(
     threads: int | None = None,
     precision: str = "float64",
     mask: str = "none",
+    flash: bool = True,
 ) -> np.ndarray:
     """Production kernel: GEMM → in-place ``exp`` → GEMM over row blocks on threads.
 
@@ -789,6 +890,10 @@ def velocity_blas(
         Arithmetic of the score/exp buffers.  ``float32`` roughly doubles the
         ``exp`` throughput; its relative error is about ``1e-6`` — fine for
         pictures and sweeps, too coarse for convergence-order studies.
+    flash : bool
+        Take the flash tiles of :mod:`meanfield.kernels.flash` where they are the faster path
+        (float32, ``d ≤`` :data:`~meanfield.kernels.flash.FLASH_MAX_D`, an AVX-512 processor, no
+        mask, not ``relu``); ``False`` keeps the OpenBLAS products (the same law to float32 round-off).
     """
     x = check_tokens(x, heads, kind)
     causal = is_causal(mask)
@@ -798,6 +903,12 @@ def velocity_blas(
     out = np.zeros((n, d))
     scale_B = [identity_multiple(b) for b in heads.B]
     scale_V = [identity_multiple(v) for v in heads.V]
+    if flash and FLASH_CPU and dtype == np.float32 and d <= FLASH_MAX_D and not causal and kind != "relu":
+        symmetric_scores = all(lam is not None or _is_symmetric(b) for lam, b in zip(scale_B, heads.B))
+        with one_blas_thread():
+            _flash_velocity(out, x, heads, beta, kind, a, dtype, threads or threads_for(float(n) * n * heads.H),
+                            symmetric_scores, scale_B, scale_V, float(_row_norms(x).max()))
+        return out
     symmetric = (not causal and kind != "relu" and n >= 2 * TILE
                  and all(lam is not None or _is_symmetric(b) for lam, b in zip(scale_B, heads.B)))
     # rhs: [x | 1]ᵀ, so that [beta x B | -c] @ rhs = beta s - c (symmetric layout: _operand_rows).  The

@@ -288,8 +288,9 @@ def test_blas_all_scalar_heads_write_their_operands_in_one_pass(rng, kind, beta,
         reference = velocity_numpy(x, heads, beta=beta, kind=kind, weights=weights)
         assert np.all(np.isfinite(reference))
         for threads in (1, 2):
-            got = velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision, threads=threads)
-            np.testing.assert_allclose(got, reference, rtol=rtol, atol=rtol * np.abs(reference).max())
+            for flash in (False, True):  # the BLAS path's one-pass operands, and the flash tiles where float32 takes them
+                got = velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision, threads=threads, flash=flash)
+                np.testing.assert_allclose(got, reference, rtol=rtol, atol=rtol * np.abs(reference).max())
     assert calls  # the one-pass operands ran
 
 

@@ -1,0 +1,287 @@
+r"""Flash tiles for the dense attention kernel: score panel → ``exp`` → value panels, in cache, on register panels.
+
+For one head with shift :math:`c_i \ge \max_j \beta s_{ij}` the dense kernel needs, per query row,
+
+.. math::
+
+    \mathrm{acc}_i = \sum_j E_{ij}\, W_j, \qquad z_i = \sum_j E_{ij}\, w_j,
+    \qquad E_{ij} = e^{\beta s_{ij} - c_i} \le 1,
+
+with :math:`W_j = a_j V x_j` (padded to a whole number of vectors) and :math:`w_j = a_j`.
+:func:`flash_rows` computes them for a block of query rows against every key, a tile at a time:
+:data:`QUERY_BLOCK` queries × :data:`KEY_BLOCK` keys of scores from the
+:func:`~meanfield.kernels.panels.score_panel` (queries in the vector lanes, keys broadcast), their
+``exp`` in place, the sums :math:`z` (a one-row panel), then the value panels (value coordinates in
+the lanes, the tile's exponentials broadcast).  The tile never leaves the L1/L2 cache, and nothing is
+packed: the operands are read where they lie.
+
+**Symmetric scores** (every :math:`B_h` symmetric; the layout of
+:mod:`meanfield.kernels.blas`: queries :math:`[\beta B x_i \mid -c_i/2 \mid 1]`, keys
+:math:`[x_j \mid 1 \mid -c_j/2]`, values weighted by :math:`e^{(c_j-\bar c)/2}`):
+:math:`E_{ij} = e^{\beta s_{ij} - (c_i + c_j)/2}` is symmetric, and :func:`flash_symmetric`
+uses each tile of a pair of key blocks :math:`I < J` for both sides, :math:`\mathrm{acc}_I \mathrel{+}= E W_J`
+and :math:`\mathrm{acc}_J \mathrel{+}= E^\top W_I`: the second product is the same value panel with
+the tile's strides exchanged.  A diagonal pair (:math:`I = J`) is computed whole, for one side.
+
+Where it pays (float32, ``d ≤`` :data:`FLASH_MAX_D`, measured there against the OpenBLAS path) the
+dense kernel :func:`meanfield.kernels.blas.velocity_blas` takes these tiles; each part runs near the
+core's peak on its own (at n = 4096, d = 64 in float32: 0.76 ns per pair for the scores, 0.30 for the
+``exp``, 0.76 for the values), but together they stay in cache only while ``d`` is small.
+
+Layouts (row-major, every array contiguous; ``npad`` is ``n`` rounded up to :data:`PAD`,
+the padding rows zero, so that no tile runs over):
+
+* ``queries`` (``npad / block``, ``width``, ``block``): the augmented queries by query block, each block
+  transposed (a query per column), so that a block's rows are contiguous (one or two memory pages, where
+  a transpose of all ``npad`` queries put every row of a block on its own page: 5 % slower at n = 4096, d = 64);
+* ``keys`` (``npad``, ``width``): the augmented keys, a key per row;
+* ``values`` (``npad``, ``dv``): :math:`W_j`, ``dv`` a multiple of the vector lanes;
+* ``masses`` (``npad``): :math:`w_j`;
+* ``acc`` (``npad``, ``dv``) and ``sums`` (``npad``): the results, added to.
+"""
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+import numpy as np
+from numba import types
+from numba.extending import overload
+
+from meanfield.kernels.fused import exp_nonpositive_scalar
+from meanfield.kernels.fused32 import exp32_nonpositive_scalar
+from meanfield.kernels.jit import jit
+from meanfield.kernels.panels import lanes, score_panel, sum_panel, value_panel, value_panel_half, weighted_rows
+
+__all__ = ["QUERY_BLOCK", "KEY_BLOCK", "PAD", "FLASH_CPU", "FLASH_MAX_D", "query_block", "padded_rows", "value_width",
+           "flash_rows", "flash_symmetric", "flash_operands", "tile_buffer", "partial_buffer"]
+
+#: the rows (queries and keys) are padded to a multiple of this: of the score panel's 12 keys, the value
+#: panels' 8 rows and every query block (32 float32, 16 float64)
+PAD = 96
+#: keys per tile (at most): a multiple of :data:`PAD`
+KEY_BLOCK = 192
+#: queries per tile by dtype character: the score panel's two vectors of lanes
+QUERY_BLOCK = {"f": 2 * lanes(4), "d": 2 * lanes(8)}
+#: rows of the score panel (keys broadcast) and of the value panels
+_SCORE_ROWS = 12
+_VALUE_ROWS = 8
+
+
+def _host_has_avx512() -> bool:
+    """Whether this processor has AVX-512F (the panels' 512-bit vectors and 32 registers)."""
+    try:
+        return bool(llvm.get_host_cpu_features().get("avx512f", False))
+    except Exception:  # pragma: no cover - llvmlite without the query
+        return False
+
+
+#: the dense kernel takes the flash tiles on processors with AVX-512 (elsewhere a panel's 24
+#: accumulators would not fit the 16 registers, and OpenBLAS's kernels are the faster)
+FLASH_CPU = _host_has_avx512()
+#: the dense kernel takes the flash tiles in float32 up to this ``d``.  Measured against the BLAS path in one
+#: process, alternating calls (p25 of 15; B = I / a random rotation, V = I): one thread 1.34 / 1.31× at
+#: n = 1024, d = 32 and 1.33 / 1.37× at n = 4096, d = 32; two threads 1.14 / 1.32× and 1.24 / 1.16×.  At d = 64
+#: the gain is gone (one thread 1.14 / 0.97× at n = 1024, 1.12 / 1.12× at n = 4096; two threads down to 0.75×
+#: with a rotation): a key block's rows and values no longer stay in L1 beside the tile.  At n = 2048, d = 384
+#: the tiles took 1.25–1.3× the BLAS path's time.  In float64 the tiles' ``exp`` (numba's loops use 256-bit
+#: vectors) loses what the panels gain (0.9–1.1× at d = 32 and 64), so float64 keeps OpenBLAS.
+FLASH_MAX_D = 48
+
+
+def query_block(dtype: type | np.dtype) -> int:
+    """Queries per tile for ``dtype`` (32 float32, 16 float64)."""
+    return QUERY_BLOCK[np.dtype(dtype).char]
+
+
+def padded_rows(n: int) -> int:
+    """``n`` rounded up to a whole number of :data:`PAD` rows."""
+    return -(-int(n) // PAD) * PAD
+
+
+def value_width(d: int, dtype: type | np.dtype) -> int:
+    """The values' padded width: ``d`` rounded up to a whole number of vectors of ``dtype``."""
+    width = lanes(np.dtype(dtype).itemsize)
+    return -(-int(d) // width) * width
+
+
+def tile_buffer(dtype: type | np.dtype) -> np.ndarray:
+    """A buffer for one tile of exponentials (:data:`KEY_BLOCK` × the query block)."""
+    return np.empty(KEY_BLOCK * query_block(dtype), dtype=dtype)
+
+
+def partial_buffer(dtype: type | np.dtype) -> np.ndarray:
+    """A buffer of :data:`KEY_BLOCK` vectors for the transposed side's sums (:func:`flash_symmetric`)."""
+    return np.empty(KEY_BLOCK * lanes(np.dtype(dtype).itemsize), dtype=dtype)
+
+
+def _exp_nonpositive(z):  # type: ignore[no-untyped-def]  # pragma: no cover - replaced by the overload in compiled code
+    raise NotImplementedError
+
+
+@overload(_exp_nonpositive, jit_options={"fastmath": {"contract"}})
+def _exp_nonpositive_impl(z):  # type: ignore[no-untyped-def]
+    if z == types.float32:
+        return lambda z: exp32_nonpositive_scalar(z)
+    if z == types.float64:
+        return lambda z: exp_nonpositive_scalar(z)
+    return None
+
+
+@jit(fastmath={"contract"})
+def _exp_tile(tile, count):  # pragma: no cover - compiled
+    """``tile[:count] ← exp(tile[:count])`` (shifted scores, ≤ 0): a loop that vectorises."""
+    for t in range(count):
+        tile[t] = _exp_nonpositive(tile[t])
+
+
+@jit
+def _query_sums(tile, masses, sums, q0, k0, keys):  # pragma: no cover - compiled
+    """``sums[q0 + i] += Σ_k tile[k, i] masses[k0 + k]`` over the tile's ``keys`` rows (a one-row panel: the sums stay in registers)."""
+    size = tile.itemsize
+    block = 2 * (64 // size)
+    sum_panel(tile, np.int64(tile.ctypes.data), block, np.int64(masses.ctypes.data) + k0 * size, 1, 0,
+              np.int64(sums.ctypes.data) + q0 * size, 0, keys, 1)
+
+
+@jit(fastmath={"reassoc", "contract"})
+def _key_sums(tile, masses, sums, partial, q0, k0, keys, first, last):  # pragma: no cover - compiled
+    """The transposed side's sums ``sums[k0 + k] += Σ_i tile[k, i] masses[q0 + i]``, gathered lane-wise in ``partial``.
+
+    ``first``: ``partial`` is cleared first; ``last``: its rows' lanes are summed into ``sums``.
+    """
+    size = tile.itemsize
+    width = 64 // size
+    if first:
+        partial[: keys * width] = 0.0
+    weighted_rows(tile, np.int64(tile.ctypes.data), np.int64(masses.ctypes.data) + q0 * size, np.int64(partial.ctypes.data), keys)
+    if last:
+        for k in range(keys):
+            total = partial.dtype.type(0.0)
+            for lane in range(width):
+                total += partial[k * width + lane]
+            sums[k0 + k] += total
+
+
+@jit
+def _scores(queries, keys, tile, q0, k0, count):  # pragma: no cover - compiled
+    """``tile[k, i] = queries[q0 / block, :, i] · keys[k0 + k]`` for ``k < count`` (a multiple of the score panel's rows), ``i`` < the query block."""
+    width, block = queries.shape[1], queries.shape[2]
+    size = tile.itemsize
+    q = np.int64(queries.ctypes.data) + q0 * width * size
+    kk = np.int64(keys.ctypes.data) + k0 * width * size
+    t = np.int64(tile.ctypes.data)
+    for r in range(0, count, _SCORE_ROWS):
+        score_panel(tile, q, block, kk + r * width * size, 1, width, t + r * block * size, block, width, 0)
+
+
+@jit
+def _values(tile, values, acc, rows, term_stride, row_stride, first_value, first_row, terms):  # pragma: no cover - compiled
+    """``acc[first_row + r] += Σ_p tile[p·term_stride + r·row_stride] · values[first_value + p]`` for ``r < rows``, ``p < terms``.
+
+    With ``term_stride`` the query block and ``row_stride`` 1: the tile's queries against its keys' values
+    (:math:`E W`); with the strides exchanged: its keys against its queries' values (:math:`E^\\top W`).
+    ``rows`` is a multiple of the value panels' rows; every value coordinate is covered (two vectors at a time, one for a remainder).
+    """
+    dv = values.shape[1]
+    size = tile.itemsize
+    width = 64 // size
+    t = np.int64(tile.ctypes.data)
+    v = np.int64(values.ctypes.data) + first_value * dv * size
+    a = np.int64(acc.ctypes.data) + first_row * dv * size
+    for r in range(0, rows, _VALUE_ROWS):
+        b = t + r * row_stride * size
+        c = a + r * dv * size
+        j = 0
+        while j + 2 * width <= dv:
+            value_panel(tile, v + j * size, dv, b, term_stride, row_stride, c + j * size, dv, terms, 1)
+            j += 2 * width
+        if j < dv:
+            value_panel_half(tile, v + j * size, dv, b, term_stride, row_stride, c + j * size, dv, terms, 1)
+
+
+@jit
+def flash_rows(queries, keys, values, masses, acc, sums, tile, first, last, key_count):  # pragma: no cover - compiled
+    r"""Queries ``[first, last)`` (whole query blocks) against keys ``[0, key_count)`` (a multiple of :data:`PAD`): ``acc``, ``sums`` added to."""
+    block = 2 * (64 // tile.itemsize)
+    for q0 in range(first, last, block):
+        for k0 in range(0, key_count, KEY_BLOCK):
+            count = min(KEY_BLOCK, key_count - k0)
+            _scores(queries, keys, tile, q0, k0, count)
+            _exp_tile(tile, count * block)
+            _query_sums(tile, masses, sums, q0, k0, count)
+            _values(tile, values, acc, block, block, 1, k0, q0, count)
+
+
+@jit
+def flash_symmetric(queries, keys, values, masses, acc, sums, tile, partial, rows0, rows, cols0, cols):  # pragma: no cover - compiled
+    r"""Queries ``[rows0, rows0 + rows)`` against keys ``[cols0, cols0 + cols)`` of symmetric scores (``rows``, ``cols`` multiples of :data:`PAD`, ``cols`` at most :data:`KEY_BLOCK`).
+
+    Off the diagonal (``rows0 != cols0``; the two ranges then do not overlap) each tile serves both
+    sides: ``acc[I] += E W_J``, ``acc[J] += Eᵀ W_I`` and the sums of both.  On it the block is
+    computed whole, for its rows.  ``partial`` holds :data:`KEY_BLOCK` vectors.
+    """
+    block = 2 * (64 // tile.itemsize)
+    diagonal = rows0 == cols0
+    for q0 in range(rows0, rows0 + rows, block):
+        _scores(queries, keys, tile, q0, cols0, cols)
+        _exp_tile(tile, cols * block)
+        _query_sums(tile, masses, sums, q0, cols0, cols)
+        if not diagonal:
+            _key_sums(tile, masses, sums, partial, q0, cols0, cols, q0 == rows0, q0 + block >= rows0 + rows)
+            _values(tile, values, acc, cols, 1, block, q0, cols0, block)
+        _values(tile, values, acc, block, block, 1, cols0, q0, cols)
+
+
+@jit
+def flash_operands(x, bx, b_scale, vx, v_scale, a, beta, x_norm_max, symmetric, queries, keys, values, masses, shifts):  # pragma: no cover - compiled
+    r"""One head's operands in the layouts above, from ``bx`` (row ``i``: :math:`B_h^\top x_i / \texttt{b\_scale}`) and ``vx`` (:math:`V_h x_i / \texttt{v\_scale}`).
+
+    Writes the shifts :math:`c_i = \beta\|B_h^\top x_i\|\max_j\|x_j\|` into ``shifts`` and returns
+    :math:`\bar c = \max_i c_i`.  Rows: queries :math:`[\beta B_h^\top x_i \mid -c_i]` and keys
+    :math:`[x_j \mid 1]`, values :math:`a_j V_h x_j`, masses :math:`a_j`; ``symmetric``: queries
+    :math:`[\beta B_h x_i \mid -c_i/2 \mid 1]`, keys :math:`[x_j \mid 1 \mid -c_j/2]`, and values and masses
+    weighted by :math:`e^{(c_j-\bar c)/2}`.  The padding rows (from ``n`` to ``npad``) and columns are zeroed.
+    """
+    n, d = x.shape
+    npad = keys.shape[0]
+    dv = values.shape[1]
+    top = 0.0
+    for i in range(n):
+        total = 0.0
+        for k in range(d):
+            total += bx[i, k] * bx[i, k]
+        c = beta * abs(b_scale) * np.sqrt(total) * x_norm_max
+        shifts[i] = c
+        top = max(top, c)
+    zero = keys.dtype.type(0.0)
+    for i in range(n):
+        c = shifts[i]
+        weight = a[i] * np.exp(0.5 * (c - top)) if symmetric else a[i]
+        for k in range(d):
+            keys[i, k] = x[i, k]
+            values[i, k] = weight * v_scale * vx[i, k]
+        for k in range(d, dv):
+            values[i, k] = zero
+        keys[i, d] = 1.0
+        masses[i] = weight
+        if symmetric:
+            keys[i, d + 1] = -0.5 * c
+    block = queries.shape[2]
+    scale = beta * b_scale
+    for i in range(n):  # a query per column of its block
+        q, lane = i // block, i % block
+        for k in range(d):
+            queries[q, k, lane] = scale * bx[i, k]
+        if symmetric:
+            queries[q, d, lane] = -0.5 * shifts[i]
+            queries[q, d + 1, lane] = 1.0
+        else:
+            queries[q, d, lane] = -shifts[i]
+    for i in range(n, npad):
+        masses[i] = zero
+        for k in range(keys.shape[1]):
+            keys[i, k] = zero
+        for k in range(dv):
+            values[i, k] = zero
+        for k in range(queries.shape[1]):
+            queries[i // block, k, i % block] = zero
+    return top

@@ -1,0 +1,175 @@
+r"""Register-blocked GEMM panels written in LLVM IR: the inner loop of :mod:`meanfield.kernels.flash`.
+
+A *panel* computes a block of ``rows × (vectors · lanes)`` results held in vector registers
+through the whole sum,
+
+.. math::
+
+    C_{r,\ell} \leftarrow \sum_{p<k} b_{p,r}\,a_{p,\ell} \;(+\,C_{r,\ell}),
+    \qquad r < \texttt{rows},\ \ell < \texttt{vectors}\cdot\texttt{lanes},
+
+where each step ``p`` loads ``vectors`` contiguous vectors of ``a`` (its row ``p``), broadcasts
+``rows`` scalars of ``b``, and issues ``rows · vectors`` fused multiply-adds.  ``a``'s rows are
+``lda`` elements apart; ``b``'s element ``(p, r)`` is at ``b + p·sbp + r·sbr`` (any strides, so that
+the same panel reads the keys' rows, a tile of exponentials or its transpose without copying); ``C``'s
+rows are ``ldc`` apart.  Every address is an integer (``ndarray.ctypes.data`` plus a byte offset)
+and nothing is checked: the callers in :mod:`meanfield.kernels.flash` own the bounds.
+
+Why not BLAS: the attention tiles are small (32 queries × 192 keys × ``d + 2``), and OpenBLAS
+packs both operands on every call, which on such tiles cost more than the products (a flash
+loop over ``sgemm`` measured 3× slower than whole-row-block GEMMs).  These panels read their
+operands where they lie.  Measured alone on one core of an AVX-512 Xeon (float32, operands in L1/L2):
+118–168 GFLOP/s against 123–162 for OpenBLAS's ``sgemm`` on whole matrices.
+
+The lanes follow the element type of the ``like`` array passed first (16 float32 or 8 float64
+numbers per 512-bit vector); LLVM lowers the 512-bit vectors to two 256-bit halves on a processor
+without AVX-512 (correct, but then a ``rows × vectors`` block may not fit its 16 registers:
+:data:`meanfield.kernels.flash.FLASH_CPU` routes such machines to the BLAS path).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+__all__ = ["VECTOR_BYTES", "lanes", "make_panel", "score_panel", "sum_panel", "value_panel", "value_panel_half", "weighted_rows"]
+
+#: bytes per vector register (AVX-512)
+VECTOR_BYTES = 64
+
+
+def lanes(itemsize: int) -> int:
+    """Numbers per vector for elements of ``itemsize`` bytes (16 float32, 8 float64)."""
+    return VECTOR_BYTES // itemsize
+
+
+def make_panel(vectors: int, rows: int) -> Any:
+    """A numba intrinsic ``panel(like, a, lda, b, sbp, sbr, c, ldc, k, accumulate)`` for one block shape.
+
+    Parameters of the intrinsic (all integers but ``like``): ``like`` an array whose dtype
+    (float32 or float64) is the arithmetic; ``a``, ``b``, ``c`` byte addresses; ``lda``,
+    ``sbp``, ``sbr``, ``ldc`` strides in elements; ``k`` the length of the sum; ``accumulate``
+    nonzero to add to ``C`` instead of overwriting it.
+    """
+
+    @intrinsic
+    def panel(typingctx: Any, like: Any, a: Any, lda: Any, b: Any, sbp: Any, sbr: Any, c: Any, ldc: Any, k: Any, accumulate: Any) -> Any:
+        if not isinstance(like, types.Array) or like.dtype not in (types.float32, types.float64):
+            return None
+        integers = (a, lda, b, sbp, sbr, c, ldc, k, accumulate)
+        if not all(isinstance(arg, types.Integer) for arg in integers):
+            return None
+        itemsize = 4 if like.dtype == types.float32 else 8
+        width = lanes(itemsize)
+        signature = types.void(like, *integers)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:  # pragma: no cover - compiled
+            i64 = ir.IntType(64)
+            scalar = ir.FloatType() if itemsize == 4 else ir.DoubleType()
+            vector = ir.VectorType(scalar, width)
+            a_, lda_, b_, sbp_, sbr_, c_, ldc_, k_, accumulate_ = (
+                builder.sext(v, i64) if v.type.width < 64 else v for v in args[1:])
+            name = f"llvm.fma.v{width}{'f32' if itemsize == 4 else 'f64'}"
+            fma = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(vector, [vector] * 3), name)
+            size = ir.Constant(i64, itemsize)
+
+            def address(base: Any, offset: Any) -> Any:  # base + offset elements, as an integer
+                return builder.add(base, builder.mul(offset, size))
+
+            def vector_at(addr: Any) -> Any:
+                return builder.inttoptr(addr, vector.as_pointer())
+
+            # the accumulators live in allocas of the entry block, which LLVM promotes to registers
+            entry = builder.function.entry_basic_block
+            with builder.goto_block(entry):
+                builder.position_at_start(entry)
+                slots = [builder.alloca(vector) for _ in range(rows * vectors)]
+            c_rows = [address(c_, builder.mul(ldc_, ir.Constant(i64, r))) for r in range(rows)]
+            c_addr = [[address(c_rows[r], ir.Constant(i64, u * width)) for u in range(vectors)] for r in range(rows)]
+            keep = builder.icmp_signed("!=", accumulate_, ir.Constant(i64, 0))
+            zero = ir.Constant(vector, [0.0] * width)
+            with builder.if_else(keep) as (load_c, clear):
+                with load_c:
+                    for r in range(rows):
+                        for u in range(vectors):
+                            builder.store(builder.load(vector_at(c_addr[r][u]), align=itemsize), slots[r * vectors + u])
+                with clear:
+                    for slot in slots:
+                        builder.store(zero, slot)
+            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width)
+            from numba.core import cgutils
+
+            with cgutils.for_range(builder, k_) as loop:
+                p = loop.index
+                a_row = address(a_, builder.mul(p, lda_))
+                a_vectors = [builder.load(vector_at(address(a_row, ir.Constant(i64, u * width))), align=itemsize) for u in range(vectors)]
+                b_row = address(b_, builder.mul(p, sbp_))
+                for r in range(rows):
+                    value = builder.load(builder.inttoptr(address(b_row, builder.mul(sbr_, ir.Constant(i64, r))), scalar.as_pointer()), align=itemsize)
+                    splat = builder.shuffle_vector(builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(ir.IntType(32), 0)),
+                                                   ir.Constant(vector, ir.Undefined), splat_mask)
+                    for u in range(vectors):
+                        slot = slots[r * vectors + u]
+                        builder.store(builder.call(fma, [splat, a_vectors[u], builder.load(slot)]), slot)
+            for r in range(rows):
+                for u in range(vectors):
+                    builder.store(builder.load(slots[r * vectors + u]), vector_at(c_addr[r][u]), align=itemsize)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return panel
+
+
+@intrinsic
+def weighted_rows(typingctx: Any, like: Any, tile: Any, weights: Any, partial: Any, rows: Any) -> Any:
+    r"""``partial[k] += tile[k, :W] ∘ weights[:W] + tile[k, W:2W] ∘ weights[W:2W]`` for ``k < rows``, as vectors of ``W`` lanes.
+
+    ``tile`` has rows of two vectors; ``partial`` rows of one.  Each row's lanes are summed
+    later, once per key block (:func:`meanfield.kernels.flash.flash_symmetric`): the transposed side's
+    row sums without a horizontal sum per row (a reassociated loop took as long as the ``exp``).
+    """
+    if not isinstance(like, types.Array) or like.dtype not in (types.float32, types.float64):
+        return None
+    if not all(isinstance(arg, types.Integer) for arg in (tile, weights, partial, rows)):
+        return None
+    itemsize = 4 if like.dtype == types.float32 else 8
+    width = lanes(itemsize)
+    signature = types.void(like, tile, weights, partial, rows)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:  # pragma: no cover - compiled
+        from numba.core import cgutils
+
+        i64 = ir.IntType(64)
+        scalar = ir.FloatType() if itemsize == 4 else ir.DoubleType()
+        vector = ir.VectorType(scalar, width)
+        tile_, weights_, partial_, rows_ = (builder.sext(v, i64) if v.type.width < 64 else v for v in args[1:])
+        name = f"llvm.fma.v{width}{'f32' if itemsize == 4 else 'f64'}"
+        fma = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(vector, [vector] * 3), name)
+
+        def load(addr: Any) -> Any:
+            return builder.load(builder.inttoptr(addr, vector.as_pointer()), align=itemsize)
+
+        step = ir.Constant(i64, width * itemsize)
+        w0, w1 = load(weights_), load(builder.add(weights_, step))
+        with cgutils.for_range(builder, rows_) as loop:
+            k = loop.index
+            row = builder.add(tile_, builder.mul(k, ir.Constant(i64, 2 * width * itemsize)))
+            target = builder.inttoptr(builder.add(partial_, builder.mul(k, step)), vector.as_pointer())
+            total = builder.call(fma, [load(row), w0, builder.load(target, align=itemsize)])
+            total = builder.call(fma, [load(builder.add(row, step)), w1, total])
+            builder.store(total, target, align=itemsize)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+#: the score panel: 2 vectors of queries (32 float32, 16 float64) against 12 keys broadcast
+score_panel = make_panel(2, 12)
+#: the value panels: 2 vectors (1 for a remainder) of value coordinates against 8 rows broadcast
+value_panel = make_panel(2, 8)
+value_panel_half = make_panel(1, 8)
+#: the sums panel: a query block (two vectors) against one row of masses
+sum_panel = make_panel(2, 1)

@@ -1,0 +1,188 @@
+"""Register panels and flash tiles: the panels against NumPy products, the tiles' sums against dense sums,
+and the BLAS kernel with the tiles against the float64 NumPy twin and against its OpenBLAS path.
+
+The panels and tiles are called directly, so that they are checked on any processor; the dispatch
+(:data:`meanfield.kernels.flash.FLASH_CPU`) only decides whether ``velocity_blas`` takes them.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+import meanfield.kernels.blas as blas_module
+from meanfield.geometry.sphere import sample_uniform
+from meanfield.heads import HeadStack
+from meanfield.kernels import flash
+from meanfield.kernels.blas import velocity_blas
+from meanfield.kernels.panels import lanes, make_panel, weighted_rows
+from meanfield.kernels.reference import velocity_numpy
+
+_panel_3x5 = make_panel(3, 5)
+
+
+@numba.njit
+def _run_panel(a, b, c, accumulate, exchange):  # the panel over whole arrays: c[r] (+)= Σ_p b[p, r] a[p]
+    k = a.shape[0]
+    size = a.itemsize
+    rows = c.shape[0]
+    sbp, sbr = (1, k) if exchange else (rows, 1)  # b read as b[p, r] from a (k, rows) array or its transpose
+    _panel_3x5(a, np.int64(a.ctypes.data), a.shape[1], np.int64(b.ctypes.data), sbp, sbr,
+               np.int64(c.ctypes.data), c.shape[1], k, accumulate)
+
+
+@numba.njit
+def _run_weighted_rows(tile, weights, partial, rows):
+    weighted_rows(tile, np.int64(tile.ctypes.data), np.int64(weights.ctypes.data), np.int64(partial.ctypes.data), rows)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("accumulate", [0, 1])
+@pytest.mark.parametrize("exchange", [False, True])
+def test_panel_matches_numpy_product(dtype, accumulate, exchange):
+    rng = np.random.default_rng(1)
+    width = 3 * lanes(np.dtype(dtype).itemsize)
+    k = 37
+    a = rng.standard_normal((k, width)).astype(dtype)
+    b = rng.standard_normal((k, 5)).astype(dtype)
+    stored = np.ascontiguousarray(b.T) if exchange else b
+    c0 = rng.standard_normal((5, width)).astype(dtype)
+    c = c0.copy()
+    _run_panel(a, stored, c, accumulate, exchange)
+    expected = b.T.astype(float) @ a.astype(float) + (c0 if accumulate else 0.0)
+    tol = 1e-5 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(c, expected, rtol=0, atol=tol * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_weighted_rows_matches_numpy(dtype):
+    rng = np.random.default_rng(2)
+    width = lanes(np.dtype(dtype).itemsize)
+    tile = rng.random((11, 2 * width)).astype(dtype)
+    weights = rng.random(2 * width).astype(dtype)
+    partial = rng.random((11, width)).astype(dtype)
+    expected = partial + (tile * weights).reshape(11, 2, width).sum(axis=1)
+    _run_weighted_rows(tile, weights, partial, 11)
+    np.testing.assert_allclose(partial, expected, rtol=1e-6 if dtype == np.float32 else 1e-15)
+
+
+def _operands(x, B, V, a, beta, symmetric, dtype):
+    n, d = x.shape
+    npad, block, dv = flash.padded_rows(n), flash.query_block(dtype), flash.value_width(d, dtype)
+    width = d + 2 if symmetric else d + 1
+    queries = np.full((npad // block, width, block), np.nan, dtype)  # NaN: every entry must be written
+    keys = np.full((npad, width), np.nan, dtype)
+    values = np.full((npad, dv), np.nan, dtype)
+    masses = np.full(npad, np.nan, dtype)
+    shifts = np.empty(n)
+    top = flash.flash_operands(x, x @ B, 1.0, x @ V.T, 1.0, a, beta, 1.0, symmetric, queries, keys, values, masses, shifts)
+    return queries, keys, values, masses, shifts, top
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("n,d", [(7, 3), (300, 5), (500, 33)])
+def test_tiles_match_dense_sums(dtype, symmetric, n, d):
+    """acc_i = Σ_j E_ij W_j and z_i = Σ_j E_ij w_j against the dense sums (padding, partial key blocks, both sides)."""
+    rng = np.random.default_rng(n + d)
+    x = sample_uniform(n, d, seed=3)
+    B = rng.standard_normal((d, d)) / np.sqrt(d)
+    if symmetric:
+        B = B + B.T
+    V = rng.standard_normal((d, d))
+    a = rng.random(n)
+    a[::7] = 0.0
+    beta = 5.0
+    queries, keys, values, masses, shifts, top = _operands(x, B, V, a, beta, symmetric, dtype)
+    assert np.all(np.isfinite(queries)) and np.all(np.isfinite(keys)) and np.all(np.isfinite(values)) and np.all(np.isfinite(masses))
+    npad, dv = values.shape
+    acc = np.zeros((npad, dv), dtype)
+    sums = np.zeros(npad, dtype)
+    tile = flash.tile_buffer(dtype)
+    if symmetric:
+        partial = flash.partial_buffer(dtype)
+        starts = range(0, npad, flash.KEY_BLOCK)
+        for i in starts:
+            for j in starts:
+                if j >= i:
+                    flash.flash_symmetric(queries, keys, values, masses, acc, sums, tile, partial, i, min(flash.KEY_BLOCK, npad - i), j,
+                                          min(flash.KEY_BLOCK, npad - j))
+        shift = 0.5 * (shifts + top)
+    else:
+        flash.flash_rows(queries, keys, values, masses, acc, sums, tile, 0, npad, npad)
+        shift = shifts
+    scores = beta * (x @ B) @ x.T
+    np.testing.assert_allclose(shifts, beta * np.linalg.norm(x @ B, axis=1), rtol=1e-12)
+    weights = np.exp(scores - shift[:, None]) * a
+    expected_sums = weights.sum(axis=1)
+    expected_acc = weights @ (x @ V.T)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(sums[:n], expected_sums, rtol=0, atol=tol * expected_sums.max())
+    np.testing.assert_allclose(acc[:n, :d], expected_acc, rtol=0, atol=tol * np.abs(expected_acc).max())
+
+
+def _heads(d, H, symmetric, seed):
+    rng = np.random.default_rng(seed)
+    B = rng.standard_normal((H, d, d)) / np.sqrt(d)
+    if symmetric:
+        B = B + np.transpose(B, (0, 2, 1))
+    return HeadStack(B=B, V=rng.standard_normal((H, d, d)) / np.sqrt(d), w=np.linspace(1.0, 2.0, H))
+
+
+@pytest.mark.parametrize("kind", ["softmax", "unnormalized", "pooled"])
+@pytest.mark.parametrize("H", [1, 3])
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("masses", [False, True])
+def test_blas_kernel_with_tiles_matches_numpy(kind, H, symmetric, masses, monkeypatch):
+    """The float32 kernel on the flash tiles (forced on, whatever the processor) against the float64 twin and the OpenBLAS path."""
+    monkeypatch.setattr(blas_module, "FLASH_CPU", True)
+    n, d = 700, 24
+    x = sample_uniform(n, d, seed=5)
+    heads = _heads(d, H, symmetric, seed=6)
+    weights = np.random.default_rng(7).random(n) if masses else None
+    expected = velocity_numpy(x, heads, beta=4.0, kind=kind, weights=weights)
+    scale = np.abs(expected).max()
+    for threads in (1, 2):
+        tiles = velocity_blas(x, heads, beta=4.0, kind=kind, weights=weights, precision="float32", threads=threads)
+        np.testing.assert_allclose(tiles, expected, rtol=0, atol=2e-5 * scale)
+    products = velocity_blas(x, heads, beta=4.0, kind=kind, weights=weights, precision="float32", flash=False)
+    np.testing.assert_allclose(tiles, products, rtol=0, atol=2e-5 * scale)
+
+
+def test_scalar_heads_and_underflowing_rows(monkeypatch):
+    """B = λI and V = μI (no products formed), and rows whose shifted sums underflow in float32 (β‖B‖ large,
+    every mass far from the row's direction): those are redone exactly."""
+    monkeypatch.setattr(blas_module, "FLASH_CPU", True)
+    n, d = 400, 16
+    x = sample_uniform(n, d, seed=8)
+    heads = HeadStack(B=2.0 * np.eye(d)[None], V=-0.5 * np.eye(d)[None])
+    expected = velocity_numpy(x, heads, beta=3.0)
+    got = velocity_blas(x, heads, beta=3.0, precision="float32")
+    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-5 * np.abs(expected).max())
+    weights = np.zeros(n)
+    weights[:5] = 1.0  # the mass sits on five tokens: most rows see none of it near their direction
+    general = HeadStack(B=np.random.default_rng(9).standard_normal((1, d, d)), V=np.eye(d)[None])
+    expected = velocity_numpy(x, general, beta=60.0, weights=weights)
+    got = velocity_blas(x, general, beta=60.0, weights=weights, precision="float32")
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+
+
+def test_dispatch_follows_the_processor_and_the_limits(monkeypatch):
+    """The tiles run for float32 at d ≤ FLASH_MAX_D on a processor with AVX-512, and never with a mask, relu or float64."""
+    calls = []
+    monkeypatch.setattr(blas_module, "FLASH_CPU", True)
+    monkeypatch.setattr(blas_module, "_flash_velocity", lambda *args, **kwargs: calls.append(args[1].shape))
+    heads = HeadStack(B=np.eye(8)[None], V=np.eye(8)[None])
+    x = sample_uniform(64, 8, seed=0)
+    velocity_blas(x, heads, beta=1.0, precision="float32")
+    assert calls == [(64, 8)]
+    velocity_blas(x, heads, beta=1.0, precision="float64")
+    velocity_blas(x, heads, beta=1.0, precision="float32", mask="causal")
+    velocity_blas(x, heads, beta=1.0, precision="float32", kind="relu")
+    velocity_blas(x, heads, beta=1.0, precision="float32", flash=False)
+    wide = flash.FLASH_MAX_D + 1
+    velocity_blas(sample_uniform(64, wide, seed=0), HeadStack(B=np.eye(wide)[None], V=np.eye(wide)[None]), beta=1.0, precision="float32")
+    assert calls == [(64, 8)]
+    monkeypatch.setattr(blas_module, "FLASH_CPU", False)
+    velocity_blas(x, heads, beta=1.0, precision="float32")
+    assert calls == [(64, 8)]
