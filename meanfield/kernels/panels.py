@@ -32,6 +32,7 @@ from typing import Any
 
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = ["VECTOR_BYTES", "lanes", "make_panel", "score_panel", "sum_panel", "value_panel", "value_panel_half", "weighted_rows"]
@@ -43,6 +44,12 @@ VECTOR_BYTES = 64
 def lanes(itemsize: int) -> int:
     """Numbers per vector for elements of ``itemsize`` bytes (16 float32, 8 float64)."""
     return VECTOR_BYTES // itemsize
+
+
+def _fma(builder: Any, vector: Any, width: int, itemsize: int) -> Any:
+    """LLVM's fused multiply-add on ``vector`` (declared in the module once)."""
+    name = f"llvm.fma.v{width}{'f32' if itemsize == 4 else 'f64'}"
+    return builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(vector, [vector] * 3), name)
 
 
 def make_panel(vectors: int, rows: int) -> Any:
@@ -71,8 +78,7 @@ def make_panel(vectors: int, rows: int) -> Any:
             vector = ir.VectorType(scalar, width)
             a_, lda_, b_, sbp_, sbr_, c_, ldc_, k_, accumulate_ = (
                 builder.sext(v, i64) if v.type.width < 64 else v for v in args[1:])
-            name = f"llvm.fma.v{width}{'f32' if itemsize == 4 else 'f64'}"
-            fma = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(vector, [vector] * 3), name)
+            fma = _fma(builder, vector, width, itemsize)
             size = ir.Constant(i64, itemsize)
 
             def address(base: Any, offset: Any) -> Any:  # base + offset elements, as an integer
@@ -99,8 +105,6 @@ def make_panel(vectors: int, rows: int) -> Any:
                     for slot in slots:
                         builder.store(zero, slot)
             splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width)
-            from numba.core import cgutils
-
             with cgutils.for_range(builder, k_) as loop:
                 p = loop.index
                 a_row = address(a_, builder.mul(p, lda_))
@@ -140,14 +144,11 @@ def weighted_rows(typingctx: Any, like: Any, tile: Any, weights: Any, partial: A
     signature = types.void(like, tile, weights, partial, rows)
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:  # pragma: no cover - compiled
-        from numba.core import cgutils
-
         i64 = ir.IntType(64)
         scalar = ir.FloatType() if itemsize == 4 else ir.DoubleType()
         vector = ir.VectorType(scalar, width)
         tile_, weights_, partial_, rows_ = (builder.sext(v, i64) if v.type.width < 64 else v for v in args[1:])
-        name = f"llvm.fma.v{width}{'f32' if itemsize == 4 else 'f64'}"
-        fma = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(vector, [vector] * 3), name)
+        fma = _fma(builder, vector, width, itemsize)
 
         def load(addr: Any) -> Any:
             return builder.load(builder.inttoptr(addr, vector.as_pointer()), align=itemsize)
