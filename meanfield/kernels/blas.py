@@ -909,14 +909,13 @@ def velocity_blas(
     out = np.zeros((n, d))
     scale_B = [identity_multiple(b) for b in heads.B]
     scale_V = [identity_multiple(v) for v in heads.V]
+    symmetric_scores = all(lam is not None or _is_symmetric(b) for lam, b in zip(scale_B, heads.B))
     if flash and FLASH_CPU and dtype == np.float32 and d <= FLASH_MAX_D and not causal and kind != "relu":
-        symmetric_scores = all(lam is not None or _is_symmetric(b) for lam, b in zip(scale_B, heads.B))
         with one_blas_thread():
             _flash_velocity(out, x, heads, beta, kind, a, dtype, threads or threads_for(float(n) * n * heads.H),
                             symmetric_scores, scale_B, scale_V, float(_row_norms(x).max()))
         return out
-    symmetric = (not causal and kind != "relu" and n >= 2 * TILE
-                 and all(lam is not None or _is_symmetric(b) for lam, b in zip(scale_B, heads.B)))
+    symmetric = not causal and kind != "relu" and n >= 2 * TILE and symmetric_scores
     # rhs: [x | 1]ᵀ, so that [beta x B | -c] @ rhs = beta s - c (symmetric layout: _operand_rows).  The
     # operands live in buffers reused across calls (thread_buffer), filled row block by row block on the pool.
     width = d + 2 if symmetric else d + 1
