@@ -832,8 +832,12 @@ def _flash_velocity(
                                    symmetric, queries[h], keys[h], values[h], masses[h], shifts[h]))
     items = _flash_items(npad, block, symmetric, threads)
     threads = min(threads, len(items))
-    shared = np.zeros((H, npad, dv), dtype) if not symmetric else None
-    shared_sums = np.zeros((H, npad), dtype) if not symmetric else None
+    shared = shared_sums = None  # without symmetry the threads' query ranges are disjoint: one set of accumulators
+    if not symmetric:  # reused buffers: no fresh pages per call
+        shared = thread_buffer(H * npad * dv, dtype, "flash shared accumulator").reshape(H, npad, dv)
+        shared_sums = thread_buffer(H * npad, dtype, "flash shared sums").reshape(H, npad)
+        shared.fill(0.0)
+        shared_sums.fill(0.0)
     parts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}  # by thread: accumulators, sums, tile, partial sums
 
     def stage(item: tuple[int, int, int, int]) -> None:
