@@ -42,6 +42,7 @@ pool hand-off per stage, and 1.3–1.4× at n = 2048, d = 384 in float32 (where 
 """
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,7 +54,7 @@ import numpy as np
 
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.fused import exp_nonpositive_scalar
-from meanfield.kernels.flash import FLASH_CPU, FLASH_MAX_D, KEY_BLOCK, flash_operands, flash_rows, flash_symmetric, padded_rows, query_block, value_width
+from meanfield.kernels.flash import FLASH_CPU, FLASH_MAX_D, KEY_BLOCK, flash_fill, flash_rows, flash_shifts, flash_symmetric, padded_rows, query_block, value_width
 from meanfield.kernels.fused32 import exp32_nonpositive_scalar
 from meanfield.kernels.gemm import gemm_address, gemm_into
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
@@ -216,6 +217,53 @@ def _add_softmax_rows(blk, acc):  # pragma: no cover - compiled
         inverse = 1.0 / acc[i, d]
         for j in range(d):
             blk[i, j] += acc[i, j] * inverse
+
+
+@jit
+def _gather_flash_sums(parts, part_sums, slots, h, first, last, acc):  # pragma: no cover - compiled
+    """``acc[i] = Σ_s [parts[s, h, i, :d] | part_sums[s, h, i]]`` over the first ``slots`` threads' accumulators, rows ``[first, last)``; returns the smallest sum."""
+    d = acc.shape[1] - 1
+    low = np.inf
+    for i in range(first, last):
+        for k in range(d):
+            acc[i, k] = 0.0
+        acc[i, d] = 0.0
+        for s in range(slots):
+            for k in range(d):
+                acc[i, k] += parts[s, h, i, k]
+            acc[i, d] += part_sums[s, h, i]
+        low = min(low, acc[i, d])
+    return low
+
+
+@jit
+def _smallest_flash_sum(part_sums, slots, h, first, last):  # pragma: no cover - compiled
+    """The smallest row sum ``Σ_s part_sums[s, h, i]`` over rows ``[first, last)``."""
+    low = np.inf
+    for i in range(first, last):
+        total = 0.0
+        for s in range(slots):
+            total += part_sums[s, h, i]
+        low = min(low, total)
+    return low
+
+
+@jit
+def _add_softmax_from_parts(parts, part_sums, slots, h, first, out):  # pragma: no cover - compiled
+    """``out[i] += Σ_s parts[s, h, first + i, :d] / Σ_s part_sums[s, h, first + i]``: a softmax head's velocity straight from the threads' sums."""
+    rows, d = out.shape
+    row = np.empty(d)
+    for i in range(rows):
+        total = 0.0
+        for k in range(d):
+            row[k] = 0.0
+        for s in range(slots):
+            total += part_sums[s, h, first + i]
+            for k in range(d):
+                row[k] += parts[s, h, first + i, k]
+        inverse = 1.0 / total
+        for k in range(d):
+            out[i, k] += row[k] * inverse
 
 
 def _numpy_exp64_is_vectorised() -> bool:
@@ -807,10 +855,16 @@ def _flash_velocity(
 ) -> None:
     r"""The velocity by the flash tiles of :mod:`meanfield.kernels.flash` (no mask, the exponential laws).
 
-    Per head, the operands in the tiles' layouts (:func:`~meanfield.kernels.flash.flash_operands`),
-    then the tiles on the pool: query ranges against every key, or with every :math:`B_h` symmetric
-    the upper triangle of key-block pairs, each thread adding into its own accumulators.  Then, as on
-    the BLAS path, the rows whose sum underflowed are redone exactly and the heads added.
+    Four stages, by ranges of whole query blocks but for the tiles (on the pool above
+    :data:`PARALLEL_STAGE_ELEMENTS`; below it in this thread, cheaper than a hand-off): the rows'
+    products with :math:`B_h` and :math:`V_h` and their shifts
+    (:func:`~meanfield.kernels.flash.flash_shifts`); the operands in the tiles' layouts
+    (:func:`~meanfield.kernels.flash.flash_fill`, which needs the largest shift); the tiles, on the
+    pool, query ranges against every key or with every :math:`B_h` symmetric the upper triangle of
+    key-block pairs, each thread adding into its own slot of the accumulators; then the slots
+    added, the rows whose sum underflowed redone exactly (as on the BLAS path) and the heads
+    added: a softmax head without such rows straight from the slots.  Every buffer is reused
+    across calls (:func:`thread_buffer`).
     """
     n, d = x.shape
     npad = padded_rows(n)
@@ -822,59 +876,83 @@ def _flash_velocity(
     keys = [thread_buffer(npad * width, dtype, f"flash keys{h}").reshape(npad, width) for h in range(H)]
     values = [thread_buffer(npad * dv, dtype, f"flash values{h}").reshape(npad, dv) for h in range(H)]
     masses = [thread_buffer(npad, dtype, f"flash masses{h}") for h in range(H)]
-    shifts = [np.empty(n) for _ in range(H)]
-    tops = []
-    for h in range(H):
-        lam, mu = scale_B[h], scale_V[h]
-        bx = x if lam is not None else x @ heads.B[h]  # row i: (B_hᵀ x_i)ᵀ
-        vx = x if mu is not None else x @ heads.V[h].T
-        tops.append(flash_operands(x, bx, 1.0 if lam is None else lam, vx, 1.0 if mu is None else mu, a, beta, x_norm_max,
-                                   symmetric, queries[h], keys[h], values[h], masses[h], shifts[h]))
+    bxs = [x if scale_B[h] is not None else thread_buffer(n * d, np.float64, f"flash bx{h}").reshape(n, d) for h in range(H)]
+    vxs = [x if scale_V[h] is not None else thread_buffer(n * d, np.float64, f"flash vx{h}").reshape(n, d) for h in range(H)]
+    shifts = [thread_buffer(n, np.float64, f"flash shifts{h}") for h in range(H)]
     items = _flash_items(npad, block, symmetric, threads)
     threads = min(threads, len(items))
-    shared = shared_sums = None  # without symmetry the threads' query ranges are disjoint: one set of accumulators
-    if not symmetric:  # reused buffers: no fresh pages per call
-        shared = thread_buffer(H * npad * dv, dtype, "flash shared accumulator").reshape(H, npad, dv)
-        shared_sums = thread_buffer(H * npad, dtype, "flash shared sums").reshape(H, npad)
-        shared.fill(0.0)
-        shared_sums.fill(0.0)
-    parts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}  # by thread: accumulators, sums, tile, partial sums
+    stage_threads = threads if _stages_on_pool(n, d, H) else 1
+    step = -(-npad // (2 * block * stage_threads)) * block  # about two row ranges per thread, whole query blocks
+    ranges = [slice(s, min(npad, s + step)) for s in range(0, npad, step)] if stage_threads > 1 else [slice(0, npad)]
+    scales = [(1.0 if lam is None else lam, 1.0 if mu is None else mu) for lam, mu in zip(scale_B, scale_V)]
 
-    def stage(item: tuple[int, int, int, int]) -> None:
+    def shift_rows(rows: slice) -> None:
+        real = slice(rows.start, min(rows.stop, n))
+        for h in range(H):
+            if scale_B[h] is None and real.stop > real.start:
+                np.matmul(x[real], heads.B[h], out=bxs[h][real])  # row i: (B_hᵀ x_i)ᵀ
+            if scale_V[h] is None and real.stop > real.start:
+                np.matmul(x[real], heads.V[h].T, out=vxs[h][real])
+            flash_shifts(bxs[h], scales[h][0], beta, x_norm_max, shifts[h], real.start, real.stop)
+
+    def fill_rows(rows: slice) -> None:
+        for h in range(H):
+            top = float(shifts[h].max())
+            flash_fill(x, bxs[h], scales[h][0], vxs[h], scales[h][1], a, beta, top, symmetric,
+                       queries[h], keys[h], values[h], masses[h], shifts[h], rows.start, rows.stop)
+
+    slots = threads if symmetric else 1  # without symmetry the threads' query ranges are disjoint: one set of accumulators
+    parts = thread_buffer(slots * H * npad * dv, dtype, "flash accumulators").reshape(slots, H, npad, dv)  # reused: no fresh pages per call
+    part_sums = thread_buffer(slots * H * npad, dtype, "flash sums").reshape(slots, H, npad)
+    if not symmetric:
+        parts.fill(0.0)
+        part_sums.fill(0.0)
+    claimed: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}  # by thread: its slot, tile and partial sums
+    next_slot = itertools.count()
+
+    def tile_rows(item: tuple[int, int, int, int]) -> None:
         rows0, rows, cols0, cols = item
         ident = threading.get_ident()
-        if ident not in parts:
+        if ident not in claimed:
+            slot = next(next_slot) if symmetric else 0
             if symmetric:
-                acc = thread_buffer(H * npad * dv, dtype, "flash accumulator").reshape(H, npad, dv)
-                sums = thread_buffer(H * npad, dtype, "flash sums").reshape(H, npad)
-                acc.fill(0.0)
-                sums.fill(0.0)
-            else:
-                acc, sums = shared, shared_sums
-            parts[ident] = (acc, sums, thread_buffer(KEY_BLOCK * block, dtype, "flash tile"),
-                            thread_buffer(KEY_BLOCK * block // 2, dtype, "flash partial"))
-        acc, sums, tile, partial = parts[ident]
+                parts[slot].fill(0.0)
+                part_sums[slot].fill(0.0)
+            claimed[ident] = (slot, thread_buffer(KEY_BLOCK * block, dtype, "flash tile"), thread_buffer(KEY_BLOCK * block // 2, dtype, "flash partial"))
+        slot, tile, partial = claimed[ident]
+        acc, sums = parts[slot], part_sums[slot]
         for h in range(H):
             if symmetric:
                 flash_symmetric(queries[h], keys[h], values[h], masses[h], acc[h], sums[h], tile, partial, rows0, rows, cols0, cols)
             else:
                 flash_rows(queries[h], keys[h], values[h], masses[h], acc[h], sums[h], tile, rows0, rows0 + rows, cols)
 
-    run_on_threads(stage, items, threads)
-    results = list(parts.values()) if symmetric else [(shared, shared_sums, None, None)]
     underflow = _UNDERFLOW[np.dtype(dtype).char]
-    accs, row_shifts = [], []
-    for h in range(H):
-        acc = np.empty((n, d + 1))
-        acc[:, :d] = results[0][0][h, :n, :d]
-        acc[:, d] = results[0][1][h, :n]
-        for part, sums, _, _ in results[1:]:
-            acc[:, :d] += part[h, :n, :d]
-            acc[:, d] += sums[h, :n]
-        shift = 0.5 * (shifts[h] + tops[h]) if symmetric else shifts[h]
-        row_shifts.append(_exact_where_underflow(acc, shift, 0, x, heads.B[h], heads.V[h], a, beta, underflow, False))
-        accs.append(acc)
-    _add_heads(out, accs, row_shifts, heads, kind)
+    accs = [thread_buffer(n * (d + 1), np.float64, f"flash head sums{h}").reshape(n, d + 1) for h in range(H)]  # reused: no fresh pages per call
+
+    def finish_rows(rows: slice) -> None:  # the threads' sums added, rows that underflowed redone, the heads added
+        rows = slice(rows.start, min(rows.stop, n))
+        if rows.stop <= rows.start:
+            return
+        used = len(claimed) if symmetric else 1
+        if kind == "softmax" and all(_smallest_flash_sum(part_sums, used, h, rows.start, rows.stop) >= underflow for h in range(H)):
+            for h in range(H):  # the common case: no row to redo, no shift needed
+                _add_softmax_from_parts(parts, part_sums, used, h, rows.start, out[rows])
+            return
+        fixed = []
+        for h in range(H):
+            shift = shifts[h][rows]
+            if symmetric:
+                shift = 0.5 * (shift + float(shifts[h].max()))
+            if _gather_flash_sums(parts, part_sums, used, h, rows.start, rows.stop, accs[h]) < underflow:
+                shift = _exact_where_underflow(accs[h][rows], shift, rows.start, x, heads.B[h], heads.V[h], a, beta, underflow, False)
+            fixed.append(shift)
+        _add_heads(out[rows], [acc[rows] for acc in accs], fixed, heads, kind)
+
+    run_on_threads(shift_rows, ranges, stage_threads)
+    run_on_threads(fill_rows, ranges, stage_threads)
+    run_on_threads(tile_rows, items, threads)
+    run_on_threads(finish_rows, ranges, stage_threads)
 
 
 def velocity_blas(

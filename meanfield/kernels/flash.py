@@ -49,20 +49,22 @@ from numba.extending import overload
 from meanfield.kernels.fused import exp_nonpositive_scalar
 from meanfield.kernels.fused32 import exp32_nonpositive_scalar
 from meanfield.kernels.jit import jit
-from meanfield.kernels.panels import lanes, score_panel, sum_panel, value_panel, value_panel_half, weighted_rows
+from meanfield.kernels.panels import lanes, score_panel, score_panel_tail, sum_panel, value_panel, value_panel_half, weighted_rows
 
 __all__ = ["QUERY_BLOCK", "KEY_BLOCK", "PAD", "FLASH_CPU", "FLASH_MAX_D", "query_block", "padded_rows", "value_width",
-           "flash_rows", "flash_symmetric", "flash_operands", "tile_buffer", "partial_buffer"]
+           "flash_rows", "flash_symmetric", "flash_operands", "flash_shifts", "flash_fill", "tile_buffer", "partial_buffer"]
 
-#: the rows (queries and keys) are padded to a multiple of this: of the score panel's 12 keys, the value
-#: panels' 8 rows and every query block (32 float32, 16 float64)
-PAD = 96
+#: the rows (queries and keys) are padded to a multiple of this: of every query block (32 float32, 16
+#: float64), of the value panels' 8 rows and of the score panels' 12 or 4 keys (at n = 1024, 96 rows
+#: had cost 6 % in padding)
+PAD = 32
 #: keys per tile (at most): a multiple of :data:`PAD`
 KEY_BLOCK = 192
 #: queries per tile by dtype character: the score panel's two vectors of lanes
 QUERY_BLOCK = {"f": 2 * lanes(4), "d": 2 * lanes(8)}
 #: rows of the score panel (keys broadcast) and of the value panels
 _SCORE_ROWS = 12
+_SCORE_TAIL_ROWS = 4
 _VALUE_ROWS = 8
 
 
@@ -163,14 +165,17 @@ def _key_sums(tile, masses, sums, partial, q0, k0, keys, first, last):  # pragma
 
 @jit
 def _scores(queries, keys, tile, q0, k0, count):  # pragma: no cover - compiled
-    """``tile[k, i] = queries[q0 / block, :, i] · keys[k0 + k]`` for ``k < count`` (a multiple of the score panel's rows), ``i`` < the query block."""
+    """``tile[k, i] = queries[q0 / block, :, i] · keys[k0 + k]`` for ``k < count`` (a multiple of 4), ``i`` < the query block."""
     width, block = queries.shape[1], queries.shape[2]
     size = tile.itemsize
     q = np.int64(queries.ctypes.data) + q0 * width * size
     kk = np.int64(keys.ctypes.data) + k0 * width * size
     t = np.int64(tile.ctypes.data)
-    for r in range(0, count, _SCORE_ROWS):
+    whole = count - count % _SCORE_ROWS
+    for r in range(0, whole, _SCORE_ROWS):
         score_panel(tile, q, block, kk + r * width * size, 1, width, t + r * block * size, block, width, 0)
+    for r in range(whole, count, _SCORE_TAIL_ROWS):
+        score_panel_tail(tile, q, block, kk + r * width * size, 1, width, t + r * block * size, block, width, 0)
 
 
 @jit
@@ -232,28 +237,32 @@ def flash_symmetric(queries, keys, values, masses, acc, sums, tile, partial, row
 
 
 @jit
-def flash_operands(x, bx, b_scale, vx, v_scale, a, beta, x_norm_max, symmetric, queries, keys, values, masses, shifts):  # pragma: no cover - compiled
-    r"""One head's operands in the layouts above, from ``bx`` (row ``i``: :math:`B_h^\top x_i / \texttt{b\_scale}`) and ``vx`` (:math:`V_h x_i / \texttt{v\_scale}`).
-
-    Writes the shifts :math:`c_i = \beta\|B_h^\top x_i\|\max_j\|x_j\|` into ``shifts`` and returns
-    :math:`\bar c = \max_i c_i`.  Rows: queries :math:`[\beta B_h^\top x_i \mid -c_i]` and keys
-    :math:`[x_j \mid 1]`, values :math:`a_j V_h x_j`, masses :math:`a_j`; ``symmetric``: queries
-    :math:`[\beta B_h x_i \mid -c_i/2 \mid 1]`, keys :math:`[x_j \mid 1 \mid -c_j/2]`, and values and masses
-    weighted by :math:`e^{(c_j-\bar c)/2}`.  The padding rows (from ``n`` to ``npad``) and columns are zeroed.
-    """
-    n, d = x.shape
-    npad = keys.shape[0]
-    dv = values.shape[1]
+def flash_shifts(bx, b_scale, beta, x_norm_max, shifts, first, last):  # pragma: no cover - compiled
+    r"""The shifts :math:`c_i = \beta\|B_h^\top x_i\|\max_j\|x_j\|` of rows ``[first, last)`` into ``shifts`` (``bx`` as in :func:`flash_operands`); returns their largest."""
+    d = bx.shape[1]
     top = 0.0
-    for i in range(n):
+    for i in range(first, last):
         total = 0.0
         for k in range(d):
             total += bx[i, k] * bx[i, k]
         c = beta * abs(b_scale) * np.sqrt(total) * x_norm_max
         shifts[i] = c
         top = max(top, c)
+    return top
+
+
+@jit
+def flash_fill(x, bx, b_scale, vx, v_scale, a, beta, top, symmetric, queries, keys, values, masses, shifts, first, last):  # pragma: no cover - compiled
+    r"""Rows ``[first, last)`` of the operands of :func:`flash_operands`, their shifts already in ``shifts`` and ``top`` the largest of all.
+
+    Rows from ``n`` on (up to ``npad``) are the zero padding.
+    """
+    n, d = x.shape
+    dv = values.shape[1]
     zero = keys.dtype.type(0.0)
-    for i in range(n):
+    block = queries.shape[2]
+    scale = beta * b_scale
+    for i in range(first, min(last, n)):
         c = shifts[i]
         weight = a[i] * np.exp(0.5 * (c - top)) if symmetric else a[i]
         for k in range(d):
@@ -265,18 +274,15 @@ def flash_operands(x, bx, b_scale, vx, v_scale, a, beta, x_norm_max, symmetric, 
         masses[i] = weight
         if symmetric:
             keys[i, d + 1] = -0.5 * c
-    block = queries.shape[2]
-    scale = beta * b_scale
-    for i in range(n):  # a query per column of its block
-        q, lane = i // block, i % block
+        q, lane = i // block, i % block  # a query per column of its block
         for k in range(d):
             queries[q, k, lane] = scale * bx[i, k]
         if symmetric:
-            queries[q, d, lane] = -0.5 * shifts[i]
+            queries[q, d, lane] = -0.5 * c
             queries[q, d + 1, lane] = 1.0
         else:
-            queries[q, d, lane] = -shifts[i]
-    for i in range(n, npad):
+            queries[q, d, lane] = -c
+    for i in range(max(first, n), last):
         masses[i] = zero
         for k in range(keys.shape[1]):
             keys[i, k] = zero
@@ -284,4 +290,20 @@ def flash_operands(x, bx, b_scale, vx, v_scale, a, beta, x_norm_max, symmetric, 
             values[i, k] = zero
         for k in range(queries.shape[1]):
             queries[i // block, k, i % block] = zero
+
+
+@jit
+def flash_operands(x, bx, b_scale, vx, v_scale, a, beta, x_norm_max, symmetric, queries, keys, values, masses, shifts):  # pragma: no cover - compiled
+    r"""One head's operands in the layouts above, from ``bx`` (row ``i``: :math:`B_h^\top x_i / \texttt{b\_scale}`) and ``vx`` (:math:`V_h x_i / \texttt{v\_scale}`).
+
+    Writes the shifts :math:`c_i = \beta\|B_h^\top x_i\|\max_j\|x_j\|` into ``shifts`` and returns
+    :math:`\bar c = \max_i c_i`.  Rows: queries :math:`[\beta B_h^\top x_i \mid -c_i]` and keys
+    :math:`[x_j \mid 1]`, values :math:`a_j V_h x_j`, masses :math:`a_j`; ``symmetric``: queries
+    :math:`[\beta B_h x_i \mid -c_i/2 \mid 1]`, keys :math:`[x_j \mid 1 \mid -c_j/2]`, and values and masses
+    weighted by :math:`e^{(c_j-\bar c)/2}`.  The padding rows (from ``n`` to ``npad``) and columns are zeroed.
+    The two passes, :func:`flash_shifts` then :func:`flash_fill`, may also run on row ranges.
+    """
+    n = x.shape[0]
+    top = flash_shifts(bx, b_scale, beta, x_norm_max, shifts, 0, n)
+    flash_fill(x, bx, b_scale, vx, v_scale, a, beta, top, symmetric, queries, keys, values, masses, shifts, 0, keys.shape[0])
     return top

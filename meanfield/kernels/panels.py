@@ -35,7 +35,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["VECTOR_BYTES", "lanes", "make_panel", "score_panel", "sum_panel", "value_panel", "value_panel_half", "weighted_rows"]
+__all__ = ["VECTOR_BYTES", "lanes", "make_panel", "score_panel", "score_panel_tail", "sum_panel", "value_panel", "value_panel_half", "weighted_rows"]
 
 #: bytes per vector register (AVX-512)
 VECTOR_BYTES = 64
@@ -169,6 +169,8 @@ def weighted_rows(typingctx: Any, like: Any, tile: Any, weights: Any, partial: A
 
 #: the score panel: 2 vectors of queries (32 float32, 16 float64) against 12 keys broadcast
 score_panel = make_panel(2, 12)
+#: the score panel of a key block's last keys (a multiple of 4 where the block is not one of 12)
+score_panel_tail = make_panel(2, 4)
 #: the value panels: 2 vectors (1 for a remainder) of value coordinates against 8 rows broadcast
 value_panel = make_panel(2, 8)
 value_panel_half = make_panel(1, 8)

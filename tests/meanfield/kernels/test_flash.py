@@ -121,6 +121,28 @@ def test_tiles_match_dense_sums(dtype, symmetric, n, d):
     np.testing.assert_allclose(acc[:n, :d], expected_acc, rtol=0, atol=tol * np.abs(expected_acc).max())
 
 
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_operands_by_row_ranges_match_one_pass(symmetric):
+    """flash_shifts then flash_fill over row ranges (in any order, padding last) write what flash_operands writes in one pass."""
+    n, d, dtype = 150, 6, np.float32
+    rng = np.random.default_rng(4)
+    x = sample_uniform(n, d, seed=4)
+    B, V = rng.standard_normal((d, d)), rng.standard_normal((d, d))
+    a = rng.random(n)
+    whole = _operands(x, B, V, a, 3.0, symmetric, dtype)
+    queries, keys, values, masses = (np.full_like(array, np.nan) for array in whole[:4])
+    shifts = np.empty(n)
+    bx, vx = x @ B, x @ V.T
+    npad = keys.shape[0]
+    ranges = [(64, 128), (0, 64), (128, npad)]
+    tops = [flash.flash_shifts(bx, 1.0, 3.0, 1.0, shifts, first, min(last, n)) for first, last in ranges]
+    for first, last in ranges:
+        flash.flash_fill(x, bx, 1.0, vx, 1.0, a, 3.0, max(tops), symmetric, queries, keys, values, masses, shifts, first, last)
+    assert max(tops) == whole[5]
+    for got, expected in zip((queries, keys, values, masses, shifts), whole[:5]):
+        np.testing.assert_array_equal(got, expected)
+
+
 def _heads(d, H, symmetric, seed):
     rng = np.random.default_rng(seed)
     B = rng.standard_normal((H, d, d)) / np.sqrt(d)
@@ -133,9 +155,13 @@ def _heads(d, H, symmetric, seed):
 @pytest.mark.parametrize("H", [1, 3])
 @pytest.mark.parametrize("symmetric", [False, True])
 @pytest.mark.parametrize("masses", [False, True])
-def test_blas_kernel_with_tiles_matches_numpy(kind, H, symmetric, masses, monkeypatch):
-    """The float32 kernel on the flash tiles (forced on, whatever the processor) against the float64 twin and the OpenBLAS path."""
+@pytest.mark.parametrize("stages_on_pool", [False, True], ids=["stages in one thread", "stages on the pool"])
+def test_blas_kernel_with_tiles_matches_numpy(kind, H, symmetric, masses, stages_on_pool, monkeypatch):
+    """The float32 kernel on the flash tiles (forced on, whatever the processor) against the float64 twin and the
+    OpenBLAS path; the stages around the tiles in the calling thread, or by row ranges on the pool."""
     monkeypatch.setattr(blas_module, "FLASH_CPU", True)
+    if stages_on_pool:
+        monkeypatch.setattr(blas_module, "PARALLEL_STAGE_ELEMENTS", 0)
     n, d = 700, 24
     x = sample_uniform(n, d, seed=5)
     heads = _heads(d, H, symmetric, seed=6)
@@ -149,10 +175,13 @@ def test_blas_kernel_with_tiles_matches_numpy(kind, H, symmetric, masses, monkey
     np.testing.assert_allclose(tiles, products, rtol=0, atol=2e-5 * scale)
 
 
-def test_scalar_heads_and_underflowing_rows(monkeypatch):
+@pytest.mark.parametrize("stages_on_pool", [False, True], ids=["stages in one thread", "stages on the pool"])
+def test_scalar_heads_and_underflowing_rows(stages_on_pool, monkeypatch):
     """B = λI and V = μI (no products formed), and rows whose shifted sums underflow in float32 (β‖B‖ large,
-    every mass far from the row's direction): those are redone exactly."""
+    every mass far from the row's direction): those are redone exactly, in whichever row range they fall."""
     monkeypatch.setattr(blas_module, "FLASH_CPU", True)
+    if stages_on_pool:
+        monkeypatch.setattr(blas_module, "PARALLEL_STAGE_ELEMENTS", 0)
     n, d = 400, 16
     x = sample_uniform(n, d, seed=8)
     heads = HeadStack(B=2.0 * np.eye(d)[None], V=-0.5 * np.eye(d)[None])
@@ -163,8 +192,9 @@ def test_scalar_heads_and_underflowing_rows(monkeypatch):
     weights[:5] = 1.0  # the mass sits on five tokens: most rows see none of it near their direction
     general = HeadStack(B=np.random.default_rng(9).standard_normal((1, d, d)), V=np.eye(d)[None])
     expected = velocity_numpy(x, general, beta=60.0, weights=weights)
-    got = velocity_blas(x, general, beta=60.0, weights=weights, precision="float32")
-    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+    for threads in (1, 2):
+        got = velocity_blas(x, general, beta=60.0, weights=weights, precision="float32", threads=threads)
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
 
 
 def test_dispatch_follows_the_processor_and_the_limits(monkeypatch):
