@@ -49,7 +49,7 @@ from numba.extending import overload
 from meanfield.kernels.fused import exp_nonpositive_scalar
 from meanfield.kernels.fused32 import exp32_nonpositive_scalar
 from meanfield.kernels.jit import jit
-from meanfield.kernels.panels import lanes, score_panel, score_panel_tail, sum_panel, value_panel, value_panel_half, weighted_rows
+from meanfield.kernels.panels import lanes, score_exp_panel, score_exp_panel_tail, score_panel, score_panel_tail, sum_panel, value_panel, value_panel_half, weighted_rows
 
 __all__ = ["QUERY_BLOCK", "KEY_BLOCK", "PAD", "FLASH_CPU", "FLASH_MAX_D", "query_block", "padded_rows", "value_width",
            "flash_rows", "flash_symmetric", "flash_operands", "flash_shifts", "flash_fill", "tile_buffer", "partial_buffer"]
@@ -179,6 +179,47 @@ def _scores(queries, keys, tile, q0, k0, count):  # pragma: no cover - compiled
 
 
 @jit
+def _score_exps32(queries, keys, tile, q0, k0, count):  # pragma: no cover - compiled
+    """float32: ``tile[k, i] = exp(queries[q0 / block, :, i] · keys[k0 + k])``, the ``exp`` on the panels' registers."""
+    width, block = queries.shape[1], queries.shape[2]
+    size = tile.itemsize
+    q = np.int64(queries.ctypes.data) + q0 * width * size
+    kk = np.int64(keys.ctypes.data) + k0 * width * size
+    t = np.int64(tile.ctypes.data)
+    whole = count - count % _SCORE_ROWS
+    for r in range(0, whole, _SCORE_ROWS):
+        score_exp_panel(tile, q, block, kk + r * width * size, 1, width, t + r * block * size, block, width, 0)
+    for r in range(whole, count, _SCORE_TAIL_ROWS):
+        score_exp_panel_tail(tile, q, block, kk + r * width * size, 1, width, t + r * block * size, block, width, 0)
+
+
+@jit
+def _score_exps64(queries, keys, tile, q0, k0, count):  # pragma: no cover - compiled
+    """float64: the scores, then their ``exp`` in a loop over the tile."""
+    _scores(queries, keys, tile, q0, k0, count)
+    _exp_tile(tile, count * queries.shape[2])
+
+
+def _score_exps(queries, keys, tile, q0, k0, count):  # type: ignore[no-untyped-def]  # pragma: no cover - replaced by the overload in compiled code
+    raise NotImplementedError
+
+
+@overload(_score_exps)
+def _score_exps_impl(queries, keys, tile, q0, k0, count):  # type: ignore[no-untyped-def]
+    """The tile of exponentials ``exp(queries · keys)``: in float32 on the score panels' registers, in float64 a second pass.
+
+    Measured on the symmetric tiles at n = 1024 (one thread, ns per ordered pair): the separate ``exp`` pass
+    (numba's 256-bit loop, 0.29 ns per element) had added 0.14 to the scores; on the registers it adds 0.09
+    at d = 32 and 0.04 at d = 64, and the whole tile went from 0.76 to 0.71 (d = 32) and 1.44 to 1.14 (d = 64).
+    """
+    if tile.dtype == types.float32:
+        return lambda queries, keys, tile, q0, k0, count: _score_exps32(queries, keys, tile, q0, k0, count)
+    if tile.dtype == types.float64:
+        return lambda queries, keys, tile, q0, k0, count: _score_exps64(queries, keys, tile, q0, k0, count)
+    return None
+
+
+@jit
 def _values(tile, values, acc, rows, term_stride, row_stride, first_value, first_row, terms):  # pragma: no cover - compiled
     """``acc[first_row + r] += Σ_p tile[p·term_stride + r·row_stride] · values[first_value + p]`` for ``r < rows``, ``p < terms``.
 
@@ -210,8 +251,7 @@ def flash_rows(queries, keys, values, masses, acc, sums, tile, first, last, key_
     for q0 in range(first, last, block):
         for k0 in range(0, key_count, KEY_BLOCK):
             count = min(KEY_BLOCK, key_count - k0)
-            _scores(queries, keys, tile, q0, k0, count)
-            _exp_tile(tile, count * block)
+            _score_exps(queries, keys, tile, q0, k0, count)
             _query_sums(tile, masses, sums, q0, k0, count)
             _values(tile, values, acc, block, block, 1, k0, q0, count)
 
@@ -227,8 +267,7 @@ def flash_symmetric(queries, keys, values, masses, acc, sums, tile, partial, row
     block = 2 * (64 // tile.itemsize)
     diagonal = rows0 == cols0
     for q0 in range(rows0, rows0 + rows, block):
-        _scores(queries, keys, tile, q0, cols0, cols)
-        _exp_tile(tile, cols * block)
+        _score_exps(queries, keys, tile, q0, cols0, cols)
         _query_sums(tile, masses, sums, q0, cols0, cols)
         if not diagonal:
             _key_sums(tile, masses, sums, partial, q0, cols0, cols, q0 == rows0, q0 + block >= rows0 + rows)

@@ -30,12 +30,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["VECTOR_BYTES", "lanes", "make_panel", "score_panel", "score_panel_tail", "sum_panel", "value_panel", "value_panel_half", "weighted_rows"]
+from meanfield.kernels import fused32 as constants  # the scalar float32 exp's constants, bit for bit
+
+__all__ = ["VECTOR_BYTES", "lanes", "make_panel", "exp32_vector", "score_panel", "score_panel_tail", "score_exp_panel", "score_exp_panel_tail", "sum_panel", "value_panel", "value_panel_half", "weighted_rows"]
 
 #: bytes per vector register (AVX-512)
 VECTOR_BYTES = 64
@@ -52,13 +55,45 @@ def _fma(builder: Any, vector: Any, width: int, itemsize: int) -> Any:
     return builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(vector, [vector] * 3), name)
 
 
-def make_panel(vectors: int, rows: int) -> Any:
+def exp32_vector(builder: Any, z: Any) -> Any:
+    r"""IR for the float32 ``exp`` of a vector of ``z ≤ 0`` (0 below -87, NaN kept), lane by lane.
+
+    The steps of :func:`meanfield.kernels.fused32.exp32_nonpositive_scalar`, on whole 512-bit
+    vectors (numba's loops use 256-bit ones): Cody–Waite reduction with
+    :math:`k = \mathrm{round}(z\log_2 e)`, the degree-7 Taylor polynomial on
+    :math:`|r| \le \ln 2/2` by Horner's rule in fused multiply-adds, and :math:`2^k` from the exponent bits.
+    """
+    vector = z.type
+    width = vector.count
+    ints = ir.VectorType(ir.IntType(32), width)
+    fma = _fma(builder, vector, width, 4)
+
+    def splat(value: float) -> Any:
+        return ir.Constant(vector, [float(np.float32(value))] * width)
+
+    zmin = splat(constants._ZMIN)
+    keep = builder.uitofp(builder.fcmp_ordered(">=", z, zmin), vector)  # 0 below -87 (and for NaN, whose product stays NaN)
+    z = builder.select(builder.fcmp_ordered("<", z, zmin), zmin, z)
+    k = builder.fptosi(builder.call(fma, [z, splat(constants._LOG2E), splat(-constants._HALF)]), ints)  # z ≤ 0: truncating rounds
+    kf = builder.sitofp(k, vector)
+    r = builder.call(fma, [kf, splat(-constants._LN2_HI), z])
+    r = builder.call(fma, [kf, splat(-constants._LN2_LO), r])
+    p = splat(constants._C7)
+    for c in (constants._C6, constants._C5, constants._C4, constants._C3, constants._C2, constants._ONE, constants._ONE):
+        p = builder.call(fma, [p, r, splat(c)])
+    bits = builder.shl(builder.add(k, ir.Constant(ints, [127] * width)), ir.Constant(ints, [23] * width))
+    return builder.fmul(keep, builder.fmul(p, builder.bitcast(bits, vector)))
+
+
+def make_panel(vectors: int, rows: int, *, exp: bool = False) -> Any:
     """A numba intrinsic ``panel(like, a, lda, b, sbp, sbr, c, ldc, k, accumulate)`` for one block shape.
 
     Parameters of the intrinsic (all integers but ``like``): ``like`` an array whose dtype
     (float32 or float64) is the arithmetic; ``a``, ``b``, ``c`` byte addresses; ``lda``,
     ``sbp``, ``sbr``, ``ldc`` strides in elements; ``k`` the length of the sum; ``accumulate``
-    nonzero to add to ``C`` instead of overwriting it.
+    nonzero to add to ``C`` instead of overwriting it.  With ``exp`` (float32 only) each result
+    is stored as its exponential (:func:`exp32_vector`: the sums must be ≤ 0), computed on the
+    registers that hold it.
     """
 
     @intrinsic
@@ -69,6 +104,8 @@ def make_panel(vectors: int, rows: int) -> Any:
         if not all(isinstance(arg, types.Integer) for arg in integers):
             return None
         itemsize = 4 if like.dtype == types.float32 else 8
+        if exp and itemsize != 4:
+            return None
         width = lanes(itemsize)
         signature = types.void(like, *integers)
 
@@ -119,7 +156,10 @@ def make_panel(vectors: int, rows: int) -> Any:
                         builder.store(builder.call(fma, [splat, a_vectors[u], builder.load(slot)]), slot)
             for r in range(rows):
                 for u in range(vectors):
-                    builder.store(builder.load(slots[r * vectors + u]), vector_at(c_addr[r][u]), align=itemsize)
+                    result = builder.load(slots[r * vectors + u])
+                    if exp:
+                        result = exp32_vector(builder, result)
+                    builder.store(result, vector_at(c_addr[r][u]), align=itemsize)
             return context.get_dummy_value()
 
         return signature, codegen
@@ -171,6 +211,9 @@ def weighted_rows(typingctx: Any, like: Any, tile: Any, weights: Any, partial: A
 score_panel = make_panel(2, 12)
 #: the score panel of a key block's last keys (a multiple of 4 where the block is not one of 12)
 score_panel_tail = make_panel(2, 4)
+#: the same, storing the exponentials of the (shifted, ≤ 0) scores: float32
+score_exp_panel = make_panel(2, 12, exp=True)
+score_exp_panel_tail = make_panel(2, 4, exp=True)
 #: the value panels: 2 vectors (1 for a remainder) of value coordinates against 8 rows broadcast
 value_panel = make_panel(2, 8)
 value_panel_half = make_panel(1, 8)

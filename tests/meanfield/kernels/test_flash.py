@@ -19,6 +19,7 @@ from meanfield.kernels.panels import lanes, make_panel, weighted_rows
 from meanfield.kernels.reference import velocity_numpy
 
 _panel_3x5 = make_panel(3, 5)
+_exp_panel_2x3 = make_panel(2, 3, exp=True)
 
 
 @numba.njit
@@ -29,6 +30,12 @@ def _run_panel(a, b, c, accumulate, exchange):  # the panel over whole arrays: c
     sbp, sbr = (1, k) if exchange else (rows, 1)  # b read as b[p, r] from a (k, rows) array or its transpose
     _panel_3x5(a, np.int64(a.ctypes.data), a.shape[1], np.int64(b.ctypes.data), sbp, sbr,
                np.int64(c.ctypes.data), c.shape[1], k, accumulate)
+
+
+@numba.njit
+def _run_exp_panel(a, b, c):  # c[r] = exp(Σ_p b[p, r] a[p]), float32
+    _exp_panel_2x3(a, np.int64(a.ctypes.data), a.shape[1], np.int64(b.ctypes.data), c.shape[0], 1,
+                   np.int64(c.ctypes.data), c.shape[1], a.shape[0], 0)
 
 
 @numba.njit
@@ -52,6 +59,28 @@ def test_panel_matches_numpy_product(dtype, accumulate, exchange):
     expected = b.T.astype(float) @ a.astype(float) + (c0 if accumulate else 0.0)
     tol = 1e-5 if dtype == np.float32 else 1e-13
     np.testing.assert_allclose(c, expected, rtol=0, atol=tol * np.abs(expected).max())
+
+
+def test_exp_panel_stores_the_exponentials_of_the_products():
+    """The float32 score panel with the exp on its registers: within 2 float32 ulps of exp of the exact product over
+    [-87, 0], 0 below, NaN kept; a float64 exp panel does not type (the float64 tiles take a separate exp)."""
+    rng = np.random.default_rng(2)
+    width = 2 * lanes(4)
+    z = -np.concatenate([np.linspace(0.0, 100.0, 3 * width - 2), [np.nan, -np.inf]]).reshape(3, width)
+    z = z[:, rng.permutation(width)]  # the special values in any lane
+    a = np.vstack([z, rng.uniform(-1.0, 1.0, (2, width))]).astype(np.float32)  # a row per term: z exactly, then two more terms
+    b = np.zeros((5, 3), np.float32)  # b[p, r]: row r of the result sums term r only, plus 0 × the extra terms
+    b[[0, 1, 2], [0, 1, 2]] = 1.0
+    c = np.full((3, width), np.float32(7.0))
+    _run_exp_panel(a, b, c)
+    exact = np.exp(z.astype(np.float32).astype(np.float64))
+    clean = np.isfinite(z).all(axis=0)[None, :]  # a lane holding NaN or -inf in any term is NaN in every row (0 × NaN)
+    inside = clean & (z >= -87.0)
+    np.testing.assert_allclose(c[inside], exact[inside], rtol=2.4e-7)
+    assert np.all(c[clean & (z < -87.0)] == 0.0)
+    assert np.all(np.isnan(c[np.isnan(z)]))
+    with pytest.raises(numba.core.errors.TypingError):
+        _run_exp_panel(a.astype(np.float64), b.astype(np.float64), c.astype(np.float64))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
