@@ -28,9 +28,10 @@ n = 1024 (d = 32, 64), 1.09–1.12× at n = 2048, d = 384 and n = 4096, d = 64; 
 
 **Flash tiles** (:mod:`meanfield.kernels.flash`): in float32 at ``d ≤``
 :data:`~meanfield.kernels.flash.FLASH_MAX_D` on AVX-512 processors, without a mask and for the
-exponential laws, the products run instead on register panels a tile at a time (score panel,
-``exp``, value panels), the symmetric case using each tile for both sides: 1.14–1.37× the path below
-at d = 32 (:func:`_flash_velocity`).  The underflow redo and the heads' sums are the same.
+exponential laws, the products run instead on register panels a tile at a time (score panel with
+the ``exp`` on its registers, value panels), the symmetric case using each tile for both sides:
+1.1–1.6× the path below at d = 32 to 128 (:func:`_flash_velocity`).  The underflow redo and the
+heads' sums are the same.
 
 What surrounds the GEMMs is kept small next to them, which matters at n ≈ 1000: a head with
 :math:`B_h = \lambda I` or :math:`V_h = \lambda I` (the papers' default heads) forms no product
@@ -876,8 +877,14 @@ def _flash_velocity(
     keys = [thread_buffer(npad * width, dtype, f"flash keys{h}").reshape(npad, width) for h in range(H)]
     values = [thread_buffer(npad * dv, dtype, f"flash values{h}").reshape(npad, dv) for h in range(H)]
     masses = [thread_buffer(npad, dtype, f"flash masses{h}") for h in range(H)]
-    bxs = [x if scale_B[h] is not None else thread_buffer(n * d, np.float64, f"flash bx{h}").reshape(n, d) for h in range(H)]
-    vxs = [x if scale_V[h] is not None else thread_buffer(n * d, np.float64, f"flash vx{h}").reshape(n, d) for h in range(H)]
+    # the products with B_h and V_h in the kernel's precision (in float32 twice as fast, and at d = 384 most of the call
+    # outside the tiles; the shifts from them are then within float32 round-off, which the underflow redo covers)
+    general = [lam is None for lam in scale_B] + [mu is None for mu in scale_V]
+    x_cast = x.astype(dtype) if any(general) else x
+    B_cast = [None if lam is not None else heads.B[h].astype(dtype) for h, lam in enumerate(scale_B)]
+    VT_cast = [None if mu is not None else np.ascontiguousarray(heads.V[h].T, dtype=dtype) for h, mu in enumerate(scale_V)]
+    bxs = [x if scale_B[h] is not None else thread_buffer(n * d, dtype, f"flash bx{h}").reshape(n, d) for h in range(H)]
+    vxs = [x if scale_V[h] is not None else thread_buffer(n * d, dtype, f"flash vx{h}").reshape(n, d) for h in range(H)]
     shifts = [thread_buffer(n, np.float64, f"flash shifts{h}") for h in range(H)]
     items = _flash_items(npad, block, symmetric, threads)
     threads = min(threads, len(items))
@@ -890,9 +897,9 @@ def _flash_velocity(
         real = slice(rows.start, min(rows.stop, n))
         for h in range(H):
             if scale_B[h] is None and real.stop > real.start:
-                np.matmul(x[real], heads.B[h], out=bxs[h][real])  # row i: (B_hᵀ x_i)ᵀ
+                np.matmul(x_cast[real], B_cast[h], out=bxs[h][real])  # row i: (B_hᵀ x_i)ᵀ
             if scale_V[h] is None and real.stop > real.start:
-                np.matmul(x[real], heads.V[h].T, out=vxs[h][real])
+                np.matmul(x_cast[real], VT_cast[h], out=vxs[h][real])
             flash_shifts(bxs[h], scales[h][0], beta, x_norm_max, shifts[h], real.start, real.stop)
 
     def fill_rows(rows: slice) -> None:

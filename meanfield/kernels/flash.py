@@ -11,8 +11,9 @@ with :math:`W_j = a_j V x_j` (padded to a whole number of vectors) and :math:`w_
 :func:`flash_rows` computes them for a block of query rows against every key, a tile at a time:
 :data:`QUERY_BLOCK` queries × :data:`KEY_BLOCK` keys of scores from the
 :func:`~meanfield.kernels.panels.score_panel` (queries in the vector lanes, keys broadcast), their
-``exp`` in place, the sums :math:`z` (a one-row panel), then the value panels (value coordinates in
-the lanes, the tile's exponentials broadcast).  The tile never leaves the L1/L2 cache, and nothing is
+``exp`` (in float32 on the panel's registers before they are stored; in float64 a second pass), the
+sums :math:`z` (a one-row panel), then the value panels (value coordinates in the lanes, the tile's
+exponentials broadcast).  The tile never leaves the L1/L2 cache, and nothing is
 packed: the operands are read where they lie.
 
 **Symmetric scores** (every :math:`B_h` symmetric; the layout of
@@ -24,9 +25,9 @@ and :math:`\mathrm{acc}_J \mathrel{+}= E^\top W_I`: the second product is the sa
 the tile's strides exchanged.  A diagonal pair (:math:`I = J`) is computed whole, for one side.
 
 Where it pays (float32, ``d ≤`` :data:`FLASH_MAX_D`, measured there against the OpenBLAS path) the
-dense kernel :func:`meanfield.kernels.blas.velocity_blas` takes these tiles; each part runs near the
-core's peak on its own (at n = 4096, d = 64 in float32: 0.76 ns per pair for the scores, 0.30 for the
-``exp``, 0.76 for the values), but together they stay in cache only while ``d`` is small.
+dense kernel :func:`meanfield.kernels.blas.velocity_blas` takes these tiles.  Each part runs near the
+core's peak (float32, one thread, n = 1024, ns per ordered pair of the symmetric tiles): at d = 32 the
+scores with their ``exp`` 0.28, the two value products 0.38, the whole tile 0.71; at d = 64 0.39, 0.76 and 1.14.
 
 Layouts (row-major, every array contiguous; ``npad`` is ``n`` rounded up to :data:`PAD`,
 the padding rows zero, so that no tile runs over):
@@ -80,13 +81,13 @@ def _host_has_avx512() -> bool:
 #: accumulators would not fit the 16 registers, and OpenBLAS's kernels are the faster)
 FLASH_CPU = _host_has_avx512()
 #: the dense kernel takes the flash tiles in float32 up to this ``d``.  Measured against the BLAS path in one
-#: process, alternating calls (p25 of 15; B = I / a random rotation, V = I): one thread 1.34 / 1.31× at
-#: n = 1024, d = 32 and 1.33 / 1.37× at n = 4096, d = 32; two threads 1.14 / 1.32× and 1.24 / 1.16×.  At d = 64
-#: the gain is gone (one thread 1.14 / 0.97× at n = 1024, 1.12 / 1.12× at n = 4096; two threads down to 0.75×
-#: with a rotation): a key block's rows and values no longer stay in L1 beside the tile.  At n = 2048, d = 384
-#: the tiles took 1.25–1.3× the BLAS path's time.  In float64 the tiles' ``exp`` (numba's loops use 256-bit
-#: vectors) loses what the panels gain (0.9–1.1× at d = 32 and 64), so float64 keeps OpenBLAS.
-FLASH_MAX_D = 48
+#: process, alternating calls (p25; B = I / a random rotation, V = I; t_BLAS / t_tiles): two threads 1.37 / 1.59
+#: at n = 1024, d = 32; 1.28 / 1.37 at n = 1024, d = 64 and 1.31 / 1.47 at n = 4096; 1.22 / 1.11 at n = 1024,
+#: d = 96; 1.14 / 1.02 at n = 1024, d = 128 and 1.09 / 1.13 at n = 4096; one thread 1.35 / 1.40 at n = 1024, d = 64
+#: and 1.15 / 1.10 at d = 128.  Above, the gain goes: 1.09 / 1.01 at n = 2048, d = 160, and at d = 384 1.06 / 0.89
+#: (n = 1024) and 1.00 / 0.93 (n = 2048).  In float64 the tiles' ``exp`` (numba's loops use 256-bit vectors) loses
+#: what the panels gain (0.9–1.1× at d = 32 and 64), so float64 keeps OpenBLAS.
+FLASH_MAX_D = 128
 
 
 def query_block(dtype: type | np.dtype) -> int:

@@ -110,7 +110,7 @@ def _operands(x, B, V, a, beta, symmetric, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("symmetric", [False, True])
-@pytest.mark.parametrize("n,d", [(7, 3), (300, 5), (500, 33)])
+@pytest.mark.parametrize("n,d", [(7, 3), (300, 5), (500, 33), (200, 100)])
 def test_tiles_match_dense_sums(dtype, symmetric, n, d):
     """acc_i = Σ_j E_ij W_j and z_i = Σ_j E_ij w_j against the dense sums (padding, partial key blocks, both sides)."""
     rng = np.random.default_rng(n + d)
@@ -202,6 +202,19 @@ def test_blas_kernel_with_tiles_matches_numpy(kind, H, symmetric, masses, stages
         np.testing.assert_allclose(tiles, expected, rtol=0, atol=2e-5 * scale)
     products = velocity_blas(x, heads, beta=4.0, kind=kind, weights=weights, precision="float32", flash=False)
     np.testing.assert_allclose(tiles, products, rtol=0, atol=2e-5 * scale)
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_blas_kernel_with_tiles_at_large_d(symmetric, monkeypatch):
+    """d = 100 (the values padded to 112: whole and half value panels), general B and V, two threads."""
+    monkeypatch.setattr(blas_module, "FLASH_CPU", True)
+    n, d = 300, 100
+    assert d <= flash.FLASH_MAX_D
+    x = sample_uniform(n, d, seed=11)
+    heads = _heads(d, 2, symmetric, seed=12)
+    expected = velocity_numpy(x, heads, beta=6.0)
+    got = velocity_blas(x, heads, beta=6.0, precision="float32", threads=2)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-5 * np.abs(expected).max())
 
 
 @pytest.mark.parametrize("stages_on_pool", [False, True], ids=["stages in one thread", "stages on the pool"])
