@@ -295,33 +295,41 @@ def flash_shifts(bx, b_scale, beta, x_norm_max, shifts, first, last):  # pragma:
 def flash_fill(x, bx, b_scale, vx, v_scale, a, beta, top, symmetric, queries, keys, values, masses, shifts, first, last):  # pragma: no cover - compiled
     r"""Rows ``[first, last)`` of the operands of :func:`flash_operands`, their shifts already in ``shifts`` and ``top`` the largest of all.
 
-    Rows from ``n`` on (up to ``npad``) are the zero padding.
+    ``first`` is a whole number of query blocks; rows from ``n`` on (up to ``npad``) are the zero padding.
     """
     n, d = x.shape
     dv = values.shape[1]
     zero = keys.dtype.type(0.0)
     block = queries.shape[2]
     scale = beta * b_scale
-    for i in range(first, min(last, n)):
+    stop = min(last, n)
+    for i in range(first, stop):  # keys, values and masses: a row each
         c = shifts[i]
         weight = a[i] * np.exp(0.5 * (c - top)) if symmetric else a[i]
+        value_scale = weight * v_scale
         for k in range(d):
             keys[i, k] = x[i, k]
-            values[i, k] = weight * v_scale * vx[i, k]
+        for k in range(d):
+            values[i, k] = value_scale * vx[i, k]
         for k in range(d, dv):
             values[i, k] = zero
         keys[i, d] = 1.0
         masses[i] = weight
         if symmetric:
             keys[i, d + 1] = -0.5 * c
-        q, lane = i // block, i % block  # a query per column of its block
+    for q in range(first // block, -(-stop // block)):  # queries: a block at a time, a row of the block (all its lanes) at a time
+        i0 = q * block
+        lanes = min(block, stop - i0)
         for k in range(d):
-            queries[q, k, lane] = scale * bx[i, k]
-        if symmetric:
-            queries[q, d, lane] = -0.5 * c
-            queries[q, d + 1, lane] = 1.0
-        else:
-            queries[q, d, lane] = -c
+            for lane in range(lanes):
+                queries[q, k, lane] = scale * bx[i0 + lane, k]
+        for lane in range(lanes):
+            c = shifts[i0 + lane]
+            if symmetric:
+                queries[q, d, lane] = -0.5 * c
+                queries[q, d + 1, lane] = 1.0
+            else:
+                queries[q, d, lane] = -c
     for i in range(max(first, n), last):
         masses[i] = zero
         for k in range(keys.shape[1]):
