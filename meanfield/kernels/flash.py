@@ -50,7 +50,7 @@ from numba.extending import overload
 from meanfield.kernels.fused import exp_nonpositive_scalar
 from meanfield.kernels.fused32 import exp32_nonpositive_scalar
 from meanfield.kernels.jit import jit
-from meanfield.kernels.panels import lanes, score_exp_panel, score_exp_panel_tail, score_panel, score_panel_tail, sum_panel, value_panel, value_panel_half, weighted_rows
+from meanfield.kernels.panels import lanes, score_exp_panel, score_exp_panel_tail, score_panel, score_panel_tail, sum_panel, value_panel, value_panel_half, value_panel_wide, value_panel_wide_half, weighted_rows
 
 __all__ = ["QUERY_BLOCK", "KEY_BLOCK", "PAD", "FLASH_CPU", "FLASH_MAX_D", "query_block", "padded_rows", "value_width",
            "flash_rows", "flash_symmetric", "flash_operands", "flash_shifts", "flash_fill", "tile_buffer", "partial_buffer"]
@@ -67,6 +67,7 @@ QUERY_BLOCK = {"f": 2 * lanes(4), "d": 2 * lanes(8)}
 _SCORE_ROWS = 12
 _SCORE_TAIL_ROWS = 4
 _VALUE_ROWS = 8
+_WIDE_ROWS = 12
 
 
 def _host_has_avx512() -> bool:
@@ -226,7 +227,7 @@ def _values(tile, values, acc, rows, term_stride, row_stride, first_value, first
 
     With ``term_stride`` the query block and ``row_stride`` 1: the tile's queries against its keys' values
     (:math:`E W`); with the strides exchanged: its keys against its queries' values (:math:`E^\\top W`).
-    ``rows`` is a multiple of the value panels' rows; every value coordinate is covered (two vectors at a time, one for a remainder).
+    ``rows`` is a multiple of 8: 12-row panels, then one or two of 8 rows; every value coordinate is covered (two vectors at a time, one for a remainder).
     """
     dv = values.shape[1]
     size = tile.itemsize
@@ -234,7 +235,18 @@ def _values(tile, values, acc, rows, term_stride, row_stride, first_value, first
     t = np.int64(tile.ctypes.data)
     v = np.int64(values.ctypes.data) + first_value * dv * size
     a = np.int64(acc.ctypes.data) + first_row * dv * size
-    for r in range(0, rows, _VALUE_ROWS):
+    narrow = (rows % _WIDE_ROWS) // 4 * 2 % 3  # 8-row panels (none, one or two for rows ≡ 0, 8, 4 mod 12): the rest whole 12-row panels
+    wide = rows - narrow * _VALUE_ROWS
+    for r in range(0, wide, _WIDE_ROWS):
+        b = t + r * row_stride * size
+        c = a + r * dv * size
+        j = 0
+        while j + 2 * width <= dv:
+            value_panel_wide(tile, v + j * size, dv, b, term_stride, row_stride, c + j * size, dv, terms, 1)
+            j += 2 * width
+        if j < dv:
+            value_panel_wide_half(tile, v + j * size, dv, b, term_stride, row_stride, c + j * size, dv, terms, 1)
+    for r in range(wide, rows, _VALUE_ROWS):
         b = t + r * row_stride * size
         c = a + r * dv * size
         j = 0

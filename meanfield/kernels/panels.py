@@ -38,7 +38,7 @@ from numba.extending import intrinsic
 
 from meanfield.kernels import fused32 as constants  # the scalar float32 exp's constants, bit for bit
 
-__all__ = ["VECTOR_BYTES", "lanes", "make_panel", "exp32_vector", "score_panel", "score_panel_tail", "score_exp_panel", "score_exp_panel_tail", "sum_panel", "value_panel", "value_panel_half", "weighted_rows"]
+__all__ = ["VECTOR_BYTES", "lanes", "make_panel", "exp32_vector", "score_panel", "score_panel_tail", "score_exp_panel", "score_exp_panel_tail", "sum_panel", "value_panel", "value_panel_half", "value_panel_wide", "value_panel_wide_half", "weighted_rows"]
 
 #: bytes per vector register (AVX-512)
 VECTOR_BYTES = 64
@@ -217,5 +217,9 @@ score_exp_panel_tail = make_panel(2, 4, exp=True)
 #: the value panels: 2 vectors (1 for a remainder) of value coordinates against 8 rows broadcast
 value_panel = make_panel(2, 8)
 value_panel_half = make_panel(1, 8)
+#: the wide value panels, 12 rows (24 accumulators): two vectors are loaded per 24 fused multiply-adds instead
+#: of per 16 (at d = 384 the value products 8–11 % faster; the same at d = 64)
+value_panel_wide = make_panel(2, 12)
+value_panel_wide_half = make_panel(1, 12)
 #: the sums panel: a query block (two vectors) against one row of masses
 sum_panel = make_panel(2, 1)
