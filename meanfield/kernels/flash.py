@@ -237,24 +237,24 @@ def _values(tile, values, acc, rows, term_stride, row_stride, first_value, first
     a = np.int64(acc.ctypes.data) + first_row * dv * size
     narrow = (rows % _WIDE_ROWS) // 4 * 2 % 3  # 8-row panels (none, one or two for rows ≡ 0, 8, 4 mod 12): the rest whole 12-row panels
     wide = rows - narrow * _VALUE_ROWS
-    for r in range(0, wide, _WIDE_ROWS):
+    r = 0
+    while r < rows:
         b = t + r * row_stride * size
         c = a + r * dv * size
         j = 0
-        while j + 2 * width <= dv:
-            value_panel_wide(tile, v + j * size, dv, b, term_stride, row_stride, c + j * size, dv, terms, 1)
-            j += 2 * width
-        if j < dv:
-            value_panel_wide_half(tile, v + j * size, dv, b, term_stride, row_stride, c + j * size, dv, terms, 1)
-    for r in range(wide, rows, _VALUE_ROWS):
-        b = t + r * row_stride * size
-        c = a + r * dv * size
-        j = 0
-        while j + 2 * width <= dv:
-            value_panel(tile, v + j * size, dv, b, term_stride, row_stride, c + j * size, dv, terms, 1)
-            j += 2 * width
-        if j < dv:
-            value_panel_half(tile, v + j * size, dv, b, term_stride, row_stride, c + j * size, dv, terms, 1)
+        while j < dv:
+            whole = j + 2 * width <= dv  # two vectors, or one for the remainder
+            if r < wide:
+                if whole:
+                    value_panel_wide(tile, v + j * size, dv, b, term_stride, row_stride, c + j * size, dv, terms, 1)
+                else:
+                    value_panel_wide_half(tile, v + j * size, dv, b, term_stride, row_stride, c + j * size, dv, terms, 1)
+            elif whole:
+                value_panel(tile, v + j * size, dv, b, term_stride, row_stride, c + j * size, dv, terms, 1)
+            else:
+                value_panel_half(tile, v + j * size, dv, b, term_stride, row_stride, c + j * size, dv, terms, 1)
+            j += 2 * width if whole else width
+        r += _WIDE_ROWS if r < wide else _VALUE_ROWS
 
 
 @jit

@@ -5,7 +5,7 @@ through the whole sum,
 
 .. math::
 
-    C_{r,\ell} \leftarrow \sum_{p<k} b_{p,r}\,a_{p,\ell} \;(+\,C_{r,\ell}),
+    C_{r,\ell} \leftarrow (C_{r,\ell}\,+)\; \sum_{p<k} b_{p,r}\,a_{p,\ell},
     \qquad r < \texttt{rows},\ \ell < \texttt{vectors}\cdot\texttt{lanes},
 
 where each step ``p`` loads ``vectors`` contiguous vectors of ``a`` (its row ``p``), broadcasts
@@ -13,7 +13,13 @@ where each step ``p`` loads ``vectors`` contiguous vectors of ``a`` (its row ``p
 ``lda`` elements apart; ``b``'s element ``(p, r)`` is at ``b + p·sbp + r·sbr`` (any strides, so that
 the same panel reads the keys' rows, a tile of exponentials or its transpose without copying); ``C``'s
 rows are ``ldc`` apart.  Every address is an integer (``ndarray.ctypes.data`` plus a byte offset)
-and nothing is checked: the callers in :mod:`meanfield.kernels.flash` own the bounds.
+and nothing is checked: the callers in :mod:`meanfield.kernels.flash` own the bounds.  The ``k`` terms
+are summed apart and added to ``C`` once, at the end: a kernel that adds many panels' sums into ``C``
+sums blocks of ``k`` terms, not one long chain (at n = 4096, d = 32 in float32 the flash kernel's error
+against float64, relative to the largest velocity, went from 1.1e-6 to 2.1e-7 with B = I and from 2.4e-6
+to 3.5e-7 with a rotation: below the OpenBLAS path's 3.2e-7 and 5.5e-7; the time did not change beyond the
+machine's noise).  A float32 panel may store :math:`e^{C}` instead of
+:math:`C` (:func:`exp32_vector`, on the registers that hold the sums).
 
 Why not BLAS: the attention tiles are small (32 queries × 192 keys × ``d + 2``), and OpenBLAS
 packs both operands on every call, which on such tiles cost more than the products (a flash
@@ -133,14 +139,8 @@ def make_panel(vectors: int, rows: int, *, exp: bool = False) -> Any:
             c_addr = [[address(c_rows[r], ir.Constant(i64, u * width)) for u in range(vectors)] for r in range(rows)]
             keep = builder.icmp_signed("!=", accumulate_, ir.Constant(i64, 0))
             zero = ir.Constant(vector, [0.0] * width)
-            with builder.if_else(keep) as (load_c, clear):
-                with load_c:
-                    for r in range(rows):
-                        for u in range(vectors):
-                            builder.store(builder.load(vector_at(c_addr[r][u]), align=itemsize), slots[r * vectors + u])
-                with clear:
-                    for slot in slots:
-                        builder.store(zero, slot)
+            for slot in slots:  # the k terms are summed apart, and added to C at the end: C + Σ_p (a blocked sum)
+                builder.store(zero, slot)
             splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width)
             with cgutils.for_range(builder, k_) as loop:
                 p = loop.index
@@ -154,6 +154,11 @@ def make_panel(vectors: int, rows: int, *, exp: bool = False) -> Any:
                     for u in range(vectors):
                         slot = slots[r * vectors + u]
                         builder.store(builder.call(fma, [splat, a_vectors[u], builder.load(slot)]), slot)
+            with builder.if_then(keep):
+                for r in range(rows):
+                    for u in range(vectors):
+                        slot = slots[r * vectors + u]
+                        builder.store(builder.fadd(builder.load(vector_at(c_addr[r][u]), align=itemsize), builder.load(slot)), slot)
             for r in range(rows):
                 for u in range(vectors):
                     result = builder.load(slots[r * vectors + u])
