@@ -26,12 +26,13 @@ float32 tile in one compiled call without the GIL; the keys are row-major (no tr
 Measured against the NumPy calls, one process, alternating, 2 threads (p25): float32 1.16–1.20× at
 n = 1024 (d = 32, 64), 1.09–1.12× at n = 2048, d = 384 and n = 4096, d = 64; float64 1.01–1.06×.
 
-**Flash tiles** (:mod:`meanfield.kernels.flash`): in float32 at ``d ≤``
-:data:`~meanfield.kernels.flash.FLASH_MAX_D` on AVX-512 processors, without a mask and for the
-exponential laws, the products run instead on register panels a tile at a time (score panel with
-the ``exp`` on its registers, value panels), the symmetric case using each tile for both sides:
-1.1–1.6× the path below at d = 32 to 128 (:func:`_flash_velocity`).  The underflow redo and the
-heads' sums are the same.
+**Flash tiles** (:mod:`meanfield.kernels.flash`): at ``d ≤``
+:data:`~meanfield.kernels.flash.FLASH_MAX_D` in float32 and ``d ≤``
+:data:`~meanfield.kernels.flash.FLASH_MAX_D64` in float64, on AVX-512 processors, without a mask and
+for the exponential laws, the products run instead on register panels a tile at a time (score panel
+with the ``exp`` on its registers, value panels), the symmetric case using each tile for both sides:
+1.1–1.6× the path below at d = 32 to 128 in float32, 1.2–1.5× at d = 32 and 64 in float64
+(:func:`_flash_velocity`).  The underflow redo and the heads' sums are the same.
 
 What surrounds the GEMMs is kept small next to them, which matters at n ≈ 1000: a head with
 :math:`B_h = \lambda I` or :math:`V_h = \lambda I` (the papers' default heads) forms no product
@@ -55,7 +56,7 @@ import numpy as np
 
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.fused import exp_nonpositive_scalar
-from meanfield.kernels.flash import FLASH_CPU, FLASH_MAX_D, KEY_BLOCK, flash_fill, flash_rows, flash_shifts, flash_symmetric, padded_rows, query_block, value_width
+from meanfield.kernels.flash import FLASH_CPU, FLASH_MAX_D, FLASH_MAX_D64, KEY_BLOCK, flash_fill, flash_rows, flash_shifts, flash_symmetric, padded_rows, query_block, value_width
 from meanfield.kernels.fused32 import exp32_nonpositive_scalar
 from meanfield.kernels.gemm import gemm_address, gemm_into
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
@@ -987,8 +988,9 @@ def velocity_blas(
         pictures and sweeps, too coarse for convergence-order studies.
     flash : bool
         Take the flash tiles of :mod:`meanfield.kernels.flash` where they are the faster path
-        (float32, ``d ≤`` :data:`~meanfield.kernels.flash.FLASH_MAX_D`, an AVX-512 processor, no
-        mask, not ``relu``); ``False`` keeps the OpenBLAS products (the same law to float32 round-off).
+        (``d ≤`` :data:`~meanfield.kernels.flash.FLASH_MAX_D` in float32, ``d ≤``
+        :data:`~meanfield.kernels.flash.FLASH_MAX_D64` in float64, an AVX-512 processor, no mask, not
+        ``relu``); ``False`` keeps the OpenBLAS products (the same law to round-off).
     """
     x = check_tokens(x, heads, kind)
     causal = is_causal(mask)
@@ -999,7 +1001,7 @@ def velocity_blas(
     scale_B = [identity_multiple(b) for b in heads.B]
     scale_V = [identity_multiple(v) for v in heads.V]
     symmetric_scores = all(lam is not None or _is_symmetric(b) for lam, b in zip(scale_B, heads.B))
-    if flash and FLASH_CPU and dtype == np.float32 and d <= FLASH_MAX_D and not causal and kind != "relu":
+    if flash and FLASH_CPU and d <= (FLASH_MAX_D if dtype == np.float32 else FLASH_MAX_D64) and not causal and kind != "relu":
         with one_blas_thread():
             _flash_velocity(out, x, heads, beta, kind, a, dtype, threads or threads_for(float(n) * n * heads.H),
                             symmetric_scores, scale_B, scale_V, float(_row_norms(x).max()))

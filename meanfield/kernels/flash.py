@@ -10,8 +10,8 @@ For one head with shift :math:`c_i \ge \max_j \beta s_{ij}` the dense kernel nee
 with :math:`W_j = a_j V x_j` (padded to a whole number of vectors) and :math:`w_j = a_j`.
 :func:`flash_rows` computes them for a block of query rows against every key, a tile at a time:
 :data:`QUERY_BLOCK` queries × :data:`KEY_BLOCK` keys of scores from the
-:func:`~meanfield.kernels.panels.score_panel` (queries in the vector lanes, keys broadcast), their
-``exp`` (in float32 on the panel's registers before they are stored; in float64 a second pass), the
+:func:`~meanfield.kernels.panels.score_exp_panel` (queries in the vector lanes, keys broadcast), their
+``exp`` computed on the panel's registers before they are stored, the
 sums :math:`z` (a one-row panel), then the value panels (value coordinates in the lanes, the tile's
 exponentials broadcast).  The tile never leaves the L1/L2 cache, and nothing is
 packed: the operands are read where they lie.
@@ -24,7 +24,7 @@ uses each tile of a pair of key blocks :math:`I < J` for both sides, :math:`\mat
 and :math:`\mathrm{acc}_J \mathrel{+}= E^\top W_I`: the second product is the same value panel with
 the tile's strides exchanged.  A diagonal pair (:math:`I = J`) is computed whole, for one side.
 
-Where it pays (float32, ``d ≤`` :data:`FLASH_MAX_D`, measured there against the OpenBLAS path) the
+Where it pays (``d ≤`` :data:`FLASH_MAX_D` in float32, :data:`FLASH_MAX_D64` in float64, measured there against the OpenBLAS path) the
 dense kernel :func:`meanfield.kernels.blas.velocity_blas` takes these tiles.  Each part runs near the
 core's peak (float32, one thread, n = 1024, ns per ordered pair of the symmetric tiles): at d = 32 the
 scores with their ``exp`` 0.28, the two value products 0.38, the whole tile 0.71; at d = 64 0.39, 0.76 and 1.14.
@@ -44,15 +44,11 @@ from __future__ import annotations
 
 import llvmlite.binding as llvm
 import numpy as np
-from numba import types
-from numba.extending import overload
 
-from meanfield.kernels.fused import exp_nonpositive_scalar
-from meanfield.kernels.fused32 import exp32_nonpositive_scalar
 from meanfield.kernels.jit import jit
-from meanfield.kernels.panels import lanes, score_exp_panel, score_exp_panel_tail, score_panel, score_panel_tail, sum_panel, value_panel, value_panel_half, value_panel_wide, value_panel_wide_half, weighted_rows
+from meanfield.kernels.panels import lanes, score_exp_panel, score_exp_panel_tail, sum_panel, value_panel, value_panel_half, value_panel_wide, value_panel_wide_half, weighted_rows
 
-__all__ = ["QUERY_BLOCK", "KEY_BLOCK", "PAD", "FLASH_CPU", "FLASH_MAX_D", "query_block", "padded_rows", "value_width",
+__all__ = ["QUERY_BLOCK", "KEY_BLOCK", "PAD", "FLASH_CPU", "FLASH_MAX_D", "FLASH_MAX_D64", "query_block", "padded_rows", "value_width",
            "flash_rows", "flash_symmetric", "flash_operands", "flash_shifts", "flash_fill", "tile_buffer", "partial_buffer"]
 
 #: the rows (queries and keys) are padded to a multiple of this: of every query block (32 float32, 16
@@ -86,9 +82,13 @@ FLASH_CPU = _host_has_avx512()
 #: at n = 1024, d = 32; 1.28 / 1.37 at n = 1024, d = 64 and 1.31 / 1.47 at n = 4096; 1.22 / 1.11 at n = 1024,
 #: d = 96; 1.14 / 1.02 at n = 1024, d = 128 and 1.09 / 1.13 at n = 4096; one thread 1.35 / 1.40 at n = 1024, d = 64
 #: and 1.15 / 1.10 at d = 128.  Above, the gain goes: 1.09 / 1.01 at n = 2048, d = 160, and at d = 384 1.06 / 0.89
-#: (n = 1024) and 1.00 / 0.93 (n = 2048).  In float64 the tiles' ``exp`` (numba's loops use 256-bit vectors) loses
-#: what the panels gain (0.9–1.1× at d = 32 and 64), so float64 keeps OpenBLAS.
+#: (n = 1024) and 1.00 / 0.93 (n = 2048).
 FLASH_MAX_D = 128
+#: the same in float64 (the ``exp`` on the score panels' registers: before it, numba's 256-bit ``exp`` loop had
+#: lost what the panels gain, 0.9–1.1×).  Two threads, t_BLAS / t_tiles: 1.26 / 1.34 at n = 1024, d = 32 and 1.25 / 1.30
+#: at n = 4096; 1.31 / 1.29 at n = 1024, d = 64 and 1.19 / 0.99 at n = 4096; one thread 1.31 / 1.48 (d = 32) and
+#: 1.26 / 1.28 (d = 64) at n = 1024.  At d = 128 1.14 / 0.86–0.93, at d = 384 0.96 / 0.71: the BLAS path stays there.
+FLASH_MAX_D64 = 64
 
 
 def query_block(dtype: type | np.dtype) -> int:
@@ -115,26 +115,6 @@ def tile_buffer(dtype: type | np.dtype) -> np.ndarray:
 def partial_buffer(dtype: type | np.dtype) -> np.ndarray:
     """A buffer of :data:`KEY_BLOCK` vectors for the transposed side's sums (:func:`flash_symmetric`)."""
     return np.empty(KEY_BLOCK * lanes(np.dtype(dtype).itemsize), dtype=dtype)
-
-
-def _exp_nonpositive(z):  # type: ignore[no-untyped-def]  # pragma: no cover - replaced by the overload in compiled code
-    raise NotImplementedError
-
-
-@overload(_exp_nonpositive, jit_options={"fastmath": {"contract"}})
-def _exp_nonpositive_impl(z):  # type: ignore[no-untyped-def]
-    if z == types.float32:
-        return lambda z: exp32_nonpositive_scalar(z)
-    if z == types.float64:
-        return lambda z: exp_nonpositive_scalar(z)
-    return None
-
-
-@jit(fastmath={"contract"})
-def _exp_tile(tile, count):  # pragma: no cover - compiled
-    """``tile[:count] ← exp(tile[:count])`` (shifted scores, ≤ 0): a loop that vectorises."""
-    for t in range(count):
-        tile[t] = _exp_nonpositive(tile[t])
 
 
 @jit
@@ -166,23 +146,14 @@ def _key_sums(tile, masses, sums, partial, q0, k0, keys, first, last):  # pragma
 
 
 @jit
-def _scores(queries, keys, tile, q0, k0, count):  # pragma: no cover - compiled
-    """``tile[k, i] = queries[q0 / block, :, i] · keys[k0 + k]`` for ``k < count`` (a multiple of 4), ``i`` < the query block."""
-    width, block = queries.shape[1], queries.shape[2]
-    size = tile.itemsize
-    q = np.int64(queries.ctypes.data) + q0 * width * size
-    kk = np.int64(keys.ctypes.data) + k0 * width * size
-    t = np.int64(tile.ctypes.data)
-    whole = count - count % _SCORE_ROWS
-    for r in range(0, whole, _SCORE_ROWS):
-        score_panel(tile, q, block, kk + r * width * size, 1, width, t + r * block * size, block, width, 0)
-    for r in range(whole, count, _SCORE_TAIL_ROWS):
-        score_panel_tail(tile, q, block, kk + r * width * size, 1, width, t + r * block * size, block, width, 0)
+def _score_exps(queries, keys, tile, q0, k0, count):  # pragma: no cover - compiled
+    """``tile[k, i] = exp(queries[q0 / block, :, i] · keys[k0 + k])`` for ``k < count`` (a multiple of 4), ``i`` < the query block.
 
-
-@jit
-def _score_exps32(queries, keys, tile, q0, k0, count):  # pragma: no cover - compiled
-    """float32: ``tile[k, i] = exp(queries[q0 / block, :, i] · keys[k0 + k])``, the ``exp`` on the panels' registers."""
+    The ``exp`` runs on the score panels' registers before they are stored.  Measured on the symmetric
+    float32 tiles at n = 1024 (one thread, ns per ordered pair): a separate ``exp`` pass over the tile
+    (numba's 256-bit loop, 0.29 ns per element) had added 0.14 to the scores; on the registers it adds 0.09
+    at d = 32 and 0.04 at d = 64, and the whole tile went from 0.76 to 0.71 (d = 32) and 1.44 to 1.14 (d = 64).
+    """
     width, block = queries.shape[1], queries.shape[2]
     size = tile.itemsize
     q = np.int64(queries.ctypes.data) + q0 * width * size
@@ -193,32 +164,6 @@ def _score_exps32(queries, keys, tile, q0, k0, count):  # pragma: no cover - com
         score_exp_panel(tile, q, block, kk + r * width * size, 1, width, t + r * block * size, block, width, 0)
     for r in range(whole, count, _SCORE_TAIL_ROWS):
         score_exp_panel_tail(tile, q, block, kk + r * width * size, 1, width, t + r * block * size, block, width, 0)
-
-
-@jit
-def _score_exps64(queries, keys, tile, q0, k0, count):  # pragma: no cover - compiled
-    """float64: the scores, then their ``exp`` in a loop over the tile."""
-    _scores(queries, keys, tile, q0, k0, count)
-    _exp_tile(tile, count * queries.shape[2])
-
-
-def _score_exps(queries, keys, tile, q0, k0, count):  # type: ignore[no-untyped-def]  # pragma: no cover - replaced by the overload in compiled code
-    raise NotImplementedError
-
-
-@overload(_score_exps)
-def _score_exps_impl(queries, keys, tile, q0, k0, count):  # type: ignore[no-untyped-def]
-    """The tile of exponentials ``exp(queries · keys)``: in float32 on the score panels' registers, in float64 a second pass.
-
-    Measured on the symmetric tiles at n = 1024 (one thread, ns per ordered pair): the separate ``exp`` pass
-    (numba's 256-bit loop, 0.29 ns per element) had added 0.14 to the scores; on the registers it adds 0.09
-    at d = 32 and 0.04 at d = 64, and the whole tile went from 0.76 to 0.71 (d = 32) and 1.44 to 1.14 (d = 64).
-    """
-    if tile.dtype == types.float32:
-        return lambda queries, keys, tile, q0, k0, count: _score_exps32(queries, keys, tile, q0, k0, count)
-    if tile.dtype == types.float64:
-        return lambda queries, keys, tile, q0, k0, count: _score_exps64(queries, keys, tile, q0, k0, count)
-    return None
 
 
 @jit

@@ -18,8 +18,8 @@ are summed apart and added to ``C`` once, at the end: a kernel that adds many pa
 sums blocks of ``k`` terms, not one long chain (at n = 4096, d = 32 in float32 the flash kernel's error
 against float64, relative to the largest velocity, went from 1.1e-6 to 2.1e-7 with B = I and from 2.4e-6
 to 3.5e-7 with a rotation: below the OpenBLAS path's 3.2e-7 and 5.5e-7; the time did not change beyond the
-machine's noise).  A float32 panel may store :math:`e^{C}` instead of
-:math:`C` (:func:`exp32_vector`, on the registers that hold the sums).
+machine's noise).  A panel may store :math:`e^{C}` instead of :math:`C` (:func:`exp_vector`, on
+the registers that hold the sums).
 
 Why not BLAS: the attention tiles are small (32 queries × 192 keys × ``d + 2``), and OpenBLAS
 packs both operands on every call, which on such tiles cost more than the products (a flash
@@ -42,9 +42,10 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from meanfield.kernels import fused as constants64  # the scalar float64 exp's constants, bit for bit
 from meanfield.kernels import fused32 as constants  # the scalar float32 exp's constants, bit for bit
 
-__all__ = ["VECTOR_BYTES", "lanes", "make_panel", "exp32_vector", "score_panel", "score_panel_tail", "score_exp_panel", "score_exp_panel_tail", "sum_panel", "value_panel", "value_panel_half", "value_panel_wide", "value_panel_wide_half", "weighted_rows"]
+__all__ = ["VECTOR_BYTES", "lanes", "make_panel", "exp32_vector", "exp64_vector", "exp_vector", "score_exp_panel", "score_exp_panel_tail", "sum_panel", "value_panel", "value_panel_half", "value_panel_wide", "value_panel_wide_half", "weighted_rows"]
 
 #: bytes per vector register (AVX-512)
 VECTOR_BYTES = 64
@@ -91,15 +92,63 @@ def exp32_vector(builder: Any, z: Any) -> Any:
     return builder.fmul(keep, builder.fmul(p, builder.bitcast(bits, vector)))
 
 
+def exp64_vector(builder: Any, z: Any) -> Any:
+    r"""IR for the float64 ``exp`` of a vector of ``z ≤ 0`` (below -746 its value there, NaN kept), lane by lane.
+
+    The steps of :func:`meanfield.kernels.fused.exp_nonpositive_scalar` on whole 512-bit vectors: ``k`` rounded by
+    the shifter :math:`1.5\cdot2^{52}`, Cody–Waite reduction, the degree-13 Taylor polynomial on
+    :math:`|r| \le \ln 2/2` (its terms from :math:`r^4` on in Estrin's form, :math:`1 + (r + r^2(\ldots))` last), and
+    :math:`2^k` as :math:`2^{\lfloor k/2\rfloor}\,2^{k-\lfloor k/2\rfloor}` from the exponent bits (subnormal results right).
+    """
+    c = constants64
+    vector = z.type
+    width = vector.count
+    ints = ir.VectorType(ir.IntType(64), width)
+    fma = _fma(builder, vector, width, 8)
+
+    def splat(value: float) -> Any:
+        return ir.Constant(vector, [float(value)] * width)
+
+    def splat_int(value: int) -> Any:
+        return ir.Constant(ints, [int(value)] * width)
+
+    def poly(high: float, low: float, x: Any) -> Any:  # low + high·x
+        return builder.call(fma, [splat(high), x, splat(low)])
+
+    zmin = splat(c._ZMIN)
+    z = builder.select(builder.fcmp_ordered("<", z, zmin), zmin, z)  # NaN passes through
+    t = builder.call(fma, [z, splat(c._LOG2E), splat(c._SHIFTER)])  # 1.5·2^52 + k, k = round(z log2 e)
+    kf = builder.fsub(t, splat(c._SHIFTER))
+    r = builder.call(fma, [kf, splat(-c._LN2_HI), z])
+    r = builder.call(fma, [kf, splat(-c._LN2_LO), r])
+    r2 = builder.fmul(r, r)
+    r4 = builder.fmul(r2, r2)
+    tail = builder.call(fma, [poly(c._C7, c._C6, r), r2, poly(c._C5, c._C4, r)])
+    tail = builder.call(fma, [builder.call(fma, [poly(c._C11, c._C10, r), r2, poly(c._C9, c._C8, r)]), r4, tail])
+    tail = builder.call(fma, [poly(c._C13, c._C12, r), builder.fmul(r4, r4), tail])
+    inner = builder.call(fma, [r2, tail, poly(c._C3, c._C2, r)])
+    p = builder.fadd(splat(1.0), builder.call(fma, [r2, inner, r]))
+    u = builder.sub(builder.bitcast(t, ints), splat_int(int(c._SHIFTER_BITS)))  # k + 2048
+    half = builder.lshr(u, splat_int(1))
+    mantissa = splat_int(int(c._MANTISSA))
+    low = builder.bitcast(builder.shl(builder.sub(half, splat_int(1)), mantissa), vector)
+    high = builder.bitcast(builder.shl(builder.sub(builder.sub(u, half), splat_int(1)), mantissa), vector)
+    return builder.fmul(builder.fmul(p, low), high)
+
+
+def exp_vector(builder: Any, z: Any, itemsize: int) -> Any:
+    """IR for the ``exp`` of a vector of ``z ≤ 0``: :func:`exp32_vector` or :func:`exp64_vector` by the element size."""
+    return exp32_vector(builder, z) if itemsize == 4 else exp64_vector(builder, z)
+
+
 def make_panel(vectors: int, rows: int, *, exp: bool = False) -> Any:
     """A numba intrinsic ``panel(like, a, lda, b, sbp, sbr, c, ldc, k, accumulate)`` for one block shape.
 
     Parameters of the intrinsic (all integers but ``like``): ``like`` an array whose dtype
     (float32 or float64) is the arithmetic; ``a``, ``b``, ``c`` byte addresses; ``lda``,
     ``sbp``, ``sbr``, ``ldc`` strides in elements; ``k`` the length of the sum; ``accumulate``
-    nonzero to add to ``C`` instead of overwriting it.  With ``exp`` (float32 only) each result
-    is stored as its exponential (:func:`exp32_vector`: the sums must be ≤ 0), computed on the
-    registers that hold it.
+    nonzero to add to ``C`` instead of overwriting it.  With ``exp`` each result is stored as its
+    exponential (:func:`exp_vector`: the sums must be ≤ 0), computed on the registers that hold it.
     """
 
     @intrinsic
@@ -110,8 +159,6 @@ def make_panel(vectors: int, rows: int, *, exp: bool = False) -> Any:
         if not all(isinstance(arg, types.Integer) for arg in integers):
             return None
         itemsize = 4 if like.dtype == types.float32 else 8
-        if exp and itemsize != 4:
-            return None
         width = lanes(itemsize)
         signature = types.void(like, *integers)
 
@@ -163,7 +210,7 @@ def make_panel(vectors: int, rows: int, *, exp: bool = False) -> Any:
                 for u in range(vectors):
                     result = builder.load(slots[r * vectors + u])
                     if exp:
-                        result = exp32_vector(builder, result)
+                        result = exp_vector(builder, result, itemsize)
                     builder.store(result, vector_at(c_addr[r][u]), align=itemsize)
             return context.get_dummy_value()
 
@@ -212,12 +259,10 @@ def weighted_rows(typingctx: Any, like: Any, tile: Any, weights: Any, partial: A
     return signature, codegen
 
 
-#: the score panel: 2 vectors of queries (32 float32, 16 float64) against 12 keys broadcast
-score_panel = make_panel(2, 12)
-#: the score panel of a key block's last keys (a multiple of 4 where the block is not one of 12)
-score_panel_tail = make_panel(2, 4)
-#: the same, storing the exponentials of the (shifted, ≤ 0) scores: float32
+#: the score panel: 2 vectors of queries (32 float32, 16 float64) against 12 keys broadcast, storing the
+#: exponentials of the (shifted, ≤ 0) scores
 score_exp_panel = make_panel(2, 12, exp=True)
+#: the same for a key block's last keys (a multiple of 4 where the block is not one of 12)
 score_exp_panel_tail = make_panel(2, 4, exp=True)
 #: the value panels: 2 vectors (1 for a remainder) of value coordinates against 8 rows broadcast
 value_panel = make_panel(2, 8)

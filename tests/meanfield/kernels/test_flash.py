@@ -33,7 +33,7 @@ def _run_panel(a, b, c, accumulate, exchange):  # the panel over whole arrays: c
 
 
 @numba.njit
-def _run_exp_panel(a, b, c):  # c[r] = exp(Σ_p b[p, r] a[p]), float32
+def _run_exp_panel(a, b, c):  # c[r] = exp(Σ_p b[p, r] a[p])
     _exp_panel_2x3(a, np.int64(a.ctypes.data), a.shape[1], np.int64(b.ctypes.data), c.shape[0], 1,
                    np.int64(c.ctypes.data), c.shape[1], a.shape[0], 0)
 
@@ -61,26 +61,31 @@ def test_panel_matches_numpy_product(dtype, accumulate, exchange):
     np.testing.assert_allclose(c, expected, rtol=0, atol=tol * np.abs(expected).max())
 
 
-def test_exp_panel_stores_the_exponentials_of_the_products():
-    """The float32 score panel with the exp on its registers: within 2 float32 ulps of exp of the exact product over
-    [-87, 0], 0 below, NaN kept; a float64 exp panel does not type (the float64 tiles take a separate exp)."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_exp_panel_stores_the_exponentials_of_the_products(dtype):
+    """The score panel with the exp on its registers: float32 within 2.4e-7 of exp of the exact product over
+    [-87, 0] and 0 below; float64 within 1 ulp (subnormal results to the last bit) over [-745, 0]; NaN kept."""
     rng = np.random.default_rng(2)
-    width = 2 * lanes(4)
-    z = -np.concatenate([np.linspace(0.0, 100.0, 3 * width - 2), [np.nan, -np.inf]]).reshape(3, width)
+    width = 2 * lanes(np.dtype(dtype).itemsize)
+    low = -100.0 if dtype == np.float32 else -760.0
+    z = np.concatenate([np.linspace(0.0, low, 3 * width - 2), [np.nan, -np.inf]]).reshape(3, width)
     z = z[:, rng.permutation(width)]  # the special values in any lane
-    a = np.vstack([z, rng.uniform(-1.0, 1.0, (2, width))]).astype(np.float32)  # a row per term: z exactly, then two more terms
-    b = np.zeros((5, 3), np.float32)  # b[p, r]: row r of the result sums term r only, plus 0 × the extra terms
+    a = np.vstack([z, rng.uniform(-1.0, 1.0, (2, width))]).astype(dtype)  # a row per term: z exactly, then two more terms
+    b = np.zeros((5, 3), dtype)  # b[p, r]: row r of the result sums term r only, plus 0 × the extra terms
     b[[0, 1, 2], [0, 1, 2]] = 1.0
-    c = np.full((3, width), np.float32(7.0))
+    c = np.full((3, width), dtype(7.0))
     _run_exp_panel(a, b, c)
-    exact = np.exp(z.astype(np.float32).astype(np.float64))
+    exact = np.exp(z.astype(dtype).astype(np.float64))
     clean = np.isfinite(z).all(axis=0)[None, :]  # a lane holding NaN or -inf in any term is NaN in every row (0 × NaN)
-    inside = clean & (z >= -87.0)
-    np.testing.assert_allclose(c[inside], exact[inside], rtol=2.4e-7)
-    assert np.all(c[clean & (z < -87.0)] == 0.0)
+    if dtype == np.float32:
+        inside = clean & (z >= -87.0)
+        np.testing.assert_allclose(c[inside], exact[inside], rtol=2.4e-7)
+        assert np.all(c[clean & (z < -87.0)] == 0.0)
+    else:
+        inside = clean & (z >= -745.0)
+        np.testing.assert_allclose(c[inside], exact[inside], rtol=2.3e-16, atol=5e-324)
+        assert np.all(c[clean & (z < -746.0)] <= 5e-324)
     assert np.all(np.isnan(c[np.isnan(z)]))
-    with pytest.raises(numba.core.errors.TypingError):
-        _run_exp_panel(a.astype(np.float64), b.astype(np.float64), c.astype(np.float64))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -185,8 +190,9 @@ def _heads(d, H, symmetric, seed):
 @pytest.mark.parametrize("symmetric", [False, True])
 @pytest.mark.parametrize("masses", [False, True])
 @pytest.mark.parametrize("stages_on_pool", [False, True], ids=["stages in one thread", "stages on the pool"])
-def test_blas_kernel_with_tiles_matches_numpy(kind, H, symmetric, masses, stages_on_pool, monkeypatch):
-    """The float32 kernel on the flash tiles (forced on, whatever the processor) against the float64 twin and the
+@pytest.mark.parametrize("precision, tol", [("float32", 2e-5), ("float64", 1e-13)])
+def test_blas_kernel_with_tiles_matches_numpy(kind, H, symmetric, masses, stages_on_pool, precision, tol, monkeypatch):
+    """The kernel on the flash tiles (forced on, whatever the processor) against the float64 twin and the
     OpenBLAS path; the stages around the tiles in the calling thread, or by row ranges on the pool."""
     monkeypatch.setattr(blas_module, "FLASH_CPU", True)
     if stages_on_pool:
@@ -198,10 +204,10 @@ def test_blas_kernel_with_tiles_matches_numpy(kind, H, symmetric, masses, stages
     expected = velocity_numpy(x, heads, beta=4.0, kind=kind, weights=weights)
     scale = np.abs(expected).max()
     for threads in (1, 2):
-        tiles = velocity_blas(x, heads, beta=4.0, kind=kind, weights=weights, precision="float32", threads=threads)
-        np.testing.assert_allclose(tiles, expected, rtol=0, atol=2e-5 * scale)
-    products = velocity_blas(x, heads, beta=4.0, kind=kind, weights=weights, precision="float32", flash=False)
-    np.testing.assert_allclose(tiles, products, rtol=0, atol=2e-5 * scale)
+        tiles = velocity_blas(x, heads, beta=4.0, kind=kind, weights=weights, precision=precision, threads=threads)
+        np.testing.assert_allclose(tiles, expected, rtol=0, atol=tol * scale)
+    products = velocity_blas(x, heads, beta=4.0, kind=kind, weights=weights, precision=precision, flash=False)
+    np.testing.assert_allclose(tiles, products, rtol=0, atol=tol * scale)
 
 
 @pytest.mark.parametrize("symmetric", [False, True])
@@ -255,21 +261,24 @@ def test_scalar_heads_and_underflowing_rows(stages_on_pool, monkeypatch):
 
 
 def test_dispatch_follows_the_processor_and_the_limits(monkeypatch):
-    """The tiles run for float32 at d ≤ FLASH_MAX_D on a processor with AVX-512, and never with a mask, relu or float64."""
+    """The tiles run at d ≤ FLASH_MAX_D in float32 and d ≤ FLASH_MAX_D64 in float64 on a processor with AVX-512,
+    and never with a mask or relu."""
     calls = []
     monkeypatch.setattr(blas_module, "FLASH_CPU", True)
-    monkeypatch.setattr(blas_module, "_flash_velocity", lambda *args, **kwargs: calls.append(args[1].shape))
+    monkeypatch.setattr(blas_module, "_flash_velocity", lambda *args, **kwargs: calls.append((args[1].shape, np.dtype(args[6]).name)))
     heads = HeadStack(B=np.eye(8)[None], V=np.eye(8)[None])
     x = sample_uniform(64, 8, seed=0)
     velocity_blas(x, heads, beta=1.0, precision="float32")
-    assert calls == [(64, 8)]
     velocity_blas(x, heads, beta=1.0, precision="float64")
+    taken = [((64, 8), "float32"), ((64, 8), "float64")]
+    assert calls == taken
     velocity_blas(x, heads, beta=1.0, precision="float32", mask="causal")
     velocity_blas(x, heads, beta=1.0, precision="float32", kind="relu")
     velocity_blas(x, heads, beta=1.0, precision="float32", flash=False)
-    wide = flash.FLASH_MAX_D + 1
-    velocity_blas(sample_uniform(64, wide, seed=0), HeadStack(B=np.eye(wide)[None], V=np.eye(wide)[None]), beta=1.0, precision="float32")
-    assert calls == [(64, 8)]
+    for precision, limit in (("float32", flash.FLASH_MAX_D), ("float64", flash.FLASH_MAX_D64)):
+        wide = limit + 1
+        velocity_blas(sample_uniform(64, wide, seed=0), HeadStack(B=np.eye(wide)[None], V=np.eye(wide)[None]), beta=1.0, precision=precision)
+    assert calls == taken
     monkeypatch.setattr(blas_module, "FLASH_CPU", False)
     velocity_blas(x, heads, beta=1.0, precision="float32")
-    assert calls == [(64, 8)]
+    assert calls == taken
