@@ -276,11 +276,11 @@ def flash_fill(x, bx, b_scale, vx, v_scale, a, beta, top, symmetric, queries, ke
             keys[i, d + 1] = -0.5 * c
     for q in range(first // block, -(-stop // block)):  # queries: a block at a time, a row of the block (all its lanes) at a time
         i0 = q * block
-        lanes = min(block, stop - i0)
+        filled = min(block, stop - i0)  # the block's real rows (the rest is padding, zeroed below)
         for k in range(d):
-            for lane in range(lanes):
+            for lane in range(filled):
                 queries[q, k, lane] = scale * bx[i0 + lane, k]
-        for lane in range(lanes):
+        for lane in range(filled):
             c = shifts[i0 + lane]
             if symmetric:
                 queries[q, d, lane] = -0.5 * c
