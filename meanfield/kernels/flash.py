@@ -253,6 +253,7 @@ def flash_fill(x, bx, b_scale, vx, v_scale, a, beta, top, symmetric, queries, ke
     r"""Rows ``[first, last)`` of the operands of :func:`flash_operands`, their shifts already in ``shifts`` and ``top`` the largest of all.
 
     ``first`` is a whole number of query blocks; rows from ``n`` on (up to ``npad``) are the zero padding.
+    ``values`` may have no columns (the row sums only).
     """
     n, d = x.shape
     dv = values.shape[1]
@@ -266,10 +267,11 @@ def flash_fill(x, bx, b_scale, vx, v_scale, a, beta, top, symmetric, queries, ke
         value_scale = weight * v_scale
         for k in range(d):
             keys[i, k] = x[i, k]
-        for k in range(d):
-            values[i, k] = value_scale * vx[i, k]
-        for k in range(d, dv):
-            values[i, k] = zero
+        if dv > 0:  # no values (dv = 0): the row sums only
+            for k in range(d):
+                values[i, k] = value_scale * vx[i, k]
+            for k in range(d, dv):
+                values[i, k] = zero
         keys[i, d] = 1.0
         masses[i] = weight
         if symmetric:

@@ -33,23 +33,35 @@ def _numpy_energies(x: np.ndarray, B: np.ndarray, beta: float, a: np.ndarray) ->
 @pytest.mark.parametrize("beta", [0.0, 0.7, 4.0, -2.5, 300.0])
 @pytest.mark.parametrize("H", [1, 3])
 @pytest.mark.parametrize("masses", [False, True])
-def test_matches_numpy_energy(rng, beta, H, masses):
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("flash", [False, True], ids=["row blocks", "flash tiles"])
+def test_matches_numpy_energy(rng, beta, H, masses, symmetric, flash, monkeypatch):
+    import meanfield.kernels.blas as blas_module
+
+    monkeypatch.setattr(blas_module, "FLASH_CPU", True)  # the tiles' sums on any processor (the dispatch is tested apart)
     n, d = 300, 5
     x = sample_uniform(n, d, seed=int(rng.integers(1 << 30)))
     heads = _heads(rng, H, d)
+    if symmetric:
+        heads = HeadStack(B=0.5 * (heads.B + np.transpose(heads.B, (0, 2, 1))), V=heads.V, w=heads.w)
     a = rng.uniform(0.0, 2.0, n) if masses else None
     if masses:
         a[:7] = 0.0  # empty cells contribute nothing
     ref = _numpy_energies(x, heads.B, beta, np.full(n, 1.0 / n) if a is None else a)
     for threads in (1, 2):
-        got = head_energies(x, heads, beta=beta, weights=a, threads=threads)
+        got = head_energies(x, heads, beta=beta, weights=a, threads=threads, flash=flash)
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=0)
+    assert np.all(np.isfinite(ref))
     np.testing.assert_allclose(energy_multi(x, heads, beta=beta, weights=a), ref.sum(), rtol=1e-12)
     np.testing.assert_allclose(energy_theta(x, heads, beta=beta, weights=a), heads.w @ ref, rtol=1e-12)
 
 
-def test_several_row_blocks_and_underflowing_shift(rng):
+@pytest.mark.parametrize("flash", [False, True], ids=["row blocks", "flash tiles"])
+def test_several_row_blocks_and_underflowing_shift(rng, flash, monkeypatch):
     """n larger than one block; a head with a loose Cauchy–Schwarz bound and large beta (the rows are redone)."""
+    import meanfield.kernels.blas as blas_module
+
+    monkeypatch.setattr(blas_module, "FLASH_CPU", True)
     n, d = 1500, 3
     x = rng.standard_normal((n, d)) * 0.1 + np.array([1.0, 0.0, 0.0])
     x /= np.linalg.norm(x, axis=1, keepdims=True)  # a cap around e_0, so |x_j1| <~ 0.4
@@ -57,8 +69,30 @@ def test_several_row_blocks_and_underflowing_shift(rng):
     B[0, 0, 1] = 1.0  # s_ij = x_i0 x_j1 <~ 0.4 |x_i0|: c_i = beta |x_i0| overshoots the row maximum
     heads = HeadStack(B=B, V=np.eye(d)[None])
     for beta in (1.0, 2000.0):
-        np.testing.assert_allclose(head_energies(x, heads, beta=beta), _numpy_energies(x, B, beta, np.full(n, 1 / n)),
+        np.testing.assert_allclose(head_energies(x, heads, beta=beta, flash=flash), _numpy_energies(x, B, beta, np.full(n, 1 / n)),
                                    rtol=1e-12, atol=0)
+
+
+def test_flash_row_sums_run_only_where_the_tiles_do(monkeypatch):
+    """flash_row_sums: None (the caller's row blocks) without AVX-512, above FLASH_MAX_D64 or at β ≤ 0; otherwise the row sums."""
+    import meanfield.kernels.blas as blas_module
+    from meanfield.kernels.flash import FLASH_MAX_D64
+
+    monkeypatch.setattr(blas_module, "FLASH_CPU", True)
+    x = sample_uniform(100, 4, seed=2)
+    heads = HeadStack(B=np.eye(4)[None], V=np.eye(4)[None])
+    a = np.full(100, 0.01)
+    sums = blas_module.flash_row_sums(x, heads, beta=2.0, weights=a)
+    assert sums is not None and len(sums) == 1
+    total, shift = sums[0]
+    np.testing.assert_allclose(total * np.exp(shift), np.exp(2.0 * x @ x.T) @ a, rtol=1e-13)
+    assert blas_module.flash_row_sums(x, heads, beta=0.0, weights=a) is None
+    assert blas_module.flash_row_sums(x, heads, beta=-1.0, weights=a) is None
+    wide = sample_uniform(10, FLASH_MAX_D64 + 1, seed=3)
+    assert blas_module.flash_row_sums(wide, HeadStack(B=np.eye(FLASH_MAX_D64 + 1)[None], V=np.eye(FLASH_MAX_D64 + 1)[None]),
+                                      beta=1.0, weights=np.full(10, 0.1)) is None
+    monkeypatch.setattr(blas_module, "FLASH_CPU", False)
+    assert blas_module.flash_row_sums(x, heads, beta=2.0, weights=a) is None
 
 
 def test_no_n_by_n_array_at_large_n():
