@@ -967,28 +967,15 @@ def flash_tiles(
     return FlashSums(parts, part_sums, len(claimed) if symmetric else 1, shifts, symmetric, ranges, stage_threads)
 
 
-def _flash_velocity(
-    out: np.ndarray,
-    x: np.ndarray,
-    heads: HeadStack,
-    beta: float,
-    kind: str,
-    a: np.ndarray,
-    dtype: type,
-    threads: int,
-    symmetric: bool,
-    scale_B: list[float | None],
-    scale_V: list[float | None],
-    x_norm_max: float,
-) -> None:
-    r"""The velocity by the flash tiles (:func:`flash_tiles`; no mask, the exponential laws).
+def _flash_velocity(out: np.ndarray, x: np.ndarray, heads: HeadStack, beta: float, kind: str, a: np.ndarray, dtype: type,
+                    tiles: FlashSums) -> None:
+    r"""The velocity from the flash tiles' sums (:func:`flash_tiles`; no mask, the exponential laws).
 
-    Then, by row ranges, the slots added, the rows whose sum underflowed redone exactly (as on the
-    BLAS path) and the heads added: a softmax head without such rows straight from the slots.
+    By row ranges: the slots added, the rows whose sum underflowed redone exactly (as on the BLAS
+    path) and the heads added: a softmax head without such rows straight from the slots.
     """
     n, d = x.shape
     H = heads.H
-    tiles = flash_tiles(x, heads, beta, a, dtype, threads, symmetric, scale_B, scale_V, x_norm_max)
     parts, part_sums, used = tiles.parts, tiles.part_sums, tiles.slots
     underflow = _UNDERFLOW[np.dtype(dtype).char]
     accs = [thread_buffer(n * (d + 1), np.float64, f"flash head sums{h}").reshape(n, d + 1) for h in range(H)]  # reused: no fresh pages per call
@@ -1072,8 +1059,9 @@ def velocity_blas(
     symmetric_scores = all(lam is not None or _is_symmetric(b) for lam, b in zip(scale_B, heads.B))
     if flash and FLASH_CPU and d <= (FLASH_MAX_D if dtype == np.float32 else FLASH_MAX_D64) and not causal and kind != "relu":
         with one_blas_thread():
-            _flash_velocity(out, x, heads, beta, kind, a, dtype, threads or threads_for(float(n) * n * heads.H),
-                            symmetric_scores, scale_B, scale_V, float(_row_norms(x).max()))
+            tiles = flash_tiles(x, heads, beta, a, dtype, threads or threads_for(float(n) * n * heads.H), symmetric_scores, scale_B,
+                                scale_V, float(_row_norms(x).max()))
+            _flash_velocity(out, x, heads, beta, kind, a, dtype, tiles)
         return out
     symmetric = not causal and kind != "relu" and n >= 2 * TILE and symmetric_scores
     # rhs: [x | 1]ᵀ, so that [beta x B | -c] @ rhs = beta s - c (symmetric layout: _operand_rows).  The
