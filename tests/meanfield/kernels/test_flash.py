@@ -115,9 +115,10 @@ def _operands(x, B, V, a, beta, symmetric, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("symmetric", [False, True])
-@pytest.mark.parametrize("n,d", [(7, 3), (300, 5), (500, 33), (200, 100)])
+@pytest.mark.parametrize("n,d", [(7, 3), (250, 4), (300, 5), (500, 33), (200, 100)])
 def test_tiles_match_dense_sums(dtype, symmetric, n, d):
-    """acc_i = Σ_j E_ij W_j and z_i = Σ_j E_ij w_j against the dense sums (padding, partial key blocks, both sides)."""
+    """acc_i = Σ_j E_ij W_j and z_i = Σ_j E_ij w_j against the dense sums (padding, partial key blocks, both sides;
+    last key blocks of 32, 64 and 128 rows: every mix of 12- and 8-row value panels and of 12- and 4-key score panels)."""
     rng = np.random.default_rng(n + d)
     x = sample_uniform(n, d, seed=3)
     B = rng.standard_normal((d, d)) / np.sqrt(d)
