@@ -279,8 +279,10 @@ def bench_time_split(n: int = 4096, d: int = 64, *, beta: float = 1.0, rounds: i
 
     timed part by part over the row blocks of the BLAS kernel's row-block path (one thread, BLAS
     held to one thread; best of ``rounds``), next to the whole :func:`velocity_blas` call
-    (``kernel_s``, on the kernels' threads; for this symmetric :math:`B = I` it takes the
-    symmetric tile path, which does about half of the first two parts).
+    (``kernel_s``, on the kernels' threads: on an AVX-512 processor at ``d`` ≤
+    :data:`~meanfield.kernels.flash.FLASH_MAX_D64` the flash tiles of :mod:`meanfield.kernels.flash`,
+    elsewhere, for this symmetric :math:`B = I`, the symmetric tile path; both do about half of the
+    first two parts).
     The parts' shares say which of them a faster large-``d`` path must shorten.
 
     Returns
