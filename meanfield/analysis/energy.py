@@ -69,6 +69,12 @@ def _row_logs(total: np.ndarray, c: np.ndarray, rows: slice, xb_rows: Callable[[
         logs[rows] = np.log(total * a[rows]) + c
 
 
+def _energy_from_logs(logs: np.ndarray, beta: float) -> float:
+    r""":math:`\frac{1}{2\beta}\sum_i e^{\ell_i}` from the rows' logs :math:`\ell_i`, summed shifted by their largest."""
+    top = logs.max()
+    return float(np.exp(top) * np.sum(np.exp(logs - top)) / (2 * beta))
+
+
 def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None,
                   threads: int | None = None, backend: str = "blas", tolerance: float = 1e-12, flash: bool = True) -> np.ndarray:
     r"""Per-head energies :math:`E_h`, shape ``(H,)`` (the energy of Pendharkar, arXiv 2605.04279).
@@ -131,8 +137,7 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
         logs = np.empty(n)
         for h, (total, shift) in enumerate(sums):
             _row_logs(total, shift.copy(), slice(0, n), lambda idx, B=heads.B[h]: x[idx] @ B, xt, a, beta, logs)
-            top = logs.max()
-            out[h] = np.exp(top) * np.sum(np.exp(logs - top)) / (2 * beta)
+            out[h] = _energy_from_logs(logs, beta)
         return out
     rhs_t = np.ascontiguousarray(np.vstack([xt, np.ones((1, n))]))  # [x | 1]^T
     radius = float(np.sqrt(np.max(np.einsum("ij,ij->i", x, x)))) if n else 0.0
@@ -153,8 +158,7 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
                 _energy_rows(rows, lhs, rhs_t, xb, xt, a, shift, beta, logs)
 
             run_on_threads(work, jobs, nthreads)
-            top = logs.max()
-            out[h] = np.exp(top) * np.sum(np.exp(logs - top)) / (2 * beta)
+            out[h] = _energy_from_logs(logs, beta)
     return out
 
 

@@ -824,6 +824,11 @@ def _symmetric_velocity(
     run_on_threads(finish, blocks, threads if stages_on_pool else 1)  # small: in this thread, without a hand-off
 
 
+def _symmetric_scores(heads: HeadStack, scale_B: list[float | None]) -> bool:
+    """Whether every :math:`B_h` is symmetric (``scale_B``: each head's :func:`identity_multiple`, a symmetric one where it is not ``None``)."""
+    return all(lam is not None or _is_symmetric(b) for lam, b in zip(scale_B, heads.B))
+
+
 def _flash_items(npad: int, block: int, symmetric: bool, threads: int) -> list[tuple[int, int, int, int]]:
     r"""The flash path's work items ``(rows0, rows, cols0, cols)``, largest first.
 
@@ -847,14 +852,15 @@ class FlashSums:
 
     ``parts[s, h, i]`` and ``part_sums[s, h, i]`` for the first ``slots`` slots add up to
     :math:`\sum_j a_j e^{\beta s_{ij} - \sigma_i} [V_h x_j \mid 1]` (the values only where they were asked for), with the
-    row shift :math:`\sigma_i` of :meth:`row_shift`.  ``ranges`` and ``stage_threads``: the row ranges and the threads
-    the stages around the tiles ran on.
+    row shift :math:`\sigma_i` of :meth:`row_shift` (``tops``: each head's largest :math:`c_i`).  ``ranges`` and
+    ``stage_threads``: the row ranges and the threads the stages around the tiles ran on.
     """
 
     parts: np.ndarray
     part_sums: np.ndarray
     slots: int
     shifts: list[np.ndarray]
+    tops: list[float]
     symmetric: bool
     ranges: list[slice]
     stage_threads: int
@@ -862,7 +868,7 @@ class FlashSums:
     def row_shift(self, h: int, rows: slice) -> np.ndarray:
         r"""The shifts :math:`\sigma_i` of head ``h`` on ``rows``: :math:`c_i`, or :math:`(c_i + \bar c)/2` in the symmetric layout."""
         shift = self.shifts[h][rows]
-        return 0.5 * (shift + float(self.shifts[h].max())) if self.symmetric else shift
+        return 0.5 * (shift + self.tops[h]) if self.symmetric else shift
 
 
 def flash_tiles(
@@ -929,10 +935,11 @@ def flash_tiles(
                 np.matmul(x_cast[real], VT_cast[h], out=vxs[h][real])
             flash_shifts(bxs[h], scales[h][0], beta, x_norm_max, shifts[h], real.start, real.stop)
 
+    tops: list[float] = []  # each head's largest shift, once every row's is known
+
     def fill_rows(rows: slice) -> None:
         for h in range(H):
-            top = float(shifts[h].max())
-            flash_fill(x, bxs[h], scales[h][0], vxs[h], scales[h][1], a, beta, top, symmetric,
+            flash_fill(x, bxs[h], scales[h][0], vxs[h], scales[h][1], a, beta, tops[h], symmetric,
                        queries[h], keys[h], value_rows[h], masses[h], shifts[h], rows.start, rows.stop)
 
     slots = threads if symmetric else 1  # without symmetry the threads' query ranges are disjoint: one set of accumulators
@@ -962,9 +969,10 @@ def flash_tiles(
                 flash_rows(queries[h], keys[h], value_rows[h], masses[h], acc[h], sums[h], tile, rows0, rows0 + rows, cols)
 
     run_on_threads(shift_rows, ranges, stage_threads)
+    tops.extend(float(shift.max()) for shift in shifts)
     run_on_threads(fill_rows, ranges, stage_threads)
     run_on_threads(tile_rows, items, threads)
-    return FlashSums(parts, part_sums, len(claimed) if symmetric else 1, shifts, symmetric, ranges, stage_threads)
+    return FlashSums(parts, part_sums, len(claimed) if symmetric else 1, shifts, tops, symmetric, ranges, stage_threads)
 
 
 def _flash_velocity(out: np.ndarray, x: np.ndarray, heads: HeadStack, beta: float, kind: str, a: np.ndarray, dtype: type,
@@ -1003,7 +1011,7 @@ def flash_row_sums(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.
     r"""Every head's row sums :math:`\sum_j a_j e^{\beta s^h_{ij}} = e^{\sigma_i} z_i` on the float64 flash tiles, as pairs ``(z, σ)``.
 
     The scores, their ``exp`` and the sums of the tiles without the value products (the energy of
-    :mod:`meanfield.analysis.energy`): at n = 4096, d = 64 about a third of a velocity call.  ``None``
+    :mod:`meanfield.analysis.energy`): at n = 4096, d = 64 about half a velocity call.  ``None``
     where the tiles do not run (no AVX-512, ``d`` above :data:`~meanfield.kernels.flash.FLASH_MAX_D64`,
     ``β ≤ 0``): then the caller sums its own way.  A row whose ``z`` fell below the float64 range
     (every mass far from its direction) is the caller's to redo.
@@ -1012,7 +1020,7 @@ def flash_row_sums(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.
     if not FLASH_CPU or d > FLASH_MAX_D64 or beta <= 0 or n == 0:
         return None
     scale_B = [identity_multiple(b) for b in heads.B]
-    symmetric = all(lam is not None or _is_symmetric(b) for lam, b in zip(scale_B, heads.B))
+    symmetric = _symmetric_scores(heads, scale_B)
     with one_blas_thread():
         tiles = flash_tiles(x, heads, beta, weights, np.float64, threads or threads_for(float(n) * n * heads.H), symmetric,
                             scale_B, [None] * heads.H, float(_row_norms(x).max()), values=False)
@@ -1056,7 +1064,7 @@ def velocity_blas(
     out = np.zeros((n, d))
     scale_B = [identity_multiple(b) for b in heads.B]
     scale_V = [identity_multiple(v) for v in heads.V]
-    symmetric_scores = all(lam is not None or _is_symmetric(b) for lam, b in zip(scale_B, heads.B))
+    symmetric_scores = _symmetric_scores(heads, scale_B)
     if flash and FLASH_CPU and d <= (FLASH_MAX_D if dtype == np.float32 else FLASH_MAX_D64) and not causal and kind != "relu":
         with one_blas_thread():
             tiles = flash_tiles(x, heads, beta, a, dtype, threads or threads_for(float(n) * n * heads.H), symmetric_scores, scale_B,

@@ -43,7 +43,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from meanfield.kernels import fused as constants64  # the scalar float64 exp's constants, bit for bit
-from meanfield.kernels import fused32 as constants  # the scalar float32 exp's constants, bit for bit
+from meanfield.kernels import fused32 as constants32  # the scalar float32 exp's constants, bit for bit
 
 __all__ = ["VECTOR_BYTES", "lanes", "make_panel", "exp32_vector", "exp64_vector", "exp_vector", "score_exp_panel", "score_exp_panel_tail", "sum_panel", "value_panel", "value_panel_half", "value_panel_wide", "value_panel_wide_half", "weighted_rows"]
 
@@ -78,15 +78,15 @@ def exp32_vector(builder: Any, z: Any) -> Any:
     def splat(value: float) -> Any:
         return ir.Constant(vector, [float(np.float32(value))] * width)
 
-    zmin = splat(constants._ZMIN)
+    zmin = splat(constants32._ZMIN)
     keep = builder.uitofp(builder.fcmp_ordered(">=", z, zmin), vector)  # 0 below -87 (and for NaN, whose product stays NaN)
     z = builder.select(builder.fcmp_ordered("<", z, zmin), zmin, z)
-    k = builder.fptosi(builder.call(fma, [z, splat(constants._LOG2E), splat(-constants._HALF)]), ints)  # z ≤ 0: truncating rounds
+    k = builder.fptosi(builder.call(fma, [z, splat(constants32._LOG2E), splat(-constants32._HALF)]), ints)  # z ≤ 0: truncating rounds
     kf = builder.sitofp(k, vector)
-    r = builder.call(fma, [kf, splat(-constants._LN2_HI), z])
-    r = builder.call(fma, [kf, splat(-constants._LN2_LO), r])
-    p = splat(constants._C7)
-    for c in (constants._C6, constants._C5, constants._C4, constants._C3, constants._C2, constants._ONE, constants._ONE):
+    r = builder.call(fma, [kf, splat(-constants32._LN2_HI), z])
+    r = builder.call(fma, [kf, splat(-constants32._LN2_LO), r])
+    p = splat(constants32._C7)
+    for c in (constants32._C6, constants32._C5, constants32._C4, constants32._C3, constants32._C2, constants32._ONE, constants32._ONE):
         p = builder.call(fma, [p, r, splat(c)])
     bits = builder.shl(builder.add(k, ir.Constant(ints, [127] * width)), ir.Constant(ints, [23] * width))
     return builder.fmul(keep, builder.fmul(p, builder.bitcast(bits, vector)))
