@@ -13,6 +13,7 @@ import meanfield.kernels.local as local
 from meanfield.geometry.sphere import sample_uniform, sample_vmf
 from meanfield.heads import HeadStack
 from meanfield.kernels.local import SphereSources, cap_parameters, local_head_sums
+from meanfield.kernels.reference import velocity_numpy
 
 
 def exact_sums(x, B, beta, y, w):
@@ -41,8 +42,8 @@ def test_point_grid_lists_what_a_kd_tree_lists(rng, points):
     centres[0] = y[0]  # a ball around a point itself
     for c, R in zip(centres, rng.uniform(0.0, 2.1, centres.shape[0])):
         idx = np.empty(local._gather_bound(c[0], c[1], c[2], R, g, side, start), dtype=np.int64)
-        count = local._gather(c[0], c[1], c[2], R, g, side, start, order, src.yt, idx)
-        assert np.array_equal(np.sort(idx[:count]), np.sort(tree.query_ball_point(c, R)))
+        count = local._gather(c[0], c[1], c[2], R, g, side, start, src.grid_columns[0], idx)
+        assert np.array_equal(np.sort(order[idx[:count]]), np.sort(tree.query_ball_point(c, R)))
 
 
 def test_caps_certify_every_row_at_once(rng, monkeypatch):
@@ -98,3 +99,52 @@ def test_grid_like_density_against_numpy_row_by_row(rng, beta):
     den, num, _ = exact_sums(x, B, beta, x, a)
     ref = num / den[:, None]
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-11)  # every row: |y| = 1 bounds |v_i| by 1
+
+
+def test_rows_stop_at_the_radius_their_bound_needs():
+    # one block by hand: its candidates in rings around the centre, the outer rings' numerator columns
+    # poisoned with NaN; each row must stop before them, and still match the exact sums over every point
+    n, beta, R, eps = 20000, 256.0, 1.0, 5e-13
+    y = sample_uniform(n, 3, seed=11)
+    a = np.exp(2.0 * y[:, 0])
+    a /= a.sum()
+    src = SphereSources(y, a)
+    g, side, start, _ = src.grid
+    yts, wys = src.grid_columns
+    c = np.array([0.0, 0.0, 1.0])
+    cand = np.empty(local._gather_bound(c[0], c[1], c[2], R, g, side, start), dtype=np.int64)
+    nc = local._gather(c[0], c[1], c[2], R, g, side, start, yts, cand)
+    rings = 32
+    ring_start = local._ring_sort(cand, nc, yts, c[0], c[1], c[2], rings / R**2, rings)
+    t2 = np.sum((yts[:, cand[:nc]] - c[:, None]) ** 2, axis=0)
+    ring = np.repeat(np.arange(rings), np.diff(ring_start))
+    assert np.all(t2 >= ring * R**2 / rings * (1 - 1e-12)) and np.all(t2 <= (ring + 1) * R**2 / rings * (1 + 1e-12))
+    buf = np.empty((8, nc))
+    buf[:3] = yts[:, cand[:nc]]
+    buf[3:7] = wys[:, cand[:nc]]
+    outer = ring >= 24  # beyond chord 0.87: a row within 0.05 of the centre needs ~0.5
+    buf[3:6, outer] = np.nan
+    u = sample_vmf(64, 3, kappa=2000.0, seed=12)  # rows within ~0.05 of the centre
+    q = beta * u
+    nearest = float(np.min(np.linalg.norm(y - c, axis=1)))
+    sums, shift, ok = np.zeros((64, 4)), np.zeros(64), np.zeros(64, dtype=np.bool_)
+    inside = float(buf[6].sum())
+    local._ring_rows(q, 0, 64, c[0], c[1], c[2], R, ring_start, buf, src.mass - inside, eps, 40.0, nearest, sums, shift, ok)
+    assert ok.all() and np.isfinite(sums).all()
+    den, num, top = exact_sums(u, np.eye(3), beta, y, a)
+    np.testing.assert_allclose(shift, top, rtol=1e-15, atol=0)  # the exact row maxima
+    np.testing.assert_allclose(sums[:, 3], den, rtol=2 * eps, atol=0)
+    assert np.all(np.abs(sums[:, :3] - num).max(axis=1) <= 2 * eps * den)
+
+
+@pytest.mark.parametrize("beta", [0.0, 5.0, 300.0])
+def test_rows_with_zero_query_against_numpy(beta):
+    # a rank-one head: r_i = β |B^T x_i| is 0 on the great circle x_0 = 0 (every score of those rows is 0)
+    x = sample_uniform(3000, 3, seed=0)
+    x[:10, 0] = 0.0
+    x[:10] /= np.linalg.norm(x[:10], axis=1)[:, None]
+    B = np.zeros((1, 3, 3))
+    B[0, 0, 0] = 1.0
+    heads = HeadStack(B=B, V=np.eye(3)[None])
+    got = local.velocity_local(x, heads, beta=beta, tolerance=1e-12)
+    np.testing.assert_allclose(got, velocity_numpy(x, heads, beta=beta), rtol=0, atol=2e-12)
