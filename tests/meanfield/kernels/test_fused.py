@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from meanfield.kernels.attention import velocity_numpy
-from meanfield.kernels.fused import _fused_kernel, exp_nonpositive, velocity_fused
+from meanfield.kernels.fused import FLUSH_BELOW, _fused_kernel, _score_exp3, exp_nonpositive, velocity_fused
 from meanfield.heads import HeadStack
 from meanfield.geometry.sphere import sample_uniform
 
@@ -36,6 +36,27 @@ def test_exp_edge_values():
     k = -np.arange(0, 1022, dtype=float)
     np.testing.assert_allclose(exp_nonpositive(k * np.log(2)), np.exp(k * np.log(2)), rtol=4.5e-16, atol=0)
 
+
+
+def test_score_pass_flushes_what_would_be_subnormal():
+    # the score passes' exp: np.exp to 1 ulp down to exp(-708), exactly 0 below (no subnormal result)
+    z = np.concatenate([-np.random.default_rng(4).uniform(0.0, 800.0, 10**5), [FLUSH_BELOW, np.nextafter(FLUSH_BELOW, -1.0)]])
+    e = np.empty_like(z)
+    _score_exp3(1.0, 0.0, 0.0, 0.0, z, np.zeros_like(z), np.zeros_like(z), z.size, e)
+    kept = z >= FLUSH_BELOW
+    ref = np.exp(z[kept])
+    assert np.max(np.abs(e[kept] - ref) / np.spacing(ref)) <= 1.0
+    assert np.all(e[~kept] == 0.0) and np.all(e[kept] >= TINY)
+
+
+@pytest.mark.parametrize("beta", [512.0, 1024.0])
+def test_kernel_at_low_temperature_against_numpy(beta):
+    # scores spread over [-2β, 0]: a few per cent of the pairs fall where exp is subnormal, now flushed
+    x = sample_uniform(1500, 3, seed=6)
+    rng = np.random.default_rng(7)
+    heads = HeadStack(B=(np.eye(3) + 0.2 * rng.standard_normal((3, 3)))[None], V=rng.standard_normal((3, 3))[None])
+    ref = velocity_numpy(x, heads, beta=beta)
+    np.testing.assert_allclose(velocity_fused(x, heads, beta=beta), ref, rtol=0, atol=1e-13 * np.abs(ref).max())
 
 def _close(got, ref):
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
