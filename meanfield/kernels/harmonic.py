@@ -203,6 +203,9 @@ __all__ = [
     "LOCAL_CALL_SECONDS",
     "LOCAL_ROW_SECONDS",
     "LOCAL_PAIR_SECONDS",
+    "RING_ROW_SECONDS",
+    "RING_PAIR_SECONDS",
+    "RING_DEPTH",
     "HARMONIC_CALL_SECONDS",
     "HARMONIC_ROW_SECONDS",
     "SYNTHESIS_PER_POINT",
@@ -1124,7 +1127,7 @@ NEAR_SHARE = 0.25
 def _causal_local_seconds(n: int, beta: float, heads: HeadStack, tolerance: float) -> float:
     """The local cost model of :func:`estimate_sphere_seconds` with half the candidate pairs (causal rows)."""
     calls = heads.H * (LOCAL_CALL_SECONDS + LOCAL_ROW_SECONDS * n)
-    return calls + 0.5 * max(estimate_sphere_seconds(n, beta, heads, tolerance=tolerance)["local"] - calls, 0.0)
+    return calls + 0.5 * max(_local_seconds(n, beta, heads, tolerance, rings=False) - calls, 0.0)
 
 
 def _causal_harmonic_seconds(n: int, size: int, beta: float, heads: HeadStack, tolerance: float) -> float:
@@ -1169,8 +1172,9 @@ def estimate_causal_sphere_seconds(n: int, beta: float, heads: HeadStack, *, tol
 
 # ----------------------------------------------------------------------------- method choice
 
-#: the dense fused kernel: seconds per score pair (measured 4–8e-9 for n = 512 … 16384 at d = 3)
-DENSE_PAIR_SECONDS = 5.5e-9
+#: the dense fused kernel: seconds per score pair, 3x its quiet 0.79–0.87e-9 at n = 4096 … 16384, d = 3 (the
+#: scale of the local model; 5.5e-9, fitted when the kernel was slower, sent n = 2048 … 4096 to slower methods)
+DENSE_PAIR_SECONDS = 2.6e-9
 #: the local kernel: a call, per row (nearest points, blocks), per candidate pair (the model's pairs
 #: undercount the candidates of the balls by up to 2x); measured on 2 quiet cores for the
 #: benchmark head (β‖B‖ = 1.35 β): 7 ms at n = 2048, 0.14 s at 32768 and 0.45 s at 65536 for
@@ -1178,14 +1182,30 @@ DENSE_PAIR_SECONDS = 5.5e-9
 LOCAL_CALL_SECONDS = 5e-3
 LOCAL_ROW_SECONDS = 2e-6
 LOCAL_PAIR_SECONDS = 4.5e-9
+#: the local kernel whose rows stop at the ring their bound needs (every mask but the causal one; the
+#: constants above stay those of the causal rows, which sum their block's whole ball): per row, per pair,
+#: and the depth past ln(2/tolerance) at which a row stops on average.  Fitted to 18 timings on 2 quiet
+#: cores (n = 4096, 16384, 65536; β = 1 … 1024; the benchmark head), every one within ±14 %, and
+#: scaled by 3, the factor between the full-ball model and that kernel's own quiet timings
+RING_ROW_SECONDS = 3.6e-6
+RING_PAIR_SECONDS = 2.9e-9
+RING_DEPTH = 20.0
 #: the harmonic kernel outside the transforms: a call (planning, nodes), per row and head (geometry,
 #: sums; measured ≈ 0.3 s per 10^6 rows)
 HARMONIC_CALL_SECONDS = 3e-3
 HARMONIC_ROW_SECONDS = 3e-7
 
 
-def _local_fraction(n: int, r: float, tolerance: float) -> float:
-    """Fraction of all points a local row scans: its cap (chord² ≈ 2Δ/r) widened by the blocks, area/4π."""
+def _local_fraction(n: int, r: float, tolerance: float, *, rings: bool = False) -> float:
+    """Fraction of all points a local row scans: its cap widened by the blocks, area/4π.
+
+    The full ball of a block (causal rows): chord² ≈ 2Δ/r, Δ = ln(n/ε), and the whole sphere past
+    :data:`~meanfield.kernels.local.WHOLE_CHORD`.  With rings (every other row): the depth
+    ln(2/tolerance) + :data:`RING_DEPTH` at which a row stops, whatever n.
+    """
+    if rings:
+        chord = np.sqrt(2.0 * (np.log(2.0 / tolerance) + RING_DEPTH) / max(r, 1e-300))
+        return float(min(1.0, 1.2 * chord**2 / 4.0))
     delta = np.log(max(n, 2) / (0.5 * tolerance))
     chord = np.sqrt(2.0 * delta / max(r, 1e-300)) + 0.06
     if chord >= WHOLE_CHORD:
@@ -1193,26 +1213,35 @@ def _local_fraction(n: int, r: float, tolerance: float) -> float:
     return float(min(1.0, 1.2 * chord**2 / 4.0))
 
 
+def _local_seconds(n: int, beta: float, heads: HeadStack, tolerance: float, *, rings: bool = True) -> float:
+    """The local kernel's cost model, per head: a call, per row, per candidate pair (:func:`_local_fraction`)."""
+    row, pair = (RING_ROW_SECONDS, RING_PAIR_SECONDS) if rings else (LOCAL_ROW_SECONDS, LOCAL_PAIR_SECONDS)
+    total = 0.0
+    for h in range(heads.H):
+        r_b = float(beta * np.linalg.norm(heads.B[h], 2))
+        total += LOCAL_CALL_SECONDS + row * n + pair * float(n) * n * _local_fraction(n, r_b, tolerance, rings=rings)
+    return total
+
+
 def estimate_sphere_seconds(n: int, beta: float, heads: HeadStack, *, tolerance: float = 1e-12) -> dict[str, float]:
     r"""Predicted seconds of the three methods for ``n`` tokens spread over the sphere (measured cost models).
 
     * ``dense``: :data:`DENSE_PAIR_SECONDS` · n² H;
-    * ``local``: per head :data:`LOCAL_CALL_SECONDS` + :data:`LOCAL_ROW_SECONDS` · n +
-      :data:`LOCAL_PAIR_SECONDS` · n² · (cap fraction at :math:`r=\beta\|B_h\|`);
+    * ``local``: per head :data:`LOCAL_CALL_SECONDS` + :data:`RING_ROW_SECONDS` · n +
+      :data:`RING_PAIR_SECONDS` · n² · (fraction of the sphere a row sums at :math:`r=\beta\|B_h\|`);
     * ``harmonic``: the adjoint transform, and per head the cheaper of the direct and the
       resampled evaluation (the cost models used inside :func:`harmonic_head_sums`), no fallback rows.
     """
     n = int(n)
     H = heads.H
     dense = DENSE_PAIR_SECONDS * float(n) * n * H + 1e-4
-    local = 0.0
+    local = _local_seconds(n, beta, heads, tolerance)
     harmonic = HARMONIC_CALL_SECONDS
     lsrc = 1
     for h in range(H):
         sigma = np.linalg.svd(heads.B[h], compute_uv=False)
         r_a, r_b = float(beta * sigma[-1]), float(beta * sigma[0])
         eps_t = _accuracies(tolerance, r_b)[0]
-        local += LOCAL_CALL_SECONDS + LOCAL_ROW_SECONDS * n + LOCAL_PAIR_SECONDS * float(n) * n * _local_fraction(n, r_b, tolerance)
         lmax = truncation_degree(r_b, eps_t)
         lsrc = max(lsrc, lmax)
         if n >= BIN_SPLIT_ROWS and (1 + r_b) / (1 + r_a) > BIN_RATIO:
@@ -1237,19 +1266,20 @@ def choose_sphere_method(n: int, beta: float, heads: HeadStack, *, mask: str = "
     The least of the measured cost models of :func:`estimate_sphere_seconds` (their
     constants, measured on 2 cores shared with one other busy process, are the thresholds:
     :data:`DENSE_PAIR_SECONDS`, :data:`LOCAL_CALL_SECONDS`, :data:`LOCAL_ROW_SECONDS`,
-    :data:`LOCAL_PAIR_SECONDS`, :data:`HARMONIC_CALL_SECONDS`, :data:`HARMONIC_ROW_SECONDS`,
+    :data:`LOCAL_PAIR_SECONDS`, :data:`RING_ROW_SECONDS`, :data:`RING_PAIR_SECONDS`, :data:`RING_DEPTH`, :data:`HARMONIC_CALL_SECONDS`, :data:`HARMONIC_ROW_SECONDS`,
     :data:`SYNTHESIS_PER_POINT`, :data:`SYNTHESIS_PER_COEFFICIENT`, :data:`GRID_PER_OPERATION`).
     "dense" means :func:`meanfield.kernels.fused.velocity_fused` (softmax) or
     :func:`meanfield.kernels.blas.velocity_blas` (other kinds).  Measured for uniform tokens
-    and a general head (singular values 1.19, 1.03, 0.93), n = 512 … 131072,
-    β = 1 … 1024, the models pick the fastest method in 46 of 48 cases (the two others
-    cost at most 1.4× the best), which amounts to:
+    and a general head (singular values 1.19, 1.03, 0.93) on 2 quiet cores, n = 1024 … 262144,
+    β = 1 … 1024, the models pick the fastest method in 23 of 25 cases (the two others cost
+    2.1× and 1.5× the best: n = 4096 at β = 4, where dense wins, and n = 8192 at β = 64, where
+    local wins), which amounts to:
 
-    * dense for n ≤ 1024 (1–8 ms);
-    * local when n ≲ 45 β‖B‖₂ (small caps: at β = 1024, 0.16 s vs 1.1 s for the harmonic
-      kernel at n = 16384, 0.40 s vs 0.88 s at n = 32768);
-    * harmonic everywhere else, far ahead at large n (65536 tokens at β = 64: 0.08 s,
-      some 300× the dense kernel).
+    * dense for n ≲ 2048 (1–3 ms);
+    * local when the caps are small, n ≲ 60 β‖B‖₂ (at β = 1024: 0.024 s vs 0.25 s for the
+      harmonic kernel at n = 16384, 0.15 s vs 0.32 s at n = 65536);
+    * harmonic everywhere else, far ahead at large n (65536 tokens at β = 64: 0.04 s,
+      some 120× the dense kernel).
 
     ``mask="causal"`` compares the causal cost models instead (:func:`estimate_causal_sphere_seconds`).
     ``dense_speedup`` divides the dense model's cost: the float32 dense kernel's speed over the float64

@@ -490,7 +490,7 @@ def _ring_sort(cand, nc, yt, cx, cy, cz, scale, rings):  # pragma: no cover - co
 @jit
 def _ring_rows(q, r0, nr, cx, cy, cz, R, start, buf, rest, eps, delta, nearest, sums, shift,
                ok):  # pragma: no cover - compiled
-    """The rows ``r0 : r0 + nr`` of a block whose candidates (columns of ``buf``) are sorted into rings
+    r"""The rows ``r0 : r0 + nr`` of a block whose candidates (columns of ``buf``) are sorted into rings
     around the block's centre ``c`` (:func:`_ring_sort`, rings even in :math:`t^2`, :math:`t=|y-c|`, out to
     the chord ``R``): each row sums ring after ring until the bound on the rings left and on the mass ``rest``
     outside the ball is at most ``eps`` times its sum so far.

@@ -39,9 +39,9 @@ def general_head(seed: int) -> HeadStack:
 
 @pytest.mark.parametrize("kind", ["softmax", "unnormalized", "pooled"])
 def test_auto_takes_the_harmonic_kernel_on_many_tokens_and_agrees_with_numpy(calls, kind):
-    x = sample_uniform(4096, 3, seed=3)
+    x = sample_uniform(8192, 3, seed=3)
     heads = general_head(1)
-    a = np.random.default_rng(2).random(4096)
+    a = np.random.default_rng(2).random(8192)
     got = attention_velocity(x, heads, beta=16.0, kind=kind, weights=a)
     assert calls == ["harmonic"]
     ref = velocity_numpy(x, heads, beta=16.0, kind=kind, weights=a)
@@ -58,7 +58,7 @@ def test_auto_keeps_dense_kernels_for_few_tokens_other_dimensions_and_relu(calls
 
 
 def test_auto_takes_the_local_kernel_for_small_caps(calls):
-    x = sample_uniform(2048, 3, seed=4)
+    x = sample_uniform(4096, 3, seed=4)
     heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
     got = attention_velocity(x, heads, beta=1024.0)
     assert calls == ["local"]
