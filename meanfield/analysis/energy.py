@@ -46,7 +46,7 @@ def _energy_rows(rows: slice, lhs: np.ndarray, rhs_t: np.ndarray, xb: np.ndarray
     """
     z = thread_buffer((rows.stop - rows.start) * rhs_t.shape[1], np.float64, "energy").reshape(rows.stop - rows.start, rhs_t.shape[1])
     np.matmul(lhs[rows], rhs_t, out=z)
-    exp_scores(z)  # the attention kernels' exp (the shifted scores are ≤ 0)
+    exp_scores(z, deepest=2.0 * float(shift[rows].max()))  # the attention kernels' exp (the shifted scores lie in [-2c_i, 0])
     _row_logs(z @ a, shift[rows].copy(), rows, lambda idx: xb[idx], xt, a, beta, logs)
 
 

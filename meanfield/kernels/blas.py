@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from meanfield.heads.head import HeadStack
-from meanfield.kernels.fused import exp_nonpositive_scalar
+from meanfield.kernels.fused import FLUSH_BELOW, exp_flushed
 from meanfield.kernels.flash import FLASH_CPU, FLASH_MAX_D, FLASH_MAX_D64, KEY_BLOCK, flash_fill, flash_rows, flash_shifts, flash_symmetric, padded_rows, query_block, value_width
 from meanfield.kernels.fused32 import exp32_nonpositive_scalar
 from meanfield.kernels.gemm import gemm_address, gemm_into
@@ -123,17 +123,17 @@ def thread_buffer(size: int, dtype: type, slot: str = "scores") -> np.ndarray:
 
 @jit(fastmath={"contract"})
 def exp_block64(z, first):  # pragma: no cover - compiled
-    """``z ← exp(z)`` in place on a (rows, cols) float64 block of shifted scores (≤ 0).
+    """``z ← exp(z)`` in place on a (rows, cols) float64 block of shifted scores (≤ 0), 0 below ``exp(FLUSH_BELOW)``.
 
     ``first ≥ 0`` (causal mask): row ``i`` is token ``first + i``, and its columns
     ``j > first + i`` are set to 0 instead.  The loop vectorises (the branch-free
-    :func:`~meanfield.kernels.fused.exp_nonpositive_scalar`): about 2.5× ``np.exp``.
+    :func:`~meanfield.kernels.fused.exp_flushed`, no subnormal results): about 2.5× ``np.exp``.
     """
     rows, cols = z.shape
     for i in range(rows):
         stop = cols if first < 0 else min(cols, first + i + 1)
         for j in range(stop):
-            z[i, j] = exp_nonpositive_scalar(z[i, j])
+            z[i, j] = exp_flushed(z[i, j])
         for j in range(stop, cols):
             z[i, j] = 0.0
 
@@ -293,15 +293,18 @@ def _numpy_exp64_is_vectorised() -> bool:
 NUMPY_EXP64 = _numpy_exp64_is_vectorised()
 
 
-def exp_scores(z: np.ndarray, first: int = -1) -> None:
+def exp_scores(z: np.ndarray, first: int = -1, *, deepest: float = 0.0) -> None:
     """``z ← exp(z)`` in place on a block of shifted scores (≤ 0), by the fastest ``exp`` of its dtype here.
 
     float32: :func:`exp_block32`; float64: NumPy's ``exp`` where it is vectorised
-    (:data:`NUMPY_EXP64`, and no causal mask), else :func:`exp_block64`.  ``first`` as in :func:`exp_block64`.
+    (:data:`NUMPY_EXP64`, no causal mask, and no score below ``exp``'s normal range: ``deepest``, a bound
+    on ``-z``, under ``-FLUSH_BELOW``), else :func:`exp_block64`, which flushes what would be subnormal
+    (NumPy's ``exp`` takes some 80 ns for each subnormal result, 140× its normal time).  ``first`` as in
+    :func:`exp_block64`.
     """
     if z.dtype == np.float32:
         exp_block32(z, first)
-    elif NUMPY_EXP64 and first < 0:
+    elif NUMPY_EXP64 and first < 0 and deepest < -FLUSH_BELOW:
         np.exp(z, out=z)
     else:
         exp_block64(z, first)
@@ -592,8 +595,10 @@ def _symmetric_tile(
     weighted: list[np.ndarray],
     accumulators: dict[int, np.ndarray],
     dtype: type,
+    deepest: float = 0.0,
 ) -> None:
-    r"""One tile :math:`(I, J)`, :math:`I \le J`, of the symmetric path (or a part ``I`` of its rows), for every head.
+    r"""One tile :math:`(I, J)`, :math:`I \le J`, of the symmetric path (or a part ``I`` of its rows), for every head
+    (``deepest``: a bound on minus the shifted scores, as in :func:`exp_scores`).
 
     :math:`E_{IJ} = \exp(\beta s_{IJ} - (c_I + c_J)/2)` serves both sides:
     ``acc[I] += E_IJ @ W_J`` and, off the diagonal, ``acc[J] += E_IJᵀ @ W_I``, into this
@@ -614,7 +619,7 @@ def _symmetric_tile(
             _symmetric_tile32(lhs[h], rhs[h], weighted[h], z, acc[h], rows.start, rows.stop, cols.start, cols.stop, diagonal, address)
             continue
         gemm_into(lhs[h][rows], rhs[h][cols], z, False, False, True, address)
-        exp_scores(z)  # in float64 NumPy's exp may be the faster one (exp_scores), so it runs between the compiled calls
+        exp_scores(z, deepest=deepest)  # in float64 NumPy's exp may be the faster one (exp_scores), so it runs between the compiled calls
         _tile_values(z, weighted[h], acc[h], rows.start, rows.stop, cols.start, cols.stop, diagonal, address)
 
 
@@ -654,7 +659,7 @@ def _blas_rows(
                 z[:, rows.start :][upper] = 0.0
             blk += (z @ vals).astype(float, copy=False)[:, :d]
             continue
-        exp_scores(z, rows.start if causal else -1)
+        exp_scores(z, rows.start if causal else -1, deepest=2.0 * float(shifts[h][rows].max()))  # |β s_ij| ≤ c_i
         acc = thread_buffer(blk.shape[0] * (d + 1), np.float64, f"row sums{h}").reshape(blk.shape[0], d + 1)
         if np.dtype(dtype) == np.float64:
             np.matmul(z, vals, out=acc)  # (b, d+1): numerator | row sum
@@ -808,7 +813,8 @@ def _symmetric_velocity(
         run_on_threads(weigh, blocks, threads if stages_on_pool else 1)
     side = TILE32 if np.dtype(dtype) == np.float32 else TILE
     accumulators: dict[int, np.ndarray] = {}
-    run_on_threads(lambda tile: _symmetric_tile(tile, lhs, rhs, weighted, accumulators, dtype), _tile_items(n, side, threads), threads)
+    deepest = 2.0 * max(float(c.max()) for c in shifts)  # β s_ij - (c_i + c_j)/2 ≥ -(c_i + c_j)
+    run_on_threads(lambda tile: _symmetric_tile(tile, lhs, rhs, weighted, accumulators, dtype, deepest), _tile_items(n, side, threads), threads)
     parts = list(accumulators.values())
     underflow = _UNDERFLOW[np.dtype(dtype).char]
 

@@ -55,8 +55,9 @@ _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01
 _LN2_LO = 1.90821492927058770002e-10
 _ZMIN = -746.0
-#: the score passes flush ``exp`` below ``exp(FLUSH_BELOW)`` to 0 (:func:`exp_flushed`): no subnormal results
-FLUSH_BELOW = -708.0
+#: the score passes flush ``exp`` below ``exp(FLUSH_BELOW)`` to 0 (:func:`exp_flushed`): no subnormal results,
+#: nor subnormal products with weights above 1e-47
+FLUSH_BELOW = -600.0
 #: 1.5·2^52: adding it rounds to an integer k held in the low mantissa bits
 _SHIFTER = 6755399441055744.0
 #: the bits of 1.5·2^52, less 2048 (so that bits(shifter + k) - this = k + 2048 > 0)
@@ -132,13 +133,16 @@ def exp_nonpositive(z: np.ndarray) -> np.ndarray:
 
 @jit(fastmath={"contract"})
 def exp_flushed(z):  # pragma: no cover - compiled
-    r"""``exp(z)`` for ``z ≤ 0``, and exactly 0 below :data:`FLUSH_BELOW` (:math:`e^{-708}\approx3\cdot10^{-308}`,
-    just above the smallest normal double): the score passes' ``exp``.
+    r"""``exp(z)`` for ``z ≤ 0``, and exactly 0 below :data:`FLUSH_BELOW` (:math:`e^{-600}\approx3\cdot10^{-261}`):
+    the score passes' ``exp``.
 
     A term that small is nothing beside the row's leading one (the shift makes it about 1; rows whose sum
-    falls below ``1e-200`` are recomputed exactly), while a subnormal result, or a product with one, costs a
-    microcode assist of some hundred cycles: on uniform tokens at β = 512 the 4 % of pairs whose scores
-    fell in that band made the fused kernel 9x slower.  Branch-free (a max and a select).
+    falls below ``1e-200`` are recomputed exactly, so a flushed term weighs under :math:`10^{-60}` of its
+    row), while a subnormal result, or a subnormal product of a term with a token's weight, costs a
+    microcode assist of some hundred cycles: on uniform tokens at β = 512 the 4 % of pairs whose ``exp``
+    was subnormal made the fused kernel 9× slower, and at d = 64, β = 800 the value products of terms near
+    :math:`e^{-700}` made the float64 tiles 2× slower even when flushed at the normal range's edge.
+    Branch-free (a max and a select).
     """
     e = exp_nonpositive_scalar(max(z, FLUSH_BELOW))
     return e if z >= FLUSH_BELOW else 0.0

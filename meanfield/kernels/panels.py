@@ -93,12 +93,14 @@ def exp32_vector(builder: Any, z: Any) -> Any:
 
 
 def exp64_vector(builder: Any, z: Any) -> Any:
-    r"""IR for the float64 ``exp`` of a vector of ``z ≤ 0`` (below -746 its value there, NaN kept), lane by lane.
+    r"""IR for the float64 ``exp`` of a vector of ``z ≤ 0`` (exactly 0 below ``FLUSH_BELOW`` = -600, NaN kept), lane by lane.
 
-    The steps of :func:`meanfield.kernels.fused.exp_nonpositive_scalar` on whole 512-bit vectors: ``k`` rounded by
+    The steps of :func:`meanfield.kernels.fused.exp_flushed` on whole 512-bit vectors: ``k`` rounded by
     the shifter :math:`1.5\cdot2^{52}`, Cody–Waite reduction, the degree-13 Taylor polynomial on
     :math:`|r| \le \ln 2/2` (its terms from :math:`r^4` on in Estrin's form, :math:`1 + (r + r^2(\ldots))` last), and
-    :math:`2^k` as :math:`2^{\lfloor k/2\rfloor}\,2^{k-\lfloor k/2\rfloor}` from the exponent bits (subnormal results right).
+    :math:`2^k` as :math:`2^{\lfloor k/2\rfloor}\,2^{k-\lfloor k/2\rfloor}` from the exponent bits.  What would be
+    small is flushed to 0: a microcode assist per subnormal result, or per subnormal product with a weight, made the
+    tiles 2–15× slower at β ≈ 800.
     """
     c = constants64
     vector = z.type
@@ -115,8 +117,9 @@ def exp64_vector(builder: Any, z: Any) -> Any:
     def poly(high: float, low: float, x: Any) -> Any:  # low + high·x
         return builder.call(fma, [splat(high), x, splat(low)])
 
-    zmin = splat(c._ZMIN)
-    z = builder.select(builder.fcmp_ordered("<", z, zmin), zmin, z)  # NaN passes through
+    zmin = splat(c.FLUSH_BELOW)
+    below = builder.fcmp_ordered("<", z, zmin)  # false for NaN, which passes through
+    z = builder.select(below, zmin, z)
     t = builder.call(fma, [z, splat(c._LOG2E), splat(c._SHIFTER)])  # 1.5·2^52 + k, k = round(z log2 e)
     kf = builder.fsub(t, splat(c._SHIFTER))
     r = builder.call(fma, [kf, splat(-c._LN2_HI), z])
@@ -133,7 +136,7 @@ def exp64_vector(builder: Any, z: Any) -> Any:
     mantissa = splat_int(int(c._MANTISSA))
     low = builder.bitcast(builder.shl(builder.sub(half, splat_int(1)), mantissa), vector)
     high = builder.bitcast(builder.shl(builder.sub(builder.sub(u, half), splat_int(1)), mantissa), vector)
-    return builder.fmul(builder.fmul(p, low), high)
+    return builder.select(below, splat(0.0), builder.fmul(builder.fmul(p, low), high))
 
 
 def exp_vector(builder: Any, z: Any, itemsize: int) -> Any:

@@ -407,11 +407,19 @@ def test_blas_float64_exp_paths_match_numpy_twin(rng, numpy_exp, monkeypatch):
     from meanfield.analysis.energy import head_energies
     from meanfield.kernels import blas
 
+    from meanfield.kernels.fused import FLUSH_BELOW
+
     monkeypatch.setattr(blas, "NUMPY_EXP64", numpy_exp)
     z = -np.concatenate([rng.uniform(0, 745, 4000), rng.uniform(0, 1e-3, 100), [0.0, 800.0]])
-    block = z.reshape(1, -1).copy()
-    blas.exp_scores(block)
-    np.testing.assert_allclose(block[0], np.exp(z), rtol=2.3e-16, atol=5e-324)  # within 1 ulp
+    kept = z >= FLUSH_BELOW  # the compiled exp flushes below e^FLUSH_BELOW (no subnormal result or product)
+    for deepest in (0.0, 800.0):  # scores that may fall below that: the compiled exp on either path
+        block = z.reshape(1, -1).copy()
+        blas.exp_scores(block, deepest=deepest)
+        if numpy_exp and deepest < -FLUSH_BELOW:
+            np.testing.assert_allclose(block[0], np.exp(z), rtol=2.3e-16, atol=5e-324)  # within 1 ulp
+        else:
+            np.testing.assert_allclose(block[0][kept], np.exp(z[kept]), rtol=2.3e-16, atol=0)
+            assert np.all(block[0][~kept] == 0.0)
     d = 6
     A = rng.standard_normal((2, d, d))
     for n, B in ((300, rng.standard_normal((2, d, d))), (1100, A + A.transpose(0, 2, 1))):  # row blocks, then tiles

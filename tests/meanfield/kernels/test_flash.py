@@ -15,6 +15,7 @@ from meanfield.geometry.sphere import sample_uniform
 from meanfield.heads import HeadStack
 from meanfield.kernels import flash
 from meanfield.kernels.blas import velocity_blas
+from meanfield.kernels.fused import FLUSH_BELOW
 from meanfield.kernels.panels import lanes, make_panel, weighted_rows
 from meanfield.kernels.reference import velocity_numpy
 
@@ -64,7 +65,7 @@ def test_panel_matches_numpy_product(dtype, accumulate, exchange):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_exp_panel_stores_the_exponentials_of_the_products(dtype):
     """The score panel with the exp on its registers: float32 within 2.4e-7 of exp of the exact product over
-    [-87, 0] and 0 below; float64 within 1 ulp (subnormal results to the last bit) over [-745, 0]; NaN kept."""
+    [-87, 0] and 0 below; float64 within 1 ulp over [-600, 0] and exactly 0 below (no subnormal result); NaN kept."""
     rng = np.random.default_rng(2)
     width = 2 * lanes(np.dtype(dtype).itemsize)
     low = -100.0 if dtype == np.float32 else -760.0
@@ -82,9 +83,9 @@ def test_exp_panel_stores_the_exponentials_of_the_products(dtype):
         np.testing.assert_allclose(c[inside], exact[inside], rtol=2.4e-7)
         assert np.all(c[clean & (z < -87.0)] == 0.0)
     else:
-        inside = clean & (z >= -745.0)
-        np.testing.assert_allclose(c[inside], exact[inside], rtol=2.3e-16, atol=5e-324)
-        assert np.all(c[clean & (z < -746.0)] <= 5e-324)
+        inside = clean & (z >= FLUSH_BELOW)
+        np.testing.assert_allclose(c[inside], exact[inside], rtol=2.3e-16, atol=0)
+        assert np.all(c[clean & (z < FLUSH_BELOW)] == 0.0) and np.all(c[inside] >= np.finfo(float).tiny)
     assert np.all(np.isnan(c[np.isnan(z)]))
 
 
@@ -283,3 +284,20 @@ def test_dispatch_follows_the_processor_and_the_limits(monkeypatch):
     monkeypatch.setattr(blas_module, "FLASH_CPU", False)
     velocity_blas(x, heads, beta=1.0, precision="float32")
     assert calls == taken
+
+
+@pytest.mark.parametrize("flash_tiles", [True, False], ids=["tiles", "row blocks"])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_low_temperature_scores_across_the_flush_match_numpy(flash_tiles, symmetric):
+    # β = 800, d = 16: the shifted scores straddle FLUSH_BELOW, where exp is flushed to 0 (no subnormal
+    # results or products); the rows' sums stay exact to round-off, and rows whose Cauchy–Schwarz shift
+    # overshoots (a general B) are redone exactly
+    d, n, beta = 16, 600, 800.0
+    rng = np.random.default_rng(21)
+    x = sample_uniform(n, d, seed=22)
+    A = np.eye(d) + 0.1 * rng.standard_normal((d, d))
+    B = (A + A.T) / 2 if symmetric else A
+    heads = HeadStack(B=B[None], V=rng.standard_normal((1, d, d)))
+    reference = velocity_numpy(x, heads, beta=beta)
+    got = velocity_blas(x, heads, beta=beta, flash=flash_tiles)
+    np.testing.assert_allclose(got, reference, rtol=0, atol=1e-12 * np.abs(reference).max())

@@ -39,7 +39,7 @@ def test_exp_edge_values():
 
 
 def test_score_pass_flushes_what_would_be_subnormal():
-    # the score passes' exp: np.exp to 1 ulp down to exp(-708), exactly 0 below (no subnormal result)
+    # the score passes' exp: np.exp to 1 ulp down to exp(FLUSH_BELOW), exactly 0 below (no subnormal result)
     z = np.concatenate([-np.random.default_rng(4).uniform(0.0, 800.0, 10**5), [FLUSH_BELOW, np.nextafter(FLUSH_BELOW, -1.0)]])
     e = np.empty_like(z)
     _score_exp3(1.0, 0.0, 0.0, 0.0, z, np.zeros_like(z), np.zeros_like(z), z.size, e)
