@@ -45,6 +45,7 @@ pool hand-off per stage, and 1.3–1.4× at n = 2048, d = 384 in float32 (where 
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -859,7 +860,9 @@ class FlashSums:
     ``parts[s, h, i]`` and ``part_sums[s, h, i]`` for the first ``slots`` slots add up to
     :math:`\sum_j a_j e^{\beta s_{ij} - \sigma_i} [V_h x_j \mid 1]` (the values only where they were asked for), with the
     row shift :math:`\sigma_i` of :meth:`row_shift` (``tops``: each head's largest :math:`c_i`).  ``ranges`` and
-    ``stage_threads``: the row ranges and the threads the stages around the tiles ran on.
+    ``stage_threads``: the row ranges and the threads the stages around the tiles ran on.  ``log_scale``: the
+    sums were taken with the masses times :math:`2^k` (``log_scale`` = :math:`k\ln2`, float32), which the shifts
+    carry; ``scale`` = :math:`2^k` multiplies what a sum is compared with.
     """
 
     parts: np.ndarray
@@ -870,11 +873,17 @@ class FlashSums:
     symmetric: bool
     ranges: list[slice]
     stage_threads: int
+    log_scale: float = 0.0
+
+    @property
+    def scale(self) -> float:
+        return float(np.exp2(round(self.log_scale / np.log(2.0))))
 
     def row_shift(self, h: int, rows: slice) -> np.ndarray:
-        r"""The shifts :math:`\sigma_i` of head ``h`` on ``rows``: :math:`c_i`, or :math:`(c_i + \bar c)/2` in the symmetric layout."""
+        r"""The shifts :math:`\sigma_i` of head ``h`` on ``rows``: :math:`c_i`, or :math:`(c_i + \bar c)/2` in the symmetric layout
+        (less ``log_scale``)."""
         shift = self.shifts[h][rows]
-        return 0.5 * (shift + self.tops[h]) if self.symmetric else shift
+        return (0.5 * (shift + self.tops[h]) if self.symmetric else shift) - self.log_scale
 
 
 def flash_tiles(
@@ -902,6 +911,11 @@ def flash_tiles(
     key-block pairs, each thread adding into its own slot of the accumulators.  ``values=False``:
     the row sums only (no value products: the energy).  Every buffer is reused across calls
     (:func:`thread_buffer`): the result is valid until the next call in this thread.
+
+    In float32, where the shifted scores may fall below -:data:`FLOAT32_SCALE_DEPTH`, the masses are
+    multiplied by :math:`2^k` (exact; :func:`float32_mass_exponent`), so that a term near the flushed edge of
+    ``exp`` (:math:`e^{-87}`) times a weight stays a normal number: each subnormal product costs a microcode
+    assist, and at d = 64, β ≈ 90 they made the call up to 10× slower.
     """
     n, d = x.shape
     npad = padded_rows(n)
@@ -942,10 +956,11 @@ def flash_tiles(
             flash_shifts(bxs[h], scales[h][0], beta, x_norm_max, shifts[h], real.start, real.stop)
 
     tops: list[float] = []  # each head's largest shift, once every row's is known
+    scaled: list[np.ndarray] = []  # the masses as the tiles take them
 
     def fill_rows(rows: slice) -> None:
         for h in range(H):
-            flash_fill(x, bxs[h], scales[h][0], vxs[h], scales[h][1], a, beta, tops[h], symmetric,
+            flash_fill(x, bxs[h], scales[h][0], vxs[h], scales[h][1], scaled[0], beta, tops[h], symmetric,
                        queries[h], keys[h], value_rows[h], masses[h], shifts[h], rows.start, rows.stop)
 
     slots = threads if symmetric else 1  # without symmetry the threads' query ranges are disjoint: one set of accumulators
@@ -976,9 +991,32 @@ def flash_tiles(
 
     run_on_threads(shift_rows, ranges, stage_threads)
     tops.extend(float(shift.max()) for shift in shifts)
+    # scores reach -2 max c_i: where that is deep, float32 masses scaled so that no product with a term is subnormal
+    exponent = float32_mass_exponent(a, heads, x_norm_max) if np.dtype(dtype) == np.float32 and 2.0 * max(tops) > FLOAT32_SCALE_DEPTH else 0
+    scaled.append(a * math.ldexp(1.0, exponent) if exponent else a)
     run_on_threads(fill_rows, ranges, stage_threads)
     run_on_threads(tile_rows, items, threads)
-    return FlashSums(parts, part_sums, len(claimed) if symmetric else 1, shifts, tops, symmetric, ranges, stage_threads)
+    return FlashSums(parts, part_sums, len(claimed) if symmetric else 1, shifts, tops, symmetric, ranges, stage_threads,
+                     exponent * float(np.log(2.0)))
+
+
+#: the float32 flash sums are kept below 2^FLOAT32_SUMS_EXPONENT (:func:`float32_mass_exponent`; float32 reaches 2^128)
+FLOAT32_SUMS_EXPONENT = 60
+#: the float32 masses are scaled only where the shifted scores may fall below -FLOAT32_SCALE_DEPTH (2 max c_i): above
+#: it a term is at least 4e-18, and its products with weights above 3e-21 are normal
+FLOAT32_SCALE_DEPTH = 40.0
+
+
+def float32_mass_exponent(a: np.ndarray, heads: HeadStack, x_norm_max: float) -> int:
+    r"""The power of two :math:`k \ge 0` the float32 flash tiles multiply the masses by: the largest with
+    :math:`2^k\sum_j|a_j|\,\max(1, \max_h\|V_h\|_F)\max_j\|x_j\| \le 2^{60}`, a bound on every sum of the
+    tiles (each term :math:`e^{\beta s_{ij}-\sigma_i} \le 1` up to float32 round-off).  At most 120."""
+    flat = heads.V.reshape(heads.H, -1)
+    v_norm = math.sqrt(float(np.einsum("hk,hk->h", flat, flat).max()))  # scalar math: this runs on every float32 call
+    bound = float(np.abs(a).sum()) * max(1.0, v_norm) * max(float(x_norm_max), 1e-300)
+    if not math.isfinite(bound) or bound <= 0.0:
+        return 0
+    return min(120, max(0, math.floor(FLOAT32_SUMS_EXPONENT - math.log2(bound))))
 
 
 def _flash_velocity(out: np.ndarray, x: np.ndarray, heads: HeadStack, beta: float, kind: str, a: np.ndarray, dtype: type,
@@ -991,7 +1029,7 @@ def _flash_velocity(out: np.ndarray, x: np.ndarray, heads: HeadStack, beta: floa
     n, d = x.shape
     H = heads.H
     parts, part_sums, used = tiles.parts, tiles.part_sums, tiles.slots
-    underflow = _UNDERFLOW[np.dtype(dtype).char]
+    underflow = _UNDERFLOW[np.dtype(dtype).char] * tiles.scale  # the sums carry the masses' scale
     accs = [thread_buffer(n * (d + 1), np.float64, f"flash head sums{h}").reshape(n, d + 1) for h in range(H)]  # reused: no fresh pages per call
 
     def finish_rows(rows: slice) -> None:  # the threads' sums added, rows that underflowed redone, the heads added
