@@ -412,6 +412,8 @@ class Operands:
     (float32 products are twice as fast, and the scores are float32 anyway), ``None`` for scalings.
     ``masses`` are the tokens' masses :math:`a_j` in float64.  ``weighted[h]`` (symmetric path, every
     head scalar) are the values weighted by :math:`e^{(c_j-\bar c)/2}`, written with the operands.
+    ``mass_exponent``: the masses (here and in the values) were multiplied by :math:`2^k`, float32 with deep
+    scores (:func:`float32_mass_exponent`), so that no product of a term with a weight is subnormal.
     """
 
     lhs: list[np.ndarray]
@@ -424,6 +426,16 @@ class Operands:
     VT: list[np.ndarray | None]
     masses: np.ndarray
     weighted: list[np.ndarray] | None = None
+    mass_exponent: int = 0
+
+    def unscaled(self, shift: np.ndarray) -> np.ndarray:
+        """Row shifts of sums taken with the masses times :math:`2^k` (``mass_exponent``), as shifts of the true sums."""
+        return shift - self.mass_exponent * math.log(2.0) if self.mass_exponent else shift
+
+    @property
+    def underflow_scale(self) -> float:
+        """:math:`2^k`: what a row sum taken with the scaled masses is compared with is scaled too."""
+        return math.ldexp(1.0, self.mass_exponent)
 
 
 @jit
@@ -648,7 +660,7 @@ def _blas_rows(
     z = thread_buffer(blk.shape[0] * cols, dtype).reshape(blk.shape[0], cols)
     keys = rhs_t[:, :cols] if causal else rhs_t
     upper = np.triu_indices(blk.shape[0], 1) if causal else None
-    underflow = _UNDERFLOW[np.dtype(dtype).char]
+    underflow = _UNDERFLOW[np.dtype(dtype).char] * operands.underflow_scale
     accs: list[np.ndarray] = []
     row_shifts: list[np.ndarray] = []
     for h in range(heads.H):
@@ -669,7 +681,7 @@ def _blas_rows(
         accs.append(acc)
         row_shifts.append(_exact_where_underflow(acc, shifts[h][rows], rows.start, x, heads.B[h], heads.V[h], operands.masses[:cols], beta, underflow, causal))
     if kind != "relu":
-        _add_heads(blk, accs, row_shifts, heads, kind)
+        _add_heads(blk, accs, [operands.unscaled(shift) for shift in row_shifts], heads, kind)
 
 
 def exp_shifted_by_mass(scores: np.ndarray, log_mass: np.ndarray) -> np.ndarray:
@@ -817,15 +829,15 @@ def _symmetric_velocity(
     deepest = 2.0 * max(float(c.max()) for c in shifts)  # β s_ij - (c_i + c_j)/2 ≥ -(c_i + c_j)
     run_on_threads(lambda tile: _symmetric_tile(tile, lhs, rhs, weighted, accumulators, dtype, deepest), _tile_items(n, side, threads), threads)
     parts = list(accumulators.values())
-    underflow = _UNDERFLOW[np.dtype(dtype).char]
+    underflow = _UNDERFLOW[np.dtype(dtype).char] * operands.underflow_scale
 
     def finish(rows: slice) -> None:  # the threads' sums added, rows that underflowed redone, the heads added
         acc = parts[0][:, rows]
         for part in parts[1:]:
             acc += part[:, rows]
         accs = [acc[h] for h in range(heads.H)]
-        fixed = [_exact_where_underflow(accs[h], row_shifts[h][rows], rows.start, x, heads.B[h], heads.V[h], operands.masses, beta, underflow, False)
-                 for h in range(heads.H)]
+        fixed = [operands.unscaled(_exact_where_underflow(accs[h], row_shifts[h][rows], rows.start, x, heads.B[h], heads.V[h], operands.masses,
+                                                          beta, underflow, False)) for h in range(heads.H)]
         _add_heads(out[rows], accs, fixed, heads, kind)
 
     run_on_threads(finish, blocks, threads if stages_on_pool else 1)  # small: in this thread, without a hand-off
@@ -1119,6 +1131,12 @@ def velocity_blas(
     # rhs: [x | 1]ᵀ, so that [beta x B | -c] @ rhs = beta s - c (symmetric layout: _operand_rows).  The
     # operands live in buffers reused across calls (thread_buffer), filled row block by row block on the pool.
     width = d + 2 if symmetric else d + 1
+    x_norms = _row_norms(x)
+    x_norm_max = float(x_norms.max())
+    # float32 scores that may fall below -FLOAT32_SCALE_DEPTH (|β s_ij| ≤ c_i ≤ β|B_h|_F max|x|²): masses scaled by 2^k
+    reach = 2.0 * beta * max(float(np.linalg.norm(b)) for b in heads.B) * x_norm_max**2
+    exponent = float32_mass_exponent(a, heads, x_norm_max) if dtype == np.float32 and kind != "relu" and reach > FLOAT32_SCALE_DEPTH else 0
+    a_ops = a * math.ldexp(1.0, exponent) if exponent else a
     operands = Operands(
         lhs=[thread_buffer(n * width, dtype, f"lhs{h}").reshape(n, width) for h in range(heads.H)],
         rhs=[thread_buffer(width * n, dtype, f"rhs{h}").reshape((n, width) if symmetric else (width, n)) for h in range(heads.H if symmetric else 1)],
@@ -1128,12 +1146,11 @@ def velocity_blas(
         scale_V=scale_V,
         B=[None if lam is not None else heads.B[h].astype(dtype) for h, lam in enumerate(scale_B)],
         VT=[None if mu is not None else np.ascontiguousarray(heads.V[h].T, dtype=dtype) for h, mu in enumerate(scale_V)],
-        masses=a,
+        masses=a_ops,
+        mass_exponent=exponent,
     )
     if symmetric and all(lam is not None and mu is not None for lam, mu in zip(scale_B, scale_V)):
         operands.weighted = [thread_buffer(n * (d + 1), dtype, f"weighted{h}").reshape(n, d + 1) for h in range(heads.H)]
-    x_norms = _row_norms(x)
-    x_norm_max = float(x_norms.max())
     block = block_rows(n)
     if causal:  # smaller blocks skip more of the masked triangle (at least 32 rows: GEMM-sized)
         block = min(block, max(CAUSAL_MIN_ROWS, -(-n // CAUSAL_BLOCKS)))
@@ -1143,7 +1160,7 @@ def velocity_blas(
     products = 2.0 * n * d * d * sum((lam is None) + (mu is None) for lam, mu in zip(scale_B, scale_V))
 
     def prepare(rows: slice) -> None:
-        _operand_rows(rows, x, heads, beta, kind, a, x_norms, x_norm_max, operands)
+        _operand_rows(rows, x, heads, beta, kind, a_ops, x_norms, x_norm_max, operands)
 
     # one BLAS thread per pool thread: the pool already fills the cores, and threaded
     # BLAS on these thin GEMMs only adds synchronisation (up to 50× slower on a loaded machine)

@@ -305,9 +305,11 @@ def test_low_temperature_scores_across_the_flush_match_numpy(flash_tiles, symmet
 
 @pytest.mark.parametrize("kind", ["softmax", "unnormalized", "pooled"])
 @pytest.mark.parametrize("symmetric", [False, True])
-def test_float32_tiles_with_scaled_masses_match_numpy(kind, symmetric, monkeypatch):
+@pytest.mark.parametrize("flash_tiles", [True, False], ids=["tiles", "OpenBLAS"])
+def test_float32_with_scaled_masses_matches_numpy(kind, symmetric, flash_tiles, monkeypatch):
     # β = 60: the shifted scores reach -120, past float32's flushed exp (-87), so the masses are scaled by a
-    # power of two (no subnormal products); the shifts carry the scale, for every law
+    # power of two (no subnormal products); the shifts carry the scale, for every law, on the flash tiles and
+    # on the OpenBLAS row blocks and symmetric tiles
     monkeypatch.setattr(blas_module, "FLASH_CPU", True)
     exponents = []
     real = blas_module.float32_mass_exponent
@@ -317,12 +319,12 @@ def test_float32_tiles_with_scaled_masses_match_numpy(kind, symmetric, monkeypat
         return exponents[-1]
 
     monkeypatch.setattr(blas_module, "float32_mass_exponent", recorded)
-    n, d = 500, 24
+    n, d = 600, 24
     x = sample_uniform(n, d, seed=8)
     heads = _heads(d, 2, symmetric, seed=9)
     weights = np.random.default_rng(10).random(n)
     expected = velocity_numpy(x, heads, beta=60.0, kind=kind, weights=weights)
-    got = velocity_blas(x, heads, beta=60.0, kind=kind, weights=weights, precision="float32")
+    got = velocity_blas(x, heads, beta=60.0, kind=kind, weights=weights, precision="float32", flash=flash_tiles)
     assert exponents and exponents[0] > 0
     assert exponents[0] == int(np.floor(blas_module.FLOAT32_SUMS_EXPONENT - np.log2(weights.sum() * max(1.0, max(np.linalg.norm(V) for V in heads.V)))))
     np.testing.assert_allclose(got, expected, rtol=0, atol=3e-5 * np.abs(expected).max())
