@@ -32,7 +32,7 @@ import math
 import numpy as np
 from numba import prange
 
-from meanfield.kernels.fused import _accumulate, _accumulate3, exp_nonpositive_scalar
+from meanfield.kernels.fused import _accumulate, _accumulate3, exp_flushed
 from meanfield.kernels.jit import kernel_threads, pjit
 
 __all__ = ["BATCHED_KINDS", "velocity_batched", "velocity_batched_numpy", "batched_inputs"]
@@ -85,7 +85,7 @@ def _batched_kernel(x, beta, B, V, kind, scale, out):  # pragma: no cover - comp
                     if z[j] > m:
                         m = z[j]
                 for j in range(n):
-                    e[j] = exp_nonpositive_scalar(z[j] - m)
+                    e[j] = exp_flushed(z[j] - m)  # the row maximum shifts: a flushed term weighs < e^-600 of the row
                 for k in range(d + 1):
                     acc[k] = 0.0
                 if d == 3:
