@@ -58,7 +58,7 @@ import numpy as np
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.fused import FLUSH_BELOW, exp_flushed
 from meanfield.kernels.flash import FLASH_CPU, FLASH_MAX_D, FLASH_MAX_D64, KEY_BLOCK, flash_fill, flash_rows, flash_shifts, flash_symmetric, padded_rows, query_block, value_width
-from meanfield.kernels.fused32 import exp32_nonpositive_scalar
+from meanfield.kernels.fused32 import FLOAT32_SCALE_DEPTH, FLOAT32_SUMS_EXPONENT, exp32_nonpositive_scalar, float32_mass_exponent
 from meanfield.kernels.gemm import gemm_address, gemm_into
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import jit, one_blas_thread, threads_for
@@ -1012,23 +1012,6 @@ def flash_tiles(
                      exponent * float(np.log(2.0)))
 
 
-#: the float32 flash sums are kept below 2^FLOAT32_SUMS_EXPONENT (:func:`float32_mass_exponent`; float32 reaches 2^128)
-FLOAT32_SUMS_EXPONENT = 60
-#: the float32 masses are scaled only where the shifted scores may fall below -FLOAT32_SCALE_DEPTH (2 max c_i): above
-#: it a term is at least 4e-18, and its products with weights above 3e-21 are normal
-FLOAT32_SCALE_DEPTH = 40.0
-
-
-def float32_mass_exponent(a: np.ndarray, heads: HeadStack, x_norm_max: float) -> int:
-    r"""The power of two :math:`k \ge 0` the float32 flash tiles multiply the masses by: the largest with
-    :math:`2^k\sum_j|a_j|\,\max(1, \max_h\|V_h\|_F)\max_j\|x_j\| \le 2^{60}`, a bound on every sum of the
-    tiles (each term :math:`e^{\beta s_{ij}-\sigma_i} \le 1` up to float32 round-off).  At most 120."""
-    flat = heads.V.reshape(heads.H, -1)
-    v_norm = math.sqrt(float(np.einsum("hk,hk->h", flat, flat).max()))  # scalar math: this runs on every float32 call
-    bound = float(np.abs(a).sum()) * max(1.0, v_norm) * max(float(x_norm_max), 1e-300)
-    if not math.isfinite(bound) or bound <= 0.0:
-        return 0
-    return min(120, max(0, math.floor(FLOAT32_SUMS_EXPONENT - math.log2(bound))))
 
 
 def _flash_velocity(out: np.ndarray, x: np.ndarray, heads: HeadStack, beta: float, kind: str, a: np.ndarray, dtype: type,

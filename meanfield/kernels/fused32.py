@@ -36,8 +36,12 @@ Rows are shifted by :math:`c_i=\|\beta B_h^\top x_i\|\max_j\|x_j\|\ge\max_j\beta
 Where a shifted row sum falls below ``1e-20`` (float32 terms underflow at
 :math:`e^{-87}`), that row is recomputed in float64 with the exact row maximum
 (:func:`meanfield.kernels.reference.velocity_numpy` on those rows) — never silently wrong.
+Where the shifted scores may fall below -:data:`FLOAT32_SCALE_DEPTH`, the masses are multiplied by a power
+of two (:func:`float32_mass_exponent`), so that no product of a term with a weight is subnormal.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import prange, types
@@ -48,7 +52,7 @@ from meanfield.kernels.fused import _scores
 from meanfield.kernels.jit import bitcast, jit, kernel_threads, pjit
 from meanfield.kernels.reference import velocity_numpy
 
-__all__ = ["velocity_fused32", "exp32_nonpositive", "exp32_nonpositive_scalar", "CHUNK32", "FUSED32_KINDS"]
+__all__ = ["velocity_fused32", "exp32_nonpositive", "exp32_nonpositive_scalar", "float32_mass_exponent", "CHUNK32", "FUSED32_KINDS", "FLOAT32_SCALE_DEPTH", "FLOAT32_SUMS_EXPONENT"]
 
 #: columns per chunk: the float32 partial sums cover this many terms before they go to float64
 CHUNK32 = 256
@@ -77,6 +81,32 @@ _C7 = _F(1.0 / 5040)
 
 #: register bitcast of an int32 as a float32 (vectorises)
 _bits_to_float32 = bitcast(types.int32, types.float32)
+
+
+#: float32 sums with scaled masses are kept below 2^FLOAT32_SUMS_EXPONENT (:func:`float32_mass_exponent`; float32 reaches 2^128)
+FLOAT32_SUMS_EXPONENT = 60
+#: the float32 kernels scale the masses only where the shifted scores may fall below -FLOAT32_SCALE_DEPTH: above
+#: it a term is at least 4e-18, and its products with weights above 3e-21 are normal
+FLOAT32_SCALE_DEPTH = 40.0
+
+
+def float32_mass_exponent(a: np.ndarray, heads: HeadStack, x_norm_max: float) -> int:
+    r"""The power of two :math:`k \ge 0` the float32 kernels multiply the masses by, where their shifted scores may
+    fall below -:data:`FLOAT32_SCALE_DEPTH`: the largest with
+    :math:`2^k\sum_j|a_j|\,\max(1, \max_h\|V_h\|_F)\max_j\|x_j\| \le 2^{60}`, a bound on every sum of the
+    kernels (each term :math:`e^{\beta s_{ij}-\sigma_i} \le 1` up to float32 round-off).  At most 120.
+
+    A term near the flushed edge of the float32 ``exp`` (:math:`e^{-87}`) times a weight :math:`a_j` (about
+    :math:`1/n`) is subnormal, and each subnormal product costs a microcode assist: the float32 kernels ran
+    5–50× slower in the band of β where the scores reach that edge.  Scaled by :math:`2^k` (exact) those products
+    stay normal; the kernels carry :math:`k\ln 2` in their shifts.
+    """
+    flat = heads.V.reshape(heads.H, -1)
+    v_norm = math.sqrt(float(np.einsum("hk,hk->h", flat, flat).max()))  # scalar math: a few µs
+    bound = float(np.abs(a).sum()) * max(1.0, v_norm) * max(float(x_norm_max), 1e-300)
+    if not math.isfinite(bound) or bound <= 0.0:
+        return 0
+    return min(120, max(0, math.floor(FLOAT32_SUMS_EXPONENT - math.log2(bound))))
 
 
 @jit(fastmath={"contract"})
@@ -168,10 +198,11 @@ def _accumulate32(e, wx, j0, m, acc):  # pragma: no cover - compiled
 
 
 @pjit
-def _fused32_kernel(q32, shift, xt, wx, V, w, top, code, rows_per_block, chunk, causal):  # pragma: no cover - compiled
+def _fused32_kernel(q32, shift, xt, wx, V, w, top, code, rows_per_block, chunk, causal, mass_scale):  # pragma: no cover - compiled
     H, n, d = q32.shape
     out = np.zeros((n, d))
     low = np.zeros(n, dtype=np.bool_)
+    underflow = _UNDERFLOW32 * mass_scale  # the masses in wx carry mass_scale (a power of two), and so the row sums
     nblocks = (n + rows_per_block - 1) // rows_per_block
     for p in prange(nblocks):
         half = np.int64(p) // 2  # causal: cheap and expensive blocks alternate, so static chunks balance
@@ -202,15 +233,12 @@ def _fused32_kernel(q32, shift, xt, wx, V, w, top, code, rows_per_block, chunk, 
                             _exp32_inplace(z, m)
                     _accumulate32(z, wx, j0, m, acc)
                 den = acc[d]
-                if code == 0 or code == 2:
-                    if not den >= _UNDERFLOW32:
-                        low[i] = True
-                if code == 1 and not den >= _UNDERFLOW32:
+                if code != 3 and not den >= underflow:
                     low[i] = True
                 if code == 0:
                     scale = 1.0 / den if den > 0.0 else 0.0
                 elif code == 1:
-                    scale = np.exp(c)
+                    scale = np.exp(c) / mass_scale
                 elif code == 2:
                     scale = w[h] * np.exp(c - top[i])
                     den_pool += scale * den
@@ -300,11 +328,15 @@ def velocity_fused32(
     top = shift.max(axis=0)
     q32 = np.ascontiguousarray(q, dtype=np.float32)
     xt = np.ascontiguousarray(x.T, dtype=np.float32)
-    wx = np.ascontiguousarray(np.vstack([x.T * a, a[None, :]]), dtype=np.float32)  # (d+1, n): a_j x_j | a_j
+    # scores reach -2 max c_i: where that is deep, masses scaled by a power of two (no subnormal product with a term)
+    exponent = float32_mass_exponent(a, heads, xmax) if code != 3 and 2.0 * float(top.max()) > FLOAT32_SCALE_DEPTH else 0
+    scaled = a * math.ldexp(1.0, exponent) if exponent else a
+    wx = np.ascontiguousarray(np.vstack([x.T * scaled, scaled[None, :]]), dtype=np.float32)  # (d+1, n): a_j x_j | a_j
     w = np.ascontiguousarray(heads.w, dtype=float)
     with kernel_threads(float(n) * n * H * (0.5 if causal else 1.0)) as threads:
         rows = max(1, min(64, -(-n // (4 * threads))))
-        out, low = _fused32_kernel(q32, np.ascontiguousarray(shift), xt, wx, V, w, top, code, rows, max(8, int(chunk)), causal)
+        out, low = _fused32_kernel(q32, np.ascontiguousarray(shift), xt, wx, V, w, top, code, rows, max(8, int(chunk)), causal,
+                                   math.ldexp(1.0, exponent))
     if low.any():  # float32 terms underflowed (the Cauchy–Schwarz shift overshot): those rows in float64
         idx = np.flatnonzero(low)
         out[idx] = velocity_numpy(x, heads, beta=beta, kind=kind, weights=a, mask=mask, rows=idx)

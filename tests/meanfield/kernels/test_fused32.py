@@ -44,6 +44,27 @@ def test_every_law_matches_the_float64_twin_to_float32_accuracy(rng, kind, H, d,
             np.testing.assert_allclose(got, ref, rtol=0, atol=bound * scale)
 
 
+
+@pytest.mark.parametrize("kind", ("softmax", "unnormalized", "pooled"))
+def test_scaled_masses_at_low_temperature_match_the_float64_twin(rng, kind, monkeypatch):
+    # β = 64 and 256 on S²: scores down to -2β, past the float32 exp's edge (-87), so the masses are scaled by a
+    # power of two (the exponent the bound gives), which the laws must undo
+    import meanfield.kernels.fused32 as fused32
+
+    exponents = []
+    real = fused32.float32_mass_exponent
+    monkeypatch.setattr(fused32, "float32_mass_exponent", lambda *args: exponents.append(real(*args)) or exponents[-1])
+    n = 400
+    x = sample_uniform(n, 3, seed=12)
+    heads = HeadStack(B=(np.eye(3) + 0.2 * rng.standard_normal((2, 3, 3))), V=rng.standard_normal((2, 3, 3)), w=np.array([0.4, 0.6]))
+    a = rng.uniform(0.5, 1.5, n)
+    for beta in (64.0, 256.0):
+        ref = velocity_numpy(x, heads, beta=beta, kind=kind, weights=a)
+        got = velocity_fused32(x, heads, beta=beta, kind=kind, weights=a)
+        scale = float(np.max(np.linalg.norm(ref, axis=1)))
+        np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6 * (1.0 + beta) * scale)
+    assert len(exponents) == 2 and min(exponents) > 0
+
 def test_rows_whose_float32_terms_underflow_are_recomputed_in_float64(rng):
     """Keys in a cap and B turning every query away from it: the shift overshoots by ~2β > 87, float32 underflows."""
     x = normalize(np.array([1.0, 0.0, 0.0]) + 0.05 * rng.standard_normal((200, 3)))
