@@ -488,6 +488,15 @@ def _ring_sort(cand, nc, yt, cx, cy, cz, scale, rings):  # pragma: no cover - co
 
 
 @jit
+def _mass_bound(mass, exponent):  # pragma: no cover - compiled
+    """``mass · e^exponent``, the bound on what ``mass`` contributes at scores below ``exponent`` (0 for no mass,
+    ``inf`` past the float64 range: never certified)."""
+    if mass <= 0.0:
+        return 0.0
+    return np.inf if exponent > 700.0 else mass * np.exp(exponent)
+
+
+@jit
 def _ring_rows(q, r0, nr, cx, cy, cz, R, start, buf, rest, eps, delta, nearest, sums, shift,
                ok):  # pragma: no cover - compiled
     r"""The rows ``r0 : r0 + nr`` of a block whose candidates (columns of ``buf``) are sorted into rings
@@ -533,10 +542,10 @@ def _ring_rows(q, r0, nr, cx, cy, cz, R, start, buf, rest, eps, delta, nearest, 
                 top[i] = max(top[i], _max_score(q[r0 + i, 0], q[r0 + i, 1], q[r0 + i, 2], y0[j0:j1], y1[j0:j1], y2[j0:j1], j1 - j0))
     for i in range(nr):
         s = max(R - off[i], 0.0)
-        tail[i, rings] = 0.0 if rest <= 0.0 else rest * np.exp(min(700.0, max(-delta, rr[i] * (1.0 - 0.5 * s * s) - top[i])))
+        tail[i, rings] = _mass_bound(rest, max(-delta, rr[i] * (1.0 - 0.5 * s * s) - top[i]))
         for k in range(rings - 1, -1, -1):
             s = max(np.sqrt(k / scale) - off[i], 0.0)
-            tail[i, k] = tail[i, k + 1] + ring_mass[k] * np.exp(min(700.0, rr[i] * (1.0 - 0.5 * s * s) - top[i]))
+            tail[i, k] = tail[i, k + 1] + _mass_bound(ring_mass[k], rr[i] * (1.0 - 0.5 * s * s) - top[i])
     for k in range(rings):
         j0, j1 = start[k], start[k + 1]
         for i in range(nr):
