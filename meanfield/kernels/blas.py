@@ -58,7 +58,7 @@ import numpy as np
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.fused import FLUSH_BELOW, exp_flushed
 from meanfield.kernels.flash import FLASH_CPU, FLASH_MAX_D, FLASH_MAX_D64, KEY_BLOCK, flash_fill, flash_rows, flash_shifts, flash_symmetric, padded_rows, query_block, value_width
-from meanfield.kernels.fused32 import FLOAT32_SCALE_DEPTH, FLOAT32_SUMS_EXPONENT, exp32_nonpositive_scalar, float32_mass_exponent
+from meanfield.kernels.fused32 import FLOAT32_SCALE_DEPTH, exp32_nonpositive_scalar, float32_mass_exponent
 from meanfield.kernels.gemm import gemm_address, gemm_into
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import jit, one_blas_thread, threads_for
@@ -872,9 +872,9 @@ class FlashSums:
     ``parts[s, h, i]`` and ``part_sums[s, h, i]`` for the first ``slots`` slots add up to
     :math:`\sum_j a_j e^{\beta s_{ij} - \sigma_i} [V_h x_j \mid 1]` (the values only where they were asked for), with the
     row shift :math:`\sigma_i` of :meth:`row_shift` (``tops``: each head's largest :math:`c_i`).  ``ranges`` and
-    ``stage_threads``: the row ranges and the threads the stages around the tiles ran on.  ``log_scale``: the
-    sums were taken with the masses times :math:`2^k` (``log_scale`` = :math:`k\ln2`, float32), which the shifts
-    carry; ``scale`` = :math:`2^k` multiplies what a sum is compared with.
+    ``stage_threads``: the row ranges and the threads the stages around the tiles ran on.  ``mass_exponent``: the
+    sums were taken with the masses times :math:`2^k` (float32 with deep scores), which :meth:`row_shift` carries;
+    ``scale`` = :math:`2^k` multiplies what a sum is compared with.
     """
 
     parts: np.ndarray
@@ -885,17 +885,17 @@ class FlashSums:
     symmetric: bool
     ranges: list[slice]
     stage_threads: int
-    log_scale: float = 0.0
+    mass_exponent: int = 0
 
     @property
     def scale(self) -> float:
-        return float(np.exp2(round(self.log_scale / np.log(2.0))))
+        return math.ldexp(1.0, self.mass_exponent)
 
     def row_shift(self, h: int, rows: slice) -> np.ndarray:
         r"""The shifts :math:`\sigma_i` of head ``h`` on ``rows``: :math:`c_i`, or :math:`(c_i + \bar c)/2` in the symmetric layout
-        (less ``log_scale``)."""
+        (less :math:`k\ln 2` for masses scaled by :math:`2^k`)."""
         shift = self.shifts[h][rows]
-        return (0.5 * (shift + self.tops[h]) if self.symmetric else shift) - self.log_scale
+        return (0.5 * (shift + self.tops[h]) if self.symmetric else shift) - self.mass_exponent * math.log(2.0)
 
 
 def flash_tiles(
@@ -1008,10 +1008,7 @@ def flash_tiles(
     scaled.append(a * math.ldexp(1.0, exponent) if exponent else a)
     run_on_threads(fill_rows, ranges, stage_threads)
     run_on_threads(tile_rows, items, threads)
-    return FlashSums(parts, part_sums, len(claimed) if symmetric else 1, shifts, tops, symmetric, ranges, stage_threads,
-                     exponent * float(np.log(2.0)))
-
-
+    return FlashSums(parts, part_sums, len(claimed) if symmetric else 1, shifts, tops, symmetric, ranges, stage_threads, exponent)
 
 
 def _flash_velocity(out: np.ndarray, x: np.ndarray, heads: HeadStack, beta: float, kind: str, a: np.ndarray, dtype: type,
@@ -1116,9 +1113,9 @@ def velocity_blas(
     width = d + 2 if symmetric else d + 1
     x_norms = _row_norms(x)
     x_norm_max = float(x_norms.max())
-    # float32 scores that may fall below -FLOAT32_SCALE_DEPTH (|β s_ij| ≤ c_i ≤ β|B_h|_F max|x|²): masses scaled by 2^k
-    reach = 2.0 * beta * max(float(np.linalg.norm(b)) for b in heads.B) * x_norm_max**2
-    exponent = float32_mass_exponent(a, heads, x_norm_max) if dtype == np.float32 and kind != "relu" and reach > FLOAT32_SCALE_DEPTH else 0
+    exponent = 0  # float32 scores that may fall below -FLOAT32_SCALE_DEPTH (|β s_ij| ≤ c_i ≤ β|B_h|_F max|x|²): masses times 2^k
+    if dtype == np.float32 and kind != "relu" and 2.0 * beta * max(float(np.linalg.norm(b)) for b in heads.B) * x_norm_max**2 > FLOAT32_SCALE_DEPTH:
+        exponent = float32_mass_exponent(a, heads, x_norm_max)
     a_ops = a * math.ldexp(1.0, exponent) if exponent else a
     operands = Operands(
         lhs=[thread_buffer(n * width, dtype, f"lhs{h}").reshape(n, width) for h in range(heads.H)],
