@@ -1264,10 +1264,11 @@ def choose_sphere_method(n: int, beta: float, heads: HeadStack, *, mask: str = "
     """The fastest method for ``n`` tokens at inverse temperature ``beta``: "harmonic", "local" or "dense".
 
     The least of the measured cost models of :func:`estimate_sphere_seconds` (their
-    constants, measured on 2 cores shared with one other busy process, are the thresholds:
+    constants, on the scale of 2 cores shared with busy processes, are the thresholds:
     :data:`DENSE_PAIR_SECONDS`, :data:`LOCAL_CALL_SECONDS`, :data:`LOCAL_ROW_SECONDS`,
-    :data:`LOCAL_PAIR_SECONDS`, :data:`RING_ROW_SECONDS`, :data:`RING_PAIR_SECONDS`, :data:`RING_DEPTH`, :data:`HARMONIC_CALL_SECONDS`, :data:`HARMONIC_ROW_SECONDS`,
-    :data:`SYNTHESIS_PER_POINT`, :data:`SYNTHESIS_PER_COEFFICIENT`, :data:`GRID_PER_OPERATION`).
+    :data:`LOCAL_PAIR_SECONDS`, :data:`RING_ROW_SECONDS`, :data:`RING_PAIR_SECONDS`, :data:`RING_DEPTH`,
+    :data:`HARMONIC_CALL_SECONDS`, :data:`HARMONIC_ROW_SECONDS`, :data:`SYNTHESIS_PER_POINT`,
+    :data:`SYNTHESIS_PER_COEFFICIENT`, :data:`GRID_PER_OPERATION`).
     "dense" means :func:`meanfield.kernels.fused.velocity_fused` (softmax) or
     :func:`meanfield.kernels.blas.velocity_blas` (other kinds).  Measured for uniform tokens
     and a general head (singular values 1.19, 1.03, 0.93) on 2 quiet cores, n = 1024 … 262144,
