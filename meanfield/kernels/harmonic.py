@@ -704,13 +704,15 @@ def _grid_slices(alms: list, lmax: int, grid_l: int, basis: _Basis, fields: tupl
 
 def _resampled(
     g: np.ndarray, lsrc: int, B: np.ndarray, beta: float, uhat: np.ndarray, loc: np.ndarray, mass: float,
-    eps_t: float, eps_n: float, tolerance: float,
+    eps_t: float, eps_n: float, tolerance: float, *, budget: float = np.inf,
 ) -> _Estimate | None:
     """Smooth maps on a GL grid of directions, analysed, then one synthesis per field at the rows.
 
     Returns None when the resampled maps would not serve: their interpolation in r or
     their resolution falls short, or more than :data:`RESAMPLE_MAX_REJECT` of the grid
-    would fail the row test (the caller then uses :func:`_direct`).
+    would fail the row test (the caller then uses :func:`_direct`).  ``budget``: the grid stops
+    growing where the next degree and the finish would take the modelled seconds past it (the
+    best degree so far is then used, its error bound as measured).
     """
     sigma = np.linalg.svd(B, compute_uv=False)
     kappa = sigma[0] / sigma[-1]
@@ -726,7 +728,9 @@ def _resampled(
     grid_l = int(np.ceil(lmax * (1.0 + RESAMPLE_GROWTH * np.log(kappa)) + RESAMPLE_MARGIN))
     best = None
     previous = np.inf
+    spent = 0.0
     while True:
+        spent += _resampled_degree_seconds(nodes.r.size, grid_l, lmax)
         ug, ntheta, nphi = _gl_grid(grid_l)
         basis = nodes.basis(beta / np.linalg.norm(ug @ binv_t.T, axis=1))
         threads = _threads(ug.shape[0], grid_l)
@@ -734,11 +738,15 @@ def _resampled(
         a_den = analysis_2d(map=dmap.reshape(1, ntheta, nphi), spin=0, lmax=grid_l, geometry="GL", nthreads=threads)
         tail = _tail(a_den[0], grid_l)
         rms = _rms(a_den[0], grid_l)
+        if best is None and np.mean(margin * dmap < mass * (eps_t + nodes.error) + FLOOR_RELATIVE * (basis.lebesgue * smax + np.max(np.abs(dmap)))) > RESAMPLE_MAX_REJECT:
+            return None  # too much of the sphere sees too little mass for the maps, whatever their degree (the floor below, less its tail)
         if best is None or tail < best[0]:
             best = (tail, grid_l, ug, basis, a_den, smax, dmap)
         grown = int(np.ceil(1.3 * grid_l))
-        # resolved (down to the rounding level), or no longer improving, or too large
+        # resolved (down to the rounding level), or no longer improving, or too large, or past the budget
         if tail <= TAIL_RELATIVE * rms or tail > 0.3 * previous or grown > RESAMPLE_MAX_GROWTH * lmax + 2 * RESAMPLE_MARGIN:
+            break
+        if spent + _resampled_degree_seconds(nodes.r.size, grown, lmax) + _resampled_finish_seconds(uhat.shape[0], nodes.r.size, grown, lmax) > budget:
             break
         previous = tail
         grid_l = grown
@@ -789,15 +797,28 @@ def _direct_seconds(bins: list[_Bin]) -> float:
     return sum(3.3 * part.nodes.r.size * _synthesis_seconds(part.rows.size, part.lmax) for part in bins)
 
 
-def _resampled_seconds(k: int, beta: float, sigma: np.ndarray, lsrc: int, eps_t: float) -> float:
-    """The worst case of :func:`_resampled`: the denominator map at every grid degree of the growth
-    loop (×1.3 up to :data:`RESAMPLE_MAX_GROWTH` L, one synthesis per node, the interpolation
-    weights, one analysis each), then at the last degree the radial and gradient maps (3.4
-    syntheses per node), three analyses and four syntheses at the rows.
+def _resampled_degree_seconds(nodes: int, grid_l: float, lmax: float) -> float:
+    """One attempt of :func:`_resampled`'s growth loop: the denominator map at grid degree ``grid_l`` (one synthesis
+    per node, the interpolation weights) and its analysis."""
+    points = (grid_l + 1) * (2 * grid_l + 2)
+    return nodes * (_grid_seconds(grid_l, lmax) + GRID_WEIGHT_PER_POINT * points) + _grid_seconds(grid_l, grid_l)
 
-    The loop usually stops earlier; the estimate is pessimistic on purpose, since it decides
-    against a dense kernel whose cost is known (measured: 4–5 attempts for a uniform density
-    at 3217 points, 0.26 s per call, where the first-degree estimate had predicted 0.01 s).
+
+def _resampled_finish_seconds(k: int, nodes: int, grid_l: float, lmax: float) -> float:
+    """The end of :func:`_resampled` at grid degree ``grid_l``: the radial and gradient maps (3.4 syntheses per
+    node), three analyses and four syntheses at the ``k`` rows."""
+    return nodes * 3.4 * _grid_seconds(grid_l, lmax) + 3.0 * _grid_seconds(grid_l, grid_l) + 4.0 * _synthesis_seconds(k, grid_l)
+
+
+def _resampled_seconds(k: int, beta: float, sigma: np.ndarray, lsrc: int, eps_t: float, *, worst: bool = True) -> float:
+    """The cost of :func:`_resampled`: ``worst``, the denominator map at every grid degree of the growth
+    loop (×1.3 up to :data:`RESAMPLE_MAX_GROWTH` L) and the finish at the last; else the first degree only
+    (the maps of spread-out tokens are resolved there).
+
+    The worst case decides against the dense and local kernels in :func:`estimate_sphere_seconds`
+    (measured once: 4–5 attempts for a uniform density at 3217 points, 0.26 s per call, where the
+    first-degree estimate had predicted 0.01 s); inside :func:`harmonic_head_sums` the first degree
+    decides, and :func:`_resampled` stops growing at the direct way's cost.
     """
     r_b = beta * sigma[0]
     lmax = min(truncation_degree(r_b, eps_t), lsrc)
@@ -806,12 +827,11 @@ def _resampled_seconds(k: int, beta: float, sigma: np.ndarray, lsrc: int, eps_t:
     top = RESAMPLE_MAX_GROWTH * lmax + 2 * RESAMPLE_MARGIN
     seconds = 0.0
     while True:
-        points = (grid_l + 1) * (2 * grid_l + 2)
-        seconds += nodes * (_grid_seconds(grid_l, lmax) + GRID_WEIGHT_PER_POINT * points) + _grid_seconds(grid_l, grid_l)
-        if 1.3 * grid_l > top:
+        seconds += _resampled_degree_seconds(nodes, grid_l, lmax)
+        if not worst or 1.3 * grid_l > top:
             break
         grid_l = np.ceil(1.3 * grid_l)
-    return seconds + nodes * 3.4 * _grid_seconds(grid_l, lmax) + 3.0 * _grid_seconds(grid_l, grid_l) + 4.0 * _synthesis_seconds(k, grid_l)
+    return seconds + _resampled_finish_seconds(k, nodes, grid_l, lmax)
 
 
 def harmonic_head_sums(
@@ -845,9 +865,10 @@ def harmonic_head_sums(
     tolerance : float
         Target relative accuracy (sets truncation, interpolation and NUFFT accuracies).
     method : {"auto", "direct", "resampled"}
-        ``auto`` takes the cheaper by the measured cost model (the resampled way only for
-        invertible :math:`B` with condition number ≤ :data:`RESAMPLE_MAX_COND`, falling
-        back to ``direct`` when its maps are not resolved).
+        ``auto`` takes the resampled way where its first grid degree costs less than the direct way by
+        the measured cost models (only for invertible :math:`B` with condition number ≤
+        :data:`RESAMPLE_MAX_COND`), growing its grid no further than the direct way's cost, and falls
+        back to ``direct`` when its maps are not resolved.
     geometry : (û, r, loc), optional
         The rows' directions, radii and (colatitude, longitude), if already computed.
 
@@ -868,8 +889,11 @@ def harmonic_head_sums(
     if method in ("auto", "resampled"):
         sigma = np.linalg.svd(B, compute_uv=False)
         if sigma[-1] > 0 and 1.0 + 1e-12 < sigma[0] / sigma[-1] <= RESAMPLE_MAX_COND:
-            if method == "resampled" or _resampled_seconds(k, beta, sigma, lsrc, eps_t) < _direct_seconds(bins):
+            direct = _direct_seconds(bins)
+            if method == "resampled":
                 est = _resampled(g, lsrc, B, beta, uhat, loc, mass, eps_t, eps_n, float(tolerance))
+            elif _resampled_seconds(k, beta, sigma, lsrc, eps_t, worst=False) < direct:  # at most the direct cost more
+                est = _resampled(g, lsrc, B, beta, uhat, loc, mass, eps_t, eps_n, float(tolerance), budget=direct)
     if est is None:
         est = _direct(g, lsrc, uhat, r, loc, mass, eps_t, eps_n, bins)
     return HeadSums(est.num, est.den, r if est.shift is None else est.shift), est.error
@@ -1272,15 +1296,14 @@ def choose_sphere_method(n: int, beta: float, heads: HeadStack, *, mask: str = "
     "dense" means :func:`meanfield.kernels.fused.velocity_fused` (softmax) or
     :func:`meanfield.kernels.blas.velocity_blas` (other kinds).  Measured for uniform tokens
     and a general head (singular values 1.19, 1.03, 0.93) on 2 quiet cores, n = 1024 … 262144,
-    β = 1 … 1024, the models pick the fastest method in 23 of 25 cases (the two others cost
-    2.1× and 1.5× the best: n = 4096 at β = 4, where dense wins, and n = 8192 at β = 64, where
-    local wins), which amounts to:
+    β = 1 … 1024, the models pick the fastest method in 24 of 25 cases (the other costs 1.9×
+    the best: n = 4096 at β = 16, where the harmonic kernel wins over dense), which amounts to:
 
     * dense for n ≲ 2048 (1–3 ms);
     * local when the caps are small, n ≲ 60 β‖B‖₂ (at β = 1024: 0.024 s vs 0.25 s for the
-      harmonic kernel at n = 16384, 0.15 s vs 0.32 s at n = 65536);
-    * harmonic everywhere else, far ahead at large n (65536 tokens at β = 64: 0.04 s,
-      some 120× the dense kernel).
+      harmonic kernel at n = 16384, 0.15 s vs 0.20 s at n = 65536);
+    * harmonic everywhere else, far ahead at large n (65536 tokens at β = 64: 0.03–0.04 s,
+      some 130× the dense kernel).
 
     ``mask="causal"`` compares the causal cost models instead (:func:`estimate_causal_sphere_seconds`).
     ``dense_speedup`` divides the dense model's cost: the float32 dense kernel's speed over the float64

@@ -197,6 +197,51 @@ def test_direct_and_resampled_evaluations_agree(rng):
             assert np.all(miss <= error), method  # the error bound holds row by row
 
 
+
+def test_auto_takes_the_resampled_way_for_spread_tokens_within_the_direct_budget(rng, monkeypatch):
+    # uniform tokens, a general head: the first grid degree costs less than the direct way, so "auto" resamples;
+    # with no budget left the grid does not grow past its first degree; concentrated tokens are sent back
+    # to the direct way after that first degree.  The error bound holds row by row every time.
+    import meanfield.kernels.harmonic as harmonic
+
+    B = np.array([[1.1, 0.3, -0.2], [-0.1, 0.9, 0.25], [0.15, -0.3, 1.0]])
+    calls = []
+    real = harmonic._resampled
+    monkeypatch.setattr(harmonic, "_resampled", lambda *args, **kwargs: calls.append(kwargs.get("budget")) or real(*args, **kwargs))
+    degrees = []
+    slices = harmonic._grid_slices
+    monkeypatch.setattr(harmonic, "_grid_slices", lambda alms, lmax, grid_l, *rest: degrees.append(grid_l) or slices(alms, lmax, grid_l, *rest))
+    for x, resampled in ((sample_uniform(4096, 3, seed=13), True), (sample_vmf(4096, 3, kappa=40.0, seed=14), False)):
+        a = token_weights(rng, x.shape[0])
+        src = SphereSources(x, a)
+        beta = 16.0
+        eps_t, eps_n = _accuracies(1e-12)
+        lsrc = _source_degree(B, beta, eps_t)
+        g = _source_coefficients(src, lsrc, eps_n)
+        exact = local_head_sums(x, B, beta, src, tolerance=1e-14)
+        calls.clear()
+        sums, error = harmonic_head_sums(x, B, beta, g, lsrc, src.mass)
+        assert len(calls) == 1 and 0.0 < calls[0] < np.inf  # tried, with the direct way's cost as its budget
+        assert (sums.shift is not None) and (error.shape == (x.shape[0],))
+        scaled = np.exp(exact.shift - sums.shift)
+        miss = np.maximum(np.abs(sums.den - exact.den * scaled), np.abs(sums.num - exact.num * scaled[:, None]).max(axis=1))
+        assert np.all(miss <= error)
+        direct, _ = harmonic_head_sums(x, B, beta, g, lsrc, src.mass, method="direct")
+        assert (not np.array_equal(sums.den, direct.den)) == resampled  # the resampled result, or the direct one
+    # B with condition number 3.3 at β = 4: the grid grows through four degrees, or stops at its first with no budget
+    B = np.diag([2.0, 1.0, 0.6])
+    x = sample_uniform(4096, 3, seed=13)
+    src = SphereSources(x, np.full(4096, 1.0 / 4096))
+    lsrc = _source_degree(B, 4.0, _accuracies(1e-12)[0])
+    g = _source_coefficients(src, lsrc, _accuracies(1e-12)[1])
+    uhat, _, loc = harmonic._geometry(x, B, 4.0)
+    grown = []
+    for budget in (np.inf, 0.0):
+        degrees.clear()
+        harmonic._resampled(g, lsrc, B, 4.0, uhat, loc, src.mass, *_accuracies(1e-12), 1e-12, budget=budget)
+        grown.append(len(set(degrees)) - 1)  # the maps at the last degree add one more call of the same degree
+    assert grown[0] >= 2 and grown[1] == 0
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_special_heads(rng, kind):
     # beta = 0, singular B (rank 2 and the zero matrix), a multiple of a rotation, -I
