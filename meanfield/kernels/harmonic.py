@@ -710,7 +710,8 @@ def _resampled(
 
     Returns None when the resampled maps would not serve: their interpolation in r or
     their resolution falls short, or more than :data:`RESAMPLE_MAX_REJECT` of the grid
-    would fail the row test (the caller then uses :func:`_direct`).  ``budget``: the grid stops
+    would fail the row test (the caller then uses :func:`_direct`), the last checked already on the
+    first grid degree without the resolution's share of the floor.  ``budget``: the grid stops
     growing where the next degree and the finish would take the modelled seconds past it (the
     best degree so far is then used, its error bound as measured).
     """
@@ -738,8 +739,10 @@ def _resampled(
         a_den = analysis_2d(map=dmap.reshape(1, ntheta, nphi), spin=0, lmax=grid_l, geometry="GL", nthreads=threads)
         tail = _tail(a_den[0], grid_l)
         rms = _rms(a_den[0], grid_l)
-        if best is None and np.mean(margin * dmap < mass * (eps_t + nodes.error) + FLOOR_RELATIVE * (basis.lebesgue * smax + np.max(np.abs(dmap)))) > RESAMPLE_MAX_REJECT:
-            return None  # too much of the sphere sees too little mass for the maps, whatever their degree (the floor below, less its tail)
+        if best is None:  # the floor below less its tail: too much of the sphere sees too little mass, whatever the degree
+            floor = mass * (eps_t + nodes.error) + FLOOR_RELATIVE * (basis.lebesgue * smax + float(np.max(np.abs(dmap))))
+            if np.mean(margin * dmap < floor) > RESAMPLE_MAX_REJECT:
+                return None
         if best is None or tail < best[0]:
             best = (tail, grid_l, ug, basis, a_den, smax, dmap)
         grown = int(np.ceil(1.3 * grid_l))
