@@ -57,8 +57,9 @@ import numpy as np
 
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.fused import FLUSH_BELOW, exp_flushed
-from meanfield.kernels.flash import FLASH_CPU, FLASH_MAX_D, FLASH_MAX_D64, KEY_BLOCK, flash_fill, flash_rows, flash_shifts, flash_symmetric, padded_rows, query_block, value_width
-from meanfield.kernels.fused32 import FLOAT32_SCALE_DEPTH, exp32_nonpositive_scalar, float32_mass_exponent
+from meanfield.kernels.flash import (FLASH_CPU, FLASH_MAX_D, FLASH_MAX_D64, KEY_BLOCK, flash_fill, flash_rows, flash_shifts, flash_symmetric,
+                                     padded_rows, partial_elements, query_block, tile_elements, value_width)
+from meanfield.kernels.fused32 import exp32_nonpositive_scalar, float32_scaled_masses
 from meanfield.kernels.gemm import gemm_address, gemm_into
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import jit, one_blas_thread, threads_for
@@ -413,7 +414,7 @@ class Operands:
     ``masses`` are the tokens' masses :math:`a_j` in float64.  ``weighted[h]`` (symmetric path, every
     head scalar) are the values weighted by :math:`e^{(c_j-\bar c)/2}`, written with the operands.
     ``mass_exponent``: the masses (here and in the values) were multiplied by :math:`2^k`, float32 with deep
-    scores (:func:`float32_mass_exponent`), so that no product of a term with a weight is subnormal.
+    scores (:func:`~meanfield.kernels.fused32.float32_scaled_masses`), so that no product of a term with a weight is subnormal.
     """
 
     lhs: list[np.ndarray]
@@ -924,8 +925,8 @@ def flash_tiles(
     the row sums only (no value products: the energy).  Every buffer is reused across calls
     (:func:`thread_buffer`): the result is valid until the next call in this thread.
 
-    In float32, where the shifted scores may fall below -:data:`FLOAT32_SCALE_DEPTH`, the masses are
-    multiplied by :math:`2^k` (exact; :func:`float32_mass_exponent`), so that a term near the flushed edge of
+    In float32, where the shifted scores may fall below -:data:`~meanfield.kernels.fused32.FLOAT32_SCALE_DEPTH`, the
+    masses are multiplied by :math:`2^k` (exact; :func:`~meanfield.kernels.fused32.float32_scaled_masses`), so that a term near the flushed edge of
     ``exp`` (:math:`e^{-87}`) times a weight stays a normal number: each subnormal product costs a microcode
     assist, and at d = 64, β ≈ 90 they made the call up to 10× slower.
     """
@@ -968,7 +969,7 @@ def flash_tiles(
             flash_shifts(bxs[h], scales[h][0], beta, x_norm_max, shifts[h], real.start, real.stop)
 
     tops: list[float] = []  # each head's largest shift, once every row's is known
-    scaled: list[np.ndarray] = []  # the masses as the tiles take them
+    scaled: list[np.ndarray] = []  # the masses as the tiles take them (float32_scaled_masses), once the shifts are known
 
     def fill_rows(rows: slice) -> None:
         for h in range(H):
@@ -992,7 +993,7 @@ def flash_tiles(
             if symmetric:
                 parts[slot].fill(0.0)
                 part_sums[slot].fill(0.0)
-            claimed[ident] = (slot, thread_buffer(KEY_BLOCK * block, dtype, "flash tile"), thread_buffer(KEY_BLOCK * block // 2, dtype, "flash partial"))
+            claimed[ident] = (slot, thread_buffer(tile_elements(dtype), dtype, "flash tile"), thread_buffer(partial_elements(dtype), dtype, "flash partial"))
         slot, tile, partial = claimed[ident]
         acc, sums = parts[slot], part_sums[slot]
         for h in range(H):
@@ -1004,8 +1005,8 @@ def flash_tiles(
     run_on_threads(shift_rows, ranges, stage_threads)
     tops.extend(float(shift.max()) for shift in shifts)
     # scores reach -2 max c_i: where that is deep, float32 masses scaled so that no product with a term is subnormal
-    exponent = float32_mass_exponent(a, heads, x_norm_max) if np.dtype(dtype) == np.float32 and 2.0 * max(tops) > FLOAT32_SCALE_DEPTH else 0
-    scaled.append(a * math.ldexp(1.0, exponent) if exponent else a)
+    masses_in, exponent = float32_scaled_masses(a, heads, x_norm_max, 2.0 * max(tops)) if np.dtype(dtype) == np.float32 else (a, 0)
+    scaled.append(masses_in)
     run_on_threads(fill_rows, ranges, stage_threads)
     run_on_threads(tile_rows, items, threads)
     return FlashSums(parts, part_sums, len(claimed) if symmetric else 1, shifts, tops, symmetric, ranges, stage_threads, exponent)
@@ -1113,10 +1114,9 @@ def velocity_blas(
     width = d + 2 if symmetric else d + 1
     x_norms = _row_norms(x)
     x_norm_max = float(x_norms.max())
-    exponent = 0  # float32 scores that may fall below -FLOAT32_SCALE_DEPTH (|β s_ij| ≤ c_i ≤ β|B_h|_F max|x|²): masses times 2^k
-    if dtype == np.float32 and kind != "relu" and 2.0 * beta * max(float(np.linalg.norm(b)) for b in heads.B) * x_norm_max**2 > FLOAT32_SCALE_DEPTH:
-        exponent = float32_mass_exponent(a, heads, x_norm_max)
-    a_ops = a * math.ldexp(1.0, exponent) if exponent else a
+    a_ops, exponent = a, 0  # float32 masses scaled where the scores may run deep (|β s_ij| ≤ c_i ≤ β|B_h|_F max|x|²)
+    if dtype == np.float32 and kind != "relu":
+        a_ops, exponent = float32_scaled_masses(a, heads, x_norm_max, 2.0 * beta * max(float(np.linalg.norm(b)) for b in heads.B) * x_norm_max**2)
     operands = Operands(
         lhs=[thread_buffer(n * width, dtype, f"lhs{h}").reshape(n, width) for h in range(heads.H)],
         rhs=[thread_buffer(width * n, dtype, f"rhs{h}").reshape((n, width) if symmetric else (width, n)) for h in range(heads.H if symmetric else 1)],

@@ -49,7 +49,8 @@ from meanfield.kernels.jit import jit
 from meanfield.kernels.panels import lanes, score_exp_panel, score_exp_panel_tail, sum_panel, value_panel, value_panel_half, value_panel_wide, value_panel_wide_half, weighted_rows
 
 __all__ = ["QUERY_BLOCK", "KEY_BLOCK", "PAD", "FLASH_CPU", "FLASH_MAX_D", "FLASH_MAX_D64", "query_block", "padded_rows", "value_width",
-           "flash_rows", "flash_symmetric", "flash_operands", "flash_shifts", "flash_fill", "tile_buffer", "partial_buffer"]
+           "flash_rows", "flash_symmetric", "flash_operands", "flash_shifts", "flash_fill", "tile_elements", "partial_elements",
+           "tile_buffer", "partial_buffer"]
 
 #: the rows (queries and keys) are padded to a multiple of this: of every query block (32 float32, 16
 #: float64), of the value panels' 8 rows and of the score panels' 12 or 4 keys (at n = 1024, 96 rows
@@ -107,14 +108,24 @@ def value_width(d: int, dtype: type | np.dtype) -> int:
     return -(-int(d) // width) * width
 
 
+def tile_elements(dtype: type | np.dtype) -> int:
+    """The size of one tile of exponentials: :data:`KEY_BLOCK` × the query block."""
+    return KEY_BLOCK * query_block(dtype)
+
+
+def partial_elements(dtype: type | np.dtype) -> int:
+    """The size of the transposed side's sums (:func:`flash_symmetric`): :data:`KEY_BLOCK` vectors."""
+    return KEY_BLOCK * lanes(np.dtype(dtype).itemsize)
+
+
 def tile_buffer(dtype: type | np.dtype) -> np.ndarray:
-    """A buffer for one tile of exponentials (:data:`KEY_BLOCK` × the query block)."""
-    return np.empty(KEY_BLOCK * query_block(dtype), dtype=dtype)
+    """A buffer for one tile of exponentials (:func:`tile_elements`)."""
+    return np.empty(tile_elements(dtype), dtype=dtype)
 
 
 def partial_buffer(dtype: type | np.dtype) -> np.ndarray:
-    """A buffer of :data:`KEY_BLOCK` vectors for the transposed side's sums (:func:`flash_symmetric`)."""
-    return np.empty(KEY_BLOCK * lanes(np.dtype(dtype).itemsize), dtype=dtype)
+    """A buffer for the transposed side's sums (:func:`partial_elements`)."""
+    return np.empty(partial_elements(dtype), dtype=dtype)
 
 
 @jit

@@ -52,7 +52,7 @@ from meanfield.kernels.fused import _scores
 from meanfield.kernels.jit import bitcast, jit, kernel_threads, pjit
 from meanfield.kernels.reference import velocity_numpy
 
-__all__ = ["velocity_fused32", "exp32_nonpositive", "exp32_nonpositive_scalar", "float32_mass_exponent", "CHUNK32", "FUSED32_KINDS", "FLOAT32_SCALE_DEPTH", "FLOAT32_SUMS_EXPONENT"]
+__all__ = ["velocity_fused32", "exp32_nonpositive", "exp32_nonpositive_scalar", "float32_mass_exponent", "float32_scaled_masses", "CHUNK32", "FUSED32_KINDS", "FLOAT32_SCALE_DEPTH", "FLOAT32_SUMS_EXPONENT"]
 
 #: columns per chunk: the float32 partial sums cover this many terms before they go to float64
 CHUNK32 = 256
@@ -107,6 +107,16 @@ def float32_mass_exponent(a: np.ndarray, heads: HeadStack, x_norm_max: float) ->
     if not math.isfinite(bound) or bound <= 0.0:
         return 0
     return min(120, max(0, math.floor(FLOAT32_SUMS_EXPONENT - math.log2(bound))))
+
+
+def float32_scaled_masses(a: np.ndarray, heads: HeadStack, x_norm_max: float, depth: float) -> tuple[np.ndarray, int]:
+    r"""The masses a float32 kernel takes, :math:`2^k a`, and :math:`k`: :func:`float32_mass_exponent` where its shifted
+    scores may fall below ``-depth`` < -:data:`FLOAT32_SCALE_DEPTH` (``depth`` a bound on minus the scores), else ``a``
+    itself and 0."""
+    if not depth > FLOAT32_SCALE_DEPTH:
+        return a, 0
+    exponent = float32_mass_exponent(a, heads, x_norm_max)
+    return (a * math.ldexp(1.0, exponent) if exponent else a), exponent
 
 
 @jit(fastmath={"contract"})
@@ -329,8 +339,7 @@ def velocity_fused32(
     q32 = np.ascontiguousarray(q, dtype=np.float32)
     xt = np.ascontiguousarray(x.T, dtype=np.float32)
     # scores reach -2 max c_i: where that is deep, masses scaled by a power of two (no subnormal product with a term)
-    exponent = float32_mass_exponent(a, heads, xmax) if code != 3 and 2.0 * float(top.max()) > FLOAT32_SCALE_DEPTH else 0
-    scaled = a * math.ldexp(1.0, exponent) if exponent else a
+    scaled, exponent = float32_scaled_masses(a, heads, xmax, 2.0 * float(top.max())) if code != 3 else (a, 0)
     wx = np.ascontiguousarray(np.vstack([x.T * scaled, scaled[None, :]]), dtype=np.float32)  # (d+1, n): a_j x_j | a_j
     w = np.ascontiguousarray(heads.w, dtype=float)
     with kernel_threads(float(n) * n * H * (0.5 if causal else 1.0)) as threads:
