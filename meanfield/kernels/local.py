@@ -628,10 +628,10 @@ def _local_kernel(q, row_ptr, centre, radius, whole, cos_out, yt, wy, yts, wys, 
             w3[j] = weight[3, k]
         r0 = row_ptr[b]
         nr = row_ptr[b + 1] - r0
+        ball = 0.0  # mass of all candidates
+        for j in range(nc):
+            ball += w3[j]
         if ringed:
-            ball = 0.0
-            for j in range(nc):
-                ball += w3[j]
             _ring_rows(q, r0, nr, cx, cy, cz, reach, ring_start, buf, mass - ball, eps, delta[b], nearest[b], sums,
                        shift, ok)
             continue
@@ -655,9 +655,6 @@ def _local_kernel(q, row_ptr, centre, radius, whole, cos_out, yt, wy, yts, wys, 
                 if mi > 0:
                     _score_exp3(q[r0 + i, 0], q[r0 + i, 1], q[r0 + i, 2], tops[i], y0c, y1c, y2c, mi, z)
                     _accumulate3(z, w0c, w1c, w2c, w3c, mi, accs[i])
-        ball = 0.0  # mass of all candidates
-        for j in range(nc):
-            ball += w3[j]
         for i in range(nr):
             row = r0 + i
             nci = ncs[i]
