@@ -287,7 +287,7 @@ def test_dispatch_follows_the_processor_and_the_limits(monkeypatch):
     assert calls == taken
 
 
-@pytest.mark.parametrize("flash_tiles", [True, False], ids=["tiles", "row blocks"])
+@pytest.mark.parametrize("flash_tiles", [True, False], ids=["tiles", "OpenBLAS"])
 @pytest.mark.parametrize("symmetric", [False, True])
 def test_low_temperature_scores_across_the_flush_match_numpy(flash_tiles, symmetric):
     # β = 800, d = 16: the shifted scores straddle FLUSH_BELOW, where exp is flushed to 0 (no subnormal
