@@ -1094,19 +1094,36 @@ def velocity_blas(
         ``relu``); ``False`` keeps the OpenBLAS products (the same law to round-off).
     """
     x = check_tokens(x, heads, kind)
-    causal = is_causal(mask)
+    dtype = {"float64": np.float64, "float32": np.float32}[precision]
+    # BLAS on one thread for the whole call, not only around the products: one threaded BLAS call here (the
+    # norm of a 384-square B_h is a dot over 147 456 elements) left OpenBLAS's workers spinning on the other
+    # core for the rest of the call, where the pool's helper thread needed it (1.4-1.7x slower at d = 384)
+    with one_blas_thread():
+        return _velocity_blas(x, heads, beta, kind, weights, threads, dtype, is_causal(mask), flash)
+
+
+def _velocity_blas(
+    x: np.ndarray,
+    heads: HeadStack,
+    beta: float,
+    kind: str,
+    weights: np.ndarray | None,
+    threads: int | None,
+    dtype: type,
+    causal: bool,
+    flash: bool,
+) -> np.ndarray:
+    """:func:`velocity_blas` on checked tokens, with BLAS already held to one thread."""
     n, d = x.shape
     a = token_masses(n, weights, kind=kind, causal=causal)
-    dtype = {"float64": np.float64, "float32": np.float32}[precision]
     out = np.zeros((n, d))
     scale_B = [identity_multiple(b) for b in heads.B]
     scale_V = [identity_multiple(v) for v in heads.V]
     symmetric_scores = _symmetric_scores(heads, scale_B)
     if flash and FLASH_CPU and d <= (FLASH_MAX_D if dtype == np.float32 else FLASH_MAX_D64) and not causal and kind != "relu":
-        with one_blas_thread():
-            tiles = flash_tiles(x, heads, beta, a, dtype, threads or threads_for(float(n) * n * heads.H), symmetric_scores, scale_B,
-                                scale_V, float(_row_norms(x).max()))
-            _flash_velocity(out, x, heads, beta, kind, a, dtype, tiles)
+        tiles = flash_tiles(x, heads, beta, a, dtype, threads or threads_for(float(n) * n * heads.H), symmetric_scores, scale_B,
+                            scale_V, float(_row_norms(x).max()))
+        _flash_velocity(out, x, heads, beta, kind, a, dtype, tiles)
         return out
     symmetric = not causal and kind != "relu" and n >= 2 * TILE and symmetric_scores
     # rhs: [x | 1]ᵀ, so that [beta x B | -c] @ rhs = beta s - c (symmetric layout: _operand_rows).  The
@@ -1142,19 +1159,18 @@ def velocity_blas(
     def prepare(rows: slice) -> None:
         _operand_rows(rows, x, heads, beta, kind, a_ops, x_norms, x_norm_max, operands)
 
-    # one BLAS thread per pool thread: the pool already fills the cores, and threaded
+    # one BLAS thread per pool thread (velocity_blas holds it): the pool already fills the cores, and threaded
     # BLAS on these thin GEMMs only adds synchronisation (up to 50× slower on a loaded machine)
-    with one_blas_thread():
-        if products > PREP_PARALLEL_FLOPS or _stages_on_pool(n, d, heads.H):  # every operand row is written before any block reads it
-            run_on_threads(prepare, jobs, nthreads)
-        else:
-            prepare(slice(0, n))
-        if symmetric:
-            _symmetric_velocity(out, x, heads, beta, kind, operands, dtype, nthreads)
-        else:
+    if products > PREP_PARALLEL_FLOPS or _stages_on_pool(n, d, heads.H):  # every operand row is written before any block reads it
+        run_on_threads(prepare, jobs, nthreads)
+    else:
+        prepare(slice(0, n))
+    if symmetric:
+        _symmetric_velocity(out, x, heads, beta, kind, operands, dtype, nthreads)
+    else:
 
-            def work(rows: slice) -> None:
-                _blas_rows(rows, x, heads, beta, kind, operands, out, dtype, causal)
+        def work(rows: slice) -> None:
+            _blas_rows(rows, x, heads, beta, kind, operands, out, dtype, causal)
 
-            run_on_threads(work, jobs[::-1] if causal else jobs, nthreads)  # causal: the longest rows first
+        run_on_threads(work, jobs[::-1] if causal else jobs, nthreads)  # causal: the longest rows first
     return out

@@ -434,3 +434,46 @@ def test_blas_float64_exp_paths_match_numpy_twin(rng, numpy_exp, monkeypatch):
     s = x @ heads.B[0] @ x.T
     expected = np.exp(2.0 * s).sum() / (2 * 2.0 * 700**2)
     np.testing.assert_allclose(head_energies(x, heads, beta=2.0)[0], expected, rtol=1e-12)
+
+
+def _cpu_seconds_by_thread() -> dict[int, float]:
+    """CPU time of each of this process's threads (Linux ``/proc``), by native id."""
+    import os
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    seconds = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        seconds[int(task)] = (int(fields[11]) + int(fields[12])) / ticks
+    return seconds
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task") or (__import__("os").cpu_count() or 1) < 2,
+                    reason="reads the threads' CPU time from Linux's /proc, with BLAS allowed two threads")
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_blas_kernel_leaves_no_blas_worker_spinning(precision):
+    """No BLAS call of ``velocity_blas`` runs threaded: one that did (the float32 path's norm of a large B_h) left
+    OpenBLAS's workers spinning on the other core through the call, where the kernel's own helper thread
+    needed it.  The threads that are not Python's (BLAS and OpenMP workers) must stay idle."""
+    import threading
+    import time
+
+    from threadpoolctl import threadpool_limits
+
+    n, d = 512, 200  # the 200 × 200 norm is a 40 000-element dot: threaded in OpenBLAS when allowed
+    x = sample_uniform(n, d, seed=0)
+    heads = HeadStack(B=np.eye(d)[None] + 0.01 * np.ones((d, d))[None], V=np.eye(d)[None])  # symmetric, not a multiple of I
+    with threadpool_limits(limits=2, user_api="blas"):
+        velocity_blas(x, heads, beta=1.0, precision=precision, threads=2)
+        time.sleep(0.3)  # any worker woken before this test stops spinning
+        before, start = _cpu_seconds_by_thread(), time.perf_counter()
+        for _ in range(40):
+            velocity_blas(x, heads, beta=1.0, precision=precision, threads=2)
+        wall, after = time.perf_counter() - start, _cpu_seconds_by_thread()
+    python_threads = {thread.native_id for thread in threading.enumerate()}
+    foreign = sum(after[t] - before.get(t, 0.0) for t in after if t not in python_threads)
+    assert foreign <= 0.1 * wall + 0.02, f"threads outside Python used {foreign:.3f} s of CPU in {wall:.3f} s of calls"
