@@ -148,4 +148,4 @@ class Model:
 
     def velocity(self, x: np.ndarray, t: float, *, weights: np.ndarray | None = None) -> np.ndarray:
         r"""Token velocity :math:`\sigma P^\perp_x v(x,t)`, shape ``(n, d)``."""
-        return self.sign * project_tangent(x, self.ambient_velocity(x, t, weights=weights))
+        return project_tangent(x, self.ambient_velocity(x, t, weights=weights), scale=self.sign)

@@ -12,16 +12,17 @@ up with :func:`from_name`.  ``rk45`` is Dormand–Prince 5(4) with error control
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from meanfield.errors import RunFailed
+from meanfield.geometry.sphere import normalize, normalized_combination
 from meanfield.solvers.signals import check
 
-__all__ = ["ExplicitRK", "Euler", "Heun", "RK4", "DormandPrince", "INTEGRATORS", "from_name"]
+__all__ = ["stage_point", "ExplicitRK", "Euler", "Heun", "RK4", "DormandPrince", "INTEGRATORS", "from_name"]
 
 VectorField = Callable[[np.ndarray, float], np.ndarray]
 Retraction = Callable[[np.ndarray], np.ndarray]
@@ -29,6 +30,22 @@ Retraction = Callable[[np.ndarray], np.ndarray]
 
 def _identity(x: np.ndarray) -> np.ndarray:
     return x
+
+
+def stage_point(x: np.ndarray, h: float, coefficients: Sequence[float], stages: Sequence[np.ndarray], retract: Retraction) -> np.ndarray:
+    r"""The point :math:`R\big(x + h\sum_j a_j k_j\big)` of a tableau row ``coefficients`` (zero entries skipped).
+
+    With the radial retraction (:func:`~meanfield.geometry.sphere.normalize`) one compiled pass over the
+    rows (:func:`~meanfield.geometry.sphere.normalized_combination`): at n = 1024, d = 384 NumPy's
+    temporaries and passes had cost a quarter of an RK4 step next to its four kernel calls.
+    """
+    terms = [(h * a_j, k_j) for a_j, k_j in zip(coefficients, stages) if a_j]
+    if retract is normalize and terms:
+        return normalized_combination(x, [c for c, _ in terms], [k for _, k in terms])
+    y = x
+    for c, k in terms:
+        y = y + c * k
+    return retract(y)
 
 
 @dataclass
@@ -46,13 +63,8 @@ class ExplicitRK:
         r"""One step :math:`x_{k+1}=R\big(x_k+h\sum_s b_s k_s\big)`, :math:`k_s=f(R(x_k+h\sum_j a_{sj}k_j), t+c_sh)`."""
         stages: list[np.ndarray] = []
         for s, row in enumerate(self.A):
-            y = x
-            for a_sj, k_j in zip(row, stages):
-                if a_sj:
-                    y = y + (h * a_sj) * k_j
-            stages.append(f(retract(y) if s else x, t + self.c[s] * h))
-        update = sum(b_s * k_s for b_s, k_s in zip(self.b, stages) if b_s)
-        return retract(x + h * update)
+            stages.append(f(stage_point(x, h, row, stages, retract) if s else x, t + self.c[s] * h))
+        return stage_point(x, h, self.b, stages, retract)
 
 
 class Euler(ExplicitRK):
@@ -104,11 +116,7 @@ class DormandPrince(ExplicitRK):
         """One trial step: returns ``(x_new, f(x_new), error_norm)``; accept when ``error_norm <= 1``."""
         stages = [k1]
         for s in range(1, 7):
-            y = x
-            for a_sj, k_j in zip(self.A[s], stages):
-                if a_sj:
-                    y = y + (h * a_sj) * k_j
-            y = retract(y)
+            y = stage_point(x, h, self.A[s], stages, retract)
             if s == 6:  # FSAL: the last stage point is the 5th-order solution
                 x_new = y
             stages.append(f(y, t + self.c[s] * h))

@@ -52,7 +52,7 @@ class NoisyParticleStepper:
     Parameters
     ----------
     base : ParticleStepper-like
-        Gives the drift ``base.field(x, t)`` (the model's tangent velocity), the step
+        Gives the drift ``base.stage_field(x, t)`` (the model's tangent velocity), the step
         ``base.dt`` and the counters ``base.stats``.
     noise : NoiseSchedule
         :math:`\gamma(t)` and the seed.
@@ -89,7 +89,7 @@ class NoisyParticleStepper:
         for k in range(steps):
             check()
             t = t0 + k * h
-            drift = self.base.field(x, t)
+            drift = self.base.stage_field(x, t)  # the tracker's evaluation of this frame, if kept (ParticleStepper.field)
             x = geometric_em_step(x, drift, h, self.noise.gamma_at(t), rng.standard_normal(x.shape))
         self.stats["steps"] += steps
         return x

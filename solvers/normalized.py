@@ -81,7 +81,7 @@ class NormalizedStepper(ParticleStepper):
         super().__init__(dynamics.model, method=method, dt=dt, rtol=rtol, atol=atol, weights=weights)
         self.dynamics = dynamics
 
-    def field(self, y: np.ndarray, t: float) -> np.ndarray:
+    def evaluate(self, y: np.ndarray, t: float) -> np.ndarray:
         """The integrated field: :math:`\\dot\\theta` (n, d), or :math:`(\\dot\\theta, \\dot r)` (n, d + 1) for a radial scheme."""
         self.stats["evaluations"] += 1
         if not self.dynamics.radial:

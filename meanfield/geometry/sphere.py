@@ -7,15 +7,18 @@ registered by name in :data:`SAMPLERS` (``uniform``, ``vmf``, ``fibonacci``, ``e
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from meanfield.kernels.jit import jit
+
 __all__ = [
     "normalize",
     "project_tangent",
+    "normalized_combination",
     "retract",
     "geodesic_distance",
     "log_map",
@@ -35,6 +38,53 @@ __all__ = [
 ]
 
 
+def _rows(a: np.ndarray) -> bool:
+    """Whether ``a`` is a C-contiguous float64 (n, d) array: the compiled row passes take it."""
+    return a.ndim == 2 and a.dtype == np.float64 and a.flags.c_contiguous
+
+
+@jit(fastmath={"reassoc", "contract"}, error_model="numpy")
+def _normalize_rows(y, out):  # pragma: no cover - compiled
+    """``out[i] = y[i] / ‖y[i]‖``, one pass per row (``out`` may be ``y``)."""
+    n, d = y.shape
+    for i in range(n):
+        square = 0.0
+        for j in range(d):
+            square += y[i, j] * y[i, j]
+        inverse = 1.0 / np.sqrt(square)
+        for j in range(d):
+            out[i, j] = y[i, j] * inverse
+
+
+@jit(fastmath={"reassoc", "contract"})
+def _tangent_rows(x, u, scale, out):  # pragma: no cover - compiled
+    """``out[i] = scale (u[i] − ⟨x[i], u[i]⟩ x[i])``, one pass per row (``out`` may be ``u``)."""
+    n, d = x.shape
+    for i in range(n):
+        dot = 0.0
+        for j in range(d):
+            dot += x[i, j] * u[i, j]
+        for j in range(d):
+            out[i, j] = scale * (u[i, j] - dot * x[i, j])
+
+
+@jit(fastmath={"reassoc", "contract"}, error_model="numpy")
+def _normalized_combination_rows(x, coefficients, vectors, out):  # pragma: no cover - compiled
+    """``out[i] = y_i / ‖y_i‖`` with ``y_i = x[i] + Σ_k coefficients[k] vectors[k][i]``, one pass per row."""
+    n, d = x.shape
+    for i in range(n):
+        square = 0.0
+        for j in range(d):
+            value = x[i, j]
+            for k in range(len(vectors)):
+                value += coefficients[k] * vectors[k][i, j]
+            out[i, j] = value
+            square += value * value
+        inverse = 1.0 / np.sqrt(square)
+        for j in range(d):
+            out[i, j] *= inverse
+
+
 def normalize(x: np.ndarray) -> np.ndarray:
     r"""Radial projection onto the sphere, :math:`x \mapsto x/\|x\|`, row-wise.
 
@@ -43,11 +93,15 @@ def normalize(x: np.ndarray) -> np.ndarray:
     x : (..., d) array
     """
     x = np.asarray(x, dtype=float)
+    if _rows(x):  # one compiled pass, where NumPy makes four (at n = 1024, d = 384: 0.7 against 0.1 ms)
+        out = np.empty_like(x)
+        _normalize_rows(x, out)
+        return out
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def project_tangent(x: np.ndarray, u: np.ndarray) -> np.ndarray:
-    r"""Tangent projection :math:`P^\perp_x u = u - \langle x,u\rangle x` (row-wise).
+def project_tangent(x: np.ndarray, u: np.ndarray, *, scale: float = 1.0) -> np.ndarray:
+    r"""Tangent projection :math:`P^\perp_x u = u - \langle x,u\rangle x` (row-wise), times ``scale``.
 
     Parameters
     ----------
@@ -55,8 +109,40 @@ def project_tangent(x: np.ndarray, u: np.ndarray) -> np.ndarray:
         Points on the sphere.
     u : (n, d) array
         Ambient vectors.
+    scale : float
+        Factor of the result (the sign of a descent, say), applied in the same pass.
     """
-    return u - np.sum(x * u, axis=-1, keepdims=True) * x
+    x = np.asarray(x, dtype=float)
+    u = np.asarray(u, dtype=float)
+    if _rows(x) and _rows(u) and x.shape == u.shape:  # one compiled pass, where NumPy makes five (at n = 1024, d = 384: 2.0 against 0.2 ms)
+        out = np.empty_like(u)
+        _tangent_rows(x, u, float(scale), out)
+        return out
+    projected = u - np.sum(x * u, axis=-1, keepdims=True) * x
+    return projected if scale == 1.0 else scale * projected
+
+
+def normalized_combination(x: np.ndarray, coefficients: Sequence[float], vectors: Sequence[np.ndarray]) -> np.ndarray:
+    r"""The point :math:`R\big(x + \sum_k c_k v_k\big)` with the radial retraction :math:`R(y) = y/\|y\|`, row-wise.
+
+    The stage points and the steps of the Runge–Kutta schemes on the sphere
+    (:mod:`meanfield.solvers.integrators`): on (n, d) float64 rows one compiled pass, with no
+    intermediate arrays; otherwise NumPy's.
+
+    .. math::
+
+        y_i = \frac{x_i + \sum_k c_k v_{k,i}}{\big\|x_i + \sum_k c_k v_{k,i}\big\|}
+    """
+    x = np.asarray(x, dtype=float)
+    vectors = [np.asarray(v, dtype=float) for v in vectors]
+    if _rows(x) and all(_rows(v) and v.shape == x.shape for v in vectors):
+        out = np.empty_like(x)
+        _normalized_combination_rows(x, np.asarray(coefficients, dtype=float), tuple(vectors), out)
+        return out
+    y = x
+    for c, v in zip(coefficients, vectors):
+        y = y + c * v
+    return normalize(y)
 
 
 def retract(x: np.ndarray, v: np.ndarray) -> np.ndarray:

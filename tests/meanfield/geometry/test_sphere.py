@@ -77,3 +77,27 @@ def test_sampler_registry_is_complete():
     assert set(sphere.SAMPLERS) == {"uniform", "vmf", "fibonacci", "clusters", "equiangular", "orthogonal", "file"}
     with pytest.raises(ValueError, match="unknown initial measure"):
         sphere.sample("gaussian", 3, 3)
+
+
+@pytest.mark.parametrize("d", [1, 3, 384])
+def test_compiled_row_passes_match_numpy(rng, d):
+    """normalize, project_tangent (with its scale) and normalized_combination, compiled on (n, d) float64 rows,
+    against the NumPy expressions; strided and float32 inputs take NumPy's path and agree too."""
+    x = rng.standard_normal((40, d))
+    u, v, w = (rng.standard_normal((40, d)) for _ in range(3))
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    np.testing.assert_allclose(sphere.normalize(x), unit, rtol=1e-15, atol=1e-16)
+    tangent = u - np.sum(unit * u, axis=1, keepdims=True) * unit
+    scale = max(1.0, float(np.max(np.abs(u))))
+    for factor in (1.0, -1.0, 0.25):
+        np.testing.assert_allclose(sphere.project_tangent(unit, u, scale=factor), factor * tangent, rtol=0, atol=1e-14 * scale)
+    for k in range(1, 4):
+        coefficients, vectors = [0.3, -0.2, 0.05][:k], [u, v, w][:k]
+        y = unit + sum(c * vec for c, vec in zip(coefficients, vectors))
+        np.testing.assert_allclose(sphere.normalized_combination(unit, coefficients, vectors), y / np.linalg.norm(y, axis=1, keepdims=True),
+                                   rtol=0, atol=1e-15)
+    strided = np.asfortranarray(x)  # not C-contiguous: NumPy's path
+    np.testing.assert_allclose(sphere.normalize(strided), unit, rtol=1e-15, atol=1e-16)
+    np.testing.assert_allclose(sphere.project_tangent(unit, np.asfortranarray(u), scale=-1.0), -tangent, rtol=0, atol=1e-14 * scale)
+    np.testing.assert_allclose(sphere.normalize(x.astype(np.float32)), unit, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(sphere.project_tangent(unit[0], u[0]), tangent[0], rtol=0, atol=1e-14 * scale)  # one point, (d,)
