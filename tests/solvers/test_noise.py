@@ -331,3 +331,23 @@ def test_noise_with_the_layers_schedule_is_refused():
     with pytest.raises(mf.ConfigError, match="weights.schedule"):
         mf.load_config({"model": {"heads": [{"Q": "gpt2", "K": "gpt2", "V": "identity"}]},
                         "weights": {"schedule": "layers"}, "noise": {"gamma": 2.0}, "solver": {"method": "euler"}})
+
+
+def test_the_noisy_steps_share_the_speed_trackers_evaluation_and_keep_their_drift():
+    """The first Euler–Maruyama step of a frame takes the drift the speed tracker evaluated there (one kernel
+    call for both); every other step evaluates its own, and the path equals one built from model.velocity."""
+    from meanfield.solvers.loop import run_loop, save_times
+
+    model, x0 = mf.Model(d=3, beta=2.0), mf.sample_uniform(40, 3, seed=1)
+    noise = NoiseSchedule(gamma=5.0, seed=3)
+    setup = mf.ParticleSolver(method="euler", dt=0.05, noise=noise).setup(mf.Problem(model, x0), energy=False)
+    result = run_loop(setup.stepper, setup.state, save_times(0.0, 0.3, 0.1), trackers=setup.trackers, keep_states=True)
+    stats = setup.stepper.stats
+    assert stats["steps"] == 6 and stats["evaluations"] == stats["steps"] + 1  # the frames at t = 0.1, 0.2 cost nothing
+    x = x0
+    for k in range(1, 4):  # the same increments, the drift from the model
+        rng = interval_generator(noise.seed, 0.1 * (k - 1))
+        for step in range(2):
+            t = 0.1 * (k - 1) + 0.05 * step
+            x = geometric_em_step(x, model.velocity(x, t), 0.05, noise.gamma_at(t), rng.standard_normal(x.shape))
+        np.testing.assert_allclose(result.states[k], x, rtol=0, atol=1e-13)
