@@ -425,5 +425,6 @@ def run_benchmarks(*, quick: bool = False) -> dict[str, list[dict[str, Any]]]:
     tables["transport"] = list(transport["rows"]) + [{"name": "tracking", **transport["tracking"]}]
     tables["transport"].append(bench_w2_overhead(200 if quick else 2000))
     tables["run"] = [bench_run_step(1024 if quick else 4096)]
+    tables["run"] += [bench_run_step(n, d=d) for n, d in (((256, 64),) if quick else ((1024, 64), (1024, 384)))]  # the BLAS kernel
     tables["large_d"] = [bench_time_split(1024 if quick else 4096, d) for d in (32, 64)]
     return tables

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from meanfield import __version__
+from meanfield.allocator import keep_freed_memory
 from meanfield.errors import ConfigError, RunFailed, RunInterrupted
 
 __all__ = ["main", "build_parser", "COMMANDS"]
@@ -98,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    keep_freed_memory()  # this process's arrays reuse freed memory instead of faulting in fresh pages every step
     try:
         _apply_threads(getattr(args, "threads", None))
         with _notes_on_stderr():

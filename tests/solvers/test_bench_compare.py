@@ -64,6 +64,17 @@ def test_time_split_parts_and_shares():
     np.testing.assert_allclose(row["score_share"] + row["exp_share"] + row["value_share"], 1.0, rtol=1e-12)
 
 
+def test_run_step_row_relates_a_frame_to_the_kernel_calls_it_holds():
+    # the run table at large d: a frame of RK4 steps with the default trackers over steps x 4 bare kernel calls
+    from meanfield.solvers.bench import bench_run_step
+
+    row = bench_run_step(96, d=40, dt=0.05, save_every=0.1, rounds=1)
+    assert row["name"] == "run_step_over_kernel" and (row["n"], row["d"], row["steps_per_frame"]) == (96, 40, 2)
+    assert row["kernel_s"] > 0 and row["frame_s"] > row["trackers_s"] > 0
+    np.testing.assert_allclose(row["step_over_kernel_stages"], row["frame_s"] / (2 * 4 * row["kernel_s"]), rtol=1e-12)
+    np.testing.assert_allclose(row["tracker_calls"], row["trackers_s"] / row["kernel_s"], rtol=1e-12)
+
+
 def test_compare_cases_from_the_command_line(capsys, monkeypatch):
     from meanfield.cli import main
     from meanfield.cli.bench import parse_cases
