@@ -148,3 +148,25 @@ def test_rows_with_zero_query_against_numpy(beta):
     heads = HeadStack(B=B, V=np.eye(3)[None])
     got = local.velocity_local(x, heads, beta=beta, tolerance=1e-12)
     np.testing.assert_allclose(got, velocity_numpy(x, heads, beta=beta), rtol=0, atol=2e-12)
+
+
+def test_a_call_below_the_query_threshold_starts_no_thread(monkeypatch):
+    """SciPy's k-d tree starts Python threads for every query with ``workers > 1`` (about 0.25 ms, more on a
+    loaded machine): the blocks' few centres and fewer rows than QUERY_PARALLEL_POINTS are queried on one."""
+    import threading
+
+    from meanfield.kernels.jit import num_threads
+
+    monkeypatch.setenv("MEANFIELD_NUM_THREADS", "2")
+    started = []
+    original = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self), original(self))[1])
+    rng = np.random.default_rng(3)
+    x = sample_uniform(2048, 3, seed=4)
+    heads = HeadStack(B=(np.eye(3) + 0.3 * rng.standard_normal((3, 3)))[None], V=np.eye(3)[None])
+    a = rng.uniform(0.5, 1.5, 2048)  # unequal masses: the rows' best points are queried too
+    v = local.velocity_local(x, heads, beta=1024.0, weights=a)
+    assert started == []
+    assert local.query_workers(local.QUERY_PARALLEL_POINTS - 1) == 1
+    assert local.query_workers(local.QUERY_PARALLEL_POINTS) == num_threads()
+    np.testing.assert_allclose(v, velocity_numpy(x, heads, beta=1024.0, weights=a), rtol=0, atol=1e-10 * np.abs(v).max())
