@@ -169,7 +169,7 @@ from numba import prange
 
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.inputs import is_causal, token_masses
-from meanfield.kernels.jit import kernel_threads, pjit, threads_for
+from meanfield.kernels.jit import kernel_threads, num_threads, pjit
 from meanfield.kernels.local import (
     WHOLE_CHORD,
     HeadSums,
@@ -211,6 +211,8 @@ __all__ = [
     "SYNTHESIS_PER_POINT",
     "SYNTHESIS_PER_COEFFICIENT",
     "GRID_PER_OPERATION",
+    "HARMONIC_PARALLEL_POINTS",
+    "HARMONIC_PARALLEL_DEGREE",
 ]
 
 #: smallest accuracy ducc0's NUFFT accepts in double precision (its documented bound is 2e-13)
@@ -233,6 +235,13 @@ RESAMPLE_MARGIN = 8
 SYNTHESIS_PER_CALL = 2e-4
 SYNTHESIS_PER_POINT = 1.15e-7
 SYNTHESIS_PER_COEFFICIENT = 1.3e-7
+#: ducc0 hands a transform to its thread pool at about 0.05–0.07 ms a call here: two threads pay for a transform of
+#: scattered points from this many points (plus L³/256; on 2 quiet cores, L = 128: 16 384 points 1.3 ms on one thread
+#: against 1.6 on two, 65 536 points 3.3 against 2.6) ...
+HARMONIC_PARALLEL_POINTS = 32768
+#: ... and for a transform on a Gauss–Legendre grid from this degree (``synthesis_2d``: L = 64 0.07 ms on one thread
+#: against 0.11 on two, L = 128 even, L = 256 3.2 against 2.1); beside a busy process two threads are even at both
+HARMONIC_PARALLEL_DEGREE = 160
 #: ``synthesis_2d`` of degree L on a GL grid of degree G ≈ 2.5e-9 s · G L^1.6 (0.33 ms at L = 80,
 #: 6.9 ms at L = 309, 31 ms at L = 600; gradient 2.4×, analysis ≈ synthesis), plus the
 #: interpolation weights, ≈ 30 ns per grid point and node
@@ -527,7 +536,14 @@ def _assemble_kernel(u, radial, g_theta, g_phi, out):  # pragma: no cover - comp
 
 
 def _threads(points: int, lmax: int) -> int:
-    return threads_for(64.0 * points + float(lmax) ** 3)
+    """Threads of a ducc0 transform between degree ``lmax`` and ``points`` scattered points: one below
+    :data:`HARMONIC_PARALLEL_POINTS` (points + lmax³/256)."""
+    return num_threads() if points + float(lmax) ** 3 / 256.0 >= HARMONIC_PARALLEL_POINTS else 1
+
+
+def _grid_threads(lmax: int) -> int:
+    """Threads of a ducc0 transform on the Gauss–Legendre grid of degree ``lmax``: one below :data:`HARMONIC_PARALLEL_DEGREE`."""
+    return num_threads() if lmax >= HARMONIC_PARALLEL_DEGREE else 1
 
 
 def _source_coefficients(src: SphereSources, lmax: int, eps: float) -> np.ndarray:
@@ -734,7 +750,7 @@ def _resampled(
         spent += _resampled_degree_seconds(nodes.r.size, grid_l, lmax)
         ug, ntheta, nphi = _gl_grid(grid_l)
         basis = nodes.basis(beta / np.linalg.norm(ug @ binv_t.T, axis=1))
-        threads = _threads(ug.shape[0], grid_l)
+        threads = _grid_threads(grid_l)
         (dmap,), smax = _grid_slices(alms, lmax, grid_l, basis, (0,), threads)
         a_den = analysis_2d(map=dmap.reshape(1, ntheta, nphi), spin=0, lmax=grid_l, geometry="GL", nthreads=threads)
         tail = _tail(a_den[0], grid_l)
@@ -759,7 +775,7 @@ def _resampled(
     if np.mean(margin * dmap < floor) > RESAMPLE_MAX_REJECT:
         return None
     ntheta, nphi = _grid_shape(grid_l)
-    threads = _threads(ug.shape[0], grid_l)
+    threads = _grid_threads(grid_l)
     (rad, grad), _ = _grid_slices(alms, lmax, grid_l, basis, (1, 2), threads)
     nmap = _assemble(ug, rad, grad)
     a_num = [

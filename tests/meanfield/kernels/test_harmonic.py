@@ -346,3 +346,25 @@ def test_sphere_benchmark_runs():
     assert row["harmonic_error"] < AGREE and row["local_error"] < AGREE
     assert row["choice"] in ("harmonic", "local", "dense") and row["dense_s"] > 0
     assert "2048" in format_table(rows)
+
+
+def test_small_transforms_run_on_one_thread(monkeypatch):
+    """ducc0 hands each transform to its thread pool at about 0.05–0.07 ms a call: below HARMONIC_PARALLEL_POINTS
+    points (plus L³/256) and HARMONIC_PARALLEL_DEGREE on a grid, one thread (two had made n = 4096, β = 16 1.7x
+    slower); the result is the dense one either way."""
+    import meanfield.kernels.harmonic as harmonic
+    from meanfield.kernels.jit import num_threads
+
+    monkeypatch.setenv("MEANFIELD_NUM_THREADS", "2")
+    asked = []
+    for name in ("adjoint_synthesis_general", "analysis_2d", "synthesis_2d", "synthesis_2d_deriv1", "synthesis_general"):
+        original = getattr(harmonic, name)
+        monkeypatch.setattr(harmonic, name, lambda *args, _f=original, _name=name, **kw: (asked.append((_name, kw["nthreads"])), _f(*args, **kw))[1])
+    rng = np.random.default_rng(5)
+    x = sample_uniform(4096, 3, seed=6)
+    heads = HeadStack(B=(np.eye(3) + 0.3 * rng.standard_normal((3, 3)))[None], V=np.eye(3)[None])
+    v = velocity_harmonic(x, heads, beta=16.0)
+    assert asked and all(threads == 1 for _, threads in asked), asked
+    np.testing.assert_allclose(v, velocity_numpy(x, heads, beta=16.0), rtol=0, atol=1e-11 * np.abs(v).max())
+    assert harmonic._threads(harmonic.HARMONIC_PARALLEL_POINTS, 8) == num_threads() and harmonic._threads(16384, 128) == 1
+    assert harmonic._grid_threads(harmonic.HARMONIC_PARALLEL_DEGREE) == num_threads() and harmonic._grid_threads(128) == 1
