@@ -22,10 +22,10 @@ from collections.abc import Callable
 import numpy as np
 
 from meanfield.heads import HeadStack
-from meanfield.kernels.blas import exp_scores, exp_shifted_by_mass, flash_row_sums, run_on_threads, thread_buffer
+from meanfield.kernels.blas import blas_threads, exp_scores, exp_shifted_by_mass, flash_row_sums, run_on_threads, thread_buffer
 from meanfield.kernels.inputs import block_rows
 from meanfield.kernels.harmonic import sphere_head_energies
-from meanfield.kernels.jit import one_blas_thread, threads_for
+from meanfield.kernels.jit import one_blas_thread
 
 __all__ = ["head_energies", "energy_multi", "energy_theta"]
 
@@ -86,7 +86,7 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
 
     summed in the log domain over the rows.  The kernels' thread policy applies: the flash tiles'
     row sums (``flash``), or row blocks of at most :math:`2^{18}` scores on the kernels' pool
-    (:func:`~meanfield.kernels.jit.threads_for`), BLAS held to one thread inside
+    (:func:`~meanfield.kernels.blas.blas_threads`), BLAS held to one thread inside
     (:func:`~meanfield.kernels.jit.one_blas_thread`); so a frame's energy costs about half a
     kernel call on the tiles, one on OpenBLAS, and no :math:`n \times n` array.
 
@@ -143,7 +143,7 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
     radius = float(np.sqrt(np.max(np.einsum("ij,ij->i", x, x)))) if n else 0.0
     block = block_rows(n, _BLOCK_ELEMENTS)
     jobs = [slice(s, min(n, s + block)) for s in range(0, n, block)]
-    nthreads = max(1, min(threads or threads_for(float(n) * n * heads.H), len(jobs)))
+    nthreads = max(1, min(threads or blas_threads(n, x.shape[1], heads.H, np.float64), len(jobs)))
     logs = np.empty(n)
     with one_blas_thread():
         for h in range(heads.H):

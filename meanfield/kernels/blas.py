@@ -64,7 +64,7 @@ from meanfield.kernels.gemm import gemm_address, gemm_into
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import jit, one_blas_thread, threads_for
 
-__all__ = ["velocity_blas", "flash_tiles", "flash_row_sums", "FlashSums", "thread_buffer", "exp_block64", "exp_block32", "exp_scores", "NUMPY_EXP64", "run_on_threads", "identity_multiple", "exp_shifted_by_mass"]
+__all__ = ["velocity_blas", "flash_tiles", "flash_row_sums", "FlashSums", "thread_buffer", "exp_block64", "exp_block32", "exp_scores", "NUMPY_EXP64", "run_on_threads", "identity_multiple", "exp_shifted_by_mass", "blas_threads"]
 
 #: a shifted row sum below this (by dtype) means the Cauchy–Schwarz shift was too loose:
 #: those rows are recomputed with the exact maximum (float32 sums below ~1e-31 lose digits)
@@ -310,6 +310,23 @@ def exp_scores(z: np.ndarray, first: int = -1, *, deepest: float = 0.0) -> None:
         np.exp(z, out=z)
     else:
         exp_block64(z, first)
+
+
+def blas_threads(n: int, d: int, H: int, dtype: type, *, causal: bool = False) -> int:
+    r"""Threads of a call of this kernel: :func:`~meanfield.kernels.jit.threads_for` of its work in score pairs of d = 48 in float64,
+
+    .. math::
+
+        n^2 H \,\frac{d + 16}{64}\,\big(\tfrac12 \text{ in float32}\big)\,\big(\tfrac12 \text{ causal}\big).
+
+    A call hands tiles to the pool's helper thread at a fixed cost, so the crossover is in work, not in
+    pairs: on 2 quiet cores two threads paid from n ≈ 770 at d = 16 in float32 (1.2–1.4× slower below),
+    n ≈ 700 at d = 32, 580 at d = 64 and 480 at d = 128, and in float64 from n ≈ 450–490 (d = 16–64),
+    about 12 million pair-dimensions in all; the threshold sits at 16 million, where a busy machine
+    leaves two threads little to gain.
+    """
+    weight = (d + 16) / 64.0 * (0.5 if np.dtype(dtype) == np.float32 else 1.0) * (0.5 if causal else 1.0)
+    return threads_for(float(n) * n * H * weight)
 
 
 @lru_cache(maxsize=4)
@@ -1059,7 +1076,7 @@ def flash_row_sums(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.
     scale_B = [identity_multiple(b) for b in heads.B]
     symmetric = _symmetric_scores(heads, scale_B)
     with one_blas_thread():
-        tiles = flash_tiles(x, heads, beta, weights, np.float64, threads or threads_for(float(n) * n * heads.H), symmetric,
+        tiles = flash_tiles(x, heads, beta, weights, np.float64, threads or blas_threads(n, d, heads.H, np.float64), symmetric,
                             scale_B, [None] * heads.H, float(_row_norms(x).max()), values=False)
         return [(tiles.part_sums[: tiles.slots, h, :n].sum(axis=0), tiles.row_shift(h, slice(0, n))) for h in range(heads.H)]
 
@@ -1121,7 +1138,7 @@ def _velocity_blas(
     scale_V = [identity_multiple(v) for v in heads.V]
     symmetric_scores = _symmetric_scores(heads, scale_B)
     if flash and FLASH_CPU and d <= (FLASH_MAX_D if dtype == np.float32 else FLASH_MAX_D64) and not causal and kind != "relu":
-        tiles = flash_tiles(x, heads, beta, a, dtype, threads or threads_for(float(n) * n * heads.H), symmetric_scores, scale_B,
+        tiles = flash_tiles(x, heads, beta, a, dtype, threads or blas_threads(n, d, heads.H, dtype), symmetric_scores, scale_B,
                             scale_V, float(_row_norms(x).max()))
         _flash_velocity(out, x, heads, beta, kind, a, dtype, tiles)
         return out
@@ -1152,8 +1169,7 @@ def _velocity_blas(
     if causal:  # smaller blocks skip more of the masked triangle (at least 32 rows: GEMM-sized)
         block = min(block, max(CAUSAL_MIN_ROWS, -(-n // CAUSAL_BLOCKS)))
     jobs = [slice(s, min(n, s + block)) for s in range(0, n, block)]
-    pairs = float(n) * n * heads.H * (0.5 if causal else 1.0)
-    nthreads = min(threads or threads_for(pairs), len(jobs) if not symmetric else n)
+    nthreads = min(threads or blas_threads(n, d, heads.H, dtype, causal=causal), len(jobs) if not symmetric else n)
     products = 2.0 * n * d * d * sum((lam is None) + (mu is None) for lam, mu in zip(scale_B, scale_V))
 
     def prepare(rows: slice) -> None:
