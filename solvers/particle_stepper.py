@@ -69,9 +69,8 @@ class ParticleStepper:
     def field(self, x: np.ndarray, t: float) -> np.ndarray:
         """The field at ``(x, t)``, kept for the next step (:meth:`stage_field`): the speed tracker's call on
         a saved frame and the next step's first stage (the same tokens, time and model) cost one kernel call."""
-        last = self._last
-        if last is not None and last[0] is self.model and last[1] == t and last[2].shape == x.shape and np.array_equal(last[2], x):
-            return last[3].copy()
+        if self._kept_at(x, t):
+            return self._last[3].copy()
         v = self.evaluate(x, t)
         self._last = (self.model, t, np.array(x, copy=True), v.copy())
         return v
@@ -80,12 +79,16 @@ class ParticleStepper:
         """The field at a stage of a step: the one :meth:`field` kept, if it was at ``(x, t)``, else evaluated.
 
         What :meth:`field` kept is used once and dropped, and stages store nothing: copying and comparing
-        the tokens at every stage had cost 0.9 ms of a 50 ms RK4 step at n = 1024, d = 384.
+        the tokens at every stage had cost 0.9 ms a stage next to an 11 ms kernel call at n = 1024, d = 384.
         """
-        last, self._last = self._last, None
-        if last is not None and last[0] is self.model and last[1] == t and last[2].shape == x.shape and np.array_equal(last[2], x):
-            return last[3]
-        return self.evaluate(x, t)
+        kept, last = self._kept_at(x, t), self._last
+        self._last = None
+        return last[3] if kept else self.evaluate(x, t)
+
+    def _kept_at(self, x: np.ndarray, t: float) -> bool:
+        """Whether :meth:`field` kept its evaluation at these tokens, time and model."""
+        last = self._last
+        return last is not None and last[0] is self.model and last[1] == t and last[2].shape == x.shape and bool(np.array_equal(last[2], x))
 
     def advance(self, state: np.ndarray, t0: float, t1: float) -> np.ndarray:
         """Integrate from ``t0`` to exactly ``t1``."""
@@ -97,7 +100,7 @@ class ParticleStepper:
         return self.integrate(state, t0, t1)
 
     def integrate(self, y: np.ndarray, t0: float, t1: float, *, retract: Any = normalize) -> np.ndarray:
-        """The scheme's steps of :meth:`field` from ``t0`` to exactly ``t1``, every stage point put back by ``retract``."""
+        """The scheme's steps of :meth:`stage_field` from ``t0`` to exactly ``t1``, every stage point put back by ``retract``."""
         if isinstance(self.scheme, DormandPrince):
             y, counts = self.scheme.integrate(self.stage_field, y, t0, t1, h0=self.dt, retract=retract, rtol=self.rtol, atol=self.atol)
             self.stats["steps"] += counts["accepted"]
