@@ -137,15 +137,18 @@ class Model:
         """+1 for ascent, −1 for descent."""
         return 1.0 if self.direction == "ascent" else -1.0
 
-    def ambient_velocity(self, x: np.ndarray, t: float, *, weights: np.ndarray | None = None) -> np.ndarray:
-        """The velocity law :math:`v_i` at time ``t`` (unprojected, unsigned; divided by H when ``combine="mean"``)."""
+    def ambient_velocity(self, x: np.ndarray, t: float, *, weights: np.ndarray | None = None,
+                         row_logs: np.ndarray | None = None) -> np.ndarray:
+        """The velocity law :math:`v_i` at time ``t`` (unprojected, unsigned; divided by H when ``combine="mean"``);
+        ``row_logs`` as in :func:`~meanfield.kernels.attention.attention_velocity`."""
         stack = self.heads.at(t)
         v = attention_velocity(
             x, stack, beta=self.beta, kind=self.attention, weights=weights, backend=self.backend, precision=self.precision,
-            tolerance=self.tolerance, mask=self.mask,
+            tolerance=self.tolerance, mask=self.mask, row_logs=row_logs,
         )
         return v / stack.H if self.combine == "mean" else v
 
-    def velocity(self, x: np.ndarray, t: float, *, weights: np.ndarray | None = None) -> np.ndarray:
-        r"""Token velocity :math:`\sigma P^\perp_x v(x,t)`, shape ``(n, d)``."""
-        return project_tangent(x, self.ambient_velocity(x, t, weights=weights), scale=self.sign)
+    def velocity(self, x: np.ndarray, t: float, *, weights: np.ndarray | None = None, row_logs: np.ndarray | None = None) -> np.ndarray:
+        r"""Token velocity :math:`\sigma P^\perp_x v(x,t)`, shape ``(n, d)``; ``row_logs`` (H, n), if given, is filled with
+        every head's :math:`\ln\sum_j a_j e^{\beta s^h_{ij}}` where the kernel takes these sums anyway (else left as it is)."""
+        return project_tangent(x, self.ambient_velocity(x, t, weights=weights, row_logs=row_logs), scale=self.sign)

@@ -81,6 +81,8 @@ class NormalizedStepper(ParticleStepper):
         super().__init__(dynamics.model, method=method, dt=dt, rtol=rtol, atol=atol, weights=weights)
         self.dynamics = dynamics
 
+    shares_row_logs = False  # the field of (θ, r), not the model's velocity
+
     def evaluate(self, y: np.ndarray, t: float) -> np.ndarray:
         """The integrated field: :math:`\\dot\\theta` (n, d), or :math:`(\\dot\\theta, \\dot r)` (n, d + 1) for a radial scheme."""
         self.stats["evaluations"] += 1

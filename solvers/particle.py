@@ -85,9 +85,11 @@ class ParticleSolver:
             return scheme.setup(problem, energy=energy, speed=speed, steady_tol=steady_tol)
         stepper = self.stepper(problem)
         trackers: list[Tracker] = [FiniteTracker(), SphereTracker()]
-        if energy:
-            trackers.append(EnergyTracker(problem.model, weights=problem.weights))
         if speed:
             trackers.append(SteadyStateTracker(stepper.field, tol=steady_tol))  # shares the next step's first evaluation
+        if energy:  # after the speed: the energy from the row sums of its evaluation, where the kernel took them
+            field_of = stepper.base if isinstance(stepper, NoisyParticleStepper) else stepper  # the noisy steps' drift is the base's field
+            shared = field_of.kept_row_logs if speed else None
+            trackers.append(EnergyTracker(problem.model, weights=problem.weights, shared=shared))
         static = {} if problem.weights is None else {"weights": problem.weights}  # token masses travel with the run
         return RunSetup(problem.model, stepper, problem.initial, "x", static, trackers, info=lambda: dict(stepper.stats))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -59,7 +59,11 @@ class ParticleStepper:
         self.atol = float(atol)
         self.weights = weights
         self.stats: dict[str, int] = {"steps": 0, "rejected": 0, "evaluations": 0}
-        self._last: tuple[Any, float, np.ndarray, np.ndarray] | None = None
+        self._last: tuple[Any, float, np.ndarray, np.ndarray, np.ndarray | None] | None = None
+
+    #: the field is the model's velocity, so its evaluation's row sums are the model's (a subclass integrating
+    #: another field sets this to False)
+    shares_row_logs: ClassVar[bool] = True
 
     def evaluate(self, x: np.ndarray, t: float) -> np.ndarray:
         """The integrated field at ``(x, t)``: the model's tangent velocity."""
@@ -68,12 +72,33 @@ class ParticleStepper:
 
     def field(self, x: np.ndarray, t: float) -> np.ndarray:
         """The field at ``(x, t)``, kept for the next step (:meth:`stage_field`): the speed tracker's call on
-        a saved frame and the next step's first stage (the same tokens, time and model) cost one kernel call."""
+        a saved frame and the next step's first stage (the same tokens, time and model) cost one kernel call.
+        The heads' log row sums of that evaluation are kept too (:meth:`kept_row_logs`: the frame's energy)."""
         if self._kept_at(x, t):
             return self._last[3].copy()
-        v = self.evaluate(x, t)
-        self._last = (self.model, t, np.array(x, copy=True), v.copy())
+        logs = self._row_logs_buffer(x, t)
+        if logs is None:
+            v = self.evaluate(x, t)
+        else:
+            self.stats["evaluations"] += 1
+            v = self.model.velocity(x, t, weights=self.weights, row_logs=logs)
+            if np.isnan(logs).any():  # the kernel does not take these sums (a mask, float32, a pooled head of weight 0, …)
+                logs = None
+        self._last = (self.model, t, np.array(x, copy=True), v.copy(), logs)
         return v
+
+    def kept_row_logs(self, t: float, x: np.ndarray) -> np.ndarray | None:
+        r"""The heads' :math:`\ln\sum_j a_j e^{\beta s^h_{ij}}` (H, n) of what :meth:`field` kept at ``(x, t)``, if its kernel
+        took them (:func:`~meanfield.analysis.energy.energies_from_row_logs`); else ``None``."""
+        return self._last[4] if self._kept_at(x, t) else None
+
+    def _row_logs_buffer(self, x: np.ndarray, t: float) -> np.ndarray | None:
+        """A NaN-filled (H, n) buffer for the kernel's log row sums, where they can make the energy: the attention
+        model of :mod:`meanfield.model` with an exponential law, no mask and β > 0; else ``None``."""
+        model = self.model
+        if not self.shares_row_logs or not isinstance(model, Model) or model.attention == "relu" or model.mask != "none" or not model.beta > 0:
+            return None
+        return np.full((model.heads.at(t).H, np.asarray(x).shape[0]), np.nan)
 
     def stage_field(self, x: np.ndarray, t: float) -> np.ndarray:
         """The field at a stage of a step: the one :meth:`field` kept, if it was at ``(x, t)``, else evaluated.

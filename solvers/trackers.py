@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.analysis.energy import head_energies
+from meanfield.analysis.energy import energies_from_row_logs, head_energies
 from meanfield.analysis.mobility import authors_slope_squared, mobility_field
 from meanfield.model import Model
 from meanfield.geometry.sphere import project_tangent, sphere_error
@@ -49,6 +49,9 @@ class EnergyTracker:
     weights: np.ndarray | None = None
     points: np.ndarray | None = None
     name: str = "energy"
+    #: the heads' log row sums of a velocity evaluation already made at ``(t, state)``, or ``None``
+    #: (:meth:`~meanfield.solvers.particle_stepper.ParticleStepper.kept_row_logs`: the speed tracker's)
+    shared: Callable[[float, np.ndarray], np.ndarray | None] | None = None
 
     def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
         stack = self.model.heads.at(t)
@@ -56,9 +59,13 @@ class EnergyTracker:
             x, weights = state, self.weights
         else:  # a grid measure: the state is the cell masses at fixed points
             x, weights = self.points, np.asarray(state, dtype=float)
+        logs = self.shared(t, state) if self.shared is not None and self.points is None else None
         with np.errstate(over="ignore"):
-            energies = head_energies(x, stack, beta=self.model.beta, weights=weights, backend=self.model.backend,
-                                     tolerance=self.model.tolerance)
+            if logs is not None:  # the energy from the row sums of the frame's velocity: no score pass of its own
+                energies = energies_from_row_logs(logs, beta=self.model.beta, weights=weights)
+            else:
+                energies = head_energies(x, stack, beta=self.model.beta, weights=weights, backend=self.model.backend,
+                                         tolerance=self.model.tolerance)
         total = float(energies.mean()) if getattr(self.model, "combine", "sum") == "mean" else float(energies.sum())
         out = {"energy": total, "energy_theta": float(stack.w @ energies)}
         out.update({f"energy_h{h}": float(e) for h, e in enumerate(energies)})

@@ -27,7 +27,7 @@ from meanfield.kernels.inputs import block_rows
 from meanfield.kernels.harmonic import sphere_head_energies
 from meanfield.kernels.jit import one_blas_thread
 
-__all__ = ["head_energies", "energy_multi", "energy_theta"]
+__all__ = ["head_energies", "energies_from_row_logs", "energy_multi", "energy_theta"]
 
 #: scores per row block (2 MiB of float64 per thread)
 _BLOCK_ELEMENTS = 1 << 18
@@ -73,6 +73,33 @@ def _energy_from_logs(logs: np.ndarray, beta: float) -> float:
     r""":math:`\frac{1}{2\beta}\sum_i e^{\ell_i}` from the rows' logs :math:`\ell_i`, summed shifted by their largest."""
     top = logs.max()
     return float(np.exp(top) * np.sum(np.exp(logs - top)) / (2 * beta))
+
+
+def energies_from_row_logs(row_logs: np.ndarray, *, beta: float, weights: np.ndarray | None = None) -> np.ndarray:
+    r"""Per-head energies :math:`E_h` from the heads' log row sums :math:`\ell^h_i=\ln\sum_j a_j e^{\beta s^h_{ij}}`, shape ``(H,)``.
+
+    .. math::
+
+        E_h = \frac{1}{2\beta}\sum_i a_i e^{\ell^h_i}
+
+    summed in the log domain.  The attention kernels fill :math:`\ell^h_i` as they compute a velocity
+    (``row_logs`` of :func:`~meanfield.kernels.attention.attention_velocity`): the particle runs' energy
+    tracker takes them from the speed tracker's evaluation of the same frame, at no cost.
+
+    Parameters
+    ----------
+    row_logs : (H, n) array
+    beta : float
+        Inverse temperature, :math:`\beta>0`.
+    weights : (n,) array, optional
+        Masses; default :math:`1/n`.
+    """
+    row_logs = np.asarray(row_logs, dtype=float)
+    n = row_logs.shape[1]
+    a = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=float)
+    with np.errstate(divide="ignore"):  # a_i = 0: the row adds nothing
+        log_a = np.log(a)
+    return np.array([_energy_from_logs(log_a + logs, beta) for logs in row_logs])
 
 
 def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None,

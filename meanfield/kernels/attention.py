@@ -103,12 +103,12 @@ __all__ = [
 
 def _velocity_fused(
     x: np.ndarray, heads: HeadStack, *, beta: float, kind: str = "softmax", weights: np.ndarray | None = None,
-    mask: str = "none",
+    mask: str = "none", row_logs: np.ndarray | None = None,
 ) -> np.ndarray:
     """The fused small-``d`` softmax kernel of :mod:`meanfield.kernels.fused` (softmax only)."""
     if kind != "softmax":
         raise ValueError(f"backend 'fused' computes the softmax law only, got kind={kind!r}; use 'blas'")
-    return velocity_fused(x, heads, beta=beta, weights=weights, mask=mask)
+    return velocity_fused(x, heads, beta=beta, weights=weights, mask=mask, row_logs=row_logs)
 
 
 #: kernels by backend name (``"auto"`` picks one per call, see :func:`attention_velocity`)
@@ -122,6 +122,8 @@ BACKENDS: dict[str, Callable[..., np.ndarray]] = {
 }
 #: backends whose result depends on a tolerance (the others are exact to round-off)
 TOLERANCE_BACKENDS = ("harmonic", "local")
+#: backends that fill ``row_logs`` (float64, no mask): the sums of their velocity, the energy at no cost
+ROW_LOG_BACKENDS = ("blas", "fused", "harmonic", "local")
 #: relative accuracy per row of the harmonic and local kernels unless asked otherwise
 DEFAULT_TOLERANCE = 1e-12
 #: up to this many tokens ``"auto"`` keeps the dense kernels on the sphere without consulting the
@@ -145,6 +147,7 @@ def attention_velocity(
     precision: str = "float64",
     tolerance: float = DEFAULT_TOLERANCE,
     mask: str = "none",
+    row_logs: np.ndarray | None = None,
 ) -> np.ndarray:
     r"""Ambient attention velocity :math:`v_i` (the velocity laws of the module docstring).
 
@@ -180,6 +183,12 @@ def attention_velocity(
     mask : {"none", "causal"}
         ``"causal"``: token :math:`i` attends only to :math:`j\le i` (Karagodin,
         Polyanskiy and Rigollet, arXiv 2411.04990); every backend supports it.
+    row_logs : (H, n) array, optional
+        Filled with every head's :math:`\ln\sum_j a_j e^{\beta s^h_{ij}}` per row where the kernel takes these
+        sums anyway, in float64 and without a mask (``blas``, ``fused``, ``harmonic``, ``local``; the exponential
+        laws; pooled: the heads with :math:`w_h\neq0`); elsewhere left as it is (fill it with NaN to tell).
+        The energies of :mod:`meanfield.analysis.energy` follow at no cost:
+        :math:`E_h=\frac1{2\beta}\sum_i a_i e^{\ell^h_i}`.
 
     Returns
     -------
@@ -214,9 +223,10 @@ def attention_velocity(
         if backend != "blas":
             raise ValueError("precision='float32' is available with backend='fused', 'blas' or 'auto' only")
         return velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision, mask=mask)
+    logs = {"row_logs": row_logs} if row_logs is not None and backend in ROW_LOG_BACKENDS else {}
     if backend in TOLERANCE_BACKENDS:
-        return kernel(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance, mask=mask)
-    return kernel(x, heads, beta=beta, kind=kind, weights=weights, mask=mask)
+        return kernel(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance, mask=mask, **logs)
+    return kernel(x, heads, beta=beta, kind=kind, weights=weights, mask=mask, **logs)
 
 
 def _dense_backend(heads: HeadStack, kind: str, precision: str) -> str:

@@ -664,8 +664,9 @@ def _blas_rows(
     out: np.ndarray,
     dtype: type,
     causal: bool = False,
+    row_logs: np.ndarray | None = None,
 ) -> None:
-    """Velocity of one row block; ``lhs[h]`` are the augmented queries (n, d+1).
+    """Velocity of one row block; ``lhs[h]`` are the augmented queries (n, d+1); ``row_logs`` as in :func:`velocity_blas`.
 
     ``causal``: only the columns ``[0, rows.stop)``, the strict upper triangle of the
     diagonal square ``[rows.start, rows.stop)²`` zeroed after the ``exp``.
@@ -699,7 +700,9 @@ def _blas_rows(
         accs.append(acc)
         row_shifts.append(_exact_where_underflow(acc, shifts[h][rows], rows.start, x, heads.B[h], heads.V[h], operands.masses[:cols], beta, underflow, causal))
     if kind != "relu":
-        _add_heads(blk, accs, [operands.unscaled(shift) for shift in row_shifts], heads, kind)
+        shifts = [operands.unscaled(shift) for shift in row_shifts]
+        _store_row_logs(row_logs, rows, [acc[:, d] for acc in accs], shifts)
+        _add_heads(blk, accs, shifts, heads, kind)
 
 
 def exp_shifted_by_mass(scores: np.ndarray, log_mass: np.ndarray) -> np.ndarray:
@@ -768,6 +771,15 @@ def _exact_where_underflow(
     return shift
 
 
+def _store_row_logs(row_logs: np.ndarray | None, rows: slice, sums: list[np.ndarray], shifts: list[np.ndarray]) -> None:
+    """``row_logs[h, rows] = shifts[h] + ln sums[h]``: the heads' log row sums, where they are asked for."""
+    if row_logs is None:
+        return
+    with np.errstate(divide="ignore"):  # a row that sees no mass: ln 0 = -inf
+        for h, (total, shift) in enumerate(zip(sums, shifts)):
+            row_logs[h, rows] = shift + np.log(total)
+
+
 def _add_heads(blk: np.ndarray, accs: list[np.ndarray], shifts: list[np.ndarray], heads: HeadStack, kind: str) -> None:
     r"""Add the heads' velocities to ``blk`` from their shifted sums ``accs[h] = [Σ_j e^{βs_ij - c_i} a_j V_h x_j | Σ_j e^{βs_ij - c_i} a_j]``."""
     n, d = blk.shape
@@ -804,6 +816,7 @@ def _symmetric_velocity(
     operands: Operands,
     dtype: type,
     threads: int,
+    row_logs: np.ndarray | None = None,
 ) -> None:
     r"""Every :math:`B_h` symmetric: the upper triangle of :data:`TILE`-square tiles only (:data:`TILE32` in float32).
 
@@ -856,6 +869,7 @@ def _symmetric_velocity(
         accs = [acc[h] for h in range(heads.H)]
         fixed = [operands.unscaled(_exact_where_underflow(accs[h], row_shifts[h][rows], rows.start, x, heads.B[h], heads.V[h], operands.masses,
                                                           beta, underflow, False)) for h in range(heads.H)]
+        _store_row_logs(row_logs, rows, [acc[:, d] for acc in accs], fixed)
         _add_heads(out[rows], accs, fixed, heads, kind)
 
     run_on_threads(finish, blocks, threads if stages_on_pool else 1)  # small: in this thread, without a hand-off
@@ -1030,11 +1044,12 @@ def flash_tiles(
 
 
 def _flash_velocity(out: np.ndarray, x: np.ndarray, heads: HeadStack, beta: float, kind: str, a: np.ndarray, dtype: type,
-                    tiles: FlashSums) -> None:
+                    tiles: FlashSums, row_logs: np.ndarray | None = None) -> None:
     r"""The velocity from the flash tiles' sums (:func:`flash_tiles`; no mask, the exponential laws).
 
     By row ranges: the slots added, the rows whose sum underflowed redone exactly (as on the BLAS
-    path) and the heads added: a softmax head without such rows straight from the slots.
+    path) and the heads added: a softmax head without such rows straight from the slots.  ``row_logs``:
+    as in :func:`velocity_blas`.
     """
     n, d = x.shape
     H = heads.H
@@ -1049,6 +1064,9 @@ def _flash_velocity(out: np.ndarray, x: np.ndarray, heads: HeadStack, beta: floa
         if kind == "softmax" and all(_smallest_flash_sum(part_sums, used, h, rows.start, rows.stop) >= underflow for h in range(H)):
             for h in range(H):  # the common case: no row to redo, no shift needed
                 _add_softmax_from_parts(parts, part_sums, used, h, rows.start, out[rows])
+            if row_logs is not None:
+                _store_row_logs(row_logs, rows, [part_sums[:used, h, rows].sum(axis=0) for h in range(H)],
+                                [tiles.row_shift(h, rows) for h in range(H)])
             return
         fixed = []
         for h in range(H):
@@ -1056,6 +1074,7 @@ def _flash_velocity(out: np.ndarray, x: np.ndarray, heads: HeadStack, beta: floa
             if _gather_flash_sums(parts, part_sums, used, h, rows.start, rows.stop, accs[h]) < underflow:
                 shift = _exact_where_underflow(accs[h][rows], shift, rows.start, x, heads.B[h], heads.V[h], a, beta, underflow, False)
             fixed.append(shift)
+        _store_row_logs(row_logs, rows, [acc[rows, d] for acc in accs], fixed)
         _add_heads(out[rows], [acc[rows] for acc in accs], fixed, heads, kind)
 
     run_on_threads(finish_rows, tiles.ranges, tiles.stage_threads)
@@ -1092,11 +1111,12 @@ def velocity_blas(
     precision: str = "float64",
     mask: str = "none",
     flash: bool = True,
+    row_logs: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Production kernel: GEMM → in-place ``exp`` → GEMM over row blocks on threads.
+    r"""Production kernel: GEMM → in-place ``exp`` → GEMM over row blocks on threads.
 
     Same parameters and result as :func:`velocity_numpy` (``mask="causal"``: row
-    :math:`i` sums over :math:`j\\le i`, about 56 % of the pairs), plus
+    :math:`i` sums over :math:`j\le i`, about 56 % of the pairs), plus
 
     threads : int, optional
         Size of the thread pool (default :func:`meanfield.kernels.jit.num_threads`).
@@ -1109,6 +1129,10 @@ def velocity_blas(
         (``d ≤`` :data:`~meanfield.kernels.flash.FLASH_MAX_D` in float32, ``d ≤``
         :data:`~meanfield.kernels.flash.FLASH_MAX_D64` in float64, an AVX-512 processor, no mask, not
         ``relu``); ``False`` keeps the OpenBLAS products (the same law to round-off).
+    row_logs : (H, n) array, optional
+        Filled with every head's :math:`\ln\sum_j a_j e^{\beta s^h_{ij}}` per row, the sums the velocity
+        takes anyway (the energy of :mod:`meanfield.analysis.energy` at no cost), in float64 without a
+        mask for the exponential laws; otherwise left as it is.
     """
     x = check_tokens(x, heads, kind)
     dtype = {"float64": np.float64, "float32": np.float32}[precision]
@@ -1116,7 +1140,8 @@ def velocity_blas(
     # norm of a 384-square B_h is a dot over 147 456 elements) left OpenBLAS's workers spinning on the other
     # core for the rest of the call, where the pool's helper thread needed it (1.4-1.7x slower at d = 384)
     with one_blas_thread():
-        return _velocity_blas(x, heads, beta, kind, weights, threads, dtype, is_causal(mask), flash)
+        logs = row_logs if dtype == np.float64 and kind != "relu" and not is_causal(mask) else None
+        return _velocity_blas(x, heads, beta, kind, weights, threads, dtype, is_causal(mask), flash, logs)
 
 
 def _velocity_blas(
@@ -1129,8 +1154,9 @@ def _velocity_blas(
     dtype: type,
     causal: bool,
     flash: bool,
+    row_logs: np.ndarray | None = None,
 ) -> np.ndarray:
-    """:func:`velocity_blas` on checked tokens, with BLAS already held to one thread."""
+    """:func:`velocity_blas` on checked tokens, with BLAS already held to one thread (``row_logs`` as there, or ``None``)."""
     n, d = x.shape
     a = token_masses(n, weights, kind=kind, causal=causal)
     out = np.zeros((n, d))
@@ -1140,7 +1166,7 @@ def _velocity_blas(
     if flash and FLASH_CPU and d <= (FLASH_MAX_D if dtype == np.float32 else FLASH_MAX_D64) and not causal and kind != "relu":
         tiles = flash_tiles(x, heads, beta, a, dtype, threads or blas_threads(n, d, heads.H, dtype), symmetric_scores, scale_B,
                             scale_V, float(_row_norms(x).max()))
-        _flash_velocity(out, x, heads, beta, kind, a, dtype, tiles)
+        _flash_velocity(out, x, heads, beta, kind, a, dtype, tiles, row_logs)
         return out
     symmetric = not causal and kind != "relu" and n >= 2 * TILE and symmetric_scores
     # rhs: [x | 1]ᵀ, so that [beta x B | -c] @ rhs = beta s - c (symmetric layout: _operand_rows).  The
@@ -1182,11 +1208,11 @@ def _velocity_blas(
     else:
         prepare(slice(0, n))
     if symmetric:
-        _symmetric_velocity(out, x, heads, beta, kind, operands, dtype, nthreads)
+        _symmetric_velocity(out, x, heads, beta, kind, operands, dtype, nthreads, row_logs)
     else:
 
         def work(rows: slice) -> None:
-            _blas_rows(rows, x, heads, beta, kind, operands, out, dtype, causal)
+            _blas_rows(rows, x, heads, beta, kind, operands, out, dtype, causal, row_logs)
 
         run_on_threads(work, jobs[::-1] if causal else jobs, nthreads)  # causal: the longest rows first
     return out

@@ -241,7 +241,8 @@ def _accumulate(e, wx, j0, m, acc):  # pragma: no cover - compiled
 
 
 @pjit
-def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk, causal=False):  # pragma: no cover - compiled
+def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk, causal, logs):  # pragma: no cover - compiled
+    r"""The softmax velocity of every row (``logs[h, i]``: the head's :math:`\ln\sum_j a_j e^{\beta s_{ij}}`, where it did not underflow)."""
     n, d = x.shape
     H = B.shape[0]
     out = np.zeros((n, d))
@@ -282,6 +283,7 @@ def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk, causal=Fal
                 if not den >= _UNDERFLOW:
                     low[i, h] = True
                     continue
+                logs[h, i] = c + np.log(den)
                 for k in range(d):
                     vk = 0.0
                     for l in range(d):
@@ -292,15 +294,18 @@ def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk, causal=Fal
 
 def _exact_rows(
     x: np.ndarray, a: np.ndarray, B: np.ndarray, V: np.ndarray, beta: float, idx: np.ndarray, causal: bool = False
-) -> np.ndarray:
-    """Softmax term of one head for rows ``idx``, with the exact row maximum (NumPy; causal: over j ≤ i)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Softmax term of one head for rows ``idx``, with the exact row maximum (NumPy; causal: over j ≤ i), and the rows'
+    :math:`\ln\sum_j a_j e^{\beta s_{ij}}`."""
     s = beta * ((x[idx] @ B) @ x.T)
     if causal:
         s[np.arange(x.shape[0])[None, :] > idx[:, None]] = -np.inf
-    s -= s.max(axis=1, keepdims=True)
+    top = s.max(axis=1, keepdims=True)
+    s -= top
     np.exp(s, out=s)
     s *= a
-    return (s @ (x @ V.T)) / s.sum(axis=1, keepdims=True)
+    total = s.sum(axis=1, keepdims=True)
+    return (s @ (x @ V.T)) / total, (top + np.log(total))[:, 0]
 
 
 def velocity_fused(
@@ -311,6 +316,7 @@ def velocity_fused(
     weights: np.ndarray | None = None,
     chunk: int = CHUNK,
     mask: str = "none",
+    row_logs: np.ndarray | None = None,
 ) -> np.ndarray:
     """Softmax attention velocity by the fused small-``d`` kernel (float64).
 
@@ -330,6 +336,9 @@ def velocity_fused(
         Columns per chunk of the inner loop.
     mask : {"none", "causal"}
         ``"causal"``: row :math:`i` sums over :math:`j\\le i` only (half the pairs).
+    row_logs : (H, n) array, optional
+        Filled with every head's :math:`\\ln\\sum_j a_j e^{\\beta s^h_{ij}}` per row (the sums the velocity
+        takes anyway; the energy of :mod:`meanfield.analysis.energy`), without a mask; otherwise left as it is.
 
     Returns
     -------
@@ -350,10 +359,14 @@ def velocity_fused(
     V = np.ascontiguousarray(heads.V, dtype=float)
     with kernel_threads(float(n) * n * B.shape[0] * (0.5 if causal else 1.0)) as threads:
         rows = max(1, min(64, -(-n // (4 * threads))))
-        out, low = _fused_kernel(x, xt, wx, B, V, beta, xmax, rows, max(8, int(chunk)), causal)
+        logs = np.empty((B.shape[0], n))
+        out, low = _fused_kernel(x, xt, wx, B, V, beta, xmax, rows, max(8, int(chunk)), causal, logs)
     if low.any():  # the Cauchy–Schwarz shift overshot: exact row maximum for those (row, head) terms
         for h in range(B.shape[0]):
             idx = np.flatnonzero(low[:, h])
             if idx.size:
-                out[idx] += _exact_rows(x, a, B[h], V[h], beta, idx, causal)
+                term, logs[h, idx] = _exact_rows(x, a, B[h], V[h], beta, idx, causal)
+                out[idx] += term
+    if row_logs is not None and not causal:
+        row_logs[...] = logs
     return out

@@ -178,6 +178,7 @@ from meanfield.kernels.local import (
     combine_head_sums,
     local_head_sums,
     pooled_scales,
+    store_row_logs,
 )
 
 __all__ = [
@@ -951,6 +952,7 @@ def velocity_harmonic(
     tolerance: float = 1e-12,
     mask: str = "none",
     block: int | None = None,
+    row_logs: np.ndarray | None = None,
 ) -> np.ndarray:
     r"""Attention velocity on :math:`S^2` by spherical harmonics, exact local fallback where needed.
 
@@ -993,6 +995,9 @@ def velocity_harmonic(
         algorithm of the module docstring (same tolerance).
     block : int, optional
         Causal mask only: tokens per block (default :func:`causal_block_rows`).
+    row_logs : (H, n) array, optional
+        Filled with every head's :math:`\ln\sum_j a_j e^{\beta s^h_{ij}}` per row (the certified sums the velocity
+        takes anyway: the energy of :mod:`meanfield.analysis.energy`), without a mask; otherwise left as it is.
 
     Returns
     -------
@@ -1015,7 +1020,9 @@ def velocity_harmonic(
         raise ValueError(f"beta must be finite and >= 0, got {beta}")
     if causal:
         return _causal_harmonic(x, heads, beta, kind, a, float(tolerance), block)
-    return combine_head_sums(heads, kind, certified_head_sums(x, heads, beta, kind, a, float(tolerance)))
+    sums = certified_head_sums(x, heads, beta, kind, a, float(tolerance))
+    store_row_logs(row_logs, heads, kind, sums)
+    return combine_head_sums(heads, kind, sums)
 
 
 def certified_head_sums(x: np.ndarray, heads: HeadStack, beta: float, kind: str, a: np.ndarray, tolerance: float) -> list[HeadSums]:

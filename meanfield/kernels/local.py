@@ -122,6 +122,7 @@ __all__ = [
     "local_head_sums",
     "dense_head_sums",
     "combine_head_sums",
+    "store_row_logs",
     "pooled_scales",
     "check_sphere_tokens",
     "HeadSums",
@@ -300,6 +301,17 @@ def combine_head_sums(heads: HeadStack, kind: str, sums: list[HeadSums]) -> np.n
         else:  # pragma: no cover - checked before
             raise ValueError(f"unknown kind {kind!r}")
     return out
+
+
+def store_row_logs(row_logs: np.ndarray | None, heads: HeadStack, kind: str, sums: list[HeadSums]) -> None:
+    r"""``row_logs[h] =`` :math:`m^h_i + \ln D^h_i`, each head's :math:`\ln\sum_j a_j e^{\beta s^h_{ij}}` (pooled: the heads with
+    :math:`w_h \neq 0`, whose sums were taken), where ``row_logs`` is asked for."""
+    if row_logs is None:
+        return
+    with np.errstate(divide="ignore"):  # a row that sees no mass: ln 0 = -inf
+        for h in range(heads.H):
+            if kind != "pooled" or heads.w[h] != 0:
+                row_logs[h] = sums[h].shift + np.log(sums[h].den)
 
 
 class SphereSources:
@@ -979,6 +991,7 @@ def velocity_local(
     rows: np.ndarray | None = None,
     mask: str = "none",
     cluster_proxies: bool = True,
+    row_logs: np.ndarray | None = None,
 ) -> np.ndarray:
     r"""Attention velocity on :math:`S^2` by exact local sums (k-d tree caps).
 
@@ -1016,6 +1029,10 @@ def velocity_local(
     cluster_proxies : bool
         Sum compact, heavy clusters (the terminal phase at large β) through their Chebyshev proxies
         (:mod:`meanfield.kernels.cluster_proxies`), to a quarter of ``tolerance``; ``False``: point by point.
+    row_logs : (H, k) array, optional
+        Filled with every head's :math:`\ln\sum_j a_j e^{\beta s^h_{ij}}` for the rows (the sums the velocity takes
+        anyway, to the same tolerance: the energy of :mod:`meanfield.analysis.energy`), without a mask;
+        otherwise left as it is.
 
     Returns
     -------
@@ -1045,4 +1062,6 @@ def velocity_local(
     ]
     if idx.size == 0:
         return np.zeros((0, 3))
+    if not causal:
+        store_row_logs(row_logs, heads, kind, sums)
     return combine_head_sums(heads, kind, sums)

@@ -25,3 +25,38 @@ def test_energy_tracker_matches_numpy(rng, combine):
         np.testing.assert_allclose(out[f"energy_h{h}"], ref[h], rtol=1e-12, atol=0)
     np.testing.assert_allclose(out["energy"], ref.mean() if combine == "mean" else ref.sum(), rtol=1e-12)
     np.testing.assert_allclose(out["energy_theta"], heads.w @ ref, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "d, n, settings, shared",
+    [
+        (3, 64, {}, True),  # fused
+        (3, 3000, {}, True),  # a sphere kernel
+        (16, 300, {}, True),  # the flash tiles
+        (80, 600, {}, True),  # OpenBLAS
+        (3, 64, {"precision": "float32"}, False),
+        (3, 64, {"mask": "causal"}, False),
+    ],
+    ids=["fused", "sphere", "flash", "openblas", "float32", "causal"],
+)
+def test_the_energy_comes_from_the_speed_trackers_evaluation_unchanged(d, n, settings, shared, monkeypatch):
+    """A particle run's energy tracker takes the heads' row sums of the speed tracker's evaluation of the frame (no score
+    pass of its own) where the kernel took them in float64; the energies equal the tracker's own pass to round-off."""
+    import meanfield.solvers.trackers as trackers
+    from meanfield.analysis.energy import head_energies
+    from meanfield.solvers.loop import run_loop, save_times
+    from meanfield.solvers.particle import ParticleSolver
+    from meanfield.solvers.problem import Problem
+
+    passes = []
+    monkeypatch.setattr(trackers, "head_energies", lambda *args, **kw: (passes.append(1), head_energies(*args, **kw))[1])
+    model = Model(d=d, beta=4.0, **settings)
+    weights = np.random.default_rng(2).uniform(0.5, 1.5, n)
+    problem = Problem(model, sample_uniform(n, d, seed=1), weights=weights)
+    setup = ParticleSolver(method="rk4", dt=0.05).setup(problem)
+    result = run_loop(setup.stepper, setup.state, save_times(0.0, 0.2, 0.1), trackers=setup.trackers, keep_states=True)
+    assert len(passes) == (0 if shared else len(result.t))
+    assert setup.stepper.stats["evaluations"] == 4 * setup.stepper.stats["steps"] + 1  # no evaluation for the energy either
+    for k, t in enumerate(result.t):
+        own = head_energies(result.states[k], model.heads.at(t), beta=4.0, weights=problem.weights, backend=model.backend)
+        np.testing.assert_allclose(result.diagnostics["energy"][k], own.sum(), rtol=1e-12 if model.precision == "float64" else 0, atol=0)

@@ -493,3 +493,80 @@ def test_blas_threads_follow_the_work_not_the_pairs(monkeypatch):
     assert blas_threads(768, 16, 1, np.float64) == two and blas_threads(512, 16, 1, np.float64) == 1
     assert blas_threads(1024, 16, 1, np.float32) == two and blas_threads(1024, 16, 1, np.float32, causal=True) == 1
     assert blas_threads(512, 32, 3, np.float32) == two  # three heads: three times the work
+
+
+def _log_row_sums(x, heads, beta, a):
+    """Every head's ln Σ_j a_j e^{β s_ij} per row, by SciPy's logsumexp (the reference the kernels did not compute)."""
+    from scipy.special import logsumexp
+
+    return np.stack([logsumexp(beta * (x @ B) @ x.T + np.log(a)[None, :], axis=1) for B in heads.B])
+
+
+@pytest.mark.parametrize(
+    "n, d, backend, symmetric, flash",
+    [
+        (300, 16, "blas", True, True),  # flash tiles, symmetric
+        (300, 16, "blas", False, True),  # flash tiles, query rows
+        (600, 16, "blas", True, False),  # OpenBLAS symmetric tiles
+        (300, 80, "blas", False, False),  # OpenBLAS row blocks
+        (400, 3, "fused", False, True),
+        (3000, 3, "harmonic", False, True),
+        (3000, 3, "local", False, True),
+    ],
+    ids=["flash-symmetric", "flash-rows", "openblas-tiles", "openblas-rows", "fused", "harmonic", "local"],
+)
+@pytest.mark.parametrize("H", [1, 3])
+def test_row_logs_are_the_velocitys_own_row_sums(rng, n, d, backend, symmetric, flash, H, monkeypatch):
+    """``row_logs``: each head's ln Σ_j a_j e^{β s_ij}, filled by the kernels that take these sums (the energy at no cost)."""
+    import meanfield.kernels.attention as attention
+
+    if backend == "blas" and not flash:
+        monkeypatch.setitem(attention.BACKENDS, "blas", lambda *args, **kw: velocity_blas(*args, flash=False, **kw))
+    x = sample_uniform(n, d, seed=7)
+    B = rng.standard_normal((H, d, d)) / np.sqrt(d)
+    heads = HeadStack(B=B + B.transpose(0, 2, 1) if symmetric else B, V=rng.standard_normal((H, d, d)), w=rng.uniform(0.2, 1.0, H))
+    a = rng.uniform(0.5, 1.5, n)
+    for kind, beta in (("softmax", 6.0), ("unnormalized", 2.0), ("pooled", 6.0)):
+        if backend == "fused" and kind != "softmax":
+            continue
+        logs = np.full((H, n), np.nan)
+        v = attention_velocity(x, heads, beta=beta, kind=kind, weights=a, backend=backend, row_logs=logs)
+        np.testing.assert_allclose(logs, _log_row_sums(x, heads, beta, a), rtol=0, atol=1e-11)  # ln: relative accuracy of the sums
+        np.testing.assert_allclose(v, velocity_numpy(x, heads, beta=beta, kind=kind, weights=a), rtol=0, atol=1e-9 * np.abs(v).max())
+
+
+def test_row_logs_of_rows_that_underflow_and_where_no_kernel_takes_them(rng):
+    """Rows whose shifted sum underflows are redone exactly, their logs too; masks, float32 and the NumPy twin leave them."""
+    import meanfield.kernels.blas as blas
+
+    n, d = 700, 16
+    x = sample_uniform(n, d, seed=8)
+    x[:350] = x[0] + 1e-3 * x[:350]  # the mass in a tight cluster: the rows far from it see it far below their shift
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    a = np.full(n, 1.0 / 350)
+    a[350:] = 0.0
+    redone = []
+    original = blas._exact_where_underflow
+
+    def counted(acc, shift, *args):
+        redone.append(int(np.sum(acc[:, -1] < args[-2])))
+        return original(acc, shift, *args)
+
+    for symmetric in (True, False):
+        B = np.eye(d) + 0.1 * rng.standard_normal((d, d))
+        heads = HeadStack(B=(0.5 * (B + B.T) if symmetric else B)[None], V=np.eye(d)[None])
+        with np.errstate(divide="ignore"):
+            reference = _log_row_sums(x, heads, 2000.0, a)
+        for flash in (True, False):
+            logs = np.full((1, n), np.nan)
+            redone.clear()
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(blas, "_exact_where_underflow", counted)
+                velocity_blas(x, heads, beta=2000.0, weights=a, flash=flash, row_logs=logs)
+            assert sum(redone) >= 350, (symmetric, flash, redone)  # at least the rows outside the cluster were redone
+            np.testing.assert_allclose(logs, reference, rtol=0, atol=1e-11 * 2000.0)
+    heads = HeadStack(B=np.eye(d)[None], V=np.eye(d)[None])
+    for kw in ({"mask": "causal"}, {"precision": "float32"}, {"backend": "numpy"}):
+        logs = np.full((1, n), np.nan)
+        attention_velocity(x, heads, beta=4.0, weights=a, row_logs=logs, **kw)
+        assert np.isnan(logs).all(), kw

@@ -97,7 +97,7 @@ def test_underflowing_rows_fall_back_to_exact_maximum(d, H):
     a = np.full(len(x), 1.0 / len(x))
     wx = np.ascontiguousarray(np.vstack([x.T * a, a]))
     xmax = float(np.linalg.norm(x, axis=1).max())
-    _, low = _fused_kernel(x, xt, wx, heads.B, heads.V, beta, xmax, 16, 64)
+    _, low = _fused_kernel(x, xt, wx, heads.B, heads.V, beta, xmax, 16, 64, False, np.empty((H, len(x))))
     assert low[:, 0].any() and not low.all()
     _close(velocity_fused(x, heads, beta=beta), velocity_numpy(x, heads, beta=beta))
 
