@@ -60,6 +60,7 @@ from meanfield.kernels.fused import FLUSH_BELOW, exp_flushed
 from meanfield.kernels.flash import (FLASH_CPU, FLASH_MAX_D, FLASH_MAX_D64, KEY_BLOCK, flash_fill, flash_rows, flash_shifts, flash_symmetric,
                                      padded_rows, partial_elements, query_block, tile_elements, value_width)
 from meanfield.kernels.fused32 import exp32_nonpositive_scalar, float32_scaled_masses
+from meanfield.kernels.atomics import fetch_add
 from meanfield.kernels.gemm import gemm_address, gemm_into
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import jit, one_blas_thread, threads_for
@@ -955,7 +956,11 @@ def flash_tiles(
     (:func:`~meanfield.kernels.flash.flash_shifts`); the operands in the tiles' layouts
     (:func:`~meanfield.kernels.flash.flash_fill`, which needs the largest shift); the tiles, on the
     pool, query ranges against every key or with every :math:`B_h` symmetric the upper triangle of
-    key-block pairs, each thread adding into its own slot of the accumulators.  ``values=False``:
+    key-block pairs, each thread adding into its own slot of the accumulators.  Each thread claims
+    its tiles from an atomic counter in one compiled call (:func:`~meanfield.kernels.atomics.fetch_add`),
+    without the GIL between them: handed out one by one from Python, a tile whose thread came back while
+    the other held the GIL waited for a futex wake-up (n = 1024, d = 32, float32: 0.79 → 0.72 ms a call on
+    2 quiet cores, 4–6 % at d = 64 and at n = 2048–4096; float64 and beside a busy process even).  ``values=False``:
     the row sums only (no value products: the energy).  Every buffer is reused across calls
     (:func:`thread_buffer`): the result is valid until the next call in this thread.
 
@@ -1016,25 +1021,7 @@ def flash_tiles(
     if not symmetric:
         parts.fill(0.0)
         part_sums.fill(0.0)
-    claimed: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}  # by thread: its slot, tile and partial sums
-    next_slot = itertools.count()
-
-    def tile_rows(item: tuple[int, int, int, int]) -> None:
-        rows0, rows, cols0, cols = item
-        ident = threading.get_ident()
-        if ident not in claimed:
-            slot = next(next_slot) if symmetric else 0
-            if symmetric:
-                parts[slot].fill(0.0)
-                part_sums[slot].fill(0.0)
-            claimed[ident] = (slot, thread_buffer(tile_elements(dtype), dtype, "flash tile"), thread_buffer(partial_elements(dtype), dtype, "flash partial"))
-        slot, tile, partial = claimed[ident]
-        acc, sums = parts[slot], part_sums[slot]
-        for h in range(H):
-            if symmetric:
-                flash_symmetric(queries[h], keys[h], value_rows[h], masses[h], acc[h], sums[h], tile, partial, rows0, rows, cols0, cols)
-            else:
-                flash_rows(queries[h], keys[h], value_rows[h], masses[h], acc[h], sums[h], tile, rows0, rows0 + rows, cols)
+    next_slot = itertools.count()  # the symmetric path: each thread's slot of the accumulators
 
     run_on_threads(shift_rows, ranges, stage_threads)
     tops.extend(float(shift.max()) for shift in shifts)
@@ -1042,8 +1029,39 @@ def flash_tiles(
     masses_in, exponent = float32_scaled_masses(a, heads, x_norm_max, 2.0 * max(tops)) if np.dtype(dtype) == np.float32 else (a, 0)
     scaled.append(masses_in)
     run_on_threads(fill_rows, ranges, stage_threads)
-    run_on_threads(tile_rows, items, threads)
-    return FlashSums(parts, part_sums, len(claimed) if symmetric else 1, shifts, tops, symmetric, ranges, stage_threads, exponent)
+    counter = np.zeros(1, dtype=np.int64)  # the next tile to claim
+    table = np.asarray(items, dtype=np.int64)
+    arrays = (tuple(queries), tuple(keys), tuple(value_rows), tuple(masses))
+    slot_lock = threading.Lock()
+
+    def claim_tiles(_: Any) -> None:  # one per thread: its slot, then tiles claimed from the counter until none is left
+        with slot_lock:
+            slot = next(next_slot) if symmetric else 0
+        if symmetric:
+            parts[slot].fill(0.0)
+            part_sums[slot].fill(0.0)
+        tile = thread_buffer(tile_elements(dtype), dtype, "flash tile")
+        partial = thread_buffer(partial_elements(dtype), dtype, "flash partial")
+        _claim_flash_tiles(counter, table, symmetric, *arrays, parts[slot], part_sums[slot], tile, partial)
+
+    run_on_threads(claim_tiles, range(threads), threads)  # a helper that starts after the tiles ran out claims none
+    return FlashSums(parts, part_sums, next(next_slot) if symmetric else 1, shifts, tops, symmetric, ranges, stage_threads, exponent)
+
+
+@jit
+def _claim_flash_tiles(counter, items, symmetric, queries, keys, values, masses, acc, sums, tile, partial):  # pragma: no cover - compiled
+    """Claim tiles ``items[k]`` (``k`` from ``counter``, atomically) until none is left, each for every head into this
+    thread's ``acc``, ``sums``: one call per thread, no GIL between its tiles."""
+    while True:
+        k = fetch_add(counter, 0, 1)
+        if k >= items.shape[0]:
+            return
+        rows0, rows, cols0, cols = items[k, 0], items[k, 1], items[k, 2], items[k, 3]
+        for h in range(len(queries)):
+            if symmetric:
+                flash_symmetric(queries[h], keys[h], values[h], masses[h], acc[h], sums[h], tile, partial, rows0, rows, cols0, cols)
+            else:
+                flash_rows(queries[h], keys[h], values[h], masses[h], acc[h], sums[h], tile, rows0, rows0 + rows, cols)
 
 
 def _flash_velocity(out: np.ndarray, x: np.ndarray, heads: HeadStack, beta: float, kind: str, a: np.ndarray, dtype: type,
