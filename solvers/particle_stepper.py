@@ -65,10 +65,13 @@ class ParticleStepper:
     #: another field sets this to False)
     shares_row_logs: ClassVar[bool] = True
 
-    def evaluate(self, x: np.ndarray, t: float) -> np.ndarray:
-        """The integrated field at ``(x, t)``: the model's tangent velocity."""
+    def evaluate(self, x: np.ndarray, t: float, *, row_logs: np.ndarray | None = None) -> np.ndarray:
+        """The integrated field at ``(x, t)``: the model's tangent velocity (``row_logs`` as in :meth:`Model.velocity
+        <meanfield.model.Model.velocity>`, where given)."""
         self.stats["evaluations"] += 1
-        return self.model.velocity(x, t, weights=self.weights)
+        if row_logs is None:
+            return self.model.velocity(x, t, weights=self.weights)
+        return self.model.velocity(x, t, weights=self.weights, row_logs=row_logs)
 
     def field(self, x: np.ndarray, t: float) -> np.ndarray:
         """The field at ``(x, t)``, kept for the next step (:meth:`stage_field`): the speed tracker's call on
@@ -77,13 +80,9 @@ class ParticleStepper:
         if self._kept_at(x, t):
             return self._last[3].copy()
         logs = self._row_logs_buffer(x, t)
-        if logs is None:
-            v = self.evaluate(x, t)
-        else:
-            self.stats["evaluations"] += 1
-            v = self.model.velocity(x, t, weights=self.weights, row_logs=logs)
-            if np.isnan(logs).any():  # the kernel does not take these sums (a mask, float32, a pooled head of weight 0, …)
-                logs = None
+        v = self.evaluate(x, t, row_logs=logs)
+        if logs is not None and np.isnan(logs).any():  # the kernel does not take these sums (float32, a pooled head of weight 0, …)
+            logs = None
         self._last = (self.model, t, np.array(x, copy=True), v.copy(), logs)
         return v
 
