@@ -2,6 +2,9 @@
 an element-by-element transcription of the velocity laws, and memory/underflow behaviour."""
 from __future__ import annotations
 
+import os
+import threading
+import time
 import tracemalloc
 
 import numpy as np
@@ -328,9 +331,6 @@ def test_identity_multiple_recognises_exact_scalings_only():
 
 
 def test_run_on_threads_runs_every_item_once_with_the_calling_thread():
-    import threading
-    import time
-
     from meanfield.kernels.blas import run_on_threads
 
     seen: list[tuple[int, int]] = []
@@ -355,7 +355,6 @@ def test_run_on_threads_runs_every_item_once_with_the_calling_thread():
 def test_run_on_threads_does_not_wait_for_a_helper_that_never_started():
     # the pool's only thread is held (as a descheduled thread would be): the calling thread does every
     # item and returns without waiting for it; the helper, when it does start, runs nothing
-    import threading
 
     from meanfield.kernels.blas import _pool, run_on_threads
 
@@ -438,8 +437,6 @@ def test_blas_float64_exp_paths_match_numpy_twin(rng, numpy_exp, monkeypatch):
 
 def _cpu_seconds_by_thread() -> dict[int, float]:
     """CPU time of each of this process's threads (Linux ``/proc``), by native id."""
-    import os
-
     ticks = os.sysconf("SC_CLK_TCK")
     seconds = {}
     for task in os.listdir("/proc/self/task"):
@@ -452,16 +449,13 @@ def _cpu_seconds_by_thread() -> dict[int, float]:
     return seconds
 
 
-@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task") or (__import__("os").cpu_count() or 1) < 2,
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or (os.cpu_count() or 1) < 2,
                     reason="reads the threads' CPU time from Linux's /proc, with BLAS allowed two threads")
 @pytest.mark.parametrize("precision", ["float32", "float64"])
 def test_blas_kernel_leaves_no_blas_worker_spinning(precision):
     """No BLAS call of ``velocity_blas`` runs threaded: one that did (the float32 path's norm of a large B_h) left
     OpenBLAS's workers spinning on the other core through the call, where the kernel's own helper thread
     needed it.  The threads that are not Python's (BLAS and OpenMP workers) must stay idle."""
-    import threading
-    import time
-
     from threadpoolctl import threadpool_limits
 
     n, d = 512, 200  # the 200 × 200 norm is a 40 000-element dot: threaded in OpenBLAS when allowed
