@@ -625,7 +625,9 @@ def _symmetric_tile(
     lhs: list[np.ndarray],
     rhs: list[np.ndarray],
     weighted: list[np.ndarray],
-    accumulators: dict[int, np.ndarray],
+    parts: np.ndarray,
+    slots: dict[int, np.ndarray],
+    slots_lock: threading.Lock,
     dtype: type,
     deepest: float = 0.0,
 ) -> None:
@@ -634,15 +636,16 @@ def _symmetric_tile(
 
     :math:`E_{IJ} = \exp(\beta s_{IJ} - (c_I + c_J)/2)` serves both sides:
     ``acc[I] += E_IJ @ W_J`` and, off the diagonal, ``acc[J] += E_IJᵀ @ W_I``, into this
-    thread's own accumulator (summed once every tile is done).
+    thread's own slot ``parts[s]`` of the accumulators (``slots``: the slots taken, by thread; summed once
+    every tile is done).
     """
     rows, cols, diagonal = tile
-    acc = accumulators.get(threading.get_ident())
+    acc = slots.get(threading.get_ident())
     if acc is None:
-        shape = (len(lhs), weighted[0].shape[0], weighted[0].shape[1])
-        acc = thread_buffer(int(np.prod(shape)), dtype, "accumulator").reshape(shape)
+        with slots_lock:  # this thread's slot of the accumulators, zeroed before its first tile
+            acc = parts[len(slots)]
+            slots[threading.get_ident()] = acc  # one key per thread: no other thread writes it
         acc.fill(0.0)
-        accumulators[threading.get_ident()] = acc  # one key per thread: no other thread writes it
     m, k = rows.stop - rows.start, cols.stop - cols.start
     z = thread_buffer(m * k, dtype).reshape(m, k)
     address = gemm_address(dtype)
@@ -674,6 +677,7 @@ def _blas_rows(
     """
     d = x.shape[1]
     blk = out[rows]
+    blk.fill(0.0)
     lhs, values, shifts = operands.lhs, operands.values, operands.shifts
     rhs_t = operands.rhs[0]
     cols = rows.stop if causal else rhs_t.shape[1]
@@ -830,7 +834,10 @@ def _symmetric_velocity(
 
     and :math:`E` is symmetric (:math:`\beta s_{ij}\le\min(c_i,c_j)`), so each tile's score
     GEMM and ``exp`` serve two tiles of rows: about half of both.  Rows whose sum underflows
-    are redone exactly, as on the row-block path.
+    are redone exactly, as on the row-block path.  Each thread adds into its own slot of one
+    accumulator buffer, and a softmax block with no such row takes its velocity from the slots in one
+    compiled pass (:func:`_add_softmax_from_parts`, as the flash tiles do), where the slots had been
+    added into the first and then divided: n = 1024, float32, two threads, 1.01–1.07× at d = 160–384.
     """
     n, d = x.shape
     lhs, rhs, values, shifts = operands.lhs, operands.rhs, operands.values, operands.shifts
@@ -857,17 +864,31 @@ def _symmetric_velocity(
     if to_weight:
         run_on_threads(weigh, blocks, threads if stages_on_pool else 1)
     side = TILE32 if np.dtype(dtype) == np.float32 else TILE
-    accumulators: dict[int, np.ndarray] = {}
+    items = _tile_items(n, side, threads)
+    # one slot of accumulators per thread, in one buffer reused across calls (no fresh pages per call)
+    parts = thread_buffer(min(threads, len(items)) * heads.H * n * (d + 1), dtype, "accumulators").reshape(-1, heads.H, n, d + 1)
+    slots: dict[int, np.ndarray] = {}
+    slots_lock = threading.Lock()
     deepest = 2.0 * max(float(c.max()) for c in shifts)  # β s_ij - (c_i + c_j)/2 ≥ -(c_i + c_j)
-    run_on_threads(lambda tile: _symmetric_tile(tile, lhs, rhs, weighted, accumulators, dtype, deepest), _tile_items(n, side, threads), threads)
-    parts = list(accumulators.values())
+    run_on_threads(lambda tile: _symmetric_tile(tile, lhs, rhs, weighted, parts, slots, slots_lock, dtype, deepest), items, threads)
+    used = len(slots)
+    sums, numerators = parts[:used, :, :, d], parts[:used, :, :, :d]
     underflow = _UNDERFLOW[np.dtype(dtype).char] * operands.underflow_scale
+    gathered = [thread_buffer(n * (d + 1), np.float64, f"head sums{h}").reshape(n, d + 1) for h in range(heads.H)]
 
     def finish(rows: slice) -> None:  # the threads' sums added, rows that underflowed redone, the heads added
-        acc = parts[0][:, rows]
-        for part in parts[1:]:
-            acc += part[:, rows]
-        accs = [acc[h] for h in range(heads.H)]
+        out[rows].fill(0.0)
+        if kind == "softmax" and all(_smallest_flash_sum(sums, used, h, rows.start, rows.stop) >= underflow for h in range(heads.H)):
+            for h in range(heads.H):  # the common case: no row to redo, the velocity straight from the slots in one pass
+                _add_softmax_from_parts(numerators, sums, used, h, rows.start, out[rows])
+            if row_logs is not None:
+                _store_row_logs(row_logs, rows, [sums[:, h, rows].sum(axis=0) for h in range(heads.H)],
+                                [operands.unscaled(row_shifts[h][rows]) for h in range(heads.H)])
+            return
+        accs = []
+        for h in range(heads.H):
+            _gather_flash_sums(numerators, sums, used, h, rows.start, rows.stop, gathered[h])
+            accs.append(gathered[h][rows])
         fixed = [operands.unscaled(_exact_where_underflow(accs[h], row_shifts[h][rows], rows.start, x, heads.B[h], heads.V[h], operands.masses,
                                                           beta, underflow, False)) for h in range(heads.H)]
         _store_row_logs(row_logs, rows, [acc[:, d] for acc in accs], fixed)
@@ -1082,6 +1103,7 @@ def _flash_velocity(out: np.ndarray, x: np.ndarray, heads: HeadStack, beta: floa
         rows = slice(rows.start, min(rows.stop, n))
         if rows.stop <= rows.start:
             return
+        out[rows].fill(0.0)
         if kind == "softmax" and all(_smallest_flash_sum(part_sums, used, h, rows.start, rows.stop) >= underflow for h in range(H)):
             for h in range(H):  # the common case: no row to redo, no shift needed
                 _add_softmax_from_parts(parts, part_sums, used, h, rows.start, out[rows])
@@ -1181,7 +1203,7 @@ def _velocity_blas(
     """:func:`velocity_blas` on checked tokens, with BLAS already held to one thread (``row_logs`` as there, or ``None``)."""
     n, d = x.shape
     a = token_masses(n, weights, kind=kind, causal=causal)
-    out = np.zeros((n, d))
+    out = np.empty((n, d))  # each stage that finishes rows zeroes them first, in its own thread, where it adds into them
     scale_B = [identity_multiple(b) for b in heads.B]
     scale_V = [identity_multiple(v) for v in heads.V]
     symmetric_scores = _symmetric_scores(heads, scale_B)
