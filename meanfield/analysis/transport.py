@@ -350,6 +350,13 @@ def cost_matrix(x: ArrayLike, y: ArrayLike, *, cost: str = "geodesic",
 # ----------------------------------------------------------------------------
 # exact solvers
 # ----------------------------------------------------------------------------
+def _may_repeat(x: NDArray[np.float64]) -> bool:
+    """Whether two rows of ``x`` share their first coordinate: a sort of one column, where ``np.unique(x, axis=0)``
+    sorts whole rows (0.2 ms of a 2 ms exact W2 between clouds of 200 points on S², twice)."""
+    first = np.sort(x[:, 0])
+    return bool(np.any(first[1:] == first[:-1]))
+
+
 def _merge(x: NDArray[np.float64], w: NDArray[np.float64], merge: bool):
     """Drop zero weights and merge identical points.
 
@@ -361,6 +368,8 @@ def _merge(x: NDArray[np.float64], w: NDArray[np.float64], merge: bool):
     xk, wk = x[keep], w[keep]
     if merge and xk.shape[0] == 2 and not np.array_equal(xk[0], xk[1]):  # the common 2-atom target
         return xk, wk, keep, np.arange(2)
+    if merge and xk.shape[0] > 1 and not _may_repeat(xk):  # no two rows share a first coordinate: nothing to merge
+        return xk, wk, keep, np.arange(xk.shape[0])
     if merge and xk.shape[0] > 1:
         xu, first, inverse = np.unique(xk, axis=0, return_index=True, return_inverse=True)
         # keep the order of first occurrence: the network simplex can be many

@@ -281,6 +281,23 @@ def test_duplicates_and_zero_weights_map_back(rng):
     np.testing.assert_allclose(np.sum(P * cost_matrix(x, y)), v1**2, rtol=1e-12)
 
 
+def test_rows_sharing_a_coordinate_are_not_merged_and_repeats_among_them_are(rng):
+    # the merge first looks for two rows with the same first coordinate: rows that share it but differ
+    # elsewhere stay apart, and a repeat among them (not next to its twin once sorted by x_0) is merged
+    t = np.linspace(0.3, 2.5, 6)
+    ring = np.c_[np.full(6, 0.6), 0.8 * np.cos(t), 0.8 * np.sin(t)]  # six points with x_0 = 0.6
+    x = np.vstack([ring, sphere(rng, 4, 3), ring[1:2]])           # ring[1] repeated at the end
+    y = sphere(rng, 7, 3)
+    v1, log1 = w2(x, y, log=True)
+    v2, log2 = w2(x, y, log=True, merge_duplicates=False)
+    assert log1["merged_sizes"] == (10, 7) and log2["merged_sizes"] == (11, 7)
+    np.testing.assert_allclose(v1, v2, rtol=1e-12)
+    np.testing.assert_allclose(log1["plan"].sum(axis=1), np.full(11, 1 / 11), atol=1e-15)
+    z = sphere(rng, 12, 3)  # no shared first coordinate: nothing merged, the same value
+    assert w2(z, y, log=True)[1]["merged_sizes"] == (12, 7)
+    np.testing.assert_allclose(w2(z, y), w2(z, y, merge_duplicates=False), rtol=0, atol=0)
+
+
 # ----------------------------------------------------------------------------
 # few atoms: structured exact solvers
 # ----------------------------------------------------------------------------
