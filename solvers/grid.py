@@ -607,7 +607,7 @@ class GridSpeedTracker:
         speed = np.linalg.norm(vel, axis=1)
         top = float(np.max(speed[mass > 0])) if np.any(mass > 0) else 0.0
         if self.tol > 0 and top < self.tol:
-            raise StopRun(f"steady state at t={t:.6g}: max |X| = {top:.3g} < {self.tol:g}")
+            raise StopRun(f"steady state at t={t:.6g}: max |X| = {top:.3g} < {self.tol:g}", values={"max_speed": top})
         return {"max_speed": top}
 
 

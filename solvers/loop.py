@@ -47,12 +47,14 @@ class Stepper(Protocol):
 
 
 class StopRun(Exception):
-    """Raised by a tracker to end the run; ``failed`` runs exit with status 1."""
+    """Raised by a tracker to end the run; ``failed`` runs exit with status 1.  ``values``: what the tracker
+    measured on the frame that stopped the run, recorded with it."""
 
-    def __init__(self, reason: str, *, failed: bool = False) -> None:
+    def __init__(self, reason: str, *, failed: bool = False, values: dict[str, float] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.failed = failed
+        self.values = dict(values or {})
 
 
 class Tracker(Protocol):
@@ -181,9 +183,11 @@ def run_loop(
         for tracker in trackers:
             try:
                 values.update(tracker(t, current) or {})
-            except StopRun as exc:  # keep the frame, then stop
-                error = exc
-                break
+            except StopRun as exc:  # keep the frame, then stop; a run that ends well (steady state) still gets the
+                values.update(exc.values)  # values of the trackers after the one that stopped it (the energy follows the speed)
+                error = error or exc
+                if exc.failed:
+                    break
             except ArithmeticError as exc:  # a diagnostic overflowed: the run's numbers are out of range
                 name = getattr(tracker, "name", type(tracker).__name__)
                 error = StopRun(f"{type(exc).__name__} in the {name} tracker at t={t:.6g} ({exc}): the run's numbers "

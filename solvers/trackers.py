@@ -153,7 +153,7 @@ class SteadyStateTracker:
     def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
         speed = float(np.max(np.linalg.norm(self.velocity(state, t), axis=-1)))
         if self.tol > 0 and speed < self.tol:
-            raise StopRun(f"steady state at t={t:.6g}: max |dx/dt| = {speed:.3g} < {self.tol:g}")
+            raise StopRun(f"steady state at t={t:.6g}: max |dx/dt| = {speed:.3g} < {self.tol:g}", values={"max_speed": speed})
         return {"max_speed": speed}
 
 

@@ -188,7 +188,11 @@ def test_steady_state_tracker_stops(tmp_path):
     cfg, _ = small_config(tmp_path, t_final=200.0, save_every=1.0, dt=0.1, steady_tol=1e-4)
     result = simulate_config(load_config(cfg), tmp_path / "steady.h5", quiet=True)
     assert result.info["stop_reason"].startswith("steady state")
-    assert load(tmp_path / "steady.h5").status == "stopped"
+    run = load(tmp_path / "steady.h5")
+    assert run.status == "stopped"
+    # the frame that stopped the run has every tracker's value, those after the speed tracker included
+    for key in ("max_speed", "energy"):
+        assert np.all(np.isfinite(np.asarray(run.diagnostics[key]))), key
 
 
 def test_solver_failures_keep_frames_and_reason(tmp_path, capsys):

@@ -60,3 +60,35 @@ def test_the_energy_comes_from_the_speed_trackers_evaluation_unchanged(d, n, set
     for k, t in enumerate(result.t):
         own = head_energies(result.states[k], model.heads.at(t), beta=4.0, weights=problem.weights, backend=model.backend)
         np.testing.assert_allclose(result.diagnostics["energy"][k], own.sum(), rtol=1e-12 if model.precision == "float64" else 0, atol=0)
+
+
+def test_a_run_that_stops_well_records_every_tracker_on_its_last_frame():
+    # the steady-state tracker stops the run: its own value and those of the trackers after it (the energy
+    # follows the speed, whose evaluation it shares) are recorded with the frame; a failed stop skips the rest
+    from meanfield.solvers.loop import StopRun, run_loop, save_times
+
+    class Hold:  # a stepper that leaves the state as it is
+        def advance(self, state, t0, t1):
+            return state
+
+    calls = []
+
+    def stopper(failed):
+        def tracker(t, x):
+            if t >= 0.2:
+                raise StopRun("stop", failed=failed, values={"first": t})
+            return {"first": t}
+        return tracker
+
+    def after(t, x):
+        calls.append(t)
+        return {"second": 2 * t}
+
+    for failed in (False, True):
+        calls.clear()
+        result = run_loop(Hold(), np.zeros((3, 3)), save_times(0.0, 1.0, 0.1), trackers=[stopper(failed), after])
+        np.testing.assert_allclose(result.t, [0.0, 0.1, 0.2], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(result.diagnostics["first"], [0.0, 0.1, 0.2], rtol=0, atol=1e-12)
+        expected = [0.0, 0.2, np.nan] if failed else [0.0, 0.2, 0.4]
+        np.testing.assert_allclose(result.diagnostics["second"], expected, rtol=0, atol=1e-12)
+        assert len(calls) == (2 if failed else 3)
