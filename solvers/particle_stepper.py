@@ -80,7 +80,7 @@ class ParticleStepper:
         if self._kept_at(x, t):
             return self._last[3].copy()
         logs = self._row_logs_buffer(x, t)
-        v = self.evaluate(x, t, row_logs=logs)
+        v = self.evaluate(x, t) if logs is None else self.evaluate(x, t, row_logs=logs)  # a subclass that shares no sums may take (x, t) only
         if logs is not None and np.isnan(logs).any():  # the kernel does not take these sums (float32, a pooled head of weight 0, …)
             logs = None
         self._last = (self.model, t, np.array(x, copy=True), v.copy(), logs)

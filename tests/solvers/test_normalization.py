@@ -341,3 +341,15 @@ def test_bad_values_exit_2_naming_the_key(sets, key, tmp_path, capsys):
     assert main(argv) == 2
     assert key in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_the_steppers_field_is_its_own_evaluation(norm):
+    # the stepper integrates (θ, r), not the model's velocity: field() evaluates it without the model's row sums
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    problem = mf.Problem(model=mf.Model(d=3, heads=heads, beta=1.0), initial=mf.sample_uniform(16, 3, seed=0))
+    setup = NormalizedSolver(norm=norm).setup(problem)
+    x = np.asarray(setup.state)
+    y = np.c_[x, np.full(len(x), 1.5)] if setup.stepper.dynamics.radial else x  # (θ, r) for a radial scheme
+    np.testing.assert_allclose(setup.stepper.field(y, 0.0), setup.stepper.evaluate(y, 0.0), rtol=0, atol=0)
+    assert setup.stepper.kept_row_logs(0.0, y) is None
