@@ -58,4 +58,6 @@ def keep_freed_memory(*, mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: i
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, int(mmap_threshold))) and bool(mallopt(_M_TRIM_THRESHOLD, int(trim_threshold)))
+    kept_below = bool(mallopt(_M_MMAP_THRESHOLD, int(mmap_threshold)))  # each setting on its own: one refused leaves the other
+    kept_on_top = bool(mallopt(_M_TRIM_THRESHOLD, int(trim_threshold)))
+    return kept_below and kept_on_top
