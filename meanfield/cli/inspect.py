@@ -256,7 +256,7 @@ def main(args: argparse.Namespace) -> int:
     if args.save_tokens and not args.sentence:
         raise ConfigError("--save-tokens", "needs --sentence TEXT")
     if args.save_tokens:
-        table_path(args.save_tokens, "--save-tokens")
+        table_path(args.save_tokens, "--save-tokens", allow=(".npy",))
     if args.plot:
         folder_path(args.out, "--out")
     if args.n is not None and not (math.isfinite(args.n) and args.n >= 2):

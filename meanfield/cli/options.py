@@ -127,8 +127,9 @@ def picture_path(value: str | None, key: str, *, animation: bool = False) -> str
     return value
 
 
-def table_path(value: str | None, key: str) -> str | None:
-    """Check a ``--csv`` output before any work: a file, in a folder that can be written."""
+def table_path(value: str | None, key: str, *, allow: tuple[str, ...] = ()) -> str | None:
+    """Check a ``--csv`` output before any work: a file, in a folder that can be written, that is not a run, a config
+    or a picture (:data:`NOT_TABLES`, less the suffixes in ``allow``; any HDF5 file)."""
     from pathlib import Path
 
     from meanfield.io.output import check_parent
@@ -138,8 +139,24 @@ def table_path(value: str | None, key: str) -> str | None:
     path = Path(value)
     if path.is_dir() or value.endswith(("/", "\\")):
         raise ConfigError(key, f"{value} is a folder; give a file name such as {path / 'table.csv'}")
+    if (path.suffix.lower() in NOT_TABLES and path.suffix.lower() not in allow) or _is_hdf5(path):  # a run, a config or a picture: never replaced by a table
+        raise ConfigError(key, f"{value} would be replaced by a table: it is or names a run, a config or a picture; "
+                               f"give a table's name such as {path.with_suffix('.csv').name}")
     check_parent(path, key)
     return value
+
+
+#: suffixes of files a ``--csv`` table must not replace (runs, configs, arrays, pictures, code)
+NOT_TABLES = (".h5", ".hdf5", ".toml", ".npy", ".npz", ".py", ".png", ".pdf", ".svg", ".gif", ".jpg", ".jpeg")
+
+
+def _is_hdf5(path: Any) -> bool:
+    """Whether ``path`` is an existing HDF5 file (its signature), whatever its name."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(8) == b"\x89HDF\r\n\x1a\n"
+    except OSError:
+        return False
 
 
 def folder_path(value: str | None, key: str) -> str | None:

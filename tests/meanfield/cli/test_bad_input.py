@@ -254,6 +254,24 @@ def test_bad_picture_and_table_paths_are_refused_before_any_work(argv, option, t
         assert status == 2 and option in err
 
 
+def test_a_table_never_replaces_a_run_a_config_or_a_picture(tmp_path, capsys):
+    # --csv pointed at the run being read (or any HDF5 file, whatever its name, or a config) had replaced it, exit 0
+    good = _run_file(tmp_path, capsys)
+    before = good.read_bytes()
+    renamed = tmp_path / "run.dat"
+    renamed.write_bytes(before)
+    config = tmp_path / "c.toml"
+    config.write_text(DEFAULT.read_text())
+    for command in ("diagnose", "concentration"):
+        for target in (good, renamed, config, tmp_path / "new.h5"):
+            status, err = _run([command, str(good), "--csv", str(target)], capsys)
+            assert status == 2 and "--csv" in _one_line(err) and "replaced by a table" in err, (command, target, err)
+        assert good.read_bytes() == before and renamed.read_bytes() == before and config.read_text() == DEFAULT.read_text()
+        assert not (tmp_path / "new.h5").exists()
+        status, _ = _run([command, str(good), "--csv", str(tmp_path / "table.csv")], capsys)
+        assert status == 0 and (tmp_path / "table.csv").exists()
+
+
 def test_output_folders_that_are_files_are_refused(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     afile = str(tmp_path / "afile")
