@@ -10,6 +10,7 @@ trackers (``[track]``), the weight path of time-dependent heads, and the HDF5 wr
 from __future__ import annotations
 
 import json
+import os
 import math
 import warnings
 from dataclasses import replace
@@ -217,6 +218,19 @@ def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.nd
     raise ConfigError("--resume", f"{path} holds {frames} frames ending at t={t_last}, which do not match the save times")
 
 
+def _check_source_is_not_output(cfg: dict[str, Any], out: Path) -> None:
+    """A run started from a stored frame (``init.kind = "run"``) cannot write into the file it starts from: that file
+    would be replaced (``--overwrite``) or extended with a chain that loops back on itself (``--resume``)."""
+    init = cfg.get("init", {})
+    if init.get("kind") != "run" or not init.get("path"):
+        return
+    source = Path(init["path"])
+    same = source.exists() and out.exists() and os.path.samefile(source, out)
+    if same or source.resolve() == out.resolve():
+        raise ConfigError("init.path", f"{source} is also the output -o {out}: a run cannot start from the file it writes; "
+                                       "give another output")
+
+
 def simulate_config(
     cfg: dict[str, Any],
     out: str | Path | None = None,
@@ -262,6 +276,8 @@ def simulate_config(
         Bad input, or another process writes ``out``.
     """
     solver = cfg["solver"]
+    if out is not None:
+        _check_source_is_not_output(cfg, Path(out))
     times = save_times(start_time(cfg), solver["t_final"], solver["save_every"])
     setup = setup_run(cfg, trackers=trackers)
     state = setup.state

@@ -272,6 +272,19 @@ def test_a_table_never_replaces_a_run_a_config_or_a_picture(tmp_path, capsys):
         assert status == 0 and (tmp_path / "table.csv").exists()
 
 
+def test_a_run_cannot_start_from_the_file_it_writes(tmp_path, capsys):
+    # --overwrite with init.path = the output had replaced the source run (exit 0), and the chain then looped
+    good = _run_file(tmp_path, capsys)
+    before = good.read_bytes()
+    chained = ["--set", "init.kind=run", "--set", f"init.path={good}", "--set", "solver.t_final=0.4"]
+    for flag in ("--overwrite", "--resume"):
+        status, err = _run(["simulate", str(DEFAULT), "-o", str(good), "--quiet", flag, *chained], capsys)
+        assert status == 2 and "init.path" in _one_line(err) and "output" in err, (flag, err)
+        assert good.read_bytes() == before
+    status, _ = _run(["simulate", str(DEFAULT), "-o", str(tmp_path / "next.h5"), "--quiet", *chained], capsys)
+    assert status == 0
+
+
 def test_output_folders_that_are_files_are_refused(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     afile = str(tmp_path / "afile")
