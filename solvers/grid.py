@@ -509,16 +509,16 @@ class MassTracker:
     def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
         m = np.asarray(state, dtype=float)
         if not np.all(np.isfinite(m)):
-            raise StopRun(f"non-finite cell mass at t={t:.6g}", failed=True)
+            raise StopRun(f"non-finite cell mass at t={t:.6g}", bad_state=True)
         total = float(m.sum())
         if self.total is None:
             self.total = total
         error = abs(total - self.total)
         low = float(m.min())
         if error > self.tol * max(1.0, abs(self.total)):
-            raise StopRun(f"mass not conserved at t={t:.6g}: |sum m - {self.total:.17g}| = {error:.3g} > {self.tol:.1g}", failed=True)
+            raise StopRun(f"mass not conserved at t={t:.6g}: |sum m - {self.total:.17g}| = {error:.3g} > {self.tol:.1g}", bad_state=True)
         if low < 0.0:
-            raise StopRun(f"negative cell mass {low:.3g} at t={t:.6g}", failed=True)
+            raise StopRun(f"negative cell mass {low:.3g} at t={t:.6g}", bad_state=True)
         return {"mass_error": error, "min_mass": low}
 
 

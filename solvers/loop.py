@@ -48,13 +48,15 @@ class Stepper(Protocol):
 
 class StopRun(Exception):
     """Raised by a tracker to end the run; ``failed`` runs exit with status 1.  ``values``: what the tracker
-    measured on the frame that stopped the run, recorded with it."""
+    measured on the frame that stopped the run, recorded with it.  ``bad_state``: the frame itself failed the
+    tracker's check (NaN, tokens off the sphere, negative mass, …) and is not committed (``failed`` with it)."""
 
-    def __init__(self, reason: str, *, failed: bool = False, values: dict[str, float] | None = None) -> None:
+    def __init__(self, reason: str, *, failed: bool = False, values: dict[str, float] | None = None, bad_state: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.failed = failed
+        self.failed = failed or bad_state
         self.values = dict(values or {})
+        self.bad_state = bad_state
 
 
 class Tracker(Protocol):
@@ -193,6 +195,8 @@ def run_loop(
                 error = StopRun(f"{type(exc).__name__} in the {name} tracker at t={t:.6g} ({exc}): the run's numbers "
                                 "are out of floating-point range (β too large for this solver?)", failed=True)
                 break
+        if error is not None and error.bad_state:  # a frame that failed its checks (NaN, off the sphere, …) is not committed:
+            raise error  # the file keeps the good frames before it, which every reader can take
         saved_t.append(t)
         if keep_states:
             saved.append(np.array(current, copy=True))

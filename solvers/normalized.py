@@ -142,7 +142,7 @@ class RadiusTracker:
     def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
         r = np.sqrt(np.einsum("ij,ij->i", state, state))
         if not np.all(r > 0):
-            raise StopRun(f"a token reached the origin at t={t:.6g} (min r = {float(np.min(r)):.3g})", failed=True)
+            raise StopRun(f"a token reached the origin at t={t:.6g} (min r = {float(np.min(r)):.3g})", bad_state=True)
         return {"r_min": float(r.min()), "r_mean": float(r.mean()), "r_max": float(r.max())}
 
 

@@ -349,7 +349,7 @@ def simulate_config(
             info=result.info,
             model=setup.model,
         )
-    where = f"; {run.frames} frames are saved in {out_path}" if out_path is not None else ""
+    where = f"; {run.frames} frame{'' if run.frames == 1 else 's'} saved in {out_path}" if out_path is not None else ""
     if result.info["interrupted"]:
         raise RunInterrupted(f"{reason} at t = {run.t[-1]:.6g}{where}" + ("; --resume continues" if out_path else ""), run=run)
     if result.info["failed"]:

@@ -126,7 +126,7 @@ class SphereTracker:
     def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
         err = sphere_error(state)
         if not err <= self.tol:
-            raise StopRun(f"tokens left the sphere at t={t:.6g} (max | |x|-1 | = {err:.3g})", failed=True)
+            raise StopRun(f"tokens left the sphere at t={t:.6g} (max | |x|-1 | = {err:.3g})", bad_state=True)
         return {"sphere_error": err}
 
 
@@ -139,7 +139,7 @@ class FiniteTracker:
     def __call__(self, t: float, state: np.ndarray) -> None:
         if not np.all(np.isfinite(state)):
             bad = int(np.sum(~np.isfinite(state)))
-            raise StopRun(f"NaN/Inf in the state at t={t:.6g} ({bad} entries); frames up to this one are saved", failed=True)
+            raise StopRun(f"NaN/Inf in the state at t={t:.6g} ({bad} entries); the frames before it are saved", bad_state=True)
 
 
 @dataclass

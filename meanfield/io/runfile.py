@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import math
 import os
 import socket
@@ -443,6 +444,17 @@ def _rebuild(reader: RunReader, path: Path) -> None:
     os.replace(tmp, path)
 
 
+#: how the checks of a frame say that it failed (the frame is in files written before 0.2, not after)
+FRAME_CHECKS = ("NaN/Inf in the state at t=", "tokens left the sphere at t=", "a token reached the origin at t=",
+                "non-finite cell mass at t=", "negative cell mass", "mass not conserved at t=")
+
+
+def _failed_its_checks(reason: str, t: float) -> bool:
+    """Whether ``reason`` (a failed run's) names the frame at ``t`` as the one that failed its checks."""
+    named = re.search(r"at t=([^\s;,()]+)", reason)
+    return reason.startswith(FRAME_CHECKS) and named is not None and named.group(1) == f"{t:.6g}"
+
+
 class RunReader:
     """Read a run file piece by piece, opening it only for the time of each read.
 
@@ -504,6 +516,8 @@ class RunReader:
         written = min(int(times.shape[0]), int(data.shape[0]))
         committed = _member(f, COMMITTED)  # files of the first version have none: every written frame counts
         self.frames = written if committed is None else min(written, int(committed[0]))
+        if self.status == "failed" and self.frames and _failed_its_checks(self.stop_reason, float(times[self.frames - 1])):
+            self.frames -= 1  # a failed run written before 0.2 kept the frame that failed (NaN, off the sphere): left out
 
     def times(self) -> np.ndarray:
         """The saved times, shape ``(frames,)``."""

@@ -182,6 +182,14 @@ def test_nan_stops_the_run_keeps_frames_and_exits_1(tmp_path, capsys):
     run = load(out)
     assert run.status == "failed"
     assert len(run.t) >= 1 and np.all(np.isfinite(run.x[0]))
+    # the frame that failed its check is not committed: every saved frame is a state on the sphere
+    with h5py.File(out, "r") as f:
+        assert f["t"].shape[0] == len(run.t) or int(f["committed_frames"][0]) == len(run.t)
+    x = np.asarray(run.x)
+    assert np.all(np.isfinite(x)) and np.allclose(np.linalg.norm(x, axis=-1), 1.0, atol=1e-9)
+    from meanfield.io.runfile import _failed_its_checks
+
+    assert run.stop_reason.startswith("NaN/Inf in the state") and not _failed_its_checks(run.stop_reason, float(run.t[-1]))
 
 
 def test_steady_state_tracker_stops(tmp_path):

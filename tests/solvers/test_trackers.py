@@ -73,10 +73,10 @@ def test_a_run_that_stops_well_records_every_tracker_on_its_last_frame():
 
     calls = []
 
-    def stopper(failed):
+    def stopper(failed, bad_state=False):
         def tracker(t, x):
             if t >= 0.2:
-                raise StopRun("stop", failed=failed, values={"first": t})
+                raise StopRun("stop", failed=failed, values={"first": t}, bad_state=bad_state)
             return {"first": t}
         return tracker
 
@@ -92,3 +92,7 @@ def test_a_run_that_stops_well_records_every_tracker_on_its_last_frame():
         expected = [0.0, 0.2, np.nan] if failed else [0.0, 0.2, 0.4]
         np.testing.assert_allclose(result.diagnostics["second"], expected, rtol=0, atol=1e-12)
         assert len(calls) == (2 if failed else 3)
+    # a frame that fails a check of the state itself is not committed: the run keeps the frames before it
+    result = run_loop(Hold(), np.zeros((3, 3)), save_times(0.0, 1.0, 0.1), trackers=[stopper(True, bad_state=True), after])
+    np.testing.assert_allclose(result.t, [0.0, 0.1], rtol=0, atol=1e-12)
+    assert result.info["failed"]

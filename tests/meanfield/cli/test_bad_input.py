@@ -285,6 +285,26 @@ def test_a_run_cannot_start_from_the_file_it_writes(tmp_path, capsys):
     assert status == 0
 
 
+def test_the_failed_frame_of_an_older_file_is_left_out_by_every_reader(tmp_path, capsys):
+    # files written before 0.2 kept the frame that failed its checks (here: tokens at the origin, off the sphere);
+    # info and concentration had stopped on it with a traceback
+    good = _run_file(tmp_path, capsys)
+    old = tmp_path / "old.h5"
+    old.write_bytes(good.read_bytes())
+    with h5py.File(old, "r+") as f:
+        t = f["t"][:]
+        f["x"][-1] = 0.0
+        f.attrs["status"] = "failed"
+        f.attrs["stop_reason"] = f"tokens left the sphere at t={t[-1]:.6g} (max | |x|-1 | = 1)"
+    from meanfield.run import load
+
+    run = load(old)
+    assert run.frames == t.size - 1 and run.status == "failed"
+    for command in ("info", "concentration", "diagnose"):
+        status, err = _run([command, str(old)], capsys)
+        assert status == 0, (command, err)
+
+
 def test_output_folders_that_are_files_are_refused(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     afile = str(tmp_path / "afile")
