@@ -19,7 +19,8 @@ without :math:`\beta`), ``pooled`` the effective-mobility form of Massucco et al
 (:class:`meanfield.Model`); this module returns the ambient :math:`v_i`.
 
 Implementations, which the tests compare (``backend="auto"``, the default, takes
-``"fused"`` for float64 softmax at ``d ≤`` :data:`FUSED_MAX_D` and ``"blas"`` otherwise):
+``"fused"`` for float64 softmax at ``d ≤`` :data:`FUSED_MAX_D` and ``"blas"`` otherwise, and ``"blas"`` at
+small ``d`` too where its flash tiles run and pay, :func:`attention_velocity`):
 
 ``"fused"`` (softmax only)
     :mod:`meanfield.kernels.fused`: score → exp → accumulate in one numba pass over
@@ -72,6 +73,7 @@ import numpy as np
 
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.blas import velocity_blas
+from meanfield.kernels.flash import FLASH_CPU
 from meanfield.kernels.fused import velocity_fused
 from meanfield.kernels.fused32 import velocity_fused32
 from meanfield.kernels.harmonic import choose_sphere_method, velocity_harmonic
@@ -85,6 +87,7 @@ __all__ = [
     "MASKS",
     "BACKENDS",
     "FUSED_MAX_D",
+    "FLASH_SMALL_D_MIN_PAIRS",
     "BLOCK_ELEMENTS",
     "attention_velocity",
     "velocity_numpy",
@@ -131,8 +134,13 @@ DEFAULT_TOLERANCE = 1e-12
 SPHERE_DENSE_MAX_N = 1024
 #: largest dimension for which ``"auto"`` uses the fused softmax kernel (it loses to BLAS above)
 FUSED_MAX_D = 8
+#: ... and where the BLAS kernel runs its flash tiles (AVX-512), from this many pairs n² H on it takes them instead
+FLASH_SMALL_D_MIN_PAIRS = 1 << 18
 #: the fused float32 kernel's speed over the float64 one's at d = 3 (measured 3.4–3.7 at n = 4096–16384):
-#: in float32 ``"auto"`` weighs the sphere kernels (float64) against the dense cost divided by this
+#: in float32 ``"auto"`` weighs the sphere kernels (float64) against the dense cost divided by this.  The flash
+#: tiles that now run the dense kernel on AVX-512 processors (float64 1.23–1.54× the fused kernel, float32 2.4–3.5×,
+#: at n = 2048–8192) are not counted: the harmonic kernel's model is itself pessimistic for uniform tokens (the choice
+#: keeps it so for concentrated ones), and with them counted n = 4096 at β = 4 went dense at 2.3× the harmonic time
 FUSED32_SPEEDUP = 3.5
 
 
@@ -170,7 +178,10 @@ def attention_velocity(
         runs in float64);
         otherwise the fused kernel (:mod:`meanfield.kernels.fused`, one pass with a
         vectorised ``exp``) for float64 softmax and every float32 law with
-        ``d ≤`` :data:`FUSED_MAX_D`, else ``"blas"``.  ``"fused"`` in float32 is the
+        ``d ≤`` :data:`FUSED_MAX_D`, else ``"blas"``; on an AVX-512 processor ``"blas"`` also at
+        ``d ≤`` :data:`FUSED_MAX_D` from :data:`FLASH_SMALL_D_MIN_PAIRS` pairs n²H, without a mask and for
+        the exponential laws (its flash tiles: at d = 3, 1.2–1.5× the fused kernel in float64 and 1.0–1.2× in
+        float32 from n = 2048, 1.1–1.2× and 1.0–1.1× at n = 600–1024).  ``"fused"`` in float32 is the
         fused float32 kernel, for every law.
     precision : {"float64", "float32"}
         Arithmetic of the scores and exponentials: ``float32`` runs the fused float32
@@ -206,9 +217,10 @@ def attention_velocity(
     """
     is_causal(mask)  # an unknown mask is a ValueError before any work
     if backend == "auto":
-        backend = _sphere_backend(x, heads, beta, kind, precision, mask) or _dense_backend(heads, kind, precision)
+        dense = _dense_backend(heads, kind, precision, n=np.shape(x)[0], mask=mask)
+        backend = _sphere_backend(x, heads, beta, kind, precision, mask) or dense
         if backend == "dense":
-            backend = _dense_backend(heads, kind, precision)
+            backend = dense
         elif backend in TOLERANCE_BACKENDS:
             precision = "float64"  # a sphere kernel beats the float32 dense one here, at float64's accuracy
     try:
@@ -229,9 +241,13 @@ def attention_velocity(
     return kernel(x, heads, beta=beta, kind=kind, weights=weights, mask=mask, **logs)
 
 
-def _dense_backend(heads: HeadStack, kind: str, precision: str) -> str:
-    """The dense kernel ``"auto"`` uses at small ``d``: fused for float64 softmax and for every float32 law; else BLAS."""
+def _dense_backend(heads: HeadStack, kind: str, precision: str, *, n: int = 0, mask: str = "none") -> str:
+    """The dense kernel ``"auto"`` uses: at small ``d`` the fused one for float64 softmax and for every float32 law, but
+    the flash tiles of the BLAS kernel where they run (an AVX-512 processor, no mask, an exponential law) on at least
+    :data:`FLASH_SMALL_D_MIN_PAIRS` pairs of tokens and heads; else BLAS."""
     small = heads.d <= FUSED_MAX_D and (kind == "softmax" or precision == "float32")
+    if small and FLASH_CPU and not is_causal(mask) and kind != "relu" and float(n) * n * heads.H >= FLASH_SMALL_D_MIN_PAIRS:
+        return "blas"
     return "fused" if small else "blas"
 
 

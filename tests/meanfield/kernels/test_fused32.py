@@ -81,10 +81,26 @@ def test_precision_float32_dispatch():
     rng = np.random.default_rng(1)
     x = sample_uniform(400, 3, seed=0)
     heads = _heads(rng, 2, 3)
+    from meanfield.kernels import attention
+    from meanfield.kernels.blas import velocity_blas
+
     for kind in KINDS:
         auto = attention_velocity(x, heads, beta=2.0, kind=kind, precision="float32")
-        np.testing.assert_array_equal(auto, velocity_fused32(x, heads, beta=2.0, kind=kind))
-        np.testing.assert_array_equal(attention_velocity(x, heads, beta=2.0, kind=kind, precision="float32", backend="fused"), auto)
+        fused = attention_velocity(x, heads, beta=2.0, kind=kind, precision="float32", backend="fused")
+        np.testing.assert_array_equal(fused, velocity_fused32(x, heads, beta=2.0, kind=kind))
+        if attention._dense_backend(heads, kind, "float32", n=x.shape[0]) == "fused":
+            np.testing.assert_array_equal(auto, fused)
+        else:  # an AVX-512 processor: the BLAS kernel's flash tiles (400² pairs, two heads)
+            assert attention.FLASH_CPU and kind != "relu"
+            np.testing.assert_array_equal(auto, velocity_blas(x, heads, beta=2.0, kind=kind, precision="float32"))
+            np.testing.assert_allclose(auto, fused, rtol=0, atol=2e-6 * np.abs(fused).max())
+    # the rule: the fused kernel below FLASH_SMALL_D_MIN_PAIRS, with the causal mask and for relu; else the flash tiles
+    small = int(np.sqrt(attention.FLASH_SMALL_D_MIN_PAIRS / heads.H)) - 1
+    assert attention._dense_backend(heads, "softmax", "float32", n=small) == "fused"
+    assert attention._dense_backend(heads, "softmax", "float64", n=4096, mask="causal") == "fused"
+    assert attention._dense_backend(heads, "relu", "float32", n=4096) == "fused"
+    assert attention._dense_backend(heads, "softmax", "float64", n=4096) == ("blas" if attention.FLASH_CPU else "fused")
+    assert attention._dense_backend(heads, "unnormalized", "float64", n=64) == "blas"  # float64: fused is softmax only
     x16 = sample_uniform(300, 16, seed=0)
     wide = _heads(rng, 1, 16)
     blas = attention_velocity(x16, wide, beta=1.0, precision="float32")  # d > 8: the BLAS float32 kernel
