@@ -795,12 +795,15 @@ def _add_heads(blk: np.ndarray, accs: list[np.ndarray], shifts: list[np.ndarray]
     elif kind == "unnormalized":
         for acc, shift in zip(accs, shifts):
             blk += np.multiply(acc[:, :d], np.exp(shift)[:, None], out=term)
-    else:  # pooled: one softmax over the heads' pooled sums
-        top = np.max(np.stack(shifts), axis=0)
+    else:  # pooled: one softmax over the heads' pooled sums, shifted by the largest shift of a head that weighs
+        weighing = [h for h in range(len(accs)) if heads.w[h] != 0] or list(range(len(accs)))
+        top = np.max(np.stack([shifts[h] for h in weighing]), axis=0)
         num = thread_buffer(n * d, np.float64, "pooled numerator").reshape(n, d)
         num.fill(0.0)
         den = np.zeros(n)
         for h, (acc, shift) in enumerate(zip(accs, shifts)):
+            if h not in weighing:  # a head of weight 0 adds nothing (its e^{shift - top} may overflow: 0·inf)
+                continue
             scale = heads.w[h] * np.exp(shift - top)
             num += np.multiply(scale[:, None], acc[:, :d], out=term)
             den += scale * acc[:, d]

@@ -295,17 +295,21 @@ def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk, causal, lo
 def _exact_rows(
     x: np.ndarray, a: np.ndarray, B: np.ndarray, V: np.ndarray, beta: float, idx: np.ndarray, causal: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    r"""Softmax term of one head for rows ``idx``, with the exact row maximum (NumPy; causal: over j ≤ i), and the rows'
-    :math:`\ln\sum_j a_j e^{\beta s_{ij}}`."""
+    r"""Softmax term of one head for rows ``idx``, shifted by the exact :math:`\max_j(\beta s_{ij} + \ln a_j)` (NumPy; causal:
+    over j ≤ i), and the rows' :math:`\ln\sum_j a_j e^{\beta s_{ij}}`.  The masses are in the shift: where a token of mass 0
+    held the row's top score, the plain maximum left every term with mass at 0 (0/0)."""
     s = beta * ((x[idx] @ B) @ x.T)
     if causal:
         s[np.arange(x.shape[0])[None, :] > idx[:, None]] = -np.inf
+    with np.errstate(divide="ignore"):
+        s += np.log(a)  # -inf for a token of mass 0
     top = s.max(axis=1, keepdims=True)
+    top[~np.isfinite(top)] = 0.0  # a row that sees no mass: every term e^{-inf} = 0
     s -= top
     np.exp(s, out=s)
-    s *= a
     total = s.sum(axis=1, keepdims=True)
-    return (s @ (x @ V.T)) / total, (top + np.log(total))[:, 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (s @ (x @ V.T)) / total, (top + np.log(total))[:, 0]
 
 
 def velocity_fused(

@@ -226,6 +226,8 @@ def _fused32_kernel(q32, shift, xt, wx, V, w, top, code, rows_per_block, chunk, 
             for k in range(d):
                 num[k] = 0.0
             for h in range(H):
+                if code == 2 and w[h] == 0.0:  # pooled: a head of weight 0 adds nothing (its e^{c - top} may overflow: 0·inf)
+                    continue
                 c = shift[h, i]
                 for k in range(d + 1):
                     acc[k] = 0.0
@@ -335,7 +337,8 @@ def velocity_fused32(
     else:
         q *= beta
         shift = np.sqrt(np.einsum("hnk,hnk->hn", q, q)) * xmax
-    top = shift.max(axis=0)
+    weighing = np.asarray(heads.w) != 0  # pooled: the common shift over the heads that weigh (one of weight 0 may hold the top)
+    top = (shift[weighing] if weighing.any() else shift).max(axis=0)
     q32 = np.ascontiguousarray(q, dtype=np.float32)
     xt = np.ascontiguousarray(x.T, dtype=np.float32)
     # scores reach -2 max c_i: where that is deep, masses scaled by a power of two (no subnormal product with a term)

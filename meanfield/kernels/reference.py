@@ -65,6 +65,8 @@ def velocity_numpy(
     values = [x @ heads.V[h].T for h in range(heads.H)]
     xt = np.ascontiguousarray(x.T)
     buffer = np.empty(block * n)
+    with np.errstate(divide="ignore"):
+        log_a = np.log(a)  # -inf for a token of mass 0
     for start in range(0, targets.size, block):
         at = targets[start:start + block]
         here = slice(start, start + at.size)
@@ -90,10 +92,13 @@ def velocity_numpy(
                 z *= a
                 out[here] += z @ values[h]
                 continue
+            # shifted by m_i = max_j (β s_ij + ln a_j): the largest term is 1 even where a token of mass 0 holds
+            # the row's top score (shifted by the plain maximum, every term with mass could underflow to 0/0)
+            z += log_a
             m = z.max(axis=1, keepdims=True)
+            m[~np.isfinite(m)] = 0.0  # a row that sees no mass: every term e^{-inf} = 0
             z -= m
             np.exp(z, out=z)
-            z *= a
             num = z @ values[h]
             den = z.sum(axis=1, keepdims=True)
             if kind == "softmax":
@@ -102,9 +107,9 @@ def velocity_numpy(
                 nums.append(num)
                 dens.append(den)
                 shifts.append(m)
-        if kind == "pooled":
-            top = np.max(np.concatenate(shifts, axis=1), axis=1, keepdims=True)
-            scale = [heads.w[h] * np.exp(shifts[h] - top) for h in range(heads.H)]
+        if kind == "pooled":  # the common shift over the heads that weigh (a head of weight 0 may hold the top)
+            top = np.max(np.concatenate([shifts[h] for h in range(heads.H) if heads.w[h] != 0] or shifts, axis=1), axis=1, keepdims=True)
+            scale = [heads.w[h] * np.exp(shifts[h] - top) if heads.w[h] != 0 else np.zeros_like(top) for h in range(heads.H)]
             num = sum(scale[h] * nums[h] for h in range(heads.H))
             den = sum(scale[h] * dens[h] for h in range(heads.H))
             out[here] = num / den

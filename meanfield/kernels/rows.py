@@ -53,8 +53,9 @@ def _numba_kernel(x, B, V, w, a, beta, mode, causal=False):  # pragma: no cover 
                 q[k] = t
                 qn += t * t
             c = beta * math.sqrt(qn * xnorm2) if mode != 2 else 0.0
-            if mode == 0 or mode == 3:
-                # exact row maximum (two passes): robust for any B
+            if mode != 2:
+                # exact row maximum over the tokens with mass (two passes): robust for any B, and for unnormalized the
+                # factor e^c back out is the true scale (the Cauchy–Schwarz bound's e^c could overflow where the sum does not)
                 best = -np.inf
                 for j in range(jend):
                     if a[j] > 0.0:
@@ -63,11 +64,13 @@ def _numba_kernel(x, B, V, w, a, beta, mode, causal=False):  # pragma: no cover 
                             s += q[k] * x[j, k]
                         if beta * s > best:
                             best = beta * s
-                c = best
+                c = best if best > -np.inf else 0.0  # a row that sees no mass: every term is 0
             for k in range(d):
                 acc[k] = 0.0
             den = 0.0
             for j in range(jend):
+                if a[j] == 0.0:  # a token of mass 0 adds nothing (above the row maximum, 0·e^{βs - c} would be 0·inf)
+                    continue
                 s = 0.0
                 for k in range(d):
                     s += q[k] * x[j, k]
@@ -100,9 +103,16 @@ def _numba_kernel(x, B, V, w, a, beta, mode, causal=False):  # pragma: no cover 
                 for k in range(d):
                     nums[h, k] = vx[k]
         if mode == 3:
-            top = shifts.max()
+            top = -np.inf  # the common shift over the heads that weigh (one of weight 0 may hold the top)
+            for h in range(H):
+                if w[h] != 0.0 and shifts[h] > top:
+                    top = shifts[h]
+            if top == -np.inf:
+                top = shifts.max()
             total = 0.0
             for h in range(H):
+                if w[h] == 0.0:
+                    continue
                 f = w[h] * math.exp(shifts[h] - top)
                 total += f * dens[h]
                 for k in range(d):

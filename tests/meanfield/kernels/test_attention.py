@@ -564,3 +564,58 @@ def test_row_logs_of_rows_that_underflow_and_where_no_kernel_takes_them(rng):
         logs = np.full((1, n), np.nan)
         attention_velocity(x, heads, beta=4.0, weights=a, row_logs=logs, **kw)
         assert np.isnan(logs).all(), kw
+
+
+# ----------------------------------------------------------------------------- masses of 0, heads of weight 0
+DENSE_PATHS = [("numpy", "float64"), ("numba", "float64"), ("fused", "float64"), ("blas", "float64"), ("auto", "float64"),
+               ("fused", "float32"), ("blas", "float32")]
+
+
+def _softmax_by_logsumexp(x, B, V, beta, a):
+    """Each row's softmax velocity with the masses in the exponent: Σ_j e^{β s_ij + ln a_j - m_i} V x_j / Σ_j (…)."""
+    with np.errstate(divide="ignore"):
+        z = beta * (x @ B) @ x.T + np.log(a)[None, :]
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    return (p @ (x @ V.T)) / p.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize(("backend", "precision"), DENSE_PATHS)
+def test_a_token_of_mass_zero_holding_the_top_score_is_left_out(backend, precision):
+    # an empty grid cell next to a row: shifted by the plain maximum, every term with mass underflowed (0/0 = NaN)
+    x = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    v = attention_velocity(x, heads, beta=1000.0, weights=np.array([1.0, 0.0]), backend=backend, precision=precision)
+    np.testing.assert_allclose(v, [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]], rtol=0, atol=1e-12)
+    # 60 tokens on S², the mass on a cluster at the pole only: most rows' top score sits on a token of mass 0
+    rng = np.random.default_rng(3)
+    y = sample_uniform(60, 3, seed=4)
+    a = np.where(y[:, 2] > 0.8, rng.uniform(0.5, 1.0, 60), 0.0)
+    B = np.eye(3) + 0.2 * rng.standard_normal((3, 3))
+    V = rng.standard_normal((3, 3))
+    for beta in (500.0, 5000.0):
+        v = attention_velocity(y, HeadStack(B=B[None], V=V[None]), beta=beta, weights=a, backend=backend, precision=precision)
+        ref = _softmax_by_logsumexp(y, B, V, beta, a)
+        tol = 1e-12 if precision == "float64" else 2e-6 * (1 + beta * np.linalg.norm(B, 2))
+        np.testing.assert_allclose(v, ref, rtol=0, atol=tol * np.abs(ref).max())
+
+
+@pytest.mark.parametrize(("backend", "precision"), [path for path in DENSE_PATHS if path != ("fused", "float64")])  # softmax only
+def test_a_pooled_head_of_weight_zero_adds_nothing(backend, precision):
+    # its shift had set the pooled one, and the heads that weigh underflowed against it (NaN, or zeros in float32)
+    x = sample_uniform(40, 3, seed=2)
+    eye = np.eye(3)
+    pooled = HeadStack(B=np.stack([5 * eye, eye]), V=np.stack([eye, 2 * eye]), w=[0.0, 1.0])
+    alone = HeadStack(B=eye[None], V=(2 * eye)[None])
+    v = attention_velocity(x, pooled, beta=200.0, kind="pooled", backend=backend, precision=precision)
+    ref = velocity_numpy(x, alone, beta=200.0, kind="softmax")
+    tol = 1e-12 if precision == "float64" else 1e-3
+    np.testing.assert_allclose(v, ref, rtol=0, atol=tol * np.abs(ref).max())
+
+
+def test_the_numba_rows_scale_unnormalized_sums_by_the_row_maximum():
+    # the Cauchy–Schwarz bound's e^c overflowed where the sum itself is 1 (a rotation: every score 0)
+    heads = HeadStack(B=np.array([[[0.0, 1.0], [-1.0, 0.0]]]), V=np.eye(2)[None])
+    x = np.array([[1.0, 0.0], [1.0, 0.0]])
+    for beta in (710.0, 1000.0):
+        np.testing.assert_allclose(velocity_numba(x, heads, beta=beta, kind="unnormalized"), [[1.0, 0.0], [1.0, 0.0]], rtol=1e-14)
