@@ -1110,14 +1110,21 @@ def sphere_head_energies(
 
 
 def _merge_sums(far: HeadSums, near: HeadSums) -> tuple[HeadSums, np.ndarray]:
-    """The sum of two sets of shifted sums on a common shift, and the factor applied to ``far``."""
+    """The sum of two sets of shifted sums on a common shift, and the factor that brings ``far``'s shift to it.
+
+    The factor scales ``far``'s error bound whatever its sum: where the far sum came out at its rounding floor
+    (zero or negative) it is left out of the merged sum, but its error still counts, so that the row is
+    recomputed exactly when that error outweighs the rest (β = 1000 under the causal mask: rows off by 0.67,
+    and NaN where the near sum underflowed against the far shift, had passed the check with an error of 0).
+    """
     top = np.maximum(far.shift, near.shift)
     base = np.where(np.isfinite(top), top, 0.0)
     with np.errstate(invalid="ignore"):
-        f_far = np.where(far.den > 0, np.exp(np.minimum(far.shift - base, 0.0)), 0.0)
+        scale = np.where(np.isfinite(far.shift), np.exp(np.minimum(far.shift - base, 0.0)), 0.0)
+        f_far = np.where(far.den > 0, scale, 0.0)
         f_near = np.where(near.den > 0, np.exp(np.minimum(near.shift - base, 0.0)), 0.0)
     merged = HeadSums(far.num * f_far[:, None] + near.num * f_near[:, None], far.den * f_far + near.den * f_near, top)
-    return merged, f_far
+    return merged, scale
 
 
 def _causal_harmonic(
@@ -1144,8 +1151,8 @@ def _causal_harmonic(
             near = local_head_sums(x[b0:b1], heads.B[h], beta, part, tolerance=NEAR_SHARE * tol, limits=limits)
             if mass > 0:
                 far, err = harmonic_head_sums(x[b0:b1], heads.B[h], beta, g, lsrc, mass, tolerance=tol)
-                near, f_far = _merge_sums(far, near)
-                errors[h][rows] = err * f_far
+                near, to_common = _merge_sums(far, near)
+                errors[h][rows] = err * to_common
             sums[h].put(rows, near)
         if part.m:
             g += _source_coefficients(part, lsrc, eps_n)

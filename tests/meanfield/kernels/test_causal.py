@@ -141,6 +141,17 @@ def test_sphere_kernels_match_the_transcription_at_low_temperature(rng, kind):
     close(velocity_local(x, three, beta=beta, kind=kind, mask="causal"), reference, SPHERE_AGREE)
 
 
+@pytest.mark.parametrize("beta", [1000.0, 5000.0])
+def test_harmonic_causal_redoes_rows_whose_far_sum_is_at_its_floor(rng, beta):
+    # past the first block the far sum came out at its rounding floor (≤ 0): it was dropped with an error of 0, though it
+    # outweighed the near sum by e^400 (rows off by 0.67), or the near sum underflowed against its shift (NaN)
+    x = rng.standard_normal((300, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    for heads in (HeadStack(B=-2 * np.eye(3)[None], V=-np.eye(3)[None]), random_heads(rng, 2, 3)):
+        reference = causal_transcription(x, heads, beta, "softmax", np.full(300, 1.0 / 300))
+        close(velocity_harmonic(x, heads, beta=beta, mask="causal", block=256), reference, SPHERE_AGREE)
+
+
 def test_harmonic_causal_follows_a_looser_tolerance(rng):
     n = 500
     x = sample_uniform(n, 3, seed=9)
