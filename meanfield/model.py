@@ -109,6 +109,14 @@ class Model:
     mask: str = "none"
 
     def __post_init__(self) -> None:
+        if isinstance(self.d, bool) or not isinstance(self.d, (int, np.integer)) or self.d < 2:
+            raise ValueError(f"d must be an integer ≥ 2 (tokens on S^(d-1)), got {self.d!r}")
+        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float, np.integer, np.floating)) or not (np.isfinite(self.beta) and self.beta >= 0):
+            raise ValueError(f"beta must be a finite number ≥ 0, got {self.beta!r}")
+        if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float, np.floating)) or not 0 < self.tolerance < 1:
+            raise ValueError(f"tolerance must be a number in (0, 1), got {self.tolerance!r}")
+        if self.precision not in ("float64", "float32"):
+            raise ValueError(f"precision must be 'float64' or 'float32', got {self.precision!r}")
         if self.mask not in MASKS:
             raise ValueError(f"mask must be one of {MASKS}, got {self.mask!r}")
         if self.combine not in COMBINES:

@@ -171,8 +171,13 @@ def solve(
     RunInterrupted
         Ctrl-C (SIGINT) or SIGTERM stopped it; ``exc.run`` holds the frames so far.
     """
+    for name, value in (("t_final", t_final), ("t_start", t_start), ("save_every", save_every)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))):
+            raise ValueError(f"{name} must be a number, got {value!r}")
     if not (np.isfinite(t_final) and np.isfinite(t_start) and t_final > t_start):
         raise ValueError(f"need finite times with t_final > t_start, got t_start={t_start!r}, t_final={t_final!r}")
+    if save_every is not None and not (np.isfinite(save_every) and save_every > 0):
+        raise ValueError(f"save_every must be a positive finite number (or None: the end only), got {save_every!r}")
     setup = solver.setup(problem, energy=energy, speed=speed or steady_tol > 0, steady_tol=steady_tol)
     span = float(t_final) - float(t_start)
     times = save_times(float(t_start), float(t_final), float(save_every) if save_every else span)

@@ -91,6 +91,10 @@ class HeadStack:
         if B.ndim != 3 or B.shape != V.shape or B.shape[1] != B.shape[2]:
             raise ValueError(f"HeadStack needs B and V of equal shape (H, d, d), got {B.shape} and {V.shape}")
         w = np.full(B.shape[0], 1.0 / B.shape[0]) if self.w is None else np.asarray(self.w, dtype=float)
+        if w.shape != (B.shape[0],):  # the kernels read w[h] for every head (compiled ones without a bounds check)
+            raise ValueError(f"HeadStack needs one weight per head, w of shape ({B.shape[0]},), got {w.shape}")
+        if not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValueError(f"HeadStack weights w must be finite and non-negative, got {w.tolist()}")
         object.__setattr__(self, "B", B)
         object.__setattr__(self, "V", V)
         object.__setattr__(self, "w", np.ascontiguousarray(w))

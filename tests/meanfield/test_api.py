@@ -9,6 +9,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import meanfield as mf
+from meanfield.heads import HeadStack
 from meanfield.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,3 +185,32 @@ def test_the_readme_python_examples_run(tmp_path, monkeypatch):
         exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - the README's own examples
     assert isinstance(namespace["run"], mf.Run) and (tmp_path / "run.h5").is_file() and (tmp_path / "run.gif").is_file()
     assert "mean_norm" in namespace["run"].diagnostics
+
+
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (lambda: mf.Model(d=3, beta=float("nan")), "beta"),
+        (lambda: mf.Model(d=3, beta=-1.0), "beta"),
+        (lambda: mf.Model(d=3, beta="x"), "beta"),
+        (lambda: mf.Model(d=1, beta=1.0), "d"),
+        (lambda: mf.Model(d=3.0, beta=1.0), "d"),
+        (lambda: mf.Model(d=3, beta=1.0, tolerance=0.0), "tolerance"),
+        (lambda: mf.Model(d=3, beta=1.0, precision="float16"), "precision"),
+        (lambda: HeadStack(B=np.stack([np.eye(3)] * 3), V=np.stack([np.eye(3)] * 3), w=[0.5, 0.5]), "weight"),
+        (lambda: HeadStack(B=np.eye(3)[None], V=np.eye(3)[None], w=[-1.0]), "weights"),
+    ],
+)
+def test_the_python_api_names_a_bad_value_when_it_is_built(build, name):
+    # the config refused these; the API had accepted them and failed later (NaN, a TypeError deep in a kernel, or w read
+    # past its end by the compiled kernels)
+    with pytest.raises(ValueError, match=name):
+        build()
+
+
+@pytest.mark.parametrize(("options", "name"), [({"t_final": "1"}, "t_final"), ({"t_final": 1.0, "save_every": 0.0}, "save_every"),
+                                               ({"t_final": 1.0, "save_every": -0.5}, "save_every"), ({"t_final": float("inf")}, "t_final")])
+def test_solve_names_a_bad_time(options, name):
+    problem = mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3))
+    with pytest.raises(ValueError, match=name):
+        mf.solve(problem, mf.ParticleSolver(dt=0.05), **options)
