@@ -427,6 +427,21 @@ def _frames_on_disk(path: Path) -> int:
         return 0
 
 
+def _check_same_sweep(stored: Path, spec: Sweep) -> None:
+    """``--resume`` continues the sweep stored in ``stored`` (its ``sweep.json``) only with the same definition: another
+    sweep's cases would replace its table, while its runs stayed on disk."""
+    try:
+        before = json.loads(stored.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError("--resume", f"cannot read {stored} ({exc}); it does not describe a sweep") from None
+    before.pop("cases_resolved", None)
+    now = json.loads(json.dumps(spec.definition, sort_keys=True, default=_json_default))
+    if before != now:
+        changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+        raise ConfigError("--resume", f"{stored.parent} holds another sweep (it differs in {', '.join(changed)}); resume it with "
+                                      "its own sweep file, or choose another --out")
+
+
 def _simulate_case(cfg: dict[str, Any], path: Path, *, resume_partial: bool) -> int:
     """Run one case into ``path``; continue a run cut short when asked.  Returns the frames resumed from."""
     from meanfield.solvers.run import simulate_config
@@ -1168,6 +1183,8 @@ def run_sweep(
     done = read_ledger(ledger_path)
     if done and not resume:
         raise ConfigError("--out", f"{out} already holds a sweep ({len(done)} finished cases); pass --resume to continue it, or choose another directory")
+    if resume and (out / "sweep.json").exists():
+        _check_same_sweep(out / "sweep.json", spec)
     recovered: list[dict[str, Any]] = []
     if resume:  # runs that finished on a worker after the driver was killed: nothing to run again
         for case in spec.cases:

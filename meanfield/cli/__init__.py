@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
@@ -64,10 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _apply_threads(value: str | None) -> None:
-    """``--threads N``: the kernels' threads for this command (numba and the BLAS row-block pool)."""
-    if value is None:
-        return
+    """``--threads N``: the kernels' threads for this command (numba and the BLAS row-block pool); without it, a
+    ``MEANFIELD_NUM_THREADS`` that is not a positive integer is bad input (the kernels would ignore it)."""
     from meanfield.cli.options import parse_int
+
+    if value is None:
+        setting = os.environ.get("MEANFIELD_NUM_THREADS")
+        if setting:
+            parse_int(setting, "MEANFIELD_NUM_THREADS", minimum=1)
+        return
     from meanfield.kernels.jit import set_num_threads
 
     set_num_threads(parse_int(value, "--threads", minimum=1))

@@ -42,8 +42,22 @@ def parse_cases(text: str) -> tuple[tuple[int, int], ...]:
             raise ConfigError("--cases", f"expected N:D pairs such as 4096:32,1024:384, got {text!r}") from None
         if not sep or case[0] < 2 or case[1] < 2:
             raise ConfigError("--cases", f"each case needs N ≥ 2 tokens and dimension D ≥ 2, got {item!r}")
+        if case[0] > COMPARE_MAX_N or case[1] > COMPARE_MAX_D:
+            raise ConfigError("--cases", f"{item!r} is too large to compare: at most N = {COMPARE_MAX_N} tokens (torch's matmul+softmax "
+                                         f"holds N² scores) and D = {COMPARE_MAX_D}")
+        from meanfield.resources import available_memory, format_bytes
+
+        need = 16 * case[0] ** 2  # the N² float64 scores and their softmax of torch's matmul+softmax
+        if need > available_memory() // 2:
+            raise ConfigError("--cases", f"{item!r} needs about {format_bytes(need)} for torch's N² scores, more than half of the "
+                                         f"{format_bytes(available_memory())} available")
         cases.append(case)
     return tuple(cases)
+
+
+#: the largest case of ``--compare --cases`` (the N² alternatives take minutes a call beyond)
+COMPARE_MAX_N = 32768
+COMPARE_MAX_D = 4096
 
 
 def _fmt(value: Any) -> str:

@@ -21,6 +21,7 @@ or :func:`pjit` (parallel over ``numba.prange``).  Kernels are cached on disk
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -86,9 +87,13 @@ def num_threads() -> int:
     value = os.environ.get("MEANFIELD_NUM_THREADS")
     if value:
         try:
-            return max(1, min(int(value), numba.config.NUMBA_NUM_THREADS))
+            wanted = int(value)
         except ValueError:
-            pass
+            wanted = 0
+        if wanted >= 1:
+            return min(wanted, numba.config.NUMBA_NUM_THREADS)
+        warnings.warn(f"MEANFIELD_NUM_THREADS={value!r} is not a positive integer: the kernels use all "
+                      f"{numba.config.NUMBA_NUM_THREADS} cores", RuntimeWarning, stacklevel=2)
     return max(1, numba.config.NUMBA_NUM_THREADS)
 
 

@@ -241,6 +241,20 @@ def test_resume_skips_finished_cases_and_retry_failed_reruns_only_failures(tmp_p
     assert len((out / "ledger.jsonl").read_text().splitlines()) == 3  # ok, failed, failed again
 
 
+def test_resume_refuses_another_sweep_and_leaves_the_first_as_it_was(tmp_path):
+    # --resume with a different sweep file had replaced sweep.json and dropped the first sweep's rows from its table
+    _base(tmp_path)
+    first = load_sweep({"base": "base.toml", "grid": {"model.beta": [1.0, 2.0]}}, base_dir=tmp_path)
+    other = load_sweep({"base": "base.toml", "grid": {"model.beta": [3.0]}}, base_dir=tmp_path)
+    out = tmp_path / "out"
+    rows = run_sweep(first, out, workers=0, quiet=True)
+    stored = {name: (out / name).read_bytes() for name in ("sweep.json", "results.csv")}
+    with pytest.raises(ConfigError, match="another sweep"):
+        run_sweep(other, out, workers=0, resume=True, quiet=True)
+    assert {name: (out / name).read_bytes() for name in stored} == stored
+    assert _same(run_sweep(first, out, workers=0, resume=True, quiet=True), rows)  # its own file resumes
+
+
 def test_a_ledger_line_cut_by_a_kill_is_skipped_and_closed_off(tmp_path):
     _base(tmp_path)
     spec = load_sweep({"base": "base.toml", "grid": {"model.beta": [1.0, 2.0]}}, base_dir=tmp_path)

@@ -305,6 +305,25 @@ def test_the_failed_frame_of_an_older_file_is_left_out_by_every_reader(tmp_path,
         assert status == 0, (command, err)
 
 
+@pytest.mark.parametrize("cases", ["100000000:1000", "40000:3", "1024:5000"])
+def test_compare_cases_too_large_are_refused_before_any_work(cases, capsys):
+    # 10^8 tokens had died allocating 745 GiB (a traceback), 10^6 had run for minutes
+    status, err = _run(["bench", "--compare", "--quick", "--cases", cases], capsys)
+    assert status == 2 and "--cases" in _one_line(err)
+
+
+@pytest.mark.parametrize("value", ["abc", "-3", "0"])
+def test_a_bad_thread_count_in_the_environment_is_named(value, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MEANFIELD_NUM_THREADS", value)
+    out = tmp_path / "r.h5"
+    status, err = _run(["simulate", str(DEFAULT), "-o", str(out), "--quiet", "--set", "init.n=16", "--set", "solver.t_final=0.2"], capsys)
+    assert status == 2 and "MEANFIELD_NUM_THREADS" in _one_line(err) and not out.exists()
+    from meanfield.kernels.jit import num_threads
+
+    with pytest.warns(RuntimeWarning, match="MEANFIELD_NUM_THREADS"):
+        assert num_threads() >= 1
+
+
 def test_output_folders_that_are_files_are_refused(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     afile = str(tmp_path / "afile")
