@@ -178,6 +178,7 @@ def run_loop(
     stop_reason = "t_final"
     failed = False
     interrupted = False
+    storage_failed = False
 
     def record(t: float, current: np.ndarray) -> None:
         values: dict[str, float] = {}
@@ -229,7 +230,7 @@ def run_loop(
         interrupted = True
     except StorageFailed as exc:  # the writer could not put the frame on disk: say exactly that
         stop_reason = str(exc)
-        failed = True
+        failed = storage_failed = True
     except (RunFailed, ArithmeticError) as exc:  # the stepper itself gave up (NaN, overflow, step size, positivity)
         stop_reason = f"solver failed after t={saved_t[-1] if saved_t else times[0]:.6g}: {exc}"
         failed = True
@@ -243,5 +244,6 @@ def run_loop(
             "stop_reason": stop_reason,
             "failed": failed,
             "interrupted": interrupted,
+            "storage_failed": storage_failed,  # the frames on disk are good: --resume continues once there is room
         },
     )

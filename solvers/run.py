@@ -195,7 +195,7 @@ def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.nd
     if reader.frames == 0:
         warnings.warn(f"{path} holds no committed frame; starting the run afresh", ConfigNote, stacklevel=3)
         return None
-    if reader.status == "failed":
+    if reader.status == "failed" and not reader.info.get("storage_failed"):  # a full disk: its frames are good, go on
         raise ConfigError(
             "--resume",
             f"the run in {path} failed ({reader.stop_reason}); resuming would continue from a bad frame. "

@@ -244,6 +244,7 @@ class RunWriter:
         self.path = Path(path)
         self.state_name = state_name
         self.broken: str | None = None
+        self.damaged = False  # a write failed inside HDF5: the file is only closed, nothing more is written to it
         self.pending: Path | None = None
         self.lock = WriterLock(self.path).acquire()
         try:
@@ -343,6 +344,7 @@ class RunWriter:
         try:
             self._write(t, state, diagnostics or {})
         except (OSError, RuntimeError) as exc:
+            self.damaged = True
             what = "no space left on device" if _no_space(exc) else f"cannot write to {self.path} ({_reason(exc)})"
             self.broken = (f"{what} while writing frame {self.count} of {self.path}; the {self.count} committed frames "
                            "are intact: free some space and continue with --resume")
@@ -390,9 +392,11 @@ class RunWriter:
             self.pending = None
 
     def finish(self, status: str, *, stop_reason: str = "", info: Mapping[str, Any] | None = None) -> None:
-        """Record the final status, close the file and release the lock (after a write error: only close)."""
+        """Record the final status, close the file and release the lock (after a write error inside HDF5: only close;
+        a frame refused before any write for lack of space leaves the file whole, and its status is recorded in the
+        space kept free for it)."""
         try:
-            if not self.broken:
+            if not self.damaged:
                 self.file.attrs["status"] = status
                 self.file.attrs["stop_reason"] = stop_reason
                 if info:

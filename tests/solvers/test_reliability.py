@@ -230,6 +230,7 @@ def test_a_full_disk_keeps_every_committed_frame_and_resume_finishes_bit_for_bit
         assert "Segmentation" not in done.stderr
         kept = mf.load(out)
         assert 0 < kept.frames < mf.load(reference).frames and np.all(np.isfinite(kept.states))
+        assert kept.status == "failed" and "no space left on device" in kept.stop_reason  # not "running" (then "interrupted")
         np.testing.assert_array_equal(kept.states, mf.load(reference).states[: kept.frames])
         subprocess.run(["mount", "-o", "remount,size=20m", str(disk)], check=True)
         _simulate(config, out, "--resume")
