@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from meanfield.cli.options import load_config_noted, picture_path
+from meanfield.errors import ConfigError
 
 __all__ = ["add_parser", "main"]
 
@@ -33,6 +35,10 @@ def main(args: argparse.Namespace) -> int:
     from meanfield.solvers.run import simulate_config
 
     picture_path(args.plot, "--plot", animation=True)
+    if args.resume and args.overwrite:
+        raise ConfigError("--overwrite", "and --resume contradict each other: --resume continues OUT.h5, --overwrite replaces it")
+    if args.config and os.path.exists(args.out) and os.path.exists(args.config) and os.path.samefile(args.out, args.config):
+        raise ConfigError("-o", f"{args.out} is the config file itself; give the run its own file, such as run.h5")
     cfg = load_config_noted(args.config, args.overrides)
     check_output(args.out, overwrite=args.overwrite, resume=args.resume)
     run = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet)

@@ -1206,6 +1206,8 @@ def _velocity_blas(
     """:func:`velocity_blas` on checked tokens, with BLAS already held to one thread (``row_logs`` as there, or ``None``)."""
     n, d = x.shape
     a = token_masses(n, weights, kind=kind, causal=causal)
+    if n == 0:
+        return np.zeros((0, d))
     out = np.empty((n, d))  # each stage that finishes rows zeroes them first, in its own thread, where it adds into them
     scale_B = [identity_multiple(b) for b in heads.B]
     scale_V = [identity_multiple(v) for v in heads.V]

@@ -27,7 +27,7 @@ def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False, 
     where token :math:`i` sees only :math:`j \le i`, the first token's mass must be positive.
     """
     if weights is None:
-        return np.full(n, 1.0 / n)
+        return np.full(n, 1.0 / n) if n > 0 else np.zeros(0)  # no tokens: no masses (every kernel returns an empty velocity)
     a = np.asarray(weights, dtype=float)
     if a.shape != (n,):
         raise ValueError(f"weights must have shape ({n},), got {a.shape}")

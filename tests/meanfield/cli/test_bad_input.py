@@ -324,6 +324,16 @@ def test_a_bad_thread_count_in_the_environment_is_named(value, tmp_path, capsys,
         assert num_threads() >= 1
 
 
+def test_simulate_refuses_to_write_over_its_config_and_contradictory_flags(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text(DEFAULT.read_text())
+    status, err = _run(["simulate", str(config), "-o", str(config), "--overwrite", "--quiet"], capsys)
+    assert status == 2 and "-o" in _one_line(err) and config.read_text() == DEFAULT.read_text()
+    out = tmp_path / "r.h5"
+    status, err = _run(["simulate", str(config), "-o", str(out), "--overwrite", "--resume", "--quiet"], capsys)
+    assert status == 2 and "--overwrite" in _one_line(err) and not out.exists()
+
+
 def test_output_folders_that_are_files_are_refused(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     afile = str(tmp_path / "afile")

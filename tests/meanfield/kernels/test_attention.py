@@ -619,3 +619,13 @@ def test_the_numba_rows_scale_unnormalized_sums_by_the_row_maximum():
     x = np.array([[1.0, 0.0], [1.0, 0.0]])
     for beta in (710.0, 1000.0):
         np.testing.assert_allclose(velocity_numba(x, heads, beta=beta, kind="unnormalized"), [[1.0, 0.0], [1.0, 0.0]], rtol=1e-14)
+
+
+def test_no_tokens_give_an_empty_velocity_on_every_backend():
+    # n = 0 had raised ZeroDivisionError (the default masses 1/n) or a reduction error on the BLAS path
+    for d, backends in ((3, ("auto", "numpy", "numba", "fused", "blas", "harmonic", "local")), (16, ("auto", "numpy", "numba", "blas"))):
+        heads = HeadStack(B=np.eye(d)[None], V=np.eye(d)[None])
+        for backend in backends:
+            for precision in (("float64", "float32") if backend in ("auto", "fused", "blas") else ("float64",)):
+                v = attention_velocity(np.zeros((0, d)), heads, beta=1.0, backend=backend, precision=precision)
+                assert v.shape == (0, d), (backend, precision)
