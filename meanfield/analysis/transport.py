@@ -94,6 +94,8 @@ _SSW_BATCH = 4_000_000  # projected values per call to POT in the sliced method
 # ----------------------------------------------------------------------------
 def _points(x: ArrayLike, name: str) -> NDArray[np.float64]:
     """Validate points on the sphere and return them renormalised."""
+    if np.iscomplexobj(x):  # NumPy would drop the imaginary part with a warning
+        raise ValueError(f"{name} must be real points of the sphere; got complex numbers")
     arr = np.asarray(x, dtype=np.float64)
     if arr.ndim != 2:
         raise ValueError(

@@ -216,6 +216,8 @@ def attention_velocity(
     (64, 3)
     """
     is_causal(mask)  # an unknown mask is a ValueError before any work
+    if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)) or not (np.isfinite(beta) and beta >= 0):
+        raise ValueError(f"beta must be a finite number ≥ 0, got {beta!r}")  # NaN or inf had given NaN velocities silently
     if backend == "auto":
         dense = _dense_backend(heads, kind, precision, n=np.shape(x)[0], mask=mask)
         backend = _sphere_backend(x, heads, beta, kind, precision, mask) or dense

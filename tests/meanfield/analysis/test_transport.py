@@ -542,3 +542,9 @@ def test_errors_specific(rng):
         cost_matrix(x, y, cost="l1")
     with pytest.raises(ValueError, match="not on the unit sphere"):
         w2_to_atoms(x, 2 * y)
+
+
+def test_complex_points_are_refused(rng):
+    x = sphere(rng, 5, 3)
+    with pytest.raises(ValueError, match="complex"):
+        w2(x.astype(complex), x)

@@ -629,3 +629,10 @@ def test_no_tokens_give_an_empty_velocity_on_every_backend():
             for precision in (("float64", "float32") if backend in ("auto", "fused", "blas") else ("float64",)):
                 v = attention_velocity(np.zeros((0, d)), heads, beta=1.0, backend=backend, precision=precision)
                 assert v.shape == (0, d), (backend, precision)
+
+
+@pytest.mark.parametrize("beta", [float("nan"), float("inf"), -1.0, "2"])
+def test_a_bad_inverse_temperature_is_named(beta):
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    with pytest.raises(ValueError, match="beta"):
+        attention_velocity(sample_uniform(8, 3, seed=0), heads, beta=beta)
