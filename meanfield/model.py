@@ -22,6 +22,7 @@ import numpy as np
 from meanfield.geometry.sphere import project_tangent
 from meanfield.heads.head import Head, HeadStack, stack_heads
 from meanfield.kernels.attention import ATTENTION_KINDS, DEFAULT_TOLERANCE, MASKS, attention_velocity
+from meanfield.kernels.inputs import is_temperature
 
 __all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES"]
 
@@ -111,7 +112,7 @@ class Model:
     def __post_init__(self) -> None:
         if isinstance(self.d, bool) or not isinstance(self.d, (int, np.integer)) or self.d < 2:
             raise ValueError(f"d must be an integer ≥ 2 (tokens on S^(d-1)), got {self.d!r}")
-        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float, np.integer, np.floating)) or not (np.isfinite(self.beta) and self.beta >= 0):
+        if not is_temperature(self.beta):
             raise ValueError(f"beta must be a finite number ≥ 0, got {self.beta!r}")
         if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float, np.floating)) or not 0 < self.tolerance < 1:
             raise ValueError(f"tolerance must be a number in (0, 1), got {self.tolerance!r}")

@@ -38,6 +38,7 @@ from meanfield.errors import RunFailed, RunInterrupted
 from meanfield.geometry.mesh import SphericalMesh
 from meanfield.geometry.sphere import normalize, sphere_error
 from meanfield.model import Model
+from meanfield.resources import MAX_STEPS
 from meanfield.kernels.jit import one_blas_thread
 from meanfield.run import Run
 from meanfield.solvers.loop import RunSetup, Tracker, run_loop, save_times
@@ -178,6 +179,10 @@ def solve(
         raise ValueError(f"need finite times with t_final > t_start, got t_start={t_start!r}, t_final={t_final!r}")
     if save_every is not None and not (np.isfinite(save_every) and save_every > 0):
         raise ValueError(f"save_every must be a positive finite number (or None: the end only), got {save_every!r}")
+    step = getattr(solver, "dt", None) if getattr(solver, "method", "rk45") != "rk45" else None  # a fixed step
+    if step is not None and (float(t_final) - float(t_start)) / float(step) > MAX_STEPS:
+        raise ValueError(f"dt = {step:g} takes {(float(t_final) - float(t_start)) / float(step):.3g} steps to t_final = {t_final:g}; "
+                         f"the limit is {MAX_STEPS:.0e} steps (the config's too)")
     setup = solver.setup(problem, energy=energy, speed=speed or steady_tol > 0, steady_tol=steady_tol)
     span = float(t_final) - float(t_start)
     times = save_times(float(t_start), float(t_final), float(save_every) if save_every else span)

@@ -77,7 +77,7 @@ from meanfield.kernels.flash import FLASH_CPU
 from meanfield.kernels.fused import velocity_fused
 from meanfield.kernels.fused32 import velocity_fused32
 from meanfield.kernels.harmonic import choose_sphere_method, velocity_harmonic
-from meanfield.kernels.inputs import ATTENTION_KINDS, BLOCK_ELEMENTS, MASKS, block_rows, check_tokens, is_causal, token_masses
+from meanfield.kernels.inputs import ATTENTION_KINDS, BLOCK_ELEMENTS, MASKS, block_rows, check_tokens, is_causal, is_temperature, token_masses
 from meanfield.kernels.reference import velocity_numpy
 from meanfield.kernels.local import SPHERE_KINDS, SPHERE_TOLERANCE, velocity_local
 from meanfield.kernels.rows import velocity_numba
@@ -216,7 +216,7 @@ def attention_velocity(
     (64, 3)
     """
     is_causal(mask)  # an unknown mask is a ValueError before any work
-    if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)) or not (np.isfinite(beta) and beta >= 0):
+    if not is_temperature(beta):
         raise ValueError(f"beta must be a finite number ≥ 0, got {beta!r}")  # NaN or inf had given NaN velocities silently
     if backend == "auto":
         dense = _dense_backend(heads, kind, precision, n=np.shape(x)[0], mask=mask)

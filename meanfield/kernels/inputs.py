@@ -5,7 +5,7 @@ import numpy as np
 
 from meanfield.heads.head import HeadStack
 
-__all__ = ["ATTENTION_KINDS", "MASKS", "NORMALISED_KINDS", "BLOCK_ELEMENTS", "token_masses", "check_tokens", "block_rows", "is_causal"]
+__all__ = ["ATTENTION_KINDS", "MASKS", "NORMALISED_KINDS", "BLOCK_ELEMENTS", "token_masses", "check_tokens", "block_rows", "is_causal", "is_temperature"]
 
 #: names of the velocity laws (see :mod:`meanfield.kernels.attention`)
 ATTENTION_KINDS: tuple[str, ...] = ("softmax", "unnormalized", "relu", "pooled")
@@ -17,6 +17,17 @@ MASKS: tuple[str, ...] = ("none", "causal")
 NORMALISED_KINDS: tuple[str, ...] = ("softmax", "pooled")
 #: largest ``block × n`` score buffer per thread (elements): 4 MiB of float64 (fastest in `meanfield bench`)
 BLOCK_ELEMENTS = 1 << 19
+
+
+def is_temperature(beta: object) -> bool:
+    """Whether ``beta`` is an inverse temperature: a finite real number ≥ 0 (a string or a bool is not)."""
+    if isinstance(beta, (str, bytes, bool)):
+        return False
+    try:
+        value = float(beta)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return bool(np.isfinite(value) and value >= 0)
 
 
 def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False, kind: str | None = None, causal: bool = False) -> np.ndarray:

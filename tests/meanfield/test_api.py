@@ -214,3 +214,10 @@ def test_solve_names_a_bad_time(options, name):
     problem = mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3))
     with pytest.raises(ValueError, match=name):
         mf.solve(problem, mf.ParticleSolver(dt=0.05), **options)
+
+
+def test_solve_caps_the_steps_of_a_fixed_step_as_the_config_does():
+    # dt = 1e-13 had run on until stopped by hand (the CLI caps a run at 1e8 steps)
+    problem = mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3))
+    with pytest.raises(ValueError, match="dt"):
+        mf.solve(problem, mf.ParticleSolver(dt=1e-13), t_final=1.0)
