@@ -352,12 +352,12 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
             raise ConfigError("init.path", f"file not found: {path}")
         init["path"] = str(path)
         if not on_grid:
-            import numpy as np
+            from meanfield.io.arrays import load_npy
 
-            try:
-                rows = int(np.load(path, mmap_mode="r", allow_pickle=False).shape[0])
-            except (OSError, ValueError, IndexError) as exc:
-                raise ConfigError("init.path", f"cannot read an (n, d) array from {path}: {exc}") from None
+            tokens = load_npy(path, "init.path", mmap=True)
+            if tokens.ndim != 2:
+                raise ConfigError("init.path", f"{path} holds an array of shape {tokens.shape}, not (n, d) tokens")
+            rows = int(tokens.shape[0])
             if init_given.get("n") is not None and init_given["n"] != rows:
                 raise ConfigError("init.n", f"n={init_given['n']} but {path} holds {rows} tokens")
             init["n"] = rows  # the stored config says how many tokens the run has

@@ -143,11 +143,9 @@ def _matrix(value: Any, *, key: str, d: int, rows: int | None, rng: np.random.Ge
                 path = base / path
             if not path.exists():
                 raise ConfigError(key, f"file not found: {path}")
-            try:
-                mat = np.load(path, allow_pickle=False)
-            except Exception as exc:  # noqa: BLE001 - any unreadable file is bad input
-                raise ConfigError(key, f"cannot read {path}: {exc}") from None
-            return _check_matrix(mat, key=key, d=d, rows=rows)
+            from meanfield.io.arrays import load_npy
+
+            return _check_matrix(load_npy(path, key), key=key, d=d, rows=rows)
         raise ConfigError(key, f"unknown value {value!r}; expected 'identity', a number, a list of rows, 'random', "
                                f"an ensemble ({', '.join(repr(e) for e in ENSEMBLES)}) or 'file:PATH.npy'")
     if isinstance(value, (list, tuple)):

@@ -110,6 +110,22 @@ def test_non_finite_matrix_and_missing_file(tmp_path):
     assert info.value.key == "init.path"
 
 
+def test_a_file_that_is_not_npy_is_named_as_such(tmp_path):
+    # NumPy calls any file without the .npy header "pickled (object) data"; a text file is not
+    text = tmp_path / "x0.npy"
+    text.write_text("1 0 0\n0 1 0\n")
+    with pytest.raises(ConfigError, match="not a NumPy .npy file") as info:
+        load_config({"init": {"kind": "file", "path": str(text)}})
+    assert info.value.key == "init.path"
+    with pytest.raises(ConfigError, match="not a NumPy .npy file") as info:
+        load_config({"model": {"heads": [{"Q": f"file:{text}"}]}})
+    assert info.value.key == "model.heads[0].Q"
+    flat = tmp_path / "flat.npy"
+    np.save(flat, np.zeros(5))
+    with pytest.raises(ConfigError, match=r"shape \(5,\)"):
+        load_config({"init": {"kind": "file", "path": str(flat)}})
+
+
 def test_head_specs(tmp_path):
     np.save(tmp_path / "q.npy", np.arange(6.0).reshape(2, 3))
     head = head_from_spec({"Q": f"file:{tmp_path / 'q.npy'}", "K": "random", "V": "aligned"}, d=3, seed=1)
