@@ -51,9 +51,12 @@ class WriterLock:
 
     def acquire(self) -> WriterLock:
         """Take the lock, or raise :class:`ConfigError` when another process writes the file."""
-        self.lock.parent.mkdir(parents=True, exist_ok=True)
-        while True:
+        try:
+            self.lock.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # a folder where no file can be made (/proc, a read-only mount): the output, not the lock
+            raise ConfigError(self.key, f"cannot write {self.path}: {exc.strerror or exc} ({self.lock.parent})") from None
+        while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -68,6 +71,7 @@ class WriterLock:
             except FileNotFoundError:
                 pass
             os.close(fd)
+            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()} on {socket.gethostname()}".encode())
         self.fd = fd

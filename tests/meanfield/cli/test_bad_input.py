@@ -334,6 +334,13 @@ def test_simulate_refuses_to_write_over_its_config_and_contradictory_flags(tmp_p
     assert status == 2 and "--overwrite" in _one_line(err) and not out.exists()
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux's /proc, a folder that takes no new files")
+def test_an_output_where_no_file_can_be_made_is_named(capsys):
+    # /proc takes no new files: the error had been a raw errno about the lock file, without the option
+    status, err = _run(["simulate", str(DEFAULT), "-o", "/proc/meanfield-run.h5", "--quiet", "--set", "init.n=16"], capsys)
+    assert status == 2 and _one_line(err).split("error: ")[1].startswith("-o:") and "/proc/meanfield-run.h5" in err
+
+
 def test_output_folders_that_are_files_are_refused(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     afile = str(tmp_path / "afile")
