@@ -323,6 +323,8 @@ def load_sweep(source: str | Path | Mapping[str, Any], *, base_dir: str | Path |
             base_path = folder / base_path
         if not base_path.is_file():
             raise ConfigError("base", f"config file not found: {base_path}")
+        if path is not None and base_path.resolve() == path.resolve():
+            raise ConfigError("base", f"{base_path} is this sweep file itself; give the run config the sweep varies, such as data/default.toml")
         base = str(base_path.resolve())
     elif base is not None and not isinstance(base, Mapping):
         raise ConfigError("base", f"expected a config file name or a config table, got {base!r}")

@@ -241,6 +241,14 @@ def test_resume_skips_finished_cases_and_retry_failed_reruns_only_failures(tmp_p
     assert len((out / "ledger.jsonl").read_text().splitlines()) == 3  # ok, failed, failed again
 
 
+def test_a_sweep_whose_base_is_itself_is_named(tmp_path):
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('base = "s.toml"\n[grid]\n"model.beta" = [1.0]\n')
+    with pytest.raises(ConfigError, match="this sweep file itself") as info:
+        load_sweep(sweep)
+    assert info.value.key == "base"
+
+
 def test_resume_refuses_another_sweep_and_leaves_the_first_as_it_was(tmp_path):
     # --resume with a different sweep file had replaced sweep.json and dropped the first sweep's rows from its table
     _base(tmp_path)
