@@ -235,6 +235,7 @@ def convergence_study(
     seed: int = 0,
     max_pairs: int = 64_000_000,
     log: Callable[[str], None] | None = None,
+    solver: GridSolver | None = None,
 ) -> list[dict[str, Any]]:
     r"""Refinement study of the grid solver: :math:`W_2` errors at ``t_final`` against :math:`h`.
 
@@ -252,6 +253,9 @@ def convergence_study(
     diffusion :math:`\sim h|u|` and the :math:`O(h)` quantisation of a smooth
     density by cell atoms); the particle error levels off at the particle
     resolution.  :math:`W_2` by :func:`w2_weighted` (exact below ``max_pairs``).
+
+    ``solver``: the grid solver of every mesh (its order, limiter, largest step, noise); by default
+    ``GridSolver(method=method, cfl=cfl)``, the second-order scheme.
 
     Returns
     -------
@@ -276,7 +280,7 @@ def convergence_study(
         msh = meshes[size]
         started = time.perf_counter()
         try:
-            result = solve(Problem(model, initial_mass(msh, init_kind, **params), mesh=msh), GridSolver(method=method, cfl=cfl),
+            result = solve(Problem(model, initial_mass(msh, init_kind, **params), mesh=msh), solver or GridSolver(method=method, cfl=cfl),
                            t_final=t_final, save_every=every, energy=False, speed=False)
         except RunFailed as exc:
             raise RunFailed(f"grid run on {msh.N} cells failed: {exc}") from None

@@ -100,7 +100,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from meanfield.build import build_model
-    from meanfield.solvers.grid import grid_init
+    from meanfield.solvers.grid import grid_init, solver_from_config
     from meanfield.solvers.refinement import convergence_study
 
     picture_path(args.plot, "--plot")
@@ -139,6 +139,7 @@ def main(args: argparse.Namespace) -> int:
         cfl=float(solver["cfl"]),
         family=args.family or cfg["grid"]["family"],
         seed=int(cfg["init"]["seed"]),
+        solver=solver_from_config(cfg),  # the config's scheme: grid.order, grid.limiter, grid.dt_max, [noise]
         log=log,
     )
     print(format_table(rows))

@@ -428,6 +428,21 @@ def test_cli_convergence(tmp_path, capsys):
         _cli([str(cfg), "--cells", "100,200", "--reference-cells", "5"])
 
 
+def test_cli_convergence_studies_the_configs_scheme(tmp_path, capsys):
+    # grid.order was not passed on: a study of the first-order scheme had reported the second-order numbers
+    import csv
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[model]\nbeta = 2.0\n[init]\nkind = "vmf"\nkappa = 2.0\n[solver]\nkind = "grid"\nt_final = 0.5\n')
+    errors = {}
+    for order in (1, 2):
+        table = tmp_path / f"o{order}.csv"
+        assert _cli([str(cfg), "--cells", "200,800", "--csv", str(table), "--quiet", "--set", f"grid.order={order}"]) == 0
+        with open(table) as fh:
+            errors[order] = float(next(csv.DictReader(fh))["l1_reference"])
+    assert errors[1] > 3 * errors[2], errors  # the upwind scheme's numerical diffusion, next to the limited reconstruction
+
+
 def test_cli_convergence_is_registered(tmp_path, capsys):
     from meanfield.cli import main
 
