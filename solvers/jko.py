@@ -307,7 +307,7 @@ class ParticleJKOStepper:
         The attention kind is not used: the scheme is the gradient flow, whose
         PDE is the ``pooled`` kind.
     tau : float
-        JKO step :math:`\tau` (each save interval takes ``round(Δt/τ)`` equal steps).
+        JKO step :math:`\tau` (each save interval takes ``ceil(Δt/τ)`` equal steps, none longer than τ).
     mobility : {"frozen", "implicit"}
     tol : float
         Tolerance on :math:`\max_i\|r_i\|` (radians).
@@ -552,7 +552,7 @@ class ParticleJKOStepper:
         return x, report
 
     def advance(self, state: np.ndarray, t0: float, t1: float) -> np.ndarray:
-        """Take ``k = round((t1 - t0)/τ)`` equal JKO steps from ``t0`` to exactly ``t1``."""
+        """Take ``k = ceil((t1 - t0)/τ)`` equal JKO steps from ``t0`` to exactly ``t1``."""
         if t1 <= t0:
             return state
         k = _steps_between(t0, t1, self.tau)
@@ -750,7 +750,7 @@ class GridJKOStepper:
         return m, report
 
     def advance(self, state: np.ndarray, t0: float, t1: float) -> np.ndarray:
-        """Take ``k = round((t1 - t0)/τ)`` equal linearised JKO steps from ``t0`` to exactly ``t1``."""
+        """Take ``k = ceil((t1 - t0)/τ)`` equal linearised JKO steps from ``t0`` to exactly ``t1``."""
         if t1 <= t0:
             return state
         k = _steps_between(t0, t1, self.tau)
