@@ -615,3 +615,23 @@ def test_the_core_check_of_an_untracked_grid_run_reads_the_recomputed_curve(tmp_
     analysis, reference = run_concentration(untracked), run_concentration(load(tmp_path / "tracked.h5"))
     assert len(analysis.notes) == 1 and analysis.notes == reference.notes  # the least W2 while the cores are resolved
     np.testing.assert_allclose(analysis.curves["w2_target"], tracked.diagnostics["w2_target"], rtol=1e-12)
+
+
+def test_a_grid_whose_projection_has_many_atoms_is_measured_at_its_cell_centres() -> None:
+    # identity head: Π♯ρ₀ = ρ₀, as many atoms as quadrature nodes; W2 between two quadratures had paired every node
+    # with every node (500 cells: two minutes and 3 GB a frame). The cells at their centres measure it instead
+    from meanfield.analysis import concentration
+    from meanfield.analysis.transport import w2
+    from meanfield.geometry.mesh import fibonacci_mesh, initial_mass
+
+    mesh = fibonacci_mesh(300)
+    mass0 = initial_mass(mesh, "vmf", kappa=2.0)
+    mass1 = initial_mass(mesh, "vmf", kappa=3.0)
+    eye = np.eye(3)
+    tracker = tracker_from_head(eye, eye, eye, mass0, points=mesh.points, mesh=mesh, policy="skip")
+    assert tracker.mesh is None and tracker.target.atoms.shape[0] == 300 > concentration.QUADRATURE_MAX_ATOMS
+    assert tracker(0.0, mass0)["w2_target"] < 1e-7
+    expected = w2(mesh.points, mesh.points, mass1 / mass1.sum(), mass0 / mass0.sum())
+    np.testing.assert_allclose(tracker(0.0, mass1)["w2_target"], expected, rtol=1e-10)
+    two = tracker_from_head(eye, np.array(K_DEFAULT), np.array(V_DEFAULT), mass0, points=mesh.points, mesh=mesh)
+    assert two.mesh is mesh and two.target.atoms.shape[0] == 2  # two atoms: the quadrature of the reconstruction
