@@ -364,7 +364,10 @@ def hessian_spectrum(x: np.ndarray, heads: HeadStack | np.ndarray, *, beta: floa
     if modes:
         Z = np.array(modes).T
         uz, sz, _ = np.linalg.svd(Z, full_matrices=True)
-        zero_modes = int(np.sum(sz > 1e-10 * max(1.0, float(sz[0]) if sz.size else 1.0)))
+        # a direction counts at the precision the point is known to (gtol): the rotation about a cluster's own axis
+        # moves tokens that coincide to 1e-9 by 1e-9, which is no symmetry direction of the limit point (with the
+        # cut at 1e-10 every converged single cluster had 3 zero modes, one negative direction lost, residual 1)
+        zero_modes = int(np.sum(sz > max(1e-10, gtol) * max(1.0, float(sz[0]) if sz.size else 1.0)))
         span, basis = uz[:, :zero_modes], uz[:, zero_modes:]
         if zero_modes:
             residual = float(np.max(np.linalg.norm(ht @ span, axis=0)))

@@ -91,6 +91,17 @@ def test_single_cluster_is_a_maximum_for_the_identity(beta: float) -> None:
     assert s.gradient_norm == pytest.approx(0.0, abs=1e-14)
 
 
+def test_a_cluster_that_coincides_to_round_off_has_the_zero_modes_of_the_exact_one(rng: np.random.Generator) -> None:
+    # the search ends on tokens equal to ~1e-9: the rotation about the cluster's axis had counted as a third zero mode,
+    # one negative direction was lost and the symmetry residual read 1 at a true maximum
+    n, d = 12, 3
+    x = np.tile([0.0, 0.6, 0.8], (n, 1)) + 1e-9 * rng.standard_normal((n, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    s = hessian_spectrum(x, np.eye(d), beta=4.0)
+    assert s.kind == "maximum" and s.zero_modes == d - 1 and s.negative == (n - 1) * (d - 1)
+    assert s.symmetry_residual < 1e-6
+
+
 def test_antipodal_groups_closed_form() -> None:
     d, beta = 3, 2.0
     x = np.array([[0.0, 0.0, 1.0]] * 3 + [[0.0, 0.0, -1.0]] * 2)
