@@ -46,6 +46,8 @@ def parse_float_list(value: str, key: str, *, positive: bool = False) -> list[fl
     items = [s for s in str(value).replace(",", " ").split()]
     if not items:
         raise ConfigError(key, f"expected a comma-separated list of numbers, got {value!r}")
+    if "," in str(value) and any(not part.strip() for part in str(value).split(",")):
+        raise ConfigError(key, f"an entry is empty in {value!r}")
     out: list[float] = []
     for item in items:
         try:

@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     ns = parse_int_list(args.n, "--n", minimum=2)
     ds = parse_int_list(args.d, "--d", minimum=2)
     eps = parse_float(args.eps, "--eps", positive=True)
+    if eps >= 2.0:  # ⟨x_i, x_j⟩ ≥ -1 = 1 - 2 for every pair of unit tokens: clustered at t = 0
+        raise ConfigError("--eps", f"must be < 2 (every pair of tokens has ⟨x_i, x_j⟩ ≥ 1 - 2), got {args.eps!r}")
     beta = parse_float(args.beta, "--beta", nonnegative=True)
     runs = parse_int(args.runs, "--runs", minimum=1)
     max_draws = parse_int(args.max_draws, "--max-draws", minimum=1) if args.max_draws is not None else None

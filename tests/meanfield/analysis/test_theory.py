@@ -312,6 +312,8 @@ def test_cli_rates(capsys):
         (["theory", "beta-star", "--n", "sixteen"], "--n"),
         (["theory", "rates", "--lambdas", "0.5,abc"], "--lambdas"),
         (["theory", "rates", "--lambdas", "1", "--beta", "0"], "--beta"),
+        (["theory", "rates", "--lambdas", "1,,2"], "--lambdas"),  # an empty entry had been dropped silently
+        (["theory", "clustering-time", "--eps", "2"], "--eps"),  # every configuration is clustered at eps >= 2
     ],
 )
 def test_cli_bad_values(capsys, argv, option):
