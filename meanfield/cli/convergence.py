@@ -135,11 +135,9 @@ def main(args: argparse.Namespace) -> int:
         reference_cells=reference,
         particles=particles,
         particle_init=args.particle_init,
-        method=solver["method"],
-        cfl=float(solver["cfl"]),
         family=args.family or cfg["grid"]["family"],
         seed=int(cfg["init"]["seed"]),
-        solver=solver_from_config(cfg),  # the config's scheme: grid.order, grid.limiter, grid.dt_max, [noise]
+        solver=solver_from_config(cfg),  # the config's scheme: solver.method and .cfl, grid.order, .limiter, .dt_max, [noise]
         log=log,
     )
     print(format_table(rows))
