@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
@@ -52,9 +53,23 @@ DESCRIPTION = (
 EPILOG = "Exit status: 0 success, 1 a failed run, 2 bad input. 'meanfield COMMAND --help' describes each command."
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that reads every token starting with ``-`` and a digit as a value.
+
+    argparse takes only plain negative numbers (``-4``, ``-.5``) as values; ``--sweep-beta -4,16`` or
+    ``--value -1e-3`` stopped with "expected one argument" instead of the option's own message naming the
+    value. No option of this command starts with a digit, so nothing else is read differently. (The
+    pattern is argparse's documented behaviour kept in a private attribute; the sub-commands' parsers
+    are of this class too.)"""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``meanfield`` parser with every sub-command."""
-    parser = argparse.ArgumentParser(prog="meanfield", description=DESCRIPTION, epilog=EPILOG)
+    parser = _Parser(prog="meanfield", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"meanfield {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:

@@ -373,3 +373,13 @@ def test_a_second_writer_is_refused_and_the_first_run_is_untouched(tmp_path, cap
     with WriterLock(out):  # a writer at work on out
         status, err = _run(["simulate", str(DEFAULT), "-o", str(out), "--quiet", "--overwrite"], capsys)
     assert status == 2 and "being written by another meanfield process" in err and not out.exists()
+
+
+def test_a_value_that_starts_with_a_minus_sign_reaches_its_option(capsys):
+    # argparse takes only plain negative numbers as values: "--sweep-beta -4,16" had stopped with
+    # "expected one argument" instead of the option's own message naming the bad value
+    config = str(ROOT / "data/concentration.toml")
+    status, err = _run(["concentration", "--sweep-beta", "-4,16", config], capsys)
+    assert status == 2 and "--sweep-beta" in _one_line(err) and "-4.0" in err
+    status, err = _run(["theory", "rates", "--lambdas", "-1e-3,2"], capsys)
+    assert status == 2 and "--lambdas" in _one_line(err)
