@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from meanfield.cli.options import picture_path, table_path
+from meanfield.config import ConfigNote
 from meanfield.errors import ConfigError
 
 __all__ = ["add_parser", "main", "write_csv"]
@@ -80,6 +82,10 @@ def main(args: argparse.Namespace) -> int:
     picture_path(args.plot, "--plot")
     table_path(args.csv, "--csv")
     diagnosis = load(args.run).diagnose(tol=tol, stride=stride, fd_points=fd_points)
+    frames = diagnosis.series["t"].size
+    if frames < fd_points:
+        warnings.warn(f"entropy_residual is nan: its {fd_points}-point stencil in time (--fd-points) needs "
+                      f"{fd_points} frames, the run has {frames} (after --stride)", ConfigNote, stacklevel=2)
     print(diagnosis.text())
     if args.csv:
         print(f"wrote {write_csv(diagnosis.series, args.csv)}")

@@ -391,6 +391,15 @@ def test_cli_diagnose_writes_csv_and_png(multihead_run, tmp_path, capsys):
     np.testing.assert_allclose(t_col, np.linspace(0.0, 1.0, 11), atol=1e-12)
     assert png_path.stat().st_size > 10_000
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "note:" not in capsys.readouterr().err
+
+
+def test_cli_diagnose_says_why_the_entropy_residual_is_nan(multihead_run, capsys):
+    # every 4th of 11 frames leaves 3, fewer than the 5-point stencil needs: the residual is nan, and a note says why
+    assert main(["diagnose", str(multihead_run), "--stride", "4"]) == 0
+    captured = capsys.readouterr()
+    assert "max_entropy_residual      nan" in captured.out
+    assert "note: entropy_residual is nan: its 5-point stencil" in captured.err and "the run has 3" in captured.err
 
 
 def test_cli_diagnose_bad_input_exits_2(tmp_path, multihead_run, capsys):
