@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["run_summary", "solver_line", "model_line", "grid_clusters", "SUMMARY_SERIES"]
+__all__ = ["run_summary", "solver_line", "model_line", "grid_clusters", "grid_support", "grid_final_line", "SUMMARY_SERIES"]
 
 #: diagnostics shown as ``first -> last`` when a run recorded them
 SUMMARY_SERIES = ("energy", "energy_theta", "rayleigh", "sphere_error", "max_speed", "w2_target", "mass_error", "authors_G2", "r_mean")
@@ -43,24 +43,46 @@ def solver_line(cfg: dict[str, Any]) -> str:
     return f"{text} t_final={s['t_final']:g}"
 
 
-def grid_clusters(mesh: Any, mass: np.ndarray, *, share: float = GRID_SUPPORT_SHARE) -> int:
-    """Connected pieces of the smallest set of cells that holds ``share`` of the mass."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
+def grid_support(mesh: Any, mass: np.ndarray, *, share: float = GRID_SUPPORT_SHARE) -> np.ndarray:
+    """The smallest set of cells that holds ``share`` of the mass (the densest first), as a boolean mask."""
     m = np.asarray(mass, dtype=float)
     rho = m / mesh.areas
     order = np.argsort(-rho, kind="stable")
     keep_count = int(np.searchsorted(np.cumsum(m[order]), share * m.sum()) + 1)
     keep = np.zeros(m.size, dtype=bool)
     keep[order[: min(keep_count, m.size)]] = True
+    return keep
+
+
+def grid_clusters(mesh: Any, mass: np.ndarray, *, share: float = GRID_SUPPORT_SHARE) -> int:
+    """Connected pieces of the smallest set of cells that holds ``share`` of the mass (:func:`grid_support`)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    keep = grid_support(mesh, mass, share=share)
     i, j = mesh.edges[:, 0], mesh.edges[:, 1]
     both = keep[i] & keep[j]
     index = np.flatnonzero(keep)
-    local = np.full(m.size, -1)
+    local = np.full(keep.size, -1)
     local[index] = np.arange(index.size)
     graph = coo_matrix((np.ones(int(both.sum())), (local[i[both]], local[j[both]])), shape=(index.size, index.size))
     return int(connected_components(graph, directed=False)[0])
+
+
+def grid_final_line(mesh: Any, mass: np.ndarray) -> str:
+    """The ``final:`` line of a grid run: its clusters, or that it has none yet.
+
+    The cells that hold 90 % of the mass cover 90 % of the sphere under a uniform density; where they
+    cover half of it or more the density is called spread out (it had been "1 cluster(s)"), and
+    otherwise the connected pieces of those cells are its clusters."""
+    keep = grid_support(mesh, mass)
+    cover = float(mesh.areas[keep].sum() / mesh.areas.sum())
+    held = f"the cells holding {GRID_SUPPORT_SHARE:.0%} of the mass"
+    if cover >= 0.5:
+        return (f"final:     spread out, no cluster ({held} cover {cover:.0%} of the sphere; "
+                f"{GRID_SUPPORT_SHARE:.0%} under a uniform density)")
+    pieces = grid_clusters(mesh, mass)
+    return f"final:     {pieces} cluster(s) (connected pieces of {held}, on {cover:.1%} of the sphere)"
 
 
 def _status(run: Any) -> str:
@@ -104,8 +126,7 @@ def run_summary(run: Any) -> str:
         cells = run.static["points"].shape[0] if "points" in run.static else cfg["grid"]["cells"]
         lines.append(f"frames:    {run.frames}  {span}  cells N={cells}")
         if run.frames:
-            pieces = grid_clusters(run.mesh(), run.final)
-            lines.append(f"final:     {pieces} cluster(s) (connected pieces of the cells holding {GRID_SUPPORT_SHARE:.0%} of the mass)")
+            lines.append(grid_final_line(run.mesh(), run.final))
     kind = cfg["solver"]["kind"]
     if kind == "jko" and "jko_steps" in run.info:
         lines.append(f"steps:     {run.info['jko_steps']} JKO steps of τ={cfg['solver']['tau']:g}, {run.info.get('jko_iterations', 0)} inner "
