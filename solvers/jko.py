@@ -40,6 +40,14 @@ Particle JKO (:class:`ParticleJKOStepper`)
     of :math:`Y` and the fixed-point iterate, so that :math:`F` decreases
     monotonically.  Every step records its iterations, final residual, method and
     whether it fell back (:class:`StepReport`).
+    **Halving:** a step whose solve ends above ``tol`` is not kept: it is redone as two
+    steps of :math:`\tau/2`, down to :math:`\tau/2^{10}`, and the run fails past that.
+    The problem is convex only for :math:`\tau` below about the inverse of the
+    energy's curvature, which grows with :math:`\beta`: with :math:`\tau = 0.05` the
+    steps from uniform tokens had ended at residuals of :math:`10^9` rad at
+    :math:`\beta = 64` and :math:`10^{21}` at 128, and were kept. Within a saved interval
+    the next step starts one level coarser than the last accepted one; each interval
+    starts at :math:`\tau`, so that a resumed run takes the same steps.
     ``mobility = "implicit"``: :math:`\hat b` is evaluated at the new iterate
     (:math:`\hat b_{\mu_{k+1}}(x^{k+1}_i)`, fully implicit Euler); the fixed-point
     iteration updates it at every iteration, the L-BFGS fallback alternates
@@ -313,6 +321,8 @@ class ParticleJKOStepper:
         Tolerance on :math:`\max_i\|r_i\|` (radians).
     max_iter : int
         Iteration cap of the fixed-point iteration and of L-BFGS (each).
+    max_halvings : int
+        Nested halvings of a step that does not reach ``tol``, after which the run fails.
     weights : (n,) array, optional
         Token masses (default :math:`1/n`).
     memory : int
@@ -332,6 +342,7 @@ class ParticleJKOStepper:
         mobility: str = "frozen",
         tol: float = 1e-10,
         max_iter: int = 500,
+        max_halvings: int = 10,
         weights: np.ndarray | None = None,
         memory: int = 10,
         keep_reports: bool = True,
@@ -349,6 +360,8 @@ class ParticleJKOStepper:
         self.mobility = mobility
         self.tol = float(tol)
         self.max_iter = int(max_iter)
+        self.max_halvings = int(max_halvings)
+        self.halvings = 0
         self.weights = None if weights is None else np.asarray(weights, dtype=float)
         self.memory = int(memory)
         self.keep_reports = keep_reports
@@ -363,7 +376,8 @@ class ParticleJKOStepper:
 
     @property
     def stats(self) -> dict[str, Any]:
-        return dict(self.log.stats, solver="jko", variant="particle", tau=self.tau, mobility=self.mobility, tol=self.tol)
+        return dict(self.log.stats, solver="jko", variant="particle", tau=self.tau, mobility=self.mobility, tol=self.tol,
+                    halvings=self.halvings)
 
     def _a(self, n: int) -> np.ndarray:
         if self.weights is None:
@@ -551,18 +565,41 @@ class ParticleJKOStepper:
             raise RunFailed(f"JKO step {t0:.6g} -> {t1:.6g} failed: residual {res}")
         return x, report
 
+    def _converged_steps(self, x: np.ndarray, t0: float, t1: float, depth: int) -> tuple[np.ndarray, int]:
+        """Advance ``x`` from ``t0`` to ``t1`` by steps that reach ``tol``, halving those that do not;
+        returns the tokens and the depth of the last step kept."""
+        check()
+        x_new, report = self.step(x, t0, t1)
+        if report.residual <= self.tol:
+            self.log.add(report, self.keep_reports)
+            return x_new, depth
+        if depth >= self.max_halvings:
+            raise RunFailed(
+                f"JKO step {t0:.6g} -> {t1:.6g} (tau/2^{depth}) ends at a residual of {report.residual:.3g} rad, above "
+                f"solver.tol = {self.tol:g}; a smaller solver.tau or a larger solver.tol may help"
+            )
+        self.halvings += 1
+        mid = 0.5 * (t0 + t1)
+        x, _ = self._converged_steps(x, t0, mid, depth + 1)
+        return self._converged_steps(x, mid, t1, depth + 1)
+
     def advance(self, state: np.ndarray, t0: float, t1: float) -> np.ndarray:
-        """Take ``k = ceil((t1 - t0)/τ)`` equal JKO steps from ``t0`` to exactly ``t1``."""
+        """Take ``k = ceil((t1 - t0)/τ)`` equal JKO steps from ``t0`` to exactly ``t1``, each halved until it
+        reaches ``tol`` (module docstring)."""
         if t1 <= t0:
             return state
         k = _steps_between(t0, t1, self.tau)
         x = np.asarray(state, dtype=float)
+        depth = 0  # each saved interval starts at τ: a resumed run takes the same steps
         for j in range(k):
-            check()
             s0 = t0 + (t1 - t0) * j / k
             s1 = t1 if j == k - 1 else t0 + (t1 - t0) * (j + 1) / k
-            x, report = self.step(x, s0, s1)
-            self.log.add(report, self.keep_reports)
+            start = max(depth - 1, 0)  # one level coarser than the last step kept
+            parts = 2**start
+            for i in range(parts):
+                u0 = s0 + (s1 - s0) * i / parts
+                u1 = s1 if i == parts - 1 else s0 + (s1 - s0) * (i + 1) / parts
+                x, depth = self._converged_steps(x, u0, u1, start)
         return x
 
 

@@ -129,7 +129,9 @@ def run_summary(run: Any) -> str:
             lines.append(grid_final_line(run.mesh(), run.final))
     kind = cfg["solver"]["kind"]
     if kind == "jko" and "jko_steps" in run.info:
-        lines.append(f"steps:     {run.info['jko_steps']} JKO steps of τ={cfg['solver']['tau']:g}, {run.info.get('jko_iterations', 0)} inner "
+        halved = int(run.info.get("halvings", 0))
+        steps = f"of τ={cfg['solver']['tau']:g}" if not halved else f"of τ={cfg['solver']['tau']:g} or less ({halved} halved)"
+        lines.append(f"steps:     {run.info['jko_steps']} JKO steps {steps}, {run.info.get('jko_iterations', 0)} inner "
                      f"iterations, {run.info.get('jko_fallbacks', 0)} fallbacks, largest residual {run.info.get('jko_max_residual', math.nan):.2g}")
     elif kind == "grid" and "grid_steps" in run.info:
         lines.append(f"steps:     {run.info['grid_steps']} grid steps, {run.info.get('rejections', 0)} rejected and halved")

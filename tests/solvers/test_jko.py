@@ -438,3 +438,26 @@ def test_jko_steps_never_exceed_tau_and_cache_is_bounded():
     for key in range(10):
         cache.put(key, None)
     assert len(cache.entries) == 3
+
+
+def test_a_step_that_does_not_reach_tol_is_halved_and_the_run_fails_past_the_last_halving() -> None:
+    """At β = 64 the step τ = 0.05 from uniform tokens is beyond the problem's convexity: its solve had stopped at a
+    residual of 1e9 rad and was kept. Every kept step now reaches tol."""
+    heads = HeadStack(B=np.stack([np.eye(3), np.diag([1.5, 1.0, 0.5])]), V=np.stack([np.eye(3), np.diag([1.5, 1.0, 0.5])]))
+    model = _pooled(heads, beta=64.0)
+    x0 = sample_uniform(24, 3, seed=0)
+    result = solve(Problem(model, x0), JKOSolver(tau=0.05), t_final=0.05, energy=False, speed=False)
+    reports = result.info["reports"]
+    assert result.info["halvings"] > 0 and len(reports) > 1
+    assert max(r.residual for r in reports) <= 1e-10
+    np.testing.assert_allclose(sum(r.tau for r in reports), 0.05, rtol=1e-12)
+    # the steps kept are those of a run at the shortest of them, which needs no halving
+    shortest = min(r.tau for r in reports)
+    np.testing.assert_allclose([r.tau for r in reports], shortest, rtol=1e-12)
+    direct = solve(Problem(model, x0), JKOSolver(tau=shortest), t_final=0.05, energy=False, speed=False)
+    assert direct.info["halvings"] == 0 and len(direct.info["reports"]) == len(reports)
+    assert _max_angle(result.final, direct.final) < 1e-9
+    from meanfield.errors import RunFailed
+
+    with pytest.raises(RunFailed, match="residual .* above solver.tol"):
+        solve(Problem(model, x0), JKOSolver(tau=0.05, options={"max_halvings": 0}), t_final=0.05, energy=False, speed=False)
