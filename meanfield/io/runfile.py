@@ -410,7 +410,11 @@ class RunWriter:
             except OSError:
                 pass
             try:
-                self._publish()  # a run that ended before its first frame still leaves its status behind
+                if self.pending is not None and self.path.exists():
+                    self.pending.unlink()  # no frame committed: the older file of that name stays whole
+                    self.pending = None
+                else:
+                    self._publish()  # a run that ended before its first frame still leaves its status behind
             except OSError:
                 pass
             self.lock.release()
