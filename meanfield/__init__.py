@@ -16,7 +16,7 @@ The names below load on first use, so ``import meanfield`` stays cheap:
   :func:`sample_uniform`, :func:`sample_vmf`, :func:`sample_equiangular`,
   :func:`sample_orthogonal`, and :func:`mesh` for a spherical grid;
 * analysis: :func:`w2` (Wasserstein distances on the sphere), :mod:`theory`
-  (the closed forms), :class:`ConfigError`, :class:`RunFailed`;
+  (the closed forms), :class:`ConfigError`, :class:`RunFailed`, :class:`TrackerError`;
 * :func:`keep_freed_memory`: freed arrays reused rather than fresh pages faulted in at
   every step (what the ``meanfield`` command does for its own process).
 """
@@ -54,6 +54,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "theory": ("meanfield.analysis.theory", None),
     "ConfigError": ("meanfield.errors", "ConfigError"),
     "RunFailed": ("meanfield.errors", "RunFailed"),
+    "TrackerError": ("meanfield.errors", "TrackerError"),
     "keep_freed_memory": ("meanfield.allocator", "keep_freed_memory"),
 }
 

@@ -6,7 +6,7 @@ status 1.  Every message names the offending option or config key.
 """
 from __future__ import annotations
 
-__all__ = ["ConfigError", "RunFailed", "StorageFailed", "RunInterrupted"]
+__all__ = ["ConfigError", "RunFailed", "StorageFailed", "RunInterrupted", "TrackerError"]
 
 
 class ConfigError(ValueError):
@@ -36,6 +36,11 @@ class RunFailed(RuntimeError):
     def __init__(self, message: str, *, run: object = None) -> None:
         super().__init__(message)
         self.run = run
+
+
+class TrackerError(RuntimeError):
+    """A tracker of the caller's raised, or returned something other than a dict of names and numbers, or a
+    name that one of the run's own trackers records; the caller's exception is its ``__cause__``."""
 
 
 class StorageFailed(RunFailed):

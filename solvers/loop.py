@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from meanfield.errors import RunFailed, StorageFailed
+from meanfield.errors import RunFailed, StorageFailed, TrackerError
 from meanfield.solvers.signals import Interrupted, check
 
 __all__ = [
@@ -185,7 +185,12 @@ def run_loop(
         error: StopRun | None = None
         for tracker in trackers:
             try:
-                values.update(tracker(t, current) or {})
+                recorded = tracker(t, current) or {}
+                if getattr(tracker, "from_caller", False) and not recorded.keys().isdisjoint(values):
+                    taken = sorted(set(recorded).intersection(values))
+                    raise TrackerError(f"the tracker {tracker.name!r} returns {', '.join(map(repr, taken))}, which the "
+                                       "run's own trackers record; give its values other names")
+                values.update(recorded)
             except StopRun as exc:  # keep the frame, then stop; a run that ends well (steady state) still gets the
                 values.update(exc.values)  # values of the trackers after the one that stopped it (the energy follows the speed)
                 error = error or exc

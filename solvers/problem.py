@@ -43,7 +43,7 @@ from meanfield.kernels.jit import one_blas_thread
 from meanfield.run import Run
 from meanfield.solvers.loop import RunSetup, Tracker, run_loop, save_times
 from meanfield.solvers.signals import interruptible
-from meanfield.solvers.trackers import ProgressTracker
+from meanfield.solvers.trackers import CallbackTracker, ProgressTracker
 
 __all__ = ["Problem", "Solver", "solve", "run_status"]
 
@@ -150,7 +150,9 @@ def solve(
         Your own trackers, run on every saved frame after the solver's: any callable
         ``tracker(t, state) -> dict[str, float] | None``; the scalars it returns
         become ``run.diagnostics[name]``, and raising
-        :class:`meanfield.solvers.loop.StopRun` ends the run.
+        :class:`meanfield.solvers.loop.StopRun` ends the run. Anything else it raises, a result that is
+        not a dict of real numbers, or a name the solver's trackers record raises
+        :class:`meanfield.errors.TrackerError` (:class:`~meanfield.solvers.trackers.CallbackTracker`).
     energy : bool
         Record the energies (``energy``, ``energy_h0`` …) at every frame.
     speed : bool
@@ -183,13 +185,14 @@ def solve(
     if step is not None and (float(t_final) - float(t_start)) / float(step) > MAX_STEPS:
         raise ValueError(f"dt = {step:g} takes {(float(t_final) - float(t_start)) / float(step):.3g} steps to t_final = {t_final:g}; "
                          f"the limit is {MAX_STEPS:.0e} steps (the config's too)")
+    callers = [CallbackTracker.of(tracker) for tracker in trackers]
     setup = solver.setup(problem, energy=energy, speed=speed or steady_tol > 0, steady_tol=steady_tol)
     span = float(t_final) - float(t_start)
     times = save_times(float(t_start), float(t_final), float(save_every) if save_every else span)
     bar = ProgressTracker(total=float(times[-1]), initial=float(times[0]), quiet=not progress)
     try:
         with interruptible(), one_blas_thread():  # Ctrl-C ends the run cleanly; the trackers' products stay on one BLAS thread
-            result = run_loop(setup.stepper, setup.state, times, trackers=[*setup.trackers, *trackers], progress=bar)
+            result = run_loop(setup.stepper, setup.state, times, trackers=[*setup.trackers, *callers], progress=bar)
     finally:
         bar.close()
     result.info.update(setup.info())

@@ -37,7 +37,7 @@ from meanfield.solvers.loop import RunResult, RunSetup, Tracker, run_loop, save_
 from meanfield.solvers.particle import ParticleSolver
 from meanfield.solvers.problem import Problem, run_status as final_status
 from meanfield.solvers.signals import interruptible
-from meanfield.solvers.trackers import ProgressTracker
+from meanfield.solvers.trackers import CallbackTracker, ProgressTracker
 from meanfield.solvers.zero_temperature import ZeroTemperatureSolver
 
 __all__ = [
@@ -158,7 +158,7 @@ def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSe
         setup.trackers.append(SlopeTracker(setup.model, weights=problem.weights if points is None else None, points=points))
     if cfg["track"]["concentration"]:
         setup.trackers.append(concentration_tracker(cfg, setup))
-    setup.trackers.extend(trackers)
+    setup.trackers.extend(CallbackTracker.of(tracker) for tracker in trackers)
     return setup
 
 

@@ -7,9 +7,9 @@ returns a dict of scalars to record (or ``None``); it raises
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -189,10 +189,51 @@ class ProgressTracker:
 
 @dataclass
 class CallbackTracker:
-    """Wraps ``f(t, state) -> dict`` as a tracker."""
+    """Wraps a caller's ``f(t, state) -> dict | None`` as a tracker, run after the solver's own.
+
+    Whatever ``f`` raises (but :class:`~meanfield.solvers.loop.StopRun`, which ends the run as a
+    tracker may, and ``KeyboardInterrupt``) becomes a :class:`~meanfield.errors.TrackerError` naming
+    the tracker and the time, with the original exception as its cause: a ``ZeroDivisionError`` of
+    the caller's had been reported as numbers out of floating-point range. A result that is not a dict
+    of names and real numbers is refused the same way, as is a name the run's own trackers record
+    (checked by the run loop): it had replaced their series, on disk too.
+    """
 
     func: Callable[[float, np.ndarray], dict[str, float] | None]
     name: str = "callback"
+    #: the run loop refuses a name of this tracker's that the trackers before it (the run's own) recorded
+    from_caller: ClassVar[bool] = True
 
-    def __call__(self, t: float, state: np.ndarray) -> dict[str, float] | None:
-        return self.func(t, state)
+    @classmethod
+    def of(cls, tracker: Any) -> CallbackTracker:
+        """``tracker`` as a :class:`CallbackTracker` (named after the function, or its ``name`` attribute)."""
+        if isinstance(tracker, cls):
+            return tracker
+        if not callable(tracker):
+            raise TypeError(f"a tracker is a callable (t, state) -> dict | None, got {type(tracker).__name__}")
+        name = getattr(tracker, "name", None) or getattr(tracker, "__name__", None) or type(tracker).__name__
+        return cls(tracker, name=str(name))
+
+    def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
+        from meanfield.errors import TrackerError
+
+        where = f"the tracker {self.name!r} at t={t:.6g}"
+        try:
+            out = self.func(t, state)
+        except StopRun:
+            raise
+        except Exception as exc:
+            raise TrackerError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+        if out is None:
+            return {}
+        if not isinstance(out, Mapping):
+            raise TrackerError(f"{where} returned a {type(out).__name__}; a tracker returns a dict of names and numbers, or None")
+        values: dict[str, float] = {}
+        for key, value in out.items():
+            if not isinstance(key, str) or not key or "/" in key:
+                raise TrackerError(f"{where} returned the name {key!r}; names are non-empty strings without '/'")
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+                if not (isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "iuf"):
+                    raise TrackerError(f"{where} returned {key!r} = {value!r}; a tracker's values are real numbers")
+            values[key] = float(value)
+        return values

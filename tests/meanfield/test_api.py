@@ -140,6 +140,28 @@ def test_your_own_trackers_record_scalars_and_can_stop_a_run():
     assert stopped.status == "stopped" and stopped.stop_reason == "enough" and stopped.frames == 2
 
 
+@pytest.mark.parametrize(("tracker", "says"), [
+    (lambda t, x: 1 / 0, "raised ZeroDivisionError"),  # had been blamed on numbers out of floating-point range
+    (lambda t, x: 1.0, "returned a float"),  # had been a TypeError about iteration
+    (lambda t, x: {"v": "text"}, "'v' = 'text'"),
+    (lambda t, x: {"energy": -1.0}, "'energy', which the run's own trackers record"),  # had replaced the energy on disk
+])
+def test_your_own_trackers_are_named_when_they_go_wrong(tracker, says, tmp_path):
+    out = tmp_path / "r.h5"
+    with pytest.raises(mf.TrackerError, match="the tracker '<lambda>'") as info:
+        mf.simulate(None, trackers=[tracker], out=out, **SMALL)
+    assert says in str(info.value)
+    if "ZeroDivision" in says:
+        assert isinstance(info.value.__cause__, ZeroDivisionError)
+    assert mf.load(out).status == "failed"
+    with pytest.raises(mf.TrackerError, match=says.split(",")[0]):
+        mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3)), mf.ParticleSolver(dt=0.05), t_final=0.1,
+                 trackers=[tracker])
+    with pytest.raises(TypeError, match="a tracker is a callable"):
+        mf.simulate(None, trackers=[5], **SMALL)
+    np.testing.assert_array_equal(mf.simulate(None, trackers=[lambda t, x: {"n": np.int64(3)}], **SMALL).diagnostics["n"], 3.0)
+
+
 def test_a_failed_run_raises_with_its_frames(tmp_path):
     def poison(t, x):
         if t > 0:

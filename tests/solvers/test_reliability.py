@@ -263,16 +263,18 @@ def test_a_sweep_on_a_full_disk_records_the_cases_as_failed(tmp_path):
 
 
 def test_a_run_that_fails_before_its_first_frame_leaves_the_older_file_whole(tmp_path):
+    from meanfield.errors import TrackerError
+
     # overwrite=True (--overwrite) replaces the older file once the new run commits a frame; a run that failed
     # before that had still been moved onto it, and the three good frames were lost
     out = tmp_path / "keep.h5"
     mf.simulate(ROOT / "data/default.toml", out=out, t_final=0.5, n=16)
     before = out.read_bytes()
-    with pytest.raises(ValueError):
+    with pytest.raises(TrackerError):
         mf.simulate(ROOT / "data/default.toml", out=out, t_final=0.5, n=16, overwrite=True, trackers=[lambda t, x: {"v": "text"}])
     assert out.read_bytes() == before and mf.load(out).frames == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.h5"]  # no file left beside it
     fresh = tmp_path / "fresh.h5"  # without an older file the failed run still leaves its status behind
-    with pytest.raises(ValueError):
+    with pytest.raises(TrackerError):
         mf.simulate(ROOT / "data/default.toml", out=fresh, t_final=0.5, n=16, trackers=[lambda t, x: {"v": "text"}])
     assert mf.load(fresh).status == "failed" and mf.load(fresh).frames == 0
