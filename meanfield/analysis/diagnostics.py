@@ -701,6 +701,7 @@ def frame_diagnostics(
     direction: str = "ascent",
     weights: np.ndarray | None = None,
     tol: float = 1e-3,
+    combine: str = "sum",
 ) -> FrameDiagnostics:
     r"""All diagnostics of Pendharkar (arXiv 2605.04279) of one frame, blocked over rows (Thms 11, 16–17, 27 of arXiv 2605.04279; Condition 8).
 
@@ -722,6 +723,11 @@ def frame_diagnostics(
         Positive token masses (default :math:`1/n`).
     tol : float
         Cluster tolerance of :func:`count_clusters`.
+    combine : {"sum", "mean"}
+        How the heads' fields combine (``Model.combine``). With ``"mean"`` the velocity is
+        :math:`\frac1H\sum_hf^h_i`, the flow of :math:`\frac1H\sum_hE_h`: every per-head series is then
+        the head's share of that flow (:math:`f^h_i/H`, :math:`E_h/H`, :math:`\frac1H dE_h/dt`), so that
+        ``energy`` is the mean the energy tracker records and the identities keep their form.
 
     Returns
     -------
@@ -731,12 +737,17 @@ def frame_diagnostics(
     """
     sigma = _sign(direction)
     x = check_tokens(x, heads, kind)
+    if combine not in ("sum", "mean"):
+        raise ValueError(f"combine must be 'sum' or 'mean', got {combine!r}")
+    share = 1.0 / heads.H if combine == "mean" else 1.0
     f = head_outputs(x, heads, beta=beta, kind=kind, weights=weights)
+    if share != 1.0:
+        f *= share
     xdot = token_velocity(f, x, direction=direction)
     a = _masses(x.shape[0], weights)
     with np.errstate(over="ignore"):
-        energies = head_energies(x, heads, beta=beta, weights=a)
-    rates = energy_rates(x, xdot, heads, beta=beta, weights=a)
+        energies = share * head_energies(x, heads, beta=beta, weights=a)
+    rates = share * energy_rates(x, xdot, heads, beta=beta, weights=a)
     split = power_split(f, x, direction=direction, weights=a)
     ent, ent_rate = entropy_and_production(x, xdot, heads, beta=beta, weights=a)
     kinetic = float(np.einsum("nd,nd->n", xdot, xdot) @ a)
@@ -888,6 +899,7 @@ def diagnose_trajectory(
     weights: np.ndarray | None = None,
     tol: float = 1e-3,
     fd_points: int = 5,
+    combine: str = "sum",
 ) -> dict[str, np.ndarray]:
     r"""Time series of every diagnostic along a saved trajectory (Pendharkar, arXiv 2605.04279).
 
@@ -915,6 +927,8 @@ def diagnose_trajectory(
         Cluster tolerance.
     fd_points : {3, 5, 7, ...}
         Odd stencil size of the finite difference of the entropy.
+    combine : {"sum", "mean"}
+        How the heads' fields combine (see :func:`frame_diagnostics`).
 
     Returns
     -------
@@ -938,7 +952,7 @@ def diagnose_trajectory(
     window: deque[tuple[int, np.ndarray, np.ndarray]] = deque(maxlen=fd_points)
     for k in range(T):
         frame = frame_diagnostics(
-            x[k], _stack_at(heads, t[k]), beta=beta, kind=kind, direction=direction, weights=weights, tol=tol
+            x[k], _stack_at(heads, t[k]), beta=beta, kind=kind, direction=direction, weights=weights, tol=tol, combine=combine
         )
         for key, value in frame.scalars.items():
             out[key][k] = value
@@ -958,7 +972,8 @@ def diagnose_run(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int
     r"""All diagnostics of a particle :class:`meanfield.Run` (Pendharkar, arXiv 2605.04279).
 
     The model (heads and their schedule, :math:`\beta`, attention kind,
-    direction) is the run's own (rebuilt from its config for a loaded run).
+    direction, how the heads combine) and the token masses are the run's own (the model rebuilt
+    from its config for a loaded run).
 
     Parameters
     ----------
@@ -980,17 +995,35 @@ def diagnose_run(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int
     ------
     ValueError
         If the run has no particle frames (grid runs store ``mass``).
+    ConfigError
+        A run under a causal mask or with a normalisation scheme other than post-LN.
     """
     if run.kind != "particle":
         raise ValueError("diagnostics need a particle run (dataset 'x'); this is a grid run")
     if stride < 1:
         raise ValueError(f"stride must be >= 1, got {stride}")
     model = run.model
+    _check_diagnosable(run, model)
     t = np.asarray(run.t, dtype=float)[::stride]
     x = np.asarray(run.x, dtype=float)[::stride]
     return diagnose_trajectory(
-        t, x, model.heads, beta=model.beta, kind=model.attention, direction=model.direction, tol=tol, fd_points=fd_points
+        t, x, model.heads, beta=model.beta, kind=model.attention, direction=model.direction, tol=tol, fd_points=fd_points,
+        weights=run.static.get("weights"), combine=model.combine,
     )
+
+
+def _check_diagnosable(run: Any, model: Any) -> None:
+    """The diagnostics follow the flow on the sphere under full attention: a causal mask or a normalisation
+    scheme other than post-LN moves the tokens otherwise, and their series would describe another flow."""
+    from meanfield.errors import ConfigError
+
+    norm = ((run.config or {}).get("model") or {}).get("norm", "post")
+    if norm != "post":
+        raise ConfigError("model.norm", f"this run has norm = {norm!r}; the diagnostics of Pendharkar (arXiv 2605.04279) "
+                                        "follow the post-LN flow of the tokens on the sphere (norm = 'post')")
+    if getattr(model, "mask", "none") != "none":
+        raise ConfigError("model.mask", f"this run has mask = {model.mask!r}; the diagnostics of Pendharkar (arXiv 2605.04279) "
+                                        "are those of full attention, whose flow is not the masked one")
 
 
 # --------------------------------------------------------------------------- the report of a run
