@@ -465,17 +465,34 @@ def _norm_checks(cfg: dict[str, Any]) -> None:
         raise ConfigError("track.concentration", f"W2 to Π♯ρ₀ is measured on the sphere; the tokens of norm = {norm!r} have radii (use norm = 'post' or 'ngpt')")
 
 
-def _mask_checks(cfg: dict[str, Any], *, on_grid: bool) -> None:
-    """``model.mask = "causal"`` needs tokens in an order and a solver that integrates the masked field."""
-    if cfg["model"]["mask"] == "none":
-        return
-    kind = cfg["solver"]["kind"]
+def mask_refusal(kind: str, *, on_grid: bool) -> str | None:
+    """Why a solver of ``kind`` (``solver.kind``) cannot integrate a causal mask, or ``None`` where it can.
+
+    Shared by the config's checks and the solvers' own (``mf.solve`` takes no config)."""
     if on_grid:
-        raise ConfigError("model.mask", f"mask = 'causal' needs an order of the tokens; the grid {'JKO scheme' if kind == 'jko' else 'solver'} evolves a density on a mesh, which has none (use solver.kind = 'particle')")
+        return (f"mask = 'causal' needs an order of the tokens; the grid {'JKO scheme' if kind == 'jko' else 'solver'} evolves "
+                "a density on a mesh, which has none (use solver.kind = 'particle')")
     if kind == "jko":
-        raise ConfigError("model.mask", "mask = 'causal': the JKO scheme is a minimizing movement of the interaction energy, and the causal system is no gradient flow (Karagodin, Polyanskiy and Rigollet, arXiv 2411.04990); use solver.kind = 'particle'")
+        return ("mask = 'causal': the JKO scheme is a minimizing movement of the interaction energy, and the causal system is "
+                "no gradient flow (Karagodin, Polyanskiy and Rigollet, arXiv 2411.04990); use solver.kind = 'particle'")
     if kind == "zero-temperature":
-        raise ConfigError("model.mask", "mask = 'causal': the zero-temperature field is the β → ∞ limit for a measure of full support, which token i's causal prefix is not; use solver.kind = 'particle'")
+        return ("mask = 'causal': the zero-temperature field is the β → ∞ limit for a measure of full support, which token i's "
+                "causal prefix is not; use solver.kind = 'particle'")
+    return None
+
+
+def check_mask(mask: str, kind: str, *, on_grid: bool) -> None:
+    """``model.mask = "causal"`` needs tokens in an order and a solver that integrates the masked field: a
+    :class:`ConfigError` naming ``model.mask`` otherwise (the config's check, and the solvers' for ``mf.solve``)."""
+    if mask == "none":
+        return
+    why = mask_refusal(kind, on_grid=on_grid)
+    if why is not None:
+        raise ConfigError("model.mask", why)
+
+
+def _mask_checks(cfg: dict[str, Any], *, on_grid: bool) -> None:
+    check_mask(cfg["model"]["mask"], cfg["solver"]["kind"], on_grid=on_grid)
 
 
 def _authors_checks(cfg: dict[str, Any], *, on_grid: bool) -> None:

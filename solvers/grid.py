@@ -60,6 +60,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from meanfield.config import check_mask
 from meanfield.errors import ConfigError, RunFailed
 from meanfield.geometry.grid_config import mesh_of_grid
 from meanfield.geometry.mesh import SphericalMesh
@@ -559,6 +560,7 @@ class GridSolver:
         """Stepper and trackers: mass and positivity (always), the energies, the largest speed."""
         if not problem.on_grid:
             raise ValueError("the grid solver takes a density on a mesh: Problem(model, masses, mesh=mesh)")
+        check_mask(problem.model.mask, "grid", on_grid=problem.on_grid)  # a causal mask: refused here, as by the config
         mesh, mass0 = problem.mesh, problem.initial
         stepper = GridStepper(problem.model, mesh, method=self.method, cfl=self.cfl, dt_max=self.dt_max,
                               backend=self.backend, order=self.order, limiter=self.limiter, noise=self.noise)

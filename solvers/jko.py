@@ -118,6 +118,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
 from meanfield.analysis.energy import energy_theta
+from meanfield.config import check_mask
 from meanfield.errors import ConfigError, RunFailed
 from meanfield.heads import HeadStack
 from meanfield.analysis.mobility import (
@@ -923,6 +924,7 @@ class JKOSolver:
         """Stepper and trackers: the JKO step reports, finite values and the sphere (tokens) or the mass (grid), energies."""
         model = problem.model
         _check_model(model)
+        check_mask(model.mask, "jko", on_grid=problem.on_grid)  # a causal mask: refused here, as by the config
         if not problem.on_grid:
             stepper: Any = ParticleJKOStepper(model, tau=self.tau, mobility=self.mobility, tol=self.tol, weights=problem.weights,
                                               keep_reports=self.keep_reports, **self.options)

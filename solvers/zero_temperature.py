@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from meanfield.config import check_mask
 from meanfield.errors import ConfigError
 from meanfield.model import Model
 from meanfield.analysis.projection import COND_MAX
@@ -140,6 +141,7 @@ class ZeroTemperatureSolver:
         """Stepper and trackers: finite values, the sphere, the mean Rayleigh quotient, the largest speed."""
         if problem.on_grid:
             raise ValueError("the zero-temperature solver takes tokens, not a grid density")
+        check_mask(problem.model.mask, "zero-temperature", on_grid=problem.on_grid)  # a causal mask: refused here, as by the config
         field = field_of(problem.model)
         stepper = ParticleStepper(field, method=self.method, dt=self.dt, rtol=self.rtol, atol=self.atol)  # type: ignore[arg-type]
         trackers: list[Tracker] = [FiniteTracker(), SphereTracker()]

@@ -243,3 +243,20 @@ def test_solve_caps_the_steps_of_a_fixed_step_as_the_config_does():
     problem = mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3))
     with pytest.raises(ValueError, match="dt"):
         mf.solve(problem, mf.ParticleSolver(dt=1e-13), t_final=1.0)
+
+
+def test_solve_refuses_a_causal_mask_where_the_config_does():
+    # mf.solve takes no config: the grid solver had masked by cell index, JKO and zero temperature ignored the mask
+    mesh = mf.mesh(200)
+    m0 = mf.initial_mass(mesh, "vmf", kappa=2.0)
+    x0 = mf.sample_uniform(10, 3, seed=0)
+    causal = {"d": 3, "beta": 2.0, "mask": "causal"}
+    for problem, solver in (
+        (mf.Problem(mf.Model(**causal), m0, mesh=mesh), mf.GridSolver()),
+        (mf.Problem(mf.Model(**causal), x0), mf.ZeroTemperatureSolver()),
+        (mf.Problem(mf.Model(**causal, attention="pooled"), x0), mf.JKOSolver(tau=0.1)),
+        (mf.Problem(mf.Model(**causal, attention="pooled"), m0, mesh=mesh), mf.JKOSolver(tau=0.1)),
+    ):
+        with pytest.raises(mf.ConfigError, match="model.mask"):
+            mf.solve(problem, solver, t_final=0.2)
+    assert mf.solve(mf.Problem(mf.Model(**causal), x0), mf.ParticleSolver(dt=0.1), t_final=0.2).frames == 2
