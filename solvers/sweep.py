@@ -111,6 +111,7 @@ import numpy as np
 
 from meanfield.config import SCHEMA, config_hash, load_config
 from meanfield.errors import ConfigError
+from meanfield.io.lock import WriterLock
 
 __all__ = [
     "SweepCase",
@@ -417,16 +418,20 @@ def _threads_here(threads: int | Mapping[str, int] | None) -> int | None:
 
 
 def _frames_on_disk(path: Path) -> int:
-    """Saved frames of a resumable run file (0: missing, unreadable, failed or empty)."""
-    import h5py
+    """Committed frames of a resumable run file (0: missing, unreadable, failed or empty).
+
+    Read as ``--resume`` reads it (:class:`~meanfield.io.runfile.RunReader`): a file left by a killed
+    writer is still marked open in SWMR mode, which a plain read refuses, and the case had been rerun
+    from its start with its committed frames deleted; the frames counted are the committed ones."""
+    from meanfield.io.runfile import RunReader
 
     try:
-        with h5py.File(path, "r") as f:
-            if str(f.attrs.get("status", "")) == "failed" or "t" not in f:
-                return 0
-            return int(f["t"].shape[0])
+        reader = RunReader(path, key="case")
     except (OSError, KeyError, ValueError):
         return 0
+    if reader.status == "failed" and not reader.info.get("storage_failed"):
+        return 0
+    return reader.frames
 
 
 def _check_same_sweep(stored: Path, spec: Sweep) -> None:
@@ -1218,9 +1223,20 @@ def run_sweep(
 
     # connect before writing anything: a bad --scheduler is bad input (exit 2), not a half-made sweep
     cluster = _Cluster(scheduler=scheduler, workers=workers, cases=len(tasks)) if tasks and workers != 0 else None
+    # one driver per folder: two sweeps writing one --out had both finished with exit 0, each table holding the
+    # other's rows or its own (a second driver exits 2, as a second writer of a run file does)
+    try:
+        lock = WriterLock(out / "sweep.json", key="--out").acquire()
+    except BaseException:
+        if cluster is not None:
+            cluster.close()
+        raise
     records: Iterator[dict[str, Any]] = iter(())
     bar = None
     try:
+        if not resume and (out / "sweep.json").exists():  # a sweep killed before its first case finished: continue it
+            raise ConfigError("--out", f"{out} already holds a sweep ({out / 'sweep.json'}); pass --resume to continue it, "
+                                       "or choose another directory")
         (out / "cases").mkdir(parents=True, exist_ok=True)
         _atomic_write(out / "sweep.json", json.dumps(
             {**spec.definition, "cases_resolved": [{"index": c.index, "hash": c.hash, "params": c.params} for c in spec.cases]},
@@ -1254,7 +1270,8 @@ def run_sweep(
             close()
         if cluster is not None:
             cluster.close()
-        if out.is_dir():
+        if out.is_dir() and (out / "sweep.json").exists():
             _write_tables(out, rows())
             _write_aggregate(out, rows(), spec.parameters)
+        lock.release()
     return rows()

@@ -350,7 +350,23 @@ def test_a_killed_sweep_resumes_and_runs_each_case_exactly_once(tmp_path, monkey
         assert proc.poll() is None, proc.stderr.read().decode()
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    time.sleep(0.3)  # into the next case
+    from meanfield.io.runfile import RunReader
+
+    def running_case_frames() -> int:  # committed frames of a case that is not finished yet
+        done = read_ledger(ledger)
+        frames = 0
+        for path in (out / "cases").glob("*.h5"):
+            if path.stem not in done:
+                try:
+                    frames = max(frames, RunReader(path).frames)
+                except (OSError, ValueError):
+                    pass
+        return frames
+
+    while running_case_frames() < 2:  # into the next case, with frames on disk
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     proc.stderr.close()
@@ -370,6 +386,9 @@ def test_a_killed_sweep_resumes_and_runs_each_case_exactly_once(tmp_path, monkey
         assert (out / "cases" / f"{h}.h5").stat().st_mtime_ns == mtime
     assert all(r["frames"] == 41 and r["t_last"] == 8.0 for r in rows)
     resumed = [(c, r) for c, r in zip(spec.cases, rows) if r["resumed_frames"] > 0]
+    # the killed case goes on from its committed frames: its file, still marked open by the killed writer, had been
+    # read as empty and the case rerun from t = 0
+    assert len(resumed) == 1 and resumed[0][1]["resumed_frames"] >= 2
     assert all(c.hash not in before for c, _ in resumed)
     for case, row in resumed:  # the interrupted run went on from its frames and ends where a fresh run ends
         from meanfield.solvers.run import simulate_config
@@ -528,3 +547,22 @@ def test_aggregate_leaves_out_failed_cases_and_is_empty_without_paths():
     assert entry["G2_plateau_mean"] == 3.0 and entry["G2_plateau_std"] == 1.0
     assert aggregate_paths(rows, ["model.beta"]) == []
     assert aggregate_paths([{"weights.seed": 0, "status": "ok"}], ["weights.seed"]) == []
+
+
+def test_a_second_driver_on_one_folder_is_refused(tmp_path):
+    # two sweeps on one --out had both exited 0, the tables holding one sweep's rows and sweep.json the other's
+    from meanfield.io.lock import WriterLock
+
+    _base(tmp_path)
+    spec = load_sweep({"base": "base.toml", "grid": {"model.beta": [1.0, 2.0]}}, base_dir=tmp_path)
+    out = tmp_path / "out"
+    with WriterLock(out / "sweep.json", key="--out"):  # another driver at work on out
+        with pytest.raises(ConfigError, match="being written by another meanfield process") as info:
+            run_sweep(spec, out, workers=0, quiet=True)
+    assert info.value.key == "--out" and sorted(p.name for p in out.iterdir()) == []
+    rows = run_sweep(spec, out, workers=0, quiet=True)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    (out / "ledger.jsonl").unlink()  # as a sweep killed before its first case finished leaves it
+    with pytest.raises(ConfigError, match="already holds a sweep"):
+        run_sweep(spec, out, workers=0, quiet=True)
+    assert len(run_sweep(spec, out, workers=0, resume=True, quiet=True)) == 2
