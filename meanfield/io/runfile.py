@@ -272,8 +272,17 @@ class RunWriter:
         under that name), and afterwards the file is in SWMR mode, which readers can always open.
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        arrays = sum(np.asarray(value).nbytes for value in (static or {}).values())
+        free = _free_bytes(self.path)
+        if free is not None and free < SPACE_RESERVE + arrays:  # HDF5 must never meet a full disk
+            raise StorageFailed(f"no space left on device for a new run file {self.path} ({free} bytes free, its "
+                                f"arrays written once take {arrays}); nothing was written")
         self.pending = self.path.with_name(f".{self.path.name}.new")
-        f = h5py.File(self.pending, "w", libver="latest")
+        try:
+            f = h5py.File(self.pending, "w", libver="latest")
+        except OSError as exc:
+            self.pending = None
+            raise StorageFailed(f"cannot create a run file beside {self.path} ({_reason(exc)}); nothing was written") from None
         try:
             self._stamp(f, config)
             f.create_dataset("t", shape=(0,), maxshape=(None,), dtype="f8", chunks=(1024,))
@@ -284,8 +293,16 @@ class RunWriter:
             for key, value in (static or {}).items():
                 f.create_dataset(key, data=np.asarray(value))
             f.flush()
-        except BaseException:
-            f.close()
+        except BaseException as exc:
+            try:
+                f.close()
+            except OSError:
+                pass
+            self.pending.unlink(missing_ok=True)  # nothing of a run that never began stays on the disk
+            self.pending = None
+            if isinstance(exc, (OSError, RuntimeError)):
+                what = "no space left on device" if _no_space(exc) else _reason(exc)
+                raise StorageFailed(f"{what} while creating the run file {self.path}; nothing was written") from None
             raise
         return f
 

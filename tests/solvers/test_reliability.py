@@ -278,3 +278,41 @@ def test_a_run_that_fails_before_its_first_frame_leaves_the_older_file_whole(tmp
     with pytest.raises(TrackerError):
         mf.simulate(ROOT / "data/default.toml", out=fresh, t_final=0.5, n=16, trackers=[lambda t, x: {"v": "text"}])
     assert mf.load(fresh).status == "failed" and mf.load(fresh).frames == 0
+
+
+def test_a_disk_too_full_for_the_arrays_written_once_leaves_nothing_behind(tmp_path):
+    # the weight path of time-dependent heads (2.9 MB here) is written when the file is made: on a full disk that
+    # had been an h5py traceback, with a stray hidden file that kept the disk full
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "2m"):
+        pytest.skip("cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN); the full-disk test needs one")
+    try:
+        out = disk / "x.h5"
+        done = subprocess.run([sys.executable, "-m", "meanfield", "simulate", str(ROOT / "data/massucco_ou.toml"), "-o", str(out),
+                               "--quiet"], capture_output=True, text=True, env=ENV, timeout=600)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "no space left on device" in done.stderr and "nothing was written" in done.stderr
+        assert list(disk.iterdir()) == []
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_write_error_while_the_file_is_made_removes_it_and_names_the_cause(tmp_path, monkeypatch):
+    import errno
+
+    from meanfield.errors import StorageFailed
+    from meanfield.io.runfile import RunWriter
+
+    real = h5py.Group.create_dataset
+
+    def full(self, name, *args, **kwargs):
+        if name == "weights/B":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", full)
+    out = tmp_path / "r.h5"
+    with pytest.raises(StorageFailed, match="no space left on device while creating the run file"):
+        RunWriter(out, config={"model": {}, "solver": {}}, state_name="x", state_shape=(4, 3),
+                  static={"weights/B": np.zeros((10, 3, 3))})
+    assert list(tmp_path.iterdir()) == []  # neither the hidden new file nor the lock
