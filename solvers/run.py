@@ -148,7 +148,9 @@ def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSe
     if cfg["weights"]["schedule"] != "constant" and "weights/t" not in setup.static:
         from meanfield.heads.schedules import weights_static  # the weight path, so that the run can be replayed
 
-        setup.static.update(weights_static(setup.model.heads, cfg["solver"]["t_final"], dt=cfg["weights"]["dt"]))
+        with np.errstate(all="ignore"):  # a path that leaves the finite numbers is named just below
+            setup.static.update(weights_static(setup.model.heads, cfg["solver"]["t_final"], dt=cfg["weights"]["dt"]))
+        _check_weight_path(setup.static, cfg["weights"])
     if cfg["weights"]["schedule"] != "constant" and cfg["solver"]["kind"] != "zero-temperature" and not any(
         getattr(t, "name", "") in ("edi", "slope") for t in setup.trackers
     ):  # G² and the metric slope of time-dependent heads (the JKO's own tracker already records them)
@@ -160,6 +162,21 @@ def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSe
         setup.trackers.append(concentration_tracker(cfg, setup))
     setup.trackers.extend(CallbackTracker.of(tracker) for tracker in trackers)
     return setup
+
+
+def _check_weight_path(static: dict[str, np.ndarray], weights: dict[str, Any]) -> None:
+    """Heads that leave the finite numbers on ``[0, t_final]`` are bad input, found before any file is made: a
+    ``weights.target`` such as ``log(0.05 - t)`` had passed its check at t = 0 and ended the run as NaN tokens."""
+    times = static["weights/t"]
+    for name in ("B", "V", "w"):
+        values = static.get(f"weights/{name}")
+        if values is None or np.all(np.isfinite(values)):
+            continue
+        finite = np.isfinite(values).reshape(values.shape[0], -1).all(axis=1) if values.ndim > 1 else np.isfinite(values)
+        first = float(times[np.argmin(finite)]) if values.shape[0] == times.shape[0] else math.nan
+        key = "weights.target" if weights["schedule"] == "relaxation" else "weights"
+        raise ConfigError(key, f"the heads of the weights.schedule = {weights['schedule']!r} path are not finite from "
+                               f"t = {first:.6g} on (their {name} matrices); they must stay finite up to solver.t_final")
 
 
 def _check_resumable(stored: dict[str, Any], cfg: dict[str, Any], path: Path) -> None:

@@ -383,3 +383,13 @@ def test_a_value_that_starts_with_a_minus_sign_reaches_its_option(capsys):
     assert status == 2 and "--sweep-beta" in _one_line(err) and "-4.0" in err
     status, err = _run(["theory", "rates", "--lambdas", "-1e-3,2"], capsys)
     assert status == 2 and "--lambdas" in _one_line(err)
+
+
+@pytest.mark.parametrize("entry", ["log(0.05-t)", "1e300*exp(1000*t)"])
+def test_a_weight_target_that_leaves_the_finite_numbers_is_bad_input(entry, tmp_path, capsys):
+    # finite at t = 0, where it was checked, and not later: the run had ended as NaN tokens with exit 1 and a file
+    out = tmp_path / "r.h5"
+    target = f'weights.target=[["{entry}","0","0"],["0","1","0"],["0","0","1"]]'
+    status, err = _run(["simulate", str(ROOT / "data/massucco_oscillating.toml"), "-o", str(out), "--quiet",
+                        "--set", "solver.t_final=0.1", "--set", target], capsys)
+    assert status == 2 and "weights.target" in _one_line(err) and not out.exists()
