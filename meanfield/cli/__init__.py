@@ -11,7 +11,9 @@ import argparse
 import importlib
 import os
 import re
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -95,6 +97,25 @@ def _apply_threads(value: str | None) -> None:
 
 
 @contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (``kill``, a batch system's time limit) ends a command as Ctrl-C does: exit 1 with a message, finished
+    work kept (``meanfield phase`` had died of the signal with status 143 and nothing printed). Runs take their own
+    handler (:func:`meanfield.solvers.signals.interruptible`), which stops them between steps."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
 def _notes_on_stderr() -> Iterator[None]:
     """Print the choices made for the user (:class:`~meanfield.config.ConfigNote`) as ``note:`` lines on stderr."""
     from meanfield.config import ConfigNote
@@ -123,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     keep_freed_memory()  # this process's arrays reuse freed memory instead of faulting in fresh pages every step
     try:
         _apply_threads(getattr(args, "threads", None))
-        with _notes_on_stderr():
+        with _notes_on_stderr(), _sigterm_interrupts():
             status = args.func(args)
     except ConfigError as exc:
         print(f"meanfield {args.command}: error: {exc}", file=sys.stderr)

@@ -15,7 +15,6 @@ interrupted (``--resume`` continues it), 2 for bad input.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from typing import Any
 
@@ -47,18 +46,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def _interrupt_on_sigterm() -> Any:
-    """Turn SIGTERM (``kill``, a batch system's time limit) into KeyboardInterrupt: the cluster shuts down cleanly."""
-
-    def handler(signum: int, frame: Any) -> None:  # noqa: ARG001
-        raise KeyboardInterrupt
-
-    try:
-        return signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        return None
-
-
 def _print_aggregate(table: list[dict[str, Any]], where: str) -> None:
     """The plateaus over the Monte-Carlo paths (``weights.seed``), mean ± std per group, one line each."""
     print(f"plateau over t >= T/2, mean ± std over the weights.seed paths (also in {where}):")
@@ -86,20 +73,15 @@ def main(args: argparse.Namespace) -> int:
             print(f"{case.index}\t{case.hash}\t{params}")
         print(f"{len(spec.cases)} cases")
         return 0
-    previous = _interrupt_on_sigterm()
-    try:
-        rows = run_sweep(
-            spec,
-            args.out,
-            scheduler=args.scheduler,
-            workers=args.workers,
-            resume=args.resume,
-            quiet=args.quiet,
-            retry_failed=args.retry_failed,
-        )
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    rows = run_sweep(  # SIGTERM ends it as Ctrl-C does (the command line's handler): the cluster shuts down cleanly
+        spec,
+        args.out,
+        scheduler=args.scheduler,
+        workers=args.workers,
+        resume=args.resume,
+        quiet=args.quiet,
+        retry_failed=args.retry_failed,
+    )
     failed = [row for row in rows if row["status"] != "ok"]
     print(f"sweep: {len(rows)} cases, {len(rows) - len(failed)} ok, {len(failed)} failed; results in {args.out}/results.csv")
     table = aggregate_paths(rows, spec.parameters)

@@ -315,3 +315,25 @@ def test_batches_on_a_local_dask_cluster_equal_the_in_process_diagram(tiny, tmp_
     there = phase_diagram(tiny, workers=2, out=tmp_path / "dask")
     for name in ("clusters", "rank", "pairs"):
         np.testing.assert_array_equal(there.counts[name], here.counts[name])
+
+
+def test_sigterm_ends_the_command_as_ctrl_c_does(tiny, tmp_path):
+    # a batch system's time limit sends SIGTERM: the command had died of the signal (status 143, nothing printed)
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = tmp_path / "long.toml"
+    config.write_text(TINY_TOML.replace("t_final = 2.0", "t_final = 200.0"))
+    out = tmp_path / "diagram"
+    proc = subprocess.Popen([sys.executable, "-m", "meanfield", "phase", str(config), "-o", str(out), "--workers", "0", "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("batches/*.npz")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "interrupted" in err and "Traceback" not in err, err
+    assert list((out / "batches").glob("*.npz"))  # the finished batches are kept for --resume
