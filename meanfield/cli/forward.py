@@ -35,6 +35,7 @@ import csv
 import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from meanfield.cli.options import parse_float, picture_path, table_path
@@ -127,6 +128,7 @@ def main(args: argparse.Namespace) -> int:
             refined = meanfield_layers(args.sentence, weights.checkpoint.path, beta=beta, dt=dt / 2)
     rows = comparison_rows(fp, path, refined=refined) if fp.n >= 2 else []
     if args.csv:
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)  # missing folders are made, as by every --csv
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["layer"])
             writer.writeheader()

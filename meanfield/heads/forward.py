@@ -746,9 +746,9 @@ def plot_histograms(
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title, fontsize=10)
-    if path is not None:
-        fig.savefig(path, dpi=120)
-    return fig
+    from meanfield.plotting.canvas import save  # folders created, as every picture of the package
+
+    return save(fig, path, dpi=120)
 
 
 # --------------------------------------------------------------------------- #

@@ -329,7 +329,7 @@ def test_meanfield_layers_start_from_the_real_embeddings_and_stay_on_the_sphere(
 
 
 def test_cli_forward_writes_the_table_and_the_plot(tiny: Path, tmp_path: Path, capsys):
-    out_csv, out_png = tmp_path / "f.csv", tmp_path / "f.png"
+    out_csv, out_png = tmp_path / "tables" / "f.csv", tmp_path / "pictures" / "f.png"  # folders made, as by every command
     status = cli_main(["forward", "the cat sat on the mat", "--checkpoint", str(tiny), "--dt", "0.25",
                        "--csv", str(out_csv), "--plot", str(out_png), "--embedding"])
     assert status == 0
