@@ -266,6 +266,7 @@ def test_every_name_the_readme_imports_from_meanfield_exists():
     # a block outside the Python section imported meanfield_layers from meanfield.cli.forward, where it is not
     import ast
     import importlib
+    import importlib.util
     import re
 
     readme = (ROOT / "README.md").read_text()
