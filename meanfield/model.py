@@ -139,6 +139,11 @@ class Model:
             heads = ConstantHeads(heads)
         if not callable(getattr(heads, "at", None)):
             raise TypeError(f"heads must be a HeadStack, a Head, a list of Heads or a schedule with at(t), got {type(heads).__name__}")
+        first = heads.at(0.0)
+        if getattr(first, "d", self.d) != self.d:  # the later error had blamed the tokens
+            raise ValueError(f"the heads act on R^{first.d} (B and V are {first.d}×{first.d}), but d = {self.d}")
+        if isinstance(first, HeadStack) and not (np.all(np.isfinite(first.B)) and np.all(np.isfinite(first.V))):
+            raise ValueError("the heads' B and V must be finite (at t = 0)")
         object.__setattr__(self, "heads", heads)
 
     @property

@@ -18,7 +18,7 @@ from meanfield.noise import NoiseSchedule
 from meanfield.solvers.loop import RunSetup, Tracker
 from meanfield.solvers.noise import NoisyParticleStepper
 from meanfield.solvers.normalized import NormalizedSolver
-from meanfield.solvers.particle_stepper import ParticleStepper
+from meanfield.solvers.particle_stepper import ParticleStepper, check_step_options
 from meanfield.solvers.trackers import EnergyTracker, FiniteTracker, SphereTracker, SteadyStateTracker
 
 __all__ = ["ParticleStepper", "ParticleSolver"]
@@ -64,6 +64,9 @@ class ParticleSolver:
     norm: str = "post"
     ngpt_alpha: float = 0.2
     kind: ClassVar[str] = "particle"
+
+    def __post_init__(self) -> None:
+        check_step_options(method=self.method, dt=self.dt, rtol=self.rtol, atol=self.atol)
 
     def stepper(self, problem: Any) -> ParticleStepper | NoisyParticleStepper:
         """The :class:`ParticleStepper` of ``problem`` (the field is ``problem.model.velocity``); with noise, its Euler–Maruyama twin."""

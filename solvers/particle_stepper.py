@@ -21,7 +21,20 @@ from meanfield.model import Model
 from meanfield.solvers.integrators import DormandPrince, from_name
 from meanfield.solvers.signals import check
 
-__all__ = ["ParticleStepper"]
+__all__ = ["ParticleStepper", "check_step_options"]
+
+
+def check_step_options(*, method: str, dt: object, rtol: object, atol: object) -> None:
+    """A known scheme and positive finite ``dt``, ``rtol``, ``atol``: :class:`ValueError` naming the option otherwise
+    (the solvers' options are checked when they are made; ``dt=0`` had been a ZeroDivisionError in :func:`meanfield.solve`)."""
+    if not isinstance(method, str):
+        raise ValueError(f"method must be a scheme's name, got {method!r}")
+    from_name(method)
+    for name, value in (("dt", dt), ("rtol", rtol), ("atol", atol)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
+            math.isfinite(value) and value > 0
+        ):
+            raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
 class ParticleStepper:
@@ -50,8 +63,7 @@ class ParticleStepper:
         atol: float = 1e-10,
         weights: np.ndarray | None = None,
     ) -> None:
-        if dt <= 0 or not math.isfinite(dt):
-            raise ValueError(f"dt must be positive and finite, got {dt}")
+        check_step_options(method=method, dt=dt, rtol=rtol, atol=atol)
         self.model = model
         self.scheme = from_name(method)
         self.dt = float(dt)

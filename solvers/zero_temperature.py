@@ -42,7 +42,7 @@ from meanfield.model import Model
 from meanfield.analysis.projection import COND_MAX
 from meanfield.geometry.sphere import project_tangent
 from meanfield.solvers.loop import RunSetup, Tracker
-from meanfield.solvers.particle import ParticleStepper
+from meanfield.solvers.particle_stepper import ParticleStepper, check_step_options
 from meanfield.solvers.trackers import FiniteTracker, SphereTracker, SteadyStateTracker
 
 __all__ = ["ZeroTemperatureField", "RayleighTracker", "ZeroTemperatureSolver", "field_of"]
@@ -136,6 +136,9 @@ class ZeroTemperatureSolver:
     rtol: float = 1e-8
     atol: float = 1e-10
     kind: ClassVar[str] = "zero-temperature"
+
+    def __post_init__(self) -> None:
+        check_step_options(method=self.method, dt=self.dt, rtol=self.rtol, atol=self.atol)
 
     def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:
         """Stepper and trackers: finite values, the sphere, the mean Rayleigh quotient, the largest speed."""

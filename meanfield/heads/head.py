@@ -57,6 +57,19 @@ class Head:
     K: np.ndarray
     V: np.ndarray
 
+    def __post_init__(self) -> None:
+        Q, K, V = (np.asarray(m, dtype=float) for m in (self.Q, self.K, self.V))
+        if V.ndim != 2 or V.shape[0] != V.shape[1] or V.shape[0] < 1:
+            raise ValueError(f"a head's V is a d×d matrix, got shape {V.shape}")
+        d = V.shape[0]
+        if Q.ndim != 2 or Q.shape != K.shape or Q.shape[1] != d:
+            raise ValueError(f"a head's Q and K are k×d matrices of one shape with d = {d} (V's), got {Q.shape} and {K.shape}")
+        if not (np.all(np.isfinite(Q)) and np.all(np.isfinite(K)) and np.all(np.isfinite(V))):
+            raise ValueError("a head's Q, K and V must be finite")
+        object.__setattr__(self, "Q", Q)
+        object.__setattr__(self, "K", K)
+        object.__setattr__(self, "V", V)
+
     @property
     def B(self) -> np.ndarray:
         r"""Score matrix :math:`B=Q^\top K`, shape ``(d, d)``."""
@@ -88,8 +101,8 @@ class HeadStack:
     def __post_init__(self) -> None:
         B = np.ascontiguousarray(self.B, dtype=float)
         V = np.ascontiguousarray(self.V, dtype=float)
-        if B.ndim != 3 or B.shape != V.shape or B.shape[1] != B.shape[2]:
-            raise ValueError(f"HeadStack needs B and V of equal shape (H, d, d), got {B.shape} and {V.shape}")
+        if B.ndim != 3 or B.shape != V.shape or B.shape[1] != B.shape[2] or B.shape[0] < 1 or B.shape[1] < 1:
+            raise ValueError(f"HeadStack needs B and V of equal shape (H, d, d) with H ≥ 1, got {B.shape} and {V.shape}")
         w = np.full(B.shape[0], 1.0 / B.shape[0]) if self.w is None else np.asarray(self.w, dtype=float)
         if w.shape != (B.shape[0],):  # the kernels read w[h] for every head (compiled ones without a bounds check)
             raise ValueError(f"HeadStack needs one weight per head, w of shape ({B.shape[0]},), got {w.shape}")

@@ -221,6 +221,18 @@ def test_the_readme_python_examples_run(tmp_path, monkeypatch):
         (lambda: mf.Model(d=3, beta=1.0, precision="float16"), "precision"),
         (lambda: HeadStack(B=np.stack([np.eye(3)] * 3), V=np.stack([np.eye(3)] * 3), w=[0.5, 0.5]), "weight"),
         (lambda: HeadStack(B=np.eye(3)[None], V=np.eye(3)[None], w=[-1.0]), "weights"),
+        # found in review: ZeroDivisionError in solve, a TypeError, a ZeroDivisionError, numpy's matmul error, NaN velocities,
+        # and the tokens blamed for heads of another dimension
+        (lambda: mf.ParticleSolver(dt=0), "dt"),
+        (lambda: mf.ZeroTemperatureSolver(dt=0), "dt"),
+        (lambda: mf.ParticleSolver(dt="0.1"), "dt"),
+        (lambda: mf.ParticleSolver(method="leapfrog"), "leapfrog"),
+        (lambda: mf.ParticleSolver(method="rk45", rtol=-1.0), "rtol"),
+        (lambda: HeadStack(B=np.zeros((0, 3, 3)), V=np.zeros((0, 3, 3))), "H ≥ 1"),
+        (lambda: mf.heads.Head(Q=np.eye(3), K=np.eye(2), V=np.eye(3)), "Q and K"),
+        (lambda: mf.heads.Head(Q=np.eye(3), K=np.eye(3), V=np.full((3, 3), np.nan)), "finite"),
+        (lambda: mf.Model(d=3, beta=1.0, heads=HeadStack(B=np.eye(4)[None], V=np.eye(4)[None])), "d = 3"),
+        (lambda: mf.Model(d=3, beta=1.0, heads=HeadStack(B=np.full((1, 3, 3), np.inf), V=np.eye(3)[None])), "finite"),
     ],
 )
 def test_the_python_api_names_a_bad_value_when_it_is_built(build, name):
@@ -228,6 +240,11 @@ def test_the_python_api_names_a_bad_value_when_it_is_built(build, name):
     # past its end by the compiled kernels)
     with pytest.raises(ValueError, match=name):
         build()
+
+
+def test_a_head_takes_lists():
+    head = mf.heads.Head(Q=[[1, 0, 0], [0, 1, 0]], K=[[1, 0, 0], [0, 2, 0]], V=np.eye(3))  # lists had raised AttributeError
+    np.testing.assert_array_equal(head.B, np.diag([1.0, 2.0, 0.0]))
 
 
 @pytest.mark.parametrize(("options", "name"), [({"t_final": "1"}, "t_final"), ({"t_final": 1.0, "save_every": 0.0}, "save_every"),

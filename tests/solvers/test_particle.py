@@ -66,7 +66,7 @@ def test_thm11_energy_identity_along_a_run(rng):
     for _ in range(2):
         q = rng.standard_normal((d, d)) / d
         b = q.T @ q  # symmetric positive semi-definite score
-        heads.append(Head(Q=np.linalg.cholesky(b + 1e-9 * np.eye(d)).T, K=np.linalg.cholesky(b + 1e-9 * np.eye(d)).T, V=None))
+        heads.append(Head(Q=np.linalg.cholesky(b + 1e-9 * np.eye(d)).T, K=np.linalg.cholesky(b + 1e-9 * np.eye(d)).T, V=np.eye(d)))
     stack = HeadStack(B=np.stack([h.B for h in heads]), V=np.stack([h.B for h in heads]))
     model = Model(d=d, beta=1.5, attention="unnormalized", heads=ConstantHeads(stack))
     result = solve(Problem(model, sample_uniform(n, d, seed=4)), ParticleSolver(dt=0.005), t_final=2.0, save_every=0.02, energy=False, speed=False)
