@@ -794,7 +794,18 @@ def _add_heads(blk: np.ndarray, accs: list[np.ndarray], shifts: list[np.ndarray]
             _add_softmax_rows(blk, acc)
     elif kind == "unnormalized":
         for acc, shift in zip(accs, shifts):
-            blk += np.multiply(acc[:, :d], np.exp(shift)[:, None], out=term)
+            with np.errstate(over="ignore"):
+                factor = np.exp(shift)
+            deep = ~np.isfinite(factor)  # a bound c_i above ln(max float) while the row's own sum may be far smaller
+            if np.any(deep):
+                factor[deep] = 0.0
+            blk += np.multiply(acc[:, :d], factor[:, None], out=term)
+            if np.any(deep):  # e^{c_i} Σ_j(...) as the row's mean value times its sum e^{c_i + ln Σ_j e^{βs_ij - c_i} a_j}
+                sums = np.asarray(acc[deep, d], dtype=np.float64)
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                    total = np.exp(shift[deep] + np.log(sums))
+                    rows = acc[deep, :d] / sums[:, None] * total[:, None]
+                blk[deep] += np.where(sums[:, None] > 0, rows, 0.0)  # a row that sees no mass moves by 0
     else:  # pooled: one softmax over the heads' pooled sums, shifted by the largest shift of a head that weighs
         weighing = [h for h in range(len(accs)) if heads.w[h] != 0] or list(range(len(accs)))
         top = np.max(np.stack([shifts[h] for h in weighing]), axis=0)

@@ -636,3 +636,26 @@ def test_a_bad_inverse_temperature_is_named(beta):
     heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
     with pytest.raises(ValueError, match="beta"):
         attention_velocity(sample_uniform(8, 3, seed=0), heads, beta=beta)
+
+
+@pytest.mark.parametrize("flash", [False, True])
+@pytest.mark.parametrize("d", [2, 9, 33])
+def test_unnormalized_rows_whose_bound_overflows_exp_stay_finite(rng, d, flash, monkeypatch):
+    # the BLAS kernel multiplied the shifted sums by e^{c_i}, c_i = β‖Bᵀx_i‖ the Cauchy–Schwarz bound: above ln(max float)
+    # that was inf for rows whose own sum is finite (found in review: auto takes this kernel for unnormalized float64)
+    import meanfield.kernels.blas as blas
+
+    if not flash:
+        monkeypatch.setattr(blas, "FLASH_MAX_D64", 0)
+    if d == 2:
+        x = np.array([[1.0, 0.0], [0.0, 1.0]])
+        heads = HeadStack(B=np.array([[[0.4, 0.6344], [0.0, 0.0]]]), V=np.eye(2)[None])  # c_0 = 750, row max 400
+        beta = 1000.0
+    else:
+        x = sample_uniform(17, d, seed=3)
+        heads = HeadStack(B=0.3 * rng.standard_normal((2, d, d)), V=rng.standard_normal((2, d, d)))
+        beta = 300.0
+    ref = velocity_numpy(x, heads, beta=beta, kind="unnormalized")
+    got = velocity_blas(x, heads, beta=beta, kind="unnormalized")
+    assert np.all(np.isfinite(ref)) and np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * np.max(np.abs(ref)))
