@@ -1020,19 +1020,22 @@ def velocity_harmonic(
         raise ValueError(f"beta must be finite and >= 0, got {beta}")
     if causal:
         return _causal_harmonic(x, heads, beta, kind, a, float(tolerance), block)
-    sums = certified_head_sums(x, heads, beta, kind, a, float(tolerance))
+    sums = certified_head_sums(x, heads, beta, kind, a, float(tolerance), per_head=row_logs is not None)
     store_row_logs(row_logs, heads, kind, sums)
     return combine_head_sums(heads, kind, sums)
 
 
-def certified_head_sums(x: np.ndarray, heads: HeadStack, beta: float, kind: str, a: np.ndarray, tolerance: float) -> list[HeadSums]:
+def certified_head_sums(x: np.ndarray, heads: HeadStack, beta: float, kind: str, a: np.ndarray, tolerance: float, *,
+                        per_head: bool = False) -> list[HeadSums]:
     r"""Every head's shifted sums :math:`N^h_i, D^h_i, m^h_i` over all tokens, each row to ``tolerance``.
 
     The harmonic sums of :func:`harmonic_head_sums` (one adjoint transform for all
     heads), with the rows whose bound exceeds ``tolerance`` times their sum — per head,
     or for ``kind="pooled"`` of the pooled denominator — recomputed exactly by
     :func:`meanfield.kernels.local.local_head_sums`.  Heads of zero weight are left
-    empty under ``pooled``.  (``x`` unit vectors, ``a`` the masses.)
+    empty under ``pooled``.  (``x`` unit vectors, ``a`` the masses.)  ``per_head``: under
+    ``pooled`` too, every head's sum to ``tolerance`` of itself (its log row sums are asked
+    for: a head far below the pooled sum had come out 7–60 nats off, or negative).
     """
     n = x.shape[0]
     src = SphereSources(x, a)
@@ -1057,6 +1060,11 @@ def certified_head_sums(x: np.ndarray, heads: HeadStack, beta: float, kind: str,
         bad = np.flatnonzero(~(err <= tol * np.abs(den)))
         if bad.size:
             for h in active:
+                sums[h].put(bad, local_head_sums(x[bad], heads.B[h], beta, src, tolerance=tol))
+                errors[h][bad] = 0.0
+        for h in active if per_head else ():
+            bad = np.flatnonzero(~(errors[h] <= tol * sums[h].den))
+            if bad.size:
                 sums[h].put(bad, local_head_sums(x[bad], heads.B[h], beta, src, tolerance=tol))
     return sums
 

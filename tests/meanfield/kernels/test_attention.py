@@ -659,3 +659,22 @@ def test_unnormalized_rows_whose_bound_overflows_exp_stay_finite(rng, d, flash, 
     got = velocity_blas(x, heads, beta=beta, kind="unnormalized")
     assert np.all(np.isfinite(ref)) and np.all(np.isfinite(got))
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * np.max(np.abs(ref)))
+
+
+@pytest.mark.parametrize(("seed", "n", "beta"), [(9, 17, 256.0), (1, 257, 1024.0)])
+def test_pooled_row_logs_of_the_sphere_kernels_hold_for_every_head(seed, n, beta):
+    # the harmonic kernel certified pooled rows against the pooled sum only: a head far below it had logs 7-60 nats
+    # off, or NaN, and its energy NaN (found in review)
+    from meanfield.analysis.energy import energies_from_row_logs
+
+    gen = np.random.default_rng(seed)
+    x = sample_uniform(n, 3, seed=seed)
+    B = np.stack([gen.standard_normal((3, 3)), 0.5 * gen.standard_normal((3, 3)), 0.3 * gen.standard_normal((3, 3))])
+    heads = HeadStack(B=B, V=gen.standard_normal((3, 3, 3)), w=np.array([0.3, 0.3, 0.4]))
+    exact = _log_row_sums(x, heads, beta, np.full(n, 1.0 / n))
+    for backend in ("harmonic", "local"):
+        logs = np.full((3, n), np.nan)
+        attention_velocity(x, heads, beta=beta, kind="pooled", backend=backend, row_logs=logs)
+        np.testing.assert_allclose(logs, exact, rtol=0, atol=1e-10)
+        with np.errstate(over="ignore"):  # at β = 1024 the first head's energy is e^{1000}: inf on both sides
+            np.testing.assert_allclose(energies_from_row_logs(logs, beta=beta), energies_from_row_logs(exact, beta=beta), rtol=1e-10)
