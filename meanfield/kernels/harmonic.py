@@ -973,7 +973,8 @@ def velocity_harmonic(
     transform floor, NUFFT accuracy).  Rows with :math:`E_i>\mathrm{tol}\cdot\widetilde D_i`
     are recomputed exactly by :func:`meanfield.kernels.local.local_head_sums`, so every
     row has relative error :math:`\lesssim` ``tolerance`` (measured: ≤ 1e-12 relative to
-    :math:`\max_i|v_i|` on uniform points for β ≤ 1024, a few 1e-13 typical).
+    :math:`\max_i|v_i|` on uniform points for β ≤ 1024, a few 1e-13 typical; near the
+    NUFFT's floor, at tolerance 1e-12, up to 7e-12 on clustered tokens with zero masses).
 
     Parameters
     ----------
