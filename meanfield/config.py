@@ -207,7 +207,20 @@ def _type_name(types: tuple[type, ...]) -> str:
     return " or ".join(names.get(t, t.__name__) for t in types)
 
 
+def _plain(value: Any) -> Any:
+    """NumPy scalars and arrays as the Python values a TOML file gives (``np.int64(8)`` from ``np.arange`` in a
+    notebook had been refused as "not an integer"; the config is stored as JSON, which takes no NumPy types)."""
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def _check_value(spec: Key, value: Any, key: str) -> Any:
+    value = _plain(value)
     if isinstance(value, bool) and bool not in spec.types:
         raise ConfigError(key, f"expected {_type_name(spec.types)}, got {value!r}")
     if not isinstance(value, spec.types):

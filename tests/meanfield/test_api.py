@@ -299,3 +299,13 @@ def test_every_name_the_readme_imports_from_meanfield_exists():
                     if alias.name.split(".")[0] == "meanfield":
                         importlib.import_module(alias.name)
     assert not missing, missing
+
+
+def test_keyword_overrides_take_numpy_scalars_and_arrays():
+    # values from np.arange or linspace in a notebook: np.int64 had been refused as "not an integer"
+    run = mf.simulate(ROOT / "data" / "default.toml", n=np.int64(8), t_final=np.float64(0.2), save_every=np.float32(0.25))
+    assert run.config["init"]["n"] == 8 and type(run.config["init"]["n"]) is int and run.frames == 2
+    cfg = mf.load_config(ROOT / "data" / "default.toml", **{"model.heads": [{"Q": np.eye(3), "K": "identity", "V": "aligned"}]})
+    assert cfg["model"]["heads"][0]["Q"] == np.eye(3).tolist()
+    with pytest.raises(mf.ConfigError, match="init.n"):
+        mf.simulate(ROOT / "data" / "default.toml", n=np.bool_(True))
