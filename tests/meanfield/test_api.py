@@ -207,6 +207,8 @@ def test_the_readme_python_examples_run(tmp_path, monkeypatch):
         exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - the README's own examples
     assert isinstance(namespace["run"], mf.Run) and (tmp_path / "run.h5").is_file() and (tmp_path / "run.gif").is_file()
     assert "mean_norm" in namespace["run"].diagnostics
+    shown = re.search(r"^run = (mf\.simulate\(.*?\)).*\n^run +# (Run\(.*\))$", section, flags=re.M)  # the repr it shows
+    assert shown is not None and repr(eval(shown.group(1), namespace)) == shown.group(2)  # noqa: S307 - the README's own
 
 
 @pytest.mark.parametrize(
