@@ -74,6 +74,7 @@ class Run:
         states: np.ndarray | None = None,
         reader: Any = None,
         model: Any = None,
+        mesh: Any = None,
         path: str | Path | None = None,
     ) -> None:
         if state_name not in ("x", "mass"):
@@ -92,6 +93,7 @@ class Run:
         self._states = None if states is None else np.asarray(states, dtype=float)
         self._reader = reader
         self._model = model
+        self._mesh = mesh  # the mesh a grid run was solved on, where it is at hand (mf.solve)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -206,11 +208,14 @@ class Run:
     def mesh(self) -> Any:
         """The :class:`~meanfield.geometry.mesh.SphericalMesh` of a grid run.
 
-        Rebuilt from the stored ``[grid]`` table (cached), and checked against the stored cell points, which
+        The mesh the run was solved on where it is at hand (a run of :func:`meanfield.solve`); otherwise
+        rebuilt from the stored ``[grid]`` table (cached), and checked against the stored cell points, which
         are the generators (first order) or the cell centroids (second order); a run without a usable table
         gets the Voronoi mesh of its stored points.
         """
         self._require("grid", "mesh")
+        if self._mesh is not None:  # the Voronoi mesh of the centroids is another mesh (areas off by 3 % of a cell)
+            return self._mesh
         from meanfield.geometry.grid_config import stored_mesh
 
         return stored_mesh((self.config or {}).get("grid", {}), self.points)

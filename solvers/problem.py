@@ -207,6 +207,7 @@ def solve(
         stop_reason=result.info["stop_reason"],
         info=result.info,
         model=problem.model,
+        mesh=problem.mesh,
     )
     if status == "interrupted":
         raise RunInterrupted(f"{result.info['stop_reason']} at t = {run.t[-1]:.6g}", run=run)
