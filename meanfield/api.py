@@ -74,5 +74,5 @@ def simulate(
 
     cfg = _load(source, values=overrides)
     if out is not None:
-        check_output(out, overwrite=overwrite, resume=resume)
+        check_output(out, overwrite=overwrite, resume=resume, key="out", options=("overwrite=True", "resume=True"))
     return simulate_config(cfg, out, resume=resume, quiet=not progress, trackers=trackers)

@@ -12,13 +12,16 @@ __all__ = ["check_output", "check_parent", "IMAGE_FORMATS"]
 IMAGE_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
 
 
-def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = False, key: str = "-o") -> Path:
+def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = False, key: str = "-o",
+                 options: tuple[str, str] = ("--overwrite", "--resume")) -> Path:
     """Say what is wrong with ``path`` as the output of a run, before anything is computed or written.
 
     A folder, a path under a file, a folder without write permission, or an
     existing file (unless ``overwrite``, or ``resume`` on a meanfield run) is a
-    :class:`ConfigError` naming ``key``.
+    :class:`ConfigError` naming ``key``; ``options`` are the names the messages give the two
+    switches (the Python API's ``("overwrite=True", "resume=True")``).
     """
+    replace, resume_option = options
     path = Path(path)
     if path.is_dir():
         raise ConfigError(key, f"{path} is a folder; give a file name such as {path / 'run.h5'}")
@@ -27,11 +30,11 @@ def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = Fa
         if resume:
             from meanfield.io.runfile import RunReader
 
-            RunReader(path, key="--resume")  # resuming needs a meanfield run; the reader says why not
+            RunReader(path, key=resume_option.split("=")[0])  # resuming needs a meanfield run; the reader says why not
             if not os.access(path, os.W_OK):
                 raise ConfigError(key, f"{path} is read-only; cannot resume into it")
         elif not overwrite:
-            raise ConfigError(key, f"{path} already exists; use --overwrite to replace it (or --resume to continue that run)")
+            raise ConfigError(key, f"{path} already exists; use {replace} to replace it (or {resume_option} to continue that run)")
         elif not os.access(path, os.W_OK):
             raise ConfigError(key, f"{path} is read-only; cannot overwrite it")
     return path

@@ -182,7 +182,7 @@ def test_a_failed_run_raises_with_its_frames(tmp_path):
 def test_simulate_refuses_to_overwrite_and_resume_says_when_there_is_nothing_to_do(tmp_path, capsys):
     out = tmp_path / "r.h5"
     mf.simulate(None, out=out, **SMALL)
-    with pytest.raises(mf.ConfigError, match="already exists; use --overwrite"):
+    with pytest.raises(mf.ConfigError, match="^out: .* already exists; use overwrite=True .* resume=True"):  # the API's names
         mf.simulate(None, out=out, **SMALL)
     mf.simulate(None, out=out, overwrite=True, **SMALL)
     (tmp_path / "notes.txt").write_text("keep me")
