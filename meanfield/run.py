@@ -102,17 +102,18 @@ class Run:
         return cls(t=t, states=states, state_name=state_name, **fields)
 
     @classmethod
-    def load(cls, path: str | Path) -> Run:
+    def load(cls, path: str | Path, *, key: str = "path") -> Run:
         """Open the run stored in ``path`` (frames are read when first used).
 
         Raises
         ------
         ConfigError
-            When ``path`` is missing or is not a meanfield run; the message says why.
+            When ``path`` is missing or is not a meanfield run; the message says why and names ``key``
+            (the command line's ``OUT.h5``).
         """
         from meanfield.io.runfile import RunReader
 
-        reader = RunReader(path)
+        reader = RunReader(path, key=key)
         return cls(
             t=reader.times(),
             state_name=reader.state_name,
@@ -362,16 +363,17 @@ def _json_default(value: Any) -> Any:
     return repr(value)
 
 
-def load(path: str | Path) -> Run:
+def load(path: str | Path, *, key: str = "path") -> Run:
     """Open a run file written by ``meanfield simulate`` or :func:`meanfield.simulate` (frames read lazily).
 
     Raises
     ------
     ConfigError
-        When the file is missing or is not a meanfield run (the message says why).
+        When the file is missing or is not a meanfield run (the message says why and names ``key``, the
+        command line's ``OUT.h5``).
     """
     if isinstance(path, Run):  # pragma: no cover - convenience
         return path
     if not isinstance(path, (str, Path)):
-        raise ConfigError("path", f"expected a file path, got {type(path).__name__}")
-    return Run.load(path)
+        raise ConfigError(key, f"expected a file path, got {type(path).__name__}")
+    return Run.load(path, key=key)

@@ -112,7 +112,7 @@ def _analyse(args: argparse.Namespace) -> int:
     from meanfield.run import load
 
     policy = "warn" if args.force else None
-    run = load(args.path)
+    run = load(args.path, key="OUT.h5")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
         result = run.concentration(threshold=args.threshold, policy=policy)

@@ -81,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
     fd_points = _positive_int(args.fd_points, "--fd-points", odd_at_least=3)
     picture_path(args.plot, "--plot")
     table_path(args.csv, "--csv")
-    diagnosis = load(args.run).diagnose(tol=tol, stride=stride, fd_points=fd_points)
+    diagnosis = load(args.run, key="OUT.h5").diagnose(tol=tol, stride=stride, fd_points=fd_points)
     frames = diagnosis.series["t"].size
     if frames < fd_points:
         warnings.warn(f"entropy_residual is nan: its {fd_points}-point stencil in time (--fd-points) needs "

@@ -67,7 +67,7 @@ def follow(path: str, *, interval: float) -> int:
     from meanfield.run import Run
 
     reader = _when_readable(path, lambda: RunReader(path), interval)
-    print(_when_readable(path, lambda: Run.load(path).summary(), interval))
+    print(_when_readable(path, lambda: Run.load(path, key="OUT.h5").summary(), interval))
     shown = 0
     while True:
         try:
@@ -99,7 +99,7 @@ def main(args: argparse.Namespace) -> int:
         if args.plot:
             raise ConfigError("--plot", "draw a run after it ends, not while following it (drop --follow or --plot)")
         return follow(args.run, interval=interval)
-    run = load(args.run)
+    run = load(args.run, key="OUT.h5")
     print(run.summary())
     if args.plot:
         draw(run, args.plot)

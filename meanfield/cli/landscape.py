@@ -71,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
     if args.action == "classify":
         from meanfield.run import load
 
-        run = load(args.run)
+        run = load(args.run, key="OUT.h5")
         if run.kind != "particle":
             raise ConfigError("OUT.h5", f"{args.run} holds a grid density; classify takes a particle run")
         frames = run.frames

@@ -184,6 +184,8 @@ def test_simulate_refuses_to_overwrite_and_resume_says_when_there_is_nothing_to_
     mf.simulate(None, out=out, **SMALL)
     with pytest.raises(mf.ConfigError, match="^out: .* already exists; use overwrite=True .* resume=True"):  # the API's names
         mf.simulate(None, out=out, **SMALL)
+    with pytest.raises(mf.ConfigError, match="^path: file not found"):  # not the command line's OUT.h5
+        mf.load(tmp_path / "nope.h5")
     mf.simulate(None, out=out, overwrite=True, **SMALL)
     (tmp_path / "notes.txt").write_text("keep me")
     assert main(["simulate", str(ROOT / "data/default.toml"), "-o", str(tmp_path / "notes.txt"), "--quiet"]) == 2
