@@ -527,7 +527,12 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
 
     cfg = run.config
     if cfg is None:
-        raise ConfigError("run", "the concentration analysis needs the run's config (its head); this run has none")
+        raise ConfigError("run", "the concentration analysis reads the head from the run's config, and this run has none "
+                                 "(a run of mf.solve): run it with mf.simulate from a config")
+    norm = cfg["model"].get("norm", "post")
+    if norm in ("pre", "peri"):  # as the config refuses track.concentration for these (it had been a traceback)
+        raise ConfigError("model.norm", f"W2 to Π♯ρ₀ is measured on the sphere; the tokens of norm = {norm!r} have radii "
+                                        "(the analysis takes norm = 'post' or 'ngpt')")
     policy = cfg["model"].get("assumptions", "check") if policy is None else policy
     report = assumption_report(cfg, policy=policy)
     curves = concentration_curves(run, policy="skip")

@@ -635,3 +635,15 @@ def test_a_grid_whose_projection_has_many_atoms_is_measured_at_its_cell_centres(
     np.testing.assert_allclose(tracker(0.0, mass1)["w2_target"], expected, rtol=1e-10)
     two = tracker_from_head(eye, np.array(K_DEFAULT), np.array(V_DEFAULT), mass0, points=mesh.points, mesh=mesh)
     assert two.mesh is mesh and two.target.atoms.shape[0] == 2  # two atoms: the quadrature of the reconstruction
+
+
+@pytest.mark.parametrize("norm", ["pre", "peri"])
+def test_concentration_of_a_run_whose_tokens_have_radii_is_refused(norm, tmp_path, capsys, run_cli):
+    # the config refuses track.concentration for these; the analysis of a stored run had ended in a traceback
+    out = tmp_path / "r.h5"
+    assert run_cli(["simulate", str(ROOT / "data/concentration.toml"), "-o", str(out), "--quiet", "--set", f"model.norm=\"{norm}\"",
+                "--set", "solver.t_final=0.5", "--set", "track.concentration=false", "--set", "init.n=32"]) == 0
+    capsys.readouterr()
+    assert run_cli(["concentration", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "model.norm" in err and "Traceback" not in err
