@@ -221,7 +221,8 @@ def enforce_assumptions(report: AssumptionReport, policy: str, *, key: str = "mo
     if policy == "skip" or report.ok:
         return report
     if policy == "check":
-        raise ConfigError(key, f"{report.message}; set model.assumptions = \"warn\" (or pass --force) to go on anyway")
+        raise ConfigError(key, f"{report.message}; set model.assumptions = \"warn\" (--force on the command line, policy=\"warn\" "
+                               "in Python) to go on anyway")
     warnings.warn(f"{report.message}; going on (model.assumptions = 'warn' / --force)", RuntimeWarning, stacklevel=2)
     return report
 
