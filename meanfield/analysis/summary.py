@@ -91,26 +91,32 @@ def _status(run: Any) -> str:
 
 
 def run_summary(run: Any) -> str:
-    """The lines ``meanfield info`` prints for a :class:`meanfield.Run`."""
+    """The lines ``meanfield info`` prints for a :class:`meanfield.Run` (a run of :func:`meanfield.solve`, which has
+    no config, shows its model instead: it had shown its status and frame count only)."""
     cfg = run.config
+    model = getattr(run, "_model", None) if cfg is None else None
     lines = []
     if run.path is not None:
         lines.append(f"file:      {run.path}")
     lines.append(f"status:    {_status(run)}")
-    if cfg is None:
+    if cfg is None and model is None:
         lines.append(f"frames:    {run.frames}")
         return "\n".join(lines)
-    lines.append(f"model:     {model_line(cfg)}")
-    heads = cfg["model"]["heads"]
-    count = len(heads) if isinstance(heads, list) and heads else (heads if isinstance(heads, str) else 1)
-    if cfg["model"].get("num_heads") is not None and not isinstance(heads, str):
-        count = cfg["model"]["num_heads"]
-    lines.append(f"heads:     {count}")
-    lines.append(f"solver:    {solver_line(cfg)}")
+    if cfg is not None:
+        lines.append(f"model:     {model_line(cfg)}")
+        heads = cfg["model"]["heads"]
+        count = len(heads) if isinstance(heads, list) and heads else (heads if isinstance(heads, str) else 1)
+        if cfg["model"].get("num_heads") is not None and not isinstance(heads, str):
+            count = cfg["model"]["num_heads"]
+        lines.append(f"heads:     {count}")
+        lines.append(f"solver:    {solver_line(cfg)}")
+    else:
+        lines.append(f"model:     d={model.d} β={model.beta:g} attention={model.attention} direction={model.direction}")
+        lines.append(f"heads:     {model.heads.at(float(run.t[0]) if run.frames else 0.0).H}")
     t = run.t
     span = f"t in [{t[0]:.4g}, {t[-1]:.4g}]" if run.frames else "no frame yet"
     if run.kind == "particle":
-        n = run.shape[0] if run.frames else cfg["init"]["n"]
+        n = run.shape[0] if run.frames else (cfg["init"]["n"] if cfg is not None else "?")
         lines.append(f"frames:    {run.frames}  {span}  tokens n={n}")
         if run.frames:
             from meanfield.analysis.diagnostics import cluster_statistics
@@ -123,11 +129,11 @@ def run_summary(run: Any) -> str:
                 f"min <x_i,x_j> = {stats['min_inner']:.6f} (1 = one point)"
             )
     else:
-        cells = run.static["points"].shape[0] if "points" in run.static else cfg["grid"]["cells"]
+        cells = run.static["points"].shape[0] if "points" in run.static else (cfg["grid"]["cells"] if cfg is not None else "?")
         lines.append(f"frames:    {run.frames}  {span}  cells N={cells}")
         if run.frames:
             lines.append(grid_final_line(run.mesh(), run.final))
-    kind = cfg["solver"]["kind"]
+    kind = cfg["solver"]["kind"] if cfg is not None else None
     if kind == "jko" and "jko_steps" in run.info:
         halved = int(run.info.get("halvings", 0))
         steps = f"of τ={cfg['solver']['tau']:g}" if not halved else f"of τ={cfg['solver']['tau']:g} or less ({halved} halved)"
