@@ -135,15 +135,14 @@ class Model:
             heads = [heads]
         if isinstance(heads, (list, tuple)):
             heads = stack_heads(heads)
-        if isinstance(heads, HeadStack):
+        if isinstance(heads, HeadStack):  # constant heads are checked here (a schedule's, when it is asked for them)
+            if heads.d != self.d:  # the later error had blamed the tokens
+                raise ValueError(f"the heads act on R^{heads.d} (B and V are {heads.d}×{heads.d}), but d = {self.d}")
+            if not (np.all(np.isfinite(heads.B)) and np.all(np.isfinite(heads.V))):
+                raise ValueError("the heads' B and V must be finite")
             heads = ConstantHeads(heads)
         if not callable(getattr(heads, "at", None)):
             raise TypeError(f"heads must be a HeadStack, a Head, a list of Heads or a schedule with at(t), got {type(heads).__name__}")
-        first = heads.at(0.0)
-        if getattr(first, "d", self.d) != self.d:  # the later error had blamed the tokens
-            raise ValueError(f"the heads act on R^{first.d} (B and V are {first.d}×{first.d}), but d = {self.d}")
-        if isinstance(first, HeadStack) and not (np.all(np.isfinite(first.B)) and np.all(np.isfinite(first.V))):
-            raise ValueError("the heads' B and V must be finite (at t = 0)")
         object.__setattr__(self, "heads", heads)
 
     @property
