@@ -183,3 +183,18 @@ def test_file_tokens_set_n_and_relative_matrix_paths(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as info:
         load_config(sub / "c.toml", ["init.n=4"])
     assert info.value.key == "init.n"
+
+
+def test_a_mesh_coarser_than_the_kernel_gets_a_note():
+    # the JKO grid variant at β = 256 on 50 cells had run to energies of 1e160 without a word
+    import warnings as _warnings
+
+    from meanfield.config import ConfigNote
+
+    with _warnings.catch_warnings(record=True) as caught:
+        _warnings.simplefilter("always")
+        load_config(None, ["solver.kind=\"grid\"", "grid.cells=50", "model.beta=256"])
+        load_config(None, ["solver.kind=\"grid\"", "grid.cells=4000", "model.beta=256"])  # 0.056 apart: fine
+        load_config(None, ["grid.cells=50", "model.beta=256"])  # particles: the mesh is not used
+    notes = [str(w.message) for w in caught if issubclass(w.category, ConfigNote)]
+    assert len(notes) == 1 and "50 cells are 0.501 apart" in notes[0] and "3217 cells" in notes[0]
