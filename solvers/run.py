@@ -349,7 +349,8 @@ def simulate_config(
         progress.close()
         if writer is not None:
             writer.finish(status, stop_reason=reason, info=_jsonable_info(result.info) if result is not None else None)
-    if writer is not None:
+    kept_older = writer is not None and writer.kept_older  # no frame committed: the file there is an older run's
+    if writer is not None and not kept_older:
         run = Run.load(out_path)
         run.info.update(result.info)  # this session's counters, with the objects that stay in memory
         run._model = setup.model  # noqa: SLF001 - the model was built already
@@ -367,8 +368,12 @@ def simulate_config(
             model=setup.model,
         )
     where = f"; {run.frames} frame{'' if run.frames == 1 else 's'} saved in {out_path}" if out_path is not None else ""
+    if kept_older:  # the older run must not pass for this one (its frames had been reported as this run's)
+        where = f"; no frame of this run was saved, and the older {out_path} was left as it was"
     if result.info["interrupted"]:
-        raise RunInterrupted(f"{reason} at t = {run.t[-1]:.6g}{where}" + ("; --resume continues" if out_path else ""), run=run)
+        at = run.t[-1] if run.frames else times[0]
+        raise RunInterrupted(f"{reason} at t = {at:.6g}{where}" + ("; --resume continues" if out_path and not kept_older else ""),
+                             run=run)
     if result.info["failed"]:
         raise RunFailed(f"{reason}{where}", run=run)
     return run

@@ -246,6 +246,7 @@ class RunWriter:
         self.broken: str | None = None
         self.damaged = False  # a write failed inside HDF5: the file is only closed, nothing more is written to it
         self.pending: Path | None = None
+        self.kept_older = False  # finish() left an older file of that name in place: this run committed no frame
         self.lock = WriterLock(self.path).acquire()
         try:
             if resume:
@@ -430,6 +431,7 @@ class RunWriter:
                 if self.pending is not None and self.path.exists():
                     self.pending.unlink()  # no frame committed: the older file of that name stays whole
                     self.pending = None
+                    self.kept_older = True
                 else:
                     self._publish()  # a run that ended before its first frame still leaves its status behind
             except OSError:

@@ -274,6 +274,14 @@ def test_a_run_that_fails_before_its_first_frame_leaves_the_older_file_whole(tmp
         mf.simulate(ROOT / "data/default.toml", out=out, t_final=0.5, n=16, overwrite=True, trackers=[lambda t, x: {"v": "text"}])
     assert out.read_bytes() == before and mf.load(out).frames == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.h5"]  # no file left beside it
+
+    def bad_first_frame(t, x):
+        raise mf.StopRun("my check failed", bad_state=True)
+
+    with pytest.raises(mf.RunFailed) as info:  # the run ends well, without a frame: the older run must not pass for it
+        mf.simulate(ROOT / "data/default.toml", out=out, t_final=0.5, n=16, overwrite=True, trackers=[bad_first_frame])
+    assert "no frame of this run was saved" in str(info.value) and out.read_bytes() == before
+    assert info.value.run.status == "failed" and info.value.run.frames == 0 and info.value.run.stop_reason == "my check failed"
     fresh = tmp_path / "fresh.h5"  # without an older file the failed run still leaves its status behind
     with pytest.raises(TrackerError):
         mf.simulate(ROOT / "data/default.toml", out=fresh, t_final=0.5, n=16, trackers=[lambda t, x: {"v": "text"}])
