@@ -203,4 +203,5 @@ class NormalizedSolver:
             trackers.append(DirectionsTracker(tracker) if radial else tracker)
         if speed:
             trackers.append(SteadyStateTracker(stepper.direction_velocity, tol=steady_tol))
-        return RunSetup(problem.model, stepper, problem.initial, "x", {}, trackers, info=lambda: dict(stepper.stats))
+        # the scheme travels with the run (a run of mf.solve has no config that says it)
+        return RunSetup(problem.model, stepper, problem.initial, "x", {}, trackers, info=lambda: dict(stepper.stats, norm=self.norm))

@@ -472,3 +472,15 @@ def test_diagnose_refuses_a_flow_it_does_not_follow(key, value, tmp_path, capsys
     capsys.readouterr()
     assert main(["diagnose", str(out)]) == 2
     assert f"model.{key}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("norm", ["pre", "ngpt"])
+def test_diagnose_refuses_a_normalisation_scheme_of_a_run_without_config(norm):
+    # a run of mf.solve has no config: its scheme was read as post-LN and the radii ignored
+    import meanfield as mf
+    from meanfield.errors import ConfigError
+
+    run = mf.solve(mf.Problem(Model(d=3, beta=1.0), sample_uniform(16, 3, seed=0)), mf.ParticleSolver(dt=0.05, norm=norm),
+                   t_final=0.2, save_every=0.1)
+    with pytest.raises(ConfigError, match="model.norm"):
+        run.diagnose()
