@@ -1221,12 +1221,23 @@ def run_sweep(
     def rows() -> list[dict[str, Any]]:
         return [_row(c, spec.parameters, finished[c.hash], out) for c in spec.cases if c.hash in finished]
 
+    def refuse_a_started_sweep() -> None:  # a sweep killed before its first case finished: continue it with --resume
+        if not resume and (out / "sweep.json").exists():
+            raise ConfigError("--out", f"{out} already holds a sweep ({out / 'sweep.json'}); pass --resume to continue it, "
+                                       "or choose another directory")
+
+    refuse_a_started_sweep()
     # connect before writing anything: a bad --scheduler is bad input (exit 2), not a half-made sweep
     cluster = _Cluster(scheduler=scheduler, workers=workers, cases=len(tasks)) if tasks and workers != 0 else None
     # one driver per folder: two sweeps writing one --out had both finished with exit 0, each table holding the
     # other's rows or its own (a second driver exits 2, as a second writer of a run file does)
     try:
         lock = WriterLock(out / "sweep.json", key="--out").acquire()
+        try:
+            refuse_a_started_sweep()  # one that began since the check above
+        except BaseException:
+            lock.release()
+            raise
     except BaseException:
         if cluster is not None:
             cluster.close()
@@ -1234,9 +1245,6 @@ def run_sweep(
     records: Iterator[dict[str, Any]] = iter(())
     bar = None
     try:
-        if not resume and (out / "sweep.json").exists():  # a sweep killed before its first case finished: continue it
-            raise ConfigError("--out", f"{out} already holds a sweep ({out / 'sweep.json'}); pass --resume to continue it, "
-                                       "or choose another directory")
         (out / "cases").mkdir(parents=True, exist_ok=True)
         _atomic_write(out / "sweep.json", json.dumps(
             {**spec.definition, "cases_resolved": [{"index": c.index, "hash": c.hash, "params": c.params} for c in spec.cases]},
@@ -1270,7 +1278,7 @@ def run_sweep(
             close()
         if cluster is not None:
             cluster.close()
-        if out.is_dir() and (out / "sweep.json").exists():
+        if out.is_dir():
             _write_tables(out, rows())
             _write_aggregate(out, rows(), spec.parameters)
         lock.release()

@@ -563,6 +563,8 @@ def test_a_second_driver_on_one_folder_is_refused(tmp_path):
     rows = run_sweep(spec, out, workers=0, quiet=True)
     assert [r["status"] for r in rows] == ["ok", "ok"]
     (out / "ledger.jsonl").unlink()  # as a sweep killed before its first case finished leaves it
+    table = (out / "results.csv").read_text()
     with pytest.raises(ConfigError, match="already holds a sweep"):
         run_sweep(spec, out, workers=0, quiet=True)
+    assert (out / "results.csv").read_text() == table  # a refusal touches nothing (it had emptied the table)
     assert len(run_sweep(spec, out, workers=0, resume=True, quiet=True)) == 2
