@@ -51,14 +51,17 @@ def cache_dir() -> Path | None:
 
 
 def _read(path: Path, points: np.ndarray, cls: type, family: str) -> SphericalMesh | None:
+    """The cached mesh of ``points``, or ``None`` (then it is built and the file replaced): whatever is wrong with the
+    file, a cache is never a reason to fail (a truncated file had raised zipfile's BadZipFile, an empty one EOFError,
+    in every command that needed the mesh until the file was deleted by hand)."""
     try:
         with np.load(path, allow_pickle=False) as data:
             if int(data["format"]) != FORMAT or not np.array_equal(data["generators"], points):
                 return None
             arrays = {name: np.array(data[name]) for name in cls.ARRAYS}
-    except (OSError, KeyError, ValueError):
+        return cls(**arrays, family=family)
+    except Exception:  # noqa: BLE001 - any unreadable or inconsistent file is a miss
         return None
-    return cls(**arrays, family=family)
 
 
 def _write(path: Path, mesh: SphericalMesh, generators: np.ndarray) -> None:

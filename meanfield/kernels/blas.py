@@ -44,7 +44,6 @@ pool hand-off per stage, and 1.3–1.4× at n = 2048, d = 384 in float32 (where 
 """
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -595,11 +594,43 @@ def _tile_items(n: int, side: int, threads: int) -> tuple[tuple[slice, slice, bo
                  for half in ((rows,) if diagonal or rows.stop - rows.start < 2 else
                               (slice(rows.start, (rows.start + rows.stop) // 2), slice((rows.start + rows.stop) // 2, rows.stop)))]
 
-    def cost(item: tuple[slice, slice, bool]) -> int:  # score GEMM + exp, then one value GEMM (two off the diagonal)
-        rows, cols, diagonal = item
-        return (rows.stop - rows.start) * (cols.stop - cols.start) * (2 if diagonal else 3)
+    return tuple(sorted(items, key=_tile_cost, reverse=True))
 
-    return tuple(sorted(items, key=cost, reverse=True))
+
+def _tile_cost(item: tuple[slice, slice, bool]) -> int:
+    """A symmetric tile's work: score GEMM + exp, then one value GEMM (two off the diagonal)."""
+    rows, cols, diagonal = item
+    return (rows.stop - rows.start) * (cols.stop - cols.start) * (2 if diagonal else 3)
+
+
+@lru_cache(maxsize=64)
+def tile_chunks(costs: tuple[int, ...], threads: int) -> tuple[int, ...]:
+    r"""Where the symmetric paths cut their work items (largest first) into chunks, each with its own accumulator slot.
+
+    A thread claims a whole chunk and adds its tiles, in order, into the chunk's slot; the slots are added
+    in order. Which thread runs a chunk then changes nothing, and a run is the same bit for bit from call to
+    call: with a slot per thread, the tiles a thread happened to claim had set how the sums were rounded
+    (1e-16 apart from call to call at d = 8–64 on two threads, so that ``--resume`` did not continue the
+    uninterrupted run exactly). The :math:`C = 2\,	ext{threads}` chunks are contiguous and their shares of
+    the work fall as :math:`C, C-1, \dots, 1`: the thread that starts first takes the largest, and the last,
+    small ones even out the threads' finishing times, as claiming tile by tile did. One thread: one chunk.
+    Returns the ``C + 1`` boundaries.
+    """
+    total = len(costs)
+    count = 1 if threads <= 1 else min(total, 2 * threads)
+    if count <= 1:
+        return (0, total)
+    cumulative = np.cumsum(np.asarray(costs, dtype=float))
+    shares = np.cumsum(np.arange(count, 0, -1, dtype=float))
+    targets = shares / shares[-1] * cumulative[-1]
+    bounds = [0]
+    for c, target in enumerate(targets[:-1]):
+        cut = int(np.searchsorted(cumulative, target, side="left")) + 1  # the item that reaches the target closes it
+        cut = max(cut, bounds[-1] + 1)  # every chunk holds an item
+        cut = min(cut, total - (count - 1 - c))  # and leaves one for each chunk after it
+        bounds.append(cut)
+    bounds.append(total)
+    return tuple(bounds)
 
 
 @jit
@@ -625,9 +656,7 @@ def _symmetric_tile(
     lhs: list[np.ndarray],
     rhs: list[np.ndarray],
     weighted: list[np.ndarray],
-    parts: np.ndarray,
-    slots: dict[int, np.ndarray],
-    slots_lock: threading.Lock,
+    acc: np.ndarray,
     dtype: type,
     deepest: float = 0.0,
 ) -> None:
@@ -635,17 +664,10 @@ def _symmetric_tile(
     (``deepest``: a bound on minus the shifted scores, as in :func:`exp_scores`).
 
     :math:`E_{IJ} = \exp(\beta s_{IJ} - (c_I + c_J)/2)` serves both sides:
-    ``acc[I] += E_IJ @ W_J`` and, off the diagonal, ``acc[J] += E_IJᵀ @ W_I``, into this
-    thread's own slot ``parts[s]`` of the accumulators (``slots``: the slots taken, by thread; summed once
-    every tile is done).
+    ``acc[I] += E_IJ @ W_J`` and, off the diagonal, ``acc[J] += E_IJᵀ @ W_I``, into ``acc``, the slot of the
+    accumulators of the tile's chunk (:func:`tile_chunks`; the slots are summed once every tile is done).
     """
     rows, cols, diagonal = tile
-    acc = slots.get(threading.get_ident())
-    if acc is None:
-        with slots_lock:  # this thread's slot of the accumulators, zeroed before its first tile
-            acc = parts[len(slots)]
-            slots[threading.get_ident()] = acc  # one key per thread: no other thread writes it
-        acc.fill(0.0)
     m, k = rows.stop - rows.start, cols.stop - cols.start
     z = thread_buffer(m * k, dtype).reshape(m, k)
     address = gemm_address(dtype)
@@ -848,8 +870,8 @@ def _symmetric_velocity(
 
     and :math:`E` is symmetric (:math:`\beta s_{ij}\le\min(c_i,c_j)`), so each tile's score
     GEMM and ``exp`` serve two tiles of rows: about half of both.  Rows whose sum underflows
-    are redone exactly, as on the row-block path.  Each thread adds into its own slot of one
-    accumulator buffer, and a softmax block with no such row takes its velocity from the slots in one
+    are redone exactly, as on the row-block path.  Each chunk of tiles (:func:`tile_chunks`) adds into its own
+    slot of one accumulator buffer, and a softmax block with no such row takes its velocity from the slots in one
     compiled pass (:func:`_add_softmax_from_parts`, as the flash tiles do), where the slots had been
     added into the first and then divided (float32, two threads: 1.00–1.07× at n = 1024 and 2048, d = 160–384).
     """
@@ -879,13 +901,19 @@ def _symmetric_velocity(
         run_on_threads(weigh, blocks, threads if stages_on_pool else 1)
     side = TILE32 if np.dtype(dtype) == np.float32 else TILE
     items = _tile_items(n, side, threads)
-    # one slot of accumulators per thread, in one buffer reused across calls (no fresh pages per call)
-    parts = thread_buffer(min(threads, len(items)) * heads.H * n * (d + 1), dtype, "accumulators").reshape(-1, heads.H, n, d + 1)
-    slots: dict[int, np.ndarray] = {}
-    slots_lock = threading.Lock()
+    bounds = tile_chunks(tuple(map(_tile_cost, items)), threads)
+    used = len(bounds) - 1
+    # one slot of accumulators per chunk of tiles, in one buffer reused across calls (no fresh pages per call)
+    parts = thread_buffer(used * heads.H * n * (d + 1), dtype, "accumulators").reshape(used, heads.H, n, d + 1)
     deepest = 2.0 * max(float(c.max()) for c in shifts)  # β s_ij - (c_i + c_j)/2 ≥ -(c_i + c_j)
-    run_on_threads(lambda tile: _symmetric_tile(tile, lhs, rhs, weighted, parts, slots, slots_lock, dtype, deepest), items, threads)
-    used = len(slots)
+
+    def run_chunk(chunk: int) -> None:  # the chunk's tiles in order into its own slot: the same sums whichever thread
+        acc = parts[chunk]
+        acc.fill(0.0)
+        for tile in items[bounds[chunk] : bounds[chunk + 1]]:
+            _symmetric_tile(tile, lhs, rhs, weighted, acc, dtype, deepest)
+
+    run_on_threads(run_chunk, range(used), threads)
     sums, numerators = parts[:used, :, :, d], parts[:used, :, :, :d]
     underflow = _UNDERFLOW[np.dtype(dtype).char] * operands.underflow_scale
     gathered = [thread_buffer(n * (d + 1), np.float64, f"head sums{h}").reshape(n, d + 1) for h in range(heads.H)]
@@ -1050,13 +1078,15 @@ def flash_tiles(
             flash_fill(x, bxs[h], scales[h][0], vxs[h], scales[h][1], scaled[0], beta, tops[h], symmetric,
                        queries[h], keys[h], value_rows[h], masses[h], shifts[h], rows.start, rows.stop)
 
-    slots = threads if symmetric else 1  # without symmetry the threads' query ranges are disjoint: one set of accumulators
+    # symmetric: a slot per chunk of tiles (tile_chunks: the same sums whichever thread runs a chunk); otherwise the
+    # threads' query ranges are disjoint: one set of accumulators
+    bounds = tile_chunks(tuple(_flash_cost(item) for item in items), threads) if symmetric else (0, len(items))
+    slots = len(bounds) - 1
     parts = thread_buffer(slots * H * npad * dv, dtype, "flash accumulators").reshape(slots, H, npad, dv)  # reused: no fresh pages per call
     part_sums = thread_buffer(slots * H * npad, dtype, "flash sums").reshape(slots, H, npad)
     if not symmetric:
         parts.fill(0.0)
         part_sums.fill(0.0)
-    next_slot = itertools.count()  # the symmetric path: each thread's slot of the accumulators
 
     run_on_threads(shift_rows, ranges, stage_threads)
     tops.extend(float(shift.max()) for shift in shifts)
@@ -1064,39 +1094,57 @@ def flash_tiles(
     masses_in, exponent = float32_scaled_masses(a, heads, x_norm_max, 2.0 * max(tops)) if np.dtype(dtype) == np.float32 else (a, 0)
     scaled.append(masses_in)
     run_on_threads(fill_rows, ranges, stage_threads)
-    counter = np.zeros(1, dtype=np.int64)  # the next tile to claim
+    counter = np.zeros(1, dtype=np.int64)  # the next tile (or, symmetric, chunk of tiles) to claim
     table = np.asarray(items, dtype=np.int64)
+    cuts = np.asarray(bounds, dtype=np.int64)
     arrays = (tuple(queries), tuple(keys), tuple(value_rows), tuple(masses))
-    slot_lock = threading.Lock()
 
-    def claim_tiles(_: Any) -> None:  # one per thread: its slot, then tiles claimed from the counter until none is left
-        with slot_lock:
-            slot = next(next_slot) if symmetric else 0
-        if symmetric:
-            parts[slot].fill(0.0)
-            part_sums[slot].fill(0.0)
+    def claim_tiles(_: Any) -> None:  # one per thread: tiles (symmetric: chunks) claimed from the counter until none is left
         tile = thread_buffer(tile_elements(dtype), dtype, "flash tile")
         partial = thread_buffer(partial_elements(dtype), dtype, "flash partial")
-        _claim_flash_tiles(counter, table, symmetric, *arrays, parts[slot], part_sums[slot], tile, partial)
+        if symmetric:
+            _claim_flash_chunks(counter, table, cuts, *arrays, parts, part_sums, tile, partial)
+        else:
+            _claim_flash_tiles(counter, table, *arrays, parts[0], part_sums[0], tile)
 
     run_on_threads(claim_tiles, range(threads), threads)  # a helper that starts after the tiles ran out claims none
-    return FlashSums(parts, part_sums, next(next_slot) if symmetric else 1, shifts, tops, symmetric, ranges, stage_threads, exponent)
+    return FlashSums(parts, part_sums, slots, shifts, tops, symmetric, ranges, stage_threads, exponent)
+
+
+def _flash_cost(item: tuple[int, int, int, int]) -> int:
+    """A flash work item's work (its sort key in :func:`_flash_items`)."""
+    return item[1] * item[3] * (2 if item[0] == item[2] else 3)
 
 
 @jit
-def _claim_flash_tiles(counter, items, symmetric, queries, keys, values, masses, acc, sums, tile, partial):  # pragma: no cover - compiled
-    """Claim tiles ``items[k]`` (``k`` from ``counter``, atomically) until none is left, each for every head into this
-    thread's ``acc``, ``sums``: one call per thread, no GIL between its tiles."""
+def _claim_flash_tiles(counter, items, queries, keys, values, masses, acc, sums, tile):  # pragma: no cover - compiled
+    """Claim query ranges ``items[k]`` (``k`` from ``counter``, atomically) until none is left, each against every key for
+    every head into ``acc``, ``sums`` (the ranges' rows are disjoint): one call per thread, no GIL between its tiles."""
     while True:
         k = fetch_add(counter, 0, 1)
         if k >= items.shape[0]:
             return
-        rows0, rows, cols0, cols = items[k, 0], items[k, 1], items[k, 2], items[k, 3]
+        rows0, rows, cols = items[k, 0], items[k, 1], items[k, 3]
         for h in range(len(queries)):
-            if symmetric:
-                flash_symmetric(queries[h], keys[h], values[h], masses[h], acc[h], sums[h], tile, partial, rows0, rows, cols0, cols)
-            else:
-                flash_rows(queries[h], keys[h], values[h], masses[h], acc[h], sums[h], tile, rows0, rows0 + rows, cols)
+            flash_rows(queries[h], keys[h], values[h], masses[h], acc[h], sums[h], tile, rows0, rows0 + rows, cols)
+
+
+@jit
+def _claim_flash_chunks(counter, items, cuts, queries, keys, values, masses, parts, part_sums, tile, partial):  # pragma: no cover - compiled
+    """Claim chunks ``c`` of the symmetric tiles (``c`` from ``counter``, atomically) until none is left: the chunk's slot
+    ``parts[c]``, ``part_sums[c]`` zeroed, then its tiles ``items[cuts[c]:cuts[c + 1]]`` in order, each for every head
+    (:func:`tile_chunks`): one call per thread, no GIL between its tiles."""
+    while True:
+        c = fetch_add(counter, 0, 1)
+        if c >= cuts.shape[0] - 1:
+            return
+        parts[c] = 0.0
+        part_sums[c] = 0.0
+        for k in range(cuts[c], cuts[c + 1]):
+            rows0, rows, cols0, cols = items[k, 0], items[k, 1], items[k, 2], items[k, 3]
+            for h in range(len(queries)):
+                flash_symmetric(queries[h], keys[h], values[h], masses[h], parts[c, h], part_sums[c, h], tile, partial,
+                                rows0, rows, cols0, cols)
 
 
 def _flash_velocity(out: np.ndarray, x: np.ndarray, heads: HeadStack, beta: float, kind: str, a: np.ndarray, dtype: type,

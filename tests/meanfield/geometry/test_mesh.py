@@ -286,3 +286,37 @@ def test_sample_initial_matches_initial_mass(kind, params):
     np.testing.assert_allclose(np.linalg.norm(y, axis=1), 1.0)
     emp = M.deposit(msh, y)
     assert 0.5 * np.abs(emp - M.initial_mass(msh, kind, **params)).sum() < 0.05
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "bytes flipped"])
+def test_a_damaged_mesh_cache_file_is_rebuilt(damage, tmp_path, monkeypatch):
+    # a truncated or empty file had raised zipfile's BadZipFile or EOFError in every command needing the mesh
+    import meanfield.geometry.cache as cache
+    from meanfield.geometry.mesh import SphericalMesh, mesh_from_points
+    from meanfield.geometry.sphere import fibonacci_points
+
+    monkeypatch.setenv("MEANFIELD_CACHE", str(tmp_path))
+    monkeypatch.setattr(cache, "CACHE_MIN_CELLS", 0)
+    points = fibonacci_points(500)
+    builds = []
+
+    def build(p):
+        builds.append(1)
+        return mesh_from_points(p, family="fibonacci")
+
+    fresh = cache.cached_mesh("test-500", points, build, cls=SphericalMesh, family="fibonacci")
+    path = tmp_path / "meshes" / "test-500.npz"
+    data = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(data[:1000])
+    elif damage == "empty":
+        path.write_bytes(b"")
+    else:
+        middle = len(data) // 2
+        path.write_bytes(data[:middle] + bytes(16) + data[middle + 16:])
+    again = cache.cached_mesh("test-500", points, build, cls=SphericalMesh, family="fibonacci")
+    assert len(builds) == 2  # read as a miss and built again
+    np.testing.assert_array_equal(again.areas, fresh.areas)
+    np.testing.assert_array_equal(again.edges, fresh.edges)
+    cached = cache.cached_mesh("test-500", points, build, cls=SphericalMesh, family="fibonacci")
+    assert len(builds) == 2 and np.array_equal(cached.areas, fresh.areas)  # the damaged file was replaced

@@ -678,3 +678,21 @@ def test_pooled_row_logs_of_the_sphere_kernels_hold_for_every_head(seed, n, beta
         np.testing.assert_allclose(logs, exact, rtol=0, atol=1e-10)
         with np.errstate(over="ignore"):  # at β = 1024 the first head's energy is e^{1000}: inf on both sides
             np.testing.assert_allclose(energies_from_row_logs(logs, beta=beta), energies_from_row_logs(exact, beta=beta), rtol=1e-10)
+
+
+@pytest.mark.parametrize("flash", [True, False])
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+@pytest.mark.parametrize("d", [8, 32])
+def test_symmetric_tiles_on_two_threads_give_the_same_bits_every_call(d, precision, flash):
+    # a slot of accumulators per thread had made the sums depend on which tiles each thread claimed: 10 of 12 calls
+    # gave different bits (1e-16 apart), and --resume did not continue a run exactly; now a slot per chunk of tiles
+    from meanfield.kernels.blas import tile_chunks
+
+    x = sample_uniform(2000, d, seed=1)
+    heads = HeadStack(B=np.eye(d)[None], V=np.eye(d)[None])
+    calls = [velocity_blas(x, heads, beta=4.0, kind="softmax", precision=precision, flash=flash, threads=2) for _ in range(12)]
+    assert len({v.tobytes() for v in calls}) == 1
+    ref = velocity_numpy(x, heads, beta=4.0, kind="softmax")
+    np.testing.assert_allclose(calls[0], ref, rtol=0, atol=(1e-6 if precision == "float32" else 1e-13) * np.abs(ref).max())
+    bounds = tile_chunks((9, 9, 6, 6, 4, 4, 2, 2, 1, 1), 2)  # shares 4:3:2:1 of the work, contiguous, none empty
+    assert bounds == (0, 2, 5, 7, 10) and tile_chunks((5, 4), 1) == (0, 2) and tile_chunks((3, 2, 1), 2) == (0, 1, 2, 3)
