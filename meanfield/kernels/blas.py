@@ -611,9 +611,9 @@ def tile_chunks(costs: tuple[int, ...], threads: int) -> tuple[int, ...]:
     in order. Which thread runs a chunk then changes nothing, and a run is the same bit for bit from call to
     call: with a slot per thread, the tiles a thread happened to claim had set how the sums were rounded
     (1e-16 apart from call to call at d = 8–64 on two threads, so that ``--resume`` did not continue the
-    uninterrupted run exactly). The :math:`C = 2\,	ext{threads}` chunks are contiguous and their shares of
-    the work fall as :math:`C, C-1, \dots, 1`: the thread that starts first takes the largest, and the last,
-    small ones even out the threads' finishing times, as claiming tile by tile did. One thread: one chunk.
+    uninterrupted run exactly). The :math:`C = 2\,\mathrm{threads}` chunks are contiguous: one per thread with
+    2/3 of its even share of the work, then one per thread with 1/3, so that a thread that starts late
+    (a helper's wake-up) or runs slowly (a busy core) leaves a small chunk to the others. One thread: one chunk.
     Returns the ``C + 1`` boundaries.
     """
     total = len(costs)
@@ -621,11 +621,13 @@ def tile_chunks(costs: tuple[int, ...], threads: int) -> tuple[int, ...]:
     if count <= 1:
         return (0, total)
     cumulative = np.cumsum(np.asarray(costs, dtype=float))
-    shares = np.cumsum(np.arange(count, 0, -1, dtype=float))
+    shares = np.cumsum(([2.0] * threads + [1.0] * threads)[:count])
     targets = shares / shares[-1] * cumulative[-1]
     bounds = [0]
     for c, target in enumerate(targets[:-1]):
-        cut = int(np.searchsorted(cumulative, target, side="left")) + 1  # the item that reaches the target closes it
+        cut = int(np.searchsorted(cumulative, target, side="left")) + 1  # the item that reaches the target closes it,
+        if cut > 1 and target - cumulative[cut - 2] < cumulative[cut - 1] - target:  # or opens the next: the nearer end
+            cut -= 1
         cut = max(cut, bounds[-1] + 1)  # every chunk holds an item
         cut = min(cut, total - (count - 1 - c))  # and leaves one for each chunk after it
         bounds.append(cut)

@@ -694,5 +694,5 @@ def test_symmetric_tiles_on_two_threads_give_the_same_bits_every_call(d, precisi
     assert len({v.tobytes() for v in calls}) == 1
     ref = velocity_numpy(x, heads, beta=4.0, kind="softmax")
     np.testing.assert_allclose(calls[0], ref, rtol=0, atol=(1e-6 if precision == "float32" else 1e-13) * np.abs(ref).max())
-    bounds = tile_chunks((9, 9, 6, 6, 4, 4, 2, 2, 1, 1), 2)  # shares 4:3:2:1 of the work, contiguous, none empty
-    assert bounds == (0, 2, 5, 7, 10) and tile_chunks((5, 4), 1) == (0, 2) and tile_chunks((3, 2, 1), 2) == (0, 1, 2, 3)
+    bounds = tile_chunks(tuple(range(30, 0, -1)), 2)  # shares 2:2:1:1 of the work, contiguous, none empty
+    assert bounds == (0, 6, 13, 18, 30) and tile_chunks((5, 4), 1) == (0, 2) and tile_chunks((3, 2, 1), 2) == (0, 1, 2, 3)
