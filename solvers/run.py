@@ -141,6 +141,10 @@ def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSe
     problem = problem_from_config(cfg)
     solver = solver_from_config(cfg)
     setup = solver.setup(problem, energy=cfg["track"]["energy"], speed=True, steady_tol=cfg["solver"]["steady_tol"])
+    if cfg["init"]["kind"] == "run":  # the source frame's fingerprint: --resume and the chain check the source still holds it
+        from meanfield.io.source_frame import SOURCE_DIGEST, read_source_frame
+
+        setup.static[SOURCE_DIGEST] = read_source_frame(cfg["init"]["path"], cfg["init"]["time"]).digest
     if cfg["solver"].get("clock", "time") != "time":  # save times count the gradient clock (meanfield.analysis.landscape)
         from meanfield.analysis.landscape import gradient_clock
 
@@ -209,6 +213,10 @@ def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.nd
     """
     reader = RunReader(path, key="--resume")
     _check_resumable(reader.config, cfg, path)
+    if cfg["init"]["kind"] == "run":  # a source replaced since: the run would go on from another start
+        from meanfield.io.source_frame import check_source_unchanged, stored_source_digest
+
+        check_source_unchanged(path, cfg["init"], stored_source_digest(path))
     if reader.frames == 0:
         warnings.warn(f"{path} holds no committed frame; starting the run afresh", ConfigNote, stacklevel=3)
         return None

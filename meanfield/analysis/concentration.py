@@ -376,6 +376,10 @@ def concentration_curves(run: Any, *, policy: str | None = None) -> dict[str, ND
     tracker = tracker_from_head(head.Q, head.K, head.V, run.frame(0), weights=weights, points=points, mesh=mesh,
                                 method=cfg["track"]["w2_method"], policy="skip")
     if cfg["init"].get("kind") == "run":  # the first frame is the source's: Π♯ρ₀ is that of the chain's first run
+        from meanfield.io.source_frame import SOURCE_DIGEST, check_source_unchanged
+
+        digest = run.static.get(SOURCE_DIGEST)  # the source still holds the frame this run took (each link of the chain too)
+        check_source_unchanged(run.path or "this run", cfg["init"], None if digest is None else np.asarray(digest, dtype=np.uint8))
         tracker = replace(tracker, target=origin_target(cfg["init"]["path"], head.Q, head.K, head.V))
     rows = [tracker(float(t[k]), run.frame(k)) for k in range(run.frames)]
     return {"t": t, **{k: np.array([row[k] for row in rows]) for k in keys}}

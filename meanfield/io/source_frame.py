@@ -18,6 +18,7 @@ the frame's time, and its Π♯ρ₀ is that of the first run of the chain (:fun
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,9 +28,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from meanfield.errors import ConfigError
-from meanfield.io.runfile import RunReader
+from meanfield.io.runfile import RunReader, read_run_file
 
-__all__ = ["SourceFrame", "origin_run", "read_source_frame", "source_tokens", "start_time"]
+__all__ = ["SourceFrame", "origin_run", "read_source_frame", "source_tokens", "start_time", "SOURCE_DIGEST",
+           "stored_source_digest", "check_source_unchanged"]
+
+#: the static dataset of a run started from a stored frame that holds the SHA-256 of that frame (tokens and masses as
+#: read): ``--resume`` and the chain of :func:`origin_run` check that the source file still holds it
+SOURCE_DIGEST = "source_digest"
 
 #: how many runs :func:`origin_run` follows back before it calls the chain a loop
 MAX_CHAIN = 32
@@ -53,6 +59,8 @@ class SourceFrame:
         Token masses summing to 1 (a grid run's cell masses); ``None`` for uniform masses.
     kind : {"particle", "grid"}
         What the stored run holds.
+    digest : (32,) uint8 array
+        SHA-256 of the frame's tokens and masses as read (before :func:`source_tokens` leaves any out).
     """
 
     path: Path
@@ -61,6 +69,7 @@ class SourceFrame:
     tokens: NDArray[np.float64]
     weights: NDArray[np.float64] | None
     kind: str
+    digest: NDArray[np.uint8]
 
 
 def _frame_index(times: NDArray[np.float64], time: float | None, path: Path) -> int:
@@ -125,10 +134,17 @@ def read_source_frame(path: str | Path, time: float | None = None, *, key: str =
     else:
         tokens = np.asarray(state, dtype=float)
         stored = static.get("weights")
-        weights = None if stored is None else np.asarray(stored, dtype=float) / float(np.sum(stored))
+        if stored is not None:
+            stored = np.asarray(stored, dtype=float)
+            if stored.shape != (tokens.shape[0],) or not np.all(np.isfinite(stored)) or np.any(stored < 0) or not stored.sum() > 0:
+                raise ConfigError(key, f"{path}: its token masses ('weights') are not {tokens.shape[0]} finite non-negative "
+                                       "numbers with a positive total")
+        weights = None if stored is None else stored / float(np.sum(stored))
         kind = "particle"
     tokens = tokens / np.linalg.norm(tokens, axis=1, keepdims=True)
-    return SourceFrame(path=path, time=float(times[index]), index=index, tokens=tokens, weights=weights, kind=kind)
+    digest = hashlib.sha256(tokens.tobytes() + (b"" if weights is None else weights.tobytes())).digest()
+    return SourceFrame(path=path, time=float(times[index]), index=index, tokens=tokens, weights=weights, kind=kind,
+                       digest=np.frombuffer(digest, dtype=np.uint8).copy())
 
 
 def source_tokens(path: str | Path, time: float | None = None, *, min_mass: float = 0.0, symmetry: str = "none") -> SourceFrame:
@@ -170,6 +186,31 @@ def source_tokens(path: str | Path, time: float | None = None, *, min_mass: floa
     return replace(frame, tokens=tokens, weights=None if uniform else weights)
 
 
+def stored_source_digest(path: str | Path) -> NDArray[np.uint8] | None:
+    """The :data:`SOURCE_DIGEST` a run started from a stored frame recorded (``None``: none, a run older than it)."""
+    def read(f: Any) -> NDArray[np.uint8] | None:
+        return np.array(f[SOURCE_DIGEST], dtype=np.uint8) if SOURCE_DIGEST in f else None
+
+    return read_run_file(path, read, key="init.path")
+
+
+def check_source_unchanged(run: str | Path, init: dict[str, Any], recorded: NDArray[np.uint8] | None) -> None:
+    """Raise where the source of the run ``run`` (``init.path``, the frame at ``init.time``) no longer holds the frame
+    whose digest the run ``recorded``: replaced since, the run would be resumed, or measured, from another start (a
+    resumed run had taken the new file's masses and rewritten its own; ``meanfield concentration`` had measured
+    against the new file's Π♯ρ₀)."""
+    if recorded is None:
+        return
+    source = Path(init["path"])
+    if not source.exists():
+        raise ConfigError("init.path", f"{source}, which {run} started from, is missing")
+    now = read_source_frame(source, init.get("time")).digest
+    if not np.array_equal(now, recorded):
+        raise ConfigError("init.path", f"{source} has changed since {run} started from it (its frame at t = "
+                                       f"{init.get('time')} is not the one the run took): the run would go on, or be "
+                                       "measured, from another start; start afresh, or restore the source")
+
+
 def origin_run(path: str | Path) -> tuple[Path, dict[str, Any]]:
     """The first run of a chain of continuations, and its stored config.
 
@@ -180,7 +221,8 @@ def origin_run(path: str | Path) -> tuple[Path, dict[str, Any]]:
     Raises
     ------
     ConfigError
-        A run of the chain is missing or unreadable, or the chain loops.
+        A run of the chain is missing or unreadable, no longer holds the frame the next one took
+        (:func:`check_source_unchanged`), or the chain loops.
     """
     path = Path(path)
     seen: list[Path] = []
@@ -189,6 +231,7 @@ def origin_run(path: str | Path) -> tuple[Path, dict[str, Any]]:
         init = config.get("init", {})
         if init.get("kind") != "run":
             return path, config
+        check_source_unchanged(path, init, stored_source_digest(path))  # each link still holds the frame taken
         seen.append(path.resolve())
         path = Path(init["path"])
         if path.resolve() in seen:

@@ -126,3 +126,46 @@ def test_the_analysis_of_an_untracked_continuation_measures_w2_to_the_first_runs
         own = tracker_from_head(head.Q, head.K, head.V, tracked.x[0], weights=weights, policy="skip")
         other = np.array([own(t, x)["w2_target"] for t, x in zip(tracked.t, tracked.x)])
         assert np.abs(other / curves["w2_target"] - 1).max() > 1e-5
+
+
+def test_a_source_replaced_since_is_named_on_resume_and_in_the_analysis(tmp_path, capsys):
+    # --resume had taken the new source's masses and rewritten the run's own; the analysis had measured against the
+    # new source's Π♯ρ₀, with exit 0 (found in review)
+    source, run = tmp_path / "A.h5", tmp_path / "B.h5"
+    mf.simulate(CONCENTRATION, out=source, **GRID)
+    settings = {**PARTICLES, "init.kind": "run", "init.path": str(source), "init.time": 0.5, "track.concentration": False,
+                "solver.t_final": 0.75}
+    mf.simulate(CONCENTRATION, out=run, **settings)
+    before = run.read_bytes()
+    curves = concentration_curves(mf.load(run))  # the source as it was: measured
+    assert np.all(np.isfinite(curves["w2_target"]))
+    mf.simulate(CONCENTRATION, out=source, overwrite=True, **{**GRID, "init.kind": "vmf", "init.kappa": 2.0})
+    with pytest.raises(mf.ConfigError, match="init.path: .*A.h5 has changed since"):
+        mf.simulate(CONCENTRATION, out=run, resume=True, **{**settings, "solver.t_final": 1.0})
+    assert run.read_bytes() == before
+    with pytest.raises(mf.ConfigError, match="has changed since"):
+        concentration_curves(mf.load(run))
+    assert main(["concentration", str(run)]) == 2 and "init.path" in capsys.readouterr().err
+    chained = tmp_path / "C.h5"  # a chain whose middle link was replaced is named as well
+    source.unlink()
+    mf.simulate(CONCENTRATION, out=source, **GRID)
+    mf.simulate(CONCENTRATION, out=run, overwrite=True, **settings)
+    mf.simulate(CONCENTRATION, out=chained, **{**settings, "init.path": str(run), "init.time": 0.75, "solver.t_final": 1.0})
+    mf.simulate(CONCENTRATION, out=source, overwrite=True, **{**GRID, "init.kind": "vmf", "init.kappa": 2.0})
+    with pytest.raises(mf.ConfigError, match="A.h5 has changed since"):
+        concentration_curves(mf.load(chained))
+
+
+def test_a_source_with_bad_token_masses_is_bad_input(particle_run, tmp_path):
+    import shutil
+
+    import h5py
+
+    broken = tmp_path / "broken.h5"
+    shutil.copy(particle_run, broken)
+    with h5py.File(broken, "a") as f:
+        if "weights" in f:
+            del f["weights"]
+        f.create_dataset("weights", data=np.full(48, np.nan))
+    with pytest.raises(mf.ConfigError, match="init.path: .*token masses"):  # it had been a ValueError with a traceback
+        mf.simulate(CONCENTRATION, **{**PARTICLES, "init.kind": "run", "init.path": str(broken)})
