@@ -111,6 +111,12 @@ def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> 
         value = cfg[section][name]
         what = {"model.d": f"d = {value} (heads of {value}×{value})", "init.n": f"{value} tokens in d = {cfg['model']['d']}",
                 "grid.cells": f"{value} cells"}[key]
+        if key == "grid.cells" and cfg["grid"].get("family") == "graded":  # the refinement, not grid.cells, may be what grows
+            grid = cfg["grid"]
+            cells = estimate[key] / _CELL_BYTES
+            what = (f"the graded mesh of grid.cells = {value}, grid.refine_factor = {grid.get('refine_factor')}, "
+                    f"grid.refine_radius = {grid.get('refine_radius')} and grid.grading = {grid.get('grading')} has about "
+                    f"{cells:.3g} cells, which")
         raise ConfigError(key, f"{what} need about {format_bytes(total)}; this machine has {format_bytes(limit)} available")
     if not math.isfinite(total):  # pragma: no cover - guarded above
         raise ConfigError("model.d", "the memory estimate overflows")

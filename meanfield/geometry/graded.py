@@ -93,6 +93,18 @@ class GradedSpacing:
         """:math:`h(r)`."""
         return min(self.coarse, self.fine + self.grading * max(r - self.radius, 0.0))
 
+    def cap_points(self) -> float:
+        r"""About how many generators a cap holds, without placing them: the density :math:`1/h(r)^2` integrated,
+        :math:`\int_0^{r_c} 2\pi\sin r\,h(r)^{-2}\,dr` out to where :math:`h` reaches :math:`h_c`, less the
+        lattice points the cap replaces (:math:`N_c(1-\cos r_c)/2`). The size checks take it where placing the
+        rings would itself cost too much (``refine_factor = 1e6`` had asked for 13 TiB)."""
+        fine, coarse = self.fine, self.coarse
+        reach = min(self.radius + (coarse - fine) / self.grading, math.pi / 2)
+        r = np.linspace(0.0, reach, 4097)
+        density = 2.0 * math.pi * np.sin(r) / np.minimum(coarse, fine + self.grading * np.maximum(r - self.radius, 0.0)) ** 2
+        inner = float(np.sum(0.5 * (density[1:] + density[:-1]) * np.diff(r)))
+        return max(inner - _FOUR_PI / coarse**2 * (1.0 - math.cos(reach)) / 2.0, 0.0)
+
     def rings(self) -> tuple[np.ndarray, np.ndarray]:
         """The ring radii :math:`r_k` (the first is 0, the centre) and their point counts :math:`m_k`."""
         radii, counts = [0.0], [1]

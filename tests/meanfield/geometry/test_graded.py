@@ -131,3 +131,24 @@ def test_the_memory_estimate_counts_the_cells_of_the_graded_mesh():
 
     cfg = load_config({"solver": {"kind": "grid"}, "grid": {"cells": 2000, "family": "graded", "refine_centres": POLES}})
     assert memory_estimate(cfg)["grid.cells"] == _CELL_BYTES * len(graded_points(2000, POLES))
+
+
+@pytest.mark.parametrize(("cells", "factor", "radius", "grading"), [(500, 8, 0.1, 0.3), (2000, 4, 0.05, 0.5), (26262, 16, 0.02, 0.4),
+                                                                     (5000, 30, 0.1, 0.2)])
+def test_the_count_estimate_of_a_graded_mesh_is_within_a_percent(cells, factor, radius, grading):
+    exact = len(graded_points(cells, [[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]], radius=radius, factor=factor, grading=grading))
+    spacing = GradedSpacing(coarse=math.sqrt(4 * math.pi / cells), factor=factor, radius=radius, grading=grading)
+    np.testing.assert_allclose(cells + 2 * spacing.cap_points(), exact, rtol=0.01)
+
+
+@pytest.mark.parametrize("setting", ["grid.refine_factor=1e6", "grid.cells=1000000000"])
+def test_a_graded_mesh_too_large_is_refused_before_it_is_placed(setting, tmp_path, capsys):
+    # the size check had placed every generator to count them: 13 TiB asked for, or minutes and gigabytes before refusing
+    from pathlib import Path
+
+    out = tmp_path / "g.h5"
+    status = main(["simulate", str(Path(__file__).resolve().parents[3] / "data/default.toml"), "-o", str(out), "--quiet",
+                   "--set", "solver.kind=\"grid\"", "--set", "grid.family=\"graded\"", "--set", "grid.cells=500",
+                   "--set", "grid.refine_centres=[[1.0,0.0,0.0]]", "--set", setting])
+    err = capsys.readouterr().err
+    assert status == 2 and "grid.cells: the graded mesh" in err and "cells, which need about" in err and not out.exists()
