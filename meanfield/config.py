@@ -182,7 +182,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "gamma_final": Key(NUM, None, _at_least(0, strict=True), "anneal = 'linear' or 'exponential': the γ the schedule goes to"),
         "duration": Key(NUM, None, _at_least(0, strict=True), "anneal = 'linear': time T_a at which γ reaches gamma_final"),
         "anneal_rate": Key(NUM, None, _at_least(0, strict=True), "anneal = 'exponential' or 'logarithmic': the rate r"),
-        "anneal_expr": Key((str,), None, None, "anneal = 'expression': γ(t) as an expression in t and gamma, e.g. 'gamma*(1 + t)' (checked > 0 on [0, t_final])"),
+        "anneal_expr": Key((str,), None, None, "anneal = 'expression': γ(t) as an expression in t and gamma, e.g. 'gamma*(1 + t)' (checked > 0 at 10^5 times of [0, t_final] when read, and at every step)"),
     },
     "track": {
         "energy": Key((bool,), True, None, "record E_multi and E_h at every frame"),

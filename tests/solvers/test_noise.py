@@ -231,6 +231,9 @@ BAD = [
     ({"noise": {"gamma": 1.0, "gamma_final": 2.0}}, "noise.gamma_final"),
     ({"noise": {"gamma": 1.0, "anneal": "expression", "anneal_expr": "gamma - t"}}, "noise.anneal_expr"),
     ({"noise": {"gamma": 1.0, "anneal": "expression", "anneal_expr": "gamma + __import__('os')"}}, "noise.anneal_expr"),
+    # negative between the points of an even grid of 1001 times of [0, 2000] (all even integers): had passed the check
+    ({"noise": {"gamma": 1.0, "anneal": "expression", "anneal_expr": "gamma*cos(pi*t)"}, "solver": {"t_final": 2000.0}},
+     "noise.anneal_expr"),
     ({"noise": {"gamma": 1.0, "seed": -3}}, "noise.seed"),
     ({"noise": {"gamma": 1.0, "temperature": 2.0}}, "noise.temperature"),
     ({"noise": {"gamma": 1.0}, "solver": {"method": "rk4"}}, "solver.method"),
