@@ -218,48 +218,48 @@ def _mount_tmpfs(path: Path, size: str) -> bool:
     return done.returncode == 0
 
 
-def test_a_full_disk_keeps_every_committed_frame_and_resume_finishes_bit_for_bit(references, tmp_path):
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 2 MB tmpfs, unmounted afterwards (the full-disk tests need one: root or CAP_SYS_ADMIN)."""
     disk = tmp_path / "disk"
     if not _mount_tmpfs(disk, "2m"):
         pytest.skip("cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN); the full-disk test needs one")
     try:
-        config, reference = references["big-frames"]
-        out = disk / "run.h5"
-        done = _simulate(config, out, check=False)
-        assert done.returncode == 1 and "no space left on device" in done.stderr, done.stderr
-        assert "Segmentation" not in done.stderr
-        kept = mf.load(out)
-        assert 0 < kept.frames < mf.load(reference).frames and np.all(np.isfinite(kept.states))
-        assert kept.status == "failed" and "no space left on device" in kept.stop_reason  # not "running" (then "interrupted")
-        np.testing.assert_array_equal(kept.states, mf.load(reference).states[: kept.frames])
-        subprocess.run(["mount", "-o", "remount,size=20m", str(disk)], check=True)
-        _simulate(config, out, "--resume")
-        _same(out, reference)
+        yield disk
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
-def test_a_sweep_on_a_full_disk_records_the_cases_as_failed(tmp_path):
-    disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "2m"):
-        pytest.skip("cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN); the full-disk test needs one")
-    try:
-        sweep = tmp_path / "sweep.toml"
-        sweep.write_text(textwrap.dedent(f"""
-            base = "{ROOT / 'data' / 'default.toml'}"
-            [set]
-            "init.n" = 4000
-            "solver.t_final" = 2.0
-            "solver.dt" = 0.25
-            [grid]
-            "init.seed" = [0, 1]
-        """))
-        done = subprocess.run([sys.executable, "-m", "meanfield", "sweep", str(sweep), "--out", str(disk / "s"), "--workers", "0",
-                               "--quiet"], capture_output=True, text=True, env=ENV, timeout=600)
-        assert done.returncode == 1 and "Traceback" not in done.stderr and "Segmentation" not in done.stderr, done.stderr
-        assert "no space left on device" in done.stderr
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+def test_a_full_disk_keeps_every_committed_frame_and_resume_finishes_bit_for_bit(references, small_disk):
+    config, reference = references["big-frames"]
+    out = small_disk / "run.h5"
+    done = _simulate(config, out, check=False)
+    assert done.returncode == 1 and "no space left on device" in done.stderr, done.stderr
+    assert "Segmentation" not in done.stderr
+    kept = mf.load(out)
+    assert 0 < kept.frames < mf.load(reference).frames and np.all(np.isfinite(kept.states))
+    assert kept.status == "failed" and "no space left on device" in kept.stop_reason  # not "running" (then "interrupted")
+    np.testing.assert_array_equal(kept.states, mf.load(reference).states[: kept.frames])
+    subprocess.run(["mount", "-o", "remount,size=20m", str(small_disk)], check=True)
+    _simulate(config, out, "--resume")
+    _same(out, reference)
+
+
+def test_a_sweep_on_a_full_disk_records_the_cases_as_failed(tmp_path, small_disk):
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(textwrap.dedent(f"""
+        base = "{ROOT / 'data' / 'default.toml'}"
+        [set]
+        "init.n" = 4000
+        "solver.t_final" = 2.0
+        "solver.dt" = 0.25
+        [grid]
+        "init.seed" = [0, 1]
+    """))
+    done = subprocess.run([sys.executable, "-m", "meanfield", "sweep", str(sweep), "--out", str(small_disk / "s"), "--workers", "0",
+                           "--quiet"], capture_output=True, text=True, env=ENV, timeout=600)
+    assert done.returncode == 1 and "Traceback" not in done.stderr and "Segmentation" not in done.stderr, done.stderr
+    assert "no space left on device" in done.stderr
 
 
 def test_a_run_that_fails_before_its_first_frame_leaves_the_older_file_whole(tmp_path):
@@ -288,21 +288,15 @@ def test_a_run_that_fails_before_its_first_frame_leaves_the_older_file_whole(tmp
     assert mf.load(fresh).status == "failed" and mf.load(fresh).frames == 0
 
 
-def test_a_disk_too_full_for_the_arrays_written_once_leaves_nothing_behind(tmp_path):
+def test_a_disk_too_full_for_the_arrays_written_once_leaves_nothing_behind(small_disk):
     # the weight path of time-dependent heads (2.9 MB here) is written when the file is made: on a full disk that
     # had been an h5py traceback, with a stray hidden file that kept the disk full
-    disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "2m"):
-        pytest.skip("cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN); the full-disk test needs one")
-    try:
-        out = disk / "x.h5"
-        done = subprocess.run([sys.executable, "-m", "meanfield", "simulate", str(ROOT / "data/massucco_ou.toml"), "-o", str(out),
-                               "--quiet"], capture_output=True, text=True, env=ENV, timeout=600)
-        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-        assert "no space left on device" in done.stderr and "nothing was written" in done.stderr
-        assert list(disk.iterdir()) == []
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+    out = small_disk / "x.h5"
+    done = subprocess.run([sys.executable, "-m", "meanfield", "simulate", str(ROOT / "data/massucco_ou.toml"), "-o", str(out),
+                           "--quiet"], capture_output=True, text=True, env=ENV, timeout=600)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "no space left on device" in done.stderr and "nothing was written" in done.stderr
+    assert list(small_disk.iterdir()) == []
 
 
 def test_a_write_error_while_the_file_is_made_removes_it_and_names_the_cause(tmp_path, monkeypatch):
