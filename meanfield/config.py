@@ -298,6 +298,9 @@ def _noise_checks(cfg: dict[str, Any], *, method_given: bool) -> None:
     kind = solver["kind"]
     if kind not in ("particle", "grid"):
         raise ConfigError("noise.gamma", f"noisy tokens run on solver.kind = 'particle' or 'grid', got {kind!r}")
+    norm = cfg["model"].get("norm", "post")
+    if norm != "post":  # named first: the scheme, not the integrator, is what takes no noise (it had named solver.method)
+        raise ConfigError("model.norm", f"norm = {norm!r} takes no [noise]: noisy tokens follow the sphere model (norm = 'post')")
     if kind == "particle" and solver["method"] != "euler":
         if method_given:
             raise ConfigError("solver.method", f"noisy tokens take geometric Euler–Maruyama steps: use method = 'euler' "
@@ -465,7 +468,8 @@ def _graded_checks(cfg: dict[str, Any]) -> None:
 
 
 def _norm_checks(cfg: dict[str, Any]) -> None:
-    """``model.norm`` ≠ "post" (:mod:`meanfield.normalization`) runs with the particle solver, noiseless, with tokens W2 can read."""
+    """``model.norm`` ≠ "post" (:mod:`meanfield.normalization`) runs with the particle solver, with tokens W2 can read
+    (noiseless: :func:`_noise_checks`)."""
     model, solver = cfg["model"], cfg["solver"]
     norm = model["norm"]
     if model["ngpt_alpha"] != SCHEMA["model"]["ngpt_alpha"].default and norm != "ngpt":
@@ -474,8 +478,6 @@ def _norm_checks(cfg: dict[str, Any]) -> None:
         return
     if solver["kind"] != "particle":
         raise ConfigError("model.norm", f"norm = {norm!r} is simulated by the particle solver (solver.kind = 'particle'), got solver.kind = {solver['kind']!r}")
-    if (cfg.get("noise") or {}).get("gamma") is not None:
-        raise ConfigError("model.norm", f"norm = {norm!r} takes no [noise]: noisy tokens follow the sphere model (norm = 'post')")
     if norm in ("pre", "peri") and cfg["track"]["concentration"]:
         raise ConfigError("track.concentration", f"W2 to Π♯ρ₀ is measured on the sphere; the tokens of norm = {norm!r} have radii (use norm = 'post' or 'ngpt')")
 

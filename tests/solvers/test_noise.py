@@ -354,3 +354,9 @@ def test_the_noisy_steps_share_the_speed_trackers_evaluation_and_keep_their_drif
             t = 0.1 * (k - 1) + 0.05 * step
             x = geometric_em_step(x, model.velocity(x, t), 0.05, noise.gamma_at(t), rng.standard_normal(x.shape))
         np.testing.assert_allclose(result.states[k], x, rtol=0, atol=1e-13)
+
+
+def test_noise_with_a_normalisation_scheme_names_the_scheme():
+    # with method = "rk4" given too, the message had named solver.method, which is not what takes no noise
+    with pytest.raises(ConfigError, match="model.norm"):
+        load_config({"model": {"norm": "pre"}, "noise": {"gamma": 2.0}, "solver": {"method": "rk4"}})
