@@ -45,7 +45,7 @@ Particle JKO (:class:`ParticleJKOStepper`)
     The problem is convex only for :math:`\tau` below about the inverse of the
     energy's curvature, which grows with :math:`\beta`: with :math:`\tau = 0.05` the
     steps from uniform tokens had ended at residuals of :math:`10^9` rad at
-    :math:`\beta = 64` and :math:`10^{21}` at 128, and were kept. Within a saved interval
+    :math:`\beta = 64` and :math:`10^{22}` at 128, and were kept. Within a saved interval
     the next step starts one level coarser than the last accepted one; each interval
     starts at :math:`\tau`, so that a resumed run takes the same steps.
     ``mobility = "implicit"``: :math:`\hat b` is evaluated at the new iterate
