@@ -66,6 +66,7 @@ QUICK_N_TOKENS = 32
 QUICK_T_FINAL = 8.0
 QUICK_SEEDS = (0, 1)
 PAPER_SLOPE = -1.0
+SLOPE_BAND = (-1.5, -0.5)  # the claim check: a decay near 1/H (measured −0.87 and −0.82 in full, −0.71 and −0.58 quick)
 QUANTITIES = {"G2": "authors' G²", "upper_gradient2": "|∂E|²"}
 
 
@@ -103,12 +104,15 @@ def fitted_slope(rows: list[dict[str, Any]], key: str) -> tuple[float, float]:
 
 
 def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
-    """Checks of the CSV: the fitted slopes against H are negative (paper: −1)."""
+    """Checks of the CSV: the fitted slopes against H lie in :data:`SLOPE_BAND` around the paper's −1 (a sign test had
+    passed slopes of −0.07)."""
     rows = read_csv(csv_path)
     checks = {}
+    low, high = SLOPE_BAND
     for key in QUANTITIES:
         _, b = fitted_slope(rows, key)
-        checks[f"slope[{key}]"] = {"ok": bool(b < 0), "value": b, "expected": f"< 0 (paper: {PAPER_SLOPE:g})"}
+        checks[f"slope[{key}]"] = {"ok": bool(low <= b <= high), "value": b,
+                                   "expected": f"in [{low:g}, {high:g}] (paper: {PAPER_SLOPE:g}; −0.5 would be 1/√H)"}
     return checks
 
 

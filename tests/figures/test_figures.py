@@ -224,3 +224,39 @@ def test_thm1_figures_share_one_beta_family(monkeypatch, quick):
     betas, options = calls[0]
     assert options["refine"] is not quick
     assert betas == (FIGURES.FAMILY_QUICK_BETAS if quick else FIGURES.FAMILY_BETAS)
+
+
+def _perturbed(figure: str, tmp_path: Path, change) -> Path:
+    """A copy of the gallery CSV of ``figure`` with ``change(row)`` applied to every row."""
+    rows = _rows(Path(FIGURES.__file__).resolve().parent / "gallery" / f"{figure}.csv")
+    for row in rows:
+        change(row)
+    path = tmp_path / f"{figure}.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _scale(row: dict[str, str], key: str, factor: float) -> None:
+    row[key] = repr(float(row[key]) * factor)
+
+
+@pytest.mark.parametrize(("figure", "change", "check"), [
+    # found in review: these claim checks had passed every one of these CSVs
+    ("time_dependent_energy_balance", lambda r: _scale(r, "energy_change", 2.0), "residual_is_the_balance_of_its_terms"),
+    ("time_dependent_plateau", lambda r: [_scale(r, k, float(r["H"]) ** 0.8) for k in ("G2", "upper_gradient2")], "slope[G2]"),
+    ("multihead_real_heads", lambda r: r.update(angle_mean="10.0") if r["record"] == "angles" and r["heads"] == "trained" else None,
+     "trained_angles_near_the_quoted_band"),
+    ("multihead_superadditivity", lambda r: r.update(early_rate=r["equal_rate"]) if r["source"] == "particle" else None,
+     "measured_gain>0_where_convex"),
+    ("concentration_tmin_fit", lambda r: r.update(dw2_min=""), "mesh_converged"),
+])
+def test_a_claim_check_fails_on_a_csv_that_contradicts_the_claim(figure, change, check, tmp_path):
+    import importlib
+
+    module = importlib.import_module(f"meanfield.figures.{figure}")
+    assert all(c["ok"] for c in module.claim(Path(FIGURES.__file__).resolve().parent / "gallery" / f"{figure}.csv").values())
+    checks = module.claim(_perturbed(figure, tmp_path, change))
+    assert not checks[check]["ok"], checks[check]
