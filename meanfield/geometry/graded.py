@@ -28,7 +28,7 @@ everywhere (a ring's arc spacing equals its radial step), their sizes change by 
 :mod:`meanfield.solvers.grid` needs nothing uniform: its time step, reconstruction and fluxes are
 per cell.
 
-Public API: :func:`graded_points`, :func:`graded_mesh`, :class:`GradedSpacing`.
+Public API: :func:`graded_points`, :func:`graded_mesh`, :func:`graded_cell_count`, :class:`GradedSpacing`.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ from meanfield.geometry.cache import cached_mesh
 from meanfield.geometry.mesh import SphericalMesh, mesh_from_points
 from meanfield.geometry.sphere import fibonacci_points
 
-__all__ = ["GradedSpacing", "graded_points", "graded_mesh", "DEFAULT_REFINE_RADIUS", "DEFAULT_REFINE_FACTOR",
+__all__ = ["GradedSpacing", "graded_points", "graded_mesh", "graded_cell_count", "GRADED_COUNT_MAX", "DEFAULT_REFINE_RADIUS", "DEFAULT_REFINE_FACTOR",
            "DEFAULT_GRADING"]
 
 #: defaults of ``grid.refine_radius``, ``grid.refine_factor`` and ``grid.grading``
@@ -210,10 +210,49 @@ def graded_points(
     return points / np.linalg.norm(points, axis=1, keepdims=True)
 
 
+#: above this many generators (by :meth:`GradedSpacing.cap_points`) :func:`graded_cell_count` takes the estimate:
+#: placing them only to count them took minutes and gigabytes before the size check could refuse them
+GRADED_COUNT_MAX = 2_000_000
+
+
+def _centre_key(centres: object) -> tuple[tuple[float, float, float], ...]:
+    """The checked, normalised centres as a hashable key of the in-process caches."""
+    return tuple(tuple(float(v) for v in row) for row in _centres(centres, "grid.refine_centres"))
+
+
+@lru_cache(maxsize=8)
+def _graded_points(cells: int, centres: tuple[tuple[float, float, float], ...], radius: float, factor: float,
+                   grading: float) -> np.ndarray:
+    """:func:`graded_points`, cached: a config's size check, its coarse-mesh note and the mesh place them once."""
+    points = graded_points(cells, np.array(centres), radius=radius, factor=factor, grading=grading)
+    points.setflags(write=False)
+    return points
+
+
+def graded_cell_count(
+    cells: int,
+    centres: object,
+    *,
+    radius: float = DEFAULT_REFINE_RADIUS,
+    factor: float = DEFAULT_REFINE_FACTOR,
+    grading: float = DEFAULT_GRADING,
+) -> int:
+    """How many cells :func:`graded_mesh` has: the generators counted, or above :data:`GRADED_COUNT_MAX` their
+    estimate (:meth:`GradedSpacing.cap_points`, within 1 %). Bad values raise what :func:`graded_points` raises."""
+    key = _centre_key(centres)
+    if isinstance(cells, (int, np.integer)) and not isinstance(cells, bool) and cells >= 12 and factor >= 1 and grading > 0 \
+            and all(math.isfinite(v) for v in (radius, factor, grading)):
+        spacing = GradedSpacing(coarse=math.sqrt(_FOUR_PI / int(cells)), factor=factor, radius=radius, grading=grading)
+        estimate = int(cells) + len(key) * spacing.cap_points()
+        if estimate > GRADED_COUNT_MAX:
+            return int(min(estimate, 1e18))
+    return len(_graded_points(cells, key, float(radius), float(factor), float(grading)))
+
+
 @lru_cache(maxsize=8)
 def _graded_mesh(cells: int, centres: tuple[tuple[float, float, float], ...], radius: float, factor: float,
                  grading: float) -> SphericalMesh:
-    points = graded_points(cells, np.array(centres), radius=radius, factor=factor, grading=grading)
+    points = _graded_points(cells, centres, radius, factor, grading)
     tag = hashlib.sha256(np.ascontiguousarray(points).tobytes()).hexdigest()[:16]
     return cached_mesh(f"graded-{len(points)}-{tag}", points, lambda p: mesh_from_points(p, family="graded"),
                        cls=SphericalMesh, family="graded")
@@ -237,7 +276,5 @@ def graded_mesh(
     >>> bool(abs(m.areas.sum() - 4 * np.pi) < 1e-9)
     True
     """
-    c = _centres(centres, "grid.refine_centres")
-    key = tuple(tuple(float(v) for v in row) for row in c)
     return _graded_mesh(int(cells) if isinstance(cells, (int, np.integer)) and not isinstance(cells, bool) else cells,
-                        key, float(radius), float(factor), float(grading))
+                        _centre_key(centres), float(radius), float(factor), float(grading))

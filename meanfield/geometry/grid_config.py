@@ -7,7 +7,6 @@ Public API: :func:`mesh_of_grid`, :func:`stored_mesh`, :func:`cells_of_grid`.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,15 +14,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from meanfield.errors import ConfigError
-from meanfield.geometry.graded import (DEFAULT_GRADING, DEFAULT_REFINE_FACTOR, DEFAULT_REFINE_RADIUS, GradedSpacing, graded_mesh,
-                                       graded_points)
+from meanfield.geometry.graded import (DEFAULT_GRADING, DEFAULT_REFINE_FACTOR, DEFAULT_REFINE_RADIUS, graded_cell_count,
+                                       graded_mesh)
 from meanfield.geometry.mesh import SphericalMesh, mesh, mesh_from_points
 
-__all__ = ["mesh_of_grid", "stored_mesh", "cells_of_grid", "GRADED_COUNT_MAX"]
-
-#: above this many generators (by :meth:`~meanfield.geometry.graded.GradedSpacing.cap_points`) a graded mesh is counted by
-#: its estimate: placing them only to count them took minutes and gigabytes before the size check could refuse them
-GRADED_COUNT_MAX = 2_000_000
+__all__ = ["mesh_of_grid", "stored_mesh", "cells_of_grid"]
 
 
 def mesh_of_grid(grid: Mapping[str, Any]) -> SphericalMesh:
@@ -69,14 +64,8 @@ def cells_of_grid(grid: Mapping[str, Any]) -> int:
     (``grid.cells`` itself, except for graded meshes, which have more; for icosahedral ones the nearest
     10·4^L + 2 is within a factor 2)."""
     if grid.get("family") == "graded":
-        radius = float(grid.get("refine_radius", DEFAULT_REFINE_RADIUS))
-        factor = float(grid.get("refine_factor", DEFAULT_REFINE_FACTOR))
-        grading = float(grid.get("grading", DEFAULT_GRADING))
-        cells = int(grid["cells"])
-        if all(math.isfinite(v) for v in (radius, factor, grading)) and factor >= 1 and grading > 0 and cells >= 12:
-            spacing = GradedSpacing(coarse=math.sqrt(4 * math.pi / cells), factor=factor, radius=radius, grading=grading)
-            estimate = cells + len(np.atleast_2d(np.asarray(grid["refine_centres"], dtype=float))) * spacing.cap_points()
-            if estimate > GRADED_COUNT_MAX:  # too many to place only to count them: the size checks take the estimate
-                return int(min(estimate, 1e18))
-        return len(graded_points(grid["cells"], grid["refine_centres"], radius=radius, factor=factor, grading=grading))
+        return graded_cell_count(grid["cells"], grid["refine_centres"],
+                                 radius=float(grid.get("refine_radius", DEFAULT_REFINE_RADIUS)),
+                                 factor=float(grid.get("refine_factor", DEFAULT_REFINE_FACTOR)),
+                                 grading=float(grid.get("grading", DEFAULT_GRADING)))
     return int(grid.get("cells", 2000))

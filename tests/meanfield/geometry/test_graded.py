@@ -71,6 +71,9 @@ def test_bad_graded_meshes_name_the_key(kwargs, key, message):
 @pytest.mark.parametrize("assignment, key", [
     ("grid.family=graded", "grid.refine_centres"),
     ("grid.refine_centres=[[1,0,0],[0.99,0.1,0]]", "grid.refine_centres"),
+    # ragged or non-numeric centres reach the size check's count first: it had raised numpy's ValueError
+    ("grid.refine_centres=[[1.0,0.0],[0.0,1.0,0.0]]", "grid.refine_centres"),
+    ("grid.refine_centres=[[\"x\",0,0]]", "grid.refine_centres"),
 ])
 def test_the_cli_stops_with_exit_2_before_any_file(tmp_path, capsys, assignment, key):
     out = tmp_path / "run.h5"
