@@ -56,10 +56,14 @@ def grid_support(mesh: Any, mass: np.ndarray, *, share: float = GRID_SUPPORT_SHA
 
 def grid_clusters(mesh: Any, mass: np.ndarray, *, share: float = GRID_SUPPORT_SHARE) -> int:
     """Connected pieces of the smallest set of cells that holds ``share`` of the mass (:func:`grid_support`)."""
+    return _pieces(mesh, grid_support(mesh, mass, share=share))
+
+
+def _pieces(mesh: Any, keep: np.ndarray) -> int:
+    """Connected pieces of the cells ``keep`` (a boolean mask) along the mesh's edges."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    keep = grid_support(mesh, mass, share=share)
     i, j = mesh.edges[:, 0], mesh.edges[:, 1]
     both = keep[i] & keep[j]
     index = np.flatnonzero(keep)
@@ -81,7 +85,7 @@ def grid_final_line(mesh: Any, mass: np.ndarray) -> str:
     if cover >= 0.5:
         return (f"final:     spread out, no cluster ({held} cover {cover:.0%} of the sphere; "
                 f"{GRID_SUPPORT_SHARE:.0%} under a uniform density)")
-    pieces = grid_clusters(mesh, mass)
+    pieces = _pieces(mesh, keep)
     return f"final:     {pieces} cluster(s) (connected pieces of {held}, on {cover:.1%} of the sphere)"
 
 
