@@ -83,8 +83,9 @@ def on_grid(cfg: dict[str, Any]) -> bool:
     return solver["kind"] == "grid" or (solver["kind"] == "jko" and solver["variant"] == "grid")
 
 
-def problem_from_config(cfg: dict[str, Any], model: Model | None = None) -> Problem:
-    """The model and the initial measure of a resolved config (tokens, or cell masses on its mesh)."""
+def problem_from_config(cfg: dict[str, Any], model: Model | None = None, *, frame: Any = None) -> Problem:
+    """The model and the initial measure of a resolved config (tokens, or cell masses on its mesh); ``frame``: the
+    :func:`~meanfield.io.source_frame.source_tokens` of ``init.kind = "run"`` where the caller has read it already."""
     model = build_model(cfg) if model is None else model
     if on_grid(cfg):
         if model.d != 3:
@@ -93,10 +94,15 @@ def problem_from_config(cfg: dict[str, Any], model: Model | None = None) -> Prob
         kind, params = grid_solver.grid_init(cfg)
         return Problem(model, initial_mass(msh, kind, **params), mesh=msh)
     if cfg["init"]["kind"] == "run":  # a frame of a stored run: its tokens (a grid run's cells) with their masses
-        init = cfg["init"]
-        frame = source_tokens(init["path"], init["time"], min_mass=float(init["min_mass"]), symmetry=init["symmetry"])
+        frame = _source(cfg) if frame is None else frame
         return Problem(model, frame.tokens, weights=frame.weights)
     return Problem(model, initial_tokens(cfg))
+
+
+def _source(cfg: dict[str, Any]) -> Any:
+    """The frame a run with ``init.kind = "run"`` starts from (:func:`~meanfield.io.source_frame.source_tokens`)."""
+    init = cfg["init"]
+    return source_tokens(init["path"], init["time"], min_mass=float(init["min_mass"]), symmetry=init["symmetry"])
 
 
 def solver_from_config(cfg: dict[str, Any]) -> Any:
@@ -138,13 +144,14 @@ def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSe
 
     ``trackers`` are the caller's own, run after the built-in ones.
     """
-    problem = problem_from_config(cfg)
+    frame = _source(cfg) if cfg["init"]["kind"] == "run" else None  # read once: the tokens and their fingerprint
+    problem = problem_from_config(cfg, frame=frame)
     solver = solver_from_config(cfg)
     setup = solver.setup(problem, energy=cfg["track"]["energy"], speed=True, steady_tol=cfg["solver"]["steady_tol"])
-    if cfg["init"]["kind"] == "run":  # the source frame's fingerprint: --resume and the chain check the source still holds it
-        from meanfield.io.source_frame import SOURCE_DIGEST, read_source_frame
+    if frame is not None:  # the source frame's fingerprint: --resume and the chain check the source still holds it
+        from meanfield.io.source_frame import SOURCE_DIGEST
 
-        setup.static[SOURCE_DIGEST] = read_source_frame(cfg["init"]["path"], cfg["init"]["time"]).digest
+        setup.static[SOURCE_DIGEST] = frame.digest
     if cfg["solver"].get("clock", "time") != "time":  # save times count the gradient clock (meanfield.analysis.landscape)
         from meanfield.analysis.landscape import gradient_clock
 
