@@ -94,6 +94,9 @@ def _nonnegative_list(*, increasing: bool = False) -> Callable[[Any, str], None]
 
 
 NUM = (int, float)
+#: odd moments of a source frame (:func:`meanfield.io.source_frame.odd_moments`) above which ``init.symmetry = "antipodal"``
+#: gets a note: the source is not symmetric up to its discretisation (two clusters of masses 0.55 and 0.45 give 0.1)
+ANTIPODAL_NOTE_ABOVE = 0.1
 #: every accepted key, by section; ``model.heads`` is checked by :mod:`meanfield.heads`
 SCHEMA: dict[str, dict[str, Key]] = {
     "model": {
@@ -120,7 +123,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "path": Key((str,), None, None, "kind='file': an (n, d) .npy array (grid: an (N,) mass array); kind='run': an HDF5 run of meanfield simulate, whose frame at init.time becomes the tokens (a grid run's cells: tokens at the cell points carrying the cell masses)"),
         "time": Key(NUM, None, _at_least(0), "kind='run': the time of the stored frame to start from (default: its last committed frame); the run's clock starts there"),
         "min_mass": Key(NUM, 0.0, _between(0, 1e-3), "kind='run': leave out the tokens whose mass is below this share of the total (default 0: every token; a grid run late in a clustering keeps all but 1e-8 of its mass on a third of its cells)"),
-        "symmetry": Key((str,), "none", _choice("none", "antipodal"), "kind='run': 'antipodal' adds the image -x of every token, each with half the mass, (ρ + (−id)♯ρ)/2: a symmetry the flow keeps exactly (the scores ⟨Qx, Ky⟩ are even in the joint reflection x, y ↦ −x, −y, so the field is odd; unmasked attention), which the source run's discretisation broke at the level of its errors"),
+        "symmetry": Key((str,), "none", _choice("none", "antipodal"), "kind='run': 'antipodal' adds the image -x of every token, each with half the mass, (ρ + (−id)♯ρ)/2: a symmetry the flow keeps exactly (the scores ⟨Qx, Ky⟩ are even in the joint reflection x, y ↦ −x, −y, so the field is odd; unmasked attention), which the source run's discretisation broke at the level of its errors (a source far from symmetric, its odd moments above 0.1 and above its sampling noise, gets a note: the image then makes another measure)"),
         "mean": Key((list,), None, _finite, "kind='vmf': mean direction"),
         "kappa": Key(NUM, 4.0, _between(0, 1e12), "kind='vmf': concentration κ (at most 1e12: a cluster of width 1e-6)"),
         "gamma": Key(NUM, 0.0, _finite, "kind='equiangular': ⟨x_i,x_j⟩ = γ"),
@@ -440,6 +443,11 @@ def _source_run_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Ma
     if init["symmetry"] == "antipodal" and model["mask"] != "none":
         raise ConfigError("init.symmetry", f"the image tokens have no place in the order a mask reads (model.mask = {model['mask']!r}); use symmetry = 'none'")
     frame = source_tokens(path, init["time"], min_mass=float(init["min_mass"]), symmetry=init["symmetry"])
+    if frame.asymmetry > max(ANTIPODAL_NOTE_ABOVE, frame.sampling_floor):  # not the discretisation's error: another measure
+        warnings.warn(f"init.symmetry = 'antipodal': the frame of {path} at t = {frame.time:g} is far from antipodally "
+                      f"symmetric (odd moments {frame.asymmetry:.3g}; 0 for a symmetric measure, about "
+                      f"{frame.sampling_floor / 3:.2g} for as many uniform tokens), so (μ + (−id)♯μ)/2 is another measure "
+                      "than the source's, not the source with its discretisation's asymmetry taken out", ConfigNote, stacklevel=4)
     if frame.tokens.shape[1] != model["d"]:
         raise ConfigError("model.d", f"{path} holds tokens in d = {frame.tokens.shape[1]}, the config has d = {model['d']}")
     rows = frame.tokens.shape[0]

@@ -43,7 +43,7 @@ MAX_CHAIN = 32
 
 @dataclass(frozen=True)
 class SourceFrame:
-    """The tokens, masses and time of one frame of a stored run.
+    r"""The tokens, masses and time of one frame of a stored run.
 
     Attributes
     ----------
@@ -61,6 +61,11 @@ class SourceFrame:
         What the stored run holds.
     digest : (32,) uint8 array
         SHA-256 of the frame's tokens and masses as read (before :func:`source_tokens` leaves any out).
+    asymmetry : float
+        With ``symmetry = "antipodal"``: :func:`odd_moments` of the kept tokens before their images were added (else 0).
+    sampling_floor : float
+        What :func:`odd_moments` reaches for the same number of independent uniform tokens, :math:`3/\sqrt{n_\text{eff}}`
+        with :math:`n_\text{eff} = 1/\sum_i m_i^2` (0 where ``asymmetry`` is not measured).
     """
 
     path: Path
@@ -70,6 +75,8 @@ class SourceFrame:
     weights: NDArray[np.float64] | None
     kind: str
     digest: NDArray[np.uint8]
+    asymmetry: float = 0.0
+    sampling_floor: float = 0.0
 
 
 def _frame_index(times: NDArray[np.float64], time: float | None, path: Path) -> int:
@@ -147,6 +154,27 @@ def read_source_frame(path: str | Path, time: float | None = None, *, key: str =
                        digest=np.frombuffer(digest, dtype=np.uint8).copy())
 
 
+#: dimensions up to which :func:`odd_moments` takes the third moment too (its tensor has d³ entries)
+THIRD_MOMENT_MAX_D = 16
+
+
+def odd_moments(tokens: NDArray[np.float64], weights: NDArray[np.float64]) -> float:
+    r"""How far a measure is from antipodal symmetry, by its odd moments: zero for :math:`\mu = (-\mathrm{id})_\sharp\mu`,
+
+    .. math::
+
+        \max\Big(\big\|\textstyle\sum_i m_i x_i\big\|,\ \big\|\textstyle\sum_i m_i\, x_i\otimes x_i\otimes x_i\big\|_F\Big)
+
+    (the third moment up to ``d =`` :data:`THIRD_MOMENT_MAX_D`: three clusters 120° apart have no mean but a third
+    moment of at least 1/4).  One cluster of mass :math:`p` and its antipode of mass :math:`1-p` give :math:`|2p-1|`.
+    """
+    first = float(np.linalg.norm(weights @ tokens))
+    if tokens.shape[1] > THIRD_MOMENT_MAX_D:
+        return first
+    third = np.einsum("i,ij,ik,il->jkl", weights, tokens, tokens, tokens, optimize=True)
+    return max(first, float(np.linalg.norm(third)))
+
+
 def source_tokens(path: str | Path, time: float | None = None, *, min_mass: float = 0.0, symmetry: str = "none") -> SourceFrame:
     r"""The frame of :func:`read_source_frame`, with light tokens left out and, optionally, its antipodal image.
 
@@ -178,12 +206,14 @@ def source_tokens(path: str | Path, time: float | None = None, *, min_mass: floa
         if not np.any(keep):
             raise ConfigError("init.min_mass", f"{min_mass:g} leaves none of the {n} tokens of {frame.path}")
         tokens, weights = tokens[keep], weights[keep] / weights[keep].sum()
+    asymmetry = floor = 0.0
     if symmetry == "antipodal":
+        asymmetry, floor = odd_moments(tokens, weights), 3.0 * math.sqrt(float(weights @ weights))
         tokens, weights = np.concatenate([tokens, -tokens]), np.concatenate([weights, weights]) / 2.0
     elif symmetry != "none":
         raise ConfigError("init.symmetry", f"unknown symmetry {symmetry!r}; choose 'none' or 'antipodal'")
     uniform = frame.weights is None and tokens.shape[0] in (n, 2 * n)  # nothing left out: the masses stay uniform
-    return replace(frame, tokens=tokens, weights=None if uniform else weights)
+    return replace(frame, tokens=tokens, weights=None if uniform else weights, asymmetry=asymmetry, sampling_floor=floor)
 
 
 def stored_source_digest(path: str | Path) -> NDArray[np.uint8] | None:

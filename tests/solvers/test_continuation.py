@@ -80,6 +80,31 @@ def test_the_antipodal_image_stays_the_image_to_round_off(grid_run):
     assert np.abs(run.x[-1] - run.x[0]).max() > 0.1  # and the tokens did move
 
 
+def test_an_antipodal_image_of_a_far_from_symmetric_source_gets_a_note(grid_run, tmp_path):
+    # the image is meant to take out the asymmetry the discretisation made; of a one-sided source it makes another measure
+    import warnings
+
+    from meanfield.io.source_frame import odd_moments
+
+    cap = tmp_path / "cap.h5"
+    mf.simulate(CONCENTRATION, out=cap, **{**PARTICLES, "init.kind": "vmf", "init.mean": [0.0, 0.0, 1.0], "init.kappa": 20.0,
+                                           "init.n": 200, "solver.t_final": 0.25})
+    settings = {**STEPS, "init.kind": "run", "init.symmetry": "antipodal", "solver.t_final": 1.0}
+    with pytest.warns(ConfigNote, match="far from antipodally symmetric"):
+        mf.load_config(CONCENTRATION, **{**settings, "init.path": str(cap)})
+    with warnings.catch_warnings(record=True) as caught:  # the grid run from a uniform ρ0: symmetric up to its mesh
+        warnings.simplefilter("always")
+        mf.load_config(CONCENTRATION, **{**settings, "init.path": str(grid_run), "init.time": 0.5})
+    assert not [w for w in caught if "antipodally" in str(w.message)]
+    # the odd moments: |2p - 1| for masses p and 1 - p at ±e; 1/4 of a third moment for three clusters 120° apart
+    e = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]])
+    np.testing.assert_allclose(odd_moments(e, np.array([0.7, 0.3])), 0.4, rtol=1e-14)
+    assert odd_moments(np.vstack([e, -e]), np.full(4, 0.25)) == 0.0
+    angles = np.array([0.0, 2.0, 4.0]) * np.pi / 3
+    three = np.stack([np.cos(angles), np.sin(angles), np.zeros(3)], axis=1)
+    assert odd_moments(three, np.full(3, 1 / 3)) >= 0.25 > np.linalg.norm(three.mean(axis=0)) + 0.2
+
+
 def test_light_tokens_are_left_out_and_the_masses_renormalised(grid_run):
     full = source_tokens(grid_run, 0.5)
     mass = full.weights
