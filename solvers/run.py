@@ -315,6 +315,7 @@ def simulate_config(
     state = setup.state
     record_first = True
     writer: RunWriter | None = None
+    earlier: dict[str, Any] = {}  # the counters of the sessions before this one (--resume)
     out_path = Path(out) if out is not None else None
     if out_path is not None and resume and out_path.exists():
         reader = RunReader(out_path, key="--resume")
@@ -327,6 +328,7 @@ def simulate_config(
         if point is not None:
             times, state = point
             record_first = False
+            earlier = dict(reader.info or {})
             writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape,
                                static=setup.static, resume=True)
     if out_path is not None and resume and not out_path.exists():
@@ -351,7 +353,7 @@ def simulate_config(
                 keep_states=keep_states,
                 record_first=record_first,
             )
-        result.info.update(setup.info())
+        result.info.update(whole_run_counters(earlier, result.info | setup.info()))
         reason = result.info["stop_reason"]
         status = "interrupted" if result.info["interrupted"] else final_status(result.info["failed"], reason)
     except KeyboardInterrupt:  # raised inside a tracker or by a second Ctrl-C: the frames so far can be resumed
@@ -367,7 +369,7 @@ def simulate_config(
     kept_older = writer is not None and writer.kept_older  # no frame committed: the file there is an older run's
     if writer is not None and not kept_older:
         run = Run.load(out_path)
-        run.info.update(result.info)  # this session's counters, with the objects that stay in memory
+        run.info.update(result.info)  # the counters, with the objects that stay in memory
         run._model = setup.model  # noqa: SLF001 - the model was built already
     else:
         run = Run.from_states(
@@ -392,6 +394,31 @@ def simulate_config(
     if result.info["failed"]:
         raise RunFailed(f"{reason}{where}", run=run)
     return run
+
+
+#: counters of a run that a resumed session adds to those of the sessions before it ...
+ADDED_COUNTERS = ("steps", "wall_time", "rejected", "evaluations", "jko_steps", "jko_iterations", "jko_fallbacks", "halvings",
+                  "grid_steps", "rejections", "velocity_evaluations")
+#: ... and those of which it keeps the largest or the smallest
+LARGEST_COUNTERS = ("jko_max_residual", "dt_max")
+SMALLEST_COUNTERS = ("min_mass", "dt_min")
+
+
+def whole_run_counters(earlier: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
+    """``session``'s counters (steps, evaluations, wall time, …) with those of the ``earlier`` sessions of a resumed run
+    added (or their extremes kept): ``meanfield info`` had reported the last session's steps as the run's.  A session
+    killed with SIGKILL wrote none; the JKO line of ``info`` counts its steps from the frames instead."""
+    merged = dict(session)
+    for keys, combine in ((ADDED_COUNTERS, lambda a, b: a + b), (LARGEST_COUNTERS, max), (SMALLEST_COUNTERS, min)):
+        for key in keys:
+            before, now = earlier.get(key), session.get(key)
+            if _number(before) and _number(now):
+                merged[key] = combine(before, now)
+    return merged
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _jsonable_info(info: dict[str, Any]) -> dict[str, Any]:

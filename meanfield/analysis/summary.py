@@ -73,6 +73,19 @@ def _pieces(mesh: Any, keep: np.ndarray) -> int:
     return int(connected_components(graph, directed=False)[0])
 
 
+def _jko_counts(run: Any) -> dict[str, Any]:
+    """A JKO run's steps, inner iterations, fallbacks and largest residual over every saved interval: from the frames'
+    diagnostics, which a resumed run (even after SIGKILL) keeps for every session, else from ``run.info``."""
+    counts: dict[str, Any] = {}
+    for key in ("jko_steps", "jko_iterations", "jko_fallbacks"):
+        series = run.diagnostics.get(key)
+        counts[key] = int(np.nansum(series)) if series is not None and np.isfinite(series).any() else run.info.get(key, 0)
+    residual = run.diagnostics.get("jko_residual")
+    counts["jko_max_residual"] = (float(np.nanmax(residual)) if residual is not None and np.isfinite(residual).any()
+                                  else run.info.get("jko_max_residual", math.nan))
+    return counts
+
+
 def grid_final_line(mesh: Any, mass: np.ndarray) -> str:
     """The ``final:`` line of a grid run: its clusters, or that it has none yet.
 
@@ -138,11 +151,12 @@ def run_summary(run: Any) -> str:
         if run.frames:
             lines.append(grid_final_line(run.mesh(), run.final))
     kind = cfg["solver"]["kind"] if cfg is not None else None
-    if kind == "jko" and "jko_steps" in run.info:
+    if kind == "jko" and ("jko_steps" in run.info or "jko_steps" in run.diagnostics):
         halved = int(run.info.get("halvings", 0))
         steps = f"of τ={cfg['solver']['tau']:g}" if not halved else f"of τ={cfg['solver']['tau']:g} or less ({halved} halved)"
-        lines.append(f"steps:     {run.info['jko_steps']} JKO steps {steps}, {run.info.get('jko_iterations', 0)} inner "
-                     f"iterations, {run.info.get('jko_fallbacks', 0)} fallbacks, largest residual {run.info.get('jko_max_residual', math.nan):.2g}")
+        counts = _jko_counts(run)
+        lines.append(f"steps:     {counts['jko_steps']} JKO steps {steps}, {counts['jko_iterations']} inner "
+                     f"iterations, {counts['jko_fallbacks']} fallbacks, largest residual {counts['jko_max_residual']:.2g}")
     elif kind == "grid" and "grid_steps" in run.info:
         lines.append(f"steps:     {run.info['grid_steps']} grid steps, {run.info.get('rejections', 0)} rejected and halved")
     elif "steps" in run.info and kind in ("particle", "zero-temperature") and isinstance(run.info.get("steps"), int):

@@ -318,3 +318,33 @@ def test_a_write_error_while_the_file_is_made_removes_it_and_names_the_cause(tmp
         RunWriter(out, config={"model": {}, "solver": {}}, state_name="x", state_shape=(4, 3),
                   static={"weights/B": np.zeros((10, 3, 3))})
     assert list(tmp_path.iterdir()) == []  # neither the hidden new file nor the lock
+
+
+@pytest.mark.parametrize("solver", sorted(SOLVERS))
+def test_a_resumed_run_counts_the_steps_of_every_session(tmp_path, solver):
+    # `meanfield info` of a resumed run had reported the last session's steps (and evaluations, wall time, …) as the run's
+    from meanfield.analysis.summary import run_summary
+    from meanfield.solvers.run import ADDED_COUNTERS
+
+    cfg = {section: dict(keys) for section, keys in SOLVERS[solver].items()}
+    cfg["solver"]["t_final"] = 1.0
+    whole = mf.simulate(cfg, out=tmp_path / "whole.h5")
+    out = tmp_path / "resumed.h5"
+    mf.simulate(cfg, out=out, **{"solver.t_final": 0.5})
+    resumed = mf.simulate(cfg, out=out, resume=True)
+    work = ("evaluations", "velocity_evaluations")  # a resumed session evaluates its first state once more
+    counted = [key for key in ADDED_COUNTERS if key in whole.info and key not in ("wall_time", *work)]
+    assert counted and {key: resumed.info[key] for key in counted} == {key: whole.info[key] for key in counted}
+    for key in set(work).intersection(whole.info):
+        assert whole.info[key] <= resumed.info[key] <= whole.info[key] + 2
+    steps = [line for line in run_summary(mf.load(out)).splitlines() if line.startswith("steps:")]
+    assert steps == [line for line in run_summary(mf.load(tmp_path / "whole.h5")).splitlines() if line.startswith("steps:")]
+
+
+def test_whole_run_counters_add_counts_and_keep_extremes():
+    from meanfield.solvers.run import whole_run_counters
+
+    merged = whole_run_counters({"steps": 3, "jko_max_residual": 1e-9, "dt_min": 0.1, "stop_reason": "interrupted"},
+                                {"steps": 4, "jko_max_residual": 1e-11, "dt_min": 0.2, "stop_reason": "t_final", "failed": False})
+    assert merged == {"steps": 7, "jko_max_residual": 1e-9, "dt_min": 0.1, "stop_reason": "t_final", "failed": False}
+    assert whole_run_counters({}, {"steps": 4}) == {"steps": 4}  # a session killed with SIGKILL left no counters
