@@ -94,9 +94,7 @@ _SSW_BATCH = 4_000_000  # projected values per call to POT in the sliced method
 # ----------------------------------------------------------------------------
 def _points(x: ArrayLike, name: str) -> NDArray[np.float64]:
     """Validate points on the sphere and return them renormalised."""
-    if np.iscomplexobj(x):  # NumPy would drop the imaginary part with a warning
-        raise ValueError(f"{name} must be real points of the sphere; got complex numbers")
-    arr = np.asarray(x, dtype=np.float64)
+    arr = _float_array(x, name)
     if arr.ndim != 2:
         raise ValueError(
             f"{name} must be a 2-D array of shape (n, d) of points on S^(d-1); "
@@ -125,7 +123,7 @@ def _weights(w: ArrayLike | None, n: int, name: str) -> NDArray[np.float64]:
     """Validate non-negative weights of shape (n,); ``None`` -> uniform 1/n."""
     if w is None:
         return np.full(n, 1.0 / n)
-    arr = np.asarray(w, dtype=np.float64)
+    arr = _float_array(w, name)
     if arr.shape != (n,):
         raise ValueError(f"{name} must have shape ({n},) to match the points; got {arr.shape}")
     if not np.all(np.isfinite(arr)):
@@ -134,9 +132,24 @@ def _weights(w: ArrayLike | None, n: int, name: str) -> NDArray[np.float64]:
     if np.any(arr < 0):
         i = int(np.argmin(arr))
         raise ValueError(f"{name} has negative weights: {name}[{i}] = {arr[i]:.6g}")
-    if not arr.sum() > 0:
+    with np.errstate(over="ignore"):
+        total = float(arr.sum())
+    if not total > 0:
         raise ValueError(f"{name} has zero total mass")
+    if not np.isfinite(total):  # every weight finite, their sum not: a mass check of inf against inf let it through
+        raise ValueError(f"{name} has a total mass past the largest float ({total}); divide the weights by a common factor")
     return arr
+
+
+def _float_array(value: ArrayLike, name: str) -> NDArray[np.float64]:
+    """``value`` as a float64 array, or a ValueError naming ``name`` (a string or ragged nesting)."""
+    try:
+        if np.iscomplexobj(value):  # NumPy would drop the imaginary part with a warning
+            raise ValueError(f"{name} must be real numbers; got complex numbers")
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        raise ValueError(message if message.startswith(name) else f"{name} must be an array of real numbers; {message}") from None
 
 
 def _measures(x: ArrayLike, y: ArrayLike, a: ArrayLike | None, b: ArrayLike | None,

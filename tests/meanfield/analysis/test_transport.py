@@ -548,3 +548,18 @@ def test_complex_points_are_refused(rng):
     x = sphere(rng, 5, 3)
     with pytest.raises(ValueError, match="complex"):
         w2(x.astype(complex), x)
+
+
+def test_weights_whose_total_overflows_and_non_numeric_input_are_refused_naming_the_argument():
+    # a total of inf on both sides had passed the mass check (inf > inf is False): a segfault inside POT for equal
+    # weights, POT's own assertion for unequal ones
+    x = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    with pytest.raises(ValueError, match=r"^a has a total mass past the largest float"):
+        w2(x, x, a=[1e308, 1e308], b=[1e308, 1e308])
+    with pytest.raises(ValueError, match=r"^a has a total mass past the largest float"):
+        w2(x, x, a=[1e308, 1e308], b=[1.0, 1.0])
+    with pytest.raises(ValueError, match=r"^a must be an array of real numbers"):
+        w2(x, x, a="ab")
+    with pytest.raises(ValueError, match=r"^x must be an array of real numbers"):
+        w2([[1.0, 0.0], [0.0]], x)
+    np.testing.assert_allclose(w2(x, x[::-1], a=[1e300, 3e300], b=[3e300, 1e300]), 0.0, atol=1e-15)  # large but finite: fine
