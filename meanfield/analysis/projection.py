@@ -551,11 +551,16 @@ def zero_temperature_flow(x0: ArrayLike, S: ArrayLike, tau: ArrayLike) -> NDArra
     if np.allclose(Sa, Sa.T, rtol=0, atol=0):
         values, vectors = np.linalg.eigh(Sa)
         coords = xa @ vectors
-        shift = values.max()
-        z = (coords * np.exp(np.outer(taus, values - shift))) @ vectors.T  # scaled by e^{-τ μ_max}: no overflow
+        # each token's coordinates c_k e^{τ μ_k} scaled by its own largest, in logarithms: a shift by e^{-τ μ_max} for
+        # all had underflowed every coordinate of a token in E^⊥ (NaN from τ ≈ 1500 on), and a token's small
+        # coordinates underflowed the norm
+        with np.errstate(divide="ignore"):
+            logs = np.log(np.abs(coords)) + taus[:, None] * values[None, :]  # -inf where c_k = 0
+        z = np.sign(coords) * np.exp(logs - logs.max(axis=1, keepdims=True))  # the largest entry ±1: no overflow, no underflow
+        out = (z / np.linalg.norm(z, axis=1, keepdims=True)) @ vectors.T
     else:
         z = np.stack([expm(tk * Sa) @ xk for tk, xk in zip(taus, xa)])
-    out = z / np.linalg.norm(z, axis=1, keepdims=True)
+        out = z / np.linalg.norm(z, axis=1, keepdims=True)
     return out[0] if single else out
 
 

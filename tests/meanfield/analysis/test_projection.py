@@ -244,3 +244,19 @@ def test_rate_and_resolution() -> None:
     assert resolution_warning(160, 16.0, 3) is None
     message = resolution_warning(159, 16.0, 3)
     assert message is not None and "n = 159" in message and "160" in message
+
+
+def test_zero_temperature_flow_stays_finite_at_long_clocks_and_tiny_coordinates():
+    # one shift e^{-τ μ_max} for every token had underflowed a token in E^⊥ to 0/0 (NaN from τ ≈ 1500), and a
+    # coordinate of 1e-200 underflowed the norm (inf, NaN); the exact points, in logarithms by hand
+    from meanfield.analysis.projection import zero_temperature_flow
+
+    S = np.diag([1.0, 0.5, 0.25])
+    np.testing.assert_allclose(zero_temperature_flow([0.0, 0.6, 0.8], S, 1500.0),
+                               [0.0, 1.0, np.exp(np.log(0.8 / 0.6) - 0.25 * 1500.0)], rtol=1e-12, atol=0)
+    np.testing.assert_array_equal(zero_temperature_flow([0.0, 0.6, 0.8], S, 3000.0), [0.0, 1.0, 0.0])
+    tiny = zero_temperature_flow([1e-200, 0.6, 0.8], S, 1500.0)  # e^{750 - 460.5} against e^{750 - 750}·0.6
+    np.testing.assert_allclose(tiny, [1.0, 0.6 * np.exp(-0.5 * 1500.0 - np.log(1e-200)), 0.0], rtol=1e-10, atol=1e-280)
+    x = np.array([[0.3, 0.4, np.sqrt(0.75)]])
+    np.testing.assert_allclose(zero_temperature_flow(x, S, 2.0),  # a plain case against e^{τS}x/|e^{τS}x|
+                               (np.exp(2.0 * np.diag(S)) * x) / np.linalg.norm(np.exp(2.0 * np.diag(S)) * x), rtol=1e-14)
