@@ -105,6 +105,19 @@ def symmetric_heads(heads: HeadStack | np.ndarray, *, atol: float = 1e-12) -> np
     return B
 
 
+def _check_finite(beta: float, *values: Any) -> None:
+    """Raise where the energy's exponentials (taken without a shift) have overflowed.
+
+    Raises
+    ------
+    OverflowError
+        Naming β: the gradient's squared norm passes the largest float from :math:`\beta\,\langle x, By\rangle \approx 354`.
+    """
+    if not all(np.all(np.isfinite(value)) for value in values):
+        raise OverflowError(f"β = {beta:g}: the energy's exponentials e^(β⟨x, B y⟩) and the gradient's squared norm pass the "
+                            "largest float here; the landscape is computed up to β⟨x, B y⟩ of about 350")
+
+
 def _masses(n: int, weights: np.ndarray | None) -> np.ndarray:
     a = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=float)
     if a.shape != (n,) or np.any(a <= 0) or not np.all(np.isfinite(a)):
@@ -349,6 +362,7 @@ def hessian_spectrum(x: np.ndarray, heads: HeadStack | np.ndarray, *, beta: floa
     unorm = math.sqrt(float(a @ np.einsum("ij,ij->i", u, u)))
     rel = gnorm / unorm if unorm > 0 else 0.0
     hess = riemannian_hessian(x, B, beta=beta, weights=a)
+    _check_finite(beta, gnorm, unorm, hess)  # NaN had passed the gradient test: a confident verdict on no number
     tb = _tangent_basis(x)  # (n, d, d-1)
     W = np.zeros((n * d, n * (d - 1)))
     for i in range(n):
@@ -464,6 +478,7 @@ def optimize(x0: np.ndarray, heads: HeadStack | np.ndarray, *, beta: float, weig
                 math.sqrt(float(a @ np.einsum("ij,ij->i", u, u))))
 
     e, g, gn, un = evaluate(x)
+    _check_finite(beta, e, gn, un)
     energies, norms = [e], [gn]
     tau = 1.0 / max(float(np.max(np.linalg.norm(_ambient(x, B, beta, a), axis=1))), 1e-300)
     converged = gn <= gtol * un

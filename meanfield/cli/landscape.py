@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.cli.options import emit, load_config_noted, parse_float, parse_int
+from meanfield.cli.options import emit, load_config_noted, parse_float, parse_int, table_path
 from meanfield.errors import ConfigError
 
 __all__ = ["add_parser", "main"]
@@ -47,8 +47,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
-def _heads(model: Any, t: float) -> tuple[np.ndarray, float]:
-    """The symmetric score matrices of ``model`` at ``t`` (scaled by 1/H for ``combine = "mean"``) and β."""
+def _heads(model: Any, t: float) -> tuple[np.ndarray, float, float]:
+    """The symmetric score matrices of ``model`` at ``t``, β, and the factor of the model's energy over that of the heads'
+    sum: 1/H for ``combine = "mean"``, which averages the heads' velocities (and energies) outside the exponentials.
+
+    The factor moves no critical point and changes no verdict; it scales the energy, the gradient and the Hessian's
+    eigenvalues.  (It had divided ``B`` inside the exponentials, a landscape of another model: a reported minimum
+    where the run's own velocity was 0.44.)"""
     from meanfield.analysis.landscape import symmetric_heads
 
     stack = model.heads.at(t)
@@ -58,12 +63,29 @@ def _heads(model: Any, t: float) -> tuple[np.ndarray, float]:
         raise ConfigError("model.heads", str(exc)) from None
     if not np.allclose(stack.V, stack.B, rtol=1e-12, atol=1e-12 * max(1.0, float(np.max(np.abs(stack.B))))):
         raise ConfigError("model.heads", "the energy landscape is that of value-aligned heads (V = QᵀK); set V = 'aligned'")
-    return (B / stack.H if getattr(model, "combine", "sum") == "mean" else B), float(model.beta)
+    return B, float(model.beta), (1.0 / stack.H if getattr(model, "combine", "sum") == "mean" else 1.0)
+
+
+#: the printed values that scale with the energy
+_SCALED = ("energy", "energy_start", "gradient_norm", "lambda_min", "lambda_max")
+
+
+def _scaled(values: dict[str, Any], factor: float) -> dict[str, Any]:
+    return {key: value * factor if key in _SCALED else value for key, value in values.items()}
+
+
+def _spectrum(x: np.ndarray, B: np.ndarray, beta: float, gtol: float) -> Any:
+    from meanfield.analysis.landscape import hessian_spectrum
+
+    try:
+        return hessian_spectrum(x, B, beta=beta, gtol=gtol)
+    except OverflowError as exc:
+        raise ConfigError("model.beta", str(exc)) from None
 
 
 def main(args: argparse.Namespace) -> int:
     """Run ``meanfield landscape``."""
-    from meanfield.analysis.landscape import hessian_spectrum, optimize
+    from meanfield.analysis.landscape import optimize
 
     if not getattr(args, "action", None):
         raise ConfigError("ACTION", "expected 'classify' or 'search' (meanfield landscape --help)")
@@ -80,9 +102,10 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError("--frame", f"{args.run} has {frames} frames, got {k}")
         k %= frames
         x = np.asarray(run.frame(k), dtype=float)
-        B, beta = _heads(run.model, float(run.t[k]))
-        spectrum = hessian_spectrum(x, B, beta=beta, gtol=gtol)
-        emit({"frame": k, "t": float(run.t[k]), "n": x.shape[0], "d": x.shape[1], **spectrum.as_dict()}, as_json=args.json)
+        B, beta, factor = _heads(run.model, float(run.t[k]))
+        spectrum = _spectrum(x, B, beta, gtol)
+        emit({"frame": k, "t": float(run.t[k]), "n": x.shape[0], "d": x.shape[1], **_scaled(spectrum.as_dict(), factor)},
+             as_json=args.json)
         return 0
     from meanfield.build import build_model, initial_tokens
 
@@ -90,12 +113,16 @@ def main(args: argparse.Namespace) -> int:
     max_iter = parse_int(args.max_iter, "--max-iter", minimum=1)
     if args.out is not None and not str(args.out).endswith(".npy"):
         raise ConfigError("--out", f"expected a .npy file name, got {args.out!r}")
-    B, beta = _heads(build_model(cfg), 0.0)
-    result = optimize(initial_tokens(cfg), B, beta=beta, mode=args.mode, gtol=gtol * 1e-2, max_iter=max_iter)
-    spectrum = hessian_spectrum(result.x, B, beta=beta, gtol=gtol)
+    table_path(args.out, "--out", allow=(".npy",))  # a folder, an unwritable place or a run: refused before the search
+    B, beta, factor = _heads(build_model(cfg), 0.0)
+    try:
+        result = optimize(initial_tokens(cfg), B, beta=beta, mode=args.mode, gtol=gtol * 1e-2, max_iter=max_iter)
+    except OverflowError as exc:
+        raise ConfigError("model.beta", str(exc)) from None
+    spectrum = _spectrum(result.x, B, beta, gtol)
     if args.out is not None:
         np.save(args.out, result.x)
     emit({"mode": args.mode, "converged": result.converged, "iterations": result.iterations,
-          "energy_start": float(result.energy[0]), **spectrum.as_dict(), **({"out": args.out} if args.out else {})},
+          **_scaled({"energy_start": float(result.energy[0]), **spectrum.as_dict()}, factor), **({"out": args.out} if args.out else {})},
          as_json=args.json)
     return 0

@@ -275,3 +275,64 @@ def test_a_gradient_clock_run_writes_its_file_and_resumes_with_its_physical_time
     straight = mf.simulate(longer, out=tmp_path / "b.h5")
     np.testing.assert_allclose(resumed.diagnostics["clock_time"], straight.diagnostics["clock_time"], rtol=1e-12, atol=0)
     np.testing.assert_allclose(np.asarray(resumed.x), np.asarray(straight.x), rtol=0, atol=1e-14)
+
+
+MEAN_HEADS = {
+    "model": {"d": 3, "beta": 3.0, "attention": "unnormalized", "combine": "mean", "heads": [
+        {"Q": "identity", "K": [[1.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 0.5]], "V": "aligned"},
+        {"Q": "identity", "K": [[0.5, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, 2.0]], "V": "aligned"}]},
+    "init": {"kind": "uniform", "n": 6, "seed": 1},
+}
+
+
+def test_landscape_search_of_averaged_heads_finds_a_rest_point_of_the_model(tmp_path, capsys):
+    # combine = "mean" averages the heads' velocities outside the exponentials: B/H inside them had been another model,
+    # whose "minimum" the run's own velocity left at 0.44
+    import json
+
+    from meanfield.build import build_model
+    from meanfield.cli import main
+
+    config = tmp_path / "mean.toml"
+    _write_toml(MEAN_HEADS, config)
+    out = tmp_path / "critical.npy"
+    assert main(["landscape", "search", str(config), "--mode", "min", "--max-iter", "3000", "--out", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["converged"] and report["kind"] == "minimum"
+    cfg = mf.load_config(MEAN_HEADS)
+    model = build_model(cfg)
+    x = np.load(out)
+    assert np.abs(model.velocity(x, 0.0)).max() < 1e-6
+    start = mf.simulate(MEAN_HEADS, **{"solver.t_final": 0.01, "solver.save_every": 0.01})
+    np.testing.assert_allclose(report["energy_start"], start.diagnostics["energy"][0], rtol=1e-12)  # the model's energy
+
+
+def test_landscape_refuses_a_beta_whose_exponentials_overflow(tmp_path, capsys):
+    # NaN had passed the gradient test: "saddle" with gradient_norm = inf, "converged" in 0 iterations
+    from meanfield.cli import main
+
+    config = tmp_path / "hot.toml"
+    _write_toml({"model": {"beta": 500.0}, "init": {"n": 8}}, config)
+    assert main(["landscape", "search", str(config)]) == 2
+    assert "error: model.beta: β = 500" in capsys.readouterr().err
+    run = tmp_path / "hot.h5"
+    mf.simulate({"model": {"beta": 500.0}, "init": {"n": 8}, "solver": {"t_final": 0.1, "save_every": 0.1}}, out=run)
+    assert main(["landscape", "classify", str(run), "--frame", "0"]) == 2
+    assert "error: model.beta" in capsys.readouterr().err
+    folder = tmp_path / "x.npy"
+    folder.mkdir()
+    assert main(["landscape", "search", str(config), "--set", "model.beta=1", "--out", str(folder)]) == 2  # before the search
+    assert "error: --out" in capsys.readouterr().err
+
+
+def _write_toml(cfg: dict, path) -> None:
+    import json
+
+    lines = []
+    for section, keys in cfg.items():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in keys.items() if k != "heads"]
+        for head in keys.get("heads", []):
+            lines.append(f"[[{section}.heads]]")
+            lines += [f"{k} = {json.dumps(v)}" for k, v in head.items()]
+    path.write_text("\n".join(lines) + "\n")
