@@ -272,16 +272,16 @@ def main(args: argparse.Namespace) -> int:
 
         emb = embed_sentence(args.sentence, ckpt, key="--sentence")
         sentence_info = {"sentence": emb.sentence, "tokens": emb.tokens, "ids": emb.ids.tolist(), "radius": emb.radius.tolist()}
-        if args.save_tokens:
-            path = Path(args.save_tokens)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            np.save(path, emb.x)
-            sentence_info["saved"] = str(path)
         if n is None:
             n = max(len(emb.tokens), 2)
     n = 16.0 if n is None else n
 
-    reports = analyse_checkpoint(ckpt, layers=layers, heads=heads, n=n)
+    reports = analyse_checkpoint(ckpt, layers=layers, heads=heads, n=n)  # checks --layer and --heads: before any file
+    if args.save_tokens and sentence_info is not None:
+        path = Path(args.save_tokens)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, emb.x)
+        sentence_info["saved"] = str(path)
     figures = plot_reports(reports, args.out) if args.plot else []
 
     if args.json:

@@ -139,11 +139,12 @@ def table_path(value: str | None, key: str, *, allow: tuple[str, ...] = ()) -> s
     if value is None:
         return None
     path = Path(value)
+    suffix = allow[0] if allow else ".csv"  # what the hints suggest
     if path.is_dir() or value.endswith(("/", "\\")):
-        raise ConfigError(key, f"{value} is a folder; give a file name such as {path / 'table.csv'}")
+        raise ConfigError(key, f"{value} is a folder; give a file name such as {path / ('table' + suffix)}")
     if (path.suffix.lower() in NOT_TABLES and path.suffix.lower() not in allow) or _is_hdf5(path):  # a run, a config or a picture: never replaced by a table
         raise ConfigError(key, f"{value} would be replaced by a table: it is or names a run, a config or a picture; "
-                               f"give a table's name such as {path.with_suffix('.csv').name}")
+                               f"give a table's name such as {path.with_suffix(suffix).name}")
     check_parent(path, key)
     return value
 

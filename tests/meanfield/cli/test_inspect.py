@@ -118,3 +118,11 @@ def test_minilm_table(capsys: pytest.CaptureFixture[str]) -> None:
         assert 50.0 < s["angle_mean"] < 85.0 and 0.0 <= s["angle_min"] <= s["angle_mean"]
         assert s["rank_B_max"] == 32 and s["dim_E_max"] >= 1
         assert math.isclose(s["beta_model"], 1 / math.sqrt(32), rel_tol=1e-15)
+
+
+@pytest.mark.parametrize("option", [["--layer", "5"], ["--heads", "2"]])
+def test_a_bad_layer_or_head_leaves_no_saved_tokens(tiny: Path, tmp_path: Path, option: list[str], capsys) -> None:
+    # the tokens had been saved before the layers and heads were checked
+    target = tmp_path / "tokens.npy"
+    assert main(["inspect", str(tiny), "--sentence", "the cat", "--save-tokens", str(target), *option]) == 2
+    assert f"error: {option[0]}" in capsys.readouterr().err and not target.exists()
