@@ -298,7 +298,8 @@ def energy_rates(
                 scale = top
             else:
                 acc += part * math.exp(top - scale)
-        out[h] = 0.5 * acc * math.exp(scale)
+        with np.errstate(over="ignore"):  # past β s ≈ 709 the rate itself is past the largest float: ±inf, not a traceback
+            out[h] = 0.5 * acc * np.exp(scale)
     return out
 
 

@@ -81,7 +81,15 @@ def main(args: argparse.Namespace) -> int:
     fd_points = _positive_int(args.fd_points, "--fd-points", odd_at_least=3)
     picture_path(args.plot, "--plot")
     table_path(args.csv, "--csv")
-    diagnosis = load(args.run, key="OUT.h5").diagnose(tol=tol, stride=stride, fd_points=fd_points)
+    run = load(args.run, key="OUT.h5")
+    with np.errstate(over="ignore", invalid="ignore"):  # an energy past the largest float: said below, not as a warning
+        diagnosis = run.diagnose(tol=tol, stride=stride, fd_points=fd_points)
+    energy = diagnosis.series.get("energy")
+    if energy is not None and energy.size and not np.isfinite(energy).any() and run.config is not None:
+        beta = run.config["model"]["beta"]
+        warnings.warn(f"the energy is not a float at any frame (β = {beta:g}: e^(β⟨x, By⟩) passes the largest float "
+                      "from β⟨x, By⟩ ≈ 709), so dEdt, the Theorem 11 and split residuals and the aggregate margin are nan",
+                      ConfigNote, stacklevel=2)
     frames = diagnosis.series["t"].size
     if frames < fd_points:
         warnings.warn(f"entropy_residual is nan: its {fd_points}-point stencil in time (--fd-points) needs "

@@ -103,3 +103,15 @@ def test_inspect_never_shows_a_negative_beta_star(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "wide"), "--n", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)["reports"][0]
     assert report["beta_star"] is None and report["regime"] == "above"
+
+
+def test_diagnose_of_a_run_whose_energy_overflows_says_so_without_a_traceback(tmp_path, capsys):
+    # β = 800: the energy rates had raised OverflowError from math.exp (a traceback, exit 1)
+    import meanfield as mf
+
+    out = tmp_path / "hot.h5"
+    mf.simulate({"model": {"beta": 800.0}, "init": {"n": 16}, "solver": {"t_final": 0.1, "save_every": 0.1}}, out=out)
+    assert main(["diagnose", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "note: the energy is not a float at any frame (β = 800" in captured.err and "Traceback" not in captured.err
+    assert "RuntimeWarning" not in captured.err and "kinetic" in captured.out
