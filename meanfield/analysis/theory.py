@@ -322,10 +322,10 @@ def beta_star_numeric(H: float, n: float, alpha: float) -> float:
     if log_c >= 0.0:  # H == 1: c* = 1 is never reached
         return math.inf
 
-    def g(beta: float) -> float:
-        return -0.5 * float(np.logaddexp(0.0, log_m - 2.0 * a * beta)) - log_c
+    def g(u: float) -> float:  # in u = αβ, so that no α sends the search past the floats (α = 1e-310: ±inf, then NaN)
+        return -0.5 * float(np.logaddexp(0.0, log_m - 2.0 * u)) - log_c
 
-    lo, hi = -1.0 / a, 1.0 / a
+    lo, hi = -1.0, 1.0
     for _ in range(2100):
         if g(lo) < 0.0:
             break
@@ -334,7 +334,7 @@ def beta_star_numeric(H: float, n: float, alpha: float) -> float:
         if g(hi) > 0.0:
             break
         hi *= 2.0
-    return float(brentq(g, lo, hi, xtol=1e-300, rtol=4.0 * np.finfo(float).eps, maxiter=1000))
+    return float(brentq(g, lo, hi, xtol=1e-300, rtol=4.0 * np.finfo(float).eps, maxiter=1000)) / a  # inf past the floats
 
 
 # --------------------------------------------------------------------------- #

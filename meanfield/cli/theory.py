@@ -71,7 +71,7 @@ def _run_beta_star(args: argparse.Namespace) -> int:
     else:
         diff = closed - numeric
     if math.isinf(closed):
-        regime = "all beta (a single head)"
+        regime = "all beta (a single head)" if heads == 1 else "all finite beta (beta* is past the largest float)"
     elif closed <= 0:
         regime = "no beta > 0"
     else:
@@ -115,6 +115,9 @@ def _run_rates(args: argparse.Namespace) -> int:
     lambdas = parse_float_list(args.lambdas, "--lambdas", positive=True)
     beta = parse_float(args.beta, "--beta", positive=True)
     n = parse_int(args.n, "--n", minimum=2)
+    total = sum(lambdas)
+    if not math.isfinite(total * beta):  # the rates take Λ = Σ λ_h and βΛ: nan and inf had been printed, exit 0
+        raise ConfigError("--lambdas", f"the total strength Σλ = {total:g} times β = {beta:g} passes the largest float")
     with _as_options():
         from meanfield.analysis import theory
 

@@ -293,6 +293,17 @@ def test_cli_beta_star_json(capsys):
     assert data["beta_star"] == "inf" and data["c_star"] == 1.0
 
 
+@pytest.mark.parametrize("alpha, expected", [("1e-310", math.inf), ("1e-308", 1.1134191880213035e308)])
+def test_beta_star_numeric_at_alphas_near_the_floats_edge(capsys, alpha, expected):
+    # the doubling search had run past the floats (±inf, then NaN in brentq): a traceback, exit 1
+    assert th.beta_star_numeric(2, 16, float(alpha)) == pytest.approx(expected, rel=1e-12)
+    assert main(["theory", "beta-star", "--heads", "2", "--n", "16", "--alpha", alpha]) == 0
+    kv = _kv(capsys.readouterr().out)
+    assert float(kv["beta_star_numeric"]) == pytest.approx(expected, rel=1e-12)
+    if math.isinf(expected):
+        assert kv["monotone_for"] == "all finite beta (beta* is past the largest float)"  # not "a single head"
+
+
 def test_cli_rates(capsys):
     status = main(["theory", "rates", "--lambdas", "0.5,1.5", "--beta", "2", "--n", "8", "--json"])
     assert status == 0
@@ -326,3 +337,8 @@ def test_cli_bad_values(capsys, argv, option):
 def test_cli_theory_without_subcommand(capsys):
     assert main(["theory"]) == 2
     assert "beta-star" in capsys.readouterr().err
+
+
+def test_cli_rates_refuses_strengths_whose_total_overflows(capsys):
+    assert main(["theory", "rates", "--lambdas", "1e308,1e308", "--beta", "1", "--n", "4"]) == 2  # had printed nan, exit 0
+    assert "error: --lambdas" in capsys.readouterr().err
