@@ -632,7 +632,13 @@ def phase_diagram(
         kept = sorted((folder / "batches").glob("*.npz")) if (folder / "batches").is_dir() else []
         if kept and not resume:
             raise ConfigError("--out", f"{folder} already holds a phase diagram ({len(kept)} batches); pass --resume to continue it, or choose another folder")
-        if resume:
+        if resume and kept:
+            ours = {Path(task["path"]).name for task in tasks}
+            foreign = [path.name for path in kept if path.name not in ours]
+            if foreign:  # another config's batches: resuming had written a second diagram over the first's files
+                raise ConfigError("--resume", f"{folder} holds batches of another configuration ({len(foreign)} of {len(kept)}, "
+                                              f"e.g. {foreign[0]}); resume with the config and --set values it was started "
+                                              "with, or write this one into another folder")
             for index, task in enumerate(tasks):
                 stored = _stored(Path(task["path"]), task["key"])
                 if stored is not None:

@@ -263,6 +263,11 @@ def test_cli_end_to_end_writes_the_table_and_the_picture_and_resumes(tiny, tmp_p
     assert cli_main(["phase", str(tiny), "-o", str(out), "--workers", "0", "--quiet", "--resume"]) == 0
     assert "4 resumed" in capsys.readouterr().out
     assert (out / "phase.csv").read_text() == before
+    files = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    # another config: refused, nothing touched (it had resumed 0 batches and written its diagram over this one)
+    assert cli_main(["phase", str(tiny), "-o", str(out), "--workers", "0", "--quiet", "--resume", "--set", "init.n=7"]) == 2
+    assert "error: --resume" in capsys.readouterr().err
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == files
 
 
 @pytest.mark.parametrize("override, key", [
