@@ -125,6 +125,8 @@ __all__ = [
     "TaskPool",
     "RESULT_COLUMNS",
     "SWEEP_KEYS",
+    "check_workers",
+    "WORKERS_PER_CORE",
 ]
 
 #: keys a sweep file may hold at its top level
@@ -1012,6 +1014,30 @@ def check_scheduler(address: str) -> str:
     return address.strip()
 
 
+#: local worker processes allowed per usable core (each a Python process with its own memory; past the cores they
+#: only take turns)
+WORKERS_PER_CORE = 4
+
+
+def check_workers(workers: int | None, scheduler: str | None = None) -> None:
+    """Refuse a ``--workers`` that is not an integer >= 0, that comes with ``--scheduler``, or that asks for more than
+    :data:`WORKERS_PER_CORE` local processes per core (100 000 had hung starting them, then ended in a traceback).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--workers``.
+    """
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+        raise ConfigError("--workers", f"expected an integer >= 0, got {workers!r}")
+    if scheduler and workers is not None:
+        raise ConfigError("--workers", "sizes the local cluster; it cannot be combined with --scheduler")
+    cores = _usable_cores()
+    if workers is not None and workers > WORKERS_PER_CORE * cores:
+        raise ConfigError("--workers", f"{workers} local worker processes on {cores} usable core(s): at most "
+                                       f"{WORKERS_PER_CORE * cores} (past the cores they only take turns)")
+
+
 class _Cluster:
     """A Dask client: on a local process cluster we start, or on a scheduler we connect to."""
 
@@ -1078,10 +1104,7 @@ class TaskPool:
     """
 
     def __init__(self, *, scheduler: str | None = None, workers: int | None = None, tasks: int = 1) -> None:
-        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
-            raise ConfigError("--workers", f"expected an integer >= 0, got {workers!r}")
-        if scheduler and workers is not None:
-            raise ConfigError("--workers", "sizes the local cluster; it cannot be combined with --scheduler")
+        check_workers(workers, scheduler)
         self._cluster = _Cluster(scheduler=scheduler, workers=workers, cases=tasks) if workers != 0 and tasks > 0 else None
 
     def __enter__(self) -> TaskPool:
@@ -1180,10 +1203,7 @@ def run_sweep(
         Bad sweep (see :func:`load_sweep`), bad ``workers``/``scheduler``, or an
         ``out_dir`` holding a sweep without ``resume``.
     """
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
-        raise ConfigError("--workers", f"expected an integer >= 0, got {workers!r}")
-    if scheduler and workers is not None:
-        raise ConfigError("--workers", "sizes the local cluster; it cannot be combined with --scheduler")
+    check_workers(workers, scheduler)
     spec = sweep if isinstance(sweep, Sweep) else load_sweep(sweep)
     out = Path(out_dir)
     ledger_path = out / "ledger.jsonl"

@@ -568,3 +568,17 @@ def test_a_second_driver_on_one_folder_is_refused(tmp_path):
         run_sweep(spec, out, workers=0, quiet=True)
     assert (out / "results.csv").read_text() == table  # a refusal touches nothing (it had emptied the table)
     assert len(run_sweep(spec, out, workers=0, resume=True, quiet=True)) == 2
+
+
+def test_more_local_workers_than_the_cap_are_refused_before_any_work(tmp_path, capsys):
+    # 100 000 had hung starting Dask worker processes, then ended in a traceback
+    from meanfield.solvers.sweep import WORKERS_PER_CORE, _usable_cores, check_workers
+
+    too_many = WORKERS_PER_CORE * _usable_cores() + 1
+    with pytest.raises(ConfigError, match=r"--workers: .* local worker processes"):
+        check_workers(too_many)
+    check_workers(WORKERS_PER_CORE * _usable_cores())
+    out = tmp_path / "phase"
+    default = Path(__file__).resolve().parents[2] / "data" / "default.toml"
+    assert cli_main(["phase", str(default), "-o", str(out), "--workers", str(too_many), "--quiet"]) == 2
+    assert "error: --workers" in capsys.readouterr().err and not out.exists()
