@@ -46,6 +46,20 @@ def _frame_line(k: int, t: float, diagnostics: dict) -> str:
 _LIVE_READ_ERRORS = (ConfigError, OSError, KeyError)
 #: looks at a live file before its error is let through (each read inside a look has its own retries)
 FOLLOW_LOOKS = 50
+#: the longest ``--interval`` (an hour; 1e12 s had ended in time.sleep's OverflowError)
+MAX_INTERVAL = 3600.0
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _not_hdf5(path: str) -> bool:
+    """Whether ``path`` already holds bytes that are not an HDF5 file's start (a file being created starts with its
+    signature): no look will make it readable."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(_HDF5_SIGNATURE))
+    except OSError:
+        return False
+    return len(head) == len(_HDF5_SIGNATURE) and head != _HDF5_SIGNATURE
 
 
 def _when_readable(path: str, read, interval: float):  # type: ignore[no-untyped-def]
@@ -55,7 +69,7 @@ def _when_readable(path: str, read, interval: float):  # type: ignore[no-untyped
         try:
             return read()
         except _LIVE_READ_ERRORS:
-            if not os.path.isfile(path):
+            if not os.path.isfile(path) or _not_hdf5(path):  # a wrong path or another kind of file fails at once
                 raise
             time.sleep(interval)
     return read()
@@ -95,6 +109,8 @@ def main(args: argparse.Namespace) -> int:
 
     picture_path(args.plot, "--plot", animation=True)
     interval = parse_float(args.interval, "--interval", positive=True)
+    if interval > MAX_INTERVAL:
+        raise ConfigError("--interval", f"at most {MAX_INTERVAL:g} seconds between looks, got {args.interval}")
     if args.follow:
         if args.plot:
             raise ConfigError("--plot", "draw a run after it ends, not while following it (drop --follow or --plot)")

@@ -115,3 +115,17 @@ def test_diagnose_of_a_run_whose_energy_overflows_says_so_without_a_traceback(tm
     captured = capsys.readouterr()
     assert "note: the energy is not a float at any frame (β = 800" in captured.err and "Traceback" not in captured.err
     assert "RuntimeWarning" not in captured.err and "kinetic" in captured.out
+
+
+def test_info_follow_refuses_other_files_at_once_and_a_huge_interval(tmp_path, capsys, monkeypatch):
+    # a text file had been looked at 50 times (50 s) before the error; --interval 1e12 had ended in OverflowError
+    import meanfield.cli.info as info
+
+    waits = []
+    monkeypatch.setattr(info.time, "sleep", waits.append)
+    text = tmp_path / "text.h5"
+    text.write_text("not a run\n")
+    assert main(["info", str(text), "--follow"]) == 2
+    assert waits == [] and "not an HDF5 file" in capsys.readouterr().err  # no second look
+    assert main(["info", str(text), "--follow", "--interval", "1e12"]) == 2
+    assert "error: --interval" in capsys.readouterr().err
