@@ -544,8 +544,11 @@ class PhaseDiagram:
              Normalize(1.0, max(top, 1.5))),
         ]
         steps = np.diff(self.betas)
-        even = self.betas.size < 2 or (np.all(steps > 0) and np.allclose(steps, steps[0], rtol=1e-6))
-        rows = self.betas if even else np.arange(self.betas.size)  # an uneven β grid: one equal row per β, labelled
+        # an uneven β grid, a single β or one near the floats' edge (its cells' edges overflowed in matplotlib): one
+        # equal row per β, labelled
+        even = (self.betas.size >= 2 and np.all(steps > 0) and np.allclose(steps, steps[0], rtol=1e-6)
+                and bool(self.betas[-1] <= np.finfo(float).max - steps[-1]))
+        rows = self.betas if even else np.arange(self.betas.size)
         for ax, (values, title_text, label, cmap, norm) in zip(axes.flat, panels):
             mesh = ax.pcolormesh(self.times, rows, values, shading="nearest", cmap=cmap, norm=norm, rasterized=True)
             fig.colorbar(mesh, ax=ax, label=label)

@@ -342,3 +342,12 @@ def test_sigterm_ends_the_command_as_ctrl_c_does(tiny, tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "interrupted" in err and "Traceback" not in err, err
     assert list((out / "batches").glob("*.npz"))  # the finished batches are kept for --resume
+
+
+@pytest.mark.parametrize("betas", [[1e308], [1.5e308, 1.7e308], [2.0]])
+def test_a_diagram_of_betas_near_the_floats_edge_is_drawn(tiny, tmp_path, betas):
+    # the rows' cell edges had overflowed in matplotlib (a traceback after the batches and the table were written)
+    diagram = phase_diagram(tiny, workers=0, **{"phase.betas": betas, "phase.samples": 2})
+    figure = diagram.plot(tmp_path / "phase.png")
+    labels = [tick.get_text() for tick in figure.axes[0].get_yticklabels()]
+    assert (tmp_path / "phase.png").stat().st_size > 0 and any(f"{betas[0]:g}" in label for label in labels)
