@@ -135,7 +135,9 @@ def run_summary(run: Any) -> str:
     if run.kind == "particle":
         n = run.shape[0] if run.frames else (cfg["init"]["n"] if cfg is not None else "?")
         lines.append(f"frames:    {run.frames}  {span}  tokens n={n}")
-        if run.frames:
+        if run.frames and not np.all(np.isfinite(run.final)):  # a run never commits such a frame: a damaged file
+            lines.append("final:     the last frame is not finite (NaN or inf): the file was altered or damaged")
+        elif run.frames:
             from meanfield.analysis.diagnostics import cluster_statistics
 
             from meanfield.normalization import token_directions  # Pre-LN and Peri-LN tokens r·θ: their directions θ

@@ -540,11 +540,33 @@ class RunReader:
             self.info = json.loads(_attribute(f, "info", "{}"))
         except (TypeError, ValueError):
             self.info = {}
+        self._check_shapes(f, data)
         written = min(int(times.shape[0]), int(data.shape[0]))
         committed = _member(f, COMMITTED)  # files of the first version have none: every written frame counts
-        self.frames = written if committed is None else min(written, int(committed[0]))
+        if committed is not None and not 0 <= int(committed[0]) <= written:  # a damaged file (the writer never counts more)
+            raise ConfigError(self.key, f"{self.path} is damaged: it counts {int(committed[0])} committed frames, and its "
+                                        f"'t' and '{self.state_name}' hold {int(times.shape[0])} and {int(data.shape[0])}")
+        self.frames = written if committed is None else int(committed[0])
         if self.status == "failed" and self.frames and _failed_its_checks(self.stop_reason, float(times[self.frames - 1])):
             self.frames -= 1  # a failed run written before 0.2 kept the frame that failed (NaN, off the sphere): left out
+
+    def _check_shapes(self, f: h5py.File, data: Any) -> None:
+        """The state dataset's shape against the config (a particle run's ``d``, a grid's ``points`` and ``areas``):
+        a damaged or hand-altered file is refused here, where it had given tracebacks or a made-up summary."""
+        d = self.config["model"].get("d")
+        if self.state_name == "x":
+            if data.ndim != 3 or (isinstance(d, int) and data.shape[2] != d):
+                raise ConfigError(self.key, f"{self.path} is damaged: its tokens 'x' have shape {data.shape}, not "
+                                            f"(frames, n, d = {d}) as its config says")
+            return
+        if data.ndim != 2:
+            raise ConfigError(self.key, f"{self.path} is damaged: its cell masses have shape {data.shape}, not (frames, N)")
+        cells = int(data.shape[1])
+        for name, shape in (("points", (cells, 3)), ("areas", (cells,))):
+            member = _member(f, name)
+            if member is not None and tuple(member.shape) != shape:
+                raise ConfigError(self.key, f"{self.path} is damaged: '{name}' has shape {tuple(member.shape)}, not {shape} "
+                                            f"for its {cells} cells")
 
     def times(self) -> np.ndarray:
         """The saved times, shape ``(frames,)``."""

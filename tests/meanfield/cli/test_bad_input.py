@@ -173,6 +173,37 @@ def test_broken_run_files_are_named_for_every_reader(tmp_path, capsys):
             assert status == 2 and "OUT.h5" in err and words in err, (command, path.name, err)
 
 
+def test_damaged_run_files_are_named_and_a_non_finite_frame_is_said(tmp_path, capsys):
+    # counts and shapes that contradict each other or the config had given tracebacks or a made-up summary
+    good = _run_file(tmp_path, capsys)
+
+    def altered(name: str, change) -> Path:  # noqa: ANN001
+        path = tmp_path / name
+        path.write_bytes(good.read_bytes())
+        with h5py.File(path, "r+") as f:
+            change(f)
+        return path
+
+    def replace(f, name: str, data) -> None:  # noqa: ANN001
+        del f[name]
+        f.create_dataset(name, data=data, maxshape=(None, *np.shape(data)[1:]))
+
+    cases = {
+        altered("negative.h5", lambda f: f["committed_frames"].__setitem__(0, -1)): "counts -1 committed frames",
+        altered("more.h5", lambda f: f["committed_frames"].__setitem__(0, 100)): "counts 100 committed frames",
+        altered("short_t.h5", lambda f: replace(f, "t", f["t"][:1])): "'t' and 'x' hold 1 and",
+        altered("wrong_d.h5", lambda f: replace(f, "x", f["x"][:, :, :2])): "its tokens 'x' have shape",
+    }
+    for command in ("info", "diagnose"):
+        for path, words in cases.items():
+            status, err = _run([command, str(path)], capsys)
+            assert status == 2 and "is damaged" in err and words in err, (command, path.name, err)
+    nan = altered("nan.h5", lambda f: f["x"].__setitem__(-1, np.nan))
+    status, _ = _run(["info", str(nan)], capsys)
+    assert status == 0  # described, with the reason the last frame has no clusters
+    assert main(["info", str(nan)]) == 0 and "the last frame is not finite" in capsys.readouterr().out
+
+
 def test_a_run_without_frames_is_described_and_not_analysed(tmp_path, capsys):
     good = _run_file(tmp_path, capsys)
     frameless = _copy_with(good, tmp_path / "frameless.h5", frames=0)
