@@ -32,7 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "holds, 1 when a figure failed or a claim did not hold, 2 for an unknown figure id.",
     )
     p.add_argument("ids", nargs="*", metavar="ID", help="figure ids, or 'all' (see --list)")
-    p.add_argument("--list", action="store_true", help="list the figures: id, paper, theorem, what it shows")
+    p.add_argument("--list", action="store_true", help="list the figures (or the IDs named): id, paper, theorem, what it shows")
     p.add_argument("--quick", action="store_true", help="the small versions (under a minute each)")
     p.add_argument("--out", metavar="DIR", help="output folder (default figures/gallery, or figures/gallery/quick)")
     p.set_defaults(func=main)
@@ -42,17 +42,18 @@ def main(args: argparse.Namespace) -> int:
     from meanfield import figures
 
     entries = figures.registry()
+    ids = list(entries) if "all" in args.ids or (args.list and not args.ids) else list(dict.fromkeys(args.ids))
+    for figure_id in ids:  # also with --list, which lists the ids named (an unknown one had been ignored)
+        if figure_id not in entries:
+            raise ConfigError("ID", f"unknown figure {figure_id!r}; meanfield reproduce --list shows the {len(entries)} figures")
     if args.list:
-        width = max((len(i) for i in entries), default=2)
-        for entry in entries.values():
+        width = max((len(i) for i in ids), default=2)
+        for figure_id in ids:
+            entry = entries[figure_id]
             print(f"{entry.id:<{width}}  {entry.theorem:<8} of {entry.citation}: {entry.description}")
         return 0
     if not args.ids:
         raise ConfigError("ID", "name a figure id or 'all' (meanfield reproduce --list shows them)")
-    ids = list(entries) if "all" in args.ids else list(dict.fromkeys(args.ids))
-    for figure_id in ids:
-        if figure_id not in entries:
-            raise ConfigError("ID", f"unknown figure {figure_id!r}; meanfield reproduce --list shows the {len(entries)} figures")
     out = Path(folder_path(args.out, "--out") or Path("figures/gallery") / ("quick" if args.quick else ""))
     status = 0
     for figure_id in ids:

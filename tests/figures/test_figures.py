@@ -156,6 +156,11 @@ def test_reproduce_list_and_run(tmp_path, capsys):
     assert len(listing) == len(REGISTRY)
     for line, entry in zip(listing, REGISTRY.values()):
         assert line.split()[0] == entry.id and entry.citation in line and entry.theorem in line and entry.description in line
+    args = _parser().parse_args(["reproduce", "--list", "multihead_beta_star"])  # the ids named only
+    assert args.func(args) == 0 and capsys.readouterr().out.split()[0] == "multihead_beta_star"
+    args = _parser().parse_args(["reproduce", "--list", "multihead_nothing"])  # an unknown id is not ignored
+    with pytest.raises(ConfigError, match="multihead_nothing"):
+        args.func(args)
     args = _parser().parse_args(["reproduce", "multihead_beta_star", "--quick", "--out", str(tmp_path)])
     assert args.func(args) == 0
     assert (tmp_path / "multihead_beta_star.png").exists() and (tmp_path / "multihead_beta_star.csv").exists()
