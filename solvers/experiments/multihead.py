@@ -598,7 +598,7 @@ def clustering_time(
     heads = HeadStack(B=np.eye(d)[None], V=np.eye(d)[None])
     model = _model(heads, beta=beta, kind=attention)
     stepper = ParticleStepper(model, method="rk4", dt=dt)
-    limit = t_max if t_max is not None else 50.0 * n * (1.0 + math.log(d)) + 100.0
+    limit = t_max if t_max is not None else clustering_time_limit(n, d)
     t = 0.0
     gap = cluster_statistics(x, tol=eps)["max_gap"]
     if gap < eps:
@@ -616,6 +616,29 @@ def clustering_time(
             return {"time": math.inf, "clustered": False, "n_clusters": int(stats["n_clusters"]), "t_end": t, "reason": "stalled"}
     stats = cluster_statistics(x, tol=eps)
     return {"time": math.inf, "clustered": False, "n_clusters": int(stats["n_clusters"]), "t_end": t, "reason": "t_max"}
+
+
+def clustering_time_limit(n: int, d: int) -> float:
+    """The horizon of :func:`clustering_time` unless given: :math:`50\,n\,(1 + \ln d) + 100`."""
+    return 50.0 * n * (1.0 + math.log(d)) + 100.0
+
+
+def check_clustering_steps(ns: Sequence[int], ds: Sequence[int], dt: float, *, key: str = "dt") -> None:
+    """Refuse a step that takes one run past :data:`~meanfield.resources.MAX_STEPS` steps to its horizon
+    (``dt = 1e-9`` had run for ever, with no way to see it).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``key``.
+    """
+    from meanfield.resources import MAX_STEPS
+
+    n, d = max(ns), max(ds)
+    steps = clustering_time_limit(n, d) / dt
+    if not steps <= MAX_STEPS:
+        raise ConfigError(key, f"{dt:g} takes {steps:.3g} steps to the horizon t = {clustering_time_limit(n, d):g} of n = {n}, "
+                               f"d = {d}; the limit is {MAX_STEPS:.0e} steps")
 
 
 def _fit_or_nan(fit: Any, xs: np.ndarray, ys: np.ndarray) -> tuple[float, float, float]:
@@ -702,6 +725,7 @@ def clustering_time_experiment(
     max_draws = 10 * runs if max_draws is None else _int_at_least(max_draws, "max_draws", 1)
     if quick:
         runs, max_draws, dt, eps = 1, min(max_draws, 4), max(dt, 0.5), max(eps, 1e-2)
+    check_clustering_steps(ns_list, ds_list, dt)
     grid = [(n, d) for n in ns_list for d in ds_list]
     times = np.full((len(grid), runs), math.inf)
     draws = np.zeros(len(grid), dtype=int)
