@@ -106,7 +106,7 @@ def symmetric_heads(heads: HeadStack | np.ndarray, *, atol: float = 1e-12) -> np
 
 
 def _check_finite(beta: float, *values: Any) -> None:
-    """Raise where the energy's exponentials (taken without a shift) have overflowed.
+    r"""Raise where the energy's exponentials (taken without a shift) have overflowed.
 
     Raises
     ------

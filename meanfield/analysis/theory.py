@@ -97,6 +97,20 @@ def _finite(value: float, key: str) -> float:
     return x
 
 
+def _check_gammas(gamma: ArrayLike, m: float) -> NDArray[np.float64]:
+    r"""Common inner products of ``m + 1`` equiangular unit tokens: finite, in :math:`[-1/m, 1]` (the Gram matrix
+    :math:`(1-\gamma)I + \gamma\mathbf 1\mathbf 1^\top` is positive semi-definite there), to round-off."""
+    try:
+        g = np.asarray(gamma, dtype=float)
+    except (TypeError, ValueError):
+        raise ConfigError("gamma", f"must be real numbers, got {gamma!r}") from None
+    if not np.all(np.isfinite(g)):
+        raise ConfigError("gamma", f"must be finite, got {gamma!r}")
+    if np.any(g > 1.0 + 1e-12) or np.any(g < -1.0 / m - 1e-12):
+        raise ConfigError("gamma", f"equiangular unit tokens have -1/(n-1) = {-1.0 / m:.6g} <= gamma <= 1, got {gamma!r}")
+    return g
+
+
 def _check_n(n: float) -> float:
     x = _finite(n, "n")
     if x < 2:
@@ -383,6 +397,8 @@ def equiangular_rate(gamma: ArrayLike, *, lambdas: ArrayLike, beta: float, n: fl
     b = _check_nonnegative(beta, "beta")
     m = _check_n(n) - 1.0
     g = np.asarray(gamma, dtype=float)
+    if not np.all(np.isfinite(g)):  # (the ODE's stages may step a hair past the domain, so only NaN and inf are refused here)
+        raise ConfigError("gamma", f"must be finite, got {gamma!r}")
     return _out(_rate_from_gap(1.0 - g, lam, b, m))
 
 
@@ -874,8 +890,9 @@ def fit_power_law(xs: ArrayLike, ys: ArrayLike) -> tuple[float, float, float]:
     [2.0, 1.098612288668, 1.0]
     """
     x, y = _xy(xs, ys)
-    if np.any(x <= 0) or np.any(y <= 0):
-        raise ConfigError("xs", "a power-law fit needs positive xs and ys")
+    for key, values in (("xs", x), ("ys", y)):
+        if np.any(values <= 0):
+            raise ConfigError(key, f"a power-law fit needs positive {key}, got {values.tolist()!r}")
     return _fit(np.log(x), np.log(y))
 
 
@@ -920,7 +937,7 @@ def equiangular_entropy(gamma: ArrayLike, *, lam: float, beta: float, n: float) 
     lm = _finite(lam, "lam")
     b = _check_nonnegative(beta, "beta")
     m = _check_n(n) - 1.0
-    a = b * lm * (1.0 - np.asarray(gamma, dtype=float))
+    a = b * lm * (1.0 - _check_gammas(gamma, m))  # past γ = 1 the formula is no entropy (1.32 at γ = 2, n = 8)
     with np.errstate(under="ignore"):
         # log(1 + m e^{-a}) for any sign of a, overflow-free
         lse = np.logaddexp(0.0, math.log(m) - a)

@@ -619,7 +619,7 @@ def clustering_time(
 
 
 def clustering_time_limit(n: int, d: int) -> float:
-    """The horizon of :func:`clustering_time` unless given: :math:`50\,n\,(1 + \ln d) + 100`."""
+    r"""The horizon of :func:`clustering_time` unless given: :math:`50\,n\,(1 + \ln d) + 100`."""
     return 50.0 * n * (1.0 + math.log(d)) + 100.0
 
 

@@ -343,3 +343,17 @@ def test_cli_theory_without_subcommand(capsys):
 def test_cli_rates_refuses_strengths_whose_total_overflows(capsys):
     assert main(["theory", "rates", "--lambdas", "1e308,1e308", "--beta", "1", "--n", "4"]) == 2  # had printed nan, exit 0
     assert "error: --lambdas" in capsys.readouterr().err
+
+
+def test_equiangular_inner_products_outside_their_domain_and_non_positive_fit_data_are_named():
+    # γ = 2 had given an "entropy" of 1.32 and NaN passed through; a bad ys had been reported as xs
+    with pytest.raises(ConfigError, match="^gamma: equiangular unit tokens"):
+        th.equiangular_entropy(2.0, lam=1.0, beta=2.0, n=8)
+    with pytest.raises(ConfigError, match="^gamma: equiangular unit tokens"):
+        th.equiangular_entropy(-0.5, lam=1.0, beta=2.0, n=8)  # below -1/(n-1)
+    for bad in (math.nan, [0.5, math.inf]):
+        with pytest.raises(ConfigError, match="^gamma: must be finite"):
+            th.equiangular_rate(bad, lambdas=[1.0], beta=1.0, n=4)
+    with pytest.raises(ConfigError, match="^ys: a power-law fit needs positive ys"):
+        th.fit_power_law([1.0, 2.0], [1.0, -1.0])
+    assert th.equiangular_entropy(-1 / 7, lam=1.0, beta=2.0, n=8) > 0  # the edges of the domain stay open
