@@ -139,7 +139,7 @@ class FiniteTracker:
     def __call__(self, t: float, state: np.ndarray) -> None:
         if not np.all(np.isfinite(state)):
             bad = int(np.sum(~np.isfinite(state)))
-            raise StopRun(f"NaN/Inf in the state at t={t:.6g} ({bad} entries); the frames before it are saved", bad_state=True)
+            raise StopRun(f"NaN/Inf in the state at t={t:.6g} ({bad} entries)", bad_state=True)  # what was saved: the caller says
 
 
 @dataclass
