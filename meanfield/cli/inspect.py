@@ -263,7 +263,12 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("--n", f"the sequence length must be >= 2, got {args.n}")
     from meanfield.heads.checkpoint import analyse_checkpoint, load_checkpoint
 
-    ckpt = load_checkpoint(source, num_heads=num_heads)
+    try:
+        ckpt = load_checkpoint(source, num_heads=num_heads)
+    except ConfigError as exc:  # the loader names its own argument, num_heads: here it is the option
+        if exc.key != "num_heads" or num_heads is None:
+            raise
+        raise ConfigError("--num-heads", exc.message) from None
 
     n = args.n
     sentence_info: dict[str, Any] | None = None

@@ -97,6 +97,7 @@ def test_sentence_sets_n_and_saves_tokens(tiny: Path, tmp_path: Path, capsys: py
         (["--save-tokens", "x.npy"], "--save-tokens"),
         (["--n", "1"], "--n"),
         (["--num-heads", "0"], "--num-heads"),
+        (["--num-heads", "5"], "--num-heads"),  # not a divisor of d: the loader's own name, num_heads, had been shown
     ],
 )
 def test_bad_options_exit_2_naming_the_option(tiny: Path, argv: list[str], option: str, capsys: pytest.CaptureFixture[str]) -> None:
