@@ -41,9 +41,14 @@ def main(args: argparse.Namespace) -> int:
     files = example_files()
     if not files:
         raise ConfigError("examples", "no example configurations found in this installation")
+    if not str(args.dir).strip():
+        raise ConfigError("DIR", "is empty; give a folder, e.g. meanfield examples my-configs")
     target = Path(args.dir)
     if target.exists() and not target.is_dir():
         raise ConfigError("DIR", f"{target} exists and is not a folder")
+    folders = [f.name for f in files if (target / f.name).is_dir()]
+    if folders:  # no overwrite replaces a folder: refused before any file is copied (it had copied the others first)
+        raise ConfigError("DIR", f"{target} holds folders named as example configurations: {', '.join(folders)}")
     clashes = [f.name for f in files if (target / f.name).exists()]
     if clashes and not args.overwrite:
         raise ConfigError("DIR", f"{target} already holds {', '.join(clashes)}; use --overwrite to replace them")

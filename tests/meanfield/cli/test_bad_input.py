@@ -424,3 +424,14 @@ def test_a_weight_target_that_leaves_the_finite_numbers_is_bad_input(entry, tmp_
     status, err = _run(["simulate", str(ROOT / "data/massucco_oscillating.toml"), "-o", str(out), "--quiet",
                         "--set", "solver.t_final=0.1", "--set", target], capsys)
     assert status == 2 and "weights.target" in _one_line(err) and not out.exists()
+
+
+def test_examples_into_a_folder_with_a_folder_of_a_config_s_name_copies_nothing(tmp_path, capsys):
+    # --overwrite had copied the other configurations, then failed on the folder
+    target = tmp_path / "examples"
+    (target / "default.toml").mkdir(parents=True)
+    status, err = _run(["examples", str(target), "--overwrite"], capsys)
+    assert status == 2 and "error: DIR" in err and "default.toml" in err
+    assert [p.name for p in target.iterdir()] == ["default.toml"]
+    status, err = _run(["examples", ""], capsys)  # had been taken as the current folder
+    assert status == 2 and "error: DIR: is empty" in err
