@@ -202,6 +202,8 @@ def test_damaged_run_files_are_named_and_a_non_finite_frame_is_said(tmp_path, ca
     status, _ = _run(["info", str(nan)], capsys)
     assert status == 0  # described, with the reason the last frame has no clusters
     assert main(["info", str(nan)]) == 0 and "the last frame is not finite" in capsys.readouterr().out
+    status, err = _run(["diagnose", str(nan)], capsys)  # the cluster statistics had raised SciPy's ValueError
+    assert status == 2 and "is not finite (NaN or inf)" in err
 
 
 def test_a_run_without_frames_is_described_and_not_analysed(tmp_path, capsys):
