@@ -1148,8 +1148,8 @@ def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1
         raise ConfigError("OUT.h5", "the run holds no saved frame yet")
     if run.config is None and run._model is None:  # noqa: SLF001 - a solve() run carries its model
         raise ConfigError("run", "this run has neither a config nor a model to diagnose")
-    bad = [k for k in range(run.frames) if not np.all(np.isfinite(run.frame(k)))]
-    if bad:  # a run never commits such a frame: an altered or damaged file (the cluster statistics had raised)
+    bad = np.flatnonzero(~np.isfinite(run.states.reshape(run.frames, -1)).all(axis=1))  # the states the series read anyway
+    if bad.size:  # a run never commits such a frame: an altered or damaged file (the cluster statistics had raised)
         raise ConfigError("OUT.h5", f"frame {bad[0]} (t = {run.t[bad[0]]:.6g}) is not finite (NaN or inf): the file was "
                                     "altered or damaged")
     model = run.model
