@@ -960,7 +960,7 @@ def _flash_items(npad: int, block: int, symmetric: bool, threads: int) -> tuple[
         starts = list(range(0, npad, KEY_BLOCK))
         sizes = [min(KEY_BLOCK, npad - s) for s in starts]
         pairs = [(starts[i], sizes[i], starts[j], sizes[j]) for i in range(len(starts)) for j in range(i, len(starts))]
-        return tuple(sorted(pairs, key=lambda item: item[1] * item[3] * (2 if item[0] == item[2] else 3), reverse=True))
+        return tuple(sorted(pairs, key=_flash_cost, reverse=True))
     blocks = npad // block
     per_item = max(1, -(-blocks // (4 * max(1, threads))))
     return tuple((s * block, min(blocks - s, per_item) * block, 0, npad) for s in range(0, blocks, per_item))
