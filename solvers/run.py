@@ -221,9 +221,10 @@ def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.nd
     reader = RunReader(path, key="--resume")
     _check_resumable(reader.config, cfg, path)
     if cfg["init"]["kind"] == "run":  # a source replaced since: the run would go on from another start
-        from meanfield.io.source_frame import check_source_unchanged, stored_source_digest
+        from meanfield.io.source_frame import SOURCE_DIGEST, check_source_unchanged, stored_source_digest
 
-        check_source_unchanged(path, cfg["init"], stored_source_digest(path))
+        # the frame setup_run read, its digest at hand: not read a second time
+        check_source_unchanged(path, cfg["init"], stored_source_digest(path), now=setup.static.get(SOURCE_DIGEST))
     if reader.frames == 0:
         warnings.warn(f"{path} holds no committed frame; starting the run afresh", ConfigNote, stacklevel=3)
         return None

@@ -224,17 +224,19 @@ def stored_source_digest(path: str | Path) -> NDArray[np.uint8] | None:
     return read_run_file(path, read, key="init.path")
 
 
-def check_source_unchanged(run: str | Path, init: dict[str, Any], recorded: NDArray[np.uint8] | None) -> None:
+def check_source_unchanged(run: str | Path, init: dict[str, Any], recorded: NDArray[np.uint8] | None, *,
+                           now: NDArray[np.uint8] | None = None) -> None:
     """Raise where the source of the run ``run`` (``init.path``, the frame at ``init.time``) no longer holds the frame
     whose digest the run ``recorded``: replaced since, the run would be resumed, or measured, from another start (a
     resumed run had taken the new file's masses and rewritten its own; ``meanfield concentration`` had measured
-    against the new file's Π♯ρ₀)."""
+    against the new file's Π♯ρ₀).  ``now``: the source frame's digest where the caller has read the frame already."""
     if recorded is None:
         return
     source = Path(init["path"])
-    if not source.exists():
-        raise ConfigError("init.path", f"{source}, which {run} started from, is missing")
-    now = read_source_frame(source, init.get("time")).digest
+    if now is None:
+        if not source.exists():
+            raise ConfigError("init.path", f"{source}, which {run} started from, is missing")
+        now = read_source_frame(source, init.get("time")).digest
     if not np.array_equal(now, recorded):
         raise ConfigError("init.path", f"{source} has changed since {run} started from it (its frame at t = "
                                        f"{init.get('time')} is not the one the run took): the run would go on, or be "
