@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from meanfield.errors import ConfigError
+from meanfield.io.signature import HDF5_SIGNATURE
 
 __all__ = ["SCHEMA", "Key", "ConfigNote", "load_config", "read_toml", "resolve", "override_key", "apply_override", "config_hash", "dumps", "schema_markdown"]
 
@@ -644,7 +645,7 @@ def read_toml(path: str | Path, *, key: str = "CONFIG") -> dict[str, Any]:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(key, f"cannot read {path}: {exc.strerror or exc}") from None
-    if data.startswith(b"\x89HDF"):
+    if data.startswith(HDF5_SIGNATURE[:4]):
         raise ConfigError(key, f"{path} is an HDF5 file (a run?), not a TOML config; 'meanfield info {path}' reads runs")
     try:
         text = data.decode("utf-8")

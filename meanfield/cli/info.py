@@ -9,6 +9,7 @@ import time
 
 from meanfield.cli.options import parse_float, picture_path
 from meanfield.errors import ConfigError
+from meanfield.io.signature import HDF5_SIGNATURE, file_head
 
 __all__ = ["add_parser", "main", "follow"]
 
@@ -48,18 +49,16 @@ _LIVE_READ_ERRORS = (ConfigError, OSError, KeyError)
 FOLLOW_LOOKS = 50
 #: the longest ``--interval`` (an hour; 1e12 s had ended in time.sleep's OverflowError)
 MAX_INTERVAL = 3600.0
-_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 def _not_hdf5(path: str) -> bool:
     """Whether ``path`` already holds bytes that are not an HDF5 file's start (a file being created starts with its
     signature): no look will make it readable."""
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(len(_HDF5_SIGNATURE))
+        head = file_head(path)
     except OSError:
         return False
-    return len(head) == len(_HDF5_SIGNATURE) and head != _HDF5_SIGNATURE
+    return len(head) == len(HDF5_SIGNATURE) and head != HDF5_SIGNATURE
 
 
 def _when_readable(path: str, read, interval: float):  # type: ignore[no-untyped-def]

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from meanfield.errors import ConfigError
+from meanfield.io.signature import is_hdf5
 
 __all__ = ["parse_int", "parse_float", "parse_float_list", "parse_int_list", "emit"]
 
@@ -142,7 +143,7 @@ def table_path(value: str | None, key: str, *, allow: tuple[str, ...] = ()) -> s
     suffix = allow[0] if allow else ".csv"  # what the hints suggest
     if path.is_dir() or value.endswith(("/", "\\")):
         raise ConfigError(key, f"{value} is a folder; give a file name such as {path / ('table' + suffix)}")
-    if (path.suffix.lower() in NOT_TABLES and path.suffix.lower() not in allow) or _is_hdf5(path):  # a run, a config or a picture: never replaced by a table
+    if (path.suffix.lower() in NOT_TABLES and path.suffix.lower() not in allow) or is_hdf5(path):  # a run, a config or a picture: never replaced by a table
         raise ConfigError(key, f"{value} would be replaced by a table: it is or names a run, a config or a picture; "
                                f"give a table's name such as {path.with_suffix(suffix).name}")
     check_parent(path, key)
@@ -151,15 +152,6 @@ def table_path(value: str | None, key: str, *, allow: tuple[str, ...] = ()) -> s
 
 #: suffixes of files a ``--csv`` table must not replace (runs, configs, arrays, pictures, code)
 NOT_TABLES = (".h5", ".hdf5", ".toml", ".npy", ".npz", ".py", ".png", ".pdf", ".svg", ".gif", ".jpg", ".jpeg")
-
-
-def _is_hdf5(path: Any) -> bool:
-    """Whether ``path`` is an existing HDF5 file (its signature), whatever its name."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(8) == b"\x89HDF\r\n\x1a\n"
-    except OSError:
-        return False
 
 
 def folder_path(value: str | None, key: str) -> str | None:

@@ -43,6 +43,7 @@ import numpy as np
 
 from meanfield.errors import ConfigError, StorageFailed
 from meanfield.io.lock import WriterLock, writer_alive
+from meanfield.io.signature import HDF5_SIGNATURE, file_head
 
 T = TypeVar("T")
 
@@ -108,11 +109,10 @@ def open_run_file(path: str | Path, *, key: str = "OUT.h5") -> h5py.File:
     if not os.access(path, os.R_OK):
         raise ConfigError(key, f"cannot read {path}: permission denied")
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(8)
+        head = file_head(path)
     except OSError as exc:
         raise ConfigError(key, f"cannot read {path}: {exc.strerror or exc}") from None
-    if head != b"\x89HDF\r\n\x1a\n":
+    if head != HDF5_SIGNATURE:
         what = "an empty file" if not head else "not an HDF5 file"
         raise ConfigError(key, f"{path} is {what}, not a meanfield run")
     try:
