@@ -265,6 +265,7 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None) -> dict[str, An
         resolved[section] = out
     _integrator_for_kind(resolved["solver"], given="method" in raw.get("solver", {}))
     _noise_checks(resolved, method_given="method" in raw.get("solver", {}))
+    _unused_solver_keys(resolved["solver"], given=raw.get("solver", {}))
     if isinstance(resolved["model"]["heads"], list) and not resolved["model"]["heads"] and "heads" in raw.get("model", {}):
         raise ConfigError("model.heads", "an empty list of heads; give at least one [[model.heads]] table "
                                          "(or leave model.heads out for one identity head)")
@@ -290,6 +291,36 @@ def _integrator_for_kind(solver: dict[str, Any], *, given: bool) -> None:
     elif kind in ("particle", "zero-temperature") and method in GRID_METHODS:
         solver["method"] = "rk4"
         warnings.warn(f"solver.method = {method!r} is a grid method; the {kind} solver uses its default 'rk4'", ConfigNote, stacklevel=3)
+
+
+#: the ``[solver]`` keys each solver kind reads (kind, t_final, save_every and steady_tol: every kind)
+SOLVER_KEYS_USED = {
+    "particle": ("method", "dt", "rtol", "atol", "clock", "clock_merge"),
+    "zero-temperature": ("method", "dt", "rtol", "atol"),
+    "grid": ("method", "cfl"),
+    "jko": ("tau", "variant", "mobility", "tol"),
+}
+
+
+def _unused_solver_keys(solver: dict[str, Any], *, given: Mapping[str, Any]) -> None:
+    """Note the ``[solver]`` keys set away from their defaults that the chosen solver does not read.
+
+    Only values other than the default are noted (a resolved config holds every key at its default or the
+    user's value); rtol and atol count only for ``method = "rk45"``, clock_merge only for the gradient clock.
+    """
+    kind = solver["kind"]
+    used = set(SOLVER_KEYS_USED[kind]) | {"kind", "t_final", "save_every", "steady_tol"}
+    if solver["method"] != "rk45":
+        used -= {"rtol", "atol"}
+    if solver["clock"] == "time":
+        used.discard("clock_merge")
+    unused = [key for key in given if key not in used and solver[key] != SCHEMA["solver"][key].default]
+    if unused:
+        keys = ", ".join(f"solver.{key}" for key in unused)
+        why = {"grid": " (its step follows solver.cfl and grid.dt_max)", "jko": " (its step is solver.tau)"}.get(
+            kind, " (rtol and atol serve method = 'rk45')" if {"rtol", "atol"} & set(unused)
+            else " (it serves clock = 'gradient')" if unused == ["clock_merge"] else "")
+        warnings.warn(f"{keys} not used by the {kind} solver{why}; ignored", ConfigNote, stacklevel=3)
 
 
 def _noise_checks(cfg: dict[str, Any], *, method_given: bool) -> None:

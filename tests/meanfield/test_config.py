@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from meanfield.cli import main
-from meanfield.config import load_config
+from meanfield.config import load_config, resolve
 from meanfield.errors import ConfigError
 from meanfield.heads import head_from_spec
 
@@ -198,3 +198,30 @@ def test_a_mesh_coarser_than_the_kernel_gets_a_note():
         load_config(None, ["grid.cells=50", "model.beta=256"])  # particles: the mesh is not used
     notes = [str(w.message) for w in caught if issubclass(w.category, ConfigNote)]
     assert len(notes) == 1 and "50 cells are 0.501 apart" in notes[0] and "3217 cells" in notes[0]
+
+
+def test_solver_keys_the_solver_does_not_read_get_a_note():
+    # solver.dt for the JKO solver (whose step is solver.tau) was accepted without a word
+    import warnings as _warnings
+
+    from meanfield.config import ConfigNote
+
+    def notes(*overrides: str) -> list[str]:
+        with _warnings.catch_warnings(record=True) as caught:
+            _warnings.simplefilter("always")
+            cfg = load_config(None, list(overrides))
+        with _warnings.catch_warnings(record=True) as quiet:  # a resolved config holds every key: defaults are not noted
+            _warnings.simplefilter("always")
+            resolve(load_config(None, [f"solver.kind={cfg['solver']['kind']!r}"]))
+        assert not [w for w in quiet if "not used" in str(w.message)]
+        return [str(w.message) for w in caught if issubclass(w.category, ConfigNote)]
+
+    assert notes('solver.kind="jko"', "solver.dt=0.1") == ["solver.dt not used by the jko solver (its step is solver.tau); ignored"]
+    assert notes('solver.kind="zero-temperature"', 'solver.variant="grid"', "solver.cfl=0.3") == [
+        "solver.variant, solver.cfl not used by the zero-temperature solver; ignored"]
+    assert "solver.dt not used by the grid solver" in notes('solver.kind="grid"', "solver.dt=0.02")[0]
+    assert "rtol and atol serve method = 'rk45'" in notes("solver.rtol=1e-6")[0]
+    assert notes('solver.method="rk45"', "solver.rtol=1e-6") == []
+    assert notes('solver.kind="jko"', "solver.tau=0.1", "solver.dt=0.01") == []  # the default value: nothing to say
+    assert notes("solver.clock_merge=0.01") == [
+        "solver.clock_merge not used by the particle solver (it serves clock = 'gradient'); ignored"]
