@@ -13,7 +13,7 @@ import numpy as np
 from meanfield.errors import ConfigError
 from meanfield.heads import Head, heads_from_config, stack_heads
 from meanfield.heads.head import replicate_specs
-from meanfield.model import ConstantHeads, HeadSchedule, Model
+from meanfield.model import ConstantHeads, HeadSchedule, Model, ScoreOverflowError
 from meanfield.geometry.sphere import sample
 
 __all__ = ["build_heads", "build_schedule", "build_model", "initial_tokens", "replicate_heads"]
@@ -51,6 +51,14 @@ def build_schedule(cfg: dict[str, Any], heads: list[Head] | None = None) -> Head
 
 def build_model(cfg: dict[str, Any], *, schedule: HeadSchedule | None = None) -> Model:
     """The :class:`~meanfield.model.Model` of a resolved config."""
+    m = cfg["model"]
+    try:
+        return _model(cfg, schedule)
+    except ScoreOverflowError as exc:
+        raise ConfigError("model.beta", str(exc)) from None
+
+
+def _model(cfg: dict[str, Any], schedule: HeadSchedule | None) -> Model:
     m = cfg["model"]
     return Model(
         d=m["d"],

@@ -29,6 +29,13 @@ __all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES"]
 DIRECTIONS = ("ascent", "descent")
 #: how the heads' fields combine (``Model.combine``, config ``model.combine``)
 COMBINES = ("sum", "mean")
+#: the largest β‖B_h‖_F taken: the scores β⟨x, B_h y⟩ of unit tokens and their differences stay finite in float64
+#: (1.8e308): a margin of 100 for the differences the softmax takes and the kernels' arithmetic
+SCORE_BOUND_LIMIT = 1e306
+
+
+class ScoreOverflowError(ValueError):
+    r"""β so large that the attention scores :math:`\beta\langle x, B_h y\rangle` would overflow (see :data:`SCORE_BOUND_LIMIT`)."""
 
 
 class HeadSchedule(Protocol):
@@ -143,6 +150,11 @@ class Model:
             heads = ConstantHeads(heads)
         if not callable(getattr(heads, "at", None)):
             raise TypeError(f"heads must be a HeadStack, a Head, a list of Heads or a schedule with at(t), got {type(heads).__name__}")
+        if isinstance(heads, ConstantHeads):  # (a time-dependent schedule is not bounded here: its heads change with t)
+            bound = float(self.beta) * max(float(np.linalg.norm(B)) for B in heads.at(0.0).B)  # ≥ β max |⟨x, B y⟩|, |x| = |y| = 1
+            if not bound <= SCORE_BOUND_LIMIT:
+                raise ScoreOverflowError(f"beta = {self.beta!r} makes the scores β⟨x, B_h y⟩ overflow: β‖B_h‖_F = {bound:.3g} "
+                                         f"(at most {SCORE_BOUND_LIMIT:.0e}; at that temperature the softmax is already an argmax)")
         object.__setattr__(self, "heads", heads)
 
     @property

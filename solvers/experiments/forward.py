@@ -114,7 +114,12 @@ def meanfield_layers(
                 start = Path(tmp) / f"x{L}.npy"
                 np.save(start, xs[-1])
                 init = {"kind": "file", "path": str(start)}
-            run = mf.simulate({"model": model, "init": init, "solver": solver})
+            try:
+                run = mf.simulate({"model": model, "init": init, "solver": solver})
+            except ConfigError as exc:
+                if exc.key != "model.beta":
+                    raise
+                raise ConfigError("--beta", f"layer {L}: {exc.message}") from None
             if L == 0:
                 xs.append(np.asarray(run.x[0], dtype=float))
             xs.append(np.asarray(run.x[-1], dtype=float))

@@ -322,3 +322,22 @@ def test_keyword_overrides_take_numpy_scalars_and_arrays():
     assert cfg["model"]["heads"][0]["Q"] == np.eye(3).tolist()
     with pytest.raises(mf.ConfigError, match="init.n"):
         mf.simulate(ROOT / "data" / "default.toml", n=np.bool_(True))
+
+
+def test_a_beta_whose_scores_overflow_is_refused_and_the_largest_taken_runs():
+    # β = 1e308 had run on: its scores β⟨x, By⟩ overflowed, the softmax rows went NaN and were patched over
+    from meanfield.model import SCORE_BOUND_LIMIT, ScoreOverflowError
+
+    B = np.diag([2.0, 1.0, 0.5])
+    heads = HeadStack(B=B[None], V=np.eye(3)[None])
+    with pytest.raises(ScoreOverflowError, match="beta = 1e"):
+        mf.Model(d=3, beta=1e307, heads=heads)
+    beta = SCORE_BOUND_LIMIT / np.linalg.norm(B)  # the largest β taken: every score and every difference finite
+    model = mf.Model(d=3, beta=beta, heads=heads)
+    x = np.random.default_rng(1).normal(size=(64, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    with np.errstate(over="raise", invalid="raise"):  # (terms below e^-745 underflow to 0, as they should)
+        v = model.ambient_velocity(x, 0.0)
+    # at that β each token attends to the argmax of ⟨x_i, B x_j⟩ (no ties among random points)
+    expected = x[np.argmax(x @ B @ x.T, axis=1)]
+    np.testing.assert_allclose(v, expected, rtol=0, atol=1e-12)

@@ -39,6 +39,7 @@ BAD_SETTINGS = [
     ("solver.save_every=1e-300", "solver.save_every"),
     ("solver.kind=\"jko\" --set solver.tau=1e-300", "solver.tau"),
     ("solver.method=\"leapfrog\"", "solver.method"),
+    ("model.beta=1e308", "model.beta"),  # the scores β⟨x, By⟩ overflow: the run had gone on through NaN rows
     ("nosuch.key=1", "nosuch"),
     ("beta", "--set"),
 ]
