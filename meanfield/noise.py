@@ -235,15 +235,22 @@ def noise_from_config(cfg: Mapping[str, Any]) -> NoiseSchedule | None:
     return check_noise_section(section, t_final=float(cfg.get("solver", {}).get("t_final", 1.0)))
 
 
+#: the first word of the token noise's seeds: its streams are none of the other seeded draws' (``default_rng(s)``
+#: for the initial tokens, ``[s, 0]`` for the weights' first block, which ``[s, bits(0.0)]`` had equalled)
+NOISE_STREAM = 0x4E4F495345  # "NOISE"
+
+
 def interval_generator(seed: int, t0: float) -> np.random.Generator:
-    r"""The random stream of the save interval starting at :math:`t_0`: ``default_rng([seed, bits(t0)])``.
+    r"""The random stream of the save interval starting at :math:`t_0`: ``default_rng([NOISE_STREAM, seed, bits(t0)])``.
 
     ``bits(t0)`` is the IEEE-754 bit pattern of ``float(t0)``.  The save times are
     computed from integers (:func:`meanfield.solvers.loop.save_times`), so a resumed run
-    sees the same :math:`t_0` and draws the same increments.
+    sees the same :math:`t_0` and draws the same increments.  The leading
+    :data:`NOISE_STREAM` keeps the Brownian increments independent of the initial tokens,
+    the random heads and the weights' noise, whose seeds (default 0) may equal ``seed``.
     """
     bits = int(np.array(float(t0), dtype=np.float64).view(np.uint64))
-    return np.random.default_rng([int(seed), bits])
+    return np.random.default_rng([NOISE_STREAM, int(seed), bits])
 
 
 def geometric_em_step(x: np.ndarray, drift: np.ndarray, h: float, gamma: float, xi: np.ndarray) -> np.ndarray:

@@ -134,6 +134,23 @@ def test_step_is_on_the_sphere_and_the_stream_depends_on_seed_and_interval_start
     assert not np.array_equal(a, interval_generator(4, 0.25).standard_normal(5))
 
 
+def test_the_noise_stream_is_none_of_the_other_seeded_draws_and_the_first_step_diffuses():
+    # interval_generator(s, 0.0) had been default_rng([s, 0]) = default_rng(s): the stream of the initial tokens
+    # (and of model.seed's random heads, and the weights' first noise block), so with the default seeds the
+    # first Brownian draw of every token was the very Gaussian that made it, radial, and the first step did not move
+    for seed in (0, 7):
+        noise = interval_generator(seed, 0.0).standard_normal(12)
+        for other in (np.random.default_rng(seed), np.random.default_rng([seed, 0])):
+            assert not np.allclose(noise, other.standard_normal(12))
+    cfg = {"model": {"d": 3, "heads": [{"Q": "identity", "K": "identity", "V": [[0.0] * 3] * 3}]},
+           "init": {"kind": "uniform", "n": 20}, "noise": {"gamma": 1.0},
+           "solver": {"method": "euler", "dt": 0.1, "save_every": 0.1, "t_final": 0.1}}
+    run = mf.simulate(cfg, **{"track.energy": False})
+    moved = np.arccos(np.clip(np.sum(run.x[0] * run.x[1], axis=1), -1.0, 1.0))
+    # each token moves by the tangent part of √(2h/γ) ξ: about √(2·0.1·2)·(its law) ≈ 0.6; had been 1e-16
+    assert moved.min() > 1e-3 and 0.3 < moved.mean() < 1.0
+
+
 # ----------------------------------------------------------------------------- annealing
 
 
