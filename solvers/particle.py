@@ -95,4 +95,5 @@ class ParticleSolver:
             shared = field_of.kept_row_logs if speed else None
             trackers.append(EnergyTracker(problem.model, weights=problem.weights, shared=shared))
         static = {} if problem.weights is None else {"weights": problem.weights}  # token masses travel with the run
-        return RunSetup(problem.model, stepper, problem.initial, "x", static, trackers, info=lambda: dict(stepper.stats))
+        marks = {"noisy": True} if self.noise is not None else {}  # read by the diagnostics, which describe the deterministic flow
+        return RunSetup(problem.model, stepper, problem.initial, "x", static, trackers, info=lambda: dict(stepper.stats, **marks))

@@ -1014,14 +1014,19 @@ def diagnose_run(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int
 
 
 def _check_diagnosable(run: Any, model: Any) -> None:
-    """The diagnostics follow the flow on the sphere under full attention: a causal mask or a normalisation
-    scheme other than post-LN moves the tokens otherwise, and their series would describe another flow."""
+    """The diagnostics follow the deterministic flow on the sphere under full attention: noise, a causal mask or a
+    normalisation scheme other than post-LN moves the tokens otherwise, and their series would describe another flow."""
     from meanfield.errors import ConfigError
 
     norm = ((run.config or {}).get("model") or {}).get("norm") or run.info.get("norm", "post")  # mf.solve: in its info
     if norm != "post":
         raise ConfigError("model.norm", f"this run has norm = {norm!r}; the diagnostics of Pendharkar (arXiv 2605.04279) "
                                         "follow the post-LN flow of the tokens on the sphere (norm = 'post')")
+    gamma = ((run.config or {}).get("noise") or {}).get("gamma")
+    if gamma is not None or run.info.get("noisy"):  # mf.solve runs: the solver's mark in the info
+        raise ConfigError("noise.gamma", "this run has noisy tokens; the diagnostics of Pendharkar (arXiv 2605.04279) "
+                                         "are identities of the deterministic flow (the drift alone would satisfy them "
+                                         "while the energy falls)")
     if getattr(model, "mask", "none") != "none":
         raise ConfigError("model.mask", f"this run has mask = {model.mask!r}; the diagnostics of Pendharkar (arXiv 2605.04279) "
                                         "are those of full attention, whose flow is not the masked one")

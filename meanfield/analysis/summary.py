@@ -43,6 +43,23 @@ def solver_line(cfg: dict[str, Any]) -> str:
     return f"{text} t_final={s['t_final']:g}"
 
 
+def noise_line(cfg: dict[str, Any]) -> str | None:
+    """The ``[noise]`` of a noisy run (γ, its annealing, the seed of the particles' increments); ``None`` without noise."""
+    noise = cfg.get("noise") or {}
+    if noise.get("gamma") is None:
+        return None
+    text = f"γ={noise['gamma']:g}"
+    anneal = noise.get("anneal", "none")
+    if anneal != "none":
+        details = {"linear": ("gamma_final", "duration"), "exponential": ("gamma_final", "anneal_rate"),
+                   "logarithmic": ("anneal_rate",), "expression": ("anneal_expr",)}.get(anneal, ())
+        text += f" anneal={anneal}" + "".join(f" {key}={noise[key]:g}" if isinstance(noise[key], (int, float)) else f" {key}={noise[key]!r}"
+                                              for key in details if noise.get(key) is not None)
+    if cfg["solver"]["kind"] == "particle":
+        text += f" seed={noise.get('seed', 0)}"
+    return text
+
+
 def grid_support(mesh: Any, mass: np.ndarray, *, share: float = GRID_SUPPORT_SHARE) -> np.ndarray:
     """The smallest set of cells that holds ``share`` of the mass (the densest first), as a boolean mask."""
     m = np.asarray(mass, dtype=float)
@@ -127,6 +144,8 @@ def run_summary(run: Any) -> str:
             count = cfg["model"]["num_heads"]
         lines.append(f"heads:     {count}")
         lines.append(f"solver:    {solver_line(cfg)}")
+        if (noisy := noise_line(cfg)) is not None:
+            lines.append(f"noise:     {noisy}")
     else:
         lines.append(f"model:     d={model.d} β={model.beta:g} attention={model.attention} direction={model.direction}")
         lines.append(f"heads:     {model.heads.at(float(run.t[0]) if run.frames else 0.0).H}")

@@ -377,3 +377,20 @@ def test_noise_with_a_normalisation_scheme_names_the_scheme():
     # with method = "rk4" given too, the message had named solver.method, which is not what takes no noise
     with pytest.raises(ConfigError, match="model.norm"):
         load_config({"model": {"norm": "pre"}, "noise": {"gamma": 2.0}, "solver": {"method": "rk4"}})
+
+
+def test_info_of_a_noisy_run_names_its_noise(tmp_path, capsys):
+    # the summary of a noisy run had read exactly like a deterministic one
+    config = tmp_path / "c.toml"
+    config.write_text("[init]\nn = 8\n")
+    out = tmp_path / "noisy.h5"
+    assert main(["simulate", str(config), "-o", str(out), "--quiet", "--set", "init.n=8", "--set", "solver.t_final=0.1",
+                 "--set", 'solver.method="euler"', "--set", "noise.gamma=20", "--set", 'noise.anneal="linear"',
+                 "--set", "noise.gamma_final=40", "--set", "noise.duration=1", "--set", "noise.seed=3"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(out)]) == 0
+    assert "noise:     γ=20 anneal=linear gamma_final=40 duration=1 seed=3" in capsys.readouterr().out
+    quiet = tmp_path / "quiet.h5"
+    assert main(["simulate", str(config), "-o", str(quiet), "--quiet", "--set", "solver.t_final=0.1"]) == 0
+    assert main(["info", str(quiet)]) == 0
+    assert "noise:" not in capsys.readouterr().out
