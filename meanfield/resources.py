@@ -49,8 +49,23 @@ def format_bytes(count: float) -> str:
 
 
 def _heads(cfg: Mapping[str, Any]) -> int:
-    heads = cfg["model"].get("heads")
+    heads, replicas = cfg["model"].get("heads"), cfg["model"].get("num_heads")
+    if replicas is not None and not isinstance(heads, str):  # model.num_heads: one table stands for H heads
+        return int(replicas)
     return len(heads) if isinstance(heads, list) and heads else 12 if isinstance(heads, str) else 1
+
+
+#: float64 d×d matrices per head and point of a stored weight path: the path of B and V, its increments and the
+#: copies written to the file (measured: 5.4, a path of 2·10⁵ points of 10 heads of 3×3 added 772 MB)
+_PATH_MATRICES = 6
+
+
+def _weight_path_points(cfg: Mapping[str, Any]) -> float | None:
+    """Points of the weight path an ``ou`` or ``relaxation`` schedule stores up front (``t_final / weights.dt``)."""
+    weights = cfg.get("weights") or {}
+    if weights.get("schedule") not in ("ou", "relaxation"):
+        return None
+    return float(cfg["solver"]["t_final"]) / float(weights["dt"]) + 2
 
 
 def memory_estimate(cfg: Mapping[str, Any]) -> dict[str, float]:
@@ -58,6 +73,8 @@ def memory_estimate(cfg: Mapping[str, Any]) -> dict[str, float]:
     d, solver = int(cfg["model"]["d"]), cfg["solver"]
     on_grid = solver["kind"] == "grid" or (solver["kind"] == "jko" and solver.get("variant") == "grid")
     out = {"model.d": 8.0 * 6 * _heads(cfg) * d * d}  # Q, K, V, B and the stacked copies the kernels read
+    if (points := _weight_path_points(cfg)) is not None:
+        out["weights.dt"] = 8.0 * _PATH_MATRICES * _heads(cfg) * d * d * points
     if on_grid:
         from meanfield.geometry.grid_config import cells_of_grid  # local: the geometry imports scipy
 
@@ -102,6 +119,13 @@ def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> 
             f"{solver[key.split('.')[1]]:g} takes {count:.3g} steps to t_final = {solver['t_final']:g}; "
             f"the limit is {MAX_STEPS:.0e} steps",
         )
+    points = _weight_path_points(cfg)
+    if points is not None and not points <= MAX_STEPS:
+        raise ConfigError(
+            "solver.t_final" if far else "weights.dt",
+            f"{cfg['weights']['dt']:g} takes {points:.3g} steps of the weight path to t_final = {solver['t_final']:g}; "
+            f"the limit is {MAX_STEPS:.0e} steps",
+        )
     estimate = memory_estimate(cfg)
     total = sum(estimate.values())
     limit = available_memory() if available is None else available
@@ -110,7 +134,9 @@ def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> 
         section, name = key.split(".")
         value = cfg[section][name]
         what = {"model.d": f"d = {value} (heads of {value}×{value})", "init.n": f"{value} tokens in d = {cfg['model']['d']}",
-                "grid.cells": f"{value} cells"}[key]
+                "grid.cells": f"{value} cells",
+                "weights.dt": f"the weight path of {points or 0:.3g} points (t_final / weights.dt) for {_heads(cfg)} heads of "
+                              f"{cfg['model']['d']}×{cfg['model']['d']}"}[key]
         if key == "grid.cells" and cfg["grid"].get("family") == "graded":  # the refinement, not grid.cells, may be what grows
             grid = cfg["grid"]
             cells = estimate[key] / _CELL_BYTES

@@ -438,3 +438,26 @@ def test_examples_into_a_folder_with_a_folder_of_a_config_s_name_copies_nothing(
     assert [p.name for p in target.iterdir()] == ["default.toml"]
     status, err = _run(["examples", ""], capsys)  # had been taken as the current folder
     assert status == 2 and "error: DIR: is empty" in err
+
+
+@pytest.mark.parametrize(("dt", "words"), [("1e-300", "steps of the weight path"), ("5e-324", "inf steps"),
+                                          ("1e-6", "the weight path of 2e+07 points (t_final / weights.dt) for 1000 heads")])
+def test_a_weight_path_too_long_or_too_large_names_weights_dt(dt, words, tmp_path, capsys):
+    # weights.dt = 1e-300 had raised NumPy's "Maximum allowed size exceeded", 5e-324 an OverflowError, and 1e-6
+    # allocated the 2·10⁷-point path of every head (here 8.6 TB) before anything said so
+    out = tmp_path / "run.h5"
+    status, err = _run(["simulate", str(ROOT / "data/massucco_ou.toml"), "-o", str(out), "--quiet", "--set", f"weights.dt={dt}",
+                        "--set", "model.num_heads=1000"], capsys)
+    assert status == 2 and "weights.dt" in _one_line(err) and words in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_memory_estimate_counts_replicated_heads_and_the_weight_path():
+    from meanfield.config import load_config
+    from meanfield.resources import memory_estimate
+
+    cfg = load_config(ROOT / "data/massucco_ou.toml", [])  # 10 heads by model.num_heads, d = 3, t_final / dt = 4000
+    estimate = memory_estimate(cfg)
+    assert estimate["model.d"] == 8.0 * 6 * 10 * 9
+    assert estimate["weights.dt"] == 8.0 * 6 * 10 * 9 * (20 / 0.005 + 2)
+    assert "weights.dt" not in memory_estimate(load_config(ROOT / "data/default.toml", []))
