@@ -266,6 +266,7 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None) -> dict[str, An
     _integrator_for_kind(resolved["solver"], given="method" in raw.get("solver", {}))
     _noise_checks(resolved, method_given="method" in raw.get("solver", {}))
     _unused_solver_keys(resolved["solver"], given=raw.get("solver", {}))
+    _unused_weights_keys(resolved["weights"], given=raw.get("weights", {}))
     if isinstance(resolved["model"]["heads"], list) and not resolved["model"]["heads"] and "heads" in raw.get("model", {}):
         raise ConfigError("model.heads", "an empty list of heads; give at least one [[model.heads]] table "
                                          "(or leave model.heads out for one identity head)")
@@ -305,8 +306,7 @@ SOLVER_KEYS_USED = {
 def _unused_solver_keys(solver: dict[str, Any], *, given: Mapping[str, Any]) -> None:
     """Note the ``[solver]`` keys set away from their defaults that the chosen solver does not read.
 
-    Only values other than the default are noted (a resolved config holds every key at its default or the
-    user's value); rtol and atol count only for ``method = "rk45"``, clock_merge only for the gradient clock.
+    rtol and atol count only for ``method = "rk45"``, clock_merge only for the gradient clock.
     """
     kind = solver["kind"]
     used = set(SOLVER_KEYS_USED[kind]) | {"kind", "t_final", "save_every", "steady_tol"}
@@ -314,13 +314,45 @@ def _unused_solver_keys(solver: dict[str, Any], *, given: Mapping[str, Any]) -> 
         used -= {"rtol", "atol"}
     if solver["clock"] == "time":
         used.discard("clock_merge")
-    unused = [key for key in given if key not in used and solver[key] != SCHEMA["solver"][key].default]
+    unused = _unused_keys("solver", solver, given=given, used=used)
+    why = {"grid": " (its step follows solver.cfl and grid.dt_max)", "jko": " (its step is solver.tau)"}.get(
+        kind, " (rtol and atol serve method = 'rk45')" if {"rtol", "atol"} & set(unused)
+        else " (it serves clock = 'gradient')" if unused == ["clock_merge"] else "")
+    _note_unused("solver", unused, f"the {kind} solver{why}")
+
+
+#: the ``[weights]`` keys each schedule reads (``seed``: the OU noise, and the phases = "random" of the others)
+WEIGHTS_KEYS_USED = {
+    "constant": (),
+    "layers": (),
+    "ou": ("kappa", "sigma", "seed", "dt", "initial", "mean", "noise", "integrator"),
+    "oscillating": ("amplitude", "omega", "phases"),
+    "relaxation": ("rate", "target", "dt", "initial", "integrator", "phases"),
+}
+
+
+def _unused_weights_keys(weights: dict[str, Any], *, given: Mapping[str, Any]) -> None:
+    """Note the ``[weights]`` keys set away from their defaults that the chosen schedule does not read."""
+    schedule = weights["schedule"]
+    used = set(WEIGHTS_KEYS_USED[schedule]) | {"schedule"}
+    if weights["phases"] == "random" and "phases" in used:
+        used.add("seed")
+    used.add("target")  # refused outside 'relaxation' (_cross_checks), as are these outside 'ou' and 'relaxation':
+    if schedule not in ("ou", "relaxation"):
+        used |= {"initial", "noise", "integrator", "mean"}
+    _note_unused("weights", _unused_keys("weights", weights, given=given, used=used), f"schedule = {schedule!r}")
+
+
+def _unused_keys(section: str, values: Mapping[str, Any], *, given: Mapping[str, Any], used: set[str]) -> list[str]:
+    """The keys of ``given`` outside ``used`` whose values are not the defaults (a resolved config holds every
+    key, at its default or the user's value: only the user's are noted)."""
+    return [key for key in given if key not in used and values[key] != SCHEMA[section][key].default]
+
+
+def _note_unused(section: str, unused: list[str], reader: str) -> None:
     if unused:
-        keys = ", ".join(f"solver.{key}" for key in unused)
-        why = {"grid": " (its step follows solver.cfl and grid.dt_max)", "jko": " (its step is solver.tau)"}.get(
-            kind, " (rtol and atol serve method = 'rk45')" if {"rtol", "atol"} & set(unused)
-            else " (it serves clock = 'gradient')" if unused == ["clock_merge"] else "")
-        warnings.warn(f"{keys} not used by the {kind} solver{why}; ignored", ConfigNote, stacklevel=3)
+        keys = ", ".join(f"{section}.{key}" for key in unused)
+        warnings.warn(f"{keys} not used by {reader}; ignored", ConfigNote, stacklevel=4)
 
 
 def _noise_checks(cfg: dict[str, Any], *, method_given: bool) -> None:

@@ -213,11 +213,11 @@ def check_noise_section(noise: Mapping[str, Any], *, t_final: float) -> NoiseSch
     Raises
     ------
     ConfigError
-        Schedule keys given without ``gamma``, or any check of :class:`NoiseSchedule`.
+        Schedule keys or a seed given without ``gamma``, or any check of :class:`NoiseSchedule`.
     """
     if noise.get("gamma") is None:
         given = [key for key in _SCHEDULE_KEYS if noise.get(key) is not None]
-        if given or noise.get("anneal", "none") != "none":
+        if given or noise.get("anneal", "none") != "none" or noise.get("seed", 0) not in (0, None):  # a seed of no noise too
             raise ConfigError("noise.gamma", "the [noise] section needs gamma = γ > 0 (the noise is √(2/γ) P⊥ dW)")
         return None
     return NoiseSchedule(

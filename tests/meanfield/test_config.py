@@ -225,3 +225,27 @@ def test_solver_keys_the_solver_does_not_read_get_a_note():
     assert notes('solver.kind="jko"', "solver.tau=0.1", "solver.dt=0.01") == []  # the default value: nothing to say
     assert notes("solver.clock_merge=0.01") == [
         "solver.clock_merge not used by the particle solver (it serves clock = 'gradient'); ignored"]
+
+
+def test_weights_keys_the_schedule_does_not_read_get_a_note_and_a_noise_seed_needs_gamma():
+    # weights.kappa under schedule = "oscillating", or weights.amplitude under "ou", had been accepted silently
+    import warnings as _warnings
+
+    from meanfield.config import ConfigNote
+
+    def notes(*overrides: str) -> list[str]:
+        with _warnings.catch_warnings(record=True) as caught:
+            _warnings.simplefilter("always")
+            load_config(None, list(overrides))
+        return [str(w.message) for w in caught if issubclass(w.category, ConfigNote) and "not used" in str(w.message)]
+
+    assert notes('weights.schedule="oscillating"', "weights.kappa=2", "weights.dt=0.5") == [
+        "weights.kappa, weights.dt not used by schedule = 'oscillating'; ignored"]
+    assert notes('weights.schedule="ou"', "weights.amplitude=0.3") == ["weights.amplitude not used by schedule = 'ou'; ignored"]
+    assert notes("weights.sigma=0.3") == ["weights.sigma not used by schedule = 'constant'; ignored"]
+    assert notes('weights.schedule="oscillating"', 'weights.phases="random"', "weights.seed=3") == []  # the phases' draw
+    assert notes('weights.schedule="oscillating"', "weights.seed=3") == ["weights.seed not used by schedule = 'oscillating'; ignored"]
+    assert notes('weights.schedule="ou"', "weights.kappa=2", "weights.sigma=0.3", "weights.seed=4") == []
+    with pytest.raises(ConfigError) as info:  # a seed of no noise: [noise] without gamma had run deterministically
+        load_config(None, ["noise.seed=7"])
+    assert info.value.key == "noise.gamma"
