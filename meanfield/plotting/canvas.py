@@ -145,6 +145,8 @@ def draw_points(
 
     Tokens within ``merge_tol`` of each other (a collapsed cluster) are drawn as one
     marker whose area grows like the square root of their number, so a cluster shows its weight.
+    Values ``color`` with a ``cmap`` map through ``norm``, by default the range of all of them, so a token's
+    colour does not depend on which hemisphere or which tokens are drawn.
     """
     p = np.asarray(x, dtype=float)[:, :3] @ rotation.T
     sizes = np.full(p.shape[0], float(size))
@@ -152,6 +154,10 @@ def draw_points(
         w = np.asarray(weights, dtype=float)
         sizes = size * w / max(float(w.mean()), 1e-300)
     colors = np.asarray(color) if not isinstance(color, str) and np.shape(color)[:1] == (p.shape[0],) else None
+    if cmap is not None and norm is None and colors is not None and colors.ndim == 1 and colors.size:
+        from matplotlib.colors import Normalize  # one scale for every token (both hemispheres), not one per scatter
+
+        norm = Normalize(float(colors.min()), float(colors.max()))
     if merge_tol > 0:
         p, sizes, colors = _merge_coincident(p, sizes, colors, merge_tol)
     front = p[:, 2] >= 0

@@ -96,6 +96,17 @@ def test_particle_strip_is_flat_discs_and_returns_a_figure(tmp_path):
     assert fig.axes[-1].get_xlabel() == "time t" and "energy" in fig.axes[-1].get_ylabel()
 
 
+def test_a_token_keeps_its_colour_in_every_panel_and_hemisphere(tmp_path):
+    # each hemisphere's scatter had scaled the colours to its own tokens: token 8 drawn in the colour of token 63
+    t = np.array([0.0, 1.0])
+    x = np.stack([sample_uniform(64, 3, seed=1), np.tile(normalize(np.array([1.0, 2.0, 3.0])), (64, 1))])
+    x[1, :9] = sample_uniform(9, 3, seed=2)  # 9 tokens apart, the rest one cluster
+    fig = particles.plot_particle_run(t, x, tmp_path / "strip.png")
+    scatters = [c for ax in fig.axes for c in ax.collections if c.get_array() is not None]
+    assert len(scatters) >= 3
+    assert {(c.norm.vmin, c.norm.vmax) for c in scatters} == {(0.0, 63.0)}
+
+
 def test_high_dimensional_runs_are_drawn_in_principal_components_with_inner_products(tmp_path):
     rng = np.random.default_rng(0)
     t = np.linspace(0.0, 1.0, 4)
