@@ -506,7 +506,10 @@ class RunReader:
     def __init__(self, path: str | Path, *, key: str = "OUT.h5") -> None:
         self.path = Path(path)
         self.key = key
+        self._inode: int | None = None
         self._read(self._header)
+        stamp = _file_stamp(self.path)
+        self._inode = stamp[0] if stamp is not None else None
         if self.status == "running" and not writer_alive(self.path):
             self._read(self._header)  # the writer may have closed the file since the first read: a second one tells
             if self.status == "running" and not writer_alive(self.path):
@@ -514,7 +517,18 @@ class RunReader:
                 self.stop_reason = "the writer stopped without closing the file (killed, or the machine went down)"
 
     def _read(self, read: Callable[[h5py.File], T]) -> T:
+        self._check_same_file()
         return read_run_file(self.path, read, key=self.key)
+
+    def _check_same_file(self) -> None:
+        """Refuse to read frames of another file at this path: a run written over this one (``--overwrite`` moves a
+        new file onto the name) would mix its frames with this one's header and times."""
+        if self._inode is None:
+            return
+        stamp = _file_stamp(self.path)
+        if stamp is None or stamp[0] != self._inode:
+            raise ConfigError(self.key, f"{self.path} was {'removed' if stamp is None else 'replaced by another file'} "
+                                        "since this run was loaded; load it again")
 
     def _open(self) -> h5py.File:
         return open_run_file(self.path, key=self.key)

@@ -341,3 +341,18 @@ def test_a_beta_whose_scores_overflow_is_refused_and_the_largest_taken_runs():
     # at that β each token attends to the argmax of ⟨x_i, B x_j⟩ (no ties among random points)
     expected = x[np.argmax(x @ B @ x.T, axis=1)]
     np.testing.assert_allclose(v, expected, rtol=0, atol=1e-12)
+
+
+def test_a_loaded_run_refuses_frames_of_a_file_written_over_it(tmp_path):
+    # the frames were read from whatever file sat at the path: a run written over it had mixed the new tokens
+    # (n = 4, d = 4) with the old times and config (d = 3)
+    out = tmp_path / "s.h5"
+    mf.simulate(out=out, t_final=0.5, save_every=0.1, **{"init.n": 16})
+    run = mf.load(out)
+    mf.simulate(out=out, overwrite=True, t_final=0.1, save_every=0.1, d=4, **{"init.n": 4})
+    with pytest.raises(mf.ConfigError, match="replaced by another file since this run was loaded"):
+        run.x
+    assert mf.load(out).x.shape == (2, 4, 4)
+    same = mf.load(out)
+    mf.simulate(out=out, resume=True, t_final=0.3, d=4, save_every=0.1, **{"init.n": 4})  # extended in place: the same file, more frames
+    assert same.x.shape == (2, 4, 4)
