@@ -495,6 +495,12 @@ class Concentration:
             lines.append("note: the minimum is at the last frame (W2 still falling): run longer to see t_min")
         return "\n".join(lines)
 
+    def __str__(self) -> str:
+        return self.text()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # noqa: ARG002 - IPython's hook: a notebook cell shows the text
+        printer.text(self.text())
+
     def text(self) -> str:
         """Everything ``meanfield concentration`` prints on standard output."""
         return "\n".join([self.heading, *(f"note: {note}" for note in self.notes), self.table(), self.window_text()])

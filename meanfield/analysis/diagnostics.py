@@ -1126,6 +1126,12 @@ class Diagnosis:
             lines.append(f"{key:<26}{text}")
         return "\n".join(lines)
 
+    def __str__(self) -> str:
+        return self.text()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # noqa: ARG002 - IPython's hook: a notebook cell shows the text
+        printer.text(self.text())
+
     def text(self) -> str:
         """Everything ``meanfield diagnose`` prints on standard output."""
         return "\n".join([self.heading, "", self.table(), "", self.verdict_text()])

@@ -356,3 +356,25 @@ def test_a_loaded_run_refuses_frames_of_a_file_written_over_it(tmp_path):
     same = mf.load(out)
     mf.simulate(out=out, resume=True, t_final=0.3, d=4, save_every=0.1, **{"init.n": 4})  # extended in place: the same file, more frames
     assert same.x.shape == (2, 4, 4)
+
+
+def test_concentration_and_diagnosis_show_what_the_commands_print(tmp_path, capsys):
+    # print(run.concentration()) and a notebook cell had shown the dataclass's repr, kilobytes of arrays
+    out = tmp_path / "c.h5"
+    run = mf.simulate(ROOT / "data/concentration.toml", out=out, t_final=1.0, **{"init.n": 100})
+    analysis = run.concentration()
+    assert str(analysis) == analysis.text() and "W2" in str(analysis)
+
+    class Printer:  # IPython's pretty printer, as a notebook cell calls it
+        def __init__(self) -> None:
+            self.parts: list[str] = []
+
+        def text(self, part: str) -> None:
+            self.parts.append(part)
+
+    for shown in (analysis, mf.simulate(ROOT / "data/default.toml", t_final=0.2, **{"init.n": 16}).diagnose()):
+        printer = Printer()
+        shown._repr_pretty_(printer, False)
+        assert printer.parts == [shown.text()] and str(shown) == shown.text()
+    assert main(["concentration", str(out)]) == 0
+    assert analysis.text().splitlines()[1] in capsys.readouterr().out
