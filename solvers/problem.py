@@ -195,7 +195,7 @@ def solve(
             result = run_loop(setup.stepper, setup.state, times, trackers=[*setup.trackers, *callers], progress=bar)
     finally:
         bar.close()
-    result.info.update(setup.info())
+    result.info.update(setup.info(), solver=getattr(solver, "kind", type(solver).__name__))  # the picture's title names it
     status = "interrupted" if result.info["interrupted"] else run_status(result.info["failed"], result.info["stop_reason"])
     run = Run.from_states(
         t=result.t,

@@ -147,7 +147,8 @@ def run_summary(run: Any) -> str:
         if (noisy := noise_line(cfg)) is not None:
             lines.append(f"noise:     {noisy}")
     else:
-        lines.append(f"model:     d={model.d} β={model.beta:g} attention={model.attention} direction={model.direction}")
+        beta = "∞ (zero-temperature limit)" if run.info.get("solver") == "zero-temperature" else f"{model.beta:g}"
+        lines.append(f"model:     d={model.d} β={beta} attention={model.attention} direction={model.direction}")
         lines.append(f"heads:     {model.heads.at(float(run.t[0]) if run.frames else 0.0).H}")
     t = run.t
     span = f"t in [{t[0]:.4g}, {t[-1]:.4g}]" if run.frames else "no frame yet"

@@ -14,14 +14,27 @@ __all__ = ["plot_run", "animate_run", "run_title"]
 def run_title(run: Any) -> str:
     """One line naming the run: attention kind, β (∞ for the zero-temperature solver), size, solver."""
     cfg = run.config
-    if cfg is None:
-        model = run._model  # noqa: SLF001 - a solve() run carries its model, not a config
-        return "" if model is None else f"{model.attention} attention, β = {model.beta:g}"
+    if cfg is None:  # a solve() run carries its model, and the solver's kind and scheme in its info
+        model = run._model  # noqa: SLF001
+        if model is None:
+            return ""
+        kind, norm = run.info.get("solver"), run.info.get("norm", "post")
+        beta = "β = ∞ (zero temperature)" if kind == "zero-temperature" else f"β = {model.beta:g}"
+        scheme = "" if norm == "post" else f", norm = {norm}"
+        return f"{model.attention} attention{scheme}, {beta}" + ("" if kind is None else f", {kind} solver")
     m, s = cfg["model"], cfg["solver"]
     beta = "β = ∞ (zero temperature)" if s["kind"] == "zero-temperature" else f"β = {m['beta']:g}"
-    size = f"n = {run.shape[0]} tokens" if run.kind == "particle" and run.frames else f"N = {cfg['grid']['cells']} cells"
+    size = f"n = {run.shape[0]} tokens" if run.kind == "particle" and run.frames else f"N = {_cells(run, cfg)} cells"
     norm = "" if m.get("norm", "post") == "post" else f", norm = {m['norm']}"  # arXiv 2510.22026's schemes
     return f"{m['attention']} attention{norm}, {beta}, {size}, {s['kind']} solver"
+
+
+def _cells(run: Any, cfg: dict[str, Any]) -> int:
+    """The mesh's cells (a graded mesh has more than grid.cells), where the run holds them."""
+    try:
+        return int(run.mesh().N)
+    except (ValueError, KeyError, OSError):  # a run without its mesh still has a title
+        return int(cfg["grid"]["cells"])
 
 
 def _check_frames(run: Any) -> None:

@@ -143,3 +143,19 @@ def test_convergence_plot(tmp_path):
             {"cells": 1600, "h": 0.09, "w2_reference": float("nan"), "w2_particles": 0.04}]
     fig = curves.plot_convergence(rows, tmp_path / "conv.png")
     assert isinstance(fig, Figure) and (tmp_path / "conv.png").stat().st_size > 1000
+
+
+def test_titles_name_the_zero_temperature_limit_and_the_mesh_s_own_cells():
+    # a zero-temperature solve() run had been titled "β = 4", and a graded mesh "N = 200 cells" for its 397
+    import meanfield as mf
+    from meanfield.plotting.runs import run_title
+
+    model, x0 = mf.Model(d=3, beta=4.0), sample_uniform(20, 3, seed=0)
+    zero = mf.solve(mf.Problem(model, x0), mf.ZeroTemperatureSolver(dt=0.05), t_final=0.2)
+    assert run_title(zero) == "softmax attention, β = ∞ (zero temperature), zero-temperature solver"
+    assert "β=∞" in zero.summary()
+    peri = mf.solve(mf.Problem(model, x0), mf.ParticleSolver(dt=0.05, norm="peri"), t_final=0.2)
+    assert run_title(peri) == "softmax attention, norm = peri, β = 4, particle solver"
+    graded = mf.simulate({"solver": {"kind": "grid", "t_final": 0.05},
+                          "grid": {"cells": 200, "family": "graded", "refine_centres": [[1, 0, 0]]}})
+    assert f"N = {graded.mesh().N} cells" in run_title(graded) and graded.mesh().N > 200
