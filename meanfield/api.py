@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from meanfield.config import load_config as _load
+from meanfield.errors import ConfigError
 from meanfield.run import Run
 
 __all__ = ["load_config", "simulate"]
@@ -57,7 +58,7 @@ def simulate(
         Replace an existing ``out`` (refused otherwise).
     progress : bool
         Show a tqdm bar on stderr.
-    trackers : sequence
+    trackers : sequence, or one callable
         Your own trackers (callables ``(t, state) -> dict | None``), run on every saved frame.
     **overrides
         Config keys: ``beta=9``, ``t_final=5``, ``**{"init.seed": 3}``.
@@ -73,6 +74,12 @@ def simulate(
     from meanfield.solvers.run import simulate_config
 
     cfg = _load(source, values=overrides)
+    if out is not None and not isinstance(out, (str, Path)):
+        raise ConfigError("out", f"expected a path (str or pathlib.Path), got {type(out).__name__}")
+    if resume and out is None:
+        raise ConfigError("resume", "resume=True continues the run stored in out; give out=PATH")
+    if callable(trackers):
+        trackers = [trackers]  # one callable: the only tracker
     if out is not None:
         check_output(out, overwrite=overwrite, resume=resume, key="out", options=("overwrite=True", "resume=True"))
     return simulate_config(cfg, out, resume=resume, quiet=not progress, trackers=trackers)

@@ -21,7 +21,7 @@ import numpy as np
 
 from meanfield.geometry.sphere import project_tangent
 from meanfield.heads.head import Head, HeadStack, stack_heads
-from meanfield.kernels.attention import ATTENTION_KINDS, DEFAULT_TOLERANCE, MASKS, attention_velocity
+from meanfield.kernels.attention import ATTENTION_KINDS, BACKENDS, DEFAULT_TOLERANCE, MASKS, TOLERANCE_BACKENDS, attention_velocity
 from meanfield.kernels.inputs import is_temperature
 
 __all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES"]
@@ -133,6 +133,10 @@ class Model:
             raise ValueError("combine='mean' applies to the softmax, unnormalized and relu laws; pooled attention already normalises over the heads")
         if self.attention not in ATTENTION_KINDS:
             raise ValueError(f"unknown attention kind {self.attention!r}; choose from {ATTENTION_KINDS}")
+        if self.backend != "auto" and self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose from {('auto', *BACKENDS)}")
+        if self.backend in TOLERANCE_BACKENDS and self.d != 3:
+            raise ValueError(f"backend {self.backend!r} works on S² (d = 3), got d = {self.d}; use 'auto'")
         if self.direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {self.direction!r}")
         heads = self.heads

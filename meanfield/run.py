@@ -39,6 +39,14 @@ def _same(a: Any, b: Any) -> bool:
     return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
 
 
+def _read_only(values: Any, *, dtype: Any = float) -> np.ndarray:
+    """A read-only view of ``values``: a run's arrays cannot be changed by changing what it returns (the caller's
+    own arrays keep their flags: only the view is frozen)."""
+    view = np.asarray(values, dtype=dtype).view()
+    view.flags.writeable = False
+    return view
+
+
 class Run:
     """The outcome of a simulation.
 
@@ -81,16 +89,19 @@ class Run:
             raise ValueError(f"state_name must be 'x' or 'mass', got {state_name!r}")
         if states is None and reader is None:
             raise ValueError("a Run needs its states or a reader")
-        self.t = np.asarray(t, dtype=float)
+        self.t = _read_only(t)
         self.state_name = state_name
-        self.diagnostics = {k: np.asarray(v, dtype=float) for k, v in diagnostics.items()}
-        self.static = dict(static or {})
+        self.diagnostics = {k: _read_only(v) for k, v in diagnostics.items()}
+        self.static = {k: _read_only(v, dtype=None) for k, v in (static or {}).items()}
         self.config = None if config is None else json.loads(json.dumps(config))
         self.status = status
         self.stop_reason = stop_reason
         self.info = dict(info or {})
         self.path = None if path is None else Path(path)
-        self._states = None if states is None else np.asarray(states, dtype=float)
+        self._states = None if states is None else _read_only(states)
+        if self._states is not None and self._states.shape[0] not in (0, self.t.size):  # 0: a run that kept no states
+            raise ValueError(f"{self.t.size} times for {self._states.shape[0] if self._states.ndim else 0} states: "
+                             "one state per saved time")
         self._reader = reader
         self._model = model
         self._mesh = mesh  # the mesh a grid run was solved on, where it is at hand (mf.solve)
@@ -145,14 +156,18 @@ class Run:
     def states(self) -> np.ndarray:
         """All saved states: ``x`` (T, n, d) for particles, ``mass`` (T, N) on a grid."""
         if self._states is None:
-            self._states = self._reader.states()
+            self._states = _read_only(self._reader.states())
         return self._states
 
     def frame(self, index: int) -> np.ndarray:
-        """One saved state (without reading the others from the file)."""
+        """One saved state (without reading the others from the file); ``index`` an integer, negative from the end."""
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"index must be an integer (a frame number; see run.t for the times), got {index!r}")
+        if not -self.frames <= index < self.frames:
+            raise IndexError(f"frame {index} of a run with {self.frames} frames")
         if self._states is not None:
             return self._states[index]
-        return self._reader.states(index)
+        return _read_only(self._reader.states(int(index)))
 
     @property
     def final(self) -> np.ndarray:

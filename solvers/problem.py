@@ -72,6 +72,8 @@ class Problem:
     weights: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        if not (isinstance(getattr(self.model, "d", None), (int, np.integer)) and callable(getattr(self.model, "velocity", None))):
+            raise TypeError(f"model must be a meanfield.Model (or have d and velocity), got {type(self.model).__name__}")
         state = np.asarray(self.initial, dtype=float)
         if self.mesh is None:
             if state.ndim != 2 or state.shape[1] != self.model.d or state.shape[0] < 1:

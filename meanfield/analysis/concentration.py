@@ -533,8 +533,14 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
     ConfigError
         More than one head; Assumption 1 fails under ``policy = "check"``; no frame.
     """
-    from meanfield.analysis.projection import resolution_warning
+    from meanfield.analysis.projection import ASSUMPTION_POLICIES, resolution_warning
 
+    if policy is not None and policy not in ASSUMPTION_POLICIES:
+        raise ConfigError("policy", f"expected one of {ASSUMPTION_POLICIES} (or None: the run's model.assumptions), got {policy!r}")
+    if threshold is not None:
+        if isinstance(threshold, (bool, str, bytes)) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
+                or not (math.isfinite(threshold) and threshold > 0):
+            raise ConfigError("threshold", f"expected a finite W2 > 0 (or None: twice W2_min), got {threshold!r}")
     cfg = run.config
     if cfg is None:
         raise ConfigError("run", "the concentration analysis reads the head from the run's config, and this run has none "

@@ -197,8 +197,16 @@ def sphere_error(x: np.ndarray) -> float:
 # ----------------------------------------------------------------------------- samplers
 
 
+def check_sample_size(n: Any, d: Any) -> None:
+    """``n ≥ 1`` points on :math:`S^{d-1}`, ``d ≥ 2`` (integers): a ValueError naming the one that is not."""
+    for name, value, low in (("n", n, 1), ("d", d, 2)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name} must be an integer ≥ {low}{' (tokens on S^(d-1))' if name == 'd' else ''}, got {value!r}")
+
+
 def sample_uniform(n: int, d: int, *, seed: int | None = 0) -> np.ndarray:
     """``n`` i.i.d. points from the uniform (surface) measure on :math:`S^{d-1}`."""
+    check_sample_size(n, d)
     rng = np.random.default_rng(seed)
     return normalize(rng.standard_normal((n, d)))
 
@@ -218,6 +226,7 @@ def sample_vmf(
     kappa : float
         Concentration, ``κ = 0`` is uniform.
     """
+    check_sample_size(n, d)
     rng = np.random.default_rng(seed)
     if mean is None:
         mu = np.zeros(d)
@@ -261,6 +270,7 @@ def sample_equiangular(n: int, d: int, *, gamma: float, seed: int | None = 0) ->
     (positive definite for :math:`-1/(n-1)<\gamma<1`) by Cholesky, then rotated
     by a seeded random orthogonal matrix.  This is the setting of Pendharkar (arXiv 2605.04279), Thm 22.
     """
+    check_sample_size(n, d)
     if n > d:
         raise ValueError(f"equiangular tokens need n <= d, got n={n}, d={d}")
     lower = -1.0 / (n - 1) if n > 1 else -1.0
@@ -276,6 +286,7 @@ def sample_equiangular(n: int, d: int, *, gamma: float, seed: int | None = 0) ->
 
 def sample_orthogonal(n: int, d: int, *, seed: int | None = 0) -> np.ndarray:
     """``n ≤ d`` orthonormal tokens (equiangular with ``γ = 0``), randomly rotated."""
+    check_sample_size(n, d)
     if n > d:
         raise ValueError(f"orthogonal tokens need n <= d, got n={n}, d={d}")
     return _random_orthogonal(d, seed)[:n].copy()
@@ -328,6 +339,7 @@ def sample_fibonacci(n: int, d: int, *, seed: int | None = 0) -> np.ndarray:
     what a mean over many i.i.d. draws would; ``seed > 0`` applies a Haar-random
     rotation, for spreads over rotations.
     """
+    check_sample_size(n, d)
     if d != 3:
         raise ValueError(f"kind='fibonacci' places points on S² (d = 3), got d={d}")
     x = fibonacci_points(n)
@@ -391,6 +403,7 @@ def sample_clusters(n: int, d: int, *, centers: str | Any = "octahedron", spread
         :math:`\sigma\ge0`, the noise before normalisation.
     seed : int
     """
+    check_sample_size(n, d)
     if not (spread >= 0 and math.isfinite(spread)):
         raise ValueError(f"spread must be finite and >= 0, got {spread!r}")
     c = cluster_centers(centers, d)

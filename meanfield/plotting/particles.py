@@ -35,6 +35,9 @@ MAX_PAIR_TOKENS = 2000
 
 
 def _picks(count: int, snapshots: int) -> list[int]:
+    """The frames of ``snapshots`` panels spread evenly over ``count`` frames (first and last included)."""
+    if isinstance(snapshots, (bool, np.bool_)) or not isinstance(snapshots, (int, np.integer)) or snapshots < 1:
+        raise ValueError(f"snapshots must be an integer ≥ 1 (the number of panels), got {snapshots!r}")
     return sorted({int(k) for k in np.linspace(0, count - 1, min(snapshots, count)).round()})
 
 

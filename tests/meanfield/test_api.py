@@ -378,3 +378,46 @@ def test_concentration_and_diagnosis_show_what_the_commands_print(tmp_path, caps
         assert printer.parts == [shown.text()] and str(shown) == shown.text()
     assert main(["concentration", str(out)]) == 0
     assert analysis.text().splitlines()[1] in capsys.readouterr().out
+
+
+def test_bad_arguments_of_the_notebook_api_are_named():
+    # each of these had failed deep inside pathlib, NumPy or h5py, or been accepted and ignored
+    with pytest.raises(mf.ConfigError, match="^out: expected a path"):
+        mf.simulate(out=123)
+    with pytest.raises(mf.ConfigError, match="^resume: .*give out=PATH"):
+        mf.simulate(resume=True)
+    run = mf.simulate(t_final=0.2, trackers=lambda t, x: {"mean_z": float(x[:, 2].mean())}, **{"init.n": 8})  # one callable
+    np.testing.assert_allclose(run.diagnostics["mean_z"], run.x[:, :, 2].mean(axis=1), rtol=0, atol=1e-15)
+    for index, error in ((1.0, TypeError), ("a", TypeError), (True, TypeError), (3, IndexError), (-4, IndexError)):
+        with pytest.raises(error, match="index must be an integer|frame -?[34] of a run with 3 frames"):
+            run.frame(index)
+    for snapshots in (0, -2, 2.5):
+        with pytest.raises(ValueError, match="snapshots must be an integer ≥ 1"):
+            run.plot(snapshots=snapshots)
+    for n, d, name in ((-1, 3, "n"), (2.5, 3, "n"), (4, 1, "d")):
+        with pytest.raises(ValueError, match=f"^{name} must be an integer"):
+            mf.sample_uniform(n, d)
+    with pytest.raises(ValueError, match="unknown backend 'cuda'"):
+        mf.Model(d=3, beta=1.0, backend="cuda")
+    with pytest.raises(ValueError, match="works on S²"):
+        mf.Model(d=4, beta=1.0, backend="harmonic")
+    with pytest.raises(TypeError, match="model must be a meanfield.Model"):
+        mf.Problem("model", mf.sample_uniform(4, 3))
+    with pytest.raises(ValueError, match="3 times for 2 states"):
+        mf.Run.from_states(t=[0.0, 1.0, 2.0], states=np.zeros((2, 4, 3)), state_name="x", diagnostics={})
+    concentration = mf.simulate(ROOT / "data/concentration.toml", t_final=0.5, **{"init.n": 60})
+    for threshold in (-1.0, float("nan"), "a"):
+        with pytest.raises(mf.ConfigError, match="^threshold: expected a finite W2 > 0"):
+            concentration.concentration(threshold=threshold)
+    with pytest.raises(mf.ConfigError, match="^policy: expected one of"):
+        concentration.concentration(policy="bogus")
+
+
+def test_the_arrays_a_run_returns_are_read_only_views():
+    # run.x -= … had changed the run itself, and with it later plots and analyses
+    tokens = mf.sample_uniform(8, 3, seed=2)
+    run = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), tokens, weights=np.full(8, 1 / 8)), mf.ParticleSolver(dt=0.05), t_final=0.2)
+    for array in (run.x, run.final, run.frame(0), run.t, run.diagnostics["energy"], run.static["weights"]):
+        with pytest.raises(ValueError, match="read-only"):
+            array += 1.0
+    assert tokens.flags.writeable  # the caller's own arrays keep their flags
