@@ -408,7 +408,8 @@ def authors_noise_seed(heads: int, path: int = 0) -> int:
     return AUTHORS_NOISE_SEED + int(heads) + AUTHORS_PATH_STRIDE * int(path)
 
 
-def authors_overrides(heads: int, *, t_final: float, path: int = 0) -> list[str]:
-    """Config overrides for H heads with the authors' seeds (heads 42 + H, noise :func:`authors_noise_seed`) up to ``t_final``."""
-    return [f"model.num_heads={heads}", f"model.seed={AUTHORS_HEAD_SEED + heads}",
-            f"weights.seed={authors_noise_seed(heads, path)}", f"solver.t_final={t_final}"]
+def authors_overrides(heads: int, *, t_final: float, path: int = 0, experiment: str = "ou") -> list[str]:
+    """Config overrides for H heads with the authors' seeds (heads 42 + H, noise :func:`authors_noise_seed`) up to
+    ``t_final``; the oscillating experiment (:data:`AUTHORS_CONFIGS`) has no weight noise, and no noise seed."""
+    noise = [f"weights.seed={authors_noise_seed(heads, path)}"] if experiment == "ou" else []
+    return [f"model.num_heads={heads}", f"model.seed={AUTHORS_HEAD_SEED + heads}", *noise, f"solver.t_final={t_final}"]

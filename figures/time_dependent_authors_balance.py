@@ -65,7 +65,7 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
     H, t_final, n = (QUICK_HEADS, QUICK_T_FINAL, QUICK_N_TOKENS) if quick else (HEADS, T_FINAL, N_TOKENS)
     rows: list[dict[str, Any]] = []
     for experiment, path in CONFIGS.items():
-        out = balance_from_config(path, [*authors_overrides(H, t_final=t_final), f"init.n={n}"])
+        out = balance_from_config(path, [*authors_overrides(H, t_final=t_final, experiment=experiment), f"init.n={n}"])
         K = len(out["t"]) - 1
         for k in sorted({*range(0, K + 1, EVERY), K}):
             row = {"experiment": experiment, "H": H, "n": n, "dt": out["dt"], "t": float(out["t"][k])}

@@ -72,7 +72,7 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
         for H in heads:
             for p in range(paths[experiment]):
                 seed = authors_noise_seed(H, p)
-                cfg = load_config(config, [*authors_overrides(H, t_final=t_final, path=p), f"solver.save_every={save_every}"])
+                cfg = load_config(config, [*authors_overrides(H, t_final=t_final, path=p, experiment=experiment), f"solver.save_every={save_every}"])
                 run = simulate(cfg)
                 t = np.asarray(run.t)
                 rows.append({"experiment": experiment, "H": H, "path": p, "weights_seed": seed,

@@ -75,7 +75,7 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
     H, t_final = (QUICK_HEADS, QUICK_T_FINAL) if quick else (HEADS, T_FINAL)
     rows: list[dict[str, Any]] = []
     for experiment, config in CONFIGS.items():
-        cfg = load_config(config, authors_overrides(H, t_final=t_final))
+        cfg = load_config(config, authors_overrides(H, t_final=t_final, experiment=experiment))
         run = simulate(cfg)
         t, x = np.asarray(run.t), np.asarray(run.x)
         centers = cluster_centers(cfg["init"]["centers"], x.shape[2])
