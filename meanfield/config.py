@@ -267,6 +267,7 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None) -> dict[str, An
     _noise_checks(resolved, method_given="method" in raw.get("solver", {}))
     _unused_solver_keys(resolved["solver"], given=raw.get("solver", {}))
     _unused_weights_keys(resolved["weights"], given=raw.get("weights", {}))
+    _unused_grid_keys(resolved["grid"], given=raw.get("grid", {}))
     if isinstance(resolved["model"]["heads"], list) and not resolved["model"]["heads"] and "heads" in raw.get("model", {}):
         raise ConfigError("model.heads", "an empty list of heads; give at least one [[model.heads]] table "
                                          "(or leave model.heads out for one identity head)")
@@ -341,6 +342,16 @@ def _unused_weights_keys(weights: dict[str, Any], *, given: Mapping[str, Any]) -
     if schedule not in ("ou", "relaxation"):
         used |= {"initial", "noise", "integrator", "mean"}
     _note_unused("weights", _unused_keys("weights", weights, given=given, used=used), f"schedule = {schedule!r}")
+
+
+def _unused_grid_keys(grid: dict[str, Any], *, given: Mapping[str, Any]) -> None:
+    """Note the refinement keys of a mesh that is not graded (set without ``grid.family = "graded"``, they had been
+    dropped without a word, and the run took a uniform mesh)."""
+    if grid["family"] == "graded":
+        return
+    refinement = {"refine_centres", "refine_radius", "refine_factor", "grading"}
+    unused = _unused_keys("grid", grid, given=given, used=set(SCHEMA["grid"]) - refinement)
+    _note_unused("grid", unused, f"the {grid['family']} mesh (they refine grid.family = 'graded')")
 
 
 def _unused_keys(section: str, values: Mapping[str, Any], *, given: Mapping[str, Any], used: set[str]) -> list[str]:

@@ -84,13 +84,15 @@ def memory_estimate(cfg: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def _steps(solver: Mapping[str, Any]) -> tuple[str, float] | None:
-    """The key and number of steps a fixed-step solver takes to ``t_final``."""
+def _steps(solver: Mapping[str, Any], grid: Mapping[str, Any] | None = None) -> tuple[str, float] | None:
+    """The key and number of steps a fixed-step solver takes to ``t_final`` (the grid: at least t_final / grid.dt_max)."""
     span = float(solver["t_final"])
     if solver["kind"] == "jko":
         return "solver.tau", span / float(solver["tau"])
     if solver["kind"] in ("particle", "zero-temperature") and solver["method"] != "rk45":
         return "solver.dt", span / float(solver["dt"])
+    if solver["kind"] == "grid" and grid and float(grid.get("dt_max") or 0.0) > 0:
+        return "grid.dt_max", span / float(grid["dt_max"])
     return None
 
 
@@ -111,12 +113,13 @@ def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> 
             f"{solver['save_every']:g} saves {frames:.3g} frames up to t_final = {solver['t_final']:g}; "
             f"the limit is {MAX_FRAMES:.0e} (save less often)",
         )
-    steps = _steps(solver)
+    steps = _steps(solver, cfg.get("grid"))
     if steps is not None and not steps[1] <= MAX_STEPS:
         key, count = steps
+        section, name = key.split(".")
         raise ConfigError(
             "solver.t_final" if far else key,
-            f"{solver[key.split('.')[1]]:g} takes {count:.3g} steps to t_final = {solver['t_final']:g}; "
+            f"{cfg[section][name]:g} takes {count:.3g} steps to t_final = {solver['t_final']:g}; "
             f"the limit is {MAX_STEPS:.0e} steps",
         )
     points = _weight_path_points(cfg)
@@ -137,6 +140,8 @@ def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> 
                 "grid.cells": f"{value} cells",
                 "weights.dt": f"the weight path of {points or 0:.3g} points (t_final / weights.dt) for {_heads(cfg)} heads of "
                               f"{cfg['model']['d']}×{cfg['model']['d']}"}[key]
+        if key == "grid.cells" and cfg["grid"].get("family") == "icosahedral":
+            what = f"the icosahedral mesh of grid.cells = {value} has {estimate[key] / _CELL_BYTES:.0f} cells (10·4^L + 2), which"
         if key == "grid.cells" and cfg["grid"].get("family") == "graded":  # the refinement, not grid.cells, may be what grows
             grid = cfg["grid"]
             cells = estimate[key] / _CELL_BYTES

@@ -118,6 +118,10 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError("--particles", f"must be an integer >= 12, got {args.particles!r}")
     if reference is None and len(cells) < 2:
         raise ConfigError("--cells", "give at least two mesh sizes, or one and --reference-cells")
+    if args.family is None and cfg["grid"]["family"] == "graded":
+        raise ConfigError("grid.family", "the convergence study refines uniform meshes (fibonacci, icosahedral); a graded "
+                                         "mesh is refined through grid.cells with the same caps: run `meanfield simulate` "
+                                         "on each (or `meanfield concentration --sweep-beta … --refinement 2`)")
     kind, params = grid_init(cfg)
     model = build_model(cfg)
     if model.d != 3:

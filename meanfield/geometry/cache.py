@@ -59,9 +59,30 @@ def _read(path: Path, points: np.ndarray, cls: type, family: str) -> SphericalMe
             if int(data["format"]) != FORMAT or not np.array_equal(data["generators"], points):
                 return None
             arrays = {name: np.array(data[name]) for name in cls.ARRAYS}
+        if not _consistent(arrays, points.shape[0]):
+            return None
         return cls(**arrays, family=family)
     except Exception:  # noqa: BLE001 - any unreadable or inconsistent file is a miss
         return None
+
+
+def _consistent(a: dict[str, np.ndarray], cells: int) -> bool:
+    """Whether cached arrays make a mesh of ``cells`` cells: shapes, finite values, indices in range, areas positive
+    and summing to 4π, regions closed, and Euler's V − E + F = 2 (a file with its generators intact but an array cut
+    or altered had been used as it was)."""
+    edges, vertices, ptr, region = a["edges"], a["vertices"], a["region_ptr"], a["region_vertices"]
+    E, V = edges.shape[0] if edges.ndim == 2 else -1, vertices.shape[0] if vertices.ndim == 2 else -1
+    shapes = {"points": (cells, 3), "areas": (cells,), "edges": (E, 2), "edge_lengths": (E,), "edge_normals": (E, 3),
+              "edge_midpoints": (E, 3), "generator_distances": (E,), "vertices": (V, 3), "edge_vertices": (E, 2),
+              "region_ptr": (cells + 1,)}
+    if any(a[name].shape != shape for name, shape in shapes.items()) or region.ndim != 1:
+        return False
+    if not all(np.all(np.isfinite(a[name])) for name in a):
+        return False
+    indices_in_range = all(x.size == 0 or (x.min() >= 0 and x.max() < bound)
+                           for x, bound in ((edges, cells), (a["edge_vertices"], V), (region, V)))
+    return bool(indices_in_range and ptr[0] == 0 and ptr[-1] == region.size and np.all(np.diff(ptr) >= 3)
+                and np.all(a["areas"] > 0) and abs(float(a["areas"].sum()) - 4.0 * np.pi) < 1e-8 and V - E + cells == 2)
 
 
 def _write(path: Path, mesh: SphericalMesh, generators: np.ndarray) -> None:

@@ -53,6 +53,8 @@ DEFAULT_REFINE_FACTOR = 8.0
 DEFAULT_GRADING = 0.25
 
 _FOUR_PI = 4.0 * math.pi
+#: the finest spacing taken (radians): at 1e-9 qhull's Voronoi diagram of S² found duplicate generators, at 1e-8 not
+MIN_FINE_SPACING = 1e-7
 _GOLDEN_ANGLE = math.pi * (3.0 - math.sqrt(5.0))
 #: lattice points closer than this many coarse spacings beyond the last ring are dropped
 _SEAM = 0.7
@@ -183,6 +185,10 @@ def graded_points(
         raise ConfigError("grid.grading", f"expected a number > 0, got {grading!r}")
     spacing = GradedSpacing(coarse=math.sqrt(_FOUR_PI / int(cells)), factor=float(factor), radius=float(radius),
                             grading=float(grading))
+    if spacing.coarse / spacing.factor < MIN_FINE_SPACING:
+        raise ConfigError("grid.refine_factor", f"the fine spacing sqrt(4π/grid.cells)/refine_factor = "
+                          f"{spacing.coarse / spacing.factor:.3g} rad is below {MIN_FINE_SPACING:g} rad, where the Voronoi "
+                          "construction of S² loses its generators (measured: duplicates at 1e-9 rad)")
     radii, counts = spacing.rings()
     reach = float(radii[-1]) + _SEAM * spacing.coarse
     if reach >= math.pi / 2:

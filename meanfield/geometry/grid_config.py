@@ -16,7 +16,7 @@ from numpy.typing import ArrayLike
 from meanfield.errors import ConfigError
 from meanfield.geometry.graded import (DEFAULT_GRADING, DEFAULT_REFINE_FACTOR, DEFAULT_REFINE_RADIUS, graded_cell_count,
                                        graded_mesh)
-from meanfield.geometry.mesh import SphericalMesh, mesh, mesh_from_points
+from meanfield.geometry.mesh import SphericalMesh, icosahedral_cells, mesh, mesh_from_points
 
 __all__ = ["mesh_of_grid", "stored_mesh", "cells_of_grid"]
 
@@ -41,6 +41,11 @@ def mesh_of_grid(grid: Mapping[str, Any]) -> SphericalMesh:
     return mesh(cells, family)
 
 
+#: stored cell points within this of the rebuilt mesh's generators or centroids are its cells (round-off of another
+#: build); a cell spacing is at least 1e-7 rad (graded meshes), far above it
+STORED_POINTS_ATOL = 1e-12
+
+
 def stored_mesh(grid: Mapping[str, Any], points: ArrayLike) -> SphericalMesh:
     """The mesh of a stored grid run: rebuilt from its ``[grid]`` table (cached), checked against its cell points.
 
@@ -54,18 +59,24 @@ def stored_mesh(grid: Mapping[str, Any], points: ArrayLike) -> SphericalMesh:
         except ConfigError:
             candidate = None
         if candidate is not None and candidate.N == points.shape[0] and (
-                np.array_equal(candidate.points, points) or np.array_equal(candidate.centroids, points)):
-            return candidate
+                np.allclose(candidate.points, points, rtol=0, atol=STORED_POINTS_ATOL)
+                or np.allclose(candidate.centroids, points, rtol=0, atol=STORED_POINTS_ATOL)):
+            return candidate  # equal to round-off: another build of the cache or of SciPy moves the centroids by ulps
     return mesh_from_points(points, family=grid.get("family", "custom"))
 
 
 def cells_of_grid(grid: Mapping[str, Any]) -> int:
     """How many cells the mesh of a resolved ``[grid]`` table has, without building its Voronoi diagram
-    (``grid.cells`` itself, except for graded meshes, which have more; for icosahedral ones the nearest
-    10·4^L + 2 is within a factor 2)."""
+    (``grid.cells`` itself, except for graded meshes, which have more, and icosahedral ones, which have the
+    nearest 10·4^L + 2)."""
     if grid.get("family") == "graded":
+        if grid.get("refine_centres") is None:  # the config's own check says what is missing (this runs before it)
+            raise ConfigError("grid.refine_centres", "grid.family = 'graded' needs the centres of its fine caps, "
+                                                     "e.g. refine_centres = [[1, 0, 0], [-1, 0, 0]]")
         return graded_cell_count(grid["cells"], grid["refine_centres"],
                                  radius=float(grid.get("refine_radius", DEFAULT_REFINE_RADIUS)),
                                  factor=float(grid.get("refine_factor", DEFAULT_REFINE_FACTOR)),
                                  grading=float(grid.get("grading", DEFAULT_GRADING)))
+    if grid.get("family") == "icosahedral":
+        return icosahedral_cells(int(grid.get("cells", 2000)))
     return int(grid.get("cells", 2000))

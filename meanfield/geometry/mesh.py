@@ -52,6 +52,7 @@ __all__ = [
     "icosahedral_points",
     "fibonacci_mesh",
     "icosahedral_mesh",
+    "icosahedral_cells",
     "mesh",
     "mesh_from_points",
     "mesh_by_size",
@@ -456,6 +457,11 @@ def icosahedral_mesh(level: int) -> SphericalMesh:
                        cls=SphericalMesh, family="icosahedral")
 
 
+def icosahedral_cells(cells: int) -> int:
+    """The cells of the icosahedral mesh ``grid.cells = cells`` builds: :math:`10\\cdot4^L+2`, ``L`` the nearest level."""
+    return 10 * 4 ** _icosahedral_level(int(cells)) + 2
+
+
 def _icosahedral_level(cells: int) -> int:
     """Level whose :math:`10\\cdot4^L+2` is nearest to ``cells`` in log scale."""
     if cells <= 12:
@@ -809,6 +815,10 @@ def _init_file(mesh: SphericalMesh, *, path: str | Path | None = None, width: fl
         # masses of another mesh of the same family: sample its density at our centres
         if arr.shape[0] < 12:
             raise ConfigError("init.path", f"{path}: expected {mesh.N} cell masses, got {arr.shape[0]}")
+        if mesh.family not in ("fibonacci", "icosahedral"):  # a graded mesh is set by its centres too: N alone names none
+            raise ConfigError("init.path", f"{path} holds {arr.shape[0]} cell masses, and this {mesh.family} mesh has "
+                                           f"{mesh.N} cells; masses of another mesh are read for the fibonacci and "
+                                           "icosahedral families only (give (n, 3) or (n, 4) points instead)")
         source = fibonacci_mesh(arr.shape[0]) if mesh.family != "icosahedral" else mesh_by_size(arr.shape[0], "icosahedral", key="init.path")
         rho = (arr / arr.sum()) / source.areas
         return _normalised(mesh, lambda x: rho[source.cell_of(x)], "init.path")

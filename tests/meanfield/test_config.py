@@ -249,3 +249,18 @@ def test_weights_keys_the_schedule_does_not_read_get_a_note_and_a_noise_seed_nee
     with pytest.raises(ConfigError) as info:  # a seed of no noise: [noise] without gamma had run deterministically
         load_config(None, ["noise.seed=7"])
     assert info.value.key == "noise.gamma"
+
+
+def test_refinement_keys_of_a_mesh_that_is_not_graded_get_a_note():
+    # a user who forgot grid.family = "graded" had silently got a uniform mesh
+    import warnings as _warnings
+
+    from meanfield.config import ConfigNote
+
+    with _warnings.catch_warnings(record=True) as caught:
+        _warnings.simplefilter("always")
+        load_config(None, ['solver.kind="grid"', "grid.refine_centres=[[1,0,0]]", "grid.refine_factor=4"])
+        load_config(None, ['solver.kind="grid"', 'grid.family="graded"', "grid.refine_centres=[[1,0,0]]"])
+    notes = [str(w.message) for w in caught if issubclass(w.category, ConfigNote) and "not used" in str(w.message)]
+    assert notes == ["grid.refine_centres, grid.refine_factor not used by the fibonacci mesh "
+                     "(they refine grid.family = 'graded'); ignored"]

@@ -478,3 +478,45 @@ def test_grid_dt_max_from_config_limits_the_step(tmp_path):
     capped = simulate_config(load_config(raw, ["grid.dt_max=0.01"]), None, quiet=True)
     assert free.info["grid_steps"] < 20 <= capped.info["grid_steps"]
     assert capped.info["dt_max"] <= 0.01 + 1e-15
+
+
+def test_a_step_that_would_never_end_the_run_fails_it_and_a_tiny_dt_max_is_refused(tmp_path, capsys):
+    # without the limiter a cell of mass 1e-174 took its heavy neighbour's face values: a CFL step of 1.6e-19, and
+    # 134 017 steps in 300 s had not reached t = 0.25, with no message; grid.dt_max = 1e-12 ran for ever
+    from meanfield.cli import main
+
+    config = tmp_path / "g.toml"
+    config.write_text('[init]\nkind = "vmf"\nkappa = 200.0\nmean = [1.0, 0.0, 0.0]\n[solver]\nkind = "grid"\n'
+                      't_final = 0.5\nsave_every = 0.25\n[grid]\ncells = 500\n')
+    out = tmp_path / "stall.h5"
+    assert main(["simulate", str(config), "-o", str(out), "--quiet", "--set", 'grid.limiter="none"']) == 1
+    err = capsys.readouterr().err
+    assert "below 1e-12 of the clock" in err and "grid.limiter = 'none'" in err
+    assert main(["info", str(out)]) == 0 and "failed" in capsys.readouterr().out  # the first frame is kept
+    for dt_max in ("1e-12", "1e-300"):
+        assert main(["simulate", str(config), "-o", str(tmp_path / "never.h5"), "--quiet", "--set", f"grid.dt_max={dt_max}",
+                     "--set", "solver.t_final=1000"]) == 2
+        assert "grid.dt_max" in capsys.readouterr().err and not (tmp_path / "never.h5").exists()
+
+
+def test_the_stored_mesh_of_a_second_order_run_is_found_through_round_off():
+    # stored centroids one ulp away from the rebuilt ones had given the Voronoi mesh of the centroids: areas off by
+    # 3 % of a cell, labelled fibonacci
+    import meanfield as mf
+    from meanfield.geometry.grid_config import stored_mesh
+
+    run = mf.simulate({"solver": {"kind": "grid", "t_final": 0.0}, "grid": {"cells": 300}})
+    nudged = np.nextafter(run.points, 2.0 * run.points)
+    assert not np.array_equal(nudged, run.points)
+    mesh = stored_mesh(run.config["grid"], nudged)
+    np.testing.assert_array_equal(mesh.areas, run.areas)
+
+
+def test_the_memory_check_counts_the_cells_an_icosahedral_mesh_has():
+    # grid.cells = 5 300 000 builds 10·4^10 + 2 = 10 485 762 cells, which the estimate had counted as 5.3 million
+    from meanfield.geometry.grid_config import cells_of_grid
+    from meanfield.geometry.mesh import mesh
+
+    assert cells_of_grid({"family": "icosahedral", "cells": 5300000}) == 10 * 4**10 + 2
+    for cells in (12, 100, 2000):
+        assert cells_of_grid({"family": "icosahedral", "cells": cells}) == mesh(cells, "icosahedral").N

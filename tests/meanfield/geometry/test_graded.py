@@ -155,3 +155,43 @@ def test_a_graded_mesh_too_large_is_refused_before_it_is_placed(setting, tmp_pat
                    "--set", "grid.refine_centres=[[1.0,0.0,0.0]]", "--set", setting])
     err = capsys.readouterr().err
     assert status == 2 and "grid.cells: the graded mesh" in err and "cells, which need about" in err and not out.exists()
+
+
+def test_graded_input_that_cannot_make_a_mesh_is_named(tmp_path, capsys):
+    # a fine spacing of 8e-10 rad had ended in SciPy's "Duplicate generators present" (a traceback, exit 1), and
+    # family = 'graded' without centres had been told its centres had "shape ()"
+    config = tmp_path.parent / f"{tmp_path.name}.toml"  # (outside the folder that must stay empty)
+    config.write_text("")
+    base = ["simulate", str(config), "-o", str(tmp_path / "g.h5"), "--quiet", "--set", 'solver.kind="grid"', "--set", 'grid.family="graded"']
+    fine = ["--set", "grid.refine_centres=[[0,0,1]]", "--set", "grid.refine_factor=1e8", "--set", "grid.grading=1000",
+            "--set", "grid.refine_radius=0"]
+    assert main(base + fine) == 2
+    assert "grid.refine_factor: the fine spacing" in capsys.readouterr().err
+    assert main(base) == 2
+    assert "grid.refine_centres: grid.family = 'graded' needs the centres of its fine caps" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_masses_of_another_graded_mesh_are_refused_not_read_as_a_fibonacci_mesh_s(tmp_path, capsys):
+    # the 806 masses of one graded mesh had been read as those of fibonacci_mesh(806) on another: a bump at the
+    # north pole started with mean z = 0.43 instead of 0.95, without a word
+    source = graded_mesh(500, [[0.0, 0.0, 1.0]])
+    z = source.points[:, 2]
+    np.save(tmp_path / "m.npy", source.areas * np.exp(20.0 * z))
+    out = tmp_path / "g.h5"
+    (tmp_path / "c.toml").write_text("")
+    argv = ["simulate", str(tmp_path / "c.toml"), "-o", str(out), "--quiet", "--set", 'solver.kind="grid"', "--set", 'grid.family="graded"',
+            "--set", "grid.refine_centres=[[0,0,1]]", "--set", 'init.kind="file"', "--set", f'init.path="{tmp_path / "m.npy"}"']
+    assert main([*argv, "--set", "grid.cells=600"]) == 2
+    err = capsys.readouterr().err
+    assert "init.path" in err and f"{source.N} cell masses" in err and not out.exists()
+    assert main([*argv, "--set", "grid.cells=500", "--set", "solver.t_final=0"]) == 0  # its own mesh: read as it is
+    np.testing.assert_allclose(mf.load(out).mass[0] @ z, np.average(z, weights=source.areas * np.exp(20.0 * z)), rtol=1e-12)
+
+
+def test_the_convergence_study_names_a_graded_family_it_does_not_refine(tmp_path, capsys):
+    # it had said "unknown mesh family 'graded'; choose from ['fibonacci', 'icosahedral']"
+    config = tmp_path / "g.toml"
+    config.write_text('[solver]\nkind = "grid"\nt_final = 0.1\n[grid]\nfamily = "graded"\nrefine_centres = [[1, 0, 0]]\n')
+    assert main(["convergence", str(config), "--quiet"]) == 2
+    assert "grid.family: the convergence study refines uniform meshes" in capsys.readouterr().err

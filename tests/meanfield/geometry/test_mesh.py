@@ -320,3 +320,39 @@ def test_a_damaged_mesh_cache_file_is_rebuilt(damage, tmp_path, monkeypatch):
     np.testing.assert_array_equal(again.edges, fresh.edges)
     cached = cache.cached_mesh("test-500", points, build, cls=SphericalMesh, family="fibonacci")
     assert len(builds) == 2 and np.array_equal(cached.areas, fresh.areas)  # the damaged file was replaced
+
+
+@pytest.mark.parametrize("damage", ["edges cut", "areas cut", "area doubled", "vertex index out of range", "region ptr"])
+def test_a_cached_mesh_whose_arrays_do_not_make_a_mesh_is_rebuilt(damage, tmp_path, monkeypatch):
+    # a file with its generators intact but an array cut or altered had been used as it was (E = 100)
+    import meanfield.geometry.cache as cache
+    from meanfield.geometry.mesh import SphericalMesh, mesh_from_points
+    from meanfield.geometry.sphere import fibonacci_points
+
+    monkeypatch.setenv("MEANFIELD_CACHE", str(tmp_path))
+    monkeypatch.setattr(cache, "CACHE_MIN_CELLS", 0)
+    points = fibonacci_points(500)
+    builds = []
+
+    def build(p):
+        builds.append(1)
+        return mesh_from_points(p, family="fibonacci")
+
+    fresh = cache.cached_mesh("test-500", points, build, cls=SphericalMesh, family="fibonacci")
+    path = tmp_path / "meshes" / "test-500.npz"
+    arrays = dict(np.load(path))
+    if damage == "edges cut":
+        arrays["edges"] = arrays["edges"][:100]
+    elif damage == "areas cut":
+        arrays["areas"] = arrays["areas"][:-1]
+    elif damage == "area doubled":
+        arrays["areas"] = arrays["areas"] * np.r_[2.0, np.ones(499)]
+    elif damage == "vertex index out of range":
+        arrays["region_vertices"] = arrays["region_vertices"] + 1
+    else:
+        arrays["region_ptr"] = arrays["region_ptr"][::-1].copy()
+    np.savez(path, **arrays)
+    again = cache.cached_mesh("test-500", points, build, cls=SphericalMesh, family="fibonacci")
+    assert len(builds) == 2  # read as a miss and built again
+    for name in SphericalMesh.ARRAYS:
+        np.testing.assert_array_equal(getattr(again, name), getattr(fresh, name))
