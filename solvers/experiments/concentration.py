@@ -49,7 +49,7 @@ from meanfield.analysis.concentration import (
     tracker_from_head,
 )
 from meanfield.analysis.projection import concentration_rate, eigenspace_distance, resolution_warning
-from meanfield.config import load_config
+from meanfield.config import SCHEMA, SOLVER_KEYS_USED, load_config
 from meanfield.errors import ConfigError
 
 __all__ = ["DEFAULT_CONCENTRATION_CONFIG", "BetaSweep", "sweep_beta", "sweep_size", "parse_betas", "parse_spacing", "spacing_of", "SWEEP_SPACING", "REFINEMENT", "tracking_share", "bench_concentration"]
@@ -343,6 +343,9 @@ def sweep_beta(
         elif base["solver"]["method"] in ("ssprk2", "ssprk3"):
             base["solver"]["method"] = "rk4"
         base["solver"]["kind"] = solver
+        used = {*SOLVER_KEYS_USED[solver], "kind", "t_final", "save_every", "steady_tol", "method"}
+        for key in set(base["solver"]) - used:  # the other solver's settings (the config's particle dt …) take no part
+            base["solver"][key] = copy.deepcopy(SCHEMA["solver"][key].default)
     d = base["model"]["d"]
     if spacing is not None and size is None and d != 3:
         raise ConfigError("--spacing", f"the size follows β on S² (d = 3) only, got model.d = {d}")
