@@ -50,8 +50,8 @@ def build_schedule(cfg: dict[str, Any], heads: list[Head] | None = None) -> Head
 
 
 def build_model(cfg: dict[str, Any], *, schedule: HeadSchedule | None = None) -> Model:
-    """The :class:`~meanfield.model.Model` of a resolved config."""
-    m = cfg["model"]
+    """The :class:`~meanfield.model.Model` of a resolved config (a β whose scores overflow: ``ConfigError`` naming
+    ``model.beta``)."""
     try:
         return _model(cfg, schedule)
     except ScoreOverflowError as exc:

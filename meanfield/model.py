@@ -24,7 +24,7 @@ from meanfield.heads.head import Head, HeadStack, stack_heads
 from meanfield.kernels.attention import ATTENTION_KINDS, BACKENDS, DEFAULT_TOLERANCE, MASKS, TOLERANCE_BACKENDS, attention_velocity
 from meanfield.kernels.inputs import is_temperature
 
-__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES"]
+__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "ScoreOverflowError"]
 
 DIRECTIONS = ("ascent", "descent")
 #: how the heads' fields combine (``Model.combine``, config ``model.combine``)
