@@ -369,10 +369,12 @@ def concentration_curves(run: Any, *, policy: str | None = None) -> dict[str, ND
         raise ConfigError("OUT.h5", "the run holds no frame yet")
     if all(k in run.diagnostics and np.all(np.isfinite(run.diagnostics[k])) for k in keys):
         return {"t": t, **{k: np.asarray(run.diagnostics[k], dtype=float) for k in keys}}
+    from meanfield.geometry.grid_config import reconstructs_density
+
     head = single_head(cfg)
     points = run.points if run.kind == "grid" else None
     weights = run.static.get("weights") if run.kind == "particle" else None  # token masses (a continued grid run)
-    mesh = run.mesh() if run.kind == "grid" and int(cfg["grid"].get("order", 1)) == 2 else None
+    mesh = run.mesh() if run.kind == "grid" and reconstructs_density(cfg) else None  # as the tracker (the JKO grid: atoms)
     tracker = tracker_from_head(head.Q, head.K, head.V, run.frame(0), weights=weights, points=points, mesh=mesh,
                                 method=cfg["track"]["w2_method"], policy="skip")
     if cfg["init"].get("kind") == "run":  # the first frame is the source's: Π♯ρ₀ is that of the chain's first run
@@ -403,7 +405,7 @@ def origin_target(path: Any, Q: ArrayLike, K: ArrayLike, V: ArrayLike) -> Pushfo
     Pushforward
         The target of :func:`tracker_from_head` for that first frame.
     """
-    from meanfield.geometry.grid_config import stored_mesh
+    from meanfield.geometry.grid_config import reconstructs_density, stored_mesh
     from meanfield.io.runfile import RunReader  # local: h5py
     from meanfield.io.source_frame import origin_run
 
@@ -412,9 +414,7 @@ def origin_target(path: Any, Q: ArrayLike, K: ArrayLike, V: ArrayLike) -> Pushfo
     first, static = reader.states(0), reader.static()
     if reader.state_name == "x":
         return tracker_from_head(Q, K, V, first, weights=static.get("weights"), policy="skip").target
-    grid = config.get("grid", {})
-    second_order = grid.get("order", 1) == 2  # a grid run (cell masses); runs older than grid.order were first order
-    mesh = stored_mesh(grid, static["points"]) if second_order else None
+    mesh = stored_mesh(config.get("grid", {}), static["points"]) if reconstructs_density(config) else None
     return tracker_from_head(Q, K, V, first, points=static["points"], mesh=mesh, policy="skip").target
 
 

@@ -65,6 +65,14 @@ def stored_mesh(grid: Mapping[str, Any], points: ArrayLike) -> SphericalMesh:
     return mesh_from_points(points, family=grid.get("family", "custom"))
 
 
+def reconstructs_density(cfg: Mapping[str, Any]) -> bool:
+    """Whether a run's cell masses carry the linear reconstruction inside each cell: the grid solver at
+    ``grid.order = 2`` (the JKO grid variant's masses are cell averages without one; runs older than
+    ``grid.order`` were first order).  W2 to Π♯ρ₀ integrates the reconstruction then, else cell atoms."""
+    grid = cfg.get("grid") or {}
+    return cfg.get("solver", {}).get("kind") == "grid" and int(grid.get("order", 1)) == 2
+
+
 def cells_of_grid(grid: Mapping[str, Any]) -> int:
     """How many cells the mesh of a resolved ``[grid]`` table has, without building its Voronoi diagram
     (``grid.cells`` itself, except for graded meshes, which have more, and icosahedral ones, which have the
