@@ -62,6 +62,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--refinement", type=int, metavar="R",
                    help="--sweep-beta: the finer run of each β has R times the coarser's cells or particles (default 4)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="--sweep-beta: override a config key")
+    p.add_argument("--resume", action="store_true",
+                   help="--sweep-beta with --out: continue a sweep whose runs are in DIR (finished runs are read, "
+                        "interrupted ones resumed, missing ones run)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=main)
 
@@ -72,7 +75,7 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.sweep_beta is None:
         for option, value in (("--out", args.out), ("--solver", args.solver), ("--set", args.overrides),
                               ("--cells", args.cells), ("--spacing", args.spacing), ("--single", args.single),
-                              ("--refinement", args.refinement)):
+                              ("--refinement", args.refinement), ("--resume", args.resume)):
             if value:
                 raise ConfigError(option, "only applies with --sweep-beta")
     if args.cells is not None and args.cells < 12:
@@ -96,6 +99,10 @@ def _check_options(args: argparse.Namespace) -> None:
     picture_path(args.plot, "--plot")
     table_path(args.csv, "--csv")
     folder_path(args.out, "--out")
+    if args.resume and args.out is None:
+        raise ConfigError("--resume", "continues the runs kept in --out DIR; give --out")
+    if args.csv and args.out and Path(args.csv).resolve() == (Path(args.out) / "curves.csv").resolve():
+        raise ConfigError("--csv", f"{args.csv} is the per-frame table the sweep writes into --out; name the summary otherwise")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -169,7 +176,7 @@ def _sweep(args: argparse.Namespace) -> int:
         warnings.simplefilter("always", RuntimeWarning)
         sweep = sweep_beta(cfg, args.sweep_beta, solver=solver, out_dir=args.out, threshold=args.threshold, quiet=args.quiet,
                            policy=policy, spacing=spacing, size=args.cells, refine=not args.single,
-                           refinement=refinement)
+                           refinement=refinement, resume=args.resume)
     for message in dict.fromkeys(str(item.message) for item in caught):
         print(f"warning: {message}", file=sys.stderr)
     print(f"β sweep of {args.path} ({sweep.solver} solver)")

@@ -187,6 +187,12 @@ def parse_betas(betas: Sequence[float] | str) -> NDArray[np.float64]:
         raise ConfigError("--sweep-beta", f"need at least two distinct values of β, got {values}")
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         raise ConfigError("--sweep-beta", f"every β must be finite and > 0 (the fits use log β), got {values}")
+    names: dict[str, float] = {}
+    for beta in arr:  # a β twice would count twice in the fits, and share its run file with itself
+        if (label := f"{beta:g}") in names:
+            same = "is given twice" if names[label] == beta else f"and β = {names[label]!r} print alike"
+            raise ConfigError("--sweep-beta", f"β = {float(beta)!r} {same} (its run is beta_{label}.h5): give distinct values")
+        names[label] = float(beta)
     return np.sort(arr)
 
 
@@ -248,6 +254,11 @@ def _with_size(cfg: dict[str, Any], size: int) -> dict[str, Any]:
     return case
 
 
+def _run_names(beta: float, refine: bool) -> list[str]:
+    """The files of one β in ``--out``: ``beta_<β>.h5``, after ``beta_<β>_coarse.h5`` when refined."""
+    return ([f"beta_{beta:g}_coarse.h5"] if refine else []) + [f"beta_{beta:g}.h5"]
+
+
 def sweep_beta(
     cfg: dict[str, Any] | str | Path,
     betas: Sequence[float] | str,
@@ -261,6 +272,7 @@ def sweep_beta(
     size: int | None = None,
     refine: bool = False,
     refinement: int = REFINEMENT,
+    resume: bool = False,
 ) -> BetaSweep:
     r"""Run the β family of a config and fit the concentration observables.
 
@@ -317,6 +329,11 @@ def sweep_beta(
         Size of the finer run over the coarser (``--refinement``, an integer ≥ 2): 4 halves
         the spacing; 2 divides it by √2, which is enough for a second-order scheme and
         halves the cost of the finer run.
+    resume : bool
+        Continue a sweep whose runs are in ``out_dir`` (``--resume``): a finished run is read, an
+        interrupted one resumed (:func:`~meanfield.solvers.run.simulate_config`), a missing one run.
+        Without it, runs already in ``out_dir`` are refused before any work
+        (:class:`~meanfield.errors.ConfigError` naming ``--out``), not replaced.
 
     Returns
     -------
@@ -360,6 +377,13 @@ def sweep_beta(
     if policy is not None:
         base["model"]["assumptions"] = policy
     report = assumption_report(base)
+    if resume and out_dir is None:
+        raise ConfigError("--resume", "continues the runs kept in --out DIR; give --out")
+    if out_dir is not None and not resume:
+        kept = [name for beta in values for name in _run_names(beta, refine) if (Path(out_dir) / name).exists()]
+        if kept:
+            raise ConfigError("--out", f"{out_dir} holds {', '.join(kept)} of an earlier sweep: --resume continues it "
+                                       "(finished runs are read, interrupted ones resumed), or choose another folder")
     check_cores = base["solver"]["kind"] == "grid" and d == 3 and report.dim_E == 1
     base["track"]["concentration"] = True
     curves: list[dict[str, NDArray[np.float64]]] = []
@@ -374,12 +398,13 @@ def sweep_beta(
             case["model"]["beta"] = float(beta)
             out = None
             if out_dir is not None:
-                out = Path(out_dir) / (f"beta_{beta:g}_coarse.h5" if k < len(sizes) - 1 else f"beta_{beta:g}.h5")
+                out = Path(out_dir) / _run_names(beta, refine)[k]
                 files.append(str(out))
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Assumption 1", category=RuntimeWarning)  # warned once above
                 # the core check reads the frames: from the file, or (without one) from memory
-                result = simulate_config(case, out, quiet=quiet, keep_states=check_cores and out is None)
+                result = simulate_config(case, out, quiet=quiet, keep_states=check_cores and out is None,
+                                         resume=resume and out is not None and out.exists())
             curve = {"t": result.t, **{key: result.diagnostics[key] for key in ("w2_target", "v_eigenspace_distance", "e_eigenspace_distance")}}
             summary_k = concentration_summary(curve["t"], curve["w2_target"], threshold=threshold)
             summary_k["cells"] = int(result.info.get("cells", n))  # a graded mesh has more cells than grid.cells

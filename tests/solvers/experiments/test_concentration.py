@@ -669,3 +669,29 @@ def test_a_grid_jko_run_gets_the_same_w2_tracked_and_recomputed(tmp_path: Path) 
         assert ("w2_target" in run.diagnostics) == tracked
         curves.append(concentration_curves(run)["w2_target"])
     np.testing.assert_allclose(curves[1], curves[0], rtol=1e-12, atol=0)
+
+
+def test_a_sweep_is_resumed_not_replaced_and_its_betas_and_tables_cannot_collide(tmp_path: Path, capsys) -> None:
+    # an interrupted sweep had advertised a --resume the command did not have, and run again it replaced the
+    # finished runs without a word; β = 4 twice shared one file; --csv DIR/curves.csv was overwritten by the curves
+    sweep = ["concentration", "--sweep-beta", "4,16", str(ROOT / "data" / "concentration.toml"), "--solver", "particle",
+             "--cells", "100", "--single", "--quiet", "--out", str(tmp_path / "runs")]
+    assert cli.main([*sweep, "--set", "solver.t_final=0.5"]) == 0
+    stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("beta_*.h5")}
+    assert sorted(stamps) == ["beta_16.h5", "beta_4.h5"]
+    capsys.readouterr()
+    assert cli.main([*sweep, "--set", "solver.t_final=1"]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "beta_4.h5, beta_16.h5 of an earlier sweep: --resume continues it" in err
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("beta_*.h5")} == stamps
+    assert cli.main([*sweep, "--set", "solver.t_final=1", "--resume", "--csv", str(tmp_path / "resumed.csv")]) == 0
+    fresh = [*sweep[:-1], str(tmp_path / "fresh")]
+    assert cli.main([*fresh, "--set", "solver.t_final=1", "--csv", str(tmp_path / "fresh.csv")]) == 0
+    resumed, straight = (np.genfromtxt(tmp_path / f"{name}.csv", delimiter=",", names=True) for name in ("resumed", "fresh"))
+    for column in ("t_min", "w2_min", "t_a", "t_b"):  # extended to t = 1 in place: the straight run's numbers
+        np.testing.assert_array_equal(resumed[column], straight[column])
+    capsys.readouterr()
+    assert cli.main([*sweep[:2], "4,4,16", *sweep[3:-2]]) == 2
+    assert "β = 4.0 is given twice" in capsys.readouterr().err
+    assert cli.main([*sweep, "--resume", "--csv", str(tmp_path / "runs" / "curves.csv")]) == 2
+    assert "--csv" in capsys.readouterr().err
