@@ -377,6 +377,12 @@ def sweep_beta(
     if policy is not None:
         base["model"]["assumptions"] = policy
     report = assumption_report(base)
+    if report.dim_E == len(report.eigenvalues):  # as the analysis of one run says
+        warnings.warn("the analysis is trivial for this head: S = V Bᵀ has a single eigenvalue, so Π is the identity and "
+                      "Π♯ρ₀ = ρ₀; W2 only measures how far the tokens moved, at every β", RuntimeWarning, stacklevel=2)
+    if base["solver"]["kind"] == "zero-temperature":
+        raise ConfigError("solver.kind", "the zero-temperature solver is the limit β → ∞, the same run for every β: "
+                                         "a β family needs the particle or grid solver")
     if resume and out_dir is None:
         raise ConfigError("--resume", "continues the runs kept in --out DIR; give --out")
     if out_dir is not None and not resume:
@@ -436,6 +442,8 @@ def sweep_beta(
             )
             if check_cores:
                 summary["t_cores_unresolved_coarse"] = coarse["t_cores_unresolved"]
+            if not summary["under_resolved"] and (coarse_warning := resolution_warning(n0, float(beta), d)):
+                summary["under_resolved"] = f"the coarser run of the convergence column (n = {n0}): {coarse_warning}"
         summaries.append(summary)
     t_min = np.array([s["t_min"] for s in summaries])
     w_min = np.array([s["w2_min"] for s in summaries])

@@ -695,3 +695,28 @@ def test_a_sweep_is_resumed_not_replaced_and_its_betas_and_tables_cannot_collide
     assert "β = 4.0 is given twice" in capsys.readouterr().err
     assert cli.main([*sweep, "--resume", "--csv", str(tmp_path / "runs" / "curves.csv")]) == 2
     assert "--csv" in capsys.readouterr().err
+
+
+def test_a_sweep_that_cannot_depend_on_beta_is_refused_or_said(tmp_path: Path, capsys) -> None:
+    # the zero-temperature solver (β-free) had fitted "t_min = 1.9e-16·log β + 4 (R² = 1.0000)"; a head with one
+    # eigenvalue of S gave W2_min = 3e-17 at every β with R² = 1 and no word
+    from meanfield.analysis.concentration import linear_fit
+
+    base = ["concentration", "--sweep-beta", "4,16", str(ROOT / "data" / "concentration.toml"), "--cells", "60", "--single",
+            "--quiet", "--set", "solver.t_final=0.4"]
+    assert cli.main([*base, "--set", 'solver.kind="zero-temperature"']) == 2
+    assert "solver.kind: the zero-temperature solver is the limit β → ∞" in capsys.readouterr().err
+    trivial = 'model.heads=[{Q="identity",K="identity",V="identity"}]'
+    assert cli.main([*base, "--solver", "particle", "--set", trivial]) == 0
+    captured = capsys.readouterr()
+    assert "warning: the analysis is trivial for this head" in captured.err and "R² = nan" in captured.out
+    assert math.isnan(linear_fit([1.0, 2.0, 3.0], [5.0, 5.0, 5.0])["r2"])
+    np.testing.assert_allclose(linear_fit([1.0, 2.0, 3.0], [1.0, 3.0, 5.0])["r2"], 1.0, rtol=0, atol=1e-15)
+
+
+def test_an_under_resolved_coarse_run_is_said_for_the_convergence_column(capsys) -> None:
+    # the coarse n = 100 < 10β = 160 had gone into ΔW2_min with resolved = yes and no warning
+    base = ["concentration", "--sweep-beta", "4,16", str(ROOT / "data" / "concentration.toml"), "--solver", "particle",
+            "--cells", "100", "--refinement", "2", "--quiet", "--set", "solver.t_final=0.4"]
+    assert cli.main(base) == 0
+    assert "β = 16: the coarser run of the convergence column (n = 100): under-resolved" in capsys.readouterr().err
