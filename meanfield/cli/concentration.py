@@ -150,7 +150,7 @@ def _write_csv(path: str, header: list[str], rows: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from meanfield.solvers.experiments.concentration import REFINEMENT, SWEEP_SPACING, sweep_beta
+    from meanfield.solvers.experiments.concentration import REFINEMENT, SWEEP_MIN_SIZE, SWEEP_SPACING, sweep_beta
 
     cfg = load_config_noted(args.path, args.overrides)
     policy = "warn" if args.force else None
@@ -168,7 +168,7 @@ def _sweep(args: argparse.Namespace) -> int:
             rule = "N = 4πβ/C² (spacing C·β^(-1/2), " + ", ".join(f"C = {c:g} at β = {b:g}" for b, c in spacing.items()) + ")"
         else:
             rule = f"N = 4πβ/{spacing:g}² (spacing {spacing:g}·β^(-1/2))"
-        print(f"the resolution follows β: {rule}"
+        print(f"the resolution follows β: {rule}, at least {SWEEP_MIN_SIZE}"
               + ("" if args.single else f", and {refinement}N for the convergence columns"), file=sys.stderr)
     elif args.spacing is not None:
         raise ConfigError("--spacing", f"the resolution follows β on S² (d = 3) only, got model.d = {cfg['model']['d']}")

@@ -238,11 +238,22 @@ def spacing_of(spacing: float | Mapping[float, float], beta: float) -> float:
     raise ConfigError("--spacing", f"no constant for β = {beta:g}; it gives {', '.join(f'{float(b):g}' for b in spacing)}")
 
 
-def sweep_size(beta: float, *, spacing: float = SWEEP_SPACING, minimum: int = 200) -> int:
-    r"""Degrees of freedom on :math:`S^2` with spacing :math:`h=\sqrt{4\pi/N}\le c\,\beta^{-1/2}`: :math:`N=\lceil 4\pi\beta/c^2\rceil`."""
+#: the fewest cells or particles of a β-sweep run whose size follows β
+SWEEP_MIN_SIZE = 200
+
+
+def sweep_size(beta: float, *, spacing: float = SWEEP_SPACING, minimum: int = SWEEP_MIN_SIZE) -> int:
+    r"""Degrees of freedom on :math:`S^2` with spacing :math:`h=\sqrt{4\pi/N}\le c\,\beta^{-1/2}`: :math:`N=\lceil 4\pi\beta/c^2\rceil`,
+    at least ``minimum``."""
     if not (spacing > 0 and math.isfinite(spacing)):
         raise ConfigError("--spacing", f"must be a positive number, got {spacing}")
     return max(int(minimum), int(math.ceil(4.0 * math.pi * float(beta) / spacing**2)))
+
+
+def _spacing_used(beta: float, spacing: float, size: int) -> float:
+    """The c of the coarser run: the one asked, or where :func:`sweep_size` raised N to its minimum, that of
+    :math:`N = 4\pi\beta/c^2` with the N it ran (a smaller spacing than asked)."""
+    return spacing if size == math.ceil(4.0 * math.pi * beta / spacing**2) else math.sqrt(4.0 * math.pi * beta / size)
 
 
 def _with_size(cfg: dict[str, Any], size: int) -> dict[str, Any]:
@@ -424,7 +435,7 @@ def sweep_beta(
         summary.update(
             beta=float(beta),
             n=n,
-            spacing=constants[float(beta)] if spacing is not None and size is None else math.nan,  # c of N = 4πβ/c² (the coarser run)
+            spacing=_spacing_used(float(beta), constants[float(beta)], first) if spacing is not None and size is None else math.nan,
             rate=rate,
             ratio=summary["w2_min"] / rate,
             under_resolved=resolution_warning(n, float(beta), d) or "",

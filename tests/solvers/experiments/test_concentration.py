@@ -720,3 +720,13 @@ def test_an_under_resolved_coarse_run_is_said_for_the_convergence_column(capsys)
             "--cells", "100", "--refinement", "2", "--quiet", "--set", "solver.t_final=0.4"]
     assert cli.main(base) == 0
     assert "β = 16: the coarser run of the convergence column (n = 100): under-resolved" in capsys.readouterr().err
+
+
+def test_the_spacing_column_gives_the_spacing_a_run_had_where_its_size_was_raised(tmp_path: Path) -> None:
+    # at β = 4 and C = 1, N = 4πβ/C² ≈ 51 is raised to 200: the column had said C = 1 for a run at C ≈ 0.50
+    assert cli.main(["concentration", "--sweep-beta", "4,16", str(ROOT / "data" / "concentration.toml"), "--solver",
+                     "particle", "--spacing", "1.0", "--single", "--quiet", "--set", "solver.t_final=0.4",
+                     "--csv", str(tmp_path / "s.csv")]) == 0
+    table = np.genfromtxt(tmp_path / "s.csv", delimiter=",", names=True)
+    np.testing.assert_array_equal(table["n"], [200, math.ceil(4 * math.pi * 16)])
+    np.testing.assert_allclose(table["spacing"], [math.sqrt(4 * math.pi * 4 / 200), 1.0], rtol=1e-9)
