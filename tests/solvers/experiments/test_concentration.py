@@ -439,7 +439,7 @@ def test_spacing_per_beta_sets_each_size(tmp_path: Path, run_cli, capsys: pytest
     constants = {2.0: 1.0, 6.0: 0.5}
     sweep = sweep_beta(cfg, [6.0, 2.0], spacing=constants)
     assert [s["n"] for s in sweep.summaries] == [200, math.ceil(4 * math.pi * 6.0 / 0.25)] == [200, 302]
-    assert [s["spacing"] for s in sweep.summaries] == [1.0, 0.5]
+    assert [s["spacing"] for s in sweep.summaries] == [math.sqrt(4 * math.pi * 2.0 / 200), 0.5]  # β = 2: N raised to 200
     with pytest.raises(ConfigError, match="β = 6") as info:  # before any run
         sweep_beta(cfg, [2.0, 6.0], spacing={2.0: 1.0})
     assert info.value.key == "--spacing"
