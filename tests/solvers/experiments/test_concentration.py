@@ -453,7 +453,7 @@ def test_spacing_per_beta_sets_each_size(tmp_path: Path, run_cli, capsys: pytest
     assert "C = 1 at β = 2, C = 0.5 at β = 6" in capsys.readouterr().err
     rows = np.genfromtxt(tmp_path / "s.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
     np.testing.assert_array_equal(rows["n"], [200, 302])
-    np.testing.assert_allclose(rows["spacing"], [1.0, 0.5], rtol=0)
+    np.testing.assert_allclose(rows["spacing"], [math.sqrt(4 * math.pi * 2.0 / 200), 0.5], rtol=1e-9)
 
 
 def test_refined_sweep_reports_the_change_between_resolutions(tmp_path: Path) -> None:
