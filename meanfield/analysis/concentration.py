@@ -294,7 +294,7 @@ def concentration_summary(
     w_min = float(values[i])
     theta = float(threshold) if threshold is not None else factor * w_min
     rises = np.flatnonzero((values[:-1] < values[1:]) & (np.r_[True, values[1:-1] <= values[:-2]]))
-    first = int(rises[0]) if rises.size else i
+    first = min(int(rises[0]), i) if rises.size else i  # the global minimum is a local one: the first is never later
     out: dict[str, Any] = {
         "t_min": float(times[i]),
         "w2_min": w_min,
@@ -482,7 +482,7 @@ class Concentration:
         """``t_min``, ``W2_min`` and the metastable window, in words."""
         s = self.summary
         lines = [f"t_min  = {s['t_min']:.6g}", f"W2_min = {s['w2_min']:.6g}"]
-        if s["t_first_min"] != s["t_min"]:
+        if s["t_first_min"] < s["t_min"]:  # an earlier dip (a flat bottom tied with the minimum is the minimum)
             lines.append(f"first local minimum: W2 = {s['w2_first_min']:.6g} at t = {s['t_first_min']:.6g}")
         if np.isnan(s["t_a"]):
             lines.append(f"window: none (threshold {s['threshold']:.4g} < W2_min)")

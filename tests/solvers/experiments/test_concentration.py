@@ -218,8 +218,10 @@ def test_summary_first_local_minimum_beside_the_global_one() -> None:
     for curve in ([1.0, 0.8, 0.6, 0.6, 0.5], [0.2, 0.4, 0.3]):  # never rising: the global minimum; rising at once: frame 0
         c = concentration_summary(np.arange(len(curve), dtype=float), curve)
         assert (c["t_first_min"], c["w2_first_min"]) == ((4.0, 0.5) if len(curve) == 5 else (0.0, 0.2))
-    plateau = concentration_summary(np.arange(4.0), [0.5, 0.3, 0.3, 0.4])  # a flat bottom: its last frame
-    assert plateau["t_first_min"] == 2.0
+    flat = concentration_summary(np.arange(7.0), [0.5, 0.4, 0.4, 0.6, 0.2, 0.2, 0.9])  # a flat bottom: its last frame
+    assert (flat["t_first_min"], flat["t_min"]) == (2.0, 4.0)
+    tied = concentration_summary(np.arange(5.0), [1.0, 0.5, 0.3, 0.3, 0.9])  # the minimum's own flat bottom: t_min
+    assert tied["t_first_min"] == tied["t_min"] == 2.0  # (had been 3, after the minimum)
 
 
 def test_sweep_beta_tiny_family(tmp_path: Path) -> None:
