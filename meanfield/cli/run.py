@@ -8,13 +8,18 @@ t = 15.  Writes the trajectory to ``data/runs/default.h5`` and a picture to
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
 from meanfield.cli.options import load_config_noted, picture_path
+from meanfield.config import load_config
+from meanfield.errors import ConfigError
 
 __all__ = ["DEFAULT_CONFIG", "add_parser", "main"]
 
+#: where the trajectory goes (the file this command replaces freely: its own)
+DEFAULT_OUT = "data/runs/default.h5"
 #: the built-in default experiment (also in data/default.toml)
 DEFAULT_CONFIG = {
     "model": {"d": 3, "beta": 4.0, "attention": "softmax"},
@@ -31,7 +36,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "RK4 to t = 15 (the clustering picture of Geshkovski, Letrouit, Polyanskiy and Rigollet). It writes the "
         "trajectory and a picture, and replaces its own previous output.",
     )
-    p.add_argument("--out", default="data/runs/default.h5", metavar="OUT.h5", help="HDF5 output (default data/runs/default.h5)")
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="OUT.h5",
+                   help=f"HDF5 output (default {DEFAULT_OUT}); an existing file is replaced only if it is this command's "
+                        "own earlier output (the default path, or a run of the same experiment)")
     p.add_argument("--plot", default="figures/default_run.png", metavar="F.png", help="picture (default figures/default_run.png)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -45,8 +52,13 @@ def main(args: argparse.Namespace) -> int:
 
     picture_path(args.plot, "--plot", animation=True)
     cfg = load_config_noted(DEFAULT_CONFIG, args.overrides)
-    if Path(args.out).exists():
-        RunReader(args.out, key="--out")  # its own earlier output may be replaced; any other file may not
+    if Path(args.out).exists():  # its own earlier output may be replaced; any other file may not
+        stored = RunReader(args.out, key="--out").config
+        ours = [json.dumps(c, sort_keys=True) for c in (cfg, load_config(DEFAULT_CONFIG))]
+        if Path(args.out).resolve() != Path(DEFAULT_OUT).resolve() and json.dumps(stored, sort_keys=True) not in ours:
+            raise ConfigError("--out", f"{args.out} holds another run (β = {stored['model'].get('beta')}, "
+                                       f"{stored['solver'].get('kind')} solver); meanfield run replaces only its own earlier "
+                                       "output: choose another --out, or replace it with meanfield simulate … --overwrite")
     check_output(args.out, overwrite=True, key="--out")
     started = time.perf_counter()
     run = simulate_config(cfg, args.out, quiet=args.quiet)

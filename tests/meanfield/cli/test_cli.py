@@ -20,6 +20,21 @@ def test_default_run_writes_trajectory_and_picture(tmp_path, monkeypatch, capsys
     assert "status:    completed" in info and "tokens n=256" in info
 
 
+def test_run_replaces_its_own_output_and_no_other_run(tmp_path, monkeypatch, capsys):
+    # `meanfield run --out precious.h5` had replaced any meanfield run there (a β = 16 concentration run, gone)
+    monkeypatch.chdir(tmp_path)
+    quick = ["--quiet", "--set", "solver.t_final=0.25", "--set", "init.n=16", "--plot", "p.png"]
+    assert main(["simulate", str(Path(__file__).resolve().parents[3] / "data/concentration.toml"), "-o", "precious.h5",
+                 "--quiet", "--set", "init.n=32", "--set", "solver.t_final=0.5"]) == 0
+    before = (tmp_path / "precious.h5").read_bytes()
+    capsys.readouterr()
+    assert main(["run", "--out", "precious.h5", *quick]) == 2
+    assert "--out: precious.h5 holds another run (β = 16.0" in capsys.readouterr().err
+    assert (tmp_path / "precious.h5").read_bytes() == before
+    assert main(["run", "--out", "mine.h5", *quick]) == 0 and main(["run", "--out", "mine.h5", *quick]) == 0  # its own
+    assert main(["run", *quick]) == 0 and main(["run", *quick[:-4], "--plot", "p.png"]) == 0  # the default path: its own
+
+
 def test_console_script_and_help():
     proc = subprocess.run([sys.executable, "-m", "meanfield", "--help"], capture_output=True, text=True, check=True)
     for command in ("run", "simulate", "info", "bench", "theory"):
