@@ -146,6 +146,8 @@ RESULT_COLUMNS = (
 )
 #: columns written after the scalars
 TRAILING_COLUMNS = ("stop_reason", "resumed_frames", "path")
+#: the files a sweep writes into ``--out`` beside ``sweep.json`` (a folder holding them without it is not a sweep's)
+SWEEP_TABLES = ("results.csv", "results.parquet", "aggregate.csv", "ledger.jsonl")
 #: least time between two rebuilds of results.csv while cases are finishing
 CSV_MIN_INTERVAL_S = 1.0
 
@@ -279,6 +281,13 @@ def _resolve_hook(spec: str | Callable[..., Mapping[str, Any]]) -> Callable[...,
     return func
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether two swept values are one (1 and 1.0 alike; strings, lists and tables by their TOML form)."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
+        return float(a) == float(b)
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
 def load_sweep(source: str | Path | Mapping[str, Any], *, base_dir: str | Path | None = None) -> Sweep:
     """Read a sweep (TOML file or mapping) and resolve every case's config.
 
@@ -343,6 +352,13 @@ def load_sweep(source: str | Path | Mapping[str, Any], *, base_dir: str | Path |
     if not isinstance(raw_cases, list) or not raw_cases:
         raise ConfigError("cases", "expected a non-empty array of tables ([[cases]])")
     case_tables = [_flatten(table, f"cases[{k}]") for k, table in enumerate(raw_cases)]
+    for key in fixed:
+        if key in grid:  # the [grid] value had silently won
+            raise ConfigError(f"set.{key}", "is also swept in [grid]; set it in one place only")
+    for key, values in grid.items():
+        for k, value in enumerate(values):
+            if any(_same_value(value, other) for other in values[:k]):
+                raise ConfigError(f"grid.{key}", f"lists {value!r} twice: each value is one case")
     for k, table in enumerate(case_tables):
         for key in table:
             if key in grid:
@@ -777,8 +793,8 @@ def _row(case: SweepCase, parameters: Iterable[str], record: Mapping[str, Any], 
     row["resumed_frames"] = record.get("resumed_frames", 0)
     try:
         row["path"] = str(Path(record.get("path", "")).resolve().relative_to(out_dir.resolve()))
-    except ValueError:
-        row["path"] = record.get("path", "")
+    except ValueError:  # a relative path of an earlier session, read from another folder: the case file is in cases/
+        row["path"] = str(Path("cases") / Path(record.get("path", "")).name) if record.get("path") else ""
     return row
 
 
@@ -793,9 +809,10 @@ def _columns(rows: list[dict[str, Any]]) -> list[str]:
     return columns
 
 
-def _write_tables(out_dir: Path, rows: list[dict[str, Any]]) -> None:
-    """``results.csv`` (always) and ``results.parquet`` (with pyarrow), written atomically."""
-    columns = _columns(rows)
+def _write_tables(out_dir: Path, rows: list[dict[str, Any]], parameters: Iterable[str] = ()) -> None:
+    """``results.csv`` (always) and ``results.parquet`` (with pyarrow), written atomically; before any case has
+    finished, the header alone (an empty file had made ``pandas.read_csv`` raise ``EmptyDataError``)."""
+    columns = _columns(rows) or ["case", "hash", *parameters, *RESULT_COLUMNS, *TRAILING_COLUMNS]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
@@ -1205,7 +1222,7 @@ def run_sweep(
     """
     check_workers(workers, scheduler)
     spec = sweep if isinstance(sweep, Sweep) else load_sweep(sweep)
-    out = Path(out_dir)
+    out = Path(out_dir).absolute()  # the tasks' paths: a worker elsewhere (--scheduler) had read them from its own folder
     ledger_path = out / "ledger.jsonl"
     done = read_ledger(ledger_path)
     if done and not resume:
@@ -1245,6 +1262,9 @@ def run_sweep(
         if not resume and (out / "sweep.json").exists():
             raise ConfigError("--out", f"{out} already holds a sweep ({out / 'sweep.json'}); pass --resume to continue it, "
                                        "or choose another directory")
+        if not resume and (tables := [name for name in SWEEP_TABLES if (out / name).exists()]):
+            raise ConfigError("--out", f"{out} holds {', '.join(tables)} of something other than a sweep (no sweep.json): "
+                                       "they would be replaced; choose another directory")
 
     refuse_a_started_sweep()
     # connect before writing anything: a bad --scheduler is bad input (exit 2), not a half-made sweep
@@ -1272,7 +1292,7 @@ def run_sweep(
         ).encode())
         for record in recovered:
             _append_ledger(ledger_path, record)
-        _write_tables(out, rows())
+        _write_tables(out, rows(), spec.parameters)
         from tqdm import tqdm
 
         bar = tqdm(total=len(spec.cases), initial=len(finished), disable=quiet, desc="sweep", unit="case", file=sys.stderr)
@@ -1288,7 +1308,7 @@ def run_sweep(
             if record["status"] != "ok" and not quiet:
                 bar.write(f"sweep: case {record['case']} {by_hash[record['hash']].params} failed: {record['error']}", file=sys.stderr)
             if time.monotonic() - last_write >= CSV_MIN_INTERVAL_S:
-                _write_tables(out, rows())
+                _write_tables(out, rows(), spec.parameters)
                 last_write = time.monotonic()
     finally:
         if bar is not None:
@@ -1299,7 +1319,7 @@ def run_sweep(
         if cluster is not None:
             cluster.close()
         if out.is_dir():
-            _write_tables(out, rows())
+            _write_tables(out, rows(), spec.parameters)
             _write_aggregate(out, rows(), spec.parameters)
         lock.release()
     return rows()

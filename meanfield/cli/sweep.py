@@ -60,12 +60,15 @@ def _print_aggregate(table: list[dict[str, Any]], where: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from meanfield.cli.options import folder_path
+    from meanfield.errors import ConfigError
 
     from meanfield.solvers.sweep import aggregate_paths, check_scheduler, load_sweep, run_sweep
 
     if args.scheduler is not None:
         check_scheduler(args.scheduler)
     folder_path(args.out, "--out")
+    if args.retry_failed and not args.resume:
+        raise ConfigError("--retry-failed", "runs the failed cases of a sweep again: give it with --resume")
     spec = load_sweep(args.sweep)  # ConfigError (exit 2) before any work
     if args.dry_run:
         for case in spec.cases:

@@ -138,6 +138,8 @@ def test_cases_accept_dotted_and_nested_keys_and_combine_with_the_grid(tmp_path)
         ({"base": "missing.toml"}, "base", "not found"),
         ({"results": "no_such_module_xyz:f"}, "results", "cannot import"),
         ({"retries": -1}, "retries", "integer >= 0"),
+        ({"set": {"model.beta": 2.0}, "grid": {"model.beta": [1.0, 4.0]}}, "set.model.beta", "also swept"),  # [grid] had won
+        ({"grid": {"model.beta": [1, 1.0]}}, "grid.model.beta", "lists 1.0 twice"),  # had named `cases`
     ],
 )
 def test_bad_sweeps_raise_config_error_before_any_work(tmp_path, sweep, key, words):
@@ -582,3 +584,38 @@ def test_more_local_workers_than_the_cap_are_refused_before_any_work(tmp_path, c
     default = Path(__file__).resolve().parents[2] / "data" / "default.toml"
     assert cli_main(["phase", str(default), "-o", str(out), "--workers", str(too_many), "--quiet"]) == 2
     assert "error: --workers" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_folder_of_other_tables_is_refused_and_retry_failed_needs_resume(tmp_path, capsys):
+    # a user's results.csv in --out had been replaced by the sweep's, and --retry-failed without --resume ignored
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text(f'base = "{_base(tmp_path)}"\n[grid]\n"model.beta" = [1.0, 2.0]\n')
+    mine = tmp_path / "proj"
+    mine.mkdir()
+    (mine / "results.csv").write_text("my,data\n")
+    assert cli_main(["sweep", str(sweep_file), "--out", str(mine), "--workers", "0", "--quiet"]) == 2
+    assert "results.csv of something other than a sweep" in capsys.readouterr().err
+    assert (mine / "results.csv").read_text() == "my,data\n" and sorted(p.name for p in mine.iterdir()) == ["results.csv"]
+    assert cli_main(["sweep", str(sweep_file), "--out", str(tmp_path / "o"), "--workers", "0", "--retry-failed"]) == 2
+    assert "--retry-failed" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_case_paths_are_absolute_for_the_workers_and_read_from_any_folder(tmp_path, monkeypatch):
+    # a relative --out had sent each worker its own folder's cases/ (a scheduler's workers start elsewhere), and a
+    # resume from another folder had listed paths relative to the first one's
+    from meanfield.solvers.sweep import _write_tables
+
+    sweep = {"base": str(_base(tmp_path)), "grid": {"model.beta": [1.0, 2.0]}}
+    monkeypatch.chdir(tmp_path)
+    rows = run_sweep(sweep, "rel", workers=0, quiet=True)
+    records = read_ledger(tmp_path / "rel" / "ledger.jsonl")
+    assert all(Path(r["path"]).is_absolute() and Path(r["path"]).is_file() for r in records.values())
+    ledger = tmp_path / "rel" / "ledger.jsonl"  # a record of an earlier version: the path relative to the first folder
+    ledger.write_text("".join(json.dumps(r | {"path": f"rel/cases/{r['hash']}.h5"}) + "\n" for r in records.values()))
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    again = run_sweep(sweep, tmp_path / "rel", workers=0, quiet=True, resume=True)
+    assert [r["path"] for r in again] == [r["path"] for r in rows] == [f"cases/{r['hash']}.h5" for r in rows]
+    _write_tables(tmp_path, [], ["model.beta"])  # nothing finished yet: the header, which pandas and csv can read
+    assert (tmp_path / "results.csv").read_text().startswith("case,hash,model.beta,status,")
