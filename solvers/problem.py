@@ -179,8 +179,8 @@ def solve(
     for name, value in (("t_final", t_final), ("t_start", t_start), ("save_every", save_every)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))):
             raise ValueError(f"{name} must be a number, got {value!r}")
-    if not (np.isfinite(t_final) and np.isfinite(t_start) and t_final > t_start):
-        raise ValueError(f"need finite times with t_final > t_start, got t_start={t_start!r}, t_final={t_final!r}")
+    if not (np.isfinite(t_final) and np.isfinite(t_start) and t_final >= t_start):  # equal: the initial frame, as mf.simulate
+        raise ValueError(f"need finite times with t_final >= t_start, got t_start={t_start!r}, t_final={t_final!r}")
     if save_every is not None and not (np.isfinite(save_every) and save_every > 0):
         raise ValueError(f"save_every must be a positive finite number (or None: the end only), got {save_every!r}")
     step = getattr(solver, "dt", None) if getattr(solver, "method", "rk45") != "rk45" else None  # a fixed step
@@ -190,7 +190,7 @@ def solve(
     callers = [CallbackTracker.of(tracker) for tracker in trackers]
     setup = solver.setup(problem, energy=energy, speed=speed or steady_tol > 0, steady_tol=steady_tol)
     span = float(t_final) - float(t_start)
-    times = save_times(float(t_start), float(t_final), float(save_every) if save_every else span)
+    times = save_times(float(t_start), float(t_final), float(save_every) if save_every else (span or 1.0))
     bar = ProgressTracker(total=float(times[-1]), initial=float(times[0]), quiet=not progress)
     try:
         with interruptible(), one_blas_thread():  # Ctrl-C ends the run cleanly; the trackers' products stay on one BLAS thread

@@ -421,3 +421,14 @@ def test_the_arrays_a_run_returns_are_read_only_views():
         with pytest.raises(ValueError, match="read-only"):
             array += 1.0
     assert tokens.flags.writeable  # the caller's own arrays keep their flags
+
+
+def test_a_run_to_its_start_time_is_its_initial_frame_for_solve_as_for_simulate():
+    # mf.simulate(t_final=0) gave the initial frame; mf.solve(t_final=0) had raised "need t_final > t_start"
+    x0 = mf.sample_uniform(5, 3, seed=4)
+    run = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), x0), mf.ParticleSolver(dt=0.1), t_final=0.0)
+    assert run.frames == 1 and run.status == "completed"
+    np.testing.assert_array_equal(run.x[0], x0)
+    assert mf.simulate(t_final=0.0, **{"init.n": 5}).frames == 1
+    with pytest.raises(ValueError, match="t_final >= t_start"):
+        mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), x0), mf.ParticleSolver(dt=0.1), t_final=-1.0)
