@@ -136,10 +136,10 @@ def _centres(centres: object, key: str) -> np.ndarray:
         c = c[None]
     if c.ndim != 2 or c.shape[1] != 3 or c.shape[0] < 1:
         raise ConfigError(key, f"expected a list of points of R³ (shape (k, 3)), got shape {c.shape}")
-    norms = np.linalg.norm(c, axis=1)
-    if not np.all(np.isfinite(c)) or np.any(norms == 0):
+    if not np.all(np.isfinite(c)) or np.any(np.all(c == 0, axis=1)):
         raise ConfigError(key, "every centre must be a finite, non-zero vector (it is normalised onto S²)")
-    return c / norms[:, None]
+    c = c / np.max(np.abs(c), axis=1, keepdims=True)  # scaled first: the norm of [1e308, 1e308, 0] had overflowed
+    return c / np.linalg.norm(c, axis=1)[:, None]
 
 
 def graded_points(

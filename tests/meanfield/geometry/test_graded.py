@@ -195,3 +195,17 @@ def test_the_convergence_study_names_a_graded_family_it_does_not_refine(tmp_path
     config.write_text('[solver]\nkind = "grid"\nt_final = 0.1\n[grid]\nfamily = "graded"\nrefine_centres = [[1, 0, 0]]\n')
     assert main(["convergence", str(config), "--quiet"]) == 2
     assert "grid.family: the convergence study refines uniform meshes" in capsys.readouterr().err
+
+
+def test_centres_of_any_finite_size_are_normalised_without_overflow():
+    # [1e308, 1e308, 0] had overflowed the norm (a NumPy RuntimeWarning, then "must be non-zero")
+    import warnings as _warnings
+
+    from meanfield.geometry.graded import _centres
+
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("error")
+        np.testing.assert_allclose(_centres([[1e308, 1e308, 0.0], [0.0, 0.0, 1e-320]], "grid.refine_centres"),
+                                   [[2**-0.5, 2**-0.5, 0.0], [0.0, 0.0, 1.0]], rtol=1e-15)
+    with pytest.raises(ConfigError, match="finite, non-zero"):
+        _centres([[0.0, 0.0, 0.0]], "grid.refine_centres")
