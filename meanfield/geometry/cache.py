@@ -92,6 +92,7 @@ def _write(path: Path, mesh: SphericalMesh, generators: np.ndarray) -> None:
         try:
             with os.fdopen(fd, "wb") as fh:
                 np.savez(fh, format=np.int64(FORMAT), generators=generators, **{name: getattr(mesh, name) for name in mesh.ARRAYS})
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 had kept a shared cache from the other users, who rebuilt and replaced it
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):

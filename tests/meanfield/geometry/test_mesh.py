@@ -354,5 +354,6 @@ def test_a_cached_mesh_whose_arrays_do_not_make_a_mesh_is_rebuilt(damage, tmp_pa
     np.savez(path, **arrays)
     again = cache.cached_mesh("test-500", points, build, cls=SphericalMesh, family="fibonacci")
     assert len(builds) == 2  # read as a miss and built again
+    assert path.stat().st_mode & 0o777 == 0o644  # readable by the other users of a shared cache (mkstemp: 0600)
     for name in SphericalMesh.ARRAYS:
         np.testing.assert_array_equal(getattr(again, name), getattr(fresh, name))
