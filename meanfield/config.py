@@ -159,7 +159,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "refine_radius": Key(NUM, 0.12, _at_least(0), "graded: radius R (radians) of the caps of fine spacing h_c/F around each centre"),
         "refine_factor": Key(NUM, 8.0, _at_least(1), "graded: F, the coarse spacing sqrt(4π/grid.cells) over the fine one"),
         "grading": Key(NUM, 0.25, _at_least(0, strict=True), "graded: γ, the growth of the spacing per radian beyond R, up to the coarse spacing"),
-        "dt_max": Key(NUM, 0.0, _at_least(0), "largest time step of the grid solver (0: only the CFL condition and the save times limit it)"),
+        "dt_max": Key(NUM, 0.0, _at_least(0), "largest time step of the grid solver (0: only the CFL condition, the save times and time-dependent heads limit it: one tenth of 1/ω for an oscillation, weights.dt for ou and relaxation)"),
         "order": Key((int,), 2, _choice(1, 2), "spatial order: 2 (limited linear reconstruction, velocity at centroids and edge midpoints) or 1 (upwind cell averages)"),
         "limiter": Key((str,), "barth-jespersen", _choice("barth-jespersen", "none"), "slope limiter of the second-order scheme ('none' is not positive)"),
     },

@@ -71,6 +71,7 @@ from meanfield.solvers.loop import RunSetup, StopRun, Tracker
 from meanfield.solvers.trackers import EnergyTracker
 from meanfield.noise import NoiseSchedule, noise_from_config
 from meanfield.solvers.noise import LaplaceBeltrami
+from meanfield.heads.schedules import schedule_step
 
 #: the shortest grid step taken, relative to the clock (max(1, |t|)): below it a run would not end (10¹² steps per
 #: unit of time; a limiter-free second-order step at κ = 200 on 500 cells had fallen to 1.6e-19)
@@ -331,6 +332,8 @@ class GridStepper:
         self.points = mesh.centroids if self.order == 2 else mesh.points
         self.noise = noise
         self.diffusion = LaplaceBeltrami(mesh, noise) if noise is not None else None
+        #: the longest step that follows time-dependent heads (the CFL step alone had stepped over an oscillation)
+        self.schedule_step = schedule_step(model.heads)
         self.reset_stats()
 
     # ------------------------------------------------------------------ statistics
@@ -481,7 +484,7 @@ class GridStepper:
             check()
             remaining = t1 - t
             first, u, out = self._evaluate(m, t)
-            dt = min(self.stable_step(m, u, out, t=t), self.dt_max or math.inf)
+            dt = min(self.stable_step(m, u, out, t=t), self.dt_max or math.inf, self.schedule_step)
             if dt < STEP_FLOOR * max(1.0, abs(t1)):
                 self._stalled(t, dt)
             if dt >= remaining * (1.0 - 1e-12):

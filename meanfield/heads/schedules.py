@@ -119,6 +119,8 @@ __all__ = [
     "weight_path",
     "weights_static",
     "default_grid",
+    "schedule_step",
+    "OSCILLATION_STEP",
     "LayerSchedule",
     "LAYER_SNAP",
 ]
@@ -895,6 +897,25 @@ def default_grid(schedule: HeadSchedule, t_final: float, *, dt: float = 0.01) ->
         return schedule.t.copy()
     k = max(1, int(math.ceil(t_final / dt - 1e-9)))
     return dt * np.arange(k + 1)
+
+
+#: an oscillating schedule is followed with steps of at most this over |ω| (about 63 steps per period)
+OSCILLATION_STEP = 0.1
+
+
+def schedule_step(schedule: HeadSchedule) -> float:
+    r"""The longest time step that follows a schedule of heads, for solvers whose step is set otherwise (the grid's
+    CFL condition): :data:`OSCILLATION_STEP`/:math:`|\omega|` for an oscillation, the path's own step for the OU,
+    relaxation and stored paths (their kinks), one layer for ``layers``, ``inf`` for constant heads."""
+    if isinstance(schedule, OscillatingSchedule):
+        return OSCILLATION_STEP / abs(schedule.omega) if schedule.omega != 0 else math.inf
+    if isinstance(schedule, (OUSchedule, MatrixSDESchedule)):
+        return float(schedule.dt)
+    if isinstance(schedule, PathSchedule):
+        return float(np.min(np.diff(schedule.t))) if schedule.t.size > 1 else math.inf
+    if isinstance(schedule, LayerSchedule):
+        return 1.0
+    return math.inf
 
 
 def weight_path(schedule: HeadSchedule, times: Sequence[float] | np.ndarray) -> dict[str, np.ndarray]:
