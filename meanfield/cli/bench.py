@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import sys
 from typing import Any
 
+from meanfield.cli.options import dump_json
 from meanfield.errors import ConfigError
 
 
@@ -100,7 +99,7 @@ def _compare(args: argparse.Namespace, cases: tuple[tuple[int, int], ...] | None
     rows = compare_frameworks(cases, rounds=args.rounds)
     environment = compare_environment()
     if args.json:
-        json.dump({"environment": environment, "compare": rows}, sys.stdout, indent=2, default=float)
+        print(dump_json({"environment": environment, "compare": rows}, indent=2))
         print()
         return 0
     missing = [name for name in ("torch", "jax") if name not in available_frameworks()]
@@ -128,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
 
     tables = run_benchmarks(quick=args.quick)
     if args.json:
-        json.dump(tables, sys.stdout, indent=2, default=float)
+        print(dump_json(tables, indent=2))
         print()
         return 0
     from meanfield.solvers.bench_sphere import format_table

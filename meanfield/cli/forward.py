@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from meanfield.cli.options import parse_float, picture_path, table_path
+from meanfield.cli.options import dump_json, parse_float, picture_path, table_path
 from meanfield.errors import ConfigError
 
 __all__ = ["format_rows", "add_parser", "main"]
@@ -142,7 +141,7 @@ def main(args: argparse.Namespace) -> int:
                                    "layers": rows, "files": [p for p in (args.plot, args.csv) if p]}
         if embedding is not None:
             payload["embedding"] = embedding.tolist()
-        print(json.dumps(payload, default=float))
+        print(dump_json(payload))
         return 0
     ckpt = weights.checkpoint
     print(f"checkpoint: {ckpt.path}  ({ckpt.num_layers} layers, {ckpt.num_heads} heads, d={ckpt.d})")

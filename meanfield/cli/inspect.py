@@ -28,7 +28,6 @@ Examples
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import textwrap
 from collections.abc import Sequence
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from meanfield.cli.options import folder_path, table_path
+from meanfield.cli.options import dump_json, folder_path, table_path
 from meanfield.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -301,7 +300,7 @@ def main(args: argparse.Namespace) -> int:
         }
         if sentence_info is not None:
             payload["sentence"] = sentence_info
-        print(json.dumps(payload))
+        print(dump_json(payload))
         return 0
     print(f"checkpoint: {ckpt.path}  ({ckpt.num_layers} layers, {ckpt.num_heads} heads, d={ckpt.d}, d_h={ckpt.head_dim})")
     if sentence_info is not None:

@@ -10,7 +10,7 @@ from typing import Any
 from meanfield.errors import ConfigError
 from meanfield.io.signature import is_hdf5
 
-__all__ = ["parse_int", "parse_float", "parse_float_list", "parse_int_list", "emit"]
+__all__ = ["parse_int", "parse_float", "parse_float_list", "parse_int_list", "emit", "dump_json"]
 
 
 # --------------------------------------------------------------------------- #
@@ -74,17 +74,27 @@ def _fmt(value: Any) -> str:
 
 
 def _jsonable(value: Any) -> Any:
+    if hasattr(value, "dtype") and hasattr(value, "tolist"):  # NumPy scalars and arrays (NumPy is not imported here)
+        value = value.tolist()
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
     return value
+
+
+def dump_json(value: Any, **options: Any) -> str:
+    """Strict JSON of ``value`` (non-finite numbers as the strings "nan", "inf", "-inf", NumPy values as Python ones):
+    a bare ``NaN`` is not JSON, and strict parsers (``jq``, ``JSON.parse``) had rejected the output."""
+    return json.dumps(_jsonable(value), allow_nan=False, **options)
 
 
 def emit(values: Mapping[str, Any], *, as_json: bool) -> None:
     """Print ``key = value`` lines, or one JSON object."""
     if as_json:
-        print(json.dumps({k: _jsonable(v) for k, v in values.items()}, indent=2, allow_nan=False))
+        print(dump_json(dict(values), indent=2))
     else:
         for key, value in values.items():
             print(f"{key} = {_fmt(value)}")

@@ -144,3 +144,23 @@ def test_info_follow_refuses_other_files_at_once_and_a_huge_interval(tmp_path, c
     assert waits == [] and "not an HDF5 file" in capsys.readouterr().err  # no second look
     assert main(["info", str(text), "--follow", "--interval", "1e12"]) == 2
     assert "error: --interval" in capsys.readouterr().err
+
+
+def test_json_output_is_strict_json(capsys):
+    # `forward --json` printed the layer-0 β as a bare NaN (and bench --compare --json could), which strict
+    # parsers (jq, JSON.parse) reject
+    import json
+
+    import numpy as np
+
+    from meanfield.cli.options import dump_json
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(f"not JSON: {c}")))
+
+    value = {"a": float("nan"), "b": [np.float64(np.inf), np.int64(3)], "c": np.array([1.0, -np.inf]), "d": {"e": np.bool_(True)}}
+    assert strict(dump_json(value)) == {"a": "nan", "b": ["inf", 3], "c": [1.0, "-inf"], "d": {"e": True}}
+    assert main(["forward", "hello world", "--json", "--no-meanfield"]) == 0
+    strict(capsys.readouterr().out)
+    assert main(["forward", "hello world", "--json"]) == 0
+    assert strict(capsys.readouterr().out)
