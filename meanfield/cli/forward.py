@@ -117,7 +117,12 @@ def main(args: argparse.Namespace) -> int:
     from meanfield.solvers.experiments.forward import comparison_rows, meanfield_layers
 
     weights = encoder_weights(args.checkpoint, key="--checkpoint")
-    fp = forward_pass(args.sentence, weights.checkpoint, key="SENTENCE")
+    try:
+        fp = forward_pass(args.sentence, weights.checkpoint, key="SENTENCE")
+    except ConfigError as exc:  # a tensor read as the sentence needs it (its rows of the word table)
+        if exc.key == "CHECKPOINT":
+            raise ConfigError("--checkpoint", exc.message) from None
+        raise
     path = refined = None
     if not args.no_meanfield:
         if fp.n < 2:

@@ -185,6 +185,17 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _weight(name: str, tensor: np.ndarray) -> np.ndarray:
+    """A stored weight as read-only float64, refused unless it is floating point and finite (an int, bool or NaN
+    tensor had been cast silently, or failed later as a head "that must be finite")."""
+    if tensor.dtype.kind != "f":
+        raise ConfigError("CHECKPOINT", f"tensor {name!r} is of type {tensor.dtype}; weights are floating point")
+    out = _read_only(tensor)
+    if not np.all(np.isfinite(out)):
+        raise ConfigError("CHECKPOINT", f"tensor {name!r} holds non-finite values (NaN or inf)")
+    return out
+
+
 @dataclass(frozen=True)
 class AttentionLayer:
     r"""The self-attention weights of one layer, as float64 arrays (PyTorch layout: rows = outputs).
@@ -317,7 +328,38 @@ class Checkpoint:
 
     @property
     def layer_norm_eps(self) -> float:
-        return float(self.config.get("layer_norm_eps", 1e-12))
+        """``layer_norm_eps`` of config.json (default 1e-12), a finite number > 0."""
+        value = self.config.get("layer_norm_eps", 1e-12)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+            raise ConfigError("CHECKPOINT", f"{self.folder / 'config.json'}: layer_norm_eps must be a number > 0, got {value!r}")
+        return float(value)
+
+    def check_embeddings(self, *, key: str = "CHECKPOINT") -> None:
+        """The embedding tables fit BERT's scheme: word (V, d) and position (P, d) tables, LayerNorm (d,), a
+        token-type table (T ≥ 1, d) where there is one, and absolute positions from row 0 (``model_type`` BERT:
+        RoBERTa-family files have BERT's tensor names but start their positions after the padding index).
+
+        Raises
+        ------
+        ConfigError
+            Naming ``key`` and the tensor or setting.
+        """
+        model_type = self.config.get("model_type", "bert")
+        if model_type != "bert":
+            raise ConfigError(key, f"{self.path}: model_type = {model_type!r}; the embeddings are read as BERT's (positions "
+                                   "from row 0), which that family does not use")
+        d = self.d
+        tables = {"embeddings.word_embeddings.weight": None, "embeddings.position_embeddings.weight": None,
+                  "embeddings.LayerNorm.weight": (d,), "embeddings.LayerNorm.bias": (d,)}
+        if self.has("embeddings.token_type_embeddings.weight"):
+            tables["embeddings.token_type_embeddings.weight"] = None
+        for name, shape in tables.items():
+            got = self.shape(name)
+            fits = got == shape if shape is not None else (len(got) == 2 and got[0] >= 1 and got[1] == d)
+            if not fits:
+                raise ConfigError(key, f"{self.path}: tensor {self.prefix + name!r} has shape {got}; expected "
+                                       f"{shape if shape is not None else f'(rows ≥ 1, {d})'} for d = {d}")
+        self.layer_norm_eps  # noqa: B018 - checked: a bad value is named here, before any work
 
     def layer(self, index: int, *, key: str = "layer") -> AttentionLayer:
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
@@ -400,7 +442,7 @@ def _read_tensors(path: Path, names: Sequence[str], *, rows: np.ndarray | None =
         with safe_open(str(path), framework="np") as f:
             for name in names:
                 t = f.get_tensor(name)
-                out[name] = _read_only(t if rows is None else t[rows])
+                out[name] = _weight(name, t if rows is None else t[rows])
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - a broken or unsupported file is bad input

@@ -160,11 +160,9 @@ def embed_sentence(sentence: str, checkpoint: Checkpoint, *, key: str = "sentenc
     missing = [name for name in need if not checkpoint.has(name)]
     if missing:
         raise ConfigError(key, f"{checkpoint.path} lacks {', '.join(checkpoint.prefix + m for m in missing)}")
+    checkpoint.check_embeddings()  # the checkpoint's own fault: CHECKPOINT, named by the caller as its option or key
     tokens, ids = tokenize(sentence, checkpoint, key=key)
     word_shape = checkpoint.shape("embeddings.word_embeddings.weight")
-    pos_shape = checkpoint.shape("embeddings.position_embeddings.weight")
-    if len(word_shape) != 2 or len(pos_shape) != 2 or word_shape[1] != checkpoint.d or pos_shape[1] != checkpoint.d:
-        raise ConfigError(key, f"embedding tables of shapes {word_shape}, {pos_shape} do not match d={checkpoint.d}")
     if int(ids.max()) >= word_shape[0]:
         raise ConfigError(key, f"token id {int(ids.max())} is outside the word-embedding table ({word_shape[0]} rows)")
     n = ids.size
@@ -223,7 +221,12 @@ def tokens_from_config(cfg: dict[str, Any], *, base: Path | None = None) -> np.n
             raise ConfigError("init.checkpoint", "kind='sentence' needs checkpoint = PATH or 'minilm' (or model.heads = 'checkpoint:...')")
         source = parse_checkpoint_spec(heads).path
     ckpt = load_checkpoint(source, key="init.checkpoint", base=base)
-    x = embed_sentence(sentence, ckpt, key="init.sentence").x
+    try:
+        x = embed_sentence(sentence, ckpt, key="init.sentence").x
+    except ConfigError as exc:  # a tensor of the checkpoint, or its tokenizer: the config's key for the checkpoint
+        if exc.key == "CHECKPOINT":
+            raise ConfigError("init.checkpoint", exc.message) from None
+        raise
     if x.shape[1] != model["d"]:
         raise ConfigError("model.d", f"the checkpoint's embeddings have d={x.shape[1]}, but model.d={model['d']}")
     return x

@@ -185,7 +185,12 @@ def _need(ckpt: Checkpoint, names: Sequence[str]) -> None:
 
 
 def _ln(ckpt: Checkpoint, stem: str) -> tuple[np.ndarray, np.ndarray]:
-    return ckpt.tensor(stem + ".weight"), ckpt.tensor(stem + ".bias")
+    gain, shift = ckpt.tensor(stem + ".weight"), ckpt.tensor(stem + ".bias")
+    for name, value in ((".weight", gain), (".bias", shift)):
+        if value.shape != (ckpt.d,):  # a broadcasting error had been the message
+            raise ConfigError("CHECKPOINT", f"{ckpt.path}: tensor {ckpt.prefix + stem + name!r} has shape {value.shape}; "
+                                            f"expected ({ckpt.d},)")
+    return gain, shift
 
 
 @lru_cache(maxsize=4)
@@ -204,6 +209,7 @@ def _weights_cached(path: str, mtime_ns: int, size: int, num_heads: int | None) 
     position = ckpt.config.get("position_embedding_type", "absolute")
     if position != "absolute":
         raise ConfigError("CHECKPOINT", f"{ckpt.path}: position_embedding_type={position!r}; only 'absolute' is implemented")
+    ckpt.check_embeddings()
     layers = []
     for L, att in enumerate(ckpt.layers):
         s = f"encoder.layer.{L}."
@@ -233,7 +239,12 @@ def encoder_weights(checkpoint: Checkpoint | str | Path = "minilm", *, num_heads
         path = load_checkpoint(checkpoint, num_heads=num_heads, key=key).path
     p = Path(path).resolve()
     st = p.stat()
-    return _weights_cached(str(p), st.st_mtime_ns, st.st_size, num_heads)
+    try:
+        return _weights_cached(str(p), st.st_mtime_ns, st.st_size, num_heads)
+    except ConfigError as exc:  # named as the caller's option (forward's --checkpoint), not CHECKPOINT
+        if key != "CHECKPOINT" and exc.key == "CHECKPOINT":
+            raise ConfigError(key, exc.message) from None
+        raise
 
 
 # --------------------------------------------------------------------------- #

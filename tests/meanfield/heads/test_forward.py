@@ -352,3 +352,64 @@ def test_cli_forward_bad_input_exits_2_before_writing(tiny: Path, tmp_path: Path
     out_csv = tmp_path / "never.csv"
     assert cli_main(["forward", "the cat", "--checkpoint", str(tiny), "--csv", str(out_csv), *argv]) == 2
     assert key in capsys.readouterr().err and not out_csv.exists()
+
+
+@pytest.mark.parametrize(("damage", "words"), [
+    ("nan head", "holds non-finite values"),
+    ("inf embedding", "holds non-finite values"),
+    ("nan mlp", "holds non-finite values"),
+    ("int weights", "is of type int32; weights are floating point"),
+    ("LayerNorm (5,)", "has shape (5,); expected (8,)"),
+    ("layer LayerNorm (5,)", "has shape (5,); expected (8,)"),
+    ("token types (2, 5)", "expected (rows ≥ 1, 8)"),
+    ("token types (0, 8)", "expected (rows ≥ 1, 8)"),
+    ("roberta", "model_type = 'roberta'"),
+    ("eps 'abc'", "layer_norm_eps must be a number > 0"),
+    ("eps -1", "layer_norm_eps must be a number > 0"),
+])
+def test_a_damaged_or_foreign_checkpoint_is_named_by_forward_and_a_sentence_start(damage, words, tmp_path, capsys):
+    # each had ended in a traceback (broadcasting, "a head's Q, K and V must be finite"), or run to NaN or to
+    # wrong hidden states with exit 0 (int weights cast; RoBERTa positions read from row 0)
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
+    from meanfield.cli import main
+
+    folder = tmp_path / "ck"
+    path = write_synthetic_bert(folder, d=8, num_layers=2, num_heads=2)
+    tensors, config = dict(load_file(str(path))), json.loads((folder / "config.json").read_text())
+    poison = {"nan head": ("encoder.layer.0.attention.self.query.weight", np.nan),
+              "inf embedding": ("embeddings.word_embeddings.weight", np.inf), "nan mlp": ("encoder.layer.1.intermediate.dense.weight", np.nan)}
+    if damage in poison:
+        name, value = poison[damage]
+        tensors[name] = tensors[name].copy()
+        if damage == "inf embedding":
+            tensors[name][:] = value  # (only the rows of the sentence's tokens are read)
+        else:
+            tensors[name].flat[0] = value
+    elif damage == "int weights":
+        tensors = {k: v.astype(np.int32) for k, v in tensors.items()}
+    elif "LayerNorm" in damage:
+        tensors["embeddings.LayerNorm.weight" if damage.startswith("LayerNorm") else
+                "encoder.layer.0.attention.output.LayerNorm.weight"] = np.ones(5, np.float32)
+    elif damage.startswith("token types"):
+        tensors["embeddings.token_type_embeddings.weight"] = np.ones((2, 5) if "(2, 5)" in damage else (0, 8), np.float32)
+    elif damage == "roberta":
+        config.update(model_type="roberta", pad_token_id=1)
+    else:
+        config["layer_norm_eps"] = "abc" if "abc" in damage else -1.0
+    save_file(tensors, str(path))
+    (folder / "config.json").write_text(json.dumps(config))
+    assert main(["forward", "--checkpoint", str(folder), "the cat sat", "--dt", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "--checkpoint: " in err and words in err and "Traceback" not in err
+    config_file = tmp_path / "s.toml"
+    config_file.write_text(f'[model]\nd = 8\nbeta = 1.0\n[init]\nkind = "sentence"\nsentence = "the cat sat"\n'
+                           f'checkpoint = "{folder}"\n')
+    status = main(["simulate", str(config_file), "-o", str(tmp_path / "r.h5"), "--quiet"])
+    err = capsys.readouterr().err
+    if damage in ("nan mlp", "layer LayerNorm (5,)"):  # the embeddings and the attention weights are read: sound
+        assert status == 0
+    else:
+        assert status == 2 and "init.checkpoint: " in err and words in err
