@@ -256,6 +256,10 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("--save-tokens", "needs --sentence TEXT")
     if args.save_tokens:
         table_path(args.save_tokens, "--save-tokens", allow=(".npy",))
+        if not args.save_tokens.endswith(".npy"):  # NumPy would add the suffix, and the message name another file
+            raise ConfigError("--save-tokens", f"expected a .npy file, got {args.save_tokens!r}")
+    if heads is not None and len(set(heads)) < len(heads):
+        raise ConfigError("--heads", f"lists a head twice: {heads}")
     if args.plot:
         folder_path(args.out, "--out")
     if args.n is not None and not (math.isfinite(args.n) and args.n >= 2):

@@ -151,7 +151,7 @@ def _matrix(value: Any, *, key: str, d: int, rows: int | None, rng: np.random.Ge
                 raise ConfigError(key, f"'goe' is a symmetric {d}×{d} matrix, but {shape_rows} rows are asked for (k = {shape_rows})")
             return draw(value, rng, shape_rows, d)
         if value.startswith("file:"):
-            path = Path(value[5:])
+            path = Path(value[5:]).expanduser()  # ~ as in checkpoint: paths
             if base is not None and not path.is_absolute():
                 path = base / path
             if not path.exists():
@@ -171,7 +171,9 @@ def _matrix(value: Any, *, key: str, d: int, rows: int | None, rng: np.random.Ge
 
 
 def _check_matrix(mat: np.ndarray, *, key: str, d: int, rows: int | None) -> np.ndarray:
-    if mat.ndim != 2 or mat.shape[1] != d or (rows is not None and mat.shape[0] != rows):
+    if mat.dtype.kind not in "biuf":  # strings had raised from np.isfinite, complex lost its imaginary part
+        raise ConfigError(key, f"expected a matrix of real numbers, got entries of type {mat.dtype}")
+    if mat.ndim != 2 or mat.shape[1] != d or mat.shape[0] < 1 or (rows is not None and mat.shape[0] != rows):
         got = "×".join(str(s) for s in mat.shape) if mat.ndim else "a scalar"
         want_rows = rows if rows is not None else (mat.shape[0] if mat.ndim == 2 else "k")
         want = f"{want_rows}×{d}"

@@ -470,3 +470,21 @@ def test_sentence_config_runs_end_to_end(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(cfg, ["model.heads=\"checkpoint:ckpt#layer=x\""])
     assert info.value.key == "model.heads"
+
+
+def test_inspect_and_file_heads_name_what_they_cannot_take(tmp_path, capsys):
+    # --save-tokens out.txt had said "wrote out.txt" for out.txt.npy; --heads 3,3 had compared a head with itself;
+    # a 'file:' matrix of strings raised from np.isfinite, a complex one lost its imaginary part, a 0×3 one was taken
+    from meanfield.cli import main
+    from meanfield.errors import ConfigError
+    from meanfield.heads import head_from_spec
+
+    assert main(["inspect", "minilm", "--layer", "0", "--sentence", "hi", "--save-tokens", str(tmp_path / "out.txt")]) == 2
+    assert "--save-tokens: expected a .npy file" in capsys.readouterr().err and not list(tmp_path.iterdir())
+    assert main(["inspect", "minilm", "--layer", "0", "--heads", "3,3"]) == 2
+    assert "--heads: lists a head twice" in capsys.readouterr().err
+    for name, matrix, words in (("s.npy", np.array([["a"] * 3] * 3), "real numbers"),
+                                ("c.npy", np.eye(3) * (1 + 1j), "real numbers"), ("e.npy", np.zeros((0, 3)), "matrix")):
+        np.save(tmp_path / name, matrix)
+        with pytest.raises(ConfigError, match=words):
+            head_from_spec({"Q": f"file:{tmp_path / name}", "K": "identity", "V": "identity"}, d=3, key="model.heads[0]")
