@@ -75,7 +75,8 @@ def load_tokenizer(checkpoint: Checkpoint, *, key: str = "CHECKPOINT") -> Any:
 def tokenize(sentence: str, checkpoint: Checkpoint, *, key: str = "sentence") -> tuple[list[str], np.ndarray]:
     """Token strings and ids of ``sentence`` (special tokens included, no padding).
 
-    Sentences longer than the position table are truncated to its length.
+    Sentences longer than the position table are truncated to its length, with a
+    :class:`~meanfield.config.ConfigNote`.
     """
     if not isinstance(sentence, str) or not sentence.strip():
         raise ConfigError(key, f"expected a non-empty sentence, got {sentence!r}")
@@ -85,6 +86,13 @@ def tokenize(sentence: str, checkpoint: Checkpoint, *, key: str = "sentence") ->
     if max_len is not None:
         tok.enable_truncation(max_length=max_len)
     enc = tok.encode(sentence)
+    if enc.overflowing:  # had been silent
+        import warnings
+
+        from meanfield.config import ConfigNote
+
+        warnings.warn(f"{key}: the sentence is cut to the checkpoint's {max_len} positions (its first {max_len - 2} "
+                      "tokens, between [CLS] and [SEP])", ConfigNote, stacklevel=2)
     ids = np.asarray(enc.ids, dtype=np.int64)
     if ids.size == 0:
         raise ConfigError(key, f"the tokenizer gives no token for {sentence!r}")

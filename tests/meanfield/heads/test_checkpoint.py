@@ -488,3 +488,21 @@ def test_inspect_and_file_heads_name_what_they_cannot_take(tmp_path, capsys):
         np.save(tmp_path / name, matrix)
         with pytest.raises(ConfigError, match=words):
             head_from_spec({"Q": f"file:{tmp_path / name}", "K": "identity", "V": "identity"}, d=3, key="model.heads[0]")
+
+
+def test_a_sentence_longer_than_the_positions_is_cut_with_a_note():
+    # 800 words had been cut to 512 positions without a word
+    import warnings
+
+    from meanfield.config import ConfigNote
+    from meanfield.heads.checkpoint import load_checkpoint
+    from meanfield.heads.embeddings import tokenize
+
+    ckpt = load_checkpoint("minilm")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tokens, ids = tokenize("lorem ipsum " * 400, ckpt, key="init.sentence")
+        tokenize("lorem ipsum", ckpt)
+    notes = [str(w.message) for w in caught if issubclass(w.category, ConfigNote)]
+    assert ids.size == 512 and tokens[-1] == "[SEP]"
+    assert notes == ["init.sentence: the sentence is cut to the checkpoint's 512 positions (its first 510 tokens, between [CLS] and [SEP])"]
