@@ -251,7 +251,7 @@ def sweep_size(beta: float, *, spacing: float = SWEEP_SPACING, minimum: int = SW
 
 
 def _spacing_used(beta: float, spacing: float, size: int) -> float:
-    """The c of the coarser run: the one asked, or where :func:`sweep_size` raised N to its minimum, that of
+    r"""The c of the coarser run: the one asked, or where :func:`sweep_size` raised N to its minimum, that of
     :math:`N = 4\pi\beta/c^2` with the N it ran (a smaller spacing than asked)."""
     return spacing if size == math.ceil(4.0 * math.pi * beta / spacing**2) else math.sqrt(4.0 * math.pi * beta / size)
 

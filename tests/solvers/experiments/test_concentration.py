@@ -664,8 +664,6 @@ def test_a_grid_jko_run_gets_the_same_w2_tracked_and_recomputed(tmp_path: Path) 
     curves = []
     for tracked in (True, False):
         cfg = copy.deepcopy(raw) | {"track": {"concentration": tracked}}
-        from meanfield.solvers.run import simulate_config
-
         simulate_config(load_config(cfg), tmp_path / f"{tracked}.h5", quiet=True)
         run = load(tmp_path / f"{tracked}.h5")
         assert ("w2_target" in run.diagnostics) == tracked
