@@ -36,9 +36,15 @@ def new_figure(*, figsize: tuple[float, float], layout: str | None = "constraine
 
 
 def save(fig: Figure, path: str | Path | None, *, dpi: int = 110) -> Figure:
-    """Write ``fig`` to ``path`` (folders created) when a path is given; return ``fig``."""
+    """Write ``fig`` to ``path`` (folders created) when a path is given; return ``fig``.
+
+    A folder, or a name without a suffix, is refused: matplotlib had written ``NAME.png`` beside it without a word.
+    """
     if path is not None:
         path = Path(path)
+        if path.is_dir() or not path.suffix:
+            raise ValueError(f"{path} is {'a folder' if path.is_dir() else 'a name without a suffix'}; give the picture's "
+                             f"file name, e.g. {path / 'run.png' if path.is_dir() else path.with_suffix('.png')}")
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=dpi)
     return fig

@@ -159,3 +159,14 @@ def test_titles_name_the_zero_temperature_limit_and_the_mesh_s_own_cells():
     graded = mf.simulate({"solver": {"kind": "grid", "t_final": 0.05},
                           "grid": {"cells": 200, "family": "graded", "refine_centres": [[1, 0, 0]]}})
     assert f"N = {graded.mesh().N} cells" in run_title(graded) and graded.mesh().N > 200
+
+
+def test_a_picture_path_that_is_a_folder_or_has_no_suffix_is_refused(tmp_path):
+    # run.plot(folder) had written folder.png beside it without a word
+    t = np.array([0.0, 1.0])
+    x = np.stack([sample_uniform(8, 3, seed=1)] * 2)
+    for bad in (tmp_path, tmp_path / "picture"):
+        with pytest.raises(ValueError, match="give the picture's file name"):
+            particles.plot_particle_run(t, x, bad)
+    assert sorted(p.name for p in tmp_path.parent.iterdir() if p.name.startswith(tmp_path.name)) == [tmp_path.name]
+    assert not list(tmp_path.iterdir())
