@@ -333,7 +333,7 @@ class GridStepper:
         self.noise = noise
         self.diffusion = LaplaceBeltrami(mesh, noise) if noise is not None else None
         #: the longest step that follows time-dependent heads (the CFL step alone had stepped over an oscillation)
-        self.schedule_step = schedule_step(model.heads)
+        self.schedule_step = schedule_step(getattr(model, "heads", None))  # (a model-like field without heads: none)
         self.reset_stats()
 
     # ------------------------------------------------------------------ statistics

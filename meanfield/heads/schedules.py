@@ -903,7 +903,7 @@ def default_grid(schedule: HeadSchedule, t_final: float, *, dt: float = 0.01) ->
 OSCILLATION_STEP = 0.1
 
 
-def schedule_step(schedule: HeadSchedule) -> float:
+def schedule_step(schedule: HeadSchedule | None) -> float:
     r"""The longest time step that follows a schedule of heads, for solvers whose step is set otherwise (the grid's
     CFL condition): :data:`OSCILLATION_STEP`/:math:`|\omega|` for an oscillation, the path's own step for the OU,
     relaxation and stored paths (their kinks), one layer for ``layers``, ``inf`` for constant heads."""
