@@ -22,14 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from meanfield.errors import ConfigError
+from meanfield.errors import ConfigError, ConfigNote
 from meanfield.io.signature import HDF5_SIGNATURE
 
 __all__ = ["SCHEMA", "Key", "ConfigNote", "load_config", "read_toml", "resolve", "override_key", "apply_override", "config_hash", "dumps", "schema_markdown"]
-
-
-class ConfigNote(UserWarning):
-    """A choice the config resolution made for the user (e.g. the grid's default integrator); the CLI prints it as a note."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ status 1.  Every message names the offending option or config key.
 """
 from __future__ import annotations
 
-__all__ = ["ConfigError", "RunFailed", "StorageFailed", "RunInterrupted", "TrackerError"]
+__all__ = ["ConfigError", "ConfigNote", "RunFailed", "StorageFailed", "RunInterrupted", "TrackerError"]
 
 
 class ConfigError(ValueError):
@@ -24,6 +24,11 @@ class ConfigError(ValueError):
         self.key = key
         self.message = message
         super().__init__(f"{key}: {message}" if key else message)
+
+
+class ConfigNote(UserWarning):
+    """A choice made for the user (e.g. the grid's default integrator, a sentence cut to the checkpoint's positions);
+    the CLI prints it as a note.  Also :data:`meanfield.config.ConfigNote`."""
 
 
 class RunFailed(RuntimeError):

@@ -89,7 +89,7 @@ def tokenize(sentence: str, checkpoint: Checkpoint, *, key: str = "sentence") ->
     if enc.overflowing:  # had been silent
         import warnings
 
-        from meanfield.config import ConfigNote
+        from meanfield.errors import ConfigNote
 
         warnings.warn(f"{key}: the sentence is cut to the checkpoint's {max_len} positions (its first {max_len - 2} "
                       "tokens, between [CLS] and [SEP])", ConfigNote, stacklevel=2)

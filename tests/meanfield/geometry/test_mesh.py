@@ -288,9 +288,9 @@ def test_sample_initial_matches_initial_mass(kind, params):
     assert 0.5 * np.abs(emp - M.initial_mass(msh, kind, **params)).sum() < 0.05
 
 
-@pytest.mark.parametrize("damage", ["truncated", "empty", "bytes flipped"])
-def test_a_damaged_mesh_cache_file_is_rebuilt(damage, tmp_path, monkeypatch):
-    # a truncated or empty file had raised zipfile's BadZipFile or EOFError in every command needing the mesh
+def _counted_cache(tmp_path, monkeypatch):
+    """A disk cache in ``tmp_path`` for a 500-cell mesh: ``(cached, builds, fresh, path)``, ``cached()`` the cache's
+    answer and ``builds`` the list that counts the builds (one: ``fresh``, written to ``path``)."""
     import meanfield.geometry.cache as cache
     from meanfield.geometry.mesh import SphericalMesh, mesh_from_points
     from meanfield.geometry.sphere import fibonacci_points
@@ -304,8 +304,16 @@ def test_a_damaged_mesh_cache_file_is_rebuilt(damage, tmp_path, monkeypatch):
         builds.append(1)
         return mesh_from_points(p, family="fibonacci")
 
-    fresh = cache.cached_mesh("test-500", points, build, cls=SphericalMesh, family="fibonacci")
-    path = tmp_path / "meshes" / "test-500.npz"
+    def cached():
+        return cache.cached_mesh("test-500", points, build, cls=SphericalMesh, family="fibonacci")
+
+    return cached, builds, cached(), tmp_path / "meshes" / "test-500.npz"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "bytes flipped"])
+def test_a_damaged_mesh_cache_file_is_rebuilt(damage, tmp_path, monkeypatch):
+    # a truncated or empty file had raised zipfile's BadZipFile or EOFError in every command needing the mesh
+    cached, builds, fresh, path = _counted_cache(tmp_path, monkeypatch)
     data = path.read_bytes()
     if damage == "truncated":
         path.write_bytes(data[:1000])
@@ -314,32 +322,17 @@ def test_a_damaged_mesh_cache_file_is_rebuilt(damage, tmp_path, monkeypatch):
     else:
         middle = len(data) // 2
         path.write_bytes(data[:middle] + bytes(16) + data[middle + 16:])
-    again = cache.cached_mesh("test-500", points, build, cls=SphericalMesh, family="fibonacci")
+    again = cached()
     assert len(builds) == 2  # read as a miss and built again
     np.testing.assert_array_equal(again.areas, fresh.areas)
     np.testing.assert_array_equal(again.edges, fresh.edges)
-    cached = cache.cached_mesh("test-500", points, build, cls=SphericalMesh, family="fibonacci")
-    assert len(builds) == 2 and np.array_equal(cached.areas, fresh.areas)  # the damaged file was replaced
+    assert len(builds) == 2 and np.array_equal(cached().areas, fresh.areas)  # the damaged file was replaced
 
 
 @pytest.mark.parametrize("damage", ["edges cut", "areas cut", "area doubled", "vertex index out of range", "region ptr"])
 def test_a_cached_mesh_whose_arrays_do_not_make_a_mesh_is_rebuilt(damage, tmp_path, monkeypatch):
     # a file with its generators intact but an array cut or altered had been used as it was (E = 100)
-    import meanfield.geometry.cache as cache
-    from meanfield.geometry.mesh import SphericalMesh, mesh_from_points
-    from meanfield.geometry.sphere import fibonacci_points
-
-    monkeypatch.setenv("MEANFIELD_CACHE", str(tmp_path))
-    monkeypatch.setattr(cache, "CACHE_MIN_CELLS", 0)
-    points = fibonacci_points(500)
-    builds = []
-
-    def build(p):
-        builds.append(1)
-        return mesh_from_points(p, family="fibonacci")
-
-    fresh = cache.cached_mesh("test-500", points, build, cls=SphericalMesh, family="fibonacci")
-    path = tmp_path / "meshes" / "test-500.npz"
+    cached, builds, fresh, path = _counted_cache(tmp_path, monkeypatch)
     arrays = dict(np.load(path))
     if damage == "edges cut":
         arrays["edges"] = arrays["edges"][:100]
@@ -352,8 +345,8 @@ def test_a_cached_mesh_whose_arrays_do_not_make_a_mesh_is_rebuilt(damage, tmp_pa
     else:
         arrays["region_ptr"] = arrays["region_ptr"][::-1].copy()
     np.savez(path, **arrays)
-    again = cache.cached_mesh("test-500", points, build, cls=SphericalMesh, family="fibonacci")
+    again = cached()
     assert len(builds) == 2  # read as a miss and built again
     assert path.stat().st_mode & 0o777 == 0o644  # readable by the other users of a shared cache (mkstemp: 0600)
-    for name in SphericalMesh.ARRAYS:
+    for name in type(fresh).ARRAYS:
         np.testing.assert_array_equal(getattr(again, name), getattr(fresh, name))
