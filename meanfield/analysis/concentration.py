@@ -336,14 +336,16 @@ def concentration_summary(
 
 def linear_fit(x: ArrayLike, y: ArrayLike) -> dict[str, float]:
     r"""Least-squares line :math:`y \approx a x + b` with :math:`R^2 = 1 - \mathrm{SS}_{res}/\mathrm{SS}_{tot}`
-    (NaN when every y is the same: :math:`\mathrm{SS}_{tot} = 0`, as in a sweep whose runs do not depend on β)."""
+    (NaN when every y is the same, :math:`\mathrm{SS}_{tot} = 0`, as in a sweep whose runs do not depend on β, and for
+    two points, which any line through both fits)."""
     xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if xa.size < 2:
         return {"slope": math.nan, "intercept": math.nan, "r2": math.nan}
     slope, intercept = np.polyfit(xa, ya, 1)
     residual = ya - (slope * xa + intercept)
     total = float(np.sum((ya - ya.mean()) ** 2))
-    r2 = 1.0 - float(np.sum(residual**2)) / total if total > 0 else math.nan  # constant y: nothing for a line to explain
+    # constant y: nothing for a line to explain; two points: a line through both, whatever they are (R² = 1 said nothing)
+    r2 = 1.0 - float(np.sum(residual**2)) / total if total > 0 and xa.size > 2 else math.nan
     return {"slope": float(slope), "intercept": float(intercept), "r2": r2}
 
 

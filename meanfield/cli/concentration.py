@@ -150,8 +150,9 @@ def _write_csv(path: str, header: list[str], rows: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from meanfield.solvers.experiments.concentration import REFINEMENT, SWEEP_MIN_SIZE, SWEEP_SPACING, sweep_beta
+    from meanfield.solvers.experiments.concentration import REFINEMENT, SWEEP_MIN_SIZE, SWEEP_SPACING, parse_betas, sweep_beta
 
+    parse_betas(args.sweep_beta)  # before the lines below say what the sweep will do
     cfg = load_config_noted(args.path, args.overrides)
     policy = "warn" if args.force else None
     solver = args.solver

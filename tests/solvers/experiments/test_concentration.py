@@ -712,6 +712,8 @@ def test_a_sweep_that_cannot_depend_on_beta_is_refused_or_said(tmp_path: Path, c
     assert "warning: the analysis is trivial for this head" in captured.err and "R² = nan" in captured.out
     assert math.isnan(linear_fit([1.0, 2.0, 3.0], [5.0, 5.0, 5.0])["r2"])
     np.testing.assert_allclose(linear_fit([1.0, 2.0, 3.0], [1.0, 3.0, 5.0])["r2"], 1.0, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(linear_fit([1.0, 2.0, 3.0], [1.0, 3.0, 4.0])["r2"], 1 - (1 / 6) / (14 / 3), rtol=1e-12)
+    assert math.isnan(linear_fit([1.0, 2.0], [1.0, 7.0])["r2"])  # two points: R² = 1 had said nothing
 
 
 def test_an_under_resolved_coarse_run_is_said_for_the_convergence_column(capsys) -> None:
