@@ -82,4 +82,13 @@ def simulate(
         trackers = [trackers]  # one callable: the only tracker
     if out is not None:
         check_output(out, overwrite=overwrite, resume=resume, key="out", options=("overwrite=True", "resume=True"))
-    return simulate_config(cfg, out, resume=resume, quiet=not progress, trackers=trackers)
+    try:
+        return simulate_config(cfg, out, resume=resume, quiet=not progress, trackers=trackers)
+    except ConfigError as exc:  # the writer and the resume name the command line's options: here, the keywords
+        if exc.key in _KEYWORDS:
+            raise ConfigError(_KEYWORDS[exc.key], exc.message) from None
+        raise
+
+
+#: the command line's names of :func:`simulate`'s keywords, in the messages of the code they share
+_KEYWORDS = {"-o": "out", "--out": "out", "--resume": "resume", "--overwrite": "overwrite"}

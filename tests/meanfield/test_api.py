@@ -432,3 +432,13 @@ def test_a_run_to_its_start_time_is_its_initial_frame_for_solve_as_for_simulate(
     assert mf.simulate(t_final=0.0, **{"init.n": 5}).frames == 1
     with pytest.raises(ValueError, match="t_final >= t_start"):
         mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), x0), mf.ParticleSolver(dt=0.1), t_final=-1.0)
+
+
+def test_messages_of_the_shared_writer_name_the_keywords_of_simulate(tmp_path):
+    # from Python, a second writer had been told about "-o", the command line's option
+    from meanfield.io.lock import WriterLock
+
+    out = tmp_path / "r.h5"
+    with WriterLock(out), pytest.raises(mf.ConfigError) as info:  # a writer at work on out
+        mf.simulate(out=out, overwrite=True, t_final=0.1, **{"init.n": 8})
+    assert info.value.key == "out" and "being written by another meanfield process" in str(info.value)
