@@ -395,7 +395,8 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         for index, spec in enumerate(heads):
             if not isinstance(spec, Mapping):
                 raise ConfigError(f"model.heads[{index}]", "expected a table with keys Q, K, V")
-        heads_from_config(heads, d=d, seed=model["seed"], base=base)  # raises ConfigError naming the key
+        built = heads_from_config(heads, d=d, seed=model["seed"], base=base)  # raises ConfigError naming the key
+        _unshifted_overflow_note(cfg, built)
         if base is not None:  # store `file:` matrices by absolute path, so runs and sweeps find them anywhere
             for spec in heads:
                 for name in ("Q", "K", "V"):
@@ -528,6 +529,28 @@ def _source_run_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Ma
         raise ConfigError("solver.t_final", f"the run starts at the frame's time t = {frame.time:g} (init.time); "
                                             f"t_final = {solver['t_final']:g} must come after it")
     init["path"], init["time"], init["n"] = str(path.resolve()), frame.time, rows
+
+
+#: e^x overflows float64 above this x
+EXP_OVERFLOW = 709.78
+
+
+def _unshifted_overflow_note(cfg: dict[str, Any], heads: list[Any]) -> None:
+    """Note a run whose terms :math:`e^{\beta\langle x, B_h y\rangle}` leave float64 where tokens reach the top
+    singular directions of a head: unnormalized attention takes them as they are (softmax shifts them by the row's
+    largest), and the JKO grid variant's energy does too.  The run stops there on NaN/Inf, its frames kept."""
+    model, solver = cfg["model"], cfg["solver"]
+    unshifted = model["attention"] == "unnormalized" or (solver["kind"] == "jko" and solver["variant"] == "grid")
+    if not unshifted or not heads or model["beta"] == 0:
+        return
+    import numpy as np  # local: the config module imports no NumPy at its top
+
+    top = max(float(np.linalg.norm(head.B, 2)) for head in heads)
+    if model["beta"] * top > EXP_OVERFLOW:
+        what = "unnormalized attention" if model["attention"] == "unnormalized" else "the JKO grid variant's energy"
+        warnings.warn(f"model.beta = {model['beta']:g} with a head of ‖B‖₂ = {top:.3g}: {what} takes e^(β⟨x, B y⟩) "
+                      f"unshifted, which exceeds float64 above β⟨x, B y⟩ = 709; the run stops on NaN/Inf where the "
+                      f"tokens get there (β‖B‖₂ = {model['beta'] * top:.3g})", ConfigNote, stacklevel=4)
 
 
 def _graded_checks(cfg: dict[str, Any]) -> None:

@@ -264,3 +264,24 @@ def test_refinement_keys_of_a_mesh_that_is_not_graded_get_a_note():
     notes = [str(w.message) for w in caught if issubclass(w.category, ConfigNote) and "not used" in str(w.message)]
     assert notes == ["grid.refine_centres, grid.refine_factor not used by the fibonacci mesh "
                      "(they refine grid.family = 'graded'); ignored"]
+
+
+def test_terms_that_leave_float64_unshifted_get_a_note():
+    # unnormalized attention at β = 1000 had failed on NaN/Inf at its first step without a word before it
+    import warnings as _warnings
+
+    from meanfield.config import ConfigNote
+
+    def notes(*overrides: str) -> list[str]:
+        with _warnings.catch_warnings(record=True) as caught:
+            _warnings.simplefilter("always")
+            load_config(None, list(overrides))
+        return [str(w.message) for w in caught if issubclass(w.category, ConfigNote)]
+
+    head = 'model.heads=[{Q="identity", K=[[2,0,0],[0,1,0],[0,0,1]], V="identity"}]'
+    assert any("unnormalized attention takes e^(β⟨x, B y⟩) unshifted" in n and "β‖B‖₂ = 800" in n
+               for n in notes('model.attention="unnormalized"', "model.beta=400", head))
+    assert not notes('model.attention="unnormalized"', "model.beta=300", head)  # 600 < 709
+    assert not notes("model.beta=400", head)  # softmax shifts its terms
+    assert any("JKO grid variant's energy" in n for n in notes('solver.kind="jko"', 'solver.variant="grid"',
+                                                                "model.beta=400", head))
