@@ -10,6 +10,7 @@ has the key, dotted (``"init.seed"``) otherwise.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,8 @@ def simulate(
     from meanfield.solvers.run import simulate_config
 
     cfg = _load(source, values=overrides)
-    if out is not None and not isinstance(out, (str, Path)):
-        raise ConfigError("out", f"expected a path (str or pathlib.Path), got {type(out).__name__}")
+    if out is not None and not isinstance(out, (str, os.PathLike)):
+        raise ConfigError("out", f"expected a path (str or os.PathLike), got {type(out).__name__}")
     if resume and out is None:
         raise ConfigError("resume", "resume=True continues the run stored in out; give out=PATH")
     if callable(trackers):
