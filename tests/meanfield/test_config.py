@@ -229,15 +229,8 @@ def test_solver_keys_the_solver_does_not_read_get_a_note():
 
 def test_weights_keys_the_schedule_does_not_read_get_a_note_and_a_noise_seed_needs_gamma():
     # weights.kappa under schedule = "oscillating", or weights.amplitude under "ou", had been accepted silently
-    import warnings as _warnings
-
-    from meanfield.config import ConfigNote
-
     def notes(*overrides: str) -> list[str]:
-        with _warnings.catch_warnings(record=True) as caught:
-            _warnings.simplefilter("always")
-            load_config(None, list(overrides))
-        return [str(w.message) for w in caught if issubclass(w.category, ConfigNote) and "not used" in str(w.message)]
+        return [note for note in _config_notes(*overrides) if "not used" in note]
 
     assert notes('weights.schedule="oscillating"', "weights.kappa=2", "weights.dt=0.5") == [
         "weights.kappa, weights.dt not used by schedule = 'oscillating'; ignored"]
@@ -268,15 +261,7 @@ def test_refinement_keys_of_a_mesh_that_is_not_graded_get_a_note():
 
 def test_terms_that_leave_float64_unshifted_get_a_note():
     # unnormalized attention at β = 1000 had failed on NaN/Inf at its first step without a word before it
-    import warnings as _warnings
-
-    from meanfield.config import ConfigNote
-
-    def notes(*overrides: str) -> list[str]:
-        with _warnings.catch_warnings(record=True) as caught:
-            _warnings.simplefilter("always")
-            load_config(None, list(overrides))
-        return [str(w.message) for w in caught if issubclass(w.category, ConfigNote)]
+    notes = _config_notes
 
     head = 'model.heads=[{Q="identity", K=[[2,0,0],[0,1,0],[0,0,1]], V="identity"}]'
     assert any("unnormalized attention takes e^(β⟨x, B y⟩) unshifted" in n and "β‖B‖₂ = 800" in n
@@ -285,3 +270,15 @@ def test_terms_that_leave_float64_unshifted_get_a_note():
     assert not notes("model.beta=400", head)  # softmax shifts its terms
     assert any("JKO grid variant's energy" in n for n in notes('solver.kind="jko"', 'solver.variant="grid"',
                                                                 "model.beta=400", head))
+
+
+def _config_notes(*overrides: str) -> list[str]:
+    """The notes (:class:`~meanfield.config.ConfigNote`) of the default config with ``overrides``."""
+    import warnings as _warnings
+
+    from meanfield.config import ConfigNote
+
+    with _warnings.catch_warnings(record=True) as caught:
+        _warnings.simplefilter("always")
+        load_config(None, list(overrides))
+    return [str(w.message) for w in caught if issubclass(w.category, ConfigNote)]
