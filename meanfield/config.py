@@ -536,7 +536,7 @@ EXP_OVERFLOW = 709.78
 
 
 def _unshifted_overflow_note(cfg: dict[str, Any], heads: list[Any]) -> None:
-    """Note a run whose terms :math:`e^{\beta\langle x, B_h y\rangle}` leave float64 where tokens reach the top
+    r"""Note a run whose terms :math:`e^{\beta\langle x, B_h y\rangle}` leave float64 where tokens reach the top
     singular directions of a head: unnormalized attention takes them as they are (softmax shifts them by the row's
     largest), and the JKO grid variant's energy does too.  The run stops there on NaN/Inf, its frames kept."""
     model, solver = cfg["model"], cfg["solver"]
