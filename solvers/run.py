@@ -129,12 +129,14 @@ def concentration_tracker(cfg: dict[str, Any], setup: RunSetup) -> Concentration
         tracker = tracker_from_head(head.Q, head.K, head.V, setup.state, weights=setup.static.get("weights"),
                                     method=cfg["track"]["w2_method"], policy=cfg["model"]["assumptions"])
         return replace(tracker, target=origin_target(cfg["init"]["path"], head.Q, head.K, head.V))
+    from meanfield.geometry.grid_config import reconstructs_density
+
     points = setup.static.get("points") if setup.state_name == "mass" else None
-    # the second-order grid reconstructs the density inside the cells: W2 integrates that, not atoms
-    stepper = getattr(setup, "stepper", None)
-    second_order = getattr(stepper, "reconstruction", None) is not None
+    # the second-order grid reconstructs the density inside the cells: W2 integrates that, not atoms (the rule the
+    # analysis of a stored run follows too)
+    mesh = setup.stepper.mesh if setup.state_name == "mass" and reconstructs_density(cfg) else None
     return tracker_from_head(
-        head.Q, head.K, head.V, setup.state, points=points, mesh=stepper.mesh if second_order else None,
+        head.Q, head.K, head.V, setup.state, points=points, mesh=mesh,
         method=cfg["track"]["w2_method"], policy=cfg["model"]["assumptions"]
     )
 

@@ -18,7 +18,7 @@ from meanfield.geometry.graded import (DEFAULT_GRADING, DEFAULT_REFINE_FACTOR, D
                                        graded_mesh)
 from meanfield.geometry.mesh import SphericalMesh, icosahedral_cells, mesh, mesh_from_points
 
-__all__ = ["mesh_of_grid", "stored_mesh", "cells_of_grid"]
+__all__ = ["mesh_of_grid", "stored_mesh", "cells_of_grid", "reconstructs_density"]
 
 
 def mesh_of_grid(grid: Mapping[str, Any]) -> SphericalMesh:
