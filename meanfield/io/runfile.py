@@ -506,10 +506,9 @@ class RunReader:
     def __init__(self, path: str | Path, *, key: str = "OUT.h5") -> None:
         self.path = Path(path)
         self.key = key
-        self._inode: int | None = None
+        stamp = _file_stamp(self.path)  # before the header: a file moved onto the name during the read is caught
+        self._inode: int | None = stamp[0] if stamp is not None else None
         self._read(self._header)
-        stamp = _file_stamp(self.path)
-        self._inode = stamp[0] if stamp is not None else None
         if self.status == "running" and not writer_alive(self.path):
             self._read(self._header)  # the writer may have closed the file since the first read: a second one tells
             if self.status == "running" and not writer_alive(self.path):
