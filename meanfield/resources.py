@@ -113,22 +113,16 @@ def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> 
             f"{solver['save_every']:g} saves {frames:.3g} frames up to t_final = {solver['t_final']:g}; "
             f"the limit is {MAX_FRAMES:.0e} (save less often)",
         )
-    steps = _steps(solver, cfg.get("grid"))
-    if steps is not None and not steps[1] <= MAX_STEPS:
-        key, count = steps
-        section, name = key.split(".")
-        raise ConfigError(
-            "solver.t_final" if far else key,
-            f"{cfg[section][name]:g} takes {count:.3g} steps to t_final = {solver['t_final']:g}; "
-            f"the limit is {MAX_STEPS:.0e} steps",
-        )
-    points = _weight_path_points(cfg)
-    if points is not None and not points <= MAX_STEPS:
-        raise ConfigError(
-            "solver.t_final" if far else "weights.dt",
-            f"{cfg['weights']['dt']:g} takes {points:.3g} steps of the weight path to t_final = {solver['t_final']:g}; "
-            f"the limit is {MAX_STEPS:.0e} steps",
-        )
+    steps, points = _steps(solver, cfg.get("grid")), _weight_path_points(cfg)
+    counts = ([(*steps, "")] if steps is not None else []) + ([("weights.dt", points, " of the weight path")] if points is not None else [])
+    for key, count, what in counts:
+        if not count <= MAX_STEPS:
+            section, name = key.split(".")
+            raise ConfigError(
+                "solver.t_final" if far else key,
+                f"{cfg[section][name]:g} takes {count:.3g} steps{what} to t_final = {solver['t_final']:g}; "
+                f"the limit is {MAX_STEPS:.0e} steps",
+            )
     estimate = memory_estimate(cfg)
     total = sum(estimate.values())
     limit = available_memory() if available is None else available
