@@ -59,6 +59,8 @@ __all__ = [
     "core_check",
     "resolved_range_text",
     "resolution_size",
+    "RunSource",
+    "run_source",
     "linear_fit",
 ]
 
@@ -354,38 +356,114 @@ def resolution_size(cfg: dict[str, Any]) -> int:
     return int(cfg["grid"]["cells"] if cfg["solver"]["kind"] == "grid" else cfg["init"]["n"])
 
 
+@dataclass(frozen=True)
+class RunSource:
+    r"""What the concentration analysis of a run reads besides its frames: its one head and how it was solved.
+
+    From the resolved config of a run of :func:`meanfield.simulate` (or of a stored run), or from the
+    :class:`meanfield.Model` and the solver's record of a run of :func:`meanfield.solve`, which has no config
+    (:func:`run_source`).
+
+    Attributes
+    ----------
+    Q, K, V : arrays
+        The head (``Q = I`` and ``K = B`` for a model's :class:`~meanfield.heads.HeadStack`: only
+        :math:`B = Q^\top K` enters).
+    beta : float
+    d : int
+    solver : str
+        ``particle``, ``grid``, ``jko`` or ``zero-temperature``.
+    size : int
+        Particles or cells (:func:`resolution_size`).
+    assumptions : str
+        The policy for Assumption 1 (``model.assumptions``; ``"check"`` for a model).
+    w2_method : str
+        The W2 estimator (``track.w2_method``; ``"exact"`` for a model).
+    reconstructs : bool
+        Whether the cell masses carry a linear reconstruction (second-order grid).
+    norm : str
+        The normalisation scheme (``post``, ``pre``, ``peri``, ``ngpt``).
+    schedule : str
+        ``constant``, or the name of the time-dependent heads' schedule.
+    init : mapping or None
+        The config's ``[init]`` (``None`` for a run of :func:`meanfield.solve`).
+    """
+
+    Q: NDArray[np.float64]
+    K: NDArray[np.float64]
+    V: NDArray[np.float64]
+    beta: float
+    d: int
+    solver: str
+    size: int
+    assumptions: str
+    w2_method: str
+    reconstructs: bool
+    norm: str
+    schedule: str
+    init: Mapping[str, Any] | None
+
+
+def run_source(run: Any) -> RunSource:
+    """The :class:`RunSource` of a :class:`meanfield.Run`: from its config, or from its model for a run of :func:`meanfield.solve`.
+
+    Raises
+    ------
+    ConfigError
+        (key ``model.heads``) more than one head.
+    """
+    from meanfield.geometry.grid_config import reconstructs_density
+
+    cfg = run.config
+    if cfg is not None:
+        m, head = cfg["model"], single_head(cfg)
+        return RunSource(Q=head.Q, K=head.K, V=head.V, beta=float(m["beta"]), d=int(m["d"]), solver=cfg["solver"]["kind"],
+                         size=resolution_size(cfg), assumptions=m.get("assumptions", "check"),
+                         w2_method=cfg["track"]["w2_method"], reconstructs=reconstructs_density(cfg), norm=m.get("norm", "post"),
+                         schedule=(cfg.get("weights") or {}).get("schedule", "constant"), init=cfg["init"])
+    from meanfield.model import ConstantHeads
+
+    model, info = run.model, run.info
+    stack = model.heads.at(float(run.t[0]) if run.frames else 0.0)
+    if stack.H != 1:
+        raise ConfigError("model.heads", f"W2 to Π♯ρ₀ (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931) needs a single head, got {stack.H}")
+    solver = str(info.get("solver", run.kind))
+    size = len(run.points) if run.kind == "grid" else (int(np.shape(run.frame(0))[0]) if run.frames else 0)
+    schedule = "constant" if isinstance(model.heads, ConstantHeads) else type(model.heads).__name__
+    return RunSource(Q=np.eye(model.d), K=np.array(stack.B[0]), V=np.array(stack.V[0]), beta=float(model.beta), d=int(model.d),
+                     solver=solver, size=size, assumptions="check", w2_method="exact",
+                     reconstructs=solver == "grid" and int(info.get("order", 1)) == 2, norm=str(info.get("norm", "post")),
+                     schedule=schedule, init=None)
+
+
 def concentration_curves(run: Any, *, policy: str | None = None) -> dict[str, NDArray[np.float64]]:
     """``t``, ``w2_target``, ``v_eigenspace_distance``, ``e_eigenspace_distance`` of a :class:`meanfield.Run`.
 
     Uses the tracked diagnostics when the run recorded them and recomputes
     them from the saved frames otherwise (Π♯ρ₀ from the first frame, or, for a run started from a
     stored frame, ``init.kind = "run"``, from the first frame of the first run of the chain: :func:`origin_target`).
-    Assumption 1 is checked with ``policy`` (default: the run's ``model.assumptions``).
+    Assumption 1 is checked with ``policy`` (default: the run's ``model.assumptions``; ``"check"`` for a run of
+    :func:`meanfield.solve`, whose head comes from its model: :func:`run_source`).
     """
-    cfg = run.config
-    if cfg is None:
-        raise ConfigError("run", "the concentration analysis needs the run's config (its head); this run has none")
-    assumption_report(cfg, policy=policy)
+    source = run_source(run)
+    enforce_assumptions(check_assumptions(source.Q, source.K, source.V), source.assumptions if policy is None else policy)
     keys = ("w2_target", "v_eigenspace_distance", "e_eigenspace_distance")
     t = np.asarray(run.t, dtype=float)
     if run.frames == 0:
         raise ConfigError("OUT.h5", "the run holds no frame yet")
     if all(k in run.diagnostics and np.all(np.isfinite(run.diagnostics[k])) for k in keys):
         return {"t": t, **{k: np.asarray(run.diagnostics[k], dtype=float) for k in keys}}
-    from meanfield.geometry.grid_config import reconstructs_density
-
-    head = single_head(cfg)
     points = run.points if run.kind == "grid" else None
-    weights = run.static.get("weights") if run.kind == "particle" else None  # token masses (a continued grid run)
-    mesh = run.mesh() if run.kind == "grid" and reconstructs_density(cfg) else None  # as the tracker (the JKO grid: atoms)
-    tracker = tracker_from_head(head.Q, head.K, head.V, run.frame(0), weights=weights, points=points, mesh=mesh,
-                                method=cfg["track"]["w2_method"], policy="skip")
-    if cfg["init"].get("kind") == "run":  # the first frame is the source's: Π♯ρ₀ is that of the chain's first run
+    weights = run.static.get("weights") if run.kind == "particle" else None  # token masses (a continued grid run, mf.solve's)
+    mesh = run.mesh() if run.kind == "grid" and source.reconstructs else None  # as the tracker (the JKO grid: atoms)
+    tracker = tracker_from_head(source.Q, source.K, source.V, run.frame(0), weights=weights, points=points, mesh=mesh,
+                                method=source.w2_method, policy="skip")
+    if source.init is not None and source.init.get("kind") == "run":  # the first frame is the source's: Π♯ρ₀ is that of the chain's first run
         from meanfield.io.source_frame import SOURCE_DIGEST, check_source_unchanged
 
         digest = run.static.get(SOURCE_DIGEST)  # the source still holds the frame this run took (each link of the chain too)
-        check_source_unchanged(run.path or "this run", cfg["init"], None if digest is None else np.asarray(digest, dtype=np.uint8))
-        tracker = replace(tracker, target=origin_target(cfg["init"]["path"], head.Q, head.K, head.V))
+        check_source_unchanged(run.path or "this run", source.init, None if digest is None else np.asarray(digest, dtype=np.uint8))
+        tracker = replace(tracker, target=origin_target(source.init["path"], source.Q, source.K, source.V))
     rows = [tracker(float(t[k]), run.frame(k)) for k in range(run.frames)]
     return {"t": t, **{k: np.array([row[k] for row in rows]) for k in keys}}
 
@@ -526,10 +604,13 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
     Parameters
     ----------
     run : Run
+        A run of :func:`meanfield.simulate` or a stored one (the head from its config), or a run of
+        :func:`meanfield.solve` (the head from its model: :func:`run_source`).
     threshold : float, optional
         Metastability threshold on W2 (default twice ``W2_min``).
     policy : {"check", "warn", "skip"}, optional
-        What to do when Assumption 1 fails (default: the run's ``model.assumptions``).
+        What to do when Assumption 1 fails (default: the run's ``model.assumptions``; ``"check"`` for a run
+        of :func:`meanfield.solve`).
 
     Raises
     ------
@@ -544,32 +625,33 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
         if isinstance(threshold, (bool, str, bytes)) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
                 or not (math.isfinite(threshold) and threshold > 0):
             raise ConfigError("threshold", f"expected a finite W2 > 0 (or None: twice W2_min), got {threshold!r}")
-    cfg = run.config
-    if cfg is None:
-        raise ConfigError("run", "the concentration analysis reads the head from the run's config, and this run has none "
-                                 "(a run of mf.solve): run it with mf.simulate from a config")
-    norm = cfg["model"].get("norm", "post")
-    if norm in ("pre", "peri"):  # as the config refuses track.concentration for these (it had been a traceback)
-        raise ConfigError("model.norm", f"W2 to Π♯ρ₀ is measured on the sphere; the tokens of norm = {norm!r} have radii "
+    source = run_source(run)
+    if source.norm in ("pre", "peri"):  # as the config refuses track.concentration for these (it had been a traceback)
+        raise ConfigError("model.norm", f"W2 to Π♯ρ₀ is measured on the sphere; the tokens of norm = {source.norm!r} have radii "
                                         "(the analysis takes norm = 'post' or 'ngpt')")
-    policy = cfg["model"].get("assumptions", "check") if policy is None else policy
-    report = assumption_report(cfg, policy=policy)
+    policy = source.assumptions if policy is None else policy
+    report = enforce_assumptions(check_assumptions(source.Q, source.K, source.V), policy)
     curves = concentration_curves(run, policy="skip")
     summary = concentration_summary(curves["t"], curves["w2_target"], threshold=threshold)
-    m, kind = cfg["model"], cfg["solver"]["kind"]
-    beta = "β = ∞ (zero temperature)" if kind == "zero-temperature" else f"β = {m['beta']:g}"
+    zero = source.solver == "zero-temperature"
+    beta = "β = ∞ (zero temperature)" if zero else f"β = {source.beta:g}"
     where = f"{run.path}" if run.path is not None else "run"
-    heading = f"run: {where}  ({kind} solver, {beta}, d = {m['d']})"
+    heading = f"run: {where}  ({source.solver} solver, {beta}, d = {source.d})"
     notes, doubts = [], []
     if report.dim_E == len(report.eigenvalues):
         notes.append(
             "the analysis is trivial for this head: S = V Bᵀ has a single eigenvalue, so E is the whole space, "
             "Π is the identity and Π♯ρ₀ = ρ₀; W2 only measures how far the tokens moved"
         )
-    resolution = resolution_warning(resolution_size(cfg), float(m["beta"]), int(m["d"]))
-    if resolution and kind != "zero-temperature":
+    if source.schedule != "constant":  # the theorem is for one constant head
+        notes.append(
+            f"the heads change in time (schedule {source.schedule!r}): Π♯ρ₀, E and E_V are those of the head at the first "
+            "frame; Theorem 1 of arXiv 2605.10931 is for a constant head"
+        )
+    resolution = resolution_warning(source.size, source.beta, source.d)
+    if resolution and not zero:
         doubts.append(resolution)
-    cores = grid_core_resolution(run) if run.kind == "grid" and report.dim_E == 1 and int(m["d"]) == 3 else None
+    cores = grid_core_resolution(run, source=source) if run.kind == "grid" and report.dim_E == 1 and source.d == 3 else None
     core_doubt = cores.describe(summary["t_min"]) if cores is not None else ""
     if core_doubt:
         doubts.append(core_doubt)
@@ -579,10 +661,11 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
     return Concentration(curves, summary, report, heading, notes, doubts, cores)
 
 
-def grid_core_resolution(run: Any) -> CoreResolution:
-    """:func:`meanfield.analysis.core_resolution.core_resolution` of a stored grid run whose ``dim E = 1``."""
-    head = single_head(run.config)
-    _, S = score_and_value(head.Q, head.K, head.V)
+def grid_core_resolution(run: Any, *, source: RunSource | None = None) -> CoreResolution:
+    """:func:`meanfield.analysis.core_resolution.core_resolution` of a grid run whose ``dim E = 1`` (``source``: its
+    :func:`run_source`, when it is at hand)."""
+    source = run_source(run) if source is None else source
+    _, S = score_and_value(source.Q, source.K, source.V)
     basis, _ = dominant_eigenspace(S)
     areas = run.static["areas"] if "areas" in run.static else run.mesh().areas  # stored with every grid run
     return core_resolution(run.points, areas, (run.frame(k) for k in range(run.frames)), run.t, basis[:, 0])

@@ -380,6 +380,41 @@ def test_concentration_and_diagnosis_show_what_the_commands_print(tmp_path, caps
     assert analysis.text().splitlines()[1] in capsys.readouterr().out
 
 
+def test_concentration_of_a_run_of_solve_reads_the_head_from_its_model():
+    # it had been refused ("this run has none", the config): the same flow through mf.simulate gives the numbers to match
+    cfg = mf.load_config(ROOT / "data/concentration.toml", t_final=1.0, save_every=0.5, **{"init.n": 120})
+    by_config = mf.simulate(cfg)
+    solved = mf.solve(mf.Problem(by_config.model, by_config.x[0]), mf.ParticleSolver(method="rk4", dt=cfg["solver"]["dt"]),
+                      t_final=1.0, save_every=0.5)
+    expected, got = by_config.concentration(), solved.concentration()
+    for key in ("w2_target", "v_eigenspace_distance", "e_eigenspace_distance"):
+        np.testing.assert_allclose(got.curves[key], expected.curves[key], rtol=1e-12, atol=1e-14)
+    assert got.summary["w2_min"] == pytest.approx(expected.summary["w2_min"], rel=1e-12)
+    assert got.heading == "run: run  (particle solver, β = 16, d = 3)" and got.warnings == expected.warnings
+    grid_cfg = mf.load_config(cfg, **{"solver.kind": "grid", "grid.cells": 300, "init.kind": "uniform", "model.beta": 64.0})
+    grid = mf.simulate(grid_cfg)
+    solved_grid = mf.solve(mf.Problem(grid.model, grid.mass[0], mesh=grid.mesh()), mf.GridSolver(), t_final=1.0, save_every=0.5)
+    np.testing.assert_allclose(solved_grid.concentration().curves["w2_target"], grid.concentration().curves["w2_target"],
+                               rtol=1e-12)  # the second-order grid: W2 integrates the reconstruction in both
+    assert solved_grid.concentration().warnings == grid.concentration().warnings != []  # 300 cells do not resolve β = 64
+
+    identity = mf.heads.identity(3)
+    two = mf.solve(mf.Problem(mf.Model(d=3, beta=4.0, heads=[identity, identity]), by_config.x[0]), mf.ParticleSolver(dt=0.1),
+                   t_final=0.2)
+    with pytest.raises(mf.ConfigError, match="^model.heads: .*needs a single head, got 2"):
+        two.concentration()
+
+    class Turning:  # a time-dependent head: the note says whose Π♯ρ₀ is measured
+        def at(self, t: float) -> HeadStack:
+            c, s = np.cos(t), np.sin(t)
+            rotation = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+            return HeadStack(B=(rotation @ np.diag([1.0, 0.5, 0.25]))[None], V=np.eye(3)[None])
+
+    moving = mf.solve(mf.Problem(mf.Model(d=3, beta=4.0, heads=Turning()), by_config.x[0]), mf.ParticleSolver(dt=0.1),
+                      t_final=0.2)
+    assert any("heads change in time (schedule 'Turning')" in note for note in moving.concentration(policy="skip").notes)
+
+
 def test_bad_arguments_of_the_notebook_api_are_named():
     # each of these had failed deep inside pathlib, NumPy or h5py, or been accepted and ignored
     with pytest.raises(mf.ConfigError, match="^out: expected a path"):
