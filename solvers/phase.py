@@ -586,7 +586,8 @@ class PhaseDiagram:
 
 
 def _payloads(cfg: dict[str, Any], times: np.ndarray, out: Path | None) -> list[dict[str, Any]]:
-    digest = config_hash(cfg)
+    lists = {key: None if cfg["phase"][key] is None else [float(v) for v in cfg["phase"][key]] for key in ("betas", "times")}
+    digest = config_hash({**cfg, "phase": {**cfg["phase"], **lists}})  # betas = [0.5, 4] is [0.5, 4.0]: --resume takes either
     total = len(cfg["phase"]["betas"]) * cfg["phase"]["samples"]
     size = cfg["phase"]["batch"]
     tasks = []

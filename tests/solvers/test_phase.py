@@ -271,6 +271,9 @@ def test_cli_end_to_end_writes_the_table_and_the_picture_and_resumes(tiny, tmp_p
     assert cli_main(["phase", str(tiny), "-o", str(out), "--workers", "0", "--quiet", "--resume", "--set", "init.n=7"]) == 2
     assert "error: --resume" in capsys.readouterr().err
     assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == files
+    # the same betas written as integers: the same diagram (it had been refused as another configuration)
+    assert cli_main(["phase", str(tiny), "-o", str(out), "--workers", "0", "--quiet", "--resume", "--set", "phase.betas=[0.5, 2, 6]"]) == 0
+    assert "5 resumed" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("override, key", [
