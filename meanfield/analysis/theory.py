@@ -97,15 +97,26 @@ def _finite(value: float, key: str) -> float:
     return x
 
 
+#: the largest H·max|λ_h| the Thm 22 functions take: their sums of head strengths stay finite
+LAMBDA_SUM_LIMIT = 1e300
+
+
+def _reals(value: ArrayLike, key: str) -> NDArray[np.float64]:
+    """``value`` as a float array, finite: a ``ConfigError`` naming ``key`` otherwise (NumPy's own error named nothing,
+    and NaN had passed through to a NaN result)."""
+    try:
+        x = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ConfigError(key, f"must be real numbers, got {value!r}") from None
+    if not np.all(np.isfinite(x)):
+        raise ConfigError(key, f"must be finite, got {value!r}")
+    return x
+
+
 def _check_gammas(gamma: ArrayLike, m: float) -> NDArray[np.float64]:
     r"""Common inner products of ``m + 1`` equiangular unit tokens: finite, in :math:`[-1/m, 1]` (the Gram matrix
     :math:`(1-\gamma)I + \gamma\mathbf 1\mathbf 1^\top` is positive semi-definite there), to round-off."""
-    try:
-        g = np.asarray(gamma, dtype=float)
-    except (TypeError, ValueError):
-        raise ConfigError("gamma", f"must be real numbers, got {gamma!r}") from None
-    if not np.all(np.isfinite(g)):
-        raise ConfigError("gamma", f"must be finite, got {gamma!r}")
+    g = _reals(gamma, "gamma")
     if np.any(g > 1.0 + 1e-12) or np.any(g < -1.0 / m - 1e-12):
         raise ConfigError("gamma", f"equiangular unit tokens have -1/(n-1) = {-1.0 / m:.6g} <= gamma <= 1, got {gamma!r}")
     return g
@@ -149,6 +160,9 @@ def _check_lambdas(lambdas: ArrayLike) -> NDArray[np.float64]:
         raise ConfigError("lambdas", f"must be a non-empty 1-D list of head strengths, got shape {lam.shape}")
     if not np.all(np.isfinite(lam)):
         raise ConfigError("lambdas", "head strengths must be finite")
+    if lam.size * float(np.max(np.abs(lam))) > LAMBDA_SUM_LIMIT:  # their sum (the late rate, the equal split) had overflowed
+        raise ConfigError("lambdas", f"head strengths must keep their sum below {LAMBDA_SUM_LIMIT:.0e}: at most "
+                                     f"{LAMBDA_SUM_LIMIT / lam.size:.3g} each for {lam.size} heads, got {float(np.max(np.abs(lam))):.3g}")
     return lam
 
 
@@ -200,8 +214,8 @@ def c_star(H: ArrayLike) -> float | NDArray[np.float64]:
     >>> c_star(1)
     1.0
     """
-    h = np.asarray(H, dtype=float)
-    if not np.all(np.isfinite(h)) or np.any(h < 1):
+    h = _reals(H, "H")
+    if np.any(h < 1):
         raise ConfigError("H", f"the number of heads must be finite and >= 1, got {H!r}")
     a = h - 1.0
     r = np.sqrt(a * a + 4.0)
@@ -241,7 +255,7 @@ def head_cosine(beta: ArrayLike, *, n: float, alpha: float) -> float | NDArray[n
     """
     m = _check_n(n) - 1.0
     a = _check_positive(alpha, "alpha")
-    b = np.asarray(beta, dtype=float)
+    b = _reals(beta, "beta")
     x = a * b
     with np.errstate(under="ignore"):
         e = np.exp(-np.abs(x))  # in (0, 1]
@@ -297,7 +311,7 @@ def beta_star(H: float, n: float, alpha: float) -> float:
     if h == 1.0:
         return math.inf
     c = float(c_star(h))
-    return (math.log(c) + math.log(m) - math.log(h - 1.0)) / (2.0 * a)
+    return (math.log(c) + math.log(m) - math.log(h - 1.0)) / 2.0 / a  # 2α overflowed for α > 9e307
 
 
 def beta_star_numeric(H: float, n: float, alpha: float) -> float:
@@ -396,9 +410,7 @@ def equiangular_rate(gamma: ArrayLike, *, lambdas: ArrayLike, beta: float, n: fl
     lam = _check_lambdas(lambdas)
     b = _check_nonnegative(beta, "beta")
     m = _check_n(n) - 1.0
-    g = np.asarray(gamma, dtype=float)
-    if not np.all(np.isfinite(g)):  # (the ODE's stages may step a hair past the domain, so only NaN and inf are refused here)
-        raise ConfigError("gamma", f"must be finite, got {gamma!r}")
+    g = _reals(gamma, "gamma")  # (the ODE's stages may step a hair past the domain, so only NaN and inf are refused here)
     return _out(_rate_from_gap(1.0 - g, lam, b, m))
 
 
@@ -433,12 +445,12 @@ def equiangular_rhs(gamma: ArrayLike, *, lambdas: ArrayLike, beta: float, n: flo
     lam = _check_lambdas(lambdas)
     b = _check_nonnegative(beta, "beta")
     nn = _check_n(n)
-    g = np.asarray(gamma, dtype=float)
+    g = _reals(gamma, "gamma")
     return _out(2.0 * _rate_from_gap(1.0 - g, lam, b, nn - 1.0) * (1.0 - g) * (1.0 + (nn - 1.0) * g))
 
 
 def _check_times(t: ArrayLike) -> NDArray[np.float64]:
-    tt = np.asarray(t, dtype=float)
+    tt = _reals(t, "t")
     flat = np.atleast_1d(tt).ravel()
     if flat.size == 0:
         raise ConfigError("t", "needs at least one time")
@@ -499,6 +511,7 @@ def solve_equiangular_log_gap(
     lam = _check_lambdas(lambdas)
     b = _check_nonnegative(beta, "beta")
     nn = _check_n(n)
+    rtol, atol = _check_positive(rtol, "rtol"), _check_positive(atol, "atol")  # NaN had hung solve_ivp
     m = nn - 1.0
     g0 = _finite(gamma0, "gamma0")
     if g0 > 1.0 or g0 < -1.0 / m:
@@ -605,7 +618,7 @@ def phi(lam: ArrayLike, *, beta: float, n: float) -> float | NDArray[np.float64]
     """
     b = _check_nonnegative(beta, "beta")
     m = _check_n(n) - 1.0
-    lam_a = np.asarray(lam, dtype=float)
+    lam_a = _reals(lam, "lam")
     return _out(2.0 * lam_a * _inv_exp_plus(b * lam_a, m))
 
 
@@ -827,14 +840,11 @@ def _fit(x: NDArray[np.float64], y: NDArray[np.float64]) -> tuple[float, float, 
 
 
 def _xy(xs: ArrayLike, ys: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    x = np.asarray(xs, dtype=float).ravel()
-    y = np.asarray(ys, dtype=float).ravel()
+    x, y = _reals(xs, "xs").ravel(), _reals(ys, "ys").ravel()  # each names itself (a bad ys had been blamed on xs)
     if x.shape != y.shape:
         raise ConfigError("ys", f"xs and ys differ in length ({x.size} vs {y.size})")
     if x.size < 2:
         raise ConfigError("xs", "a fit needs at least two points")
-    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
-        raise ConfigError("xs", "data must be finite")
     if np.ptp(x) == 0:
         raise ConfigError("xs", "all x values are equal; the slope is undefined")
     return x, y
@@ -937,7 +947,8 @@ def equiangular_entropy(gamma: ArrayLike, *, lam: float, beta: float, n: float) 
     lm = _finite(lam, "lam")
     b = _check_nonnegative(beta, "beta")
     m = _check_n(n) - 1.0
-    a = b * lm * (1.0 - _check_gammas(gamma, m))  # past γ = 1 the formula is no entropy (1.32 at γ = 2, n = 8)
+    with np.errstate(over="ignore"):  # past 1e300 the entropy is 0 to every digit: the clamp keeps inf·0 out of it
+        a = np.minimum(b * lm * (1.0 - _check_gammas(gamma, m)), 1e300)  # past γ = 1 the formula is no entropy (1.32 at γ = 2, n = 8)
     with np.errstate(under="ignore"):
         # log(1 + m e^{-a}) for any sign of a, overflow-free
         lse = np.logaddexp(0.0, math.log(m) - a)
@@ -1066,6 +1077,8 @@ def principal_angles(
     """
     B = _stack(Bs)
     r = _check_positive(rtol, "rtol")
+    if r >= 1.0:  # no singular value exceeds σ_max: every range was empty, and the message had blamed the matrix
+        raise ConfigError("rtol", f"must be < 1 (a rank counts the singular values above rtol·σ_max), got {rtol!r}")
     bases = [_range_basis(b, r) for b in B]
     for h, U in enumerate(bases):
         if U.shape[1] == 0:

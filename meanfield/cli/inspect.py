@@ -102,8 +102,8 @@ def format_table(reports: Sequence[LayerReport]) -> str:
             "(0 symmetric, ≈√2 i.i.d. random, 2 antisymmetric).  rkB: rank of B_h (Assumption 1 of arXiv 2605.10931 needs d).  gap: median (μ1−μ2)/max|μ| of sym(V_hB_hᵀ).  "
             "dimE: largest dominant-eigenspace dimension.  α: mean tr(B_h)/d; fit%: share of ‖B_h‖_F² explained by λI.  "
             "β=1/√d_h; βLN=r²/√d_h with r the LayerNorm radius.  regime: β against β*(H,n,α) of Thm 19 of "
-            "Pendharkar, arXiv 2605.04279 (below = per-head monotone; β* none: no β > 0 is); "
-            f"for H={r0.H}, β*>0 needs n > {r0.n_positive:.1f}."
+            "Pendharkar, arXiv 2605.04279 (below: per-head monotonicity guaranteed by its sufficient criterion; β* none: guaranteed for "
+            f"no β > 0); for H={r0.H}, β*>0 needs n > {r0.n_positive:.6g}."
         )
         rows.append("")
         rows.extend(textwrap.wrap(legend, width=max(len(head), 60)))

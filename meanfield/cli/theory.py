@@ -73,7 +73,8 @@ def _run_beta_star(args: argparse.Namespace) -> int:
     if math.isinf(closed):
         regime = "all beta (a single head)" if heads == 1 else "all finite beta (beta* is past the largest float)"
     elif closed <= 0:
-        regime = "no beta > 0"
+        # Thm 19's criterion is sufficient: identical heads stay monotone at every beta (it had said they never are)
+        regime = "no beta > 0 by Thm 19's sufficient criterion (c(beta) >= c*(H) at every beta; monotonicity is not excluded)"
     else:
         regime = f"0 <= beta < {closed!r}"
     emit(

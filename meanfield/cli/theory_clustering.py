@@ -58,9 +58,10 @@ def run(args: argparse.Namespace) -> int:
     runs = parse_int(args.runs, "--runs", minimum=1)
     max_draws = parse_int(args.max_draws, "--max-draws", minimum=1) if args.max_draws is not None else None
     dt = parse_float(args.dt, "--dt", positive=True)
-    from meanfield.solvers.experiments.multihead import check_clustering_steps
+    from meanfield.solvers.experiments.multihead import check_clustering_memory, check_clustering_steps
 
     check_clustering_steps(ns, ds, max(dt, 0.5) if args.quick else dt, key="--dt")
+    check_clustering_memory(ns, ds, key="--d")
     if args.init == "equiangular" and min(ds) < max(ns):
         raise ConfigError("--d", f"--init equiangular needs n <= d for every pair; got n up to {max(ns)} and d down to {min(ds)}")
     values: dict[str, Any] = {}

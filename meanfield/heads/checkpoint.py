@@ -826,7 +826,7 @@ class LayerReport:
             "alpha": self.alpha,
             "beta_model": self.beta_model,
             "beta_ln": self.beta_ln,
-            "beta_star": self.beta_star if self.beta_star > 0 else None,  # β* ≤ 0: no temperature keeps the heads monotone
+            "beta_star": self.beta_star if self.beta_star > 0 else None,  # β* ≤ 0: Thm 19's criterion holds at no temperature
             "regime": self.regime,
             "regime_ln": self.regime_ln,
             "n_positive": self.n_positive,
@@ -840,7 +840,7 @@ class LayerReport:
             if name == "angles":
                 value = {f"{a}-{b}": v.tolist() for (a, b), v in value.items()}
             elif name == "beta_star" and not value > 0:
-                value = None  # no β > 0 keeps every head monotone
+                value = None  # Thm 19's criterion holds for no β > 0
             elif isinstance(value, np.ndarray):
                 value = value.tolist()
             elif isinstance(value, tuple):

@@ -641,6 +641,25 @@ def check_clustering_steps(ns: Sequence[int], ds: Sequence[int], dt: float, *, k
                                f"d = {d}; the limit is {MAX_STEPS:.0e} steps")
 
 
+def check_clustering_memory(ns: Sequence[int], ds: Sequence[int], *, key: str = "d", available: int | None = None) -> None:
+    """Refuse a size whose run does not fit in memory: the identity head's dense d×d matrices and the tokens'
+    Runge–Kutta copies (``d = 1e9`` had failed with a traceback after it started allocating).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``key`` (the dimension: the head grows as d²).
+    """
+    from meanfield.resources import available_memory, format_bytes
+
+    n, d = max(ns), max(ds)
+    need = 8.0 * (6 * d * d + 24 * n * d)  # B, V and the kernels' copies; the tokens, stages and velocities
+    limit = available_memory() if available is None else available
+    if need > limit:
+        raise ConfigError(key, f"d = {d} with n = {n} tokens needs about {format_bytes(need)} (heads of {d}×{d}); "
+                               f"this machine has {format_bytes(limit)} available")
+
+
 def _fit_or_nan(fit: Any, xs: np.ndarray, ys: np.ndarray) -> tuple[float, float, float]:
     if xs.size < 2 or np.ptp(xs) == 0:
         return (math.nan, math.nan, math.nan)

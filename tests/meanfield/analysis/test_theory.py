@@ -260,6 +260,20 @@ def test_overlap_and_angles_random_match_direct():
         (lambda: th.solve_equiangular(-0.5, [0, 1], lambdas=[1.0], beta=1.0, n=4), "gamma0"),
         (lambda: th.solve_equiangular(0.0, [1, 0], lambdas=[1.0], beta=1.0, n=4), "t"),
         (lambda: th.principal_angles([np.eye(2), np.zeros((2, 2))]), "Bs[1]"),
+        # each of these had named no argument, hung solve_ivp (NaN tolerances) or returned NaN
+        (lambda: th.principal_angles([np.eye(2)], rtol=2.0), "rtol"),  # had blamed Bs[0]: "is zero"
+        (lambda: th.c_star("x"), "H"),
+        (lambda: th.head_cosine("x", n=4, alpha=1.0), "beta"),
+        (lambda: th.head_cosine(math.nan, n=4, alpha=1.0), "beta"),
+        (lambda: th.phi(math.nan, beta=1.0, n=4), "lam"),
+        (lambda: th.equiangular_rhs(math.nan, lambdas=[1.0], beta=1.0, n=4), "gamma"),
+        (lambda: th.solve_equiangular(0.0, ["x"], lambdas=[1.0], beta=1.0, n=4), "t"),
+        (lambda: th.solve_equiangular(0.0, [0, 1], lambdas=[1.0], beta=1.0, n=4, rtol=math.nan), "rtol"),
+        (lambda: th.solve_equiangular_log_gap(0.0, [0, 1], lambdas=[1.0], beta=1.0, n=4, atol=-1.0), "atol"),
+        (lambda: th.fit_linear([1.0, 2.0], [1.0, math.inf]), "ys"),  # had been blamed on xs
+        (lambda: th.fit_linear(["a", 2.0], [1.0, 2.0]), "xs"),
+        (lambda: th.late_rate([1e308, 1e308]), "lambdas"),  # their sum had been inf (equal_split_rate: NaN)
+        (lambda: th.equal_split_rate([1e308, 1e308], beta=1.0, n=4), "lambdas"),
     ],
 )
 def test_bad_arguments(call, key):
@@ -326,6 +340,7 @@ def test_cli_rates(capsys):
         (["theory", "rates", "--lambdas", "1,,2"], "--lambdas"),  # an empty entry had been dropped silently
         (["theory", "clustering-time", "--eps", "2"], "--eps"),  # every configuration is clustered at eps >= 2
         (["theory", "clustering-time", "--n", "4", "--d", "4", "--dt", "1e-9"], "--dt"),  # 5.8e11 steps: had run for ever
+        (["theory", "clustering-time", "--n", "4", "--d", "1000000000"], "--d"),  # heads of 1e9 × 1e9: a MemoryError traceback
     ],
 )
 def test_cli_bad_values(capsys, argv, option):
@@ -338,6 +353,21 @@ def test_cli_bad_values(capsys, argv, option):
 def test_cli_theory_without_subcommand(capsys):
     assert main(["theory"]) == 2
     assert "beta-star" in capsys.readouterr().err
+
+
+def test_beta_star_at_the_largest_alphas_and_the_wording_of_a_negative_one(capsys):
+    # 2α overflowed: β* = 0.0 at α = 1e308, where it is 1.11e-308 (α β* = 1.1134… for every α)
+    assert th.beta_star(2, 16, 1e308) == pytest.approx(th.beta_star(2, 16, 1.0) / 1e308, rel=1e-15)
+    assert th.beta_star(2, 16, 1e308) > 0
+    assert main(["theory", "beta-star", "--heads", "2", "--n", "2"]) == 0
+    regime = _kv(capsys.readouterr().out)["monotone_for"]
+    # identical heads are monotone at every β: the criterion of Thm 19 is sufficient, and the line had said "no beta > 0"
+    assert regime.startswith("no beta > 0 by Thm 19's sufficient criterion") and "not excluded" in regime
+
+
+def test_equiangular_entropy_of_an_overflowing_product_is_its_limit():
+    np.testing.assert_equal(th.equiangular_entropy(0.0, lam=1e308, beta=10.0, n=4), 0.0)  # had been NaN (inf · 0)
+    assert th.equiangular_entropy(0.0, lam=1e3, beta=10.0, n=4) == 0.0
 
 
 def test_cli_rates_refuses_strengths_whose_total_overflows(capsys):
