@@ -257,15 +257,24 @@ def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> Path:
 def script_main(make: Any, claim: Any, description: str, argv: Any = None) -> int:
     """The command line every figure script shares: ``[--quick] [--out DIR]``, then the claim checks.
 
-    Exit status 0 when every check holds, 1 otherwise.
+    Exit status 0 when every check holds, 1 otherwise, 2 for a bad ``--out`` (before any work).
+    The default folder is that of ``meanfield reproduce``: ``figures/gallery``, and ``figures/gallery/quick``
+    with ``--quick``, so that the quick form never replaces the gallery's full one.
     """
     import argparse
 
+    from meanfield.cli.options import folder_path
+    from meanfield.errors import ConfigError
+
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="the small version the tests run")
-    parser.add_argument("--out", default="figures/gallery", help="output folder (default figures/gallery)")
+    parser.add_argument("--out", default=None, help="output folder (default figures/gallery; figures/gallery/quick with --quick)")
     args = parser.parse_args(argv)
-    paths = make(args.out, quick=args.quick)
+    try:
+        out = folder_path(args.out, "--out") or str(Path("figures/gallery") / ("quick" if args.quick else ""))
+    except ConfigError as exc:  # a file, or a folder that cannot be made: the traceback had exited 1, "a claim failed"
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    paths = make(out, quick=args.quick)
     checks = claim(paths["csv"])
     print(f"wrote {paths['png']} and {paths['csv']}")
     for name, check in checks.items():

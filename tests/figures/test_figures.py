@@ -141,6 +141,16 @@ def test_a_figure_script_runs_on_its_own(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "multihead_beta_star.png").stat().st_size > 0 and "ok" in done.stdout
     assert len(_rows(tmp_path / "multihead_beta_star.csv")) > 3
+    # --quick without --out writes where `meanfield reproduce --quick` does: it had replaced the gallery's full form
+    done = subprocess.run([sys.executable, str(entry.path), "--quick"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "figures/gallery/quick/multihead_beta_star.csv").exists()
+    assert not (tmp_path / "figures/gallery/multihead_beta_star.csv").exists()
+    # a file for --out: exit 2 naming it, before any work (a FileExistsError traceback had exited 1, "a claim failed")
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    done = subprocess.run([sys.executable, str(entry.path), "--quick", "--out", str(afile)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--out" in done.stderr and "Traceback" not in done.stderr and afile.read_text() == "keep"
 
 
 def _parser() -> argparse.ArgumentParser:
