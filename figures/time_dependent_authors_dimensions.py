@@ -173,8 +173,11 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
                      "lines: log-log fits a·H^b", fontsize=9)
         ax.legend(fontsize=7.5)
         ax.grid(alpha=0.3, which="both")
+    paths = len({r["path"] for r in rows})
     fig.suptitle("Massucco et al., arXiv 2605.18870, in the authors' S¹ and S⁴ setups: G² plateau against H "
-                 "(paper: OU b ≈ −1, oscillating b ≈ 0)", fontsize=10)
+                 f"(paper: OU b ≈ −1, oscillating b ≈ 0)\n{paths} OU path{'s' if paths > 1 else ''} per H"
+                 f"{'' if paths > 1 else ' (no spread shown)'}; the authors ran T = 20 and H up to 20 (S¹) and 100 (S⁴)",
+                 fontsize=10)
     fig.savefig(path, dpi=120)
     return path
 

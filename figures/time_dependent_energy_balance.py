@@ -174,7 +174,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     bx.set_title(f"residual shrinks with τ: observed order {order:.2f} (expected 1)", fontsize=9)
     bx.legend(fontsize=7)
     bx.grid(alpha=0.3, which="both")
-    fig.suptitle(f"Massucco et al., arXiv 2605.18870: discrete energy–dissipation identity along particle JKO runs ({HEADS} OU heads, descent, β = 1)",
+    fig.suptitle(f"Massucco et al., arXiv 2605.18870, this project's −I-heads variant, not the paper's setup:\ndiscrete energy–dissipation identity along particle JKO runs ({HEADS} OU heads, descent, β = 1)",
                  fontsize=10)
     fig.savefig(path, dpi=120)
     return path

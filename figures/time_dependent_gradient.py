@@ -153,7 +153,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     bx.legend(fontsize=8)
     bx.grid(alpha=0.3, which="both")
     n = int(rows[0]["n_tokens"])
-    fig.suptitle(f"Massucco et al., arXiv 2605.18870: upper gradient for constant, OU and oscillating heads (H = {HEADS}, n = {n}, descent, β = 1)",
+    fig.suptitle(f"Massucco et al., arXiv 2605.18870, this project's −I-heads variant, not the paper's setup:\nupper gradient for constant, OU and oscillating heads (H = {HEADS}, n = {n}, descent, β = 1)",
                  fontsize=10)
     fig.savefig(path, dpi=120)
     return path

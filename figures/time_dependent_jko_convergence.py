@@ -148,8 +148,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("JKO step τ")
     ax.set_ylabel(r"$\max_i\, d_S(x_i^{\mathrm{JKO}}(T),\, x_i^{\mathrm{RK4}}(T))$")
-    ax.set_title(f"Massucco et al., arXiv 2605.18870: JKO → pooled PDE as τ → 0 (H = {HEADS}, n = {N_TOKENS}, T = {rows[0]['t_final']:g}, "
-                 "descent, β = 1)", fontsize=9)
+    ax.set_title(f"Massucco et al., arXiv 2605.18870, this project's −I-heads variant, not the paper's setup:\nJKO → pooled PDE as τ → 0 (H = {HEADS}, n = {N_TOKENS}, "
+                 f"T = {rows[0]['t_final']:g}, descent, β = 1)", fontsize=9)
     ax.legend(fontsize=7.5)
     ax.grid(alpha=0.3, which="both")
     fig.savefig(path, dpi=120)

@@ -138,7 +138,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_xlabel("number of heads H")
     ax.set_ylabel("plateau (time average over the last half)")
     seeds = len({r["seed"] for r in rows})
-    ax.set_title(f"Massucco et al., arXiv 2605.18870: plateau of the upper gradient against H, OU heads\n"
+    ax.set_title(f"Massucco et al., arXiv 2605.18870, this project's −I-heads variant, not the paper's setup:\nplateau of the upper gradient against H, OU heads\n"
                  f"(n = {int(rows[0]['n_tokens'])}, T = {rows[0]['t_final']:g}, {seeds} seeds: small dots; descent, β = 1)",
                  fontsize=9)
     ax.legend(fontsize=8)

@@ -154,7 +154,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
             ax.title.set_fontsize(9)
             if col == 0:
                 ax.text(-0.08, 0.5, LABELS[name], transform=ax.transAxes, rotation=90, va="center", ha="center", fontsize=10)
-    fig.suptitle(f"Massucco et al., arXiv 2605.18870: token clouds on S² (H = {HEADS} heads, n = {len(first)}, descent, β = 1; "
+    fig.suptitle(f"Massucco et al., arXiv 2605.18870, this project's −I-heads variant, not the paper's setup: token clouds on S²\n(H = {HEADS} heads, n = {len(first)}, descent, β = 1; "
                  "colour = initial longitude; each row viewed from the mean direction of its last cloud)", fontsize=10)
     fig.savefig(path, dpi=110)
     return path
