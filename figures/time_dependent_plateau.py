@@ -29,10 +29,13 @@ law; the pooled field averages them, so the fluctuation that keeps the cloud
 moving has variance :math:`\propto1/H`.
 
 Claim (from the CSV): the least-squares slope :math:`b` of :math:`\log\overline{G^2}`
-and of :math:`\log\overline{|\partial E|^2}` against :math:`\log H` is negative; the
-paper's value is :math:`-1` and the measured values are reported as they are.
+and of :math:`\log\overline{|\partial E|^2}` (seed means) against :math:`\log H`, with its standard error
+:math:`s` (that of the per-seed slopes over the 12 seeds), decays faster than :math:`1/\sqrt H`:
+:math:`b+2s<-1/2`.  The paper's value is :math:`-1`; the measured ones (about :math:`-0.85` and :math:`-0.75`,
+both more than :math:`2s` from :math:`-1`) are reported as they are.  The quick form (:math:`T=8`, 32 tokens,
+four seeds) is too short to tell the two apart, and checks only a decay, :math:`b+2s<0`.
 
-Runtime: about 3 s with ``--quick``, 10 s in full, on one core.
+Runtime: about 3 s with ``--quick``, 30–80 s in full, on one core.
 
 Command: ``python figures/time_dependent_plateau.py [--quick] [--out DIR]``
 (or ``meanfield reproduce time_dependent_plateau``).
@@ -59,14 +62,14 @@ DESCRIPTION = "This project's −I-heads variant, not the paper's setup: plateau
 HEADS = (1, 2, 4, 8, 16)
 N_TOKENS = 64
 T_FINAL = 20.0
-SEEDS = (0, 1, 2)
+SEEDS = tuple(range(12))  # the per-seed slopes spread by 0.17: 12 seeds give the slope to ±0.05
 WINDOW = 0.5            # plateau: time average over the last half
 QUICK_HEADS = (1, 2, 4, 8)
 QUICK_N_TOKENS = 32
 QUICK_T_FINAL = 8.0
-QUICK_SEEDS = (0, 1)
+QUICK_SEEDS = (0, 1, 2, 3)
 PAPER_SLOPE = -1.0
-SLOPE_BAND = (-1.5, -0.5)  # the claim check: a decay near 1/H (measured −0.87 and −0.82 in full, −0.71 and −0.58 quick)
+SLOPE_BOUND = -0.5  # the claim: b + 2 s.e. below the 1/√H slope (in full; the quick form checks b + 2 s.e. < 0)
 QUANTITIES = {"G2": "authors' G²", "upper_gradient2": "|∂E|²"}
 
 
@@ -103,16 +106,31 @@ def fitted_slope(rows: list[dict[str, Any]], key: str) -> tuple[float, float]:
     return float(math.exp(log_a)), float(b)
 
 
+def slope_error(rows: list[dict[str, Any]], key: str) -> float:
+    """Standard error of :func:`fitted_slope`: the standard deviation of the per-seed slopes over √seeds (inf for one seed)."""
+    seeds = sorted({r["seed"] for r in rows})
+    if len(seeds) < 2:
+        return math.inf
+    slopes = [fitted_slope([r for r in rows if r["seed"] == seed], key)[1] for seed in seeds]
+    return float(np.std(slopes, ddof=1) / math.sqrt(len(seeds)))
+
+
 def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
-    """Checks of the CSV: the fitted slopes against H lie in :data:`SLOPE_BAND` around the paper's −1 (a sign test had
-    passed slopes of −0.07)."""
+    """Checks of the CSV: each fitted slope decays faster than 1/√H by two standard errors (:data:`SLOPE_BOUND`; the
+    quick form: a decay). A band [−1.5, −0.5] had held −0.5, the 1/√H it was to rule out, and 3 seeds had
+    given the slope to ±0.1 only."""
     rows = read_csv(csv_path)
+    quick = rows[0]["t_final"] < T_FINAL
+    bound = 0.0 if quick else SLOPE_BOUND
     checks = {}
-    low, high = SLOPE_BAND
     for key in QUANTITIES:
         _, b = fitted_slope(rows, key)
-        checks[f"slope[{key}]"] = {"ok": bool(low <= b <= high), "value": b,
-                                   "expected": f"in [{low:g}, {high:g}] (paper: {PAPER_SLOPE:g}; −0.5 would be 1/√H)"}
+        error = slope_error(rows, key)
+        checks[f"slope[{key}]"] = {
+            "ok": bool(b + 2 * error < bound), "value": b,
+            "expected": f"b + 2 s.e. < {bound:g}, s.e. = {error:.2g} over {len({r['seed'] for r in rows})} seeds "
+                        + ("(quick form: a decay only)" if quick else f"(faster than 1/√H; paper: {PAPER_SLOPE:g})"),
+        }
     return checks
 
 
@@ -129,7 +147,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
         H, y = plateaus(rows, key)
         a, b = fitted_slope(rows, key)
         ax.loglog(H, y, marker, color=color, ms=7, mfc="none", mew=1.5, label=f"{label}: mean over seeds")
-        ax.loglog(H, a * H**b, "-", color=color, lw=1.2, label=f"{label} fit: ${a:.3g}\\,H^{{{b:.2f}}}$")
+        ax.loglog(H, a * H**b, "-", color=color, lw=1.2, label=f"{label} fit: ${a:.3g}\\,H^{{{b:.2f}}}$, b = {b:.2f} ± {slope_error(rows, key):.2f}")
     H, y = plateaus(rows, "G2")
     ax.loglog(H, y[0] * H**PAPER_SLOPE, "k:", lw=1.0, label="slope −1 (paper)")
     ax.xaxis.set_major_locator(FixedLocator(list(H)))
