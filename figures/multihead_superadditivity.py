@@ -168,7 +168,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax_gain.axhline(0.0, color="0.5", lw=0.8)
     ax_gain.set_xlabel(r"spread $s$ ($\lambda_h=\bar\lambda(1+s\,u_h)$, fixed $\Lambda$)")
     ax_gain.set_ylabel(r"relative gain $G / H\varphi(\bar\lambda)$")
-    ax_gain.set_title("Thm 22 of Pendharkar, arXiv 2605.04279: super-additivity\n(lines: closed form; circles: model velocity; dotted: every head convex to the left)", fontsize=9)
+    ax_gain.set_title("Thm 22 of Pendharkar, arXiv 2605.04279: super-additivity\n(lines: closed form; circles: model velocity;\ndotted: every head convex to the left)", fontsize=9)
     ax_gain.legend(fontsize=8)
     for ax in (ax_phi, ax_gain):
         ax.grid(alpha=0.3)
