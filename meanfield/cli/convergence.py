@@ -95,7 +95,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--csv", default=None, metavar="F", help="write the table as CSV")
     p.add_argument("--plot", default=None, metavar="F.png", help="plot W2 against h")
     p.add_argument("--quiet", action="store_true", help="print the table only")
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, interrupted="interrupted; nothing was written (the table and the plot come at the end)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -118,6 +118,21 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError("--particles", f"must be an integer >= 12, got {args.particles!r}")
     if reference is None and len(cells) < 2:
         raise ConfigError("--cells", "give at least two mesh sizes, or one and --reference-cells")
+    family = args.family or cfg["grid"]["family"]
+    if family == "icosahedral":  # each size becomes the nearest 10·4^L + 2: two of them may be one mesh
+        from meanfield.geometry.grid_config import icosahedral_cells
+
+        meshes = [icosahedral_cells(c) for c in cells]
+        if len(set(meshes)) != len(meshes):
+            raise ConfigError("--cells", f"{cells} give the icosahedral meshes {meshes}: sizes that differ by less than a "
+                                         "refinement (×4) are one mesh; give distinct levels, e.g. 642,2562,10242")
+        cells_fine = max(meshes)
+        reference_mesh = None if reference is None else icosahedral_cells(reference)
+    else:
+        cells_fine, reference_mesh = max(cells), reference
+    if reference_mesh is not None and reference_mesh <= cells_fine:  # a coarser reference had given orders of 0.1 and −0.7
+        raise ConfigError("--reference-cells", f"the reference must be finer than every study mesh (the finest has "
+                                               f"{cells_fine} cells), got {reference}")
     if args.family is None and cfg["grid"]["family"] == "graded":
         raise ConfigError("grid.family", "the convergence study refines uniform meshes (fibonacci, icosahedral); a graded "
                                          "mesh is refined through grid.cells with the same caps: run `meanfield simulate` "
@@ -139,7 +154,7 @@ def main(args: argparse.Namespace) -> int:
         reference_cells=reference,
         particles=particles,
         particle_init=args.particle_init,
-        family=args.family or cfg["grid"]["family"],
+        family=family,
         seed=int(cfg["init"]["seed"]),
         solver=solver_from_config(cfg),  # the config's scheme: solver.method and .cfl, grid.order, .limiter, .dt_max, [noise]
         log=log,

@@ -10,6 +10,7 @@ from the config's initial tokens and classifies what it reaches
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     for q in (c, s):
         q.add_argument("--gtol", default="1e-6", metavar="G", help="critical when |grad E| <= G |u| (default 1e-6)")
         q.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, interrupted="interrupted; nothing was written (the search saves its tokens at the end)")
 
 
 def _heads(model: Any, t: float) -> tuple[np.ndarray, float, float]:
@@ -56,6 +57,9 @@ def _heads(model: Any, t: float) -> tuple[np.ndarray, float, float]:
     where the run's own velocity was 0.44.)"""
     from meanfield.analysis.landscape import symmetric_heads
 
+    if getattr(model, "attention", "softmax") == "relu":  # its energy is another model's: a critical run had read "not critical"
+        raise ConfigError("model.attention", "the landscape is that of the exponential energy (softmax, unnormalized and "
+                                             "pooled attention share its critical points); relu attention has another")
     stack = model.heads.at(t)
     try:
         B = symmetric_heads(stack)
@@ -74,11 +78,11 @@ def _scaled(values: dict[str, Any], factor: float) -> dict[str, Any]:
     return {key: value * factor if key in _SCALED else value for key, value in values.items()}
 
 
-def _spectrum(x: np.ndarray, B: np.ndarray, beta: float, gtol: float) -> Any:
+def _spectrum(x: np.ndarray, B: np.ndarray, beta: float, gtol: float, weights: np.ndarray | None = None) -> Any:
     from meanfield.analysis.landscape import hessian_spectrum
 
     try:
-        return hessian_spectrum(x, B, beta=beta, gtol=gtol)
+        return hessian_spectrum(x, B, beta=beta, gtol=gtol, weights=weights)
     except OverflowError as exc:
         raise ConfigError("model.beta", str(exc)) from None
 
@@ -103,7 +107,13 @@ def main(args: argparse.Namespace) -> int:
         k %= frames
         x = np.asarray(run.frame(k), dtype=float)
         B, beta, factor = _heads(run.model, float(run.t[k]))
-        spectrum = _spectrum(x, B, beta, gtol)
+        weights = run.static.get("weights")  # token masses (a run continued from a grid frame): they had been read as 1/n
+        if weights is not None:
+            weights = np.asarray(weights, dtype=float)
+            if not np.all(weights > 0):
+                raise ConfigError("OUT.h5", f"{args.run} has {int(np.sum(weights <= 0))} tokens of zero mass; the landscape's "
+                                            "metric weighs each token by its mass (continue the grid frame with init.min_mass > 0)")
+        spectrum = _spectrum(x, B, beta, gtol, weights)
         emit({"frame": k, "t": float(run.t[k]), "n": x.shape[0], "d": x.shape[1], **_scaled(spectrum.as_dict(), factor)},
              as_json=args.json)
         return 0
@@ -121,6 +131,7 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("model.beta", str(exc)) from None
     spectrum = _spectrum(result.x, B, beta, gtol)
     if args.out is not None:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # a new folder had failed here, after the search
         np.save(args.out, result.x)
     emit({"mode": args.mode, "converged": result.converged, "iterations": result.iterations,
           **_scaled({"energy_start": float(result.energy[0]), **spectrum.as_dict()}, factor), **({"out": args.out} if args.out else {})},

@@ -420,12 +420,26 @@ def test_cli_convergence(tmp_path, capsys):
     assert "W2_ref" in out and "reference" in out
     assert csv_path.read_text().count("\n") == 3
     assert png.stat().st_size > 1000
+    import csv
+
+    from meanfield.plotting.curves import plot_convergence
+
+    with open(csv_path) as fh:
+        rows = [{k: (v if k == "role" else float(v or "nan")) for k, v in row.items()} for row in csv.DictReader(fh)]
+    labels = [line.get_label() for line in plot_convergence(rows).axes[0].get_lines()]
+    # the scheme's own errors are drawn, not only W2 between cell atoms beside a slope-1 line
+    assert any("L1 to the reference density" in s for s in labels) and any("W2 to the reference density" in s for s in labels)
     with pytest.raises(ConfigError, match="--cells"):
         _cli([str(cfg), "--cells", "100,abc"])
     with pytest.raises(ConfigError, match="init.kind"):
         _cli([str(cfg), "--cells", "100,200", "--set", "init.kind=orthogonal"])
     with pytest.raises(ConfigError, match="--reference-cells"):
         _cli([str(cfg), "--cells", "100,200", "--reference-cells", "5"])
+    # a reference no finer than the study (orders 0.1, −0.7 had printed with exit 0) and icosahedral sizes that are one mesh
+    with pytest.raises(ConfigError, match="^--reference-cells: the reference must be finer than every study mesh"):
+        _cli([str(cfg), "--cells", "100,200", "--reference-cells", "150"])
+    with pytest.raises(ConfigError, match="^--cells: .*give the icosahedral meshes \\[642, 642\\]"):
+        _cli([str(cfg), "--cells", "600,700", "--family", "icosahedral"])
 
 
 def test_cli_convergence_studies_the_configs_scheme(tmp_path, capsys):

@@ -336,3 +336,41 @@ def _write_toml(cfg: dict, path) -> None:
             lines.append(f"[[{section}.heads]]")
             lines += [f"{k} = {json.dumps(v)}" for k, v in head.items()]
     path.write_text("\n".join(lines) + "\n")
+
+
+def test_landscape_classify_weighs_a_runs_tokens_by_their_masses(tmp_path, capsys):
+    # the tokens of a run continued from a grid frame carry the cells' masses; classify had read them as 1/n each
+    import json
+
+    from meanfield.analysis.energy import energy_multi
+    from meanfield.cli import main
+    from meanfield.heads import HeadStack
+
+    grid = tmp_path / "grid.h5"
+    mf.simulate({"model": {"beta": 1.0}, "init": {"kind": "vmf", "kappa": 3.0}, "grid": {"cells": 60},
+                 "solver": {"kind": "grid", "method": "ssprk3", "t_final": 0.1, "save_every": 0.1}}, out=grid)
+    tokens = tmp_path / "tokens.h5"
+    run = mf.simulate({"model": {"beta": 1.0}, "init": {"kind": "run", "path": str(grid), "time": 0.1},
+                       "solver": {"t_final": 0.2, "save_every": 0.1}}, out=tokens)
+    masses = np.asarray(run.static["weights"])
+    assert np.ptp(masses) > 0.1 * masses.mean()  # unequal: the check below tells the two apart
+    assert main(["landscape", "classify", str(tokens), "--frame", "0", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    x = run.x[0]
+    expected = energy_multi(x, HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]), beta=1.0, weights=masses)
+    np.testing.assert_allclose(report["energy"], expected, rtol=1e-12)
+    assert abs(report["energy"] - energy_multi(x, HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]), beta=1.0)) > 1e-3
+
+
+def test_landscape_refuses_relu_attention_and_saves_into_a_new_folder(tmp_path, capsys):
+    from meanfield.cli import main
+
+    config = tmp_path / "relu.toml"
+    _write_toml({"model": {"attention": "relu"}, "init": {"n": 6}}, config)
+    assert main(["landscape", "search", str(config)]) == 2  # its energy is another model's: a rest point read "not critical"
+    assert "error: model.attention" in capsys.readouterr().err
+    plain = tmp_path / "plain.toml"
+    _write_toml({"init": {"n": 6}}, plain)
+    out = tmp_path / "new" / "folder" / "x.npy"
+    assert main(["landscape", "search", str(plain), "--max-iter", "200", "--out", str(out)]) == 0  # np.save had failed after the search
+    assert np.load(out).shape == (6, 3)
