@@ -233,8 +233,10 @@ def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.nd
     if reader.status == "failed" and not reader.info.get("storage_failed"):  # a full disk: its frames are good, go on
         raise ConfigError(
             "--resume",
-            f"the run in {path} failed ({reader.stop_reason}); resuming would continue from a bad frame. "
-            "Fix the config and start afresh without --resume",
+            f"the run in {path} failed ({reader.stop_reason}); its {reader.frames} committed frames are good, but the same "
+            "config fails again at the same step, and --resume takes no other. Continue from its last good frame with "
+            f"another config (e.g. a smaller solver.dt) in a new file: --set init.kind=run --set init.path={path} "
+            f"--set init.time={float(reader.times()[-1]):g}; or fix the config and start afresh",
         )
     frames, t_last, state = last_frame(path, setup.state_name)
     restore = getattr(setup.stepper, "restore", None)

@@ -72,8 +72,11 @@ class WriterLock:
                 pass
             os.close(fd)
             fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()} on {socket.gethostname()}".encode())
+        try:  # who holds it, for the message of a second writer; the flock alone is the lock
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()} on {socket.gethostname()}".encode())
+        except OSError:  # a full disk: the run file's own check then says so (this had been a traceback, the lock left behind)
+            pass
         self.fd = fd
         return self
 

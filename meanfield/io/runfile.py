@@ -60,6 +60,10 @@ _PER_FRAME = ("t",)
 #: free bytes kept beyond two frames before a frame is written: a full disk is met by us, never by HDF5
 #: (a write that fails inside HDF5 leaves a file that its own close can crash on)
 SPACE_RESERVE = 1 << 20
+#: free bytes below which :meth:`RunWriter.finish` leaves the status unwritten: the space check keeps
+#: :data:`SPACE_RESERVE` for it, and only another process can have taken that (HDF5 meeting a full disk in its
+#: metadata flush had left the file unreadable, every committed frame lost)
+STATUS_RESERVE = 64 << 10
 
 
 def _free_bytes(path: Path) -> int | None:
@@ -75,7 +79,7 @@ def _no_space(exc: BaseException) -> bool:
     return getattr(exc, "errno", None) == errno.ENOSPC or "no space left" in str(exc).lower()
 
 
-def _reason(exc: OSError) -> str:
+def _reason(exc: BaseException) -> str:
     """The useful part of an h5py ``OSError`` (e.g. 'file signature not found', 'unable to lock file')."""
     text = str(exc)
     for marker in ("file signature not found", "unable to lock file", "truncated file", "Permission denied",
@@ -195,6 +199,8 @@ def read_run_file(path: str | Path, read: Callable[[h5py.File], T], *, key: str 
             # open_run_file's verdicts are final (but a truncated look); read's may come from a half-updated header
             settled = isinstance(exc, ConfigError) and not opened and not isinstance(exc, _TruncatedRunFile)
             if settled or not (writer_alive(path) or _file_stamp(path) != before):
+                if isinstance(exc, (KeyError, OSError)):  # no writer: the bytes themselves are bad (a KeyError traceback, exit 1)
+                    raise ConfigError(key, f"{path} is damaged: HDF5 cannot read it ({_reason(exc)})") from None
                 raise
             if attempt == LIVE_READ_ATTEMPTS - 1:
                 if isinstance(exc, ConfigError):
@@ -414,29 +420,35 @@ class RunWriter:
         a frame refused before any write for lack of space leaves the file whole, and its status is recorded in the
         space kept free for it)."""
         try:
+            free = _free_bytes(self.path)
+            if free is not None and free < STATUS_RESERVE:  # the disk filled up since (another process): HDF5 must not meet it
+                self.damaged = True  # the file stays as its last commit left it: a killed run's, which --resume continues
+                self.broken = f"no space left on device to record the status of {self.path}"
             if not self.damaged:
                 self.file.attrs["status"] = status
                 self.file.attrs["stop_reason"] = stop_reason
                 if info:
                     self.file.attrs["info"] = json.dumps(info, default=float)
                 self.file.flush()
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:  # h5py raises RuntimeError for a failed flush
             self.broken = f"could not record the status of {self.path} ({_reason(exc)})"
         finally:
             try:
-                self.file.close()
-            except OSError:
-                pass
-            try:
-                if self.pending is not None and self.path.exists():
-                    self.pending.unlink()  # no frame committed: the older file of that name stays whole
-                    self.pending = None
-                    self.kept_older = True
-                else:
-                    self._publish()  # a run that ended before its first frame still leaves its status behind
-            except OSError:
-                pass
-            self.lock.release()
+                try:
+                    self.file.close()
+                except (OSError, RuntimeError):
+                    pass
+                try:
+                    if self.pending is not None and self.path.exists():
+                        self.pending.unlink()  # no frame committed: the older file of that name stays whole
+                        self.pending = None
+                        self.kept_older = True
+                    else:
+                        self._publish()  # a run that ended before its first frame still leaves its status behind
+                except OSError:
+                    pass
+            finally:
+                self.lock.release()  # whatever the file did: a stale lock had refused the --resume
 
     def __enter__(self) -> RunWriter:
         return self
@@ -447,28 +459,66 @@ class RunWriter:
 
 
 def _rebuild(reader: RunReader, path: Path) -> None:
-    """Replace ``path`` by a clean copy of its committed frames (atomically, through a temporary file)."""
+    """Replace ``path`` by a clean copy of its committed frames (atomically, through a temporary file).
+
+    The copy is made only where the disk holds it, and read back against the file before it replaces it: on a
+    nearly full disk HDF5 had dropped the copy's writes without an error, and the partial copy, moved over the
+    file, had zeroed committed frames.
+
+    Raises
+    ------
+    StorageFailed
+        No room for the copy, or the copy does not read back equal; ``path`` is left as it was.
+    """
     tmp = path.with_name(f".{path.name}.rebuild")
-    with reader._open() as src, h5py.File(tmp, "w", libver="latest") as dst:  # noqa: SLF001
-        frames = reader.frames
-        for key, value in src.attrs.items():
-            dst.attrs[key] = value
+    free, size = _free_bytes(path), path.stat().st_size
+    if free is not None and free < size + SPACE_RESERVE:
+        raise StorageFailed(f"--resume rebuilds {path} from its committed frames (the run was killed), which needs "
+                            f"{size + SPACE_RESERVE} bytes free beside it and {free} are: free some space and resume again; "
+                            "the file is unchanged")
+    frames = reader.frames
+    try:
+        with reader._open() as src, h5py.File(tmp, "w", libver="latest") as dst:  # noqa: SLF001
+            for key, value in src.attrs.items():
+                dst.attrs[key] = value
 
-        def copy(name: str, item: Any) -> None:
-            if isinstance(item, h5py.Group):
-                dst.require_group(name)
-                return
-            per_frame = name in (*_PER_FRAME, reader.state_name) or name.startswith("diagnostics/")
-            if per_frame:
-                data = item[:frames]
-                dst.create_dataset(name, data=data, maxshape=(None, *item.shape[1:]), chunks=item.chunks)
-            elif name == COMMITTED:
-                dst.create_dataset(name, data=np.array([frames], dtype=np.int64))
-            else:
-                dst.create_dataset(name, data=item[()])
+            def copy(name: str, item: Any) -> None:
+                if isinstance(item, h5py.Group):
+                    dst.require_group(name)
+                    return
+                if _per_frame(name, reader.state_name):
+                    dst.create_dataset(name, data=item[:frames], maxshape=(None, *item.shape[1:]), chunks=item.chunks)
+                elif name == COMMITTED:
+                    dst.create_dataset(name, data=np.array([frames], dtype=np.int64))
+                else:
+                    dst.create_dataset(name, data=item[()])
 
-        src.visititems(copy)
+            src.visititems(copy)
+        _check_copy(reader, tmp, frames)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, (OSError, RuntimeError, ValueError)):
+            raise StorageFailed(f"--resume could not rebuild {path} from its committed frames ({_reason(exc)}); the file "
+                                "is unchanged") from None
+        raise
     os.replace(tmp, path)
+
+
+def _per_frame(name: str, state_name: str) -> bool:
+    return name in (*_PER_FRAME, state_name) or name.startswith("diagnostics/")
+
+
+def _check_copy(reader: RunReader, copy: Path, frames: int) -> None:
+    """Raise ``ValueError`` unless ``copy`` reads back with every dataset of the file's committed frames."""
+    with reader._open() as src, h5py.File(copy, "r") as dst:  # noqa: SLF001
+        def same(name: str, item: Any) -> None:
+            if isinstance(item, h5py.Group) or name == COMMITTED:
+                return
+            expected = np.asarray(item[:frames] if _per_frame(name, reader.state_name) else item[()])
+            if name not in dst or not np.array_equal(dst[name][()], expected, equal_nan=expected.dtype.kind in "fc"):
+                raise ValueError(f"the copy of {name!r} does not read back equal")
+
+        src.visititems(same)
 
 
 #: how the checks of a frame say that it failed (the frame is in files written before 0.2, not after)

@@ -348,3 +348,96 @@ def test_whole_run_counters_add_counts_and_keep_extremes():
                                 {"steps": 4, "jko_max_residual": 1e-11, "dt_min": 0.2, "stop_reason": "t_final", "failed": False})
     assert merged == {"steps": 7, "jko_max_residual": 1e-9, "dt_min": 0.1, "stop_reason": "t_final", "failed": False}
     assert whole_run_counters({}, {"steps": 4}) == {"steps": 4}  # a session killed with SIGKILL left no counters
+
+
+def test_a_disk_filled_by_another_process_leaves_the_file_readable_and_resumable(small_disk):
+    # the space check refused a frame, then finish() wrote the status onto the full disk: h5py's RuntimeError from
+    # flush and close escaped, the lock stayed, and the file was left unreadable (every committed frame lost)
+    from meanfield.io.lock import lock_path
+
+    cfg = {"init": {"n": 32}, "solver": {"dt": 0.05, "t_final": 2.0, "save_every": 0.25}}
+    whole = mf.simulate(cfg).x
+    out, filler = small_disk / "full.h5", small_disk / "filler"
+
+    def fill_the_disk(t: float, x: np.ndarray) -> None:
+        if t >= 1.0 and not filler.exists():  # another process takes every byte: the next frame and the status find no room
+            with open(filler, "wb", buffering=0) as handle:
+                try:
+                    while True:
+                        handle.write(b"\0" * 4096)
+                except OSError:
+                    pass
+
+    with pytest.raises(mf.RunFailed, match="no space left on device"):
+        mf.simulate(cfg, out=out, trackers=[fill_the_disk])
+    assert not lock_path(out).exists()  # the lock is released
+    filler.unlink()
+    kept = mf.load(out)
+    assert kept.frames == 4 and kept.status != "completed"  # t = 0 … 0.75: the frame at t = 1 found the disk full
+    np.testing.assert_array_equal(kept.x, whole[:4])
+    resumed = mf.simulate(cfg, out=out, resume=True)
+    np.testing.assert_array_equal(resumed.x, whole)
+
+
+def test_a_rebuild_without_room_for_its_copy_leaves_the_file_unchanged(tmp_path, monkeypatch):
+    # --resume of a killed run copies its committed frames; on a nearly full disk HDF5 had dropped the copy's writes
+    # and the partial copy, moved over the file, zeroed 68 of 126 frames
+    from meanfield.errors import StorageFailed
+    from meanfield.io import runfile
+
+    out = tmp_path / "run.h5"
+    x = mf.simulate({"init": {"n": 16}, "solver": {"t_final": 1.0, "save_every": 0.25}}, out=out).x
+    before = out.read_bytes()
+    monkeypatch.setattr(runfile, "_free_bytes", lambda path: len(before))  # the file fits, its copy and the reserve do not
+    with pytest.raises(StorageFailed, match="needs .* bytes free beside it"):
+        runfile._rebuild(runfile.RunReader(out), out)  # noqa: SLF001
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["run.h5"]
+    monkeypatch.undo()
+    runfile._rebuild(runfile.RunReader(out), out)  # with room: a copy that reads back equal, frame for frame
+    np.testing.assert_array_equal(mf.load(out).x, x)
+
+    def short_copy(reader, copy, frames):  # a copy that does not read back equal is never moved over the file
+        raise ValueError("the copy of 'x' does not read back equal")
+
+    before = out.read_bytes()
+    monkeypatch.setattr(runfile, "_check_copy", short_copy)
+    with pytest.raises(StorageFailed, match="could not rebuild .* the file is unchanged"):
+        runfile._rebuild(runfile.RunReader(out), out)  # noqa: SLF001
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["run.h5"]
+
+
+def test_a_damaged_file_is_named_not_a_traceback(tmp_path, capsys):
+    # bytes overwritten inside the HDF5 metadata had raised KeyError ("incorrect metadata checksum"), exit 1
+    from meanfield.cli import main
+
+    out = tmp_path / "run.h5"
+    mf.simulate({"init": {"n": 8}, "solver": {"t_final": 0.5, "save_every": 0.25}}, out=out)
+    good = out.read_bytes()
+    named = 0
+    for offset in range(512, min(len(good), 4096), 64):
+        out.write_bytes(good[:offset] + b"\xff" * 16 + good[offset + 16:])
+        try:
+            run = mf.load(out)
+            run.x, run.diagnostics  # noqa: B018 - every dataset read
+        except mf.ConfigError as exc:
+            named += "is damaged" in str(exc) or "not a run file" in str(exc) or "truncated" in str(exc)
+        if named == 1:
+            assert main(["info", str(out)]) == 2
+            assert "Traceback" not in capsys.readouterr().err
+            named += 1
+    assert named >= 2, "no offset damaged the file: the test did not test"
+
+
+def test_resume_of_a_failed_run_says_how_to_go_on_from_its_good_frames(tmp_path):
+    # the message had said resuming "would continue from a bad frame"; the bad frame is never saved
+    out = tmp_path / "failed.h5"
+    cfg = {"init": {"n": 8}, "solver": {"t_final": 1.0, "save_every": 0.25}}
+
+    def blow_up(t: float, x: np.ndarray) -> None:
+        if t >= 0.5:
+            raise mf.StopRun("NaN/Inf in the state at t=0.5", bad_state=True)
+
+    with pytest.raises(mf.RunFailed):
+        mf.simulate(cfg, out=out, trackers=[blow_up])
+    with pytest.raises(mf.ConfigError, match=r"its 2 committed frames are good.*--set init.kind=run --set init.path=.*init.time=0.25"):
+        mf.simulate(cfg, out=out, resume=True)
