@@ -139,12 +139,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "save_every": Key(NUM, 0.1, _at_least(0, strict=True), "time between saved frames"),
         "rtol": Key(NUM, 1e-8, _at_least(0, strict=True), "rk45 relative tolerance"),
         "atol": Key(NUM, 1e-10, _at_least(0, strict=True), "rk45 absolute tolerance"),
-        "steady_tol": Key(NUM, 0.0, _at_least(0), "stop when max_i |ẋ_i| < steady_tol (0: never)"),
+        "steady_tol": Key(NUM, 0.0, _at_least(0), "stop when max_i |ẋ_i| < steady_tol (0: never; not the JKO scheme, which records no speed)"),
         "cfl": Key(NUM, 0.5, _at_least(0, strict=True), "grid: CFL number"),
         "tau": Key(NUM, 0.05, _at_least(0, strict=True), "jko: step τ"),
         "variant": Key((str,), "particle", _choice("particle", "grid"), "jko: particle or grid"),
         "mobility": Key((str,), "frozen", _choice("frozen", "implicit"), "jko: mobility frozen at μ_k or iterated"),
-        "tol": Key(NUM, 1e-10, _at_least(0, strict=True), "jko: inner-solver tolerance"),
+        "tol": Key(NUM, 1e-10, _at_least(1e-14), "jko: inner-solver tolerance (at least 1e-14: its residual cannot go below round-off, and a smaller one failed the run after ten halvings)"),
         "clock": Key((str,), "time", _choice("time", "gradient"), "particle: what the save times count: physical time, or the gradient clock ds = ‖ẋ‖ dt (arc length in the mass metric; Geshkovski, Koubbi, Polyanskiy and Rigollet, arXiv 2410.06833), with the physical time in diagnostics clock_time"),
         "clock_merge": Key(NUM, 0.0, _at_least(0), "clock = 'gradient': tokens closer than this (geodesic) are identified after each step (0: 2·dt·√(2/min token mass), twice the distance at which an explicit step stalls a collapsing pair)"),
     },
@@ -291,7 +291,7 @@ def _integrator_for_kind(solver: dict[str, Any], *, given: bool) -> None:
         warnings.warn(f"solver.method = {method!r} is a grid method; the {kind} solver uses its default 'rk4'", ConfigNote, stacklevel=3)
 
 
-#: the ``[solver]`` keys each solver kind reads (kind, t_final, save_every and steady_tol: every kind)
+#: the ``[solver]`` keys each solver kind reads (kind, t_final and save_every: every kind; steady_tol: all but jko)
 SOLVER_KEYS_USED = {
     "particle": ("method", "dt", "rtol", "atol", "clock", "clock_merge"),
     "zero-temperature": ("method", "dt", "rtol", "atol"),
@@ -306,7 +306,7 @@ def _unused_solver_keys(solver: dict[str, Any], *, given: Mapping[str, Any]) -> 
     rtol and atol count only for ``method = "rk45"``, clock_merge only for the gradient clock.
     """
     kind = solver["kind"]
-    used = set(SOLVER_KEYS_USED[kind]) | {"kind", "t_final", "save_every", "steady_tol"}
+    used = set(SOLVER_KEYS_USED[kind]) | {"kind", "t_final", "save_every"} | ({"steady_tol"} if kind != "jko" else set())
     if solver["method"] != "rk45":
         used -= {"rtol", "atol"}
     if solver["clock"] == "time":
@@ -538,14 +538,24 @@ EXP_OVERFLOW = 709.78
 def _unshifted_overflow_note(cfg: dict[str, Any], heads: list[Any]) -> None:
     r"""Note a run whose terms :math:`e^{\beta\langle x, B_h y\rangle}` leave float64 where tokens reach the top
     singular directions of a head: unnormalized attention takes them as they are (softmax shifts them by the row's
-    largest), and the JKO grid variant's energy does too.  The run stops there on NaN/Inf, its frames kept."""
+    largest), and the JKO grid variant's energy does too.  The run stops there on NaN/Inf, its frames kept.
+
+    The JKO scheme (either variant) is refused instead: its step minimises the energy itself, which it evaluates
+    at the start, and uniform tokens come near enough the top directions for it to overflow at once (an
+    ``OverflowError`` in its first step had failed the run, exit 1, with a file written).
+    """
     model, solver = cfg["model"], cfg["solver"]
-    unshifted = model["attention"] == "unnormalized" or (solver["kind"] == "jko" and solver["variant"] == "grid")
+    jko = solver["kind"] == "jko"
+    unshifted = model["attention"] == "unnormalized" or jko
     if not unshifted or not heads or model["beta"] == 0:
         return
     import numpy as np  # local: the config module imports no NumPy at its top
 
     top = max(float(np.linalg.norm(head.B, 2)) for head in heads)
+    if jko and model["beta"] * top > EXP_OVERFLOW - math.log(2.0 * len(heads) * max(model["beta"], 1.0)) - 1.0:
+        raise ConfigError("model.beta", f"{model['beta']:g} with a head of ‖B‖₂ = {top:.3g}: the JKO scheme minimises the energy "
+                                        f"(1/2β) Σ a_i a_j e^(β⟨x_i, B x_j⟩), which leaves float64 above β‖B‖₂ ≈ 709 (here "
+                                        f"{model['beta'] * top:.3g}); the particle solver runs this β (solver.kind = 'particle')")
     if model["beta"] * top > EXP_OVERFLOW:
         what = "unnormalized attention" if model["attention"] == "unnormalized" else "the JKO grid variant's energy"
         warnings.warn(f"model.beta = {model['beta']:g} with a head of ‖B‖₂ = {top:.3g}: {what} takes e^(β⟨x, B y⟩) "

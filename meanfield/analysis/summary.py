@@ -175,7 +175,8 @@ def run_summary(run: Any) -> str:
     kind = cfg["solver"]["kind"] if cfg is not None else None
     if kind == "jko" and ("jko_steps" in run.info or "jko_steps" in run.diagnostics):
         halved = int(run.info.get("halvings", 0))
-        steps = f"of τ={cfg['solver']['tau']:g}" if not halved else f"of τ={cfg['solver']['tau']:g} or less ({halved} halved)"
+        # each save interval takes ceil(Δt/τ) equal steps: τ itself only where it divides the interval (it had said "of τ")
+        steps = f"of at most τ={cfg['solver']['tau']:g}" + (f" ({halved} halved)" if halved else "")
         counts = _jko_counts(run)
         lines.append(f"steps:     {counts['jko_steps']} JKO steps {steps}, {counts['jko_iterations']} inner "
                      f"iterations, {counts['jko_fallbacks']} fallbacks, largest residual {counts['jko_max_residual']:.2g}")

@@ -268,8 +268,22 @@ def test_terms_that_leave_float64_unshifted_get_a_note():
                for n in notes('model.attention="unnormalized"', "model.beta=400", head))
     assert not notes('model.attention="unnormalized"', "model.beta=300", head)  # 600 < 709
     assert not notes("model.beta=400", head)  # softmax shifts its terms
-    assert any("JKO grid variant's energy" in n for n in notes('solver.kind="jko"', 'solver.variant="grid"',
-                                                                "model.beta=400", head))
+    # the JKO scheme minimises the energy itself: refused (an OverflowError in its first step had failed the run, exit 1)
+    for variant in ("particle", "grid"):
+        with pytest.raises(ConfigError, match="^model.beta: 400 with a head of ‖B‖₂ = 2: the JKO scheme minimises the energy"):
+            load_config(None, ['solver.kind="jko"', f'solver.variant="{variant}"', 'model.attention="pooled"', "model.beta=400",
+                               'model.heads=[{Q=[[2,0,0],[0,1,0],[0,0,1]], K="identity", V="aligned"}]'])
+    assert not notes('solver.kind="jko"', 'model.attention="pooled"', "model.beta=300",
+                     'model.heads=[{Q=[[2,0,0],[0,1,0],[0,0,1]], K="identity", V="aligned"}]')  # 600: it runs
+
+
+def test_jko_keys_below_round_off_or_that_it_does_not_read_are_named():
+    # solver.tol = 1e-16 had failed the run after ten halvings (exit 1, a file written); steady_tol was ignored in silence
+    with pytest.raises(ConfigError, match="^solver.tol: must be >= 1e-14"):
+        load_config(None, ['solver.kind="jko"', "solver.tol=1e-16"])
+    assert _config_notes('solver.kind="jko"', "solver.steady_tol=0.01") == [
+        "solver.steady_tol not used by the jko solver (its step is solver.tau); ignored"]
+    assert _config_notes("solver.steady_tol=0.01") == []  # the particle solver stops on it
 
 
 def _config_notes(*overrides: str) -> list[str]:

@@ -90,7 +90,7 @@ def test_info_says_what_each_solver_did(tmp_path, capsys):
     capsys.readouterr()
     assert main(["info", str(jko)]) == 0
     text = capsys.readouterr().out
-    assert "solver:    jko variant=particle τ=" in text and "mobility=" in text and "JKO steps of τ=" in text
+    assert "solver:    jko variant=particle τ=" in text and "mobility=" in text and "JKO steps of at most τ=" in text
     assert "dt=" not in text and "rk4" not in text
     zero = tmp_path / "zero.h5"
     assert main(["simulate", str(root / "data/concentration.toml"), "-o", str(zero), "--quiet", "--set", "solver.kind=zero-temperature",
