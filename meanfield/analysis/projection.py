@@ -199,11 +199,18 @@ def check_assumptions(
         {"invertible": "B = QᵀK is not invertible", "symmetric": "S = V Bᵀ is not symmetric", "gap": "no spectral gap"}[f]
         for f in failures
     ) + ")"
+    # a non-symmetric S: the numbers below are its symmetric part's (they had been labelled as S's own)
+    of = "S" if "symmetric" not in failures else "(S+Sᵀ)/2"
     message = (
         f"Assumption 1 of arXiv 2605.10931 {verdict}: cond(B) = {cond:.4g} (limit {cond_max:.3g}); "
-        f"‖S−Sᵀ‖/‖S‖ = {defect:.3g} (tol {sym_tol:.3g}); eigenvalues of S = [{spectrum}]; "
+        f"‖S−Sᵀ‖/‖S‖ = {defect:.3g} (tol {sym_tol:.3g}); eigenvalues of {of} = [{spectrum}]; "
         f"gap μ1−μ2 = {gap:.6g} (tol {gap_tol * scale:.3g}); dim E = {dim_E}"
     )
+    if "symmetric" in failures:
+        own = np.sort_complex(np.linalg.eigvals(S))[::-1]
+        message += (f". S's own eigenvalues are [{', '.join(f'{z.real:.6g}' if abs(z.imag) <= 1e-12 * scale else f'{z:.4g}' for z in own)}]: "
+                    "E, Π and Π♯ρ₀ are then taken from (S+Sᵀ)/2, which is not where the zero-temperature flow "
+                    "x' = P⊥(S x) goes, so W2 to Π♯ρ₀ need not fall to 0 (Theorem 1 does not apply)")
     return AssumptionReport(cond, defect, eigenvalues, gap, dim_E, ok, message, tuple(failures))
 
 

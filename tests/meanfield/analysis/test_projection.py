@@ -75,7 +75,10 @@ def test_enforce_assumptions_policies() -> None:
     bad = check_assumptions(np.eye(3), np.eye(3), np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.5]]))
     with pytest.raises(ConfigError) as info:
         enforce_assumptions(bad, "check")
-    assert info.value.key == "model.heads" and "‖S−Sᵀ‖/‖S‖" in str(info.value) and "eigenvalues of S" in str(info.value)
+    assert info.value.key == "model.heads" and "‖S−Sᵀ‖/‖S‖" in str(info.value)
+    # the spectrum printed is the symmetric part's, and says so (it had been labelled S's), beside S's own
+    assert "eigenvalues of (S+Sᵀ)/2 = [2, 0.5, 0]" in str(info.value) and "S's own eigenvalues are [1, 1, 0.5]" in str(info.value)
+    assert "not where the zero-temperature flow" in str(info.value)
     with pytest.warns(RuntimeWarning, match="Assumption 1"):
         enforce_assumptions(bad, "warn")
     with warnings.catch_warnings():
