@@ -153,8 +153,14 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
     True
     """
     x = np.ascontiguousarray(x, dtype=float)
+    if x.ndim != 2 or x.shape[1] != heads.d:  # scalar heads (B = λI) had returned the energy of another d without a word
+        raise ValueError(f"x must have shape (n, {heads.d}) for heads of dimension {heads.d}, got {x.shape}")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)) or not np.isfinite(beta):
+        raise ValueError(f"beta must be a finite number, got {beta!r}")  # (a negative β is the energy's own continuation)
     n = x.shape[0]
     a = np.full(n, 1.0 / n) if weights is None else np.ascontiguousarray(weights, dtype=float)
+    if a.shape != (n,) or not (np.all(np.isfinite(a)) and np.all(a >= 0)):
+        raise ValueError(f"weights must be {n} finite masses ≥ 0, got shape {a.shape}")
     if beta > 0 and backend in ("auto", "harmonic", "local") and _sphere_rows(x, heads, beta, backend, tolerance):
         return sphere_head_energies(x, heads, beta=beta, weights=a, tolerance=tolerance)
     out = np.zeros(heads.H)

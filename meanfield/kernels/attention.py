@@ -77,7 +77,9 @@ from meanfield.kernels.flash import FLASH_CPU
 from meanfield.kernels.fused import velocity_fused
 from meanfield.kernels.fused32 import velocity_fused32
 from meanfield.kernels.harmonic import choose_sphere_method, velocity_harmonic
-from meanfield.kernels.inputs import ATTENTION_KINDS, BLOCK_ELEMENTS, MASKS, block_rows, check_tokens, is_causal, is_temperature, token_masses
+from meanfield.kernels.inputs import (
+    ATTENTION_KINDS, BLOCK_ELEMENTS, MASKS, as_head_stack, block_rows, check_tokens, check_tolerance, is_causal, is_temperature, token_masses,
+)
 from meanfield.kernels.reference import velocity_numpy
 from meanfield.kernels.local import SPHERE_KINDS, SPHERE_TOLERANCE, velocity_local
 from meanfield.kernels.rows import velocity_numba
@@ -218,6 +220,10 @@ def attention_velocity(
     is_causal(mask)  # an unknown mask is a ValueError before any work
     if not is_temperature(beta):
         raise ValueError(f"beta must be a finite number ≥ 0, got {beta!r}")  # NaN or inf had given NaN velocities silently
+    heads = as_head_stack(heads)  # a Head had failed on heads.H
+    check_tolerance(tolerance)
+    if kind == "pooled" and not np.any(heads.w > 0):  # 0/0: NaN from most kernels, 0 from one
+        raise ValueError(f"pooled attention weighs the heads by w, and every w is 0: {heads.w.tolist()}")
     if backend == "auto":
         dense = _dense_backend(heads, kind, precision, n=np.shape(x)[0], mask=mask)
         backend = _sphere_backend(x, heads, beta, kind, precision, mask) or dense

@@ -1010,7 +1010,7 @@ def velocity_harmonic(
     ValueError
         For ``kind="relu"``, ``d != 3`` or tokens off the unit sphere.
     """
-    x = check_sphere_tokens(x, heads, kind)
+    x = check_sphere_tokens(x, heads, kind, tolerance=tolerance)
     causal = is_causal(mask)
     n = x.shape[0]
     a = token_masses(n, weights, kind=kind, causal=causal)
@@ -1100,7 +1100,7 @@ def sphere_head_energies(
     -------
     (H,) array
     """
-    x = check_sphere_tokens(x, heads, "softmax")
+    x = check_sphere_tokens(x, heads, "softmax", tolerance=tolerance)
     a = token_masses(x.shape[0], weights)
     beta = float(beta)
     if not beta > 0 or not np.isfinite(beta):

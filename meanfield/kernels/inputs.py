@@ -5,7 +5,8 @@ import numpy as np
 
 from meanfield.heads.head import HeadStack
 
-__all__ = ["ATTENTION_KINDS", "MASKS", "NORMALISED_KINDS", "BLOCK_ELEMENTS", "token_masses", "check_tokens", "block_rows", "is_causal", "is_temperature"]
+__all__ = ["ATTENTION_KINDS", "MASKS", "NORMALISED_KINDS", "BLOCK_ELEMENTS", "token_masses", "check_tokens", "check_tolerance",
+           "as_head_stack", "block_rows", "is_causal", "is_temperature"]
 
 #: names of the velocity laws (see :mod:`meanfield.kernels.attention`)
 ATTENTION_KINDS: tuple[str, ...] = ("softmax", "unnormalized", "relu", "pooled")
@@ -54,13 +55,37 @@ def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False, 
 
 
 def check_tokens(x: np.ndarray, heads: HeadStack, kind: str) -> np.ndarray:
-    """``x`` as a contiguous float ``(n, d)`` array matching the heads; ``kind`` must be known."""
+    """``x`` as a contiguous float ``(n, d)`` array matching the heads; ``kind`` must be known.
+
+    (NaN tokens are not refused here: a run whose state turns NaN mid-step must reach its finiteness check, which
+    keeps its frames and names the time.)"""
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; choose from {ATTENTION_KINDS}")
     x = np.ascontiguousarray(x, dtype=float)
     if x.ndim != 2 or x.shape[1] != heads.d:
         raise ValueError(f"x must have shape (n, {heads.d}), got {x.shape}")
     return x
+
+
+def check_tolerance(tolerance: object) -> float:
+    """The relative accuracy of the sphere kernels, a number in (0, 1) (NaN had looped for ever in the harmonic
+    kernel's truncation, and 2.0 had been taken)."""
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float, np.integer, np.floating)) or not 0 < tolerance < 1:
+        raise ValueError(f"tolerance must be a number in (0, 1), got {tolerance!r}")
+    return float(tolerance)
+
+
+def as_head_stack(heads: object) -> HeadStack:
+    """A :class:`HeadStack` from itself, a :class:`~meanfield.heads.head.Head` or a list of them (as :class:`meanfield.Model` takes)."""
+    from meanfield.heads.head import Head, stack_heads
+
+    if isinstance(heads, HeadStack):
+        return heads
+    if isinstance(heads, Head):
+        return stack_heads([heads])
+    if isinstance(heads, (list, tuple)) and heads and all(isinstance(h, Head) for h in heads):
+        return stack_heads(list(heads))
+    raise TypeError(f"heads must be a HeadStack, a Head or a list of Heads, got {type(heads).__name__}")
 
 
 def block_rows(n: int, block_elements: int | None = None) -> int:

@@ -126,6 +126,34 @@ def test_bad_input():
         attention_velocity(np.ones((2, 3)), heads, beta=1.0, backend="gpu")
 
 
+
+def test_tolerance_head_types_and_zero_pooled_weights_are_checked():
+    from meanfield.analysis.energy import head_energies
+    from meanfield.heads import identity
+    from meanfield.kernels.harmonic import sphere_head_energies, velocity_harmonic
+    from meanfield.kernels.local import velocity_local
+
+    x = sample_uniform(40, 3, seed=0)
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    for tolerance in (float("nan"), 2.0, 0.0, -1e-3):  # NaN had looped for ever in the harmonic truncation
+        for call in (lambda: attention_velocity(x, heads, beta=4.0, backend="harmonic", tolerance=tolerance),
+                     lambda: velocity_harmonic(x, heads, beta=4.0, tolerance=tolerance),
+                     lambda: velocity_local(x, heads, beta=4.0, tolerance=tolerance),
+                     lambda: sphere_head_energies(x, heads, beta=4.0, tolerance=tolerance)):
+            with pytest.raises(ValueError, match="tolerance must be a number in \\(0, 1\\)"):
+                call()
+    # a Head (as Model takes it) had failed on heads.H; anything else is named
+    np.testing.assert_array_equal(attention_velocity(x, identity(3), beta=4.0), attention_velocity(x, heads, beta=4.0))
+    with pytest.raises(TypeError, match="heads must be a HeadStack"):
+        attention_velocity(x, np.eye(3), beta=4.0)
+    zero = HeadStack(B=np.stack([np.eye(3)] * 2), V=np.stack([np.eye(3)] * 2), w=np.zeros(2))
+    with pytest.raises(ValueError, match="every w is 0"):  # NaN from most kernels, 0 from the float32 one
+        attention_velocity(x, zero, beta=4.0, kind="pooled")
+    scalar = HeadStack(B=2.0 * np.eye(3)[None], V=2.0 * np.eye(3)[None])
+    with pytest.raises(ValueError, match=r"shape \(n, 3\)"):  # B = λI had given the energy of d = 4 without a word
+        head_energies(sample_uniform(10, 4, seed=1), scalar, beta=1.0)
+
+
 @pytest.mark.parametrize(("backend", "kind"), [(backend, kind) for backend in ("numpy", "blas", "numba", "fused", "harmonic", "local")
                                                 for kind in ("softmax", "pooled") if backend != "fused" or kind == "softmax"])
 def test_normalised_laws_refuse_masses_that_leave_a_row_empty(backend, kind):
