@@ -252,6 +252,8 @@ def dominant_eigenspace(S: ArrayLike, *, tol: float = MULT_TOL) -> tuple[NDArray
         The spectrum of the symmetric part, decreasing.
     """
     Sa = np.asarray(S, dtype=float)
+    if Sa.ndim != 2 or Sa.shape[0] != Sa.shape[1] or not np.all(np.isfinite(Sa)):
+        raise ValueError(f"S must be a finite square matrix, got shape {Sa.shape}")
     values, vectors = np.linalg.eigh(0.5 * (Sa + Sa.T))
     values, vectors = values[::-1], vectors[:, ::-1]
     scale = max(1.0, float(np.max(np.abs(values))))
@@ -387,6 +389,12 @@ def pushforward_target(
     ([[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]], [0.75, 0.25], [])
     """
     xa = np.atleast_2d(np.asarray(x0, dtype=float))
+    if xa.ndim != 2 or not np.all(np.isfinite(xa)):  # a NaN token had landed on neither side, or become a NaN atom
+        raise ValueError(f"x0 must be an (n, d) array of finite points, got shape {xa.shape}"
+                         + ("" if xa.ndim != 2 else f" with {int(np.count_nonzero(~np.isfinite(xa)))} non-finite entries"))
+    off = float(np.max(np.abs(np.linalg.norm(xa, axis=1) - 1.0))) if xa.size else 0.0
+    if off > 1e-6:
+        raise ValueError(f"x0 must lie on the unit sphere (max | ||x|| - 1 | = {off:.3g})")
     n = xa.shape[0]
     a = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=float)
     if a.shape != (n,):
@@ -394,6 +402,9 @@ def pushforward_target(
     if np.any(a < 0) or not np.all(np.isfinite(a)) or not a.sum() > 0:
         raise ValueError("weights must be finite, non-negative and not all zero")
     P = np.asarray(P_E, dtype=float)
+    if P.shape != (xa.shape[1], xa.shape[1]) or not np.all(np.isfinite(P)):
+        raise ValueError(f"P_E must be a finite ({xa.shape[1]}, {xa.shape[1]}) projector for points in d = {xa.shape[1]}, "
+                         f"got shape {P.shape}")
     dim_E = int(round(np.trace(P)))
     images, orthogonal = projection_map(xa, P, tol=tol)
     total = float(a.sum())

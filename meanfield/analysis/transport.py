@@ -184,7 +184,19 @@ def _resolve_options(method: str, options: dict[str, Any]) -> dict[str, Any]:
         raise TypeError(
             f"w2(method={method!r}) got unexpected option(s) {unknown}; "
             f"accepted: {sorted(allowed)}")
-    return {**allowed, **options}
+    resolved = {**allowed, **options}
+    # each option named where it is wrong (a string epsilon had failed in float(), "no" had merged duplicates)
+    if not isinstance(resolved.get("merge_duplicates", True), (bool, np.bool_)):
+        raise TypeError(f"merge_duplicates must be True or False; got {resolved['merge_duplicates']!r}")
+    for name in ("epsilon", "stopThr"):
+        value = resolved.get(name, 1.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not (np.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a positive finite number; got {value!r}")
+    seed = resolved.get("seed", 0)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ValueError(f"seed must be an integer >= 0 (or None); got {seed!r}")
+    return resolved
 
 
 # ----------------------------------------------------------------------------
@@ -885,6 +897,7 @@ def w2_to_atoms(x: ArrayLike, atoms: ArrayLike, a: ArrayLike | None = None,
     >>> print(f"{w2_to_atoms(x, e, b=[0.3, 0.7]):.9f} {np.sqrt(0.2) * np.pi:.9f}")
     1.404962946 1.404962946
     """
+    _measures(x, atoms, a, b, names=("x", "atoms"))  # its errors name the argument given here (they had said "y")
     return w2(x, atoms, a, b, cost=cost, method="exact", log=log, numItermax=numItermax)
 
 

@@ -563,3 +563,29 @@ def test_weights_whose_total_overflows_and_non_numeric_input_are_refused_naming_
     with pytest.raises(ValueError, match=r"^x must be an array of real numbers"):
         w2([[1.0, 0.0], [0.0]], x)
     np.testing.assert_allclose(w2(x, x[::-1], a=[1e300, 3e300], b=[3e300, 1e300]), 0.0, atol=1e-15)  # large but finite: fine
+
+
+def test_options_and_the_projection_inputs_are_named():
+    # each had failed inside NumPy or POT naming nothing, or been taken ("no" merged duplicates; a NaN token landed on
+    # neither side of Π♯ρ₀; a point at 5 e₁ was projected as if on the sphere)
+    from meanfield.analysis.projection import dominant_projector, pushforward_target
+    from meanfield.analysis.transport import w2, w2_to_atoms
+    from meanfield.geometry.sphere import sample_uniform
+
+    x, y = sample_uniform(12, 3, seed=0), sample_uniform(12, 3, seed=1)
+    for method, options, message in (("sinkhorn", {"epsilon": "a"}, "epsilon must be"), ("sinkhorn", {"stopThr": -1.0}, "stopThr must be"),
+                                     ("sliced", {"seed": "abc"}, "seed must be"), ("sliced", {"seed": -1}, "seed must be"),
+                                     ("exact", {"merge_duplicates": "no"}, "merge_duplicates must be")):
+        with pytest.raises((ValueError, TypeError), match=message):
+            w2(x, y, method=method, **options)
+    with pytest.raises(ValueError, match="^atoms is not on the unit sphere"):  # it had said "y"
+        w2_to_atoms(x, np.array([[2.0, 0.0, 0.0]]))
+    P = dominant_projector(np.diag([1.0, 0.5, 0.25]))
+    bad = x.copy()
+    bad[3] = np.nan
+    for points, matrix, message in ((bad, P, "x0 must be .* 3 non-finite"), (5 * x, P, "x0 must lie on the unit sphere"),
+                                    (x, np.eye(2), "P_E must be a finite \\(3, 3\\) projector")):
+        with pytest.raises(ValueError, match=message):
+            pushforward_target(points, matrix)
+    with pytest.raises(ValueError, match="S must be a finite square matrix"):
+        dominant_projector(np.ones((3, 2)))
