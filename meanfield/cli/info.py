@@ -64,11 +64,17 @@ def _not_hdf5(path: str) -> bool:
 def _when_readable(path: str, read, interval: float):  # type: ignore[no-untyped-def]
     """``read()``, retried every ``interval`` seconds while it raises one of :data:`_LIVE_READ_ERRORS` and
     ``path`` is a file (a wrong path fails at once; the last try raises)."""
+    from pathlib import Path
+
+    from meanfield.io.lock import writer_alive
+
     for _ in range(FOLLOW_LOOKS - 1):
         try:
             return read()
         except _LIVE_READ_ERRORS:
-            if not os.path.isfile(path) or _not_hdf5(path):  # a wrong path or another kind of file fails at once
+            # a wrong path or another kind of file fails at once; a writer that holds the name before its first frame
+            # (the file is made beside it, and moved there with that frame) is waited for (it had failed at once)
+            if (not os.path.isfile(path) and not writer_alive(Path(path))) or _not_hdf5(path):
                 raise
             time.sleep(interval)
     return read()
@@ -86,6 +92,7 @@ def follow(path: str, *, interval: float) -> int:
         try:
             times, diagnostics = reader.times(), reader.diagnostics()
         except _LIVE_READ_ERRORS:
+            _check_still_there(path)
             time.sleep(interval)
             continue
         for k in range(shown, reader.frames):
@@ -99,7 +106,14 @@ def follow(path: str, *, interval: float) -> int:
         try:
             reader = RunReader(path)
         except _LIVE_READ_ERRORS:
+            _check_still_there(path)
             continue
+
+
+def _check_still_there(path: str) -> None:
+    """Stop following a file removed from its name (the follower had looked at the missing name for ever)."""
+    if not os.path.exists(path):
+        raise ConfigError("OUT.h5", f"{path} was removed while it was followed")
 
 
 def main(args: argparse.Namespace) -> int:

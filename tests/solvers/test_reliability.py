@@ -441,3 +441,46 @@ def test_resume_of_a_failed_run_says_how_to_go_on_from_its_good_frames(tmp_path)
         mf.simulate(cfg, out=out, trackers=[blow_up])
     with pytest.raises(mf.ConfigError, match=r"its 2 committed frames are good.*--set init.kind=run --set init.path=.*init.time=0.25"):
         mf.simulate(cfg, out=out, resume=True)
+
+
+def test_info_follow_waits_for_a_first_frame_and_stops_when_the_file_is_removed(references, tmp_path, monkeypatch):
+    # before its first frame the writer holds the name but the file is not there yet: --follow had failed at once;
+    # a file removed while followed had been looked for for ever
+    from meanfield.cli import info
+    from meanfield.errors import ConfigError
+    from meanfield.io import lock
+
+    out = tmp_path / "run.h5"
+    looks = []
+
+    def read():
+        looks.append(1)
+        if len(looks) < 3:
+            raise ConfigError("OUT.h5", f"{out}: file not found")
+        return "read"
+
+    monkeypatch.setattr(lock, "writer_alive", lambda path: True)  # a writer holds the name
+    assert info._when_readable(str(out), read, 0.01) == "read" and len(looks) == 3
+    monkeypatch.undo()
+    looks.clear()
+    with pytest.raises(ConfigError, match="file not found"):  # nobody writes it: a wrong path fails at once
+        info._when_readable(str(out), read, 0.01)
+    assert len(looks) == 1
+
+    config, _ = references["slow"]
+    proc = subprocess.Popen([sys.executable, "-m", "meanfield", "simulate", str(config), "-o", str(out), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        _wait_for_frames(out, 1)
+        follow = subprocess.Popen([sys.executable, "-m", "meanfield", "info", str(out), "--follow", "--interval", "0.05"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        line = "start"
+        while line and not line.startswith("frame "):  # following: the summary and a frame are out ('' : it ended)
+            line = follow.stdout.readline()
+        assert line.startswith("frame "), follow.communicate(timeout=60)
+        out.unlink()
+        _, err = follow.communicate(timeout=120)
+        assert follow.returncode == 2 and "was removed while it was followed" in err, err
+    finally:
+        proc.kill()
+        proc.communicate()
