@@ -77,7 +77,7 @@ class Model:
         ``harmonic`` and ``local`` are the fast kernels on :math:`S^2`).
     precision : {"float64", "float32"}
         Score/exp arithmetic of the ``blas`` kernel (float32: about twice the
-        throughput, relative error ~1e-6).
+        throughput, relative error within 1e-6·(1 + β‖B‖₂)).
     tolerance : float
         Relative accuracy per row of the ``harmonic`` and ``local`` kernels (default 1e-12).
     mask : {"none", "causal"}

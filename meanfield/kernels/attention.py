@@ -189,7 +189,7 @@ def attention_velocity(
         Arithmetic of the scores and exponentials: ``float32`` runs the fused float32
         kernel (:mod:`meanfield.kernels.fused32`, every law, float64 sums; ``"auto"``
         takes it for ``d ≤`` :data:`FUSED_MAX_D`) or the ``blas`` kernel's float32
-        buffers (:func:`velocity_blas`); relative error ~1e-6. The sphere kernels are float64 only.
+        buffers (:func:`velocity_blas`); relative error within 1e-6·(1 + β‖B‖₂). The sphere kernels are float64 only.
     tolerance : float
         Relative accuracy per row of the ``harmonic`` and ``local`` kernels
         (default :data:`DEFAULT_TOLERANCE`; the dense kernels are exact to round-off).
