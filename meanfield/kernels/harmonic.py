@@ -172,6 +172,7 @@ from meanfield.kernels.inputs import is_causal, token_masses
 from meanfield.kernels.jit import kernel_threads, num_threads, pjit
 from meanfield.kernels.local import (
     WHOLE_CHORD,
+    velocity_local,
     HeadSums,
     SphereSources,
     check_sphere_tokens,
@@ -217,6 +218,10 @@ __all__ = [
 ]
 
 #: smallest accuracy ducc0's NUFFT accepts in double precision (its documented bound is 2e-13)
+#: at most this many tokens, :func:`velocity_harmonic` takes their direct sums (:func:`~meanfield.kernels.local.velocity_local`):
+#: exact, and cheaper than a transform (``auto`` keeps the dense kernels up to 1024 tokens); on two tokens the
+#: transform had missed ``tolerance = 1e-12`` by a factor 5
+HARMONIC_EXACT_MAX_N = 64
 NUFFT_EPS_MIN = 2.5e-13
 #: absolute error floor of a synthesised map relative to its largest value (measured ≤ 3e-16; ×3)
 FLOOR_RELATIVE = 1e-15
@@ -1019,6 +1024,8 @@ def velocity_harmonic(
     beta = float(beta)
     if beta < 0 or not np.isfinite(beta):
         raise ValueError(f"beta must be finite and >= 0, got {beta}")
+    if n <= HARMONIC_EXACT_MAX_N:  # a handful of tokens: their direct sums, exact and cheaper than any transform
+        return velocity_local(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance, mask=mask, row_logs=row_logs)
     if causal:
         return _causal_harmonic(x, heads, beta, kind, a, float(tolerance), block)
     sums = certified_head_sums(x, heads, beta, kind, a, float(tolerance), per_head=row_logs is not None)
