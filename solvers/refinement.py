@@ -48,24 +48,22 @@ def w2_weighted(
 
     When :math:`n\cdot m` exceeds ``max_pairs`` (the cost matrix would pass
     512 MB and the simplex a minute) the problem is first reduced: the larger
-    cloud is quantised on the Voronoi cells of the smaller one (each cell's mass
-    at its normalised barycentre) when the smaller has at most
-    :math:`\sqrt{\text{max\_pairs}}` atoms, otherwise both are quantised on one
-    Fibonacci mesh of :math:`\sqrt{\text{max\_pairs}}` cells
-    (:func:`meanfield.geometry.mesh.coarsen`).  By the triangle inequality the result is
-    then off by at most the largest radius of the partition used — about the
-    resolution of the coarser measure, i.e. the same order as the
-    discretisation errors a refinement study measures; the default
-    ``max_pairs`` (8000 × 8000) keeps studies up to 8000 cells against any
-    reference exact up to that quantisation of the reference only.
+    cloud is quantised (each cell's mass at its normalised barycentre,
+    :func:`meanfield.geometry.mesh.coarsen`) on a Fibonacci mesh of ``max_pairs / m`` cells, as fine as the
+    budget allows for the ``m`` atoms of the smaller one, when that is at least :math:`m`; otherwise both are
+    quantised on one Fibonacci mesh of :math:`\sqrt{\text{max\_pairs}}` cells.  By the triangle inequality
+    the result is then off by at most the largest radius of the partition used: with the default ``max_pairs``
+    (8000 × 8000), 2000 cells against a reference of any size are measured against it on 32 000 cells.
+    (The larger cloud had been quantised on the Voronoi cells of the smaller one: the two then shared their
+    support, and W2 lost its quantisation part, 0.009 where it is 0.046 at 1000 cells against 128 000.)
     """
     x, a = _clean(x, a)
     y, b = _clean(y, b)
     if x.shape[0] * y.shape[0] > max_pairs:
         if x.shape[0] < y.shape[0]:
             x, a, y, b = y, b, x, a
-        if y.shape[0] ** 2 <= max_pairs:  # quantise the larger cloud on the Voronoi cells of the smaller one
-            x, a = _quantise_on(x, a, y)
+        if y.shape[0] ** 2 <= max_pairs:  # the larger cloud on the finest mesh the budget allows beside the smaller one
+            x, a = coarsen(x, a, fibonacci_mesh(max(12, max_pairs // y.shape[0])))
         else:  # both on one Fibonacci mesh
             common = fibonacci_mesh(max(12, math.isqrt(max_pairs)))
             x, a = coarsen(x, a, common)
@@ -106,18 +104,6 @@ def transfer_mass(source: SphericalMesh, mass: np.ndarray, target: SphericalMesh
 
     moved = target.integrate(rho)
     return moved * (mass.sum() / moved.sum())
-
-
-def _quantise_on(x: np.ndarray, a: np.ndarray, sites: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Barycentric quantisation of ``(x, a)`` on the Voronoi cells of ``sites`` (nearest site)."""
-    from scipy.spatial import cKDTree
-
-    cell = cKDTree(sites).query(x)[1]
-    k = sites.shape[0]
-    mass = np.bincount(cell, weights=a, minlength=k)
-    bary = np.stack([np.bincount(cell, weights=a * x[:, c], minlength=k) for c in range(x.shape[1])], axis=1)
-    keep = mass > 0
-    return normalize(bary[keep]), mass[keep]
 
 
 def _clean(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
