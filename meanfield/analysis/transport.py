@@ -612,6 +612,23 @@ def _few_atoms(a, b, C, numItermax: int | None):
     return G, {"solver": "emd2", "result_code": code, "warning": msg, "numItermax": itm}
 
 
+#: (n, m) float64 arrays the exact solver holds at once (the cost matrix, POT's plan and its copy) and Sinkhorn's
+#: peak (the cost, the plan and the value's temporaries), for the memory check before them
+_EXACT_COPIES, _SINKHORN_COPIES = 3, 7
+
+
+def _check_pairs(n: int, m: int, copies: int, method: str) -> None:
+    """Refuse a problem whose (n, m) arrays do not fit in the memory left (it had been NumPy's MemoryError, or the
+    process killed inside POT)."""
+    from meanfield.resources import available_memory, format_bytes
+
+    need = 8.0 * copies * n * m
+    free = available_memory()
+    if need > free:
+        raise ValueError(f"method={method!r} on {n} × {m} atoms needs about {format_bytes(need)} for its (n, m) arrays; this "
+                         f"machine has {format_bytes(free)} available: use method='sliced' (memory linear in n), or fewer atoms")
+
+
 def _exact(x, y, a, b, cost: str, numItermax: int | None, merge: bool, want_plan: bool = True):
     """Exact squared W2, plan on the original atoms (``None`` unless ``want_plan``) and a log."""
     # Merge the smaller side first; against one or two atoms the closed form and the
@@ -636,6 +653,7 @@ def _exact(x, y, a, b, cost: str, numItermax: int | None, merge: bool, want_plan
         info.update(sub)
         value = float(np.einsum("ij,ij->", G, C))  # (n, k): cheap
     else:
+        _check_pairs(n, m, _EXACT_COPIES, "exact")
         C = _cost(xm, ym, cost)
         itm = numItermax or _default_itermax(n, m)
         # emd2's own value: a sum over the dense (n, m) plan here cost a fifth of the solve
@@ -768,6 +786,7 @@ def _sinkhorn(x, y, a, b, cost, eps, numItermax, stopThr, merge):
         raise ValueError(f"epsilon must be a positive finite number; got {eps!r}")
     xm, am, _, _ = _merge(x, a, merge)
     ym, bm, _, _ = _merge(y, b, merge)
+    _check_pairs(max(xm.shape[0], ym.shape[0]), max(xm.shape[0], ym.shape[0]), _SINKHORN_COPIES, "sinkhorn")
     same = _same_measure(xm, am, ym, bm)
     parts = {
         "xx": _entropic_ot(am, am, _cost(xm, xm, cost), eps, numItermax, stopThr, True),

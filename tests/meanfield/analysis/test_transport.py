@@ -589,3 +589,16 @@ def test_options_and_the_projection_inputs_are_named():
             pushforward_target(points, matrix)
     with pytest.raises(ValueError, match="S must be a finite square matrix"):
         dominant_projector(np.ones((3, 2)))
+
+
+def test_a_problem_too_large_for_the_memory_is_refused_before_its_arrays(monkeypatch):
+    # 200 000 points a side had failed with NumPy's MemoryError naming neither cloud (or been killed inside POT)
+    import meanfield.resources
+    from meanfield.geometry.sphere import sample_uniform
+
+    monkeypatch.setattr(meanfield.resources, "available_memory", lambda: 1 << 20)  # 1 MiB left
+    x, y = sample_uniform(300, 3, seed=0), sample_uniform(300, 3, seed=1)
+    for method in ("exact", "sinkhorn"):
+        with pytest.raises(ValueError, match=f"method='{method}' on 300 × 300 atoms needs about .* use method='sliced'"):
+            w2(x, y, method=method)
+    assert w2(x, y, method="sliced") > 0  # linear in n: it runs
