@@ -613,8 +613,10 @@ def _few_atoms(a, b, C, numItermax: int | None):
 
 
 #: (n, m) float64 arrays the exact solver holds at once (the cost matrix, POT's plan and its copy) and Sinkhorn's
-#: peak (the cost, the plan and the value's temporaries), for the memory check before them
-_EXACT_COPIES, _SINKHORN_COPIES = 3, 7
+#: peak (the cost, the scaled cost and the soft-min buffer), for the memory check before them
+_EXACT_COPIES, _SINKHORN_COPIES = 3, 3
+#: elements of a row block of the Sinkhorn value (:func:`_entropic_value`): 4 MiB
+_SINKHORN_VALUE_BLOCK = 1 << 19
 
 
 def _check_pairs(n: int, m: int, copies: int, method: str) -> None:
@@ -688,13 +690,25 @@ def _eps_schedule(eps: float, C: NDArray[np.float64]) -> list[float]:
     return levels + [eps]
 
 
-def _entropic_value(P, C, a, b, eps: float) -> float:
-    """<C, P> + eps KL(P | a x b)."""
-    with np.errstate(under="ignore"):
-        mask = P > 0
-        Pm = P[mask]
-        kl = np.sum(Pm * np.log(Pm / (a[:, None] * b[None, :])[mask]))
-        return float(np.sum(P * C) + eps * kl)
+def _entropic_value(f, g, C, la, lb, eps: float) -> float:
+    r""":math:`\langle C, P\rangle + \varepsilon\,\mathrm{KL}(P\,|\,a\otimes b)` of the plan
+    :math:`P_{ij} = a_ib_je^{(f_i + g_j - C_{ij})/\varepsilon}` of the potentials.
+
+    Since :math:`\varepsilon\log(P_{ij}/a_ib_j) = f_i + g_j - C_{ij}`, the value is
+    :math:`\sum_i f_i(P\mathbf 1)_i + \sum_j g_j(P^\top\mathbf 1)_j`: only the plan's row and column sums, taken
+    in row blocks (the plan, its mask and the log of it had held four more (n, m) arrays beside the cost).
+    """
+    n, m = C.shape
+    rows, cols = np.empty(n), np.zeros(m)
+    step = max(1, _SINKHORN_VALUE_BLOCK // max(m, 1))
+    with np.errstate(under="ignore", over="ignore"):
+        for i in range(0, n, step):
+            block = (f[i:i + step, None] + g[None, :] - C[i:i + step]) / eps
+            block += la[i:i + step, None] + lb[None, :]
+            np.exp(block, out=block)
+            rows[i:i + step] = block.sum(axis=1)
+            cols += block.sum(axis=0)
+    return float(f @ rows + g @ cols)
 
 
 def _soft_min(scaled_cost: NDArray[np.float64], potential: NDArray[np.float64], log_weights: NDArray[np.float64],
@@ -775,10 +789,7 @@ def _entropic_ot(a, b, C, eps: float, numItermax: int, stopThr: float,
         tol = stopThr if e == eps else max(stopThr, 1e-5)
         f, g, k, err = _sinkhorn_updates(a, b, C, e, f, g, numItermax, tol, averaged=symmetric, symmetric=symmetric)
         niter += k
-    with np.errstate(under="ignore", over="ignore"):
-        P = np.exp(la[:, None] + lb[None, :] + (f[:, None] + g[None, :] - C) / eps)
-    return _entropic_value(P, C, a, b, eps), {"niter": niter, "err": err,
-                                              "converged": bool(err < stopThr)}
+    return _entropic_value(f, g, C, la, lb, eps), {"niter": niter, "err": err, "converged": bool(err < stopThr)}
 
 
 def _sinkhorn(x, y, a, b, cost, eps, numItermax, stopThr, merge):

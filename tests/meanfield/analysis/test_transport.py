@@ -602,3 +602,20 @@ def test_a_problem_too_large_for_the_memory_is_refused_before_its_arrays(monkeyp
         with pytest.raises(ValueError, match=f"method='{method}' on 300 × 300 atoms needs about .* use method='sliced'"):
             w2(x, y, method=method)
     assert w2(x, y, method="sliced") > 0  # linear in n: it runs
+
+
+def test_sinkhorn_holds_three_cost_sized_arrays_at_most():
+    # the value had formed the plan, its mask and its log beside the cost: a peak of 5 (n, m) arrays, 7 with POT's
+    # temporaries; from the potentials it needs the plan's row and column sums only
+    import tracemalloc
+
+    from meanfield.geometry.sphere import sample_uniform
+
+    x, y = sample_uniform(500, 3, seed=0), sample_uniform(500, 3, seed=1)
+    w2(x[:20], y[:20], method="sinkhorn", epsilon=0.1)  # compiled and imported before the count
+    tracemalloc.start()
+    value = w2(x, y, method="sinkhorn", epsilon=0.1)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak <= 3.3 * 8 * 500 * 500, peak / (8 * 500 * 500)
+    assert np.isfinite(value) and value > 0  # (its value: within the stated bias of the exact W2, tests above)
