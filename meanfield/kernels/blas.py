@@ -1241,7 +1241,9 @@ def velocity_blas(
         takes anyway (the energy of :mod:`meanfield.analysis.energy` at no cost), in float64 without a
         mask for the exponential laws; otherwise left as it is.
     """
-    x = check_tokens(x, heads, kind)
+    x = check_tokens(x, heads, kind, beta=beta)
+    if precision not in ("float64", "float32"):  # a KeyError had named nothing
+        raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
     dtype = {"float64": np.float64, "float32": np.float32}[precision]
     # BLAS on one thread for the whole call, not only around the products: one threaded BLAS call here (the
     # norm of a 384-square B_h is a dot over 147 456 elements) left OpenBLAS's workers spinning on the other

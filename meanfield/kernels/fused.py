@@ -349,7 +349,7 @@ def velocity_fused(
     (n, d) array
         The ambient velocity :math:`v_i`.
     """
-    x = check_tokens(x, heads, "softmax")
+    x = check_tokens(x, heads, "softmax", beta=beta)
     causal = is_causal(mask)
     n, d = x.shape
     a = token_masses(n, weights, kind="softmax", causal=causal)

@@ -319,7 +319,7 @@ def velocity_fused32(
     """
     if kind not in FUSED32_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; choose from {sorted(FUSED32_KINDS)}")
-    x = check_tokens(x, heads, kind)
+    x = check_tokens(x, heads, kind, beta=beta)
     causal = is_causal(mask)
     n, d = x.shape
     a = token_masses(n, weights, kind=kind, causal=causal)

@@ -54,13 +54,16 @@ def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False, 
     return a
 
 
-def check_tokens(x: np.ndarray, heads: HeadStack, kind: str) -> np.ndarray:
-    """``x`` as a contiguous float ``(n, d)`` array matching the heads; ``kind`` must be known.
+def check_tokens(x: np.ndarray, heads: HeadStack, kind: str, *, beta: object = None) -> np.ndarray:
+    """``x`` as a contiguous float ``(n, d)`` array matching the heads; ``kind`` must be known; ``beta``, where given, an
+    inverse temperature (each kernel's own entry checks it: a string had been a numba TypingError, NaN NaN velocities).
 
     (NaN tokens are not refused here: a run whose state turns NaN mid-step must reach its finiteness check, which
     keeps its frames and names the time.)"""
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; choose from {ATTENTION_KINDS}")
+    if beta is not None and not is_temperature(beta):
+        raise ValueError(f"beta must be a finite number ≥ 0, got {beta!r}")
     x = np.ascontiguousarray(x, dtype=float)
     if x.ndim != 2 or x.shape[1] != heads.d:
         raise ValueError(f"x must have shape (n, {heads.d}), got {x.shape}")

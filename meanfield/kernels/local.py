@@ -114,7 +114,7 @@ from meanfield.heads.head import HeadStack
 import meanfield.kernels.cluster_proxies as cluster_proxies_module
 from meanfield.kernels.cluster_proxies import ClusterProxies, build_proxies
 from meanfield.kernels.fused import _accumulate3, _score_exp3
-from meanfield.kernels.inputs import BLOCK_ELEMENTS, check_tokens, check_tolerance, is_causal, token_masses
+from meanfield.kernels.inputs import BLOCK_ELEMENTS, check_tokens, check_tolerance, is_causal, is_temperature, token_masses
 from meanfield.kernels.jit import jit, kernel_threads, num_threads, pjit
 
 __all__ = [
@@ -1048,6 +1048,8 @@ def velocity_local(
     cap is the whole sphere and the cost is that of a dense kernel.
     """
     x = check_sphere_tokens(x, heads, kind, tolerance=tolerance)
+    if not is_temperature(beta):  # NaN had failed converting a cap's radius to an integer
+        raise ValueError(f"beta must be a finite number ≥ 0, got {beta!r}")
     causal = is_causal(mask)
     n = x.shape[0]
     a = token_masses(n, weights, kind=kind, causal=causal)

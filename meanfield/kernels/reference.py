@@ -55,7 +55,7 @@ def velocity_numpy(
     (n, d) array, or (k, d) with ``rows``
         The ambient velocity :math:`v_i` (not yet projected).
     """
-    x = check_tokens(x, heads, kind)
+    x = check_tokens(x, heads, kind, beta=beta)
     causal = is_causal(mask)
     n, d = x.shape
     a = token_masses(n, weights, kind=kind, causal=causal)

@@ -142,7 +142,7 @@ def velocity_numba(
     :math:`i` loops over :math:`j\\le i`, half the pairs).  Softmax and pooled
     rows use the exact row maximum (two passes over the row).
     """
-    x = check_tokens(x, heads, kind)
+    x = check_tokens(x, heads, kind, beta=beta)
     causal = is_causal(mask)
     a = token_masses(x.shape[0], weights, kind=kind, causal=causal)
     pairs = float(x.shape[0]) ** 2 * heads.H * (0.5 if causal else 1.0)

@@ -661,9 +661,24 @@ def test_no_tokens_give_an_empty_velocity_on_every_backend():
 
 @pytest.mark.parametrize("beta", [float("nan"), float("inf"), -1.0, "2"])
 def test_a_bad_inverse_temperature_is_named(beta):
+    from meanfield.kernels.fused import velocity_fused
+    from meanfield.kernels.fused32 import velocity_fused32
+    from meanfield.kernels.local import velocity_local
+
     heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    x = sample_uniform(8, 3, seed=0)
     with pytest.raises(ValueError, match="beta"):
-        attention_velocity(sample_uniform(8, 3, seed=0), heads, beta=beta)
+        attention_velocity(x, heads, beta=beta)
+    # the kernels' own entries too (a string had been a numba TypingError, NaN NaN velocities or a cap of NaN radius)
+    for kernel in (velocity_numpy, velocity_blas, velocity_numba, velocity_fused, velocity_fused32, velocity_local):
+        with pytest.raises(ValueError, match="^beta must be a finite number"):
+            kernel(x, heads, beta=beta)
+
+
+def test_an_unknown_precision_of_the_blas_kernel_is_named():
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    with pytest.raises(ValueError, match="precision must be 'float64' or 'float32', got 'float16'"):  # had been a KeyError
+        velocity_blas(sample_uniform(8, 3, seed=0), heads, beta=1.0, precision="float16")
 
 
 @pytest.mark.parametrize("flash", [False, True])
