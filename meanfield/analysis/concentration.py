@@ -436,16 +436,16 @@ def run_source(run: Any) -> RunSource:
                      schedule=schedule, init=None)
 
 
-def concentration_curves(run: Any, *, policy: str | None = None) -> dict[str, NDArray[np.float64]]:
+def concentration_curves(run: Any, *, policy: str | None = None, source: RunSource | None = None) -> dict[str, NDArray[np.float64]]:
     """``t``, ``w2_target``, ``v_eigenspace_distance``, ``e_eigenspace_distance`` of a :class:`meanfield.Run`.
 
     Uses the tracked diagnostics when the run recorded them and recomputes
     them from the saved frames otherwise (Π♯ρ₀ from the first frame, or, for a run started from a
     stored frame, ``init.kind = "run"``, from the first frame of the first run of the chain: :func:`origin_target`).
     Assumption 1 is checked with ``policy`` (default: the run's ``model.assumptions``; ``"check"`` for a run of
-    :func:`meanfield.solve`, whose head comes from its model: :func:`run_source`).
+    :func:`meanfield.solve`, whose head comes from its model: :func:`run_source`; ``source``: that, when it is at hand).
     """
-    source = run_source(run)
+    source = run_source(run) if source is None else source
     enforce_assumptions(check_assumptions(source.Q, source.K, source.V), source.assumptions if policy is None else policy)
     keys = ("w2_target", "v_eigenspace_distance", "e_eigenspace_distance")
     t = np.asarray(run.t, dtype=float)
@@ -631,7 +631,7 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
                                         "(the analysis takes norm = 'post' or 'ngpt')")
     policy = source.assumptions if policy is None else policy
     report = enforce_assumptions(check_assumptions(source.Q, source.K, source.V), policy)
-    curves = concentration_curves(run, policy="skip")
+    curves = concentration_curves(run, policy="skip", source=source)  # the heads built once (a checkpoint's read once)
     summary = concentration_summary(curves["t"], curves["w2_target"], threshold=threshold)
     zero = source.solver == "zero-temperature"
     beta = "β = ∞ (zero temperature)" if zero else f"β = {source.beta:g}"
