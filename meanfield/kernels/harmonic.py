@@ -1015,17 +1015,15 @@ def velocity_harmonic(
     ValueError
         For ``kind="relu"``, ``d != 3`` or tokens off the unit sphere.
     """
-    x = check_sphere_tokens(x, heads, kind, tolerance=tolerance)
-    causal = is_causal(mask)
+    x = check_sphere_tokens(x, heads, kind, tolerance=tolerance, beta=beta)
     n = x.shape[0]
+    if 0 < n <= HARMONIC_EXACT_MAX_N:  # a handful of tokens: their direct sums, exact and cheaper than any transform
+        return velocity_local(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance, mask=mask, row_logs=row_logs)
+    causal = is_causal(mask)
     a = token_masses(n, weights, kind=kind, causal=causal)
     if n == 0:
         return np.zeros((0, 3))
     beta = float(beta)
-    if beta < 0 or not np.isfinite(beta):
-        raise ValueError(f"beta must be finite and >= 0, got {beta}")
-    if n <= HARMONIC_EXACT_MAX_N:  # a handful of tokens: their direct sums, exact and cheaper than any transform
-        return velocity_local(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance, mask=mask, row_logs=row_logs)
     if causal:
         return _causal_harmonic(x, heads, beta, kind, a, float(tolerance), block)
     sums = certified_head_sums(x, heads, beta, kind, a, float(tolerance), per_head=row_logs is not None)

@@ -114,7 +114,7 @@ from meanfield.heads.head import HeadStack
 import meanfield.kernels.cluster_proxies as cluster_proxies_module
 from meanfield.kernels.cluster_proxies import ClusterProxies, build_proxies
 from meanfield.kernels.fused import _accumulate3, _score_exp3
-from meanfield.kernels.inputs import BLOCK_ELEMENTS, check_tokens, check_tolerance, is_causal, is_temperature, token_masses
+from meanfield.kernels.inputs import BLOCK_ELEMENTS, check_tokens, check_tolerance, is_causal, token_masses
 from meanfield.kernels.jit import jit, kernel_threads, num_threads, pjit
 
 __all__ = [
@@ -179,15 +179,15 @@ QUERY_PARALLEL_POINTS = 16384
 # ----------------------------------------------------------------------------- shared pieces
 
 
-def check_sphere_tokens(x: np.ndarray, heads: HeadStack, kind: str, *, tolerance: object = None) -> np.ndarray:
+def check_sphere_tokens(x: np.ndarray, heads: HeadStack, kind: str, *, tolerance: object = None, beta: object = None) -> np.ndarray:
     """``x`` as a contiguous ``(n, 3)`` float array of unit vectors; ``kind`` one of :data:`SPHERE_KINDS`; ``tolerance``,
-    where given, in (0, 1).
+    where given, in (0, 1); ``beta``, where given, an inverse temperature (:func:`check_tokens`).
 
     Raises
     ------
     ValueError
         For an unknown kind, ``"relu"``, ``d != 3``, tokens off the unit sphere
-        (by more than :data:`SPHERE_TOLERANCE`), or a tolerance outside (0, 1).
+        (by more than :data:`SPHERE_TOLERANCE`), a tolerance outside (0, 1), or a β that is not finite and ≥ 0.
     """
     if tolerance is not None:
         check_tolerance(tolerance)
@@ -195,7 +195,7 @@ def check_sphere_tokens(x: np.ndarray, heads: HeadStack, kind: str, *, tolerance
         raise ValueError("the sphere kernels provide the exponential laws only (softmax, unnormalized, pooled), not 'relu'")
     if heads.d != 3:
         raise ValueError(f"the sphere kernels need d = 3, got heads of dimension {heads.d}")
-    x = check_tokens(x, heads, kind)
+    x = check_tokens(x, heads, kind, beta=beta)
     if x.shape[0]:
         err = float(np.max(np.abs(np.sqrt(np.einsum("ij,ij->i", x, x)) - 1.0)))
         if not err <= SPHERE_TOLERANCE:
@@ -1047,9 +1047,7 @@ def velocity_local(
     Fast when :math:`\beta\|B\|` is large (small caps); at small :math:`\beta` every
     cap is the whole sphere and the cost is that of a dense kernel.
     """
-    x = check_sphere_tokens(x, heads, kind, tolerance=tolerance)
-    if not is_temperature(beta):  # NaN had failed converting a cap's radius to an integer
-        raise ValueError(f"beta must be a finite number ≥ 0, got {beta!r}")
+    x = check_sphere_tokens(x, heads, kind, tolerance=tolerance, beta=beta)  # (a NaN β had failed in int() of a cap's radius)
     causal = is_causal(mask)
     n = x.shape[0]
     a = token_masses(n, weights, kind=kind, causal=causal)
