@@ -20,9 +20,9 @@ from typing import Protocol
 import numpy as np
 
 from meanfield.geometry.sphere import project_tangent
-from meanfield.heads.head import Head, HeadStack, stack_heads
+from meanfield.heads.head import Head, HeadStack
 from meanfield.kernels.attention import ATTENTION_KINDS, BACKENDS, DEFAULT_TOLERANCE, MASKS, TOLERANCE_BACKENDS, attention_velocity
-from meanfield.kernels.inputs import is_temperature
+from meanfield.kernels.inputs import as_head_stack, check_tolerance, is_temperature
 
 __all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "ScoreOverflowError"]
 
@@ -121,8 +121,7 @@ class Model:
             raise ValueError(f"d must be an integer ≥ 2 (tokens on S^(d-1)), got {self.d!r}")
         if not is_temperature(self.beta):
             raise ValueError(f"beta must be a finite number ≥ 0, got {self.beta!r}")
-        if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float, np.floating)) or not 0 < self.tolerance < 1:
-            raise ValueError(f"tolerance must be a number in (0, 1), got {self.tolerance!r}")
+        check_tolerance(self.tolerance)
         if self.precision not in ("float64", "float32"):
             raise ValueError(f"precision must be 'float64' or 'float32', got {self.precision!r}")
         if self.mask not in MASKS:
@@ -142,10 +141,8 @@ class Model:
         heads = self.heads
         if heads is None:
             heads = HeadStack(B=np.eye(self.d)[None], V=np.eye(self.d)[None])
-        if isinstance(heads, Head):
-            heads = [heads]
-        if isinstance(heads, (list, tuple)):
-            heads = stack_heads(heads)
+        if isinstance(heads, (Head, list, tuple)):
+            heads = as_head_stack(heads)
         if isinstance(heads, HeadStack):  # constant heads are checked here (a schedule's, when it is asked for them)
             if heads.d != self.d:  # the later error had blamed the tokens
                 raise ValueError(f"the heads act on R^{heads.d} (B and V are {heads.d}×{heads.d}), but d = {self.d}")

@@ -86,8 +86,8 @@ def as_head_stack(heads: object) -> HeadStack:
         return heads
     if isinstance(heads, Head):
         return stack_heads([heads])
-    if isinstance(heads, (list, tuple)) and heads and all(isinstance(h, Head) for h in heads):
-        return stack_heads(list(heads))
+    if isinstance(heads, (list, tuple)) and all(isinstance(h, Head) for h in heads):
+        return stack_heads(list(heads))  # (none: its ValueError, "at least one head is needed")
     raise TypeError(f"heads must be a HeadStack, a Head or a list of Heads, got {type(heads).__name__}")
 
 
