@@ -13,7 +13,7 @@ from typing import Any
 
 from meanfield.errors import ConfigError
 
-__all__ = ["available_memory", "memory_estimate", "check_resources", "MAX_STEPS", "MAX_FRAMES", "format_bytes"]
+__all__ = ["available_memory", "memory_estimate", "memory_shortfall", "check_resources", "MAX_STEPS", "MAX_FRAMES", "format_bytes"]
 
 #: more time steps than this are refused (1e8 steps of even 10 µs each are 12 days)
 MAX_STEPS = 10**8
@@ -46,6 +46,15 @@ def format_bytes(count: float) -> str:
         if count >= size:
             return f"{count / size:.3g} {unit}"
     return f"{int(count)} bytes"
+
+
+def memory_shortfall(need: float, *, available: int | None = None) -> str | None:
+    """``None`` where ``need`` bytes fit in the memory left (``available``, default :func:`available_memory`), else the
+    words for it: ``needs about 9 TiB; this machine has 22 GiB available``."""
+    free = available_memory() if available is None else available
+    if need <= free:
+        return None
+    return f"needs about {format_bytes(need)}; this machine has {format_bytes(free)} available"
 
 
 def _heads(cfg: Mapping[str, Any]) -> int:

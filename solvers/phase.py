@@ -70,7 +70,7 @@ import numpy as np
 
 from meanfield.config import config_hash, load_config
 from meanfield.errors import ConfigError, RunFailed
-from meanfield.resources import available_memory, format_bytes
+from meanfield.resources import memory_shortfall
 from meanfield.geometry.sphere import normalize, project_tangent
 from meanfield.kernels.batched import BATCHED_KINDS, velocity_batched, velocity_batched_numpy
 from meanfield.kernels.jit import one_blas_thread
@@ -377,11 +377,10 @@ def check_phase_config(cfg: Mapping[str, Any]) -> None:
     if model.get("precision", "float64") != "float64":
         raise ConfigError("model.precision", "a phase diagram's batched kernel runs in float64")
     batch = min(int(cfg["phase"]["batch"]), int(cfg["phase"]["samples"]) * len(cfg["phase"]["betas"]))
-    need = PHASE_BYTES_PER_PAIR * batch * float(cfg["init"]["n"]) ** 2
-    if need > available_memory():
-        raise ConfigError("phase.batch", f"a batch of {batch} systems of {cfg['init']['n']} tokens needs about "
-                                         f"{format_bytes(need)} for its pair tables; this machine has "
-                                         f"{format_bytes(available_memory())} available (take a smaller phase.batch)")
+    short = memory_shortfall(PHASE_BYTES_PER_PAIR * batch * float(cfg["init"]["n"]) ** 2)  # its pair tables
+    if short:  # (the memory had been read twice, for the test and for the words)
+        raise ConfigError("phase.batch", f"a batch of {batch} systems of {cfg['init']['n']} tokens (its pair tables) {short}: "
+                                         "take a smaller phase.batch")
 
 
 def _heads(cfg: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:

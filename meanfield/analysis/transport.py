@@ -622,13 +622,12 @@ _SINKHORN_VALUE_BLOCK = 1 << 19
 def _check_pairs(n: int, m: int, copies: int, method: str) -> None:
     """Refuse a problem whose (n, m) arrays do not fit in the memory left (it had been NumPy's MemoryError, or the
     process killed inside POT)."""
-    from meanfield.resources import available_memory, format_bytes
+    from meanfield.resources import memory_shortfall
 
-    need = 8.0 * copies * n * m
-    free = available_memory()
-    if need > free:
-        raise ValueError(f"method={method!r} on {n} × {m} atoms needs about {format_bytes(need)} for its (n, m) arrays; this "
-                         f"machine has {format_bytes(free)} available: use method='sliced' (memory linear in n), or fewer atoms")
+    short = memory_shortfall(8.0 * copies * n * m)
+    if short:
+        raise ValueError(f"method={method!r} on {n} × {m} atoms {short} (its (n, m) arrays): use method='sliced' "
+                         "(memory linear in n), or fewer atoms")
 
 
 def _exact(x, y, a, b, cost: str, numItermax: int | None, merge: bool, want_plan: bool = True):

@@ -650,14 +650,13 @@ def check_clustering_memory(ns: Sequence[int], ds: Sequence[int], *, key: str = 
     ConfigError
         Naming ``key`` (the dimension: the head grows as d²).
     """
-    from meanfield.resources import available_memory, format_bytes
+    from meanfield.resources import memory_shortfall
 
     n, d = max(ns), max(ds)
-    need = 8.0 * (6 * d * d + 24 * n * d)  # B, V and the kernels' copies; the tokens, stages and velocities
-    limit = available_memory() if available is None else available
-    if need > limit:
-        raise ConfigError(key, f"d = {d} with n = {n} tokens needs about {format_bytes(need)} (heads of {d}×{d}); "
-                               f"this machine has {format_bytes(limit)} available")
+    # B, V and the kernels' copies; the tokens, stages and velocities
+    short = memory_shortfall(8.0 * (6 * d * d + 24 * n * d), available=available)
+    if short:
+        raise ConfigError(key, f"d = {d} with n = {n} tokens (heads of {d}×{d}) {short}")
 
 
 def _fit_or_nan(fit: Any, xs: np.ndarray, ys: np.ndarray) -> tuple[float, float, float]:
