@@ -396,7 +396,7 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
             if not isinstance(spec, Mapping):
                 raise ConfigError(f"model.heads[{index}]", "expected a table with keys Q, K, V")
         built = heads_from_config(heads, d=d, seed=model["seed"], base=base)  # raises ConfigError naming the key
-        _unshifted_overflow_note(cfg, built)
+        _check_unshifted_overflow(cfg, built)
         if base is not None:  # store `file:` matrices by absolute path, so runs and sweeps find them anywhere
             for spec in heads:
                 for name in ("Q", "K", "V"):
@@ -535,10 +535,10 @@ def _source_run_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Ma
 EXP_OVERFLOW = 709.78
 
 
-def _unshifted_overflow_note(cfg: dict[str, Any], heads: list[Any]) -> None:
-    r"""Note a run whose terms :math:`e^{\beta\langle x, B_h y\rangle}` leave float64 where tokens reach the top
-    singular directions of a head: unnormalized attention takes them as they are (softmax shifts them by the row's
-    largest), and the JKO grid variant's energy does too.  The run stops there on NaN/Inf, its frames kept.
+def _check_unshifted_overflow(cfg: dict[str, Any], heads: list[Any]) -> None:
+    r"""Note an unnormalized-attention run whose terms :math:`e^{\beta\langle x, B_h y\rangle}` leave float64 where
+    tokens reach the top singular directions of a head: it takes them as they are (softmax shifts them by the row's
+    largest).  The run stops there on NaN/Inf, its frames kept.
 
     The JKO scheme (either variant) is refused instead: its step minimises the energy itself, which it evaluates
     at the start, and uniform tokens come near enough the top directions for it to overflow at once (an
@@ -556,9 +556,8 @@ def _unshifted_overflow_note(cfg: dict[str, Any], heads: list[Any]) -> None:
         raise ConfigError("model.beta", f"{model['beta']:g} with a head of ‖B‖₂ = {top:.3g}: the JKO scheme minimises the energy "
                                         f"(1/2β) Σ a_i a_j e^(β⟨x_i, B x_j⟩), which leaves float64 above β‖B‖₂ ≈ 709 (here "
                                         f"{model['beta'] * top:.3g}); the particle solver runs this β (solver.kind = 'particle')")
-    if model["beta"] * top > EXP_OVERFLOW:
-        what = "unnormalized attention" if model["attention"] == "unnormalized" else "the JKO grid variant's energy"
-        warnings.warn(f"model.beta = {model['beta']:g} with a head of ‖B‖₂ = {top:.3g}: {what} takes e^(β⟨x, B y⟩) "
+    if model["beta"] * top > EXP_OVERFLOW:  # (a JKO run past this was refused above: unnormalized attention only)
+        warnings.warn(f"model.beta = {model['beta']:g} with a head of ‖B‖₂ = {top:.3g}: unnormalized attention takes e^(β⟨x, B y⟩) "
                       f"unshifted, which exceeds float64 above β⟨x, B y⟩ = 709; the run stops on NaN/Inf where the "
                       f"tokens get there (β‖B‖₂ = {model['beta'] * top:.3g})", ConfigNote, stacklevel=4)
 
