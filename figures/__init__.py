@@ -54,7 +54,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["FIGURES_DIR", "METADATA", "PAPERS", "FigureEntry", "FigureRun", "registry", "run_figure", "write_rows", "script_main", "concentration_grid_config"]
+__all__ = ["FIGURES_DIR", "METADATA", "PAPERS", "FigureEntry", "FigureRun", "registry", "run_figure", "write_rows", "output_folder", "script_main",
+           "concentration_grid_config"]
 
 #: the folder the figure scripts live in
 FIGURES_DIR = Path(__file__).resolve().parent
@@ -254,6 +255,20 @@ def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
+def output_folder(out: str | None, *, quick: bool) -> Path:
+    """``--out`` checked (:func:`meanfield.cli.options.folder_path`), or the gallery's folder: ``figures/gallery``,
+    ``figures/gallery/quick`` for the quick forms (shared by the scripts and ``meanfield reproduce``).
+
+    Raises
+    ------
+    ConfigError
+        (key ``--out``) a file, or a folder that cannot be made.
+    """
+    from meanfield.cli.options import folder_path
+
+    return Path(folder_path(out, "--out") or Path("figures/gallery") / ("quick" if quick else ""))
+
+
 def script_main(make: Any, claim: Any, description: str, argv: Any = None) -> int:
     """The command line every figure script shares: ``[--quick] [--out DIR]``, then the claim checks.
 
@@ -263,7 +278,6 @@ def script_main(make: Any, claim: Any, description: str, argv: Any = None) -> in
     """
     import argparse
 
-    from meanfield.cli.options import folder_path
     from meanfield.errors import ConfigError
 
     parser = argparse.ArgumentParser(description=description)
@@ -271,7 +285,7 @@ def script_main(make: Any, claim: Any, description: str, argv: Any = None) -> in
     parser.add_argument("--out", default=None, help="output folder (default figures/gallery; figures/gallery/quick with --quick)")
     args = parser.parse_args(argv)
     try:
-        out = folder_path(args.out, "--out") or str(Path("figures/gallery") / ("quick" if args.quick else ""))
+        out = output_folder(args.out, quick=args.quick)
     except ConfigError as exc:  # a file, or a folder that cannot be made: the traceback had exited 1, "a claim failed"
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     paths = make(out, quick=args.quick)

@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from pathlib import Path
 
-from meanfield.cli.options import folder_path
 from meanfield.errors import ConfigError
 
 __all__ = ["add_parser", "main"]
@@ -54,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if not args.ids:
         raise ConfigError("ID", "name a figure id or 'all' (meanfield reproduce --list shows them)")
-    out = Path(folder_path(args.out, "--out") or Path("figures/gallery") / ("quick" if args.quick else ""))
+    out = figures.output_folder(args.out, quick=args.quick)
     status = 0
     for figure_id in ids:
         try:
