@@ -23,7 +23,7 @@ import numpy as np
 
 from meanfield.heads import HeadStack
 from meanfield.kernels.blas import blas_threads, exp_scores, exp_shifted_by_mass, flash_row_sums, run_on_threads, thread_buffer
-from meanfield.kernels.inputs import block_rows
+from meanfield.kernels.inputs import block_rows, token_masses
 from meanfield.kernels.harmonic import sphere_head_energies
 from meanfield.kernels.jit import one_blas_thread
 
@@ -158,9 +158,7 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
     if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)) or not np.isfinite(beta):
         raise ValueError(f"beta must be a finite number, got {beta!r}")  # (a negative β is the energy's own continuation)
     n = x.shape[0]
-    a = np.full(n, 1.0 / n) if weights is None else np.ascontiguousarray(weights, dtype=float)
-    if a.shape != (n,) or not (np.all(np.isfinite(a)) and np.all(a >= 0)):
-        raise ValueError(f"weights must be {n} finite masses ≥ 0, got shape {a.shape}")
+    a = np.ascontiguousarray(token_masses(n, weights))  # the kernels' check of the masses: shape, finite, ≥ 0
     if beta > 0 and backend in ("auto", "harmonic", "local") and _sphere_rows(x, heads, beta, backend, tolerance):
         return sphere_head_energies(x, heads, beta=beta, weights=a, tolerance=tolerance)
     out = np.zeros(heads.H)
