@@ -151,15 +151,9 @@ def _check_nonnegative(value: float, key: str) -> float:
 
 
 def _check_lambdas(lambdas: ArrayLike) -> NDArray[np.float64]:
-    try:
-        lam = np.asarray(lambdas, dtype=float)
-    except (TypeError, ValueError):
-        raise ConfigError("lambdas", f"must be a list of real numbers, got {lambdas!r}") from None
-    lam = np.atleast_1d(lam)
+    lam = np.atleast_1d(_reals(lambdas, "lambdas"))  # real and finite, named
     if lam.ndim != 1 or lam.size == 0:
         raise ConfigError("lambdas", f"must be a non-empty 1-D list of head strengths, got shape {lam.shape}")
-    if not np.all(np.isfinite(lam)):
-        raise ConfigError("lambdas", "head strengths must be finite")
     if lam.size * float(np.max(np.abs(lam))) > LAMBDA_SUM_LIMIT:  # their sum (the late rate, the equal split) had overflowed
         raise ConfigError("lambdas", f"head strengths must keep their sum below {LAMBDA_SUM_LIMIT:.0e}: at most "
                                      f"{LAMBDA_SUM_LIMIT / lam.size:.3g} each for {lam.size} heads, got {float(np.max(np.abs(lam))):.3g}")
