@@ -5,6 +5,7 @@ module knows nothing about time stepping.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import numpy as np
 from meanfield.errors import ConfigError
 from meanfield.heads import Head, heads_from_config, stack_heads
 from meanfield.heads.head import replicate_specs
-from meanfield.model import ConstantHeads, HeadSchedule, Model, ScoreOverflowError
+from meanfield.model import ConstantHeads, HeadSchedule, Model, ScoreOverflowError, UnshiftedOverflowWarning
 from meanfield.geometry.sphere import sample
 
 __all__ = ["build_heads", "build_schedule", "build_model", "initial_tokens", "replicate_heads"]
@@ -53,7 +54,9 @@ def build_model(cfg: dict[str, Any], *, schedule: HeadSchedule | None = None) ->
     """The :class:`~meanfield.model.Model` of a resolved config (a β whose scores overflow: ``ConfigError`` naming
     ``model.beta``)."""
     try:
-        return _model(cfg, schedule)
+        with warnings.catch_warnings():  # the config's check gives this as its own note (ConfigNote), once
+            warnings.simplefilter("ignore", UnshiftedOverflowWarning)
+            return _model(cfg, schedule)
     except ScoreOverflowError as exc:
         raise ConfigError("model.beta", str(exc)) from None
 

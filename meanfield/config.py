@@ -531,10 +531,6 @@ def _source_run_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Ma
     init["path"], init["time"], init["n"] = str(path.resolve()), frame.time, rows
 
 
-#: e^x overflows float64 above this x
-EXP_OVERFLOW = 709.78
-
-
 def _check_unshifted_overflow(cfg: dict[str, Any], heads: list[Any]) -> None:
     r"""Note an unnormalized-attention run whose terms :math:`e^{\beta\langle x, B_h y\rangle}` leave float64 where
     tokens reach the top singular directions of a head: it takes them as they are (softmax shifts them by the row's
@@ -550,6 +546,8 @@ def _check_unshifted_overflow(cfg: dict[str, Any], heads: list[Any]) -> None:
     if not unshifted or not heads or model["beta"] == 0:
         return
     import numpy as np  # local: the config module imports no NumPy at its top
+
+    from meanfield.model import EXP_OVERFLOW
 
     top = max(float(np.linalg.norm(head.B, 2)) for head in heads)
     if jko and model["beta"] * top > EXP_OVERFLOW - math.log(2.0 * len(heads) * max(model["beta"], 1.0)) - 1.0:

@@ -14,6 +14,7 @@ through a schedule: any object with ``at(t) -> HeadStack`` (see
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,7 +25,8 @@ from meanfield.heads.head import Head, HeadStack
 from meanfield.kernels.attention import ATTENTION_KINDS, BACKENDS, DEFAULT_TOLERANCE, MASKS, TOLERANCE_BACKENDS, attention_velocity
 from meanfield.kernels.inputs import as_head_stack, check_tolerance, is_temperature
 
-__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "ScoreOverflowError"]
+__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "EXP_OVERFLOW",
+           "ScoreOverflowError", "UnshiftedOverflowWarning"]
 
 DIRECTIONS = ("ascent", "descent")
 #: how the heads' fields combine (``Model.combine``, config ``model.combine``)
@@ -32,10 +34,18 @@ COMBINES = ("sum", "mean")
 #: the largest β‖B_h‖_F taken: the scores β⟨x, B_h y⟩ of unit tokens and their differences stay finite in float64
 #: (1.8e308): a margin of 100 for the differences the softmax takes and the kernels' arithmetic
 SCORE_BOUND_LIMIT = 1e306
+#: :math:`e^x` overflows float64 above this x (ln 1.8e308)
+EXP_OVERFLOW = 709.78
 
 
 class ScoreOverflowError(ValueError):
     r"""β so large that the attention scores :math:`\beta\langle x, B_h y\rangle` would overflow (see :data:`SCORE_BOUND_LIMIT`)."""
+
+
+class UnshiftedOverflowWarning(RuntimeWarning):
+    r"""Unnormalized attention whose terms :math:`e^{\beta\langle x, B_h y\rangle}` leave float64 where tokens reach
+    the top singular directions of a head (:math:`\beta\|B_h\|_2 > 709.78`): that law takes them unshifted, and its
+    velocity is NaN/Inf there."""
 
 
 class HeadSchedule(Protocol):
@@ -156,6 +166,14 @@ class Model:
             if not bound <= SCORE_BOUND_LIMIT:
                 raise ScoreOverflowError(f"beta = {self.beta!r} makes the scores β⟨x, B_h y⟩ overflow: β‖B_h‖_F = {bound:.3g} "
                                          f"(at most {SCORE_BOUND_LIMIT:.0e}; at that temperature the softmax is already an argmax)")
+            if self.attention == "unnormalized":
+                top = float(self.beta) * max(float(np.linalg.norm(B, 2)) for B in heads.at(0.0).B)
+                if top > EXP_OVERFLOW:  # (a config gives its own note, and build_model silences this one)
+                    warnings.warn(f"beta = {self.beta!r} with unnormalized attention: its terms e^(β⟨x, B_h y⟩) are taken "
+                                  f"unshifted and exceed float64 above β⟨x, B_h y⟩ = 709, here up to β‖B_h‖₂ = {top:.3g}; "
+                                  f"the velocity is NaN/Inf where tokens come near a head's top singular directions "
+                                  f"(softmax attention shifts its scores and has no such limit)", UnshiftedOverflowWarning,
+                                  stacklevel=3)
         object.__setattr__(self, "heads", heads)
 
     @property

@@ -324,6 +324,33 @@ def test_keyword_overrides_take_numpy_scalars_and_arrays():
         mf.simulate(ROOT / "data" / "default.toml", n=np.bool_(True))
 
 
+def test_a_direct_model_whose_unshifted_terms_overflow_warns_once_and_a_config_only_notes():
+    # mf.Model(attention="unnormalized", beta=750) returned NaN velocities without a word (the config gave a note)
+    import warnings
+
+    from meanfield.build import build_model
+    from meanfield.errors import ConfigNote
+    from meanfield.model import UnshiftedOverflowWarning
+
+    B = np.diag([2.0, 1.0, 0.5])
+    heads = HeadStack(B=B[None], V=np.eye(3)[None])
+    with pytest.warns(UnshiftedOverflowWarning, match=r"β‖B_h‖₂ = 800"):
+        model = mf.Model(d=3, beta=400.0, heads=heads, attention="unnormalized")
+    with np.errstate(over="ignore", invalid="ignore"):  # what the warning announces: the top direction leaves float64
+        v = model.ambient_velocity(np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]), 0.0)
+    assert not np.all(np.isfinite(v))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mf.Model(d=3, beta=350.0, heads=heads, attention="unnormalized")  # 700 < 709.78
+        mf.Model(d=3, beta=400.0, heads=heads)  # softmax shifts its scores
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = mf.load_config(ROOT / "data" / "default.toml", **{"model.attention": "unnormalized", "model.beta": 800.0})
+        build_model(cfg)  # the config's note said it already
+    assert not [w for w in caught if issubclass(w.category, UnshiftedOverflowWarning)]
+    assert [w for w in caught if issubclass(w.category, ConfigNote) and "unshifted" in str(w.message)]
+
+
 def test_a_beta_whose_scores_overflow_is_refused_and_the_largest_taken_runs():
     # β = 1e308 had run on: its scores β⟨x, By⟩ overflowed, the softmax rows went NaN and were patched over
     from meanfield.model import SCORE_BOUND_LIMIT, ScoreOverflowError
