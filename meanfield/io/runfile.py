@@ -8,6 +8,8 @@ Layout (a public contract, described in the README's *Data files*):
 * trackers' scalars: one (T,) dataset each under the group ``diagnostics``;
 * time-dependent weights: the weight path under the group ``weights``;
 * ``committed_frames`` (1,): how many frames are completely on disk;
+* ``checksum`` (T,) int64: the CRC-32 of each frame's state as float64 bytes (−1: a frame written before
+  checksums), checked by ``--resume`` on the frame it continues from and by every read of frames;
 * attributes ``status`` (``running``, ``completed``, ``stopped``, ``failed``,
   ``interrupted``) and ``stop_reason``.
 
@@ -29,11 +31,13 @@ from __future__ import annotations
 
 import errno
 import json
+import zlib
 import re
 import math
 import os
 import socket
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,14 +51,26 @@ from meanfield.io.signature import HDF5_SIGNATURE, file_head
 
 T = TypeVar("T")
 
-__all__ = ["RunWriter", "RunReader", "open_run_file", "read_run_file", "read_config", "run_status", "last_frame", "STATE_NAMES", "COMMITTED"]
+__all__ = ["RunWriter", "RunReader", "open_run_file", "read_run_file", "read_config", "run_status", "last_frame", "STATE_NAMES",
+           "COMMITTED", "CHECKSUM", "DamagedFrameWarning", "frame_checksum"]
 
 #: dataset that holds the evolving state, by solver family
 STATE_NAMES = {"particle": "x", "grid": "mass"}
 #: the dataset counting the frames that are completely on disk
 COMMITTED = "committed_frames"
+#: the dataset of the frames' CRC-32 checksums (:func:`frame_checksum`; −1 where a frame has none)
+CHECKSUM = "checksum"
 #: datasets with one entry per frame (besides the state and the diagnostics)
-_PER_FRAME = ("t",)
+_PER_FRAME = ("t", CHECKSUM)
+
+
+class DamagedFrameWarning(RuntimeWarning):
+    """Frames read from a run file do not match the checksums written with them: their bytes changed on disk."""
+
+
+def frame_checksum(state: np.ndarray) -> int:
+    """The CRC-32 of a frame's state as C-ordered float64 bytes: what is written and what is read back."""
+    return zlib.crc32(np.ascontiguousarray(state, dtype=np.float64))
 
 
 #: free bytes kept beyond two frames before a frame is written: a full disk is met by us, never by HDF5
@@ -296,6 +312,7 @@ class RunWriter:
             f.create_dataset(state_name, shape=(0, *state_shape), maxshape=(None, *state_shape), dtype="f8",
                              chunks=(1, *state_shape))
             f.create_dataset(COMMITTED, data=np.zeros(1, dtype=np.int64))
+            f.create_dataset(CHECKSUM, shape=(0,), maxshape=(None,), dtype="i8", chunks=(1024,))
             f.create_group("diagnostics")
             for key, value in (static or {}).items():
                 f.create_dataset(key, data=np.asarray(value))
@@ -323,6 +340,8 @@ class RunWriter:
             f = h5py.File(self.path, "a", libver="latest")
         try:
             frames = reader.frames
+            if CHECKSUM not in f:  # a file written before checksums: its frames have none (−1), the new ones do
+                f.create_dataset(CHECKSUM, data=np.full(frames, -1, dtype=np.int64), maxshape=(None,), chunks=(1024,))
             for name in (*_PER_FRAME, self.state_name):
                 f[name].resize((frames, *f[name].shape[1:]))
             for name in f["diagnostics"]:
@@ -386,6 +405,8 @@ class RunWriter:
         data[k] = state
         f["t"].resize((k + 1,))
         f["t"][k] = t
+        f[CHECKSUM].resize((k + 1,))
+        f[CHECKSUM][k] = frame_checksum(state)
         group = f["diagnostics"]
         for key in diagnostics:
             if key not in group:
@@ -635,19 +656,39 @@ class RunReader:
         """The saved times, shape ``(frames,)``."""
         return self._read(lambda f: np.array(f["t"][: self.frames], dtype=float))
 
-    def states(self, index: int | slice = slice(None)) -> np.ndarray:
-        """Frames ``index`` of the state dataset (all committed frames by default)."""
-        return self._read(lambda f: self._states(f, index))
+    def states(self, index: int | slice = slice(None), *, verify: bool = True) -> np.ndarray:
+        """Frames ``index`` of the state dataset (all committed frames by default).
 
-    def _states(self, f: h5py.File, index: int | slice) -> np.ndarray:
+        Each frame is checked against the checksum written with it (:data:`CHECKSUM`); frames whose bytes changed
+        on disk since are returned as they read, with a :class:`DamagedFrameWarning` that names them (``verify=False``:
+        not checked; :meth:`damaged_frames` checks given frames).
+        """
+        frames, states = self._read(lambda f: self._states(f, index))
+        if verify:
+            damaged = self.damaged_frames(frames, states)
+            if damaged:
+                warnings.warn(f"{self.path}: {_frames_named(damaged, self.times())} do not match the checksums written with "
+                              "them: their bytes changed on disk after they were committed (a failing disk, or a copy "
+                              "gone wrong), and their values cannot be trusted", DamagedFrameWarning, stacklevel=2)
+        return states if isinstance(index, slice) else states[0]
+
+    def _states(self, f: h5py.File, index: int | slice) -> tuple[range, np.ndarray]:
         data = f[self.state_name]
         if isinstance(index, slice):
             start, stop, step = index.indices(self.frames)
-            return np.array(data[start:stop:step], dtype=float)
+            return range(start, stop, step), np.array(data[start:stop:step], dtype=float)
         k = index + self.frames if index < 0 else index
         if not 0 <= k < self.frames:
             raise IndexError(f"frame {index} of a run with {self.frames} frames")
-        return np.array(data[k], dtype=float)
+        return range(k, k + 1), np.array(data[k : k + 1], dtype=float)
+
+    def damaged_frames(self, frames: range | list[int], states: np.ndarray) -> list[int]:
+        """Those of ``frames`` whose ``states`` (as read) differ from the checksums written with them (frames written
+        before checksums, marked −1, and files without any are taken as they are)."""
+        sums = self._read(lambda f: None if (member := _member(f, CHECKSUM)) is None else np.array(member[: self.frames]))
+        if sums is None:
+            return []
+        return [k for k, state in zip(frames, states) if k < sums.shape[0] and sums[k] >= 0 and frame_checksum(state) != sums[k]]
 
     def diagnostics(self) -> dict[str, np.ndarray]:
         """The trackers' scalars, one ``(frames,)`` array each (NaN where a frame has none)."""
@@ -671,7 +712,7 @@ class RunReader:
         out: dict[str, np.ndarray] = {}
         for name in f:
             item = f[name]
-            if name in ("t", self.state_name, "diagnostics", COMMITTED):
+            if name in (*_PER_FRAME, self.state_name, "diagnostics", COMMITTED):
                 continue
             if isinstance(item, h5py.Dataset):
                 out[name] = item[()]
@@ -680,6 +721,12 @@ class RunReader:
                     if isinstance(item[sub], h5py.Dataset):
                         out[f"{name}/{sub}"] = item[sub][()]
         return out
+
+
+def _frames_named(frames: list[int], times: np.ndarray) -> str:
+    """``frame 7 (t = 1.4)`` or ``frames 3 (t = 0.6), 7 (t = 1.4)``."""
+    named = ", ".join(f"{k} (t = {times[k]:.6g})" for k in frames)
+    return f"frame {named}" if len(frames) == 1 else f"frames {named}"
 
 
 def run_status(path: str | Path) -> tuple[str, str]:
@@ -699,14 +746,21 @@ def last_frame(path: str | Path, state_name: str) -> tuple[int, float, np.ndarra
     Raises
     ------
     ConfigError
-        The run has no committed frame, or its last one is not finite.
+        The run has no committed frame, or its last one is not finite or does not match its checksum.
     """
     reader = RunReader(path, key="--resume")
     if reader.state_name != state_name:
         raise ConfigError("--resume", f"{path} holds {reader.state_name!r} frames, this config makes {state_name!r}")
     if reader.frames == 0:
         raise ConfigError("--resume", f"{path}: no committed frame to resume from")
-    state = reader.states(-1)
+    state = reader.states(-1, verify=False)
+    if reader.damaged_frames([reader.frames - 1], state[None]):
+        times = reader.times()
+        earlier = (f"Continue from the frame before it in a new file: --set init.kind=run --set init.path={path} "
+                   f"--set init.time={times[-2]:g}" if reader.frames > 1 else "Start the run afresh")
+        raise ConfigError("--resume", f"{path}: the last committed {_frames_named([reader.frames - 1], times)} does not match "
+                                      f"the checksum written with it: its bytes changed on disk after it was committed, and "
+                                      f"the run cannot continue from it (the file is unchanged). {earlier}")
     if not np.all(np.isfinite(state)):
         raise ConfigError("--resume", f"{path}: the last committed frame is not finite; the run cannot continue from it")
     return reader.frames, float(reader.times()[-1]), state
