@@ -284,6 +284,11 @@ def geometric_em_step(x: np.ndarray, drift: np.ndarray, h: float, gamma: float, 
     return y / np.linalg.norm(y, axis=-1, keepdims=True)
 
 
+#: the largest χ² degrees of freedom k = d − 1 taken from Tricomi's U in :func:`em_mean_factor` (above, its
+#: value can under- or overflow to a wrong finite number; the quadrature takes over)
+HYPERU_MAX_K = 64
+
+
 def em_mean_factor(h: float, gamma: float, d: int) -> float:
     r"""Exact :math:`c(h)=\mathbb E\langle x_{k+1},e\rangle/\langle x_k,e\rangle` of the pure-noise step.
 
@@ -302,15 +307,30 @@ def em_mean_factor(h: float, gamma: float, d: int) -> float:
     """
     from scipy import integrate, special, stats
 
-    s2 = 2.0 * h / gamma
-    k = d - 1
-    with np.errstate(all="ignore"):
-        value = float((2.0 * s2) ** (-k / 2) * special.hyperu(k / 2, (k + 1) / 2, 1.0 / (2.0 * s2)))
-    if math.isfinite(value) and 0.0 < value <= 1.0:
+    for name, value, ok in (("h", h, lambda v: v >= 0), ("gamma", gamma, lambda v: v > 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (math.isfinite(value) and ok(value)):
+            raise ValueError(f"{name} must be a finite number {'≥ 0' if name == 'h' else '> 0'}, got {value!r}")
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
+        raise ValueError(f"d must be an integer ≥ 2 (tokens on S^(d-1)), got {d!r}")
+    if h == 0:
+        return 1.0
+    s2 = 2.0 * float(h) / float(gamma)
+    k = int(d) - 1
+    with np.errstate(all="ignore"):  # NumPy powers give inf/0 where Python's float power raised OverflowError
+        value = float(np.float64(2.0 * s2) ** (-k / 2) * special.hyperu(k / 2, (k + 1) / 2, 1.0 / (2.0 * s2)))
+    if math.isfinite(value) and 0.0 < value <= 1.0 and k <= HYPERU_MAX_K:
         return value
+    # quadrature over the χ²_k law, split at its mode (at large k a narrow peak, √(2k) wide at k, that a
+    # quadrature over [0, ∞) had missed), normalised by the law's own mass on the same pieces
     law = stats.chi2(k)
-    value, _ = integrate.quad(lambda q: law.pdf(q) / math.sqrt(1.0 + s2 * q), 0.0, np.inf, limit=200, epsabs=1e-14, epsrel=1e-13)
-    return float(value)
+    mode, top = max(k - 2.0, 0.0), float(law.isf(1e-18))
+    pieces = [(0.0, mode), (mode, top)] if mode > 0 else [(0.0, top)]
+
+    def integral(f: Callable[[float], float]) -> float:
+        return sum(integrate.quad(f, a, b, limit=400, epsabs=0.0, epsrel=1e-13)[0] for a, b in pieces)
+
+    mass = integral(law.pdf)
+    return float(integral(lambda q: law.pdf(q) / math.sqrt(1.0 + s2 * q)) / mass)
 
 
 def l1_decay_rate(gamma: float, d: int) -> float:
