@@ -139,7 +139,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "save_every": Key(NUM, 0.1, _at_least(0, strict=True), "time between saved frames"),
         "rtol": Key(NUM, 1e-8, _at_least(0, strict=True), "rk45 relative tolerance"),
         "atol": Key(NUM, 1e-10, _at_least(0, strict=True), "rk45 absolute tolerance"),
-        "steady_tol": Key(NUM, 0.0, _at_least(0), "stop when max_i |ẋ_i| < steady_tol (0: never; not the JKO scheme, which records no speed)"),
+        "steady_tol": Key(NUM, 0.0, _at_least(0), "stop when max_i |ẋ_i| < steady_tol (0: never; not the JKO scheme, which records no speed, nor noisy tokens, which never stand still)"),
         "cfl": Key(NUM, 0.5, _at_least(0, strict=True), "grid: CFL number"),
         "tau": Key(NUM, 0.05, _at_least(0, strict=True), "jko: step τ"),
         "variant": Key((str,), "particle", _choice("particle", "grid"), "jko: particle or grid"),
@@ -372,6 +372,15 @@ def _noise_checks(cfg: dict[str, Any], *, method_given: bool) -> None:
     kind = solver["kind"]
     if kind not in ("particle", "grid"):
         raise ConfigError("noise.gamma", f"noisy tokens run on solver.kind = 'particle' or 'grid', got {kind!r}")
+    if solver["steady_tol"] > 0:  # the drift alone had been tested: a run stopped at t = 0 as "steady" (all tokens at one point)
+        why = ("noisy tokens never stand still: their law tends to the equilibrium of drift and noise, not to a state "
+               "without drift" if kind == "particle" else
+               "the grid's test measures the drift alone, which need not vanish at the equilibrium of drift and diffusion "
+               "and vanishes far from it (all the mass in one cap)")
+        raise ConfigError("solver.steady_tol", f"{solver['steady_tol']:g} stops a run where the drift is slower than it, and {why} "
+                                               "(use 0 and a t_final)")
+    if kind == "grid" and cfg["noise"]["seed"] != SCHEMA["noise"]["seed"].default:
+        _note_unused("noise", ["seed"], "the grid solver (it solves the Fokker–Planck equation, with no random draws)")
     norm = cfg["model"].get("norm", "post")
     if norm != "post":  # named first: the scheme, not the integrator, is what takes no noise (it had named solver.method)
         raise ConfigError("model.norm", f"norm = {norm!r} takes no [noise]: noisy tokens follow the sphere model (norm = 'post')")

@@ -276,6 +276,9 @@ BAD = [
     ({"noise": {"gamma": 1.0}, "solver": {"method": "rk4"}}, "solver.method"),
     ({"noise": {"gamma": 1.0}, "solver": {"kind": "jko"}, "model": {"attention": "pooled"}}, "noise.gamma"),
     ({"noise": {"gamma": 1.0}, "solver": {"kind": "zero-temperature"}}, "noise.gamma"),
+    # the steady test looks at the drift alone: a run with all its tokens at one point had stopped at t = 0 as "steady"
+    ({"noise": {"gamma": 1.0}, "solver": {"steady_tol": 1e-3}}, "solver.steady_tol"),
+    ({"noise": {"gamma": 1.0}, "solver": {"kind": "grid", "steady_tol": 1e-6}}, "solver.steady_tol"),
 ]
 
 
@@ -285,6 +288,12 @@ def test_bad_noise_input_is_a_config_error_naming_the_key(raw, key):
     with pytest.raises(ConfigError) as info:
         load_config(raw)
     assert key in str(info.value)
+
+
+def test_a_noise_seed_on_the_grid_is_noted_as_unused():
+    # the grid solves the Fokker–Planck equation: a sweep over noise.seed had given identical runs without a word
+    with pytest.warns(ConfigNote, match="noise.seed not used by the grid solver"):
+        load_config({"noise": {"gamma": 1.0, "seed": 3}, "solver": {"kind": "grid"}})
 
 
 def test_the_cli_exits_2_naming_the_key_before_touching_the_output(tmp_path, capsys):
