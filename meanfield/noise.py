@@ -68,6 +68,7 @@ import numpy as np
 from meanfield.errors import ConfigError, RunFailed
 
 __all__ = [
+    "check_noise_option",
     "ANNEAL_SCHEDULES",
     "NoiseSchedule",
     "noise_from_config",
@@ -225,6 +226,26 @@ def check_noise_section(noise: Mapping[str, Any], *, t_final: float) -> NoiseSch
         gamma_final=noise.get("gamma_final"), duration=noise.get("duration"), anneal_rate=noise.get("anneal_rate"),
         anneal_expr=noise.get("anneal_expr"), t_check=float(t_final),
     )
+
+
+def check_noise_option(noise: object, *, steady_tol: float = 0.0) -> None:
+    """A solver's ``noise`` option: ``None`` or a :class:`NoiseSchedule` (a bare γ had failed deep in the run with
+    an ``AttributeError``), and no ``steady_tol`` with it (the steady test sees the drift alone: see the config's check).
+
+    Raises
+    ------
+    TypeError
+        ``noise`` is not a :class:`NoiseSchedule`.
+    ValueError
+        ``steady_tol > 0`` with noise.
+    """
+    if noise is not None and not isinstance(noise, NoiseSchedule):
+        example = noise if isinstance(noise, (int, float)) and not isinstance(noise, bool) else 2.0
+        raise TypeError(f"noise must be a NoiseSchedule, e.g. noise=NoiseSchedule(gamma={example!r}) (from meanfield.noise), "
+                        f"or None; got {type(noise).__name__}")
+    if noise is not None and steady_tol > 0:
+        raise ValueError(f"steady_tol = {steady_tol:g} with noise: the steady test sees the drift alone, and noisy tokens "
+                         "never stand still (use 0 and a t_final)")
 
 
 def noise_from_config(cfg: Mapping[str, Any]) -> NoiseSchedule | None:

@@ -69,7 +69,7 @@ from meanfield.model import Model
 from meanfield.solvers.signals import check
 from meanfield.solvers.loop import RunSetup, StopRun, Tracker
 from meanfield.solvers.trackers import EnergyTracker
-from meanfield.noise import NoiseSchedule, noise_from_config
+from meanfield.noise import NoiseSchedule, check_noise_option, noise_from_config
 from meanfield.solvers.noise import LaplaceBeltrami
 from meanfield.heads.schedules import schedule_step
 
@@ -574,10 +574,14 @@ class GridSolver:
     noise: NoiseSchedule | None = None
     kind: ClassVar[str] = "grid"
 
+    def __post_init__(self) -> None:
+        check_noise_option(self.noise)
+
     def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:
         """Stepper and trackers: mass and positivity (always), the energies, the largest speed."""
         if not problem.on_grid:
             raise ValueError("the grid solver takes a density on a mesh: Problem(model, masses, mesh=mesh)")
+        check_noise_option(self.noise, steady_tol=steady_tol)
         check_mask(problem.model.mask, "grid", on_grid=problem.on_grid)  # a causal mask: refused here, as by the config
         mesh, mass0 = problem.mesh, problem.initial
         stepper = GridStepper(problem.model, mesh, method=self.method, cfl=self.cfl, dt_max=self.dt_max,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from meanfield.noise import NoiseSchedule
+from meanfield.noise import NoiseSchedule, check_noise_option
 from meanfield.solvers.loop import RunSetup, Tracker
 from meanfield.solvers.noise import NoisyParticleStepper
 from meanfield.solvers.normalized import NormalizedSolver
@@ -67,6 +67,9 @@ class ParticleSolver:
 
     def __post_init__(self) -> None:
         check_step_options(method=self.method, dt=self.dt, rtol=self.rtol, atol=self.atol)
+        check_noise_option(self.noise)
+        if self.noise is not None and self.method != "euler":  # (had been found only when the run started)
+            raise ValueError(f"noisy tokens take Euler–Maruyama steps: method must be 'euler', got {self.method!r}")
 
     def stepper(self, problem: Any) -> ParticleStepper | NoisyParticleStepper:
         """The :class:`ParticleStepper` of ``problem`` (the field is ``problem.model.velocity``); with noise, its Euler–Maruyama twin."""
@@ -81,6 +84,7 @@ class ParticleSolver:
         """Stepper and trackers: finite values, the sphere constraint, the energies, the largest speed."""
         if problem.on_grid:
             raise ValueError("the particle solver takes tokens; this problem holds a grid density (use GridSolver)")
+        check_noise_option(self.noise, steady_tol=steady_tol)
         if self.norm != "post":  # Pre-LN, Peri-LN, nGPT: meanfield.solvers.normalized
             if self.noise is not None:
                 raise ValueError(f"noisy tokens follow the sphere model; norm={self.norm!r} takes no noise")

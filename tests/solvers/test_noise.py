@@ -290,6 +290,20 @@ def test_bad_noise_input_is_a_config_error_naming_the_key(raw, key):
     assert key in str(info.value)
 
 
+def test_the_solvers_name_a_noise_option_that_is_not_a_schedule():
+    # ParticleSolver(noise=2.0) had failed deep in the run with AttributeError: 'float' object has no attribute 'seed'
+    for make in (lambda noise: mf.ParticleSolver(method="euler", noise=noise), lambda noise: mf.GridSolver(noise=noise)):
+        for noise in (2.0, {"gamma": 2.0}):
+            with pytest.raises(TypeError, match=r"^noise must be a NoiseSchedule, e.g. noise=NoiseSchedule\(gamma=2.0\)"):
+                make(noise)
+    with pytest.raises(ValueError, match="method must be 'euler', got 'rk4'"):  # at once, not when the run starts
+        mf.ParticleSolver(noise=NoiseSchedule(gamma=2.0))
+    x = mf.sample("uniform", 20, 3, seed=0)
+    with pytest.raises(ValueError, match="^steady_tol = 0.001 with noise"):
+        mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), x), mf.ParticleSolver(method="euler", noise=NoiseSchedule(gamma=2.0)),
+                 t_final=0.1, steady_tol=1e-3)
+
+
 def test_a_noise_seed_on_the_grid_is_noted_as_unused():
     # the grid solves the Fokker–Planck equation: a sweep over noise.seed had given identical runs without a word
     with pytest.warns(ConfigNote, match="noise.seed not used by the grid solver"):
