@@ -19,8 +19,8 @@ Letrouit, Polyanskiy and Rigollet (arXiv 2305.05465).
 
 Temperature: ``--beta ln`` (default) takes :math:`\beta_\ell = r_\ell^2/\sqrt{d_h}`, with
 :math:`r_\ell` the LayerNorm radius feeding layer :math:`\ell`
-(:meth:`meanfield.heads.checkpoint.Checkpoint.token_radius`), which reproduces the trained scores
-on tokens of that norm; ``--beta model`` is the literal :math:`1/\sqrt{d_h}`; a number is used
+(:meth:`meanfield.heads.checkpoint.Checkpoint.token_radius`), an estimate from the LayerNorm's weights that
+overstates a real sentence's :math:`\|h\|^2/\sqrt{d_h}` by up to 2× (see the README); ``--beta model`` is the literal :math:`1/\sqrt{d_h}`; a number is used
 as is for every layer.
 
 Examples
