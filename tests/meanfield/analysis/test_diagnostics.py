@@ -496,3 +496,21 @@ def test_diagnose_refuses_a_normalisation_scheme_of_a_run_without_config(norm):
                    t_final=0.2, save_every=0.1)
     with pytest.raises(ConfigError, match="model.norm"):
         run.diagnose()
+
+
+def test_diagnose_of_a_grid_run_names_the_run_or_the_file_it_came_from(tmp_path, capsys):
+    # a grid run of mf.solve had been refused naming "OUT.h5", though no file was involved
+    import meanfield as mf
+    from meanfield.errors import ConfigError
+    from meanfield.geometry.mesh import fibonacci_mesh
+
+    run = mf.solve(mf.Problem(Model(d=3, beta=1.0), np.full(200, 1 / 200), mesh=fibonacci_mesh(200)), mf.GridSolver(), t_final=0.1)
+    with pytest.raises(ConfigError, match="^run: diagnose needs a particle run"):
+        run.diagnose()
+    out = tmp_path / "grid.h5"
+    root = Path(__file__).resolve().parents[3]
+    assert main(["simulate", str(root / "data/default.toml"), "-o", str(out), "--quiet", "--set", "solver.kind=\"grid\"",
+                 "--set", "grid.cells=200", "--set", "solver.t_final=0.1"]) == 0
+    capsys.readouterr()
+    assert main(["diagnose", str(out)]) == 2
+    assert "OUT.h5: diagnose needs a particle run" in capsys.readouterr().err
