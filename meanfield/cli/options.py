@@ -140,6 +140,25 @@ def picture_path(value: str | None, key: str, *, animation: bool = False) -> str
     return value
 
 
+def distinct_outputs(**outputs: str | None) -> None:
+    """Two outputs of one command that name the same file (``-o run.png --plot run.png`` had replaced the run by its
+    picture, exit 0): ``ConfigError`` naming the later option.  Keywords are the options without dashes
+    (``o``, ``out``, ``plot``, ``csv``)."""
+    import os
+    from pathlib import Path
+
+    seen: dict[Path, str] = {}
+    for name, value in outputs.items():
+        if value is None:
+            continue
+        option = f"-{name}" if len(name) == 1 else f"--{name}"
+        path = Path(value).resolve()
+        for earlier, other in seen.items():
+            if path == earlier or (path.exists() and earlier.exists() and os.path.samefile(path, earlier)):
+                raise ConfigError(option, f"{value} is also the output {other}; give each output its own file")
+        seen[path] = option
+
+
 def table_path(value: str | None, key: str, *, allow: tuple[str, ...] = ()) -> str | None:
     """Check a ``--csv`` output before any work: a file, in a folder that can be written, that is not a run, a config
     or a picture (:data:`NOT_TABLES`, less the suffixes in ``allow``; any HDF5 file)."""

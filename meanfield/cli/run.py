@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from meanfield.cli.options import load_config_noted, picture_path
+from meanfield.cli.options import distinct_outputs, load_config_noted, picture_path
 from meanfield.config import load_config
 from meanfield.errors import ConfigError
 
@@ -51,6 +51,7 @@ def main(args: argparse.Namespace) -> int:
     from meanfield.solvers.run import simulate_config
 
     picture_path(args.plot, "--plot", animation=True)
+    distinct_outputs(out=args.out, plot=args.plot)
     cfg = load_config_noted(DEFAULT_CONFIG, args.overrides)
     if Path(args.out).exists():  # its own earlier output may be replaced; any other file may not
         stored = RunReader(args.out, key="--out").config

@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 
-from meanfield.cli.options import load_config_noted, picture_path
+from meanfield.cli.options import distinct_outputs, load_config_noted, picture_path
 from meanfield.errors import ConfigError
 
 __all__ = ["add_parser", "main"]
@@ -35,6 +35,7 @@ def main(args: argparse.Namespace) -> int:
     from meanfield.solvers.run import simulate_config
 
     picture_path(args.plot, "--plot", animation=True)
+    distinct_outputs(o=args.out, plot=args.plot)
     if args.resume and args.overwrite:
         raise ConfigError("--overwrite", "and --resume contradict each other: --resume continues OUT.h5, --overwrite replaces it")
     if args.config and os.path.exists(args.out) and os.path.exists(args.config) and os.path.samefile(args.out, args.config):

@@ -368,6 +368,16 @@ def test_simulate_refuses_to_write_over_its_config_and_contradictory_flags(tmp_p
     assert status == 2 and "--overwrite" in _one_line(err) and not out.exists()
 
 
+def test_a_picture_named_as_the_run_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
+    # -o x.png --plot x.png had replaced the run by its picture, exit 0 ("wrote x.png" twice)
+    monkeypatch.chdir(tmp_path)
+    for argv, option in ((["simulate", str(DEFAULT), "-o", "x.png", "--plot", "./x.png", "--quiet"], "-o"),
+                         (["run", "--out", "y.gif", "--plot", "y.gif", "--quiet"], "--out")):
+        status, err = _run(argv, capsys)
+        assert status == 2 and f"is also the output {option}" in _one_line(err) and _one_line(err).startswith(f"meanfield {argv[0]}: error: --plot")
+        assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux's /proc, a folder that takes no new files")
 def test_an_output_where_no_file_can_be_made_is_named(capsys):
     # /proc takes no new files: the error had been a raw errno about the lock file, without the option
