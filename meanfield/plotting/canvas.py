@@ -35,19 +35,66 @@ def new_figure(*, figsize: tuple[float, float], layout: str | None = "constraine
     return Figure(figsize=figsize, layout=layout)
 
 
-def save(fig: Figure, path: str | Path | None, *, dpi: int = 110) -> Figure:
-    """Write ``fig`` to ``path`` (folders created) when a path is given; return ``fig``.
+#: what an animation can be written as: a GIF always (Pillow), a video where matplotlib finds ffmpeg
+ANIMATION_FORMATS = (".gif",)
+VIDEO_FORMATS = (".mp4", ".mov", ".avi", ".webm", ".mkv")
 
-    A folder, or a name without a suffix, is refused: matplotlib had written ``NAME.png`` beside it without a word.
+
+def check_picture_path(path: str | Path | None, *, animation: bool = False) -> Path | None:
+    """``path`` as a :class:`~pathlib.Path` a picture (or, ``animation``, an animation) can be written to, checked before
+    anything is drawn: not a folder, a suffix matplotlib writes (a folder had become ``folder.png`` beside it, and
+    ``x.txt`` or ``x.mp4`` without ffmpeg had failed in matplotlib after every frame was drawn).
+
+    Raises
+    ------
+    ValueError
+        Naming ``path`` and the formats it may take.
     """
-    if path is not None:
-        path = Path(path)
-        if path.is_dir() or not path.suffix:
-            raise ValueError(f"{path} is {'a folder' if path.is_dir() else 'a name without a suffix'}; give the picture's "
-                             f"file name, e.g. {path / 'run.png' if path.is_dir() else path.with_suffix('.png')}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=dpi)
+    if path is None:
+        return None
+    from meanfield.io.output import IMAGE_FORMATS
+
+    path = Path(path)
+    example = "run.gif" if animation else "run.png"
+    if path.is_dir() or not path.suffix:
+        raise ValueError(f"path: {path} is {'a folder' if path.is_dir() else 'a name without a suffix'}; give the picture's "
+                         f"file name, e.g. {path / example if path.is_dir() else path.with_suffix(Path(example).suffix)}")
+    suffix = path.suffix.lower()
+    if animation:
+        from matplotlib import animation as manimation
+
+        video = manimation.writers.is_available("ffmpeg")
+        allowed = ANIMATION_FORMATS + (VIDEO_FORMATS if video else ())
+        if suffix not in allowed:
+            hint = "" if video or suffix not in VIDEO_FORMATS else " (videos need ffmpeg, which matplotlib does not find here)"
+            raise ValueError(f"path: cannot write an animation to {str(path)!r}{hint}: use one of {', '.join(allowed)}")
+    elif suffix not in IMAGE_FORMATS:
+        raise ValueError(f"path: cannot draw into {str(path)!r}: use one of {', '.join(IMAGE_FORMATS)}")
+    return path
+
+
+def save(fig: Figure, path: str | Path | None, *, dpi: int = 110) -> Figure:
+    """Write ``fig`` to ``path`` (folders created; :func:`check_picture_path`) when a path is given; return ``fig``."""
+    checked = check_picture_path(path)
+    if checked is not None:
+        checked.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(checked, dpi=dpi)
     return fig
+
+
+def save_animation(anim: Any, path: str | Path | None, *, fps: int, dpi: int) -> Any:
+    """Write the :class:`~matplotlib.animation.FuncAnimation` ``anim`` to ``path`` when one is given (a GIF with Pillow,
+    a video with ffmpeg); return it."""
+    checked = check_picture_path(path, animation=True)
+    if checked is not None:
+        from matplotlib.animation import PillowWriter
+
+        checked.parent.mkdir(parents=True, exist_ok=True)
+        if checked.suffix.lower() == ".gif":
+            anim.save(str(checked), writer=PillowWriter(fps=fps), dpi=dpi)
+        else:
+            anim.save(str(checked), writer="ffmpeg", fps=fps, dpi=dpi)
+    return anim
 
 
 def rotation_to(view: Any) -> np.ndarray:

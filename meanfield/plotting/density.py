@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 from matplotlib import colors as mcolors
-from matplotlib.animation import FuncAnimation, PillowWriter
+from matplotlib.animation import FuncAnimation
 from matplotlib.figure import Figure
 
 from meanfield.geometry.mesh import SphericalMesh
-from meanfield.plotting.canvas import facing_rotation
+from meanfield.plotting.canvas import check_picture_path, facing_rotation, facing_view, save, save_animation
 
 __all__ = [
     "plot_density",
@@ -107,12 +107,6 @@ def _ortho_raster(mesh: SphericalMesh, view: Sequence[float], pixels: int) -> np
     return np.ma.masked_array(cells, mask=~inside)
 
 
-def _save(fig: Figure, path: str | Path | None, dpi: int) -> None:
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=dpi)
-
-
 # ----------------------------------------------------------------------------- views
 
 
@@ -172,7 +166,7 @@ def plot_density_mollweide(
     if colorbar:
         fig.colorbar(mappable, ax=ax, orientation="horizontal", fraction=0.05, pad=0.06,
                      label="density m/A" + (" (log scale)" if log else ""))
-    _save(fig, path, dpi)
+    save(fig, path, dpi=dpi)
     return fig
 
 
@@ -210,7 +204,7 @@ def plot_density_orthographic(
     ax.set_title(title or f"view {tuple(round(float(v), 2) for v in view)}")
     if colorbar:
         fig.colorbar(mappable, ax=ax, fraction=0.046, pad=0.04)
-    _save(fig, path, dpi)
+    save(fig, path, dpi=dpi)
     return fig
 
 
@@ -257,7 +251,7 @@ def plot_density_3d(
         sm = matplotlib.cm.ScalarMappable(norm=norm, cmap=cm)
         sm.set_array(rho)
         fig.colorbar(sm, ax=ax, fraction=0.046, pad=0.04)
-    _save(fig, path, dpi)
+    save(fig, path, dpi=dpi)
     return fig
 
 
@@ -297,7 +291,7 @@ def plot_density(
     fig.colorbar(sm, ax=fig.axes, orientation="horizontal", fraction=0.05, pad=0.05, label="density m/A")
     if title:
         fig.suptitle(title)
-    _save(fig, path, dpi)
+    save(fig, path, dpi=dpi)
     return fig
 
 
@@ -340,8 +334,7 @@ def animate_density(
     -------
     FuncAnimation
     """
-    from meanfield.plotting.canvas import facing_view
-
+    check_picture_path(path, animation=True)  # before any frame is drawn
     if len(t) != len(masses) or not len(t):
         raise ValueError(f"need as many times as frames (got {len(t)} and {len(masses)})")
     if view not in ("mollweide", "orthographic"):
@@ -387,14 +380,7 @@ def animate_density(
         return artist, title
 
     anim = FuncAnimation(fig, update, frames=len(t), blit=False)
-    if path is not None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.suffix.lower() == ".gif":
-            anim.save(str(path), writer=PillowWriter(fps=fps), dpi=dpi)
-        else:
-            anim.save(str(path), fps=fps, dpi=dpi)
-    return anim
+    return save_animation(anim, path, fps=fps, dpi=dpi)
 
 
 # ----------------------------------------------------------------------------- runs
@@ -459,5 +445,5 @@ def plot_grid_run(
             if key in ("mass_error", "max_speed"):
                 ax.set_yscale("symlog" if key == "mass_error" else "log", **({"linthresh": 1e-16} if key == "mass_error" else {}))
     fig.suptitle((title + "\n" if title else "") + f"grid density on S², N = {mesh.N} cells; map turned to face the mass", fontsize=10)
-    _save(fig, path, dpi)
+    save(fig, path, dpi=dpi)
     return fig

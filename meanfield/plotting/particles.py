@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.animation import FuncAnimation, PillowWriter
+from matplotlib.animation import FuncAnimation
 
-from meanfield.plotting.canvas import draw_points, draw_sphere, facing_view, new_figure, rotation_to, save
+from meanfield.plotting.canvas import check_picture_path, draw_points, draw_sphere, facing_view, new_figure, rotation_to, save, save_animation
 
 __all__ = [
     "plot_particle_run",
@@ -96,6 +96,7 @@ def plot_particle_run(
     *,
     diagnostics: dict[str, np.ndarray] | None = None,
     snapshots: int = 4,
+    weights: np.ndarray | None = None,
     title: str = "",
     dpi: int = 110,
 ) -> Any:
@@ -110,6 +111,8 @@ def plot_particle_run(
     x : (T, n, 3) array
     diagnostics : dict of (T,) arrays, optional
         ``energy`` is drawn when present, else ``max_speed``.
+    weights : (n,) array, optional
+        Token masses: marker areas proportional to them, and the view faces the mass.
 
     Returns
     -------
@@ -118,16 +121,17 @@ def plot_particle_run(
     x = np.asarray(x)
     if x.ndim != 3 or x.shape[2] != 3:
         raise ValueError(f"x must have shape (T, n, 3), got {x.shape}")
+    weights = _token_weights(weights, x.shape[1])
     picks = _picks(len(t), snapshots)
     key = next((k for k in ("energy", "energy_theta", "rayleigh", "max_speed") if diagnostics and k in diagnostics), None)
     cols = len(picks) + (1 if key else 0)
     fig = new_figure(figsize=(3.3 * cols, 3.7))
-    rotation = rotation_to(facing_view(x[picks[-1]]))
+    rotation = rotation_to(facing_view(x[picks[-1]], weights))
     colors = np.arange(x.shape[1])
     for k, index in enumerate(picks):
         ax = fig.add_subplot(1, cols, k + 1)
         draw_sphere(ax, rotation)
-        draw_points(ax, x[index], rotation, color=colors, cmap="viridis", size=max(4.0, 40.0 / np.sqrt(max(x.shape[1], 1) / 64)))
+        draw_points(ax, x[index], rotation, color=colors, cmap="viridis", size=_marker_size(x.shape[1]), weights=weights)
         ax.set_title(f"t = {t[index]:.3g}", fontsize=10)
     if key:
         ax = fig.add_subplot(1, cols, cols)
@@ -140,8 +144,24 @@ def plot_particle_run(
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
         ax.set_box_aspect(1)
-    fig.suptitle((title + "\n" if title else "") + "solid: front hemisphere, faint: back; colour = token index", fontsize=9)
+    masses = "; marker area ∝ token mass" if weights is not None else ""
+    fig.suptitle((title + "\n" if title else "") + f"solid: front hemisphere, faint: back; colour = token index{masses}", fontsize=9)
     return save(fig, path, dpi=dpi)
+
+
+def _marker_size(n: int) -> float:
+    """Marker area of one of ``n`` tokens of equal mass (smaller for more tokens)."""
+    return max(4.0, 40.0 / np.sqrt(max(n, 1) / 64))
+
+
+def _token_weights(weights: np.ndarray | None, n: int) -> np.ndarray | None:
+    """Token masses as a float (n,) array, or ``None`` where there are none or all are equal (plain markers)."""
+    if weights is None:
+        return None
+    w = np.asarray(weights, dtype=float)
+    if w.shape != (n,) or not (np.all(np.isfinite(w)) and np.all(w >= 0)):
+        raise ValueError(f"weights must be {n} finite masses ≥ 0, got shape {w.shape}")
+    return None if np.all(w == w[0]) else w
 
 
 def principal_axes(x: np.ndarray, *, k: int = 2) -> np.ndarray:
@@ -152,10 +172,12 @@ def principal_axes(x: np.ndarray, *, k: int = 2) -> np.ndarray:
     return vt[:k]
 
 
-def inner_product_histograms(x: np.ndarray, *, bins: int = 80, max_tokens: int = MAX_PAIR_TOKENS) -> tuple[np.ndarray, np.ndarray]:
+def inner_product_histograms(x: np.ndarray, *, bins: int = 80, max_tokens: int = MAX_PAIR_TOKENS,
+                             weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     r"""Histograms of :math:`\langle x_i,x_j\rangle`, :math:`i<j`, for every frame of ``x`` (T, n, d).
 
-    At most ``max_tokens`` evenly spaced tokens are used (no ``n × n`` array for large ``n``).
+    At most ``max_tokens`` evenly spaced tokens are used (no ``n × n`` array for large ``n``); with token masses
+    ``weights`` (n,), the pair :math:`(i, j)` counts :math:`a_ia_j`.
 
     Returns
     -------
@@ -170,10 +192,15 @@ def inner_product_histograms(x: np.ndarray, *, bins: int = 80, max_tokens: int =
     edges = np.linspace(-1.0, 1.0, bins + 1)
     upper = np.triu_indices(take.size, 1)
     out = np.zeros((x.shape[0], bins))
+    a = None if weights is None else np.asarray(weights, dtype=float)[take]
+    pair_weights = None if a is None else np.outer(a, a)[upper]
+    if pair_weights is not None and not pair_weights.sum() > 0:
+        return out, edges  # no pair carries mass
     for k in range(x.shape[0]):
         y = x[k, take]
         gram = np.clip(y @ y.T, -1.0, 1.0)[upper]
-        out[k], _ = np.histogram(gram, bins=edges, density=True)
+        if gram.size:
+            out[k], _ = np.histogram(gram, bins=edges, density=True, weights=pair_weights)
     return out, edges
 
 
@@ -184,6 +211,7 @@ def plot_high_dim_run(
     *,
     diagnostics: dict[str, np.ndarray] | None = None,
     snapshots: int = 3,
+    weights: np.ndarray | None = None,
     title: str = "",
     dpi: int = 110,
 ) -> Any:
@@ -193,7 +221,8 @@ def plot_high_dim_run(
     instead the tokens are projected on the two principal directions of all
     frames pooled (the unit circle marks where a token in that plane would sit),
     and the histogram of pairwise inner products shows clustering directly: it
-    moves to 1 as the tokens gather.
+    moves to 1 as the tokens gather.  Token masses ``weights`` (n,) scale the markers' areas and
+    weigh each pair by :math:`a_ia_j`.
 
     Returns
     -------
@@ -202,6 +231,8 @@ def plot_high_dim_run(
     x = np.asarray(x, dtype=float)
     if x.ndim != 3:
         raise ValueError(f"x must have shape (T, n, d), got {x.shape}")
+    weights = _token_weights(weights, x.shape[1])
+    sizes = 12.0 if weights is None else 12.0 * weights / max(float(weights.mean()), 1e-300)
     picks = _picks(len(t), snapshots)
     axes = principal_axes(x[picks])
     fig = new_figure(figsize=(3.2 * len(picks) + 5.2, 3.6))
@@ -212,7 +243,7 @@ def plot_high_dim_run(
         ax = fig.add_subplot(grid[0, col])
         p = x[index] @ axes.T
         ax.plot(np.cos(circle), np.sin(circle), color="0.6", lw=0.6)
-        ax.scatter(p[:, 0], p[:, 1], c=colors, cmap="viridis", s=12, linewidths=0)
+        ax.scatter(p[:, 0], p[:, 1], c=colors, cmap="viridis", s=sizes, linewidths=0)
         ax.set_xlim(-1.05, 1.05)
         ax.set_ylim(-1.05, 1.05)
         ax.set_aspect("equal")
@@ -220,7 +251,7 @@ def plot_high_dim_run(
         ax.set_ylabel("principal component 2", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.set_title(f"t = {t[index]:.3g}", fontsize=10)
-    density, edges = inner_product_histograms(x)
+    density, edges = inner_product_histograms(x, weights=weights)
     ax = fig.add_subplot(grid[0, -1])
     tt = np.asarray(t, dtype=float)
     t_edges = np.concatenate([[tt[0]], 0.5 * (tt[1:] + tt[:-1]), [tt[-1]]]) if tt.size > 1 else np.array([tt[0] - 0.5, tt[0] + 0.5])
@@ -229,7 +260,7 @@ def plot_high_dim_run(
     positive = density[density > 0]
     norm = mcolors.LogNorm(vmin=max(float(positive.min()), 1e-3), vmax=float(positive.max())) if positive.size else None
     mesh = ax.pcolormesh(t_edges, edges, np.where(density > 0, density, np.nan).T, cmap="magma", norm=norm, shading="flat")
-    fig.colorbar(mesh, ax=ax, label="density of pairs (log scale)")
+    fig.colorbar(mesh, ax=ax, label="density of pairs (log scale)" if weights is None else "density of pairs, by mass (log scale)")
     ax.set_xlabel("time t")
     ax.set_ylabel(r"inner product $\langle x_i, x_j\rangle$")
     ax.set_title("pairwise inner products (1: one cluster)", fontsize=10)
@@ -239,41 +270,46 @@ def plot_high_dim_run(
 
 
 def animate_particles(
-    t: Sequence[float], x: np.ndarray, path: str | Path | None = None, *, fps: int = 8, dpi: int = 90
+    t: Sequence[float], x: np.ndarray, path: str | Path | None = None, *, fps: int = 8, dpi: int = 90,
+    weights: np.ndarray | None = None,
 ) -> FuncAnimation:
     r"""Animation of a particle run: on the sphere for :math:`d = 3` (facing the final cloud), in principal components otherwise.
 
     Written with :class:`~matplotlib.animation.PillowWriter` when ``path`` ends in
-    ``.gif`` (any other format matplotlib's writers know otherwise).
+    ``.gif`` (any other format matplotlib's writers know otherwise).  Token masses ``weights`` (n,) scale the
+    markers' areas (and the view faces the mass).
 
     Returns
     -------
     FuncAnimation
     """
+    check_picture_path(path, animation=True)  # before any frame is drawn
     x = np.asarray(x, dtype=float)
     if x.ndim != 3 or not len(t):
         raise ValueError(f"need frames x of shape (T, n, d) with T >= 1, got {x.shape}")
+    weights = _token_weights(weights, x.shape[1])
     fig = new_figure(figsize=(4.2, 4.4))
     ax = fig.add_subplot(111)
     colors = np.arange(x.shape[1])
     if x.shape[2] == 3:
-        rotation = rotation_to(facing_view(x[-1]))
+        rotation = rotation_to(facing_view(x[-1], weights))
         project = None
     else:
         rotation = None
         project = principal_axes(x)
-    size = max(4.0, 40.0 / np.sqrt(max(x.shape[1], 1) / 64))
+    size = _marker_size(x.shape[1])
+    sizes = size if weights is None else size * weights / max(float(weights.mean()), 1e-300)
 
     def draw(k: int) -> tuple[Any, ...]:
         ax.clear()
         if rotation is not None:
             draw_sphere(ax, rotation)
-            draw_points(ax, x[k], rotation, color=colors, cmap="viridis", size=size)
+            draw_points(ax, x[k], rotation, color=colors, cmap="viridis", size=size, weights=weights)
         else:
             p = x[k] @ project.T
             circle = np.linspace(0.0, 2.0 * np.pi, 200)
             ax.plot(np.cos(circle), np.sin(circle), color="0.6", lw=0.6)
-            ax.scatter(p[:, 0], p[:, 1], c=colors, cmap="viridis", s=size, linewidths=0)
+            ax.scatter(p[:, 0], p[:, 1], c=colors, cmap="viridis", s=sizes, linewidths=0)
             ax.set_xlim(-1.05, 1.05)
             ax.set_ylim(-1.05, 1.05)
             ax.set_aspect("equal")
@@ -283,11 +319,4 @@ def animate_particles(
         return tuple(ax.get_children())
 
     anim = FuncAnimation(fig, draw, frames=len(t), blit=False)
-    if path is not None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.suffix.lower() == ".gif":
-            anim.save(str(path), writer=PillowWriter(fps=fps), dpi=dpi)
-        else:
-            anim.save(str(path), fps=fps, dpi=dpi)
-    return anim
+    return save_animation(anim, path, fps=fps, dpi=dpi)

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from meanfield.normalization import token_directions
+from meanfield.plotting.canvas import check_picture_path
 from meanfield.plotting.density import animate_density, plot_grid_run
 from meanfield.plotting.particles import animate_particles, plot_high_dim_run, plot_particle_run
 
@@ -44,18 +45,21 @@ def _check_frames(run: Any) -> None:
 def plot_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
     """:meth:`meanfield.Run.plot`: the cloud on S², in principal components (d > 3), or the grid density."""
     _check_frames(run)
+    check_picture_path(path)
     title = options.pop("title", run_title(run))
     if run.kind == "grid":
         return plot_grid_run(run.mesh(), run.t, run.mass, path, diagnostics=run.diagnostics, title=title, **options)
     x = token_directions(run.x)  # the tokens r·θ of Pre-LN and Peri-LN (meanfield.normalization) by their directions θ
+    weights = run.static.get("weights")  # token masses (a run continued from a grid frame): drawn by mass
     if run.shape[1] == 3:
-        return plot_particle_run(run.t, x, path, diagnostics=run.diagnostics, title=title, **options)
-    return plot_high_dim_run(run.t, x, path, diagnostics=run.diagnostics, title=title, **options)
+        return plot_particle_run(run.t, x, path, diagnostics=run.diagnostics, title=title, weights=weights, **options)
+    return plot_high_dim_run(run.t, x, path, diagnostics=run.diagnostics, title=title, weights=weights, **options)
 
 
 def animate_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
     """:meth:`meanfield.Run.animate`: one frame per saved time."""
     _check_frames(run)
+    check_picture_path(path, animation=True)
     if run.kind == "grid":
         return animate_density(run.mesh(), run.t, run.mass, path, **options)
-    return animate_particles(run.t, token_directions(run.x), path, **options)
+    return animate_particles(run.t, token_directions(run.x), path, weights=run.static.get("weights"), **options)

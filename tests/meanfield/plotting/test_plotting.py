@@ -170,3 +170,52 @@ def test_a_picture_path_that_is_a_folder_or_has_no_suffix_is_refused(tmp_path):
             particles.plot_particle_run(t, x, bad)
     assert sorted(p.name for p in tmp_path.parent.iterdir() if p.name.startswith(tmp_path.name)) == [tmp_path.name]
     assert not list(tmp_path.iterdir())
+
+
+def test_token_masses_scale_the_markers_and_weigh_the_pairs(tmp_path):
+    # a run continued from a grid frame (99 % of the mass in one cluster) had been drawn as a cloud of equal dots
+    import meanfield as mf
+
+    x0 = sample_uniform(40, 3, seed=3)
+    a = np.full(40, 0.01 / 39)
+    a[0] = 0.99
+    run = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), x0, weights=a), mf.ParticleSolver(dt=0.05), t_final=0.1)
+    fig = run.plot(tmp_path / "masses.png")
+    first = fig.axes[0]
+    sizes = np.concatenate([c.get_sizes() for c in first.collections if len(c.get_sizes()) > 1 or c.get_array() is not None])
+    assert sizes.max() / sizes.min() > 1000  # areas ∝ masses: 0.99 against 0.01/39 (front/back halve some)
+    assert "marker area ∝ token mass" in fig._suptitle.get_text()  # noqa: SLF001
+    # d > 3: each pair (i, j) counts a_i a_j
+    x = np.stack([normalize(np.random.default_rng(0).standard_normal((5, 6)))] * 2)
+    w = np.array([4.0, 1.0, 1.0, 1.0, 1.0])
+    hist, edges = particles.inner_product_histograms(x, bins=20, weights=w)
+    gram = (x[0] @ x[0].T)[np.triu_indices(5, 1)]
+    expected, _ = np.histogram(gram, bins=edges, density=True, weights=np.outer(w, w)[np.triu_indices(5, 1)])
+    np.testing.assert_allclose(hist[0], expected, rtol=1e-13)
+    assert not np.allclose(hist[0], particles.inner_product_histograms(x, bins=20)[0][0])
+    assert isinstance(particles.plot_high_dim_run(np.array([0.0, 1.0]), x, weights=w), Figure)
+
+
+def test_bad_picture_paths_of_the_python_api_are_named_before_anything_is_drawn(tmp_path):
+    # a grid run's plot(folder) had written folder.png beside it; x.txt and animate(x.mp4) failed in matplotlib
+    # after every frame was drawn
+    from matplotlib import animation as manimation
+
+    import meanfield as mf
+
+    mesh = M.fibonacci_mesh(100)
+    grid = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), np.full(100, 0.01), mesh=mesh), mf.GridSolver(), t_final=0.05)
+    tokens = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), sample_uniform(10, 3, seed=0)), mf.ParticleSolver(), t_final=0.05)
+    for run in (grid, tokens):
+        for bad, match in ((tmp_path, "is a folder"), (tmp_path / "picture", "a name without a suffix"),
+                           (tmp_path / "x.txt", "cannot draw into")):
+            with pytest.raises(ValueError, match=f"^path: .*{match}"):
+                run.plot(bad)
+        with pytest.raises(ValueError, match="^path: .*is a folder"):
+            run.animate(tmp_path)
+        with pytest.raises(ValueError, match="^path: cannot write an animation to .*x.png"):
+            run.animate(tmp_path / "x.png")
+        if not manimation.writers.is_available("ffmpeg"):
+            with pytest.raises(ValueError, match="videos need ffmpeg"):
+                run.animate(tmp_path / "x.mp4")
+    assert not list(tmp_path.iterdir()) and not (tmp_path.parent / f"{tmp_path.name}.png").exists()
