@@ -278,7 +278,10 @@ class Run:
         Particles on S² are drawn on the sphere, front and back told apart; for
         ``d > 3`` the cloud is shown in its principal-component plane with the
         histogram of :math:`\\langle x_i,x_j\\rangle` over time.  A grid density is
-        drawn on a log colour scale, the sphere turned to face the mass.
+        drawn on a log colour scale, the sphere turned to face the mass.  Token masses scale the markers.
+
+        Options (keyword-only): ``snapshots`` (how many times are drawn), ``title``, ``dpi``; grids also ``log``
+        (the colour scale).
 
         Returns
         -------
@@ -289,7 +292,10 @@ class Run:
         return plot_run(self, path, **options)
 
     def animate(self, path: str | Path | None = None, **options: Any) -> Any:
-        """An animation of the saved frames; written as a GIF (or any format matplotlib writes) when ``path`` is given.
+        """An animation of the saved frames; written as a GIF (or a video, where matplotlib finds ffmpeg) when ``path`` is given.
+
+        Options (keyword-only): ``fps``, ``dpi``; grids also ``view`` ("mollweide" or "orthographic"), ``log``,
+        ``cmap``, ``resolution``, ``fixed_scale``.
 
         Returns
         -------

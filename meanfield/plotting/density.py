@@ -66,6 +66,24 @@ def _norm(values: np.ndarray, *, vmin: float | None, vmax: float | None, log: bo
     return mcolors.Normalize(vmin=lo, vmax=hi if hi > lo else lo + 1.0)
 
 
+#: the colour of cells without mass: a log scale had masked them, drawn transparent like the background
+NO_MASS_COLOUR = "0.85"
+
+
+def _colours(cmap: str) -> Any:
+    """The colormap ``cmap`` with :data:`NO_MASS_COLOUR` below its range."""
+    import matplotlib
+
+    return matplotlib.colormaps[cmap].with_extremes(under=NO_MASS_COLOUR)
+
+
+def _shown(rho: np.ndarray, norm: mcolors.Normalize) -> np.ndarray:
+    """Densities as drawn: on a log scale, cells without mass just below its range (:data:`NO_MASS_COLOUR`)."""
+    if not isinstance(norm, mcolors.LogNorm):
+        return rho
+    return np.where(rho > 0, rho, 0.5 * norm.vmin)
+
+
 def _lonlat_raster(mesh: SphericalMesh, nlon: int, rotation: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cell index of every pixel of a (nlon/2, nlon) longitude–latitude raster, and the pixel edges.
 
@@ -157,8 +175,9 @@ def plot_density_mollweide(
         ax = fig.add_subplot(111, projection="mollweide")
     fig = ax.figure
     cells, lon_e, lat_e = _lonlat_raster(mesh, resolution, rotation)
-    mappable = ax.pcolormesh(lon_e, lat_e, rho[cells], cmap=cmap, norm=_norm(rho, vmin=vmin, vmax=vmax, log=log),
-                             shading="flat", rasterized=True)
+    norm = _norm(rho, vmin=vmin, vmax=vmax, log=log)
+    mappable = ax.pcolormesh(lon_e, lat_e, _shown(rho, norm)[cells], cmap=_colours(cmap), norm=norm, shading="flat",
+                             rasterized=True)
     ax.grid(True, alpha=0.3)
     ax.set_xticklabels([])
     if title:
@@ -194,9 +213,9 @@ def plot_density_orthographic(
         ax = fig.add_subplot(111)
     fig = ax.figure
     cells = _ortho_raster(mesh, view, pixels)
-    image = np.ma.masked_array(rho[cells.filled(0)], mask=cells.mask)
-    mappable = ax.imshow(image, origin="lower", extent=(-1, 1, -1, 1), cmap=cmap,
-                         norm=_norm(rho, vmin=vmin, vmax=vmax, log=log), interpolation="nearest")
+    norm = _norm(rho, vmin=vmin, vmax=vmax, log=log)
+    image = np.ma.masked_array(_shown(rho, norm)[cells.filled(0)], mask=cells.mask)  # (masked: off the disc)
+    mappable = ax.imshow(image, origin="lower", extent=(-1, 1, -1, 1), cmap=_colours(cmap), norm=norm, interpolation="nearest")
     theta = np.linspace(0, 2 * math.pi, 200)
     ax.plot(np.cos(theta), np.sin(theta), color="k", lw=0.8)
     ax.set_aspect("equal")
@@ -236,8 +255,8 @@ def plot_density_3d(
     polys = [mesh.vertices[reg] for reg in mesh.regions]
     import matplotlib
 
-    cm = matplotlib.colormaps[cmap]
-    facecolors = cm(norm(np.clip(rho, norm.vmin, norm.vmax)))
+    cm = _colours(cmap)
+    facecolors = cm(norm(np.minimum(_shown(rho, norm), norm.vmax)))
     coll = Poly3DCollection(polys, facecolors=facecolors, edgecolors="none", linewidths=0.0)
     ax.add_collection3d(coll)
     for setter in (ax.set_xlim, ax.set_ylim, ax.set_zlim):
@@ -339,9 +358,10 @@ def animate_density(
         raise ValueError(f"need as many times as frames (got {len(t)} and {len(masses)})")
     if view not in ("mollweide", "orthographic"):
         raise ValueError(f"view must be 'mollweide' or 'orthographic', got {view!r}")
-    rhos = [_density(mesh, m) for m in masses]
-    overall = np.concatenate(rhos)
-    norm = _norm(overall, vmin=None, vmax=None, log=log)
+    raw = [_density(mesh, m) for m in masses]
+    norm = _norm(np.concatenate(raw), vmin=None, vmax=None, log=log)
+    rhos = [_shown(r, norm) for r in raw]
+    cmap = _colours(cmap)
     final = np.asarray(masses[-1], dtype=float)
     if view == "mollweide":
         fig = Figure(figsize=(7, 4.3))
@@ -375,7 +395,7 @@ def animate_density(
     def update(k: int) -> tuple[Any, ...]:
         update_data(k)
         if not fixed_scale:
-            artist.set_norm(_norm(rhos[k], vmin=None, vmax=None, log=log))
+            artist.set_norm(_norm(raw[k], vmin=None, vmax=None, log=log))
         title.set_text(f"t = {float(t[k]):.3g}")
         return artist, title
 
@@ -416,7 +436,8 @@ def plot_grid_run(
     picks = sorted({int(round(k)) for k in np.linspace(0, len(t) - 1, min(frames, len(t)))})
     labels = {"energy": "interaction energy E", "max_speed": "largest speed max |X|", "mass_error": "mass error |Σm(t) − Σm(0)|",
               "w2_target": "W₂ to Π♯ρ₀"}
-    diags = {k: np.asarray(v, dtype=float) for k, v in (diagnostics or {}).items() if k in labels and len(v) == len(t)}
+    diags = {k: np.asarray(v, dtype=float) for k, v in (diagnostics or {}).items()
+             if k in labels and len(v) == len(t) and np.isfinite(np.asarray(v, dtype=float)).any()}  # (an overflowed energy: left out)
     rho = np.concatenate([masses[k] / mesh.areas for k in picks])
     norm = _norm(rho, vmin=None, vmax=None, log=log)
     rotation = facing_rotation(mesh.points, masses[picks[-1]])
@@ -432,7 +453,7 @@ def plot_grid_run(
         ax.set_yticklabels([])
     import matplotlib
 
-    mappable = matplotlib.cm.ScalarMappable(norm=norm, cmap=matplotlib.colormaps["viridis"])
+    mappable = matplotlib.cm.ScalarMappable(norm=norm, cmap=_colours("viridis"))
     fig.colorbar(mappable, ax=maps, orientation="vertical", fraction=0.025, pad=0.01,
                  label="density m/A" + (" (log scale)" if log else ""))
     if diags:
@@ -442,8 +463,14 @@ def plot_grid_run(
             ax.set_xlabel("time t")
             ax.set_ylabel(labels[key])
             ax.grid(alpha=0.3)
-            if key in ("mass_error", "max_speed"):
-                ax.set_yscale("symlog" if key == "mass_error" else "log", **({"linthresh": 1e-16} if key == "mass_error" else {}))
-    fig.suptitle((title + "\n" if title else "") + f"grid density on S², N = {mesh.N} cells; map turned to face the mass", fontsize=10)
+            if key == "max_speed":
+                ax.set_yscale("log")
+            if key == "mass_error":  # round-off: a symmetric log scale down to 1e-16, only as high as the errors go
+                top = max(10.0 * float(np.nanmax(np.abs(series), initial=0.0)), 1e-14)
+                ax.set_yscale("symlog", linthresh=1e-16)
+                ax.set_ylim(-top, top)
+    empty = "; grey: no mass" if log and np.any(rho <= 0) else ""
+    fig.suptitle((title + "\n" if title else "") + f"grid density on S², N = {mesh.N} cells; map turned to face the mass{empty}",
+                 fontsize=10)
     save(fig, path, dpi=dpi)
     return fig

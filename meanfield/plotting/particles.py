@@ -123,9 +123,11 @@ def plot_particle_run(
         raise ValueError(f"x must have shape (T, n, 3), got {x.shape}")
     weights = _token_weights(weights, x.shape[1])
     picks = _picks(len(t), snapshots)
-    key = next((k for k in ("energy", "energy_theta", "rayleigh", "max_speed") if diagnostics and k in diagnostics), None)
+    # the first series with a finite value (an energy past the largest float, β⟨x, By⟩ > 709, had left an empty panel)
+    key = next((k for k in ("energy", "energy_theta", "rayleigh", "max_speed")
+                if diagnostics and k in diagnostics and np.isfinite(np.asarray(diagnostics[k], dtype=float)).any()), None)
     cols = len(picks) + (1 if key else 0)
-    fig = new_figure(figsize=(3.3 * cols, 3.7))
+    fig = new_figure(figsize=(max(3.3 * cols, 7.5), 4.1))  # (room for two title lines, a panel title and the time axis)
     rotation = rotation_to(facing_view(x[picks[-1]], weights))
     colors = np.arange(x.shape[1])
     for k, index in enumerate(picks):
@@ -135,7 +137,7 @@ def plot_particle_run(
         ax.set_title(f"t = {t[index]:.3g}", fontsize=10)
     if key:
         ax = fig.add_subplot(1, cols, cols)
-        ax.plot(t, diagnostics[key], color="C3")
+        ax.plot(t, diagnostics[key], color="C3", marker="." if len(t) < 3 else None)  # (one frame: a point, not nothing)
         labels = {"energy": "interaction energy $E$", "energy_theta": r"energy $E(\mu_t, t)$",
                   "rayleigh": r"mean $x^\top S x$", "max_speed": r"largest speed $\max_i |\dot x_i|$"}
         ax.set_xlabel("time t")

@@ -42,12 +42,34 @@ def _check_frames(run: Any) -> None:
         raise ValueError("the run has no saved frame to draw yet")
 
 
+#: the options of :meth:`meanfield.Run.plot` and :meth:`meanfield.Run.animate`, by kind of run
+PLOT_OPTIONS = {"particle": ("snapshots", "title", "dpi"), "grid": ("snapshots", "title", "dpi", "log")}
+ANIMATE_OPTIONS = {"particle": ("fps", "dpi"),
+                   "grid": ("fps", "dpi", "view", "orthographic_view", "log", "cmap", "resolution", "fixed_scale")}
+
+
+def _check_options(options: dict[str, Any], known: tuple[str, ...], method: str, kind: str) -> None:
+    """A keyword the method does not take, named against the method (it had been a TypeError of an inner function)."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(f"Run.{method}() of a {kind} run got unknown option{'s' if len(unknown) > 1 else ''} "
+                        f"{', '.join(map(repr, unknown))}; it takes {', '.join(known)}")
+
+
 def plot_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
-    """:meth:`meanfield.Run.plot`: the cloud on S², in principal components (d > 3), or the grid density."""
+    """:meth:`meanfield.Run.plot`: the cloud on S², in principal components (d > 3), or the grid density.
+
+    ``snapshots`` (the number of times drawn), ``title`` and ``dpi`` for every run; ``log`` (colour scale) for grids.
+    """
     _check_frames(run)
+    if run.kind == "grid" and "frames" in options and "snapshots" not in options:  # the grid figure's own name for it
+        options["snapshots"] = options.pop("frames")
+    _check_options(options, PLOT_OPTIONS[run.kind], "plot", run.kind)
     check_picture_path(path)
     title = options.pop("title", run_title(run))
     if run.kind == "grid":
+        if "snapshots" in options:
+            options["frames"] = options.pop("snapshots")
         return plot_grid_run(run.mesh(), run.t, run.mass, path, diagnostics=run.diagnostics, title=title, **options)
     x = token_directions(run.x)  # the tokens r·θ of Pre-LN and Peri-LN (meanfield.normalization) by their directions θ
     weights = run.static.get("weights")  # token masses (a run continued from a grid frame): drawn by mass
@@ -57,8 +79,9 @@ def plot_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
 
 
 def animate_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
-    """:meth:`meanfield.Run.animate`: one frame per saved time."""
+    """:meth:`meanfield.Run.animate`: one frame per saved time (options: :data:`ANIMATE_OPTIONS`)."""
     _check_frames(run)
+    _check_options(options, ANIMATE_OPTIONS[run.kind], "animate", run.kind)
     check_picture_path(path, animation=True)
     if run.kind == "grid":
         return animate_density(run.mesh(), run.t, run.mass, path, **options)

@@ -219,3 +219,36 @@ def test_bad_picture_paths_of_the_python_api_are_named_before_anything_is_drawn(
             with pytest.raises(ValueError, match="videos need ffmpeg"):
                 run.animate(tmp_path / "x.mp4")
     assert not list(tmp_path.iterdir()) and not (tmp_path.parent / f"{tmp_path.name}.png").exists()
+
+
+def test_run_plot_takes_one_set_of_options_and_names_a_wrong_one():
+    # snapshots= had been a TypeError of plot_grid_run, and a misspelt option named a function the user never called
+    import meanfield as mf
+
+    grid = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), np.full(100, 0.01), mesh=M.fibonacci_mesh(100)), mf.GridSolver(),
+                    t_final=0.05, save_every=0.01)
+    tokens = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), sample_uniform(10, 3, seed=0)), mf.ParticleSolver(), t_final=0.05,
+                      save_every=0.01)
+    assert len([ax for ax in grid.plot(snapshots=2).axes if ax.name == "mollweide"]) == 2
+    assert len([ax for ax in tokens.plot(snapshots=2).axes if ax.get_title().startswith("t = ")]) == 2
+    for run, kind in ((grid, "grid"), (tokens, "particle")):
+        with pytest.raises(TypeError, match=f"^Run.plot\\(\\) of a {kind} run got unknown option 'colour'; it takes snapshots"):
+            run.plot(colour="red")
+        with pytest.raises(TypeError, match=f"^Run.animate\\(\\) of a {kind} run got unknown option 'colour'; it takes fps"):
+            run.animate(colour="red")
+
+
+def test_an_overflowed_energy_gives_its_panel_to_the_speed_and_empty_cells_are_grey():
+    t = np.array([0.0, 0.5])
+    x = np.stack([sample_uniform(20, 3, seed=1)] * 2)
+    fig = particles.plot_particle_run(t, x, diagnostics={"energy": np.full(2, np.inf), "max_speed": np.array([1.0, 0.5])})
+    assert "largest speed" in fig.axes[-1].get_ylabel()  # had been an empty "interaction energy" panel
+    msh = M.fibonacci_mesh(200)
+    half = (msh.points[:, 2] > 0).astype(float)
+    fig = density.plot_grid_run(msh, np.array([0.0]), (half / half.sum())[None])
+    mesh = [c for ax in fig.axes if ax.name == "mollweide" for c in ax.collections][0]
+    colours = mesh.to_rgba(np.asarray(mesh.get_array())).reshape(-1, 4)
+    grey = mcolors.to_rgba(density.NO_MASS_COLOUR)
+    drawn_grey = np.all(np.isclose(colours, grey), axis=1)
+    assert 0.3 < drawn_grey.mean() < 0.7 and np.all(colours[:, 3] == 1.0)  # the empty half grey, not transparent
+    assert "grey: no mass" in fig._suptitle.get_text()  # noqa: SLF001
