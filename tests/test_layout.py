@@ -153,3 +153,7 @@ def test_a_fresh_environment_installs_the_wheel_and_runs(wheel: Path, tmp_path: 
     copied = subprocess.run([str(venv / "bin" / "meanfield"), "examples", "ex"], cwd=work, capture_output=True, text=True, env=env)
     assert copied.returncode == 0, copied.stderr
     assert {p.name for p in (work / "ex").glob("*.toml")} == {p.name for p in (ROOT / "data").glob("*.toml")}
+    # the copies name each other as they sit, side by side ("meanfield simulate data/default.toml" had named a folder
+    # that exists only in a source checkout)
+    assert not [p.name for p in (work / "ex").glob("*.toml") if "data/" in p.read_text()]
+    assert "meanfield simulate default.toml" in (work / "ex" / "default.toml").read_text()

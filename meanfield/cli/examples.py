@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 
 from meanfield.errors import ConfigError
@@ -23,6 +22,14 @@ def example_files() -> list[Path]:
         if found:
             return found
     return []
+
+
+def _beside_each_other(text: bytes, names: list[str]) -> bytes:
+    """An example's text with its mentions of ``data/NAME`` (the repository's folder) as ``NAME``: the copies sit side by
+    side, and ``data/`` exists only in a source checkout."""
+    for name in names:
+        text = text.replace(f"data/{name}".encode(), name.encode())
+    return text
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -54,8 +61,9 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("DIR", f"{target} already holds {', '.join(clashes)}; use --overwrite to replace them")
     try:
         target.mkdir(parents=True, exist_ok=True)
+        names = [f.name for f in files]
         for f in files:
-            shutil.copyfile(f, target / f.name)
+            (target / f.name).write_bytes(_beside_each_other(f.read_bytes(), names))
     except OSError as exc:
         raise ConfigError("DIR", f"cannot write into {target}: {exc.strerror or exc}") from None
     for f in files:

@@ -54,6 +54,9 @@ def plot_sweep(sweep: Any, path: str | Path | None = None) -> Figure:
             keep = keep & (t <= s["t_cores_unresolved"])
         ax1.loglog(t[keep], w[keep], color=color, label=label)
         ax1.plot([s["t_min"]], [s["w2_min"]], "o", color=color, ms=4, mfc="none" if s.get("cores") else color)
+    from matplotlib.ticker import NullFormatter
+
+    ax1.xaxis.set_minor_formatter(NullFormatter())  # (less than two decades of t: the minor labels had overlapped)
     ax1.set_xlabel("time t")
     ax1.set_ylabel(r"$W_2(\rho^\beta_t,\Pi_\sharp\rho_0)$")
     ax1.grid(alpha=0.3, which="both")
@@ -98,7 +101,7 @@ def plot_convergence(rows: Sequence[dict[str, Any]], path: str | Path | None = N
     (It had drawn the cell-atom :math:`W_2` alone, beside a slope-1 line: a second-order scheme read as first order.)"""
     fig = new_figure(figsize=(6.2, 4.6))
     ax = fig.add_subplot(111)
-    hs = np.array([r["h"] for r in rows], dtype=float)
+    plotted: set[float] = set()  # the h of the rows drawn (the reference row, all NaN, had stretched the axis)
     curves = (("l1_reference", "L1 to the reference density (the scheme's error)", "D", "C2", 2),
               ("w2_projected", "W2 to the reference density (the scheme's error)", "^", "C1", 2),
               ("w2_reference", "W2 between cell atoms (quantisation: order ≤ 1)", "o", "C0", 1),
@@ -108,6 +111,7 @@ def plot_convergence(rows: Sequence[dict[str, Any]], path: str | Path | None = N
         if not pts:
             continue
         h, e = np.array(pts).T
+        plotted.update(float(v) for v in h)
         ax.loglog(h, e, marker=marker, color=color, label=label)
         if order is not None and h.size > 1:  # a guide through the coarsest point
             guide = np.array([h.min(), h.max()])
@@ -117,7 +121,7 @@ def plot_convergence(rows: Sequence[dict[str, Any]], path: str | Path | None = N
 
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.xaxis.set_major_formatter(FormatStrFormatter("%.3g"))
-    ax.set_xticks(sorted(set(float(h) for h in hs)))
+    ax.set_xticks(sorted(plotted))
     ax.set_xlabel("cell size h = √(4π/N)")
     ax.set_ylabel("error at t_final (W₂ geodesic; L1 of the masses)")
     ax.grid(True, which="both", alpha=0.3)
@@ -139,7 +143,12 @@ def plot_diagnostics(series: Mapping[str, np.ndarray], path: str | Path | None =
     for h in range(H):
         ax.plot(t, series[f"energy_h{h}"], color=colors[h], label=f"$E_{h}$")
     ax.set_ylabel("energy")
-    ax.legend(fontsize=8, ncol=min(H + 1, 6))
+    # the heads' colour key, for every panel (the others name only their line styles: with 10 heads a 40-entry legend
+    # had covered a third of a panel); beside the panel where it would not fit inside
+    if H <= 4:
+        ax.legend(fontsize=8, ncol=min(H + 1, 6))
+    else:
+        ax.legend(fontsize=8, ncol=1 + H // 12, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="colour: head", title_fontsize=8)
 
     ax = axes[1]
     for h in range(H):
@@ -156,7 +165,11 @@ def plot_diagnostics(series: Mapping[str, np.ndarray], path: str | Path | None =
     if top > 0:  # heads of very different strength: linear near 0, logarithmic beyond
         ax.set_yscale("symlog", linthresh=1e-3 * top)
     ax.set_ylabel(r"$dE_h/dt$ split")
-    ax.legend(fontsize=7, ncol=4)
+    from matplotlib.lines import Line2D
+
+    styles = [(r"$dE_h/dt$", "-", 2.0), ("self power", "-", 0.8)] + ([("cross", "--", 0.8), ("−shadows", ":", 1.2)] if H > 1 else [])
+    ax.legend([Line2D([], [], color="0.2", ls=ls, lw=lw) for _, ls, lw in styles], [name for name, _, _ in styles],
+              fontsize=7, ncol=len(styles), title="head h: its colour" if H > 1 else None, title_fontsize=7)
 
     ax = axes[2]
     for h in range(H):
@@ -168,7 +181,8 @@ def plot_diagnostics(series: Mapping[str, np.ndarray], path: str | Path | None =
         twin.plot(t, series[f"dominance_fraction_h{h}"], color=colors[h], ls="--", lw=0.8)
     twin.set_ylabel("per-token fraction (dashed)")
     twin.set_ylim(-0.05, 1.05)
-    ax.legend(fontsize=8)
+    if H <= 4:
+        ax.legend(fontsize=8)
 
     ax = axes[3]
     for h in range(H):
@@ -178,8 +192,11 @@ def plot_diagnostics(series: Mapping[str, np.ndarray], path: str | Path | None =
         ax.fill_between(t, mean - std, mean + std, color=colors[h], alpha=0.2, lw=0)
     if n > 1:
         ax.axhline(math.log(n), color="k", ls="--", lw=1, label=r"$\log n$")
-    ax.set_ylabel("attention entropy")
-    ax.legend(fontsize=8)
+    ax.set_ylabel("attention entropy (mean ± std)")
+    if H <= 4:
+        ax.legend(fontsize=8)
+    elif n > 1:
+        ax.legend(handles=[ax.lines[-1]], fontsize=8)
 
     ax = axes[4]
     with np.errstate(invalid="ignore", divide="ignore"):
