@@ -1055,6 +1055,40 @@ def check_workers(workers: int | None, scheduler: str | None = None) -> None:
                                        f"{WORKERS_PER_CORE * cores} (past the cores they only take turns)")
 
 
+#: seconds a scheduler has to answer: Dask's own timeout covers the TCP connect, not the handshake after it, and a
+#: port where something else listens (a web server) had kept a sweep waiting for ever
+SCHEDULER_ANSWER_SECONDS = 45.0
+
+
+def _connect(scheduler: str) -> Any:
+    """A Dask client of the scheduler at ``scheduler``, or ``ConfigError`` naming ``--scheduler`` within
+    :data:`SCHEDULER_ANSWER_SECONDS` (the attempt is left to a daemon thread, which cannot keep the process alive)."""
+    import threading
+
+    from distributed import Client
+
+    box: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            box["client"] = Client(scheduler, timeout="20s", set_as_default=False)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=attempt, name="meanfield-scheduler-connect", daemon=True)
+    thread.start()
+    thread.join(SCHEDULER_ANSWER_SECONDS)
+    if thread.is_alive():
+        raise ConfigError("--scheduler", f"{scheduler!r} took the connection but did not answer as a Dask scheduler within "
+                                         f"{SCHEDULER_ANSWER_SECONDS:g} s: is a Dask scheduler listening there?")
+    error = box.get("error")
+    if isinstance(error, (OSError, TimeoutError, ValueError)):
+        raise ConfigError("--scheduler", f"cannot connect to {scheduler!r}: {error}") from None
+    if error is not None:
+        raise error
+    return box["client"]
+
+
 class _Cluster:
     """A Dask client: on a local process cluster we start, or on a scheduler we connect to."""
 
@@ -1064,11 +1098,7 @@ class _Cluster:
 
         self.cluster = None
         if scheduler:
-            scheduler = check_scheduler(scheduler)
-            try:
-                self.client = Client(scheduler, timeout="20s", set_as_default=False)
-            except (OSError, TimeoutError, ValueError) as exc:
-                raise ConfigError("--scheduler", f"cannot connect to {scheduler!r}: {exc}") from None
+            self.client = _connect(check_scheduler(scheduler))
             return
         cores = _usable_cores()
         n = workers if workers else min(cores, max(1, cases))

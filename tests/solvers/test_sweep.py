@@ -210,6 +210,29 @@ def test_concentration_runs_report_t_min_and_w2_min(tmp_path):
     assert scalars["frames"] == 5 and scalars["t_last"] == 2.0
 
 
+def test_a_scheduler_address_where_no_dask_scheduler_answers_fails_in_bounded_time(tmp_path, monkeypatch):
+    # a port where something else listens (a web server, a socket that never answers) had kept the sweep waiting for ever
+    import socket
+    import time
+
+    import meanfield.solvers.sweep as sweep_module
+
+    _base(tmp_path)
+    spec = load_sweep({"base": "base.toml"}, base_dir=tmp_path)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()  # the kernel accepts the connection; nobody ever answers it
+    monkeypatch.setattr(sweep_module, "SCHEDULER_ANSWER_SECONDS", 3.0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match=r"^--scheduler: .* did not answer as a Dask scheduler within 3 s"):
+            run_sweep(spec, tmp_path / "out", scheduler=f"tcp://127.0.0.1:{silent.getsockname()[1]}", quiet=True)
+        assert time.monotonic() - started < 60  # bounded, not for ever (a generous limit: this is no timing test)
+    finally:
+        silent.close()
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_failing_case_is_retried_once_then_recorded_and_the_rest_complete(tmp_path):
     _base(tmp_path)
