@@ -1343,13 +1343,17 @@ def run_sweep(
     finally:
         if bar is not None:
             bar.close()
-        close = getattr(records, "close", None)
-        if close is not None:  # cancel what is still queued while the client is alive
-            close()
-        if cluster is not None:
-            cluster.close()
-        if out.is_dir():
-            _write_tables(out, rows(), spec.parameters)
-            _write_aggregate(out, rows(), spec.parameters)
-        lock.release()
+        try:
+            close = getattr(records, "close", None)
+            if close is not None:  # cancel what is still queued while the client is alive
+                close()
+            if out.is_dir():  # the tables before the cluster's shutdown, which an interrupt can cut short (a finished
+                _write_tables(out, rows(), spec.parameters)  # case had been left out of results.csv, the lock behind)
+                _write_aggregate(out, rows(), spec.parameters)
+        finally:
+            try:
+                if cluster is not None:
+                    cluster.close()
+            finally:
+                lock.release()
     return rows()

@@ -323,6 +323,32 @@ def test_a_bad_scheduler_address_is_bad_input(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_an_interrupt_while_the_cluster_shuts_down_keeps_the_table_whole_and_frees_the_folder(tmp_path, monkeypatch):
+    # the cluster had been closed before the last table write: an interrupt there left a finished case out of
+    # results.csv and the folder's lock behind
+    import logging
+
+    from distributed import LocalCluster
+
+    import meanfield.solvers.sweep as sweep_module
+
+    _base(tmp_path)
+    spec = load_sweep({"base": "base.toml", "cases": [{"model.beta": 1.0}, {"model.beta": 2.0}]}, base_dir=tmp_path)
+    out = tmp_path / "out"
+    original = sweep_module._Cluster.close  # noqa: SLF001
+
+    def interrupted_close(self):
+        original(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_module._Cluster, "close", interrupted_close)  # noqa: SLF001
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.CRITICAL) as cluster:
+        with pytest.raises(KeyboardInterrupt):
+            run_sweep(spec, out, scheduler=cluster.scheduler_address, quiet=True)
+    assert len(_read_csv(out / "results.csv")) == 2 == len(read_ledger(out / "ledger.jsonl"))
+    assert not list(out.glob("*.lock")) and not list(out.glob(".*.lock"))
+
+
 def test_two_worker_local_cluster_records_the_failure_and_completes_the_rest(tmp_path):
     """Through --scheduler, on a running two-process LocalCluster (the --workers path runs in the SIGTERM test)."""
     import logging
