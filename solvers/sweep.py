@@ -459,12 +459,20 @@ def _check_same_sweep(stored: Path, spec: Sweep) -> None:
         before = json.loads(stored.read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError("--resume", f"cannot read {stored} ({exc}); it does not describe a sweep") from None
-    before.pop("cases_resolved", None)
+    resolved = before.pop("cases_resolved", None)
     now = json.loads(json.dumps(spec.definition, sort_keys=True, default=_json_default))
     if before != now:
         changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
         raise ConfigError("--resume", f"{stored.parent} holds another sweep (it differs in {', '.join(changed)}); resume it with "
                                       "its own sweep file, or choose another --out")
+    if resolved is not None:  # the same definition, but a base file edited since: every case would have run anew beside
+        hashes = {case["index"]: case["hash"] for case in resolved}  # the old ones (exit 0, "resumed")
+        moved = [case.index for case in spec.cases if hashes.get(case.index) != case.hash]
+        if moved:
+            raise ConfigError("--resume", f"the cases of {stored.parent} resolve to other configs now ({len(moved)} of "
+                                          f"{len(spec.cases)}, e.g. case {moved[0]}): the base config {spec.definition['base']} "
+                                          "changed since the sweep began. Restore it to resume, or start the changed sweep "
+                                          "in another --out")
 
 
 def _simulate_case(cfg: dict[str, Any], path: Path, *, resume_partial: bool) -> int:

@@ -286,6 +286,12 @@ def test_resume_refuses_another_sweep_and_leaves_the_first_as_it_was(tmp_path):
         run_sweep(other, out, workers=0, resume=True, quiet=True)
     assert {name: (out / name).read_bytes() for name in stored} == stored
     assert _same(run_sweep(first, out, workers=0, resume=True, quiet=True), rows)  # its own file resumes
+    # the same sweep file over an edited base: every case had run anew beside the old ones, exit 0, "resumed"
+    (tmp_path / "base.toml").write_text(BASE_TOML.replace("n = 12", "n = 13"))
+    edited = load_sweep({"base": "base.toml", "grid": {"model.beta": [1.0, 2.0]}}, base_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"^--resume: the cases of .* resolve to other configs now \(2 of 2, e.g. case 0\)"):
+        run_sweep(edited, out, workers=0, resume=True, quiet=True)
+    assert {name: (out / name).read_bytes() for name in stored} == stored
 
 
 def test_a_ledger_line_cut_by_a_kill_is_skipped_and_closed_off(tmp_path):
