@@ -11,9 +11,11 @@ has the key, dotted (``"init.seed"``) otherwise.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from meanfield.config import load_config as _load
 from meanfield.errors import ConfigError
@@ -74,6 +76,11 @@ def simulate(
     from meanfield.io.output import check_output
     from meanfield.solvers.run import simulate_config
 
+    for name, flag in (("resume", resume), ("overwrite", overwrite), ("progress", progress)):
+        if not isinstance(flag, (bool, np.bool_)):  # overwrite="False" had replaced the file: a string is true
+            raise ConfigError(name, f"expected True or False, got {flag!r}")
+    if not (callable(trackers) or (isinstance(trackers, Iterable) and not isinstance(trackers, (str, bytes, Mapping)))):
+        raise ConfigError("trackers", f"expected a callable or a sequence of callables, got {type(trackers).__name__}")
     cfg = _load(source, values=overrides)
     if out is not None and not isinstance(out, (str, os.PathLike)):
         raise ConfigError("out", f"expected a path (str or os.PathLike), got {type(out).__name__}")

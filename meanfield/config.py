@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import tomllib
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -75,7 +76,7 @@ def _finite(value: Any, key: str) -> None:
 
 
 def _nonnegative_list(*, increasing: bool = False) -> Callable[[Any, str], None]:
-    """A non-empty list of finite numbers ≥ 0 (strictly increasing when asked)."""
+    """A non-empty list of distinct finite numbers ≥ 0 (strictly increasing when asked)."""
 
     def check(value: Any, key: str) -> None:
         if not value:
@@ -86,6 +87,9 @@ def _nonnegative_list(*, increasing: bool = False) -> Callable[[Any, str], None]
                 raise ConfigError(f"{key}[{index}]", f"must be >= 0, got {item!r}")
         if increasing and any(b <= a for a, b in zip(value, value[1:])):
             raise ConfigError(key, f"entries must increase strictly, got {value!r}")
+        repeated = sorted({float(v) for i, v in enumerate(value) if float(v) in {float(u) for u in value[:i]}})
+        if repeated:  # phase.betas = [1.0, 1.0] had doubled the work and the table's rows (sweep grids refuse this too)
+            raise ConfigError(key, f"{', '.join(f'{v:g}' for v in repeated)} appears twice in {value!r}; give each value once")
 
     return check
 
@@ -791,9 +795,10 @@ def load_config(
         raw: dict[str, Any] = {}
     elif isinstance(source, Mapping):
         raw = copy.deepcopy({k: dict(v) if isinstance(v, Mapping) else v for k, v in source.items()})
-    elif isinstance(source, (str, Path)):
+    elif isinstance(source, (str, os.PathLike)):  # (a PurePosixPath had been refused)
+        source = Path(os.fspath(source))
         raw = read_toml(source)
-        base = Path(source).resolve().parent
+        base = source.resolve().parent
     else:
         raise ConfigError("config", f"expected a TOML path, a mapping or None, got {type(source).__name__}")
     for assignment in overrides:

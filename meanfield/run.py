@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,9 @@ class Run:
         """
         from meanfield.io.runfile import RunReader
 
-        reader = RunReader(path, key=key)
+        if not isinstance(path, (str, os.PathLike)):  # (Run.load(5) had been a pathlib TypeError)
+            raise ConfigError(key, f"expected a file path (str or os.PathLike), got {type(path).__name__}")
+        reader = RunReader(os.fspath(path), key=key)
         return cls(
             t=reader.times(),
             state_name=reader.state_name,
@@ -358,7 +361,21 @@ class Run:
 
     @classmethod
     def from_xarray(cls, dataset: Any) -> Run:
-        """The run written by :meth:`to_xarray`."""
+        """The run written by :meth:`to_xarray`.
+
+        Raises
+        ------
+        TypeError
+            ``dataset`` is not an :class:`xarray.Dataset`.
+        ValueError
+            It is not one :meth:`to_xarray` wrote (no ``t``, no ``x`` or ``mass``, no config in its ``attrs``).
+        """
+        if not (hasattr(dataset, "data_vars") and hasattr(dataset, "attrs")):  # a string, a DataArray, None
+            raise TypeError(f"dataset must be an xarray.Dataset written by Run.to_xarray(), got {type(dataset).__name__}")
+        missing = [what for what, ok in (("'t'", "t" in dataset), ("'x' or 'mass'", "x" in dataset or "mass" in dataset),
+                                         ("attrs['config']", "config" in dataset.attrs)) if not ok]
+        if missing:  # (a foreign dataset had raised KeyError: 'config')
+            raise ValueError(f"dataset is not a run written by Run.to_xarray(): it has no {', no '.join(missing)}")
         name = "x" if "x" in dataset else "mass"
         diagnostics = {k.split("/", 1)[1]: dataset[k].values for k in dataset.data_vars if k.startswith("diagnostics/")}
         static = {k.split("/", 1)[1]: dataset[k].values for k in dataset.data_vars if k.startswith("static/")}
@@ -395,6 +412,4 @@ def load(path: str | Path, *, key: str = "path") -> Run:
     """
     if isinstance(path, Run):  # pragma: no cover - convenience
         return path
-    if not isinstance(path, (str, Path)):
-        raise ConfigError(key, f"expected a file path, got {type(path).__name__}")
-    return Run.load(path, key=key)
+    return Run.load(path, key=key)  # (which names a path of another type; a PurePosixPath had been refused)

@@ -28,7 +28,7 @@ Examples
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -74,7 +74,11 @@ class Problem:
     def __post_init__(self) -> None:
         if not (isinstance(getattr(self.model, "d", None), (int, np.integer)) and callable(getattr(self.model, "velocity", None))):
             raise TypeError(f"model must be a meanfield.Model (or have d and velocity), got {type(self.model).__name__}")
-        state = np.asarray(self.initial, dtype=float)
+        try:
+            state = np.asarray(self.initial, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"initial must be an array of numbers (tokens (n, d), or a grid's cell masses (N,)), "
+                             f"got {type(self.initial).__name__} {self.initial!r:.60}") from None
         if self.mesh is None:
             if state.ndim != 2 or state.shape[1] != self.model.d or state.shape[0] < 1:
                 raise ValueError(f"initial tokens must have shape (n, {self.model.d}), got {state.shape}")
@@ -83,7 +87,10 @@ class Problem:
             if sphere_error(state) > 1e-15:  # unit input is kept bit for bit (replays, resumed runs)
                 state = normalize(state)
             if self.weights is not None:
-                w = np.asarray(self.weights, dtype=float)
+                try:
+                    w = np.asarray(self.weights, dtype=float)
+                except (TypeError, ValueError):
+                    raise ValueError(f"weights must be {state.shape[0]} numbers, got {self.weights!r:.60}") from None
                 if w.shape != (state.shape[0],) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
                     raise ValueError(f"weights must be {state.shape[0]} finite non-negative masses, not all zero")
                 object.__setattr__(self, "weights", w / w.sum())
@@ -148,7 +155,7 @@ def solve(
         Time between saved frames (default: only the first and the last frame).
     t_start : float
         The time of ``problem.initial`` (to continue a run: the result equals the uninterrupted one).
-    trackers : sequence of Tracker
+    trackers : sequence of Tracker, or one
         Your own trackers, run on every saved frame after the solver's: any callable
         ``tracker(t, state) -> dict[str, float] | None``; the scalars it returns
         become ``run.diagnostics[name]``, and raising
@@ -176,9 +183,23 @@ def solve(
     RunInterrupted
         Ctrl-C (SIGINT) or SIGTERM stopped it; ``exc.run`` holds the frames so far.
     """
-    for name, value in (("t_final", t_final), ("t_start", t_start), ("save_every", save_every)):
+    if not isinstance(problem, Problem):  # a dict had failed with AttributeError 'on_grid', a class or None with 'setup'
+        raise TypeError(f"problem must be a Problem (meanfield.Problem(model, initial, …)), got {type(problem).__name__}")
+    if isinstance(solver, type) or not callable(getattr(solver, "setup", None)):
+        what = f"the class {solver.__name__}: make one, {solver.__name__}()" if isinstance(solver, type) else type(solver).__name__
+        raise TypeError(f"solver must be a solver (ParticleSolver(), GridSolver(), JKOSolver(), ZeroTemperatureSolver()), got {what}")
+    for name, value in (("t_final", t_final), ("t_start", t_start), ("save_every", save_every), ("steady_tol", steady_tol)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))):
             raise ValueError(f"{name} must be a number, got {value!r}")
+    if not (np.isfinite(steady_tol) and steady_tol >= 0):  # -1 had been taken (and never stopped a run)
+        raise ValueError(f"steady_tol must be a finite number ≥ 0 (0: never stop early), got {steady_tol!r}")
+    for name, flag in (("energy", energy), ("speed", speed), ("progress", progress)):
+        if not isinstance(flag, (bool, np.bool_)):  # a string had been true
+            raise ValueError(f"{name} must be True or False, got {flag!r}")
+    if callable(trackers):
+        trackers = [trackers]  # one callable: the only tracker (as mf.simulate takes it)
+    if isinstance(trackers, (str, bytes)) or not isinstance(trackers, Iterable):
+        raise TypeError(f"trackers must be a callable or a sequence of callables, got {type(trackers).__name__}")
     if not (np.isfinite(t_final) and np.isfinite(t_start) and t_final >= t_start):  # equal: the initial frame, as mf.simulate
         raise ValueError(f"need finite times with t_final >= t_start, got t_start={t_start!r}, t_final={t_final!r}")
     if save_every is not None and not (np.isfinite(save_every) and save_every > 0):

@@ -504,3 +504,45 @@ def test_messages_of_the_shared_writer_name_the_keywords_of_simulate(tmp_path):
     with WriterLock(out), pytest.raises(mf.ConfigError) as info:  # a writer at work on out
         mf.simulate(out=out, overwrite=True, t_final=0.1, **{"init.n": 8})
     assert info.value.key == "out" and "being written by another meanfield process" in str(info.value)
+
+
+def test_wrong_types_of_the_notebook_api_are_named(tmp_path):
+    # overwrite="False" had replaced the file (a string is true); a dict problem, a solver class, steady_tol=-1,
+    # trackers=5, a foreign xarray dataset and Run.load(5) had failed deep inside (or not at all)
+    from pathlib import PurePosixPath
+
+    import xarray as xr
+
+    out = tmp_path / "run.h5"
+    mf.simulate(None, out=out, **{"init.n": 8, "solver.t_final": 0.1})
+    before = out.read_bytes()
+    for flag in ("overwrite", "resume", "progress"):
+        with pytest.raises(mf.ConfigError, match=f"^{flag}: expected True or False, got 'False'"):
+            mf.simulate(None, out=out, **{flag: "False", "init.n": 10, "solver.t_final": 0.1})
+    with pytest.raises(mf.ConfigError, match="^trackers: expected a callable or a sequence"):
+        mf.simulate(None, trackers=5, **{"init.n": 8, "solver.t_final": 0.1})
+    assert out.read_bytes() == before
+    problem = mf.Problem(mf.Model(d=3, beta=1.0), mf.sample("uniform", 8, 3, seed=0))
+    for args, error, match in ((({}, mf.ParticleSolver()), TypeError, "^problem must be a Problem"),
+                               ((problem, mf.ParticleSolver), TypeError, "got the class ParticleSolver: make one"),
+                               ((problem, None), TypeError, "^solver must be a solver")):
+        with pytest.raises(error, match=match):
+            mf.solve(*args, t_final=0.1)
+    for options, match in ((dict(steady_tol=-1.0), "^steady_tol must be a finite number ≥ 0"),
+                           (dict(steady_tol="x"), "^steady_tol must be a number"), (dict(energy="no"), "^energy must be True or False")):
+        with pytest.raises(ValueError, match=match):
+            mf.solve(problem, mf.ParticleSolver(), t_final=0.1, **options)
+    with pytest.raises(TypeError, match="^trackers must be a callable or a sequence"):
+        mf.solve(problem, mf.ParticleSolver(), t_final=0.1, trackers=5)
+    one = mf.solve(problem, mf.ParticleSolver(), t_final=0.1, trackers=lambda t, x: {"probe": 2.0})  # one callable, as simulate
+    np.testing.assert_array_equal(one.diagnostics["probe"], [2.0, 2.0])
+    with pytest.raises(ValueError, match="^initial must be an array of numbers"):
+        mf.Problem(mf.Model(d=3, beta=1.0), "abc")
+    with pytest.raises(mf.ConfigError, match=r"^path: expected a file path \(str or os.PathLike\), got int"):
+        mf.Run.load(5)
+    assert mf.load(PurePosixPath(out)).frames == 2 and mf.load_config(PurePosixPath(ROOT / "data" / "default.toml"))
+    for dataset, error in (("abc", TypeError), (xr.DataArray([1.0]), TypeError), (xr.Dataset({"a": ("u", [1.0])}), ValueError)):
+        with pytest.raises(error, match="^dataset"):
+            mf.Run.from_xarray(dataset)
+    with pytest.raises(mf.ConfigError, match="^phase.betas: 1 appears twice"):
+        mf.load_config(None, **{"phase.betas": [1.0, 1.0]})
