@@ -240,11 +240,14 @@ def main(args: argparse.Namespace) -> int:
     layers = _int_list(args.layer, "--layer") if args.layer else None
     heads = _int_list(args.heads, "--heads") if args.heads else None
     num_heads = args.num_heads
+    from_spec = set()  # the options CHECKPOINT's own #layer=… / #heads=… gave (named as CHECKPOINT in errors)
     if isinstance(source, str) and source.startswith("checkpoint:"):
         from meanfield.heads.checkpoint import parse_checkpoint_spec
 
         spec = parse_checkpoint_spec(source, key="CHECKPOINT")
         source = spec.path
+        from_spec |= {"--layer"} if layers is None else set()
+        from_spec |= {"--heads"} if heads is None and spec.heads else set()
         layers = layers if layers is not None else [spec.layer]
         heads = heads if heads is not None else (list(spec.heads) if spec.heads else None)
         num_heads = num_heads if num_heads is not None else spec.num_heads
@@ -260,6 +263,8 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError("--save-tokens", f"expected a .npy file, got {args.save_tokens!r}")
     if heads is not None and len(set(heads)) < len(heads):
         raise ConfigError("--heads", f"lists a head twice: {heads}")
+    if layers is not None and len(set(layers)) < len(layers):  # (it had analysed layer 1 twice)
+        raise ConfigError("--layer", f"lists a layer twice: {layers}")
     if args.plot:
         folder_path(args.out, "--out")
     if args.n is not None and not (math.isfinite(args.n) and args.n >= 2):
@@ -268,10 +273,11 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         ckpt = load_checkpoint(source, num_heads=num_heads)
-    except ConfigError as exc:  # the loader names its own argument, num_heads: here it is the option
-        if exc.key != "num_heads" or num_heads is None:
+    except ConfigError as exc:  # the loader names its own argument, num_heads: here it is the option (or CHECKPOINT's)
+        if exc.key != "num_heads":
             raise
-        raise ConfigError("--num-heads", exc.message) from None
+        given_in_spec = args.num_heads is None and num_heads is not None
+        raise ConfigError("CHECKPOINT" if given_in_spec else "--num-heads", exc.message) from None
 
     n = args.n
     sentence_info: dict[str, Any] | None = None
@@ -284,7 +290,12 @@ def main(args: argparse.Namespace) -> int:
             n = max(len(emb.tokens), 2)
     n = 16.0 if n is None else n
 
-    reports = analyse_checkpoint(ckpt, layers=layers, heads=heads, n=n)  # checks --layer and --heads: before any file
+    try:
+        reports = analyse_checkpoint(ckpt, layers=layers, heads=heads, n=n)  # checks --layer and --heads: before any file
+    except ConfigError as exc:  # a layer or head that CHECKPOINT's #layer=… named, not an option given
+        if exc.key not in from_spec:
+            raise
+        raise ConfigError("CHECKPOINT", exc.message) from None
     if args.save_tokens and sentence_info is not None:
         path = Path(args.save_tokens)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -483,6 +483,19 @@ def test_inspect_and_file_heads_name_what_they_cannot_take(tmp_path, capsys):
     assert "--save-tokens: expected a .npy file" in capsys.readouterr().err and not list(tmp_path.iterdir())
     assert main(["inspect", "minilm", "--layer", "0", "--heads", "3,3"]) == 2
     assert "--heads: lists a head twice" in capsys.readouterr().err
+    assert main(["inspect", "minilm", "--layer", "1,1"]) == 2  # (had analysed layer 1 twice)
+    assert "--layer: lists a layer twice" in capsys.readouterr().err
+    # what CHECKPOINT itself names is named as CHECKPOINT (an error had blamed --layer, which was not given), and a
+    # checkpoint without config.json asks for --num-heads (it had named num_heads, no option of this command)
+    assert main(["inspect", "checkpoint:minilm#layer=9"]) == 2
+    assert "error: CHECKPOINT: layer 9 does not exist" in capsys.readouterr().err
+    from meanfield.heads.checkpoint import load_checkpoint
+
+    bare = tmp_path / "bare" / "model.safetensors"
+    bare.parent.mkdir()
+    bare.write_bytes(load_checkpoint("minilm").path.read_bytes())
+    assert main(["inspect", str(bare), "--layer", "0"]) == 2
+    assert "error: --num-heads: " in capsys.readouterr().err
     for name, matrix, words in (("s.npy", np.array([["a"] * 3] * 3), "real numbers"),
                                 ("c.npy", np.eye(3) * (1 + 1j), "real numbers"), ("e.npy", np.zeros((0, 3)), "matrix")):
         np.save(tmp_path / name, matrix)
