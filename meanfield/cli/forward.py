@@ -153,9 +153,11 @@ def main(args: argparse.Namespace) -> int:
     print(f"sentence:   {fp.n} tokens {' '.join(fp.tokens)}")
     if rows:
         print(format_rows(rows))
-        print("⟨x,y⟩: inner products of the normalised hidden states, pairs i<j (mean ± std); MF: mean-field at t = layer; "
-              "W1: 1-Wasserstein distance real vs MF; |ΔG|: mean |G_real − G_MF| over pairs; W1(·,ℓ=0): real vs the embeddings "
-              "(no motion).")
+        legend = "⟨x,y⟩: inner products of the normalised hidden states, pairs i<j (mean ± std)"
+        if path is not None:  # (--no-meanfield: none of these columns to explain)
+            legend += ("; MF: mean-field at t = layer; W1: 1-Wasserstein distance real vs MF; |ΔG|: mean |G_real − G_MF| "
+                       "over pairs; W1(·,ℓ=0): real vs the embeddings (no motion)")
+        print(legend + ".")
     if embedding is not None:
         print("embedding:  " + " ".join(f"{v:+.6f}" for v in embedding[:8]) + " ...")
     for p in (args.plot, args.csv):

@@ -164,3 +164,13 @@ def test_json_output_is_strict_json(capsys):
     strict(capsys.readouterr().out)
     assert main(["forward", "hello world", "--json"]) == 0
     assert strict(capsys.readouterr().out)
+
+
+def test_forward_explains_only_the_columns_it_prints(capsys):
+    # --no-meanfield had printed the legend of the MF, W1 and |ΔG| columns it leaves out
+    assert main(["forward", "hello world", "--no-meanfield"]) == 0
+    out = capsys.readouterr().out
+    assert "real⟨x,y⟩" in out and "MF⟨x,y⟩" not in out and "MF:" not in out and "W1:" not in out
+    assert main(["forward", "hello world"]) == 0
+    out = capsys.readouterr().out
+    assert "MF⟨x,y⟩" in out and "MF: mean-field at t = layer" in out and "W1(·,ℓ=0): real vs the embeddings" in out
