@@ -71,6 +71,13 @@ def test_load_points(tmp_path):
     np.save(path, np.zeros((2, 3)))
     with pytest.raises(ValueError, match="zero"):
         sphere.load_points(path)
+    # rows whose squares leave float64: 1e-200s had been called zero, 1e200s had become 0
+    rows = np.array([[3.0, 4.0, 0.0], [3e-200, 0.0, 4e-200], [0.0, 3e200, 4e200]])
+    np.save(path, rows)
+    np.testing.assert_allclose(sphere.load_points(path), [[0.6, 0.8, 0.0], [0.6, 0.0, 0.8], [0.0, 0.6, 0.8]], rtol=0, atol=2e-16)
+    unit = sphere.sample_uniform(50, 3, seed=4)
+    np.save(path, unit)
+    np.testing.assert_array_equal(sphere.load_points(path), unit / np.linalg.norm(unit, axis=1, keepdims=True))  # as before
 
 
 def test_sampler_registry_is_complete():
