@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import errno
 import json
-import zlib
 import re
 import math
 import os
 import socket
 import time
 import warnings
+import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -667,9 +667,12 @@ class RunReader:
         if verify:
             damaged = self.damaged_frames(frames, states)
             if damaged:
-                warnings.warn(f"{self.path}: {_frames_named(damaged, self.times())} do not match the checksums written with "
-                              "them: their bytes changed on disk after they were committed (a failing disk, or a copy "
-                              "gone wrong), and their values cannot be trusted", DamagedFrameWarning, stacklevel=2)
+                one = len(damaged) == 1
+                warnings.warn(f"{self.path}: {_frames_named(damaged, self.times())} {'does' if one else 'do'} not match the "
+                              f"checksum{'' if one else 's'} written with {'it' if one else 'them'}: {'its' if one else 'their'} "
+                              f"bytes changed on disk after {'it was' if one else 'they were'} committed (a failing disk, or a "
+                              f"copy gone wrong), and {'its' if one else 'their'} values cannot be trusted",
+                              DamagedFrameWarning, stacklevel=2)
         return states if isinstance(index, slice) else states[0]
 
     def _states(self, f: h5py.File, index: int | slice) -> tuple[range, np.ndarray]:

@@ -510,7 +510,7 @@ def test_frames_whose_bytes_changed_on_disk_are_named_and_not_resumed_from(tmp_p
         warnings.simplefilter("error")
         intact = mf.load(out).x.copy()  # every frame matches its checksum: no warning
     _flip_lowest_bit(out, 2)
-    with pytest.warns(DamagedFrameWarning, match=r"frame 2 \(t = 0.5\) do not match the checksums"):
+    with pytest.warns(DamagedFrameWarning, match=r"frame 2 \(t = 0.5\) does not match the checksum written with it"):
         damaged = mf.load(out).x
     assert 0 < np.abs(damaged - intact).max() < 1e-15  # what no other check could have told
     _flip_lowest_bit(out, 2)  # mended; now the last frame, where --resume would continue
