@@ -68,9 +68,9 @@ import numpy as np
 from meanfield.errors import ConfigError, RunFailed
 
 __all__ = [
-    "check_noise_option",
     "ANNEAL_SCHEDULES",
     "NoiseSchedule",
+    "check_noise_option",
     "noise_from_config",
     "check_noise_section",
     "interval_generator",
@@ -322,7 +322,7 @@ def em_mean_factor(h: float, gamma: float, d: int) -> float:
     :math:`e^{-(d-1)T/\gamma}` for the diffusion.  In closed form,
     :math:`c = (2s^2)^{-k/2}\,U\big(\tfrac k2, \tfrac{k+1}2, \tfrac1{2s^2}\big)` with :math:`k=d-1` and
     Tricomi's confluent hypergeometric :math:`U` (from :math:`\int_0^\infty e^{-zt}t^{a-1}(1+t)^{b-a-1}dt=\Gamma(a)U(a,b,z)`);
-    quadrature over the :math:`\chi^2_{k}` law where :math:`U` under- or overflows.
+    quadrature over the :math:`\chi^2_{k}` law where :math:`U` under- or overflows, and past :data:`HYPERU_MAX_K`.
     Expansion: :math:`c = 1-(d-1)\tfrac h\gamma+\tfrac32(d^2-1)\tfrac{h^2}{\gamma^2}+O(h^3)`, so the
     scheme's weak error is :math:`\big(\tfrac32(d^2-1)-\tfrac12(d-1)^2\big)\tfrac{Th}{\gamma^2}e^{-(d-1)T/\gamma}+O(h^2)`.
     """
