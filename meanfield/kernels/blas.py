@@ -64,7 +64,7 @@ from meanfield.kernels.gemm import gemm_address, gemm_into
 from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import jit, one_blas_thread, threads_for
 
-__all__ = ["velocity_blas", "flash_tiles", "flash_row_sums", "FlashSums", "thread_buffer", "exp_block64", "exp_block32", "exp_scores", "NUMPY_EXP64", "run_on_threads", "identity_multiple", "exp_shifted_by_mass", "blas_threads"]
+__all__ = ["velocity_blas", "flash_tiles", "flash_row_sums", "FlashSums", "thread_buffer", "release_buffers", "exp_block64", "exp_block32", "exp_scores", "NUMPY_EXP64", "run_on_threads", "identity_multiple", "exp_shifted_by_mass", "blas_threads"]
 
 #: a shifted row sum below this (by dtype) means the Cauchy–Schwarz shift was too loose:
 #: those rows are recomputed with the exact maximum (float32 sums below ~1e-31 lose digits)
@@ -101,6 +101,16 @@ REUSE_MAX_ELEMENTS = 1 << 21
 PREP_PARALLEL_FLOPS = 1 << 24
 
 _local = threading.local()
+#: bumped by :func:`release_buffers`: a thread's buffers of an older generation are dropped at its next call
+_generation = 0
+
+
+def release_buffers() -> None:
+    """Let every thread's buffers of :func:`thread_buffer` go (each thread drops its own at its next call), so that a
+    trace of the next call's allocations (``tracemalloc``, :mod:`meanfield.solvers.timing`) sees all the memory it uses:
+    with the buffers kept from earlier calls it had seen 0.5 MiB of the 3.1 MiB a call at n = 1024, d = 64 takes."""
+    global _generation
+    _generation += 1
 
 
 def thread_buffer(size: int, dtype: type, slot: str = "scores") -> np.ndarray:
@@ -115,6 +125,9 @@ def thread_buffer(size: int, dtype: type, slot: str = "scores") -> np.ndarray:
     """
     if slot != "scores" and size > REUSE_MAX_ELEMENTS:  # large: the faults are small next to the O(n²) work
         return np.empty(size, dtype=dtype)
+    if getattr(_local, "generation", None) != _generation:  # released since this thread's last call
+        _local.__dict__.clear()
+        _local.generation = _generation
     key = f"{slot}:{np.dtype(dtype).char}"
     buf = getattr(_local, key, None)
     if buf is None or buf.size < size:
