@@ -40,10 +40,10 @@ def main(args: argparse.Namespace) -> int:
     from meanfield import figures
 
     entries = figures.registry()
-    ids = list(entries) if "all" in args.ids or (args.list and not args.ids) else list(dict.fromkeys(args.ids))
-    for figure_id in ids:  # also with --list, which lists the ids named (an unknown one had been ignored)
-        if figure_id not in entries:
+    for figure_id in args.ids:  # before 'all' is expanded (it had hidden a misspelt id beside it), also with --list
+        if figure_id != "all" and figure_id not in entries:
             raise ConfigError("ID", f"unknown figure {figure_id!r}; meanfield reproduce --list shows the {len(entries)} figures")
+    ids = list(entries) if "all" in args.ids or (args.list and not args.ids) else list(dict.fromkeys(args.ids))
     if args.list:
         width = max((len(i) for i in ids), default=2)
         for figure_id in ids:

@@ -174,7 +174,8 @@ def test_reproduce_list_and_run(tmp_path, capsys):
     args = _parser().parse_args(["reproduce", "multihead_beta_star", "--quick", "--out", str(tmp_path)])
     assert args.func(args) == 0
     assert (tmp_path / "multihead_beta_star.png").exists() and (tmp_path / "multihead_beta_star.csv").exists()
-    for bad in (["reproduce", "multihead_nothing"], ["reproduce"]):
+    for bad in (["reproduce", "multihead_nothing"], ["reproduce"], ["reproduce", "all", "bogus"], ["reproduce", "--list", "all", "bogus"]):
+        # ('all' beside a misspelt id had started every figure)
         args = _parser().parse_args(bad)
         with pytest.raises(ConfigError) as info:
             args.func(args)
