@@ -162,9 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"meanfield {args.command}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        message = getattr(args, "interrupted", "interrupted; saved frames are kept")
+        # each command says what an interrupt left (it had said "saved frames are kept" for commands that save none)
+        message = getattr(args, "interrupted", "interrupted; nothing was written")
         print(f"meanfield {args.command}: {message}", file=sys.stderr)
-        return 1
+        return int(getattr(args, "interrupted_status", 1))
     return int(status or 0)
 
 

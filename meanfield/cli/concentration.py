@@ -66,7 +66,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="--sweep-beta with --out: continue a sweep whose runs are in DIR (finished runs are read, "
                         "interrupted ones resumed, missing ones run)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, interrupted="interrupted; with --sweep-beta --out DIR the finished runs are kept there and --resume continues")
 
 
 def _check_options(args: argparse.Namespace) -> None:

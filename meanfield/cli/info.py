@@ -127,6 +127,7 @@ def main(args: argparse.Namespace) -> int:
     if args.follow:
         if args.plot:
             raise ConfigError("--plot", "draw a run after it ends, not while following it (drop --follow or --plot)")
+        args.interrupted, args.interrupted_status = f"stopped following {args.run}", 0  # Ctrl-C: how one stops following
         return follow(args.run, interval=interval)
     run = load(args.run, key="OUT.h5")
     print(run.summary())

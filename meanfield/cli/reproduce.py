@@ -27,13 +27,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Make the papers' figures: each is one script of meanfield.figures that writes DIR/ID.png and "
         "the numbers behind it, DIR/ID.csv, and checks the paper's claim on that CSV. --quick makes the small "
         "versions the tests run (under a minute each). Exit status 0 when every figure was made and every claim "
-        "holds, 1 when a figure failed or a claim did not hold, 2 for an unknown figure id.",
+        "holds, 1 when a figure failed or a claim did not hold (or it was interrupted), 2 for an unknown figure id.",
     )
     p.add_argument("ids", nargs="*", metavar="ID", help="figure ids, or 'all' (see --list)")
     p.add_argument("--list", action="store_true", help="list the figures (or the IDs named): id, paper, theorem, what it shows")
     p.add_argument("--quick", action="store_true", help="the small versions (under a minute each)")
     p.add_argument("--out", metavar="DIR", help="output folder (default figures/gallery, or figures/gallery/quick)")
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, interrupted="interrupted; the figures finished before are in the output folder")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", default="figures/default_run.png", metavar="F.png", help="picture (default figures/default_run.png)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, interrupted="interrupted; saved frames are kept")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT.h5")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--plot", metavar="F.png", help="also draw the run (a .gif makes an animation)")
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, interrupted="interrupted; saved frames are kept, --resume continues")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -174,3 +174,25 @@ def test_forward_explains_only_the_columns_it_prints(capsys):
     assert main(["forward", "hello world"]) == 0
     out = capsys.readouterr().out
     assert "MF⟨x,y⟩" in out and "MF: mean-field at t = layer" in out and "W1(·,ℓ=0): real vs the embeddings" in out
+
+
+def test_an_interrupt_says_what_each_command_left(tmp_path, capsys, monkeypatch):
+    # every command had said "interrupted; saved frames are kept" and exited 1, also info --follow (which one stops
+    # with Ctrl-C) and bench, which save no frame
+    import meanfield.cli.info as info_module
+    import meanfield.solvers.bench as bench_module
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    out = tmp_path / "r.h5"
+    root = Path(__file__).resolve().parents[3]
+    assert main(["simulate", str(root / "data" / "default.toml"), "-o", str(out), "--quiet", "--set", "init.n=8",
+                 "--set", "solver.t_final=0.1"]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(info_module, "follow", interrupt)
+    assert main(["info", str(out), "--follow"]) == 0
+    assert capsys.readouterr().err.strip() == f"meanfield info: stopped following {out}"
+    monkeypatch.setattr(bench_module, "run_benchmarks", interrupt)
+    assert main(["bench", "--quick"]) == 1
+    assert capsys.readouterr().err.strip() == "meanfield bench: interrupted; nothing was written"
