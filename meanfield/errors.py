@@ -6,7 +6,7 @@ status 1.  Every message names the offending option or config key.
 """
 from __future__ import annotations
 
-__all__ = ["ConfigError", "ConfigNote", "RunFailed", "StorageFailed", "RunInterrupted", "TrackerError"]
+__all__ = ["ConfigError", "ConfigNote", "MeanfieldWarning", "RunFailed", "StorageFailed", "RunInterrupted", "TrackerError"]
 
 
 class ConfigError(ValueError):
@@ -29,6 +29,11 @@ class ConfigError(ValueError):
 class ConfigNote(UserWarning):
     """A choice made for the user (e.g. the grid's default integrator, a sentence cut to the checkpoint's positions);
     the CLI prints it as a note.  Also :data:`meanfield.config.ConfigNote`."""
+
+
+class MeanfieldWarning(RuntimeWarning):
+    """Something a result depends on is not as it should be (damaged frames, terms that leave float64); the CLI prints
+    it as ``warning: …``."""
 
 
 class RunFailed(RuntimeError):

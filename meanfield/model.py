@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from meanfield.errors import MeanfieldWarning
 from meanfield.geometry.sphere import project_tangent
 from meanfield.heads.head import Head, HeadStack
 from meanfield.kernels.attention import ATTENTION_KINDS, BACKENDS, DEFAULT_TOLERANCE, MASKS, TOLERANCE_BACKENDS, attention_velocity
@@ -42,7 +43,7 @@ class ScoreOverflowError(ValueError):
     r"""β so large that the attention scores :math:`\beta\langle x, B_h y\rangle` would overflow (see :data:`SCORE_BOUND_LIMIT`)."""
 
 
-class UnshiftedOverflowWarning(RuntimeWarning):
+class UnshiftedOverflowWarning(MeanfieldWarning):
     r"""Unnormalized attention whose terms :math:`e^{\beta\langle x, B_h y\rangle}` leave float64 where tokens reach
     the top singular directions of a head (:math:`\beta\|B_h\|_2 > 709.78`): that law takes them unshifted, and its
     velocity is NaN/Inf there."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from meanfield import __version__
 from meanfield.allocator import keep_freed_memory
-from meanfield.errors import ConfigError, RunFailed, RunInterrupted
+from meanfield.errors import ConfigError, MeanfieldWarning, RunFailed, RunInterrupted
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -125,6 +125,8 @@ def _notes_on_stderr() -> Iterator[None]:
     def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
         if issubclass(category, ConfigNote):
             print(f"note: {message}", file=sys.stderr)
+        elif issubclass(category, MeanfieldWarning):  # (it had been printed with the module's file and line)
+            print(f"warning: {message}", file=sys.stderr)
         else:
             original(message, category, filename, lineno, file, line)
 

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 import h5py
 import numpy as np
 
-from meanfield.errors import ConfigError, StorageFailed
+from meanfield.errors import ConfigError, MeanfieldWarning, StorageFailed
 from meanfield.io.lock import WriterLock, writer_alive
 from meanfield.io.signature import HDF5_SIGNATURE, file_head
 
@@ -64,7 +64,7 @@ CHECKSUM = "checksum"
 _PER_FRAME = ("t", CHECKSUM)
 
 
-class DamagedFrameWarning(RuntimeWarning):
+class DamagedFrameWarning(MeanfieldWarning):
     """Frames read from a run file do not match the checksums written with them: their bytes changed on disk."""
 
 
@@ -553,6 +553,23 @@ def _failed_its_checks(reason: str, t: float) -> bool:
     return reason.startswith(FRAME_CHECKS) and named is not None and named.group(1) == f"{t:.6g}"
 
 
+#: the stored config's values every reader uses, with their types (a hand-altered model.beta = "hot" had raised a
+#: ValueError inside the summary, exit 1)
+STORED_TYPES = {("model", "d"): (int,), ("model", "beta"): (int, float), ("solver", "kind"): (str,),
+                ("solver", "t_final"): (int, float), ("solver", "save_every"): (int, float), ("model", "attention"): (str,)}
+
+
+def _check_stored_values(config: dict[str, Any], key: str, path: Path) -> None:
+    """The values of :data:`STORED_TYPES` present in a stored config have their types (``ConfigError`` naming ``key``)."""
+    for (section, name), types in STORED_TYPES.items():
+        if name not in config.get(section, {}):
+            continue
+        value = config[section][name]
+        if isinstance(value, bool) or not isinstance(value, types):
+            kind = {(int,): "an integer", (int, float): "a number", (str,): "a string"}[types]
+            raise ConfigError(key, f"{path} is damaged: its stored config has {section}.{name} = {value!r}, not {kind}")
+
+
 class RunReader:
     """Read a run file piece by piece, opening it only for the time of each read.
 
@@ -613,6 +630,7 @@ class RunReader:
             raise ConfigError(self.key, f"{self.path}: the stored config is not valid JSON ({exc})") from None
         if not isinstance(self.config, dict) or not all(isinstance(self.config.get(s), dict) for s in ("model", "solver")):
             raise ConfigError(self.key, f"{self.path}: the stored config lacks its [model] or [solver] section")
+        _check_stored_values(self.config, self.key, self.path)
         states = [(name, data) for name in STATE_NAMES.values() if (data := _member(f, name)) is not None]
         times = _member(f, "t")
         if times is None or not states:
@@ -623,6 +641,10 @@ class RunReader:
         try:
             self.info = json.loads(_attribute(f, "info", "{}"))
         except (TypeError, ValueError):
+            self.info = None
+        if not isinstance(self.info, dict):  # (a list or a number had raised TypeError in Run; text passed in silence)
+            warnings.warn(f"{self.path}: its 'info' attribute (the run's counters: steps, wall time, …) is not a JSON "
+                          "object; the counters are left out, the frames are read as they are", DamagedFrameWarning, stacklevel=2)
             self.info = {}
         self._check_shapes(f, data)
         written = min(int(times.shape[0]), int(data.shape[0]))

@@ -194,11 +194,19 @@ def test_damaged_run_files_are_named_and_a_non_finite_frame_is_said(tmp_path, ca
         altered("more.h5", lambda f: f["committed_frames"].__setitem__(0, 100)): "counts 100 committed frames",
         altered("short_t.h5", lambda f: replace(f, "t", f["t"][:1])): "'t' and 'x' hold 1 and",
         altered("wrong_d.h5", lambda f: replace(f, "x", f["x"][:, :, :2])): "its tokens 'x' have shape",
+        # a stored value of another type had raised ValueError inside the summary (exit 1)
+        altered("hot.h5", lambda f: f.attrs.__setitem__("config", f.attrs["config"].replace('"beta": 4.0', '"beta": "hot"'))):
+            "its stored config has model.beta = 'hot', not a number",
     }
     for command in ("info", "diagnose"):
         for path, words in cases.items():
             status, err = _run([command, str(path)], capsys)
             assert status == 2 and "is damaged" in err and words in err, (command, path.name, err)
+    # counters that are not a JSON object (a list had raised TypeError, text had been dropped in silence): said, and left out
+    for value in ("[1, 2]", "not json"):
+        counters = altered("counters.h5", lambda f: f.attrs.__setitem__("info", value))
+        status, err = _run(["info", str(counters)], capsys)
+        assert status == 0 and "warning: " in err and "its 'info' attribute (the run's counters" in err
     nan = altered("nan.h5", lambda f: f["x"].__setitem__(-1, np.nan))
     status, _ = _run(["info", str(nan)], capsys)
     assert status == 0  # described, with the reason the last frame has no clusters
