@@ -494,6 +494,12 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
     if model["backend"] == "fused" and model["attention"] != "softmax" and model["precision"] == "float64":
         raise ConfigError("model.backend", f"'fused' in float64 computes softmax attention only (precision = 'float32' has every law), got attention = {model['attention']!r}")
     _norm_checks(cfg)
+    weights = cfg["weights"]
+    if (weights["schedule"] in ("ou", "relaxation") and solver["kind"] == "particle" and cfg["noise"]["gamma"] is None
+            and solver["method"] in ("rk4", "heun", "rk45") and solver["dt"] > weights["dt"] * (1 + 1e-9)):
+        warnings.warn(f"solver.dt = {solver['dt']:g} is longer than weights.dt = {weights['dt']:g}: the weight path bends "
+                      f"at every weights.dt, and {solver['method']} steps are cut there to keep their order (one across "
+                      f"a bend is second order), so the steps are at most {weights['dt']:g}", ConfigNote, stacklevel=4)
     if cfg["weights"]["schedule"] == "layers":  # piecewise-constant heads: only the particle stepper cuts its steps at the layer boundaries
         if solver["kind"] != "particle":
             raise ConfigError("weights.schedule", f"'layers' runs with solver.kind = 'particle', got {solver['kind']!r}")

@@ -130,9 +130,16 @@ class ParticleStepper:
         """Integrate from ``t0`` to exactly ``t1``."""
         if t1 <= t0:
             return state
-        pieces = getattr(getattr(self.model, "heads", None), "pieces", None)  # (the zero-temperature field has no heads)
+        heads = getattr(self.model, "heads", None)  # (the zero-temperature field has no heads)
+        pieces = getattr(heads, "pieces", None)
         if pieces is not None:  # piecewise-constant heads (weights.schedule = "layers"): no step crosses a switch
             return self._advance_pieces(state, pieces(t0, t1))
+        kinks = getattr(heads, "kinks", None)
+        if kinks is not None and self.scheme.order > 1:  # a path linear between grid points (OU weights, a replay):
+            ends = [t0, *kinks(t0, t1), t1]  # no step crosses a bend, where RK4 had dropped to second order
+            for a, b in zip(ends[:-1], ends[1:]):
+                state = self.integrate(state, a, b)
+            return state
         return self.integrate(state, t0, t1)
 
     def integrate(self, y: np.ndarray, t0: float, t1: float, *, retract: Any = normalize) -> np.ndarray:
