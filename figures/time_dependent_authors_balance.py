@@ -30,6 +30,7 @@ Command: ``python figures/time_dependent_authors_balance.py [--quick] [--out DIR
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -88,10 +89,11 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         ratio = abs(last["residual_true"]) / last["dissipation"]
         checks[f"true residual / dissipation [{experiment}]"] = {
             "ok": bool(last["dissipation"] > 0 and ratio <= TOLERANCE), "value": ratio, "expected": f"<= {TOLERANCE:g}"}
-        g2 = abs(last["residual_G2"]) / last["dissipation"]
+        # the ratio the check names (its value had been |G² residual| / dissipation, 0.273 beside a name that said 5.7)
+        g2 = abs(last["residual_G2"]) / abs(last["residual_true"]) if last["residual_true"] != 0 else math.inf
         checks[f"G² residual / true residual [{experiment}]"] = {
-            "ok": bool(abs(last["residual_G2"]) > abs(last["residual_true"])), "value": g2,
-            "expected": "|residual with ∫G²| > |residual with the true dissipation| (G² is not the dissipation for H > 1; value: |G² residual| / dissipation)"}
+            "ok": bool(g2 > 1), "value": g2,
+            "expected": "> 1: the balance written with ∫G² closes worse than with the true dissipation (G² is not the dissipation for H > 1)"}
     return checks
 
 
