@@ -269,9 +269,9 @@ def concentration_summary(
     Returns
     -------
     dict
-        ``t_min``, ``w2_min``, ``t_first_min``, ``w2_first_min`` (the first frame
+        ``t_min``, ``w2_min``, ``t_first_min``, ``w2_first_min`` (the first frame after the start
         lower than the next one and not higher than the previous one; the global minimum when the
-        curve never rises), ``threshold``, ``t_a``, ``t_b``, ``window_length``
+        curve never rises after a fall), ``threshold``, ``t_a``, ``t_b``, ``window_length``
         (NaN when the threshold is below the minimum), ``open_start``,
         ``open_end``, ``min_at_end`` (the curve was still falling: run longer),
         ``w2_initial``, ``w2_final``.
@@ -295,7 +295,8 @@ def concentration_summary(
     i = int(np.argmin(values))
     w_min = float(values[i])
     theta = float(threshold) if threshold is not None else factor * w_min
-    rises = np.flatnonzero((values[:-1] < values[1:]) & (np.r_[True, values[1:-1] <= values[:-2]]))
+    # a dip after the start: W2 rising from t = 0 had made the start its "first local minimum"
+    rises = np.flatnonzero((values[:-1] < values[1:]) & (np.r_[False, values[1:-1] <= values[:-2]]))
     first = min(int(rises[0]), i) if rises.size else i  # the global minimum is a local one: the first is never later
     out: dict[str, Any] = {
         "t_min": float(times[i]),

@@ -81,12 +81,11 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.cells is not None and args.cells < 12:
         raise ConfigError("--cells", f"must be at least 12, got {args.cells}")
     if args.spacing is not None:
-        from meanfield.solvers.experiments.concentration import parse_betas, parse_spacing, spacing_of
+        from meanfield.solvers.experiments.concentration import check_spacing_betas, parse_betas, parse_spacing
 
         args.spacing = parse_spacing(args.spacing)
-        if isinstance(args.spacing, dict) and args.sweep_beta is not None:
-            for beta in parse_betas(args.sweep_beta):
-                spacing_of(args.spacing, beta)  # every β has its constant, before any run
+        if args.sweep_beta is not None:  # every β has its constant and no other β has one, before any run
+            check_spacing_betas(args.spacing, parse_betas(args.sweep_beta))
     if args.refinement is not None:
         if args.refinement < 2:
             raise ConfigError("--refinement", f"must be an integer ≥ 2 (the finer run's size over the coarser's), got {args.refinement}")

@@ -52,7 +52,7 @@ from meanfield.analysis.projection import concentration_rate, eigenspace_distanc
 from meanfield.config import SCHEMA, SOLVER_KEYS_USED, load_config
 from meanfield.errors import ConfigError
 
-__all__ = ["DEFAULT_CONCENTRATION_CONFIG", "BetaSweep", "sweep_beta", "sweep_size", "parse_betas", "parse_spacing", "spacing_of", "SWEEP_SPACING", "REFINEMENT", "tracking_share", "bench_concentration"]
+__all__ = ["DEFAULT_CONCENTRATION_CONFIG", "BetaSweep", "sweep_beta", "sweep_size", "parse_betas", "parse_spacing", "check_spacing_betas", "spacing_of", "SWEEP_SPACING", "REFINEMENT", "tracking_share", "bench_concentration"]
 
 #: The default concentration experiment on S² (also ``data/concentration.toml``; keep them equal).
 #: ``B = QᵀK = K`` and ``V`` are chosen so that ``S = V Bᵀ = diag(1, 0.5, 0.25)`` exactly
@@ -211,9 +211,14 @@ def parse_spacing(text: str | float | Mapping[float, float]) -> float | dict[flo
         for item in (part.strip() for part in text.split(",")):
             beta, sep, value = item.partition(":")
             try:
-                pairs[float(beta)] = float(value)
+                key, constant = float(beta), float(value)
             except ValueError:
                 raise ConfigError("--spacing", f"expected C or B1:C1,B2:C2,…, got {text!r}") from None
+            if not (key > 0 and math.isfinite(key)):  # (nan:3 had been taken)
+                raise ConfigError("--spacing", f"every β must be a finite number > 0, got {beta.strip()!r} in {text!r}")
+            if any(math.isclose(key, other, rel_tol=1e-12) for other in pairs):  # (the last had won in silence)
+                raise ConfigError("--spacing", f"β = {key:g} is given twice in {text!r}")
+            pairs[key] = constant
     else:
         try:
             value = float(text)
@@ -226,6 +231,19 @@ def parse_spacing(text: str | float | Mapping[float, float]) -> float | dict[flo
     if bad:
         raise ConfigError("--spacing", f"every constant must be a positive number, got {bad}")
     return pairs
+
+
+def check_spacing_betas(spacing: float | Mapping[float, float], betas: Sequence[float]) -> None:
+    """A ``--spacing`` per β names exactly the β of the sweep: each has its constant (:func:`spacing_of`), and a β the
+    sweep does not run is refused (``4:3,8:3,99:0.01`` had announced "C = 0.01 at β = 99" for a sweep of 4 and 8)."""
+    if not isinstance(spacing, Mapping):
+        return
+    for beta in betas:
+        spacing_of(spacing, beta)
+    extra = [float(b) for b in spacing if not any(math.isclose(float(b), float(beta), rel_tol=1e-12) for beta in betas)]
+    if extra:
+        raise ConfigError("--spacing", f"gives a constant for β = {', '.join(f'{b:g}' for b in extra)}, which --sweep-beta "
+                                       f"does not run ({', '.join(f'{float(b):g}' for b in betas)})")
 
 
 def spacing_of(spacing: float | Mapping[float, float], beta: float) -> float:
@@ -380,7 +398,8 @@ def sweep_beta(
     constants: dict[float, float] = {}
     if spacing is not None:
         spacing = parse_spacing(spacing)
-        constants = {float(beta): spacing_of(spacing, beta) for beta in values}  # a missing β fails before any run
+        check_spacing_betas(spacing, values)  # a missing or an extra β fails before any run
+        constants = {float(beta): spacing_of(spacing, beta) for beta in values}
     if not (isinstance(refinement, (int, np.integer)) and not isinstance(refinement, bool) and refinement >= 2):
         raise ConfigError("--refinement", f"must be an integer ≥ 2 (the finer run's size over the coarser's), got {refinement!r}")
     if size is not None and not (isinstance(size, (int, np.integer)) and size >= 12):

@@ -222,6 +222,8 @@ def test_summary_first_local_minimum_beside_the_global_one() -> None:
     assert (flat["t_first_min"], flat["t_min"]) == (2.0, 4.0)
     tied = concentration_summary(np.arange(5.0), [1.0, 0.5, 0.3, 0.3, 0.9])  # the minimum's own flat bottom: t_min
     assert tied["t_first_min"] == tied["t_min"] == 2.0  # (had been 3, after the minimum)
+    rising = concentration_summary(np.arange(4.0), [0.70, 0.71, 0.65, 0.60])  # W2 rising from the start: not a dip
+    assert rising["t_first_min"] == rising["t_min"] == 3.0  # (the start had been the "first local minimum")
 
 
 def test_sweep_beta_tiny_family(tmp_path: Path) -> None:
@@ -393,6 +395,10 @@ def test_cli_exit_codes(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture) 
         (["concentration", "--sweep-beta", "2,4", str(good), "--spacing", "2:0.5,4:x"], "--spacing"),
         (["concentration", "--sweep-beta", "2,4", str(good), "--spacing", "2:0.5,4:0"], "--spacing"),
         (["concentration", "--sweep-beta", "2,4", str(good), "--spacing", "2:0.5"], "β = 4"),  # every β needs its constant
+        # a β twice (the last had won), one the sweep does not run, NaN: had been taken
+        (["concentration", "--sweep-beta", "2,4", str(good), "--spacing", "2:0.5,2:3,4:3"], "β = 2 is given twice"),
+        (["concentration", "--sweep-beta", "2,4", str(good), "--spacing", "2:3,4:3,99:0.01"], "which --sweep-beta does not run"),
+        (["concentration", "--sweep-beta", "2,4", str(good), "--spacing", "nan:3,2:3,4:3"], "every β must be a finite number"),
         (["concentration", str(run), "--spacing", "0.5"], "--spacing"),
     ):
         assert run_cli(argv) == 2, argv
