@@ -407,6 +407,9 @@ def sweep_beta(
     if policy is not None:
         base["model"]["assumptions"] = policy
     report = assumption_report(base)
+    if base["track"]["w2_method"] != "exact":  # as the analysis of one run says (the fits had taken it for W2)
+        warnings.warn(f"track.w2_method = {base['track']['w2_method']!r}: the curves, t_min, W2_min and the fits are that "
+                      "estimate's, not the exact W2 (track.w2_method = 'exact' for W2)", RuntimeWarning, stacklevel=2)
     if report.dim_E == len(report.eigenvalues):  # as the analysis of one run says
         warnings.warn("the analysis is trivial for this head: S = V Bᵀ has a single eigenvalue, so Π is the identity and "
                       "Π♯ρ₀ = ρ₀; W2 only measures how far the tokens moved, at every β", RuntimeWarning, stacklevel=2)

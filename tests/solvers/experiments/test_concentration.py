@@ -738,3 +738,15 @@ def test_the_spacing_column_gives_the_spacing_a_run_had_where_its_size_was_raise
     table = np.genfromtxt(tmp_path / "s.csv", delimiter=",", names=True)
     np.testing.assert_array_equal(table["n"], [200, math.ceil(4 * math.pi * 16)])
     np.testing.assert_allclose(table["spacing"], [math.sqrt(4 * math.pi * 4 / 200), 1.0], rtol=1e-9)
+
+
+def test_an_estimated_w2_is_named_as_such_in_the_analysis_and_the_sweep() -> None:
+    # a sliced W2_min of 0.398 had been printed as W2_min (the exact value is 0.347), and fitted as W2 in the sweeps
+    cfg = _config("init.n=60", "solver.t_final=1", "solver.dt=0.1", "solver.save_every=0.5", 'track.w2_method="sliced"')
+    run = simulate_config(cfg)
+    doubts = run.concentration().warnings
+    assert any("track.w2_method = 'sliced'" in d and "not the exact distance" in d for d in doubts)
+    exact = simulate_config(_config("init.n=60", "solver.t_final=1", "solver.dt=0.1", "solver.save_every=0.5"))
+    assert not any("w2_method" in d for d in exact.concentration().warnings)
+    with pytest.warns(RuntimeWarning, match="track.w2_method = 'sliced': the curves, t_min, W2_min and the fits"):
+        sweep_beta(cfg, [2.0, 4.0], solver="particle", quiet=True)
