@@ -88,7 +88,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         "r2": {"ok": bool(line["r2"] >= MIN_R2), "value": line["r2"], "expected": f">= {MIN_R2:g}"},
         "t_min_increasing": {"ok": bool(np.all(steps > 0)), "value": float(np.min(steps)), "expected": "every step of t_min between consecutive β > 0"},
         "minimum_inside_run": {"ok": at_end == 0, "value": float(at_end), "expected": "0 minima at the last frame"},
-        "resolved": {"ok": unresolved == 0, "value": float(unresolved), "expected": "0 under-resolved β (cells ≥ 10·β)"},
+        "resolved": {"ok": unresolved == 0, "value": float(unresolved), "expected": "0 under-resolved β (N ≥ 4πβ cells and the cores above the cells up to t_min)"},
         **convergence_claim(rows, tolerance=FAMILY_CONVERGED),
     }
 

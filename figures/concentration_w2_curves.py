@@ -17,7 +17,8 @@ cell masses onto the two atoms) at every saved frame.  The grid is the
 reference on :math:`S^2`: particles under-resolve the kernel width
 :math:`\beta^{-1/2}` at large β, and a finite cloud left to itself at large β
 drifts toward :math:`V`'s eigenvector instead (self-attention dominates).  Every
-β is checked with :func:`meanfield.analysis.projection.resolution_warning` (cells ≥ 10·β).
+β is checked with :func:`meanfield.analysis.projection.grid_resolution_warning` (N ≥ 4πβ cells: a spacing
+:math:`\sqrt{4\pi/N}` within the kernel's width :math:`\beta^{-1/2}`).
 
 The curves fall (the zero-temperature flow concentrates the mass on
 :math:`\pm e_1`), reach a minimum :math:`W_{2,\min}(\beta)` at
@@ -33,7 +34,7 @@ them leave; the resolved β = 128 … 1024 family is the README's (``--sweep-bet
 Claim: every curve has an interior minimum below its start and rises after it,
 and :math:`W_{2,\min}` decreases strictly with β; no β is under-resolved.
 
-Runtime: about 8 s with ``--quick`` (N = 800 cells, 3 values of β), about 3 min in
+Runtime: about 8 s with ``--quick`` (N = 820 cells, 3 values of β), about 3 min in
 full (N = 2000, 5 values of β, t ≤ 20), on one core.
 
 Command: ``python figures/concentration_w2_curves.py [--quick] [--out DIR]``
@@ -62,7 +63,7 @@ BETAS = (4.0, 8.0, 16.0, 32.0, 64.0)
 CELLS = 2000
 T_FINAL = 20.0
 QUICK_BETAS = (4.0, 16.0, 64.0)
-QUICK_CELLS = 800
+QUICK_CELLS = 820  # ≥ 4π·64 = 804: the cells resolve the kernel at the largest β
 QUICK_T_FINAL = 12.0
 SAVE_EVERY = 0.1
 CFL = 0.5
@@ -118,7 +119,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         "ok": bool(np.all(steps < 0)), "value": float(np.max(steps)), "expected": "every step of W2_min between consecutive β < 0",
     }
     unresolved = sum(r["under_resolved"] for r in rows)
-    checks["resolved"] = {"ok": unresolved == 0, "value": float(unresolved), "expected": "0 frames from under-resolved β (cells ≥ 10·β)"}
+    checks["resolved"] = {"ok": unresolved == 0, "value": float(unresolved), "expected": "0 frames from under-resolved β (N ≥ 4πβ cells)"}
     return checks
 
 

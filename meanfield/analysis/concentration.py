@@ -618,7 +618,7 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
     ConfigError
         More than one head; Assumption 1 fails under ``policy = "check"``; no frame.
     """
-    from meanfield.analysis.projection import ASSUMPTION_POLICIES, resolution_warning
+    from meanfield.analysis.projection import ASSUMPTION_POLICIES, grid_resolution_warning, resolution_warning
 
     if policy is not None and policy not in ASSUMPTION_POLICIES:
         raise ConfigError("policy", f"expected one of {ASSUMPTION_POLICIES} (or None: the run's model.assumptions), got {policy!r}")
@@ -656,7 +656,9 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
             f"the heads change in time (schedule {source.schedule!r}): Π♯ρ₀, E and E_V are those of the head at the first "
             "frame; Theorem 1 of arXiv 2605.10931 is for a constant head"
         )
-    resolution = resolution_warning(source.size, source.beta, source.d)
+    on_grid = run.kind == "grid" and source.d == 3  # cells: the mesh's criterion (the particles' had been applied to them)
+    resolution = (grid_resolution_warning(int(np.shape(run.points)[0]), source.beta) if on_grid  # (a graded mesh's cells)
+                  else resolution_warning(source.size, source.beta, source.d))
     if resolution and not zero:
         doubts.append(resolution)
     cores = grid_core_resolution(run, source=source) if run.kind == "grid" and report.dim_E == 1 and source.d == 3 else None

@@ -66,6 +66,7 @@ __all__ = [
     "concentration_rate",
     "resolution_threshold",
     "resolution_warning",
+    "grid_resolution_warning",
 ]
 
 #: values of ``model.assumptions``
@@ -679,6 +680,30 @@ def resolution_threshold(beta: float, d: int, *, factor: float = RESOLUTION_FACT
     ``factor = 10``.
     """
     return float(factor * max(beta, 0.0) ** ((d - 1) / 2))
+
+
+def grid_resolution_warning(cells: int, beta: float) -> str | None:
+    r"""A warning text when a mesh of ``cells`` cells on :math:`S^2` is coarser than the kernel, else ``None``.
+
+    .. math::
+
+        h = \sqrt{4\pi/N} > \beta^{-1/2} \iff N < 4\pi\beta
+
+    (the cells' mean spacing against the kernel width; the criterion of the grid's own note at the start of a run,
+    ``about 4πβ cells``, where the particle count's :func:`resolution_warning` had been applied to cells).
+
+    Examples
+    --------
+    >>> grid_resolution_warning(250, 16.0) is None
+    True
+    >>> print(grid_resolution_warning(40, 16.0))
+    under-resolved: N = 40 cells, spacing √(4π/N) = 0.56 > β^(-1/2) = 0.25 (β = 16); the cells do not resolve the kernel width, about 202 do
+    """
+    need = 4.0 * math.pi * float(beta)
+    if cells >= need:
+        return None
+    return (f"under-resolved: N = {cells} cells, spacing √(4π/N) = {math.sqrt(4 * math.pi / cells):.3g} > β^(-1/2) = "
+            f"{float(beta) ** -0.5:.3g} (β = {beta:g}); the cells do not resolve the kernel width, about {math.ceil(need)} do")
 
 
 def resolution_warning(n: int, beta: float, d: int, *, factor: float = RESOLUTION_FACTOR) -> str | None:

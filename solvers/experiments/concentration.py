@@ -48,7 +48,7 @@ from meanfield.analysis.concentration import (
     single_head,
     tracker_from_head,
 )
-from meanfield.analysis.projection import concentration_rate, eigenspace_distance, resolution_warning
+from meanfield.analysis.projection import concentration_rate, eigenspace_distance, grid_resolution_warning, resolution_warning
 from meanfield.config import SCHEMA, SOLVER_KEYS_USED, load_config
 from meanfield.errors import ConfigError
 
@@ -165,6 +165,12 @@ class BetaSweep:
                          "ΔW2_min = (fine − coarse)/fine, Δt_min = fine − coarse: the convergence columns")
         if graded:
             lines.append("cells: the graded mesh's cells for grid.cells = n (fine caps around grid.refine_centres)")
+        particles = self.solver != "grid"
+        lines.append("resolved: " + ("n ≥ 10·β^((d−1)/2) particles" if particles else "N ≥ 4πβ cells and the cluster cores above the "
+                     "cells up to t_min") + (", also in the coarser run" if refined else "") + "; necessary, not sufficient"
+                     + (" (the convergence columns say how far from converged)" if refined else
+                        " (at β = 16, 160 to 320 particles are still up to 10 % off the converged W2_min: --refinement "
+                        "measures it)" if particles else " (--refinement measures how far from converged)"))
         if any(s["min_at_end"] for s in self.summaries):
             lines.append("* the minimum is at the last frame: the run is too short to see t_min (raise solver.t_final)")
         for s in self.summaries:
@@ -423,7 +429,8 @@ def sweep_beta(
         if kept:
             raise ConfigError("--out", f"{out_dir} holds {', '.join(kept)} of an earlier sweep: --resume continues it "
                                        "(finished runs are read, interrupted ones resumed), or choose another folder")
-    check_cores = base["solver"]["kind"] == "grid" and d == 3 and report.dim_E == 1
+    on_grid = base["solver"]["kind"] == "grid" and d == 3  # cells: the mesh's resolution criterion
+    check_cores = on_grid and report.dim_E == 1
     base["track"]["concentration"] = True
     curves: list[dict[str, NDArray[np.float64]]] = []
     summaries: list[dict[str, Any]] = []
@@ -460,7 +467,7 @@ def sweep_beta(
             spacing=_spacing_used(float(beta), constants[float(beta)], first) if spacing is not None and size is None else math.nan,
             rate=rate,
             ratio=summary["w2_min"] / rate,
-            under_resolved=resolution_warning(n, float(beta), d) or "",
+            under_resolved=_resolution(summary["cells"] if on_grid else n, float(beta), d, on_grid) or "",
             wall_time=sum(r[3] for r in results),
         )
         if refine:
@@ -475,7 +482,11 @@ def sweep_beta(
             )
             if check_cores:
                 summary["t_cores_unresolved_coarse"] = coarse["t_cores_unresolved"]
-            if not summary["under_resolved"] and (coarse_warning := resolution_warning(n0, float(beta), d)):
+            coarse_warning = _resolution(coarse["cells"] if on_grid else n0, float(beta), d, on_grid)
+            if not coarse_warning and check_cores and coarse.get("cores"):  # (a sweep had said "resolved = yes" beside it)
+                coarse_warning = (f"its cluster cores fall below its cells at t = {coarse['t_cores_unresolved']:.3g}, before its "
+                                  f"t_min = {coarse['t_min']:.3g}: ΔW2_min and Δt_min compare with the mesh's minimum")
+            if not summary["under_resolved"] and coarse_warning:
                 summary["under_resolved"] = f"the coarser run of the convergence column (n = {n0}): {coarse_warning}"
         summaries.append(summary)
     t_min = np.array([s["t_min"] for s in summaries])
@@ -483,6 +494,11 @@ def sweep_beta(
     fit_tmin = linear_fit(np.log(values), t_min)
     fit_w2min = linear_fit(np.log(concentration_rate(values)), np.log(np.maximum(w_min, 1e-300)))
     return BetaSweep(values, curves, summaries, fit_tmin, fit_w2min, base["solver"]["kind"], files, refinement=int(refinement))
+
+
+def _resolution(size: int, beta: float, d: int, on_grid: bool) -> str | None:
+    """The under-resolution warning of a run of ``size`` cells (the mesh's criterion) or particles."""
+    return grid_resolution_warning(size, beta) if on_grid else resolution_warning(size, beta, d)
 
 
 # ----------------------------------------------------------------------------- cost

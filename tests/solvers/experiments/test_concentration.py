@@ -750,3 +750,18 @@ def test_an_estimated_w2_is_named_as_such_in_the_analysis_and_the_sweep() -> Non
     assert not any("w2_method" in d for d in exact.concentration().warnings)
     with pytest.warns(RuntimeWarning, match="track.w2_method = 'sliced': the curves, t_min, W2_min and the fits"):
         sweep_beta(cfg, [2.0, 4.0], solver="particle", quiet=True)
+
+
+def test_a_grid_is_judged_by_its_cells_and_a_coarser_run_with_unresolved_cores_is_said() -> None:
+    # a grid run had been judged by the particles' 10·β (and called "particles"), and a refined sweep had said
+    # "resolved = yes" where its coarser run's cores fell below its cells before its t_min
+    from meanfield.analysis.projection import grid_resolution_warning
+
+    assert grid_resolution_warning(202, 16.0) is None and "about 202 do" in grid_resolution_warning(170, 16.0)
+    coarse = simulate_config(_config('solver.kind="grid"', "grid.cells=170", "solver.t_final=0.5", "solver.save_every=0.25"))
+    assert any("N = 170 cells" in w and "particles" not in w for w in coarse.concentration().warnings)
+    sweep = sweep_beta(_config("solver.t_final=6"), [2.0, 4.0], solver="grid", size=48, refine=True, quiet=True)
+    beta2 = sweep.summaries[0]
+    assert "the coarser run of the convergence column (n = 48): its cluster cores fall below its cells" in beta2["under_resolved"]
+    assert sweep.table().splitlines()[1].endswith("no")
+    assert "necessary, not sufficient" in sweep.table()
