@@ -189,7 +189,8 @@ def attention_velocity(
         Arithmetic of the scores and exponentials: ``float32`` runs the fused float32
         kernel (:mod:`meanfield.kernels.fused32`, every law, float64 sums; ``"auto"``
         takes it for ``d ≤`` :data:`FUSED_MAX_D`) or the ``blas`` kernel's float32
-        buffers (:func:`velocity_blas`); relative error within 1e-6·(1 + β‖B‖₂). The sphere kernels are float64 only.
+        buffers (:func:`velocity_blas`); error within 1e-6·(1 + β‖B‖₂) of the summed terms' size
+        (:math:`\max_i\sum_h\|V_h\|_2T^h_i`, :math:`T=1` for softmax and pooled; see :mod:`meanfield.kernels.fused32`). The sphere kernels are float64 only.
     tolerance : float
         Relative accuracy per row of the ``harmonic`` and ``local`` kernels
         (default :data:`DEFAULT_TOLERANCE`; the dense kernels are exact to round-off).

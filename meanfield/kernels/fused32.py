@@ -29,7 +29,11 @@ Its relative error is a few float32 ulp (:math:`\lesssim 3\cdot10^{-7}`, tested 
 score, :math:`|\delta e_j|/e_j \lesssim (1+|\beta s_{ij}|+c_i)\,2^{-24}`, and each chunk
 sum (``CHUNK32`` terms, float32) a relative :math:`\lesssim 2^{-24}\sqrt{m}`; the chunks
 add in float64.  The result is within about :math:`10^{-6}(1+\beta\|B\|)` of the
-float64 law relative to :math:`\max_i\|v_i\|` (the tests bound it at β up to 64).
+float64 law relative to the size of the summed terms, :math:`\max_i\sum_h\|V_h\|_2T^h_i` with
+:math:`T^h_i=1` for softmax and pooled, :math:`\sum_ja_je^{\beta s^h_{ij}}` for unnormalized and
+:math:`\sum_ja_j(s^h_{ij})_+` for relu (the tests bound it at β up to 64).  The error is absolute at that
+scale: where the velocities cancel far below it (antipodal tokens at small β, :math:`v\approx(\beta/d)x`),
+it is larger relative to :math:`\max_i\|v_i\|` (79× at β = 0.01, d = 100).
 For ``relu`` the same holds without the β factor.
 
 Rows are shifted by :math:`c_i=\|\beta B_h^\top x_i\|\max_j\|x_j\|\ge\max_j\beta s^h_{ij}`.

@@ -109,3 +109,18 @@ def test_precision_float32_dispatch():
         attention_velocity(x, heads, beta=1.0, precision="float32", backend="numba")
     with pytest.raises(ValueError, match="unknown attention kind"):
         velocity_fused32(x, heads, beta=1.0, kind="linear")
+
+
+@pytest.mark.parametrize("backend", ["fused", "blas"])
+@pytest.mark.parametrize("beta", [0.01, 0.5])
+def test_the_float32_error_is_bounded_against_the_size_of_the_summed_terms(backend, beta):
+    # the bound had been stated relative to max|v|: antipodal tokens at small β, whose velocities cancel to about
+    # (β/d)·x, had been 79× past it; against the terms' size ‖V‖ (softmax rows sum to one) it holds
+    d, half = 100, sample_uniform(150, 100, seed=3)
+    x = np.concatenate([half, -half])
+    heads = HeadStack(B=np.eye(d)[None], V=np.eye(d)[None])
+    exact = velocity_numpy(x, heads, beta=beta)
+    low = attention_velocity(x, heads, beta=beta, backend=backend, precision="float32")
+    error = np.abs(low - exact).max()
+    assert error <= 1e-6 * (1 + beta) * np.linalg.norm(heads.V[0], 2)
+    assert error > 1e-6 * (1 + beta) * np.abs(exact).max() or beta > 0.1  # relative to max|v| it would not hold
