@@ -67,6 +67,7 @@ The system is no longer a gradient flow (the paper's point): the energy need not
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -144,6 +145,26 @@ FLASH_SMALL_D_MIN_PAIRS = 1 << 18
 #: at n = 2048–8192) are not counted: the harmonic kernel's model is itself pessimistic for uniform tokens (the choice
 #: keeps it so for concentrated ones), and with them counted n = 4096 at β = 4 went dense at 2.3× the harmonic time
 FUSED32_SPEEDUP = 3.5
+
+
+#: token masses whose total lies outside [2^-FLOAT32_MASS_RANGE, 2^FLOAT32_MASS_RANGE] are brought to a total of about 1
+#: before the float32 kernels (:func:`_float32_range_masses`)
+FLOAT32_MASS_RANGE = 60
+
+
+def _float32_range_masses(weights: np.ndarray | None, kind: str) -> tuple[np.ndarray | None, float]:
+    """Masses for the float32 kernels, and the factor that takes their velocity back: masses whose total leaves float32's
+    range (relu's 1e-46 had given v ≡ 0, softmax's 1e37 NaN) are multiplied by an exact power of two to a total near 1.
+    Softmax and pooled attention do not depend on the masses' scale (factor 1); unnormalized and relu are linear in them."""
+    if weights is None:
+        return None, 1.0
+    a = np.asarray(weights, dtype=float)
+    total = float(np.abs(a).sum())
+    if not (math.isfinite(total) and total > 0) or 2.0**-FLOAT32_MASS_RANGE <= total <= 2.0**FLOAT32_MASS_RANGE:
+        return weights, 1.0
+    exponent = -math.floor(math.log2(total))
+    back = 1.0 if kind in ("softmax", "pooled") else math.ldexp(1.0, -exponent)
+    return a * math.ldexp(1.0, exponent), back
 
 
 def attention_velocity(
@@ -239,11 +260,14 @@ def attention_velocity(
     if precision not in ("float64", "float32"):
         raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
     if precision == "float32":
-        if backend == "fused":
-            return velocity_fused32(x, heads, beta=beta, kind=kind, weights=weights, mask=mask)
-        if backend != "blas":
+        if backend not in ("fused", "blas"):
             raise ValueError("precision='float32' is available with backend='fused', 'blas' or 'auto' only")
-        return velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision, mask=mask)
+        weights, back = _float32_range_masses(weights, kind)
+        if backend == "fused":
+            v = velocity_fused32(x, heads, beta=beta, kind=kind, weights=weights, mask=mask)
+        else:
+            v = velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision, mask=mask)
+        return v if back == 1.0 else v * back
     logs = {"row_logs": row_logs} if row_logs is not None and backend in ROW_LOG_BACKENDS else {}
     if backend in TOLERANCE_BACKENDS:
         return kernel(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance, mask=mask, **logs)

@@ -124,3 +124,17 @@ def test_the_float32_error_is_bounded_against_the_size_of_the_summed_terms(backe
     error = np.abs(low - exact).max()
     assert error <= 1e-6 * (1 + beta) * np.linalg.norm(heads.V[0], 2)
     assert error > 1e-6 * (1 + beta) * np.abs(exact).max() or beta > 0.1  # relative to max|v| it would not hold
+
+
+@pytest.mark.parametrize("backend", ["fused", "blas"])
+@pytest.mark.parametrize(("kind", "mass"), [("relu", 1e-46), ("relu", 1e-40), ("unnormalized", 1e-45), ("softmax", 1e37),
+                                            ("pooled", 1e36), ("unnormalized", 1e30)])
+def test_masses_beyond_float32_range_give_the_float64_velocity_to_float32_accuracy(backend, kind, mass):
+    # relu with masses of 1e-46 had given v ≡ 0, softmax with 1e37 NaN: the masses are scaled by a power of two
+    x = sample_uniform(300, 3, seed=2)
+    heads = HeadStack(B=np.stack([np.eye(3), np.diag([1.0, 0.5, 0.2])]), V=np.stack([np.eye(3), np.diag([0.3, 1.0, 0.7])]))
+    a = np.full(300, mass) * (1.0 + np.arange(300) / 300)
+    exact = velocity_numpy(x, heads, beta=2.0, kind=kind, weights=a)
+    low = attention_velocity(x, heads, beta=2.0, kind=kind, weights=a, backend=backend, precision="float32")
+    assert np.all(np.isfinite(low))
+    np.testing.assert_allclose(low, exact, rtol=0, atol=1e-6 * 3.0 * np.abs(exact).max())
