@@ -239,6 +239,13 @@ def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.nd
             f"--set init.time={float(reader.times()[-1]):g}; or fix the config and start afresh",
         )
     frames, t_last, state = last_frame(path, setup.state_name)
+    from meanfield.kernels.jit import num_threads
+
+    if reader.threads is not None and reader.threads != num_threads():  # (a resume on another count had said nothing)
+        warnings.warn(f"{path} was written with {reader.threads} kernel thread(s) and this session runs {num_threads()}: the "
+                      "kernels' sums then round differently, and the result differs from the uninterrupted run's in the last "
+                      f"digits (--threads {reader.threads} or MEANFIELD_NUM_THREADS={reader.threads} resumes it bit for bit)",
+                      ConfigNote, stacklevel=3)
     restore = getattr(setup.stepper, "restore", None)
     if restore is not None:  # a stepper with its own state (the gradient clock's physical time) takes it from the last frame
         import h5py

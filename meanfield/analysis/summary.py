@@ -22,7 +22,9 @@ def model_line(cfg: dict[str, Any]) -> str:
     m, s = cfg["model"], cfg["solver"]
     beta = "∞ (zero-temperature limit)" if s["kind"] == "zero-temperature" else f"{m['beta']:g}"
     norm = "" if m.get("norm", "post") == "post" else f" norm={m['norm']}" + (f" α={m['ngpt_alpha']:g}" if m["norm"] == "ngpt" else "")
-    return f"d={m['d']} β={beta} attention={m['attention']} direction={m['direction']}{norm}"
+    # the kernel's arithmetic where it is not the default (info had not said a run was float32)
+    kernel = "".join(f" {key}={m[key]}" for key, default in (("backend", "auto"), ("precision", "float64")) if m.get(key, default) != default)
+    return f"d={m['d']} β={beta} attention={m['attention']} direction={m['direction']}{norm}{kernel}"
 
 
 def solver_line(cfg: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ Layout (a public contract, described in the README's *Data files*):
 * ``checksum`` (T,) int64: the CRC-32 of each frame's state as float64 bytes (−1: a frame written before
   checksums), checked by ``--resume`` on the frame it continues from and by every read of frames;
 * attributes ``status`` (``running``, ``completed``, ``stopped``, ``failed``,
-  ``interrupted``) and ``stop_reason``.
+  ``interrupted``), ``stop_reason`` and ``threads`` (the kernels' thread count of the last session).
 
 **Crash consistency.** A frame is written, flushed, and only then counted in
 ``committed_frames`` (flushed again): readers and ``--resume`` trust the committed
@@ -282,10 +282,13 @@ class RunWriter:
 
     # ------------------------------------------------------------------ opening
     def _stamp(self, f: h5py.File, config: Mapping[str, Any]) -> None:
+        from meanfield.kernels.jit import num_threads  # local: the kernels import numba
+
         f.attrs["config"] = json.dumps(config, sort_keys=True)
         f.attrs["status"] = "running"
         f.attrs["stop_reason"] = ""
         f.attrs["writer"] = f"pid {os.getpid()} on {socket.gethostname()}"
+        f.attrs["threads"] = num_threads()  # the kernels' bits depend on it: --resume says when it changed
 
     def _create(self, config: Mapping[str, Any], state_name: str, state_shape: tuple[int, ...],
                 static: Mapping[str, np.ndarray] | None) -> h5py.File:
@@ -637,6 +640,8 @@ class RunReader:
             raise ConfigError(self.key, f"{self.path} is not a meanfield run (no 't' and 'x' or 'mass' datasets)")
         self.state_name, data = states[0]
         self.status = str(_attribute(f, "status", ""))
+        threads = _attribute(f, "threads")
+        self.threads = int(threads) if isinstance(threads, (int, np.integer)) and not isinstance(threads, bool) else None
         self.stop_reason = str(_attribute(f, "stop_reason", ""))
         try:
             self.info = json.loads(_attribute(f, "info", "{}"))
