@@ -18,7 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "measured in the same run; absolute numbers depend on the machine and its load.",
     )
     p.add_argument("--json", action="store_true", help="print the tables as JSON")
-    p.add_argument("--quick", action="store_true", help="smaller sizes (n up to 4096, one grid size)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes (dense kernels up to n = 4096; sphere kernels and grids up to 16 384 points, fewer sizes)")
     p.add_argument("--compare", action="store_true",
                    help="instead: the softmax velocity against torch and JAX where installed (results checked against the "
                         "NumPy twin first, timed in rotating rounds on the same threads), as t_other / t_meanfield")
@@ -105,12 +105,20 @@ def _compare(args: argparse.Namespace, cases: tuple[tuple[int, int], ...] | None
     missing = [name for name in ("torch", "jax") if name not in available_frameworks()]
     print(f"softmax velocity, one head, {environment['threads']} thread(s); ratios t_other / t_meanfield in the same precision "
           "(above 1: meanfield is faster), measured in this run")
-    for lib in environment["blas"]:
-        print(f"BLAS: {lib['internal_api']} {lib['version']} ({lib['architecture']} kernels, {lib['num_threads']} threads)")
+    _print_blas(environment["blas"])
     if missing:
         print(f"not installed, so not compared: {', '.join(missing)} (pip install {' '.join(missing)})")
     print(format_comparison(rows))
     return 0
+
+
+def _print_blas(libraries: list[dict]) -> None:
+    """The BLAS NumPy runs on (what the absolute numbers depend on); its default threads are not what the kernels use."""
+    from meanfield.kernels.jit import num_threads
+
+    for lib in libraries:
+        print(f"BLAS: {lib['internal_api']} {lib['version']} ({lib['architecture']} kernels; its default {lib['num_threads']} "
+              f"thread(s), held to one inside meanfield's kernels, which run on {num_threads()})")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -126,11 +134,15 @@ def main(args: argparse.Namespace) -> int:
         return _compare(args, parse_cases(args.cases) if args.cases is not None else None)  # a bad case fails before any timing
 
     tables = run_benchmarks(quick=args.quick)
+    from meanfield.solvers.bench_compare import blas_info
+
     if args.json:
-        print(dump_json(tables, indent=2))
+        print(dump_json({**tables, "blas": blas_info()}, indent=2))
         print()
         return 0
     from meanfield.solvers.bench_sphere import format_table
+
+    _print_blas(blas_info())
 
     _print_attention(tables["attention"])
     print("\nsphere kernels (d = 3, one general head): harmonic and local against the dense fused kernel,"

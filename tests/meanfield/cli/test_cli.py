@@ -196,3 +196,18 @@ def test_an_interrupt_says_what_each_command_left(tmp_path, capsys, monkeypatch)
     monkeypatch.setattr(bench_module, "run_benchmarks", interrupt)
     assert main(["bench", "--quick"]) == 1
     assert capsys.readouterr().err.strip() == "meanfield bench: interrupted; nothing was written"
+
+
+def test_bench_names_the_blas_its_numbers_depend_on(capsys, monkeypatch):
+    # plain bench had named no BLAS library (its absolute numbers depend on it), and --compare had shown BLAS's own
+    # default threads as if the kernels ran on them
+    import json
+
+    import meanfield.solvers.bench as bench_module
+
+    monkeypatch.setattr(bench_module, "run_benchmarks", lambda quick=False: {"attention": [], "sphere": []})
+    assert main(["bench", "--json"]) == 0
+    blas = json.loads(capsys.readouterr().out)["blas"]
+    assert blas and all({"internal_api", "architecture", "num_threads"} <= set(entry) for entry in blas)
+    assert main(["bench"]) == 0
+    assert "held to one inside meanfield's kernels" in capsys.readouterr().out
