@@ -25,8 +25,8 @@ def example_files() -> list[Path]:
 
 
 def _beside_each_other(text: bytes, names: list[str]) -> bytes:
-    """An example's text with its mentions of ``data/NAME`` (the repository's folder) as ``NAME``: the copies sit side by
-    side, and ``data/`` exists only in a source checkout."""
+    """An example's text with the repository's folder ``data/`` taken out of its mentions of the other examples: the
+    copies sit side by side, and that folder exists only in a source checkout."""
     for name in names:
         text = text.replace(f"data/{name}".encode(), name.encode())
     return text
