@@ -55,6 +55,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ConfigError": ("meanfield.errors", "ConfigError"),
     "RunFailed": ("meanfield.errors", "RunFailed"),
     "TrackerError": ("meanfield.errors", "TrackerError"),
+    "ConfigNote": ("meanfield.errors", "ConfigNote"),
+    "MeanfieldWarning": ("meanfield.errors", "MeanfieldWarning"),
+    "DamagedFrameWarning": ("meanfield.io.runfile", "DamagedFrameWarning"),
+    "UnshiftedOverflowWarning": ("meanfield.model", "UnshiftedOverflowWarning"),
     "keep_freed_memory": ("meanfield.allocator", "keep_freed_memory"),
 }
 

@@ -465,7 +465,14 @@ def concentration_curves(run: Any, *, policy: str | None = None, source: RunSour
         digest = run.static.get(SOURCE_DIGEST)  # the source still holds the frame this run took (each link of the chain too)
         check_source_unchanged(run.path or "this run", source.init, None if digest is None else np.asarray(digest, dtype=np.uint8))
         tracker = replace(tracker, target=origin_target(source.init["path"], source.Q, source.K, source.V))
-    rows = [tracker(float(t[k]), run.frame(k)) for k in range(run.frames)]
+    rows = []
+    for k in range(run.frames):
+        try:
+            rows.append(tracker(float(t[k]), run.frame(k)))
+        except ValueError as exc:  # a frame off the sphere or not finite: a run never commits one (it had been a traceback)
+            key = "OUT.h5" if getattr(run, "_reader", None) is not None else "run"
+            raise ConfigError(key, f"frame {k} (t = {t[k]:.6g}) is not a measure W2 can read ({exc}): the "
+                                   f"{'file' if key == 'OUT.h5' else 'run'} was altered or damaged") from None
     return {"t": t, **{k: np.array([row[k] for row in rows]) for k in keys}}
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from meanfield.errors import ConfigError
+from meanfield.errors import ConfigError, MeanfieldWarning
 
 __all__ = [
     "AssumptionReport",
@@ -231,7 +231,8 @@ def enforce_assumptions(report: AssumptionReport, policy: str, *, key: str = "mo
     if policy == "check":
         raise ConfigError(key, f"{report.message}; set model.assumptions = \"warn\" (--force on the command line, policy=\"warn\" "
                                "in Python) to go on anyway")
-    warnings.warn(f"{report.message}; going on (model.assumptions = 'warn' / --force)", RuntimeWarning, stacklevel=2)
+    # a MeanfieldWarning (a RuntimeWarning): the CLI prints it as a warning line, where it had shown Python's own form
+    warnings.warn(f"{report.message}; going on (model.assumptions = 'warn' / --force)", MeanfieldWarning, stacklevel=2)
     return report
 
 

@@ -77,8 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         importlib.import_module(f"meanfield.cli.{name}").add_parser(sub)
     for command in sub.choices.values():
-        command.add_argument("--threads", metavar="N", help="threads of the kernels (default: MEANFIELD_NUM_THREADS, else all cores)")
+        _add_threads(command, default=None)
     return parser
+
+
+def _add_threads(parser: argparse.ArgumentParser, *, default: Any) -> None:
+    """``--threads N`` on a command and on its own sub-commands (``theory beta-star --threads 1`` had been refused); below
+    the command it defaults to nothing, so that a value given before the sub-command stands."""
+    parser.add_argument("--threads", metavar="N", default=default,
+                        help="threads of the kernels (default: MEANFIELD_NUM_THREADS, else all cores)")
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps its sub-parsers there
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for child in action.choices.values():
+                _add_threads(child, default=argparse.SUPPRESS)
 
 
 def _apply_threads(value: str | None) -> None:

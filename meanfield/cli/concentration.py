@@ -121,9 +121,11 @@ def _analyse(args: argparse.Namespace) -> int:
     run = load(args.path, key="OUT.h5")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
-        result = run.concentration(threshold=args.threshold, policy=policy)
-    for item in caught:
-        print(f"warning: {item.message}", file=sys.stderr)
+        try:
+            result = run.concentration(threshold=args.threshold, policy=policy)
+        finally:  # also when the analysis stops: a damaged frame's warning says why (it had been held back)
+            for item in caught:
+                print(f"warning: {item.message}", file=sys.stderr)
     print(result.text())
     for doubt in result.warnings:
         print(f"warning: {doubt}", file=sys.stderr)

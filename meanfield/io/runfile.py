@@ -68,6 +68,10 @@ class DamagedFrameWarning(MeanfieldWarning):
     """Frames read from a run file do not match the checksums written with them: their bytes changed on disk."""
 
 
+#: the damaged frames already named, by file, frames and file stamp (:meth:`RunReader.states`)
+_DAMAGE_SAID: set[tuple[str, tuple[int, ...], Any]] = set()
+
+
 def frame_checksum(state: np.ndarray) -> int:
     """The CRC-32 of a frame's state as C-ordered float64 bytes: what is written and what is read back."""
     return zlib.crc32(np.ascontiguousarray(state, dtype=np.float64))
@@ -693,7 +697,9 @@ class RunReader:
         frames, states = self._read(lambda f: self._states(f, index))
         if verify:
             damaged = self.damaged_frames(frames, states)
-            if damaged:
+            said = (str(self.path), tuple(damaged), _file_stamp(self.path))
+            if damaged and said not in _DAMAGE_SAID:  # once per file version and frames (info had said it twice)
+                _DAMAGE_SAID.add(said)
                 one = len(damaged) == 1
                 warnings.warn(f"{self.path}: {_frames_named(damaged, self.times())} {'does' if one else 'do'} not match the "
                               f"checksum{'' if one else 's'} written with {'it' if one else 'them'}: {'its' if one else 'their'} "

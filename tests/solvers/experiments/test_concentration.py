@@ -765,3 +765,17 @@ def test_a_grid_is_judged_by_its_cells_and_a_coarser_run_with_unresolved_cores_i
     assert "the coarser run of the convergence column (n = 48): its cluster cores fall below its cells" in beta2["under_resolved"]
     assert sweep.table().splitlines()[1].endswith("no")
     assert "necessary, not sufficient" in sweep.table()
+
+
+def test_a_frame_off_the_sphere_is_named_not_a_traceback(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture) -> None:
+    # a frame altered on disk had raised "ValueError: x is not on the unit sphere" (exit 1), its checksum warning held back
+    import h5py
+
+    out = tmp_path / "run.h5"
+    simulate_config(_config("init.n=40", "solver.t_final=1", "solver.save_every=0.5", "track.concentration=false"), out)
+    with h5py.File(out, "r+") as f:
+        f["x"][-1, 0, 0] = 0.123456
+    capsys.readouterr()
+    assert run_cli(["concentration", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "frame 2 (t = 1) is not a measure W2 can read" in err and "does not match the checksum" in err and "Traceback" not in err
