@@ -54,9 +54,10 @@ def build_model(cfg: dict[str, Any], *, schedule: HeadSchedule | None = None) ->
     """The :class:`~meanfield.model.Model` of a resolved config (a β whose scores overflow: ``ConfigError`` naming
     ``model.beta``)."""
     try:
-        with warnings.catch_warnings():  # the config's check gives this as its own note (ConfigNote), once
-            warnings.simplefilter("ignore", UnshiftedOverflowWarning)
-            return _model(cfg, schedule)
+        with warnings.catch_warnings():
+            if isinstance(cfg["model"]["heads"], list):  # the config's check gave this as its own note, once (heads
+                warnings.simplefilter("ignore", UnshiftedOverflowWarning)  # given as tables; the default head and
+            return _model(cfg, schedule)  # a checkpoint's get the Model's warning: they had got neither)
     except ScoreOverflowError as exc:
         raise ConfigError("model.beta", str(exc)) from None
 

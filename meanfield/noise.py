@@ -305,11 +305,6 @@ def geometric_em_step(x: np.ndarray, drift: np.ndarray, h: float, gamma: float, 
     return y / np.linalg.norm(y, axis=-1, keepdims=True)
 
 
-#: the largest χ² degrees of freedom k = d − 1 taken from Tricomi's U in :func:`em_mean_factor` (above, its
-#: value can under- or overflow to a wrong finite number; the quadrature takes over)
-HYPERU_MAX_K = 64
-
-
 def em_mean_factor(h: float, gamma: float, d: int) -> float:
     r"""Exact :math:`c(h)=\mathbb E\langle x_{k+1},e\rangle/\langle x_k,e\rangle` of the pure-noise step.
 
@@ -322,11 +317,12 @@ def em_mean_factor(h: float, gamma: float, d: int) -> float:
     :math:`e^{-(d-1)T/\gamma}` for the diffusion.  In closed form,
     :math:`c = (2s^2)^{-k/2}\,U\big(\tfrac k2, \tfrac{k+1}2, \tfrac1{2s^2}\big)` with :math:`k=d-1` and
     Tricomi's confluent hypergeometric :math:`U` (from :math:`\int_0^\infty e^{-zt}t^{a-1}(1+t)^{b-a-1}dt=\Gamma(a)U(a,b,z)`);
-    quadrature over the :math:`\chi^2_{k}` law where :math:`U` under- or overflows, and past :data:`HYPERU_MAX_K`.
+    computed by quadrature over the :math:`\chi^2_{k}` law (scipy's :math:`U` is off by up to 2e-8 at small d, and under-
+    or overflows at large d).
     Expansion: :math:`c = 1-(d-1)\tfrac h\gamma+\tfrac32(d^2-1)\tfrac{h^2}{\gamma^2}+O(h^3)`, so the
     scheme's weak error is :math:`\big(\tfrac32(d^2-1)-\tfrac12(d-1)^2\big)\tfrac{Th}{\gamma^2}e^{-(d-1)T/\gamma}+O(h^2)`.
     """
-    from scipy import integrate, special, stats
+    from scipy import integrate, stats
 
     for name, value, ok in (("h", h, lambda v: v >= 0), ("gamma", gamma, lambda v: v > 0)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (math.isfinite(value) and ok(value)):
@@ -337,12 +333,9 @@ def em_mean_factor(h: float, gamma: float, d: int) -> float:
         return 1.0
     s2 = 2.0 * float(h) / float(gamma)
     k = int(d) - 1
-    with np.errstate(all="ignore"):  # NumPy powers give inf/0 where Python's float power raised OverflowError
-        value = float(np.float64(2.0 * s2) ** (-k / 2) * special.hyperu(k / 2, (k + 1) / 2, 1.0 / (2.0 * s2)))
-    if math.isfinite(value) and 0.0 < value <= 1.0 and k <= HYPERU_MAX_K:
-        return value
     # quadrature over the χ²_k law, split at its mode (at large k a narrow peak, √(2k) wide at k, that a
-    # quadrature over [0, ∞) had missed), normalised by the law's own mass on the same pieces
+    # quadrature over [0, ∞) had missed), normalised by the law's own mass on the same pieces: within 5e-15 of
+    # 40-digit mpmath for d = 2 … 5000 and h/γ = 1e-8 … 10, where scipy's U had been off by up to 2.3e-8 (d = 4)
     law = stats.chi2(k)
     mode, top = max(k - 2.0, 0.0), float(law.isf(1e-18))
     pieces = [(0.0, mode), (mode, top)] if mode > 0 else [(0.0, top)]

@@ -664,8 +664,8 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
             "frame; Theorem 1 of arXiv 2605.10931 is for a constant head"
         )
     on_grid = run.kind == "grid" and source.d == 3  # cells: the mesh's criterion (the particles' had been applied to them)
-    resolution = (grid_resolution_warning(int(np.shape(run.points)[0]), source.beta) if on_grid  # (a graded mesh's cells)
-                  else resolution_warning(source.size, source.beta, source.d))
+    # grid.cells: the coarse spacing of a graded mesh too (its total count would pass a mesh coarser than the kernel)
+    resolution = grid_resolution_warning(source.size, source.beta) if on_grid else resolution_warning(source.size, source.beta, source.d)
     if resolution and not zero:
         doubts.append(resolution)
     cores = grid_core_resolution(run, source=source) if run.kind == "grid" and report.dim_E == 1 and source.d == 3 else None

@@ -59,6 +59,9 @@ def check_picture_path(path: str | Path | None, *, animation: bool = False) -> P
     if path.is_dir() or not path.suffix:
         raise ValueError(f"path: {path} is {'a folder' if path.is_dir() else 'a name without a suffix'}; give the picture's "
                          f"file name, e.g. {path / example if path.is_dir() else path.with_suffix(Path(example).suffix)}")
+    parent = next((p for p in path.parents if p.exists()), None)  # the first existing folder above it must be one
+    if parent is not None and not parent.is_dir():
+        raise ValueError(f"path: {path} lies under {parent}, which is a file, not a folder")
     suffix = path.suffix.lower()
     if animation:
         from matplotlib import animation as manimation

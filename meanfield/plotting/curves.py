@@ -134,14 +134,20 @@ def plot_convergence(rows: Sequence[dict[str, Any]], path: str | Path | None = N
 def plot_diagnostics(series: Mapping[str, np.ndarray], path: str | Path | None = None, *, H: int, n: int, title: str = "") -> Figure:
     """Five panels: energies; the :math:`dE_h/dt` split; dominance margins; entropy vs :math:`\\log n`; clusters."""
     t = np.asarray(series["t"])
-    colors = [f"C{h % 10}" for h in range(H)]
+    # one colour per head (beyond 10 heads the cycle C0…C9 had given heads 10 and 0 one colour)
+    if H <= 10:
+        colors = [f"C{h}" for h in range(H)]
+    else:
+        import matplotlib
+
+        colors = [matplotlib.colormaps["turbo"](h / (H - 1)) for h in range(H)]
     fig = new_figure(figsize=(11, 13))
     axes = fig.subplots(5, 1, sharex=True)
 
     ax = axes[0]
     ax.plot(t, series["energy"], "k", lw=2, label=r"$E_{\rm multi}$")
     for h in range(H):
-        ax.plot(t, series[f"energy_h{h}"], color=colors[h], label=f"$E_{h}$")
+        ax.plot(t, series[f"energy_h{h}"], color=colors[h], label=f"$E_{{{h}}}$")  # ($E_10$ had read E₁0)
     ax.set_ylabel("energy")
     # the heads' colour key, for every panel (the others name only their line styles: with 10 heads a 40-entry legend
     # had covered a third of a panel); beside the panel where it would not fit inside
@@ -153,7 +159,7 @@ def plot_diagnostics(series: Mapping[str, np.ndarray], path: str | Path | None =
     ax = axes[1]
     for h in range(H):
         c = colors[h]
-        ax.plot(t, series[f"dEdt_h{h}"], color=c, lw=2, label=f"$dE_{h}/dt$")
+        ax.plot(t, series[f"dEdt_h{h}"], color=c, lw=2, label=f"$dE_{{{h}}}/dt$")
         ax.plot(t, series[f"self_power_h{h}"], color=c, ls="-", lw=0.8, alpha=0.8, label=f"self power {h}")
         if H > 1:
             ax.plot(t, series[f"cross_sum_h{h}"], color=c, ls="--", lw=0.8, label=f"cross {h}")
@@ -188,7 +194,7 @@ def plot_diagnostics(series: Mapping[str, np.ndarray], path: str | Path | None =
     for h in range(H):
         mean = np.asarray(series[f"entropy_mean_h{h}"])
         std = np.asarray(series[f"entropy_std_h{h}"])
-        ax.plot(t, mean, color=colors[h], label=f"$\\mathcal{{H}}^{h}$ mean")
+        ax.plot(t, mean, color=colors[h], label=f"$\\mathcal{{H}}^{{{h}}}$ mean")
         ax.fill_between(t, mean - std, mean + std, color=colors[h], alpha=0.2, lw=0)
     if n > 1:
         ax.axhline(math.log(n), color="k", ls="--", lw=1, label=r"$\log n$")

@@ -78,10 +78,11 @@ def _colours(cmap: str) -> Any:
 
 
 def _shown(rho: np.ndarray, norm: mcolors.Normalize) -> np.ndarray:
-    """Densities as drawn: on a log scale, cells without mass just below its range (:data:`NO_MASS_COLOUR`)."""
+    """Densities as drawn: on a log scale, cells without mass just below its range (:data:`NO_MASS_COLOUR`), and cells
+    with mass below it at its lowest colour (they had been drawn grey, as if empty)."""
     if not isinstance(norm, mcolors.LogNorm):
         return rho
-    return np.where(rho > 0, rho, 0.5 * norm.vmin)
+    return np.where(rho > 0, np.maximum(rho, norm.vmin), 0.5 * norm.vmin)
 
 
 def _lonlat_raster(mesh: SphericalMesh, nlon: int, rotation: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -360,14 +361,16 @@ def animate_density(
         raise ValueError(f"view must be 'mollweide' or 'orthographic', got {view!r}")
     raw = [_density(mesh, m) for m in masses]
     norm = _norm(np.concatenate(raw), vmin=None, vmax=None, log=log)
-    rhos = [_shown(r, norm) for r in raw]
+    # each frame on its own scale (fixed_scale=False): its empty cells just below that scale, not the overall one
+    norms = [norm if fixed_scale else _norm(r, vmin=None, vmax=None, log=log) for r in raw]
+    rhos = [_shown(r, frame_norm) for r, frame_norm in zip(raw, norms)]
     cmap = _colours(cmap)
     final = np.asarray(masses[-1], dtype=float)
     if view == "mollweide":
         fig = Figure(figsize=(7, 4.3))
         ax = fig.add_subplot(111, projection="mollweide")
         cells, lon_e, lat_e = _lonlat_raster(mesh, resolution, facing_rotation(mesh.points, final))
-        artist = ax.pcolormesh(lon_e, lat_e, rhos[0][cells], cmap=cmap, norm=norm, shading="flat")
+        artist = ax.pcolormesh(lon_e, lat_e, rhos[0][cells], cmap=cmap, norm=norms[0], shading="flat")
         ax.grid(True, alpha=0.3)
         ax.set_xticklabels([])
         ax.set_yticklabels([])
@@ -380,7 +383,7 @@ def animate_density(
         towards = facing_view(mesh.points, final) if orthographic_view is None else orthographic_view
         ocells = _ortho_raster(mesh, towards, resolution)
         artist = ax.imshow(np.ma.masked_array(rhos[0][ocells.filled(0)], mask=ocells.mask), origin="lower",
-                           extent=(-1, 1, -1, 1), cmap=cmap, norm=norm, interpolation="nearest")
+                           extent=(-1, 1, -1, 1), cmap=cmap, norm=norms[0], interpolation="nearest")
         theta = np.linspace(0, 2 * math.pi, 200)
         ax.plot(np.cos(theta), np.sin(theta), color="k", lw=0.8)
         ax.set_axis_off()
@@ -395,7 +398,7 @@ def animate_density(
     def update(k: int) -> tuple[Any, ...]:
         update_data(k)
         if not fixed_scale:
-            artist.set_norm(_norm(raw[k], vmin=None, vmax=None, log=log))
+            artist.set_norm(norms[k])
         title.set_text(f"t = {float(t[k]):.3g}")
         return artist, title
 

@@ -146,7 +146,7 @@ def plot_particle_run(
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
         ax.set_box_aspect(1)
-    masses = "; marker area ∝ token mass" if weights is not None else ""
+    masses = "; marker area ∝ token mass (halved on the back)" if weights is not None else ""
     fig.suptitle((title + "\n" if title else "") + f"solid: front hemisphere, faint: back; colour = token index{masses}", fontsize=9)
     return save(fig, path, dpi=dpi)
 
@@ -161,8 +161,10 @@ def _token_weights(weights: np.ndarray | None, n: int) -> np.ndarray | None:
     if weights is None:
         return None
     w = np.asarray(weights, dtype=float)
-    if w.shape != (n,) or not (np.all(np.isfinite(w)) and np.all(w >= 0)):
-        raise ValueError(f"weights must be {n} finite masses ≥ 0, got shape {w.shape}")
+    if w.shape != (n,):
+        raise ValueError(f"weights must be {n} masses, got shape {w.shape}")
+    if not (np.all(np.isfinite(w)) and np.all(w >= 0)):
+        raise ValueError(f"weights must be finite masses ≥ 0, got {w[~(np.isfinite(w) & (w >= 0))][:3].tolist()} among them")
     return None if np.all(w == w[0]) else w
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from meanfield.normalization import token_directions
 from meanfield.plotting.canvas import check_picture_path
 from meanfield.plotting.density import animate_density, plot_grid_run
@@ -65,6 +67,9 @@ def plot_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
     if run.kind == "grid" and "frames" in options and "snapshots" not in options:  # the grid figure's own name for it
         options["snapshots"] = options.pop("frames")
     _check_options(options, PLOT_OPTIONS[run.kind], "plot", run.kind)
+    snapshots = options.get("snapshots", 1)
+    if isinstance(snapshots, bool) or not isinstance(snapshots, (int, np.integer)) or snapshots < 1:  # (a grid's had
+        raise ValueError(f"snapshots must be an integer >= 1 (the times drawn), got {snapshots!r}")  # failed in NumPy)
     check_picture_path(path)
     title = options.pop("title", run_title(run))
     if run.kind == "grid":

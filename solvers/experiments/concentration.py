@@ -467,7 +467,8 @@ def sweep_beta(
             spacing=_spacing_used(float(beta), constants[float(beta)], first) if spacing is not None and size is None else math.nan,
             rate=rate,
             ratio=summary["w2_min"] / rate,
-            under_resolved=_resolution(summary["cells"] if on_grid else n, float(beta), d, on_grid) or "",
+            # grid.cells, the coarse spacing of a graded mesh too (its total count had passed a mesh coarser than the kernel)
+            under_resolved=_resolution(n, float(beta), d, on_grid) or summary.get("cores") or "",
             wall_time=sum(r[3] for r in results),
         )
         if refine:
@@ -482,7 +483,7 @@ def sweep_beta(
             )
             if check_cores:
                 summary["t_cores_unresolved_coarse"] = coarse["t_cores_unresolved"]
-            coarse_warning = _resolution(coarse["cells"] if on_grid else n0, float(beta), d, on_grid)
+            coarse_warning = _resolution(n0, float(beta), d, on_grid)
             if not coarse_warning and check_cores and coarse.get("cores"):  # (a sweep had said "resolved = yes" beside it)
                 coarse_warning = (f"its cluster cores fall below its cells at t = {coarse['t_cores_unresolved']:.3g}, before its "
                                   f"t_min = {coarse['t_min']:.3g}: ΔW2_min and Δt_min compare with the mesh's minimum")

@@ -349,6 +349,10 @@ def test_a_direct_model_whose_unshifted_terms_overflow_warns_once_and_a_config_o
         build_model(cfg)  # the config's note said it already
     assert not [w for w in caught if issubclass(w.category, UnshiftedOverflowWarning)]
     assert [w for w in caught if issubclass(w.category, ConfigNote) and "unshifted" in str(w.message)]
+    # the default head (no [[model.heads]] table) gets no config note: the Model's warning speaks (it had got neither)
+    bare = mf.load_config(None, **{"model.attention": "unnormalized", "model.beta": 800.0})
+    with pytest.warns(UnshiftedOverflowWarning, match="β‖B_h‖₂ = 800"):
+        build_model(bare)
 
 
 def test_a_beta_whose_scores_overflow_is_refused_and_the_largest_taken_runs():

@@ -94,16 +94,18 @@ def test_degree_one_harmonic_decays_at_rate_d_minus_one_over_gamma(d):
     np.testing.assert_allclose(fitted, rate, rtol=0, atol=4 * fitted_se + bias)
 
 
-@pytest.mark.parametrize(("h", "gamma", "d"), [(0.1, 1.0, 3), (0.3, 1.0, 64), (0.3, 1.0, 65), (1e-4, 1.0, 256),
+@pytest.mark.parametrize(("h", "gamma", "d"), [(0.1, 1.0, 3), (0.0215, 1.0, 4), (0.01, 1.0, 15), (0.3, 1.0, 64), (0.3, 1.0, 65), (1e-4, 1.0, 256),
                                               (0.01, 1.0, 768), (0.05, 1.0, 768), (1.0, 1.0, 200), (1e-3, 1.0, 5000)])
 def test_the_one_step_factor_against_a_sum_over_the_chi_square_law_at_any_d(h, gamma, d):
     # d = 256 had raised OverflowError, d = 768 given 1e-17 for 0.1136: the quadrature had missed the χ² peak at k = d − 1
     k, s2 = d - 1, 2.0 * h / gamma
     law = stats.chi2(k)
-    q = np.linspace(law.ppf(1e-16) if k > 2 else 0.0, law.isf(1e-16), 400_001)[1:]  # (k ≤ 2: q^(k/2−1) at 0 left out)
-    density = np.exp(law.logpdf(q))
-    reference = integrate.simpson(density / np.sqrt(1.0 + s2 * q), x=q) / integrate.simpson(density, x=q)
-    rtol = 1e-10 if k > 2 else 2e-3  # the left-out piece of k ≤ 2 (its singularity at 0)
+    # in u = √q, where the law's density 2u·pdf(u²) ∝ u^(k−1) e^(−u²/2) is smooth at 0 for every k (in q its root
+    # singularity had made Simpson's rule the less accurate side at small k)
+    u = np.linspace(0.0, np.sqrt(law.isf(1e-17)), 400_001)
+    density = 2.0 * u * np.exp(law.logpdf(np.maximum(u, 1e-300) ** 2))
+    reference = integrate.simpson(density / np.sqrt(1.0 + s2 * u**2), x=u) / integrate.simpson(density, x=u)
+    rtol = 1e-10
     np.testing.assert_allclose(em_mean_factor(h, gamma, d), reference, rtol=rtol)
 
 
