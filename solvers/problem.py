@@ -189,7 +189,9 @@ def solve(
         what = f"the class {solver.__name__}: make one, {solver.__name__}()" if isinstance(solver, type) else type(solver).__name__
         raise TypeError(f"solver must be a solver (ParticleSolver(), GridSolver(), JKOSolver(), ZeroTemperatureSolver()), got {what}")
     for name, value in (("t_final", t_final), ("t_start", t_start), ("save_every", save_every), ("steady_tol", steady_tol)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))):
+        if value is None and name == "save_every":
+            continue  # (only save_every may be None: steady_tol=None had failed inside NumPy)
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise ValueError(f"{name} must be a number, got {value!r}")
     if not (np.isfinite(steady_tol) and steady_tol >= 0):  # -1 had been taken (and never stopped a run)
         raise ValueError(f"steady_tol must be a finite number ≥ 0 (0: never stop early), got {steady_tol!r}")

@@ -235,16 +235,16 @@ def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.nd
             "--resume",
             f"the run in {path} failed ({reader.stop_reason}); its {reader.frames} committed frames are good, but the same "
             "config fails again at the same step, and --resume takes no other. Continue from its last good frame with "
-            f"another config (e.g. a smaller solver.dt) in a new file: --set init.kind=run --set init.path={path} "
-            f"--set init.time={float(reader.times()[-1]):g}; or fix the config and start afresh",
+            f"another config (e.g. a smaller solver.dt) in a new file: --set init.kind=run --set init.path={Path(path).resolve()} "
+            f"--set init.time={float(reader.times()[-1])!r}; or fix the config and start afresh",
         )
     frames, t_last, state = last_frame(path, setup.state_name)
     from meanfield.kernels.jit import num_threads
 
     if reader.threads is not None and reader.threads != num_threads():  # (a resume on another count had said nothing)
         warnings.warn(f"{path} was written with {reader.threads} kernel thread(s) and this session runs {num_threads()}: the "
-                      "kernels' sums then round differently, and the result differs from the uninterrupted run's in the last "
-                      f"digits (--threads {reader.threads} or MEANFIELD_NUM_THREADS={reader.threads} resumes it bit for bit)",
+                      "kernels' sums may then round differently (on problems large enough for more than one thread), and the result "
+                      f"may differ from the uninterrupted run's in the last digits (--threads {reader.threads} or MEANFIELD_NUM_THREADS={reader.threads} resumes it bit for bit)",
                       ConfigNote, stacklevel=3)
     restore = getattr(setup.stepper, "restore", None)
     if restore is not None:  # a stepper with its own state (the gradient clock's physical time) takes it from the last frame

@@ -136,6 +136,8 @@ def picture_path(value: str | None, key: str, *, animation: bool = False) -> str
     allowed = IMAGE_FORMATS + ((".gif",) if animation else ())
     if path.suffix.lower() not in allowed:
         raise ConfigError(key, f"cannot draw into {value!r}: use one of {', '.join(allowed)}")
+    if is_hdf5(path):  # a run named like a picture (info r.png --plot r.png had replaced the run, exit 0)
+        raise ConfigError(key, f"{value} is a run file (HDF5): the picture would replace it; give the picture its own name")
     check_parent(path, key)
     return value
 

@@ -306,13 +306,14 @@ def load_points(path: str | Path, *, d: int | None = None, n: int | None = None)
         raise ValueError(f"{path}: expected n={n} points, got {x.shape[0]}")
     if not np.all(np.isfinite(x)):
         raise ValueError(f"{path}: contains non-finite values")
+    x = x.astype(float)  # float64 from here (a float32 file's norms had warned of an overflow in the comparison below)
     scale = np.max(np.abs(x), axis=1) if x.size else np.zeros(x.shape[0])
     if np.any(scale == 0):
         raise ValueError(f"{path}: row {int(np.argmin(scale))} is zero and cannot be put on the sphere")
     with np.errstate(over="ignore", under="ignore"):
         norms = np.linalg.norm(x, axis=1)
-    far = ~((norms > 1e-150) & (norms < 1e150))  # rows whose squares under- or overflow: scaled first (a row of
-    x = x.astype(float, copy=True)               # 1e-200s had been called zero, one of 1e200s become 0)
+    # rows whose squares under- or overflow are scaled first (a row of 1e-200s had been called zero, one of 1e200s become 0)
+    far = ~((norms > 1e-150) & (norms < 1e150))
     x[far] /= scale[far, None]
     norms[far] = np.linalg.norm(x[far], axis=1)
     return x / norms[:, None]

@@ -792,8 +792,9 @@ def last_frame(path: str | Path, state_name: str) -> tuple[int, float, np.ndarra
     state = reader.states(-1, verify=False)
     if reader.damaged_frames([reader.frames - 1], state[None]):
         times = reader.times()
-        earlier = (f"Continue from the frame before it in a new file: --set init.kind=run --set init.path={path} "
-                   f"--set init.time={times[-2]:g}" if reader.frames > 1 else "Start the run afresh")
+        # the path absolute (init.path is read from the config's folder) and the time to every digit (it must match)
+        earlier = (f"Continue from the frame before it in a new file: --set init.kind=run --set init.path={Path(path).resolve()} "
+                   f"--set init.time={float(times[-2])!r}" if reader.frames > 1 else "Start the run afresh")
         raise ConfigError("--resume", f"{path}: the last committed {_frames_named([reader.frames - 1], times)} does not match "
                                       f"the checksum written with it: its bytes changed on disk after it was committed, and "
                                       f"the run cannot continue from it (the file is unchanged). {earlier}")

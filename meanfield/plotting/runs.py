@@ -69,7 +69,7 @@ def plot_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
     _check_options(options, PLOT_OPTIONS[run.kind], "plot", run.kind)
     snapshots = options.get("snapshots", 1)
     if isinstance(snapshots, bool) or not isinstance(snapshots, (int, np.integer)) or snapshots < 1:  # (a grid's had
-        raise ValueError(f"snapshots must be an integer >= 1 (the times drawn), got {snapshots!r}")  # failed in NumPy)
+        raise ValueError(f"snapshots must be an integer ≥ 1 (the number of panels), got {snapshots!r}")  # failed in NumPy)
     check_picture_path(path)
     title = options.pop("title", run_title(run))
     if run.kind == "grid":

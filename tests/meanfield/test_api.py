@@ -533,7 +533,8 @@ def test_wrong_types_of_the_notebook_api_are_named(tmp_path):
         with pytest.raises(error, match=match):
             mf.solve(*args, t_final=0.1)
     for options, match in ((dict(steady_tol=-1.0), "^steady_tol must be a finite number ≥ 0"),
-                           (dict(steady_tol="x"), "^steady_tol must be a number"), (dict(energy="no"), "^energy must be True or False")):
+                           (dict(steady_tol="x"), "^steady_tol must be a number"), (dict(steady_tol=None), "^steady_tol must be a number"),
+                           (dict(energy="no"), "^energy must be True or False")):
         with pytest.raises(ValueError, match=match):
             mf.solve(problem, mf.ParticleSolver(), t_final=0.1, **options)
     with pytest.raises(TypeError, match="^trackers must be a callable or a sequence"):

@@ -518,8 +518,16 @@ def test_frames_whose_bytes_changed_on_disk_are_named_and_not_resumed_from(tmp_p
     before = out.read_bytes()
     longer = {**cfg, "solver": {**cfg["solver"], "t_final": 1.5}}
     with pytest.raises(mf.ConfigError, match=r"^resume: .*last committed frame 4 \(t = 1\) does not match the checksum.*"
-                                             r"--set init.kind=run --set init.path=.* --set init.time=0.75"):
+                                             r"--set init.kind=run --set init.path=.* --set init.time=0.75") as refused:
         mf.simulate(longer, out=out, resume=True)
+    # the way on it gives works as printed: an absolute path (init.path is read from a config's folder), the exact time
+    hint = str(refused.value).split("--set ")[1:]
+    overrides = dict(item.strip().split("=", 1) for item in hint)
+    assert Path(overrides["init.path"]).is_absolute()
+    cont = mf.simulate({**longer, "init": {"kind": "run", "path": overrides["init.path"], "time": float(overrides["init.time"])}})
+    assert cont.t[0] == 0.75
+    with pytest.raises(mf.ConfigError, match=r"^init.path: .*the frame at t = 1 does not match the checksum"):  # (had started
+        mf.simulate({**longer, "init": {"kind": "run", "path": str(out), "time": 1.0}})  # from it with a warning)
     config = _toml(longer, tmp_path / "longer.toml")
     assert main(["simulate", str(config), "-o", str(out), "--resume", "--quiet"]) == 2
     assert out.read_bytes() == before  # nothing touched

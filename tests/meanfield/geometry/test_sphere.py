@@ -1,6 +1,8 @@
 """Sphere geometry and the initial-measure samplers."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -78,6 +80,10 @@ def test_load_points(tmp_path):
     unit = sphere.sample_uniform(50, 3, seed=4)
     np.save(path, unit)
     np.testing.assert_array_equal(sphere.load_points(path), unit / np.linalg.norm(unit, axis=1, keepdims=True))  # as before
+    np.save(path, unit.astype(np.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a float32 file had warned of an overflow in a cast
+        assert sphere.load_points(path).dtype == np.float64
 
 
 def test_sampler_registry_is_complete():

@@ -240,6 +240,13 @@ def test_rk4_on_ou_weights_keeps_fourth_order_by_stepping_on_the_bends_of_the_pa
 
     coarse = final(0.05)
     np.testing.assert_array_equal(coarse, final(0.01))  # cut at every bend: the steps are the weight path's own
+    for norm in ("pre", "ngpt"):  # the normalised schemes' own stepper too (it had stepped across the bends)
+
+        def normalised(dt: float, norm: str = norm) -> np.ndarray:
+            return solve(Problem(model, x0), ParticleSolver(method="rk4", dt=dt, norm=norm), t_final=0.4,
+                         energy=False, speed=False).final
+
+        np.testing.assert_array_equal(normalised(0.05), normalised(0.01))
     errors = [np.abs(final(h) - final(0.00125)).max() for h in (0.01, 0.005, 0.0025)]
     orders = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
     assert np.all(orders > 3.6), orders  # fourth order (it had been 2)
