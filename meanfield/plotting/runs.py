@@ -67,9 +67,9 @@ def plot_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
     if run.kind == "grid" and "frames" in options and "snapshots" not in options:  # the grid figure's own name for it
         options["snapshots"] = options.pop("frames")
     _check_options(options, PLOT_OPTIONS[run.kind], "plot", run.kind)
-    snapshots = options.get("snapshots", 1)
-    if isinstance(snapshots, bool) or not isinstance(snapshots, (int, np.integer)) or snapshots < 1:  # (a grid's had
-        raise ValueError(f"snapshots must be an integer ≥ 1 (the number of panels), got {snapshots!r}")  # failed in NumPy)
+    snapshots = options.get("snapshots", 1)  # checked for both kinds (a grid's had failed inside NumPy)
+    if isinstance(snapshots, bool) or not isinstance(snapshots, (int, np.integer)) or snapshots < 1:
+        raise ValueError(f"snapshots must be an integer ≥ 1 (the number of panels), got {snapshots!r}")
     check_picture_path(path)
     title = options.pop("title", run_title(run))
     if run.kind == "grid":
