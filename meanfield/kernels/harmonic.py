@@ -172,7 +172,6 @@ from meanfield.kernels.inputs import is_causal, token_masses
 from meanfield.kernels.jit import kernel_threads, num_threads, pjit
 from meanfield.kernels.local import (
     WHOLE_CHORD,
-    velocity_local,
     HeadSums,
     SphereSources,
     check_sphere_tokens,
@@ -180,6 +179,7 @@ from meanfield.kernels.local import (
     local_head_sums,
     pooled_scales,
     store_row_logs,
+    velocity_local,
 )
 
 __all__ = [
@@ -217,11 +217,11 @@ __all__ = [
     "HARMONIC_PARALLEL_DEGREE",
 ]
 
-#: smallest accuracy ducc0's NUFFT accepts in double precision (its documented bound is 2e-13)
 #: at most this many tokens, :func:`velocity_harmonic` takes their direct sums (:func:`~meanfield.kernels.local.velocity_local`):
 #: exact, and cheaper than a transform (``auto`` keeps the dense kernels up to 1024 tokens); on two tokens the
 #: transform had missed ``tolerance = 1e-12`` by a factor 5
 HARMONIC_EXACT_MAX_N = 64
+#: smallest accuracy ducc0's NUFFT accepts in double precision (its documented bound is 2e-13)
 NUFFT_EPS_MIN = 2.5e-13
 #: absolute error floor of a synthesised map relative to its largest value (measured ≤ 3e-16; ×3)
 FLOOR_RELATIVE = 1e-15
