@@ -108,10 +108,7 @@ class NormalizedStepper(ParticleStepper):
             retract = _retract_polar
         else:
             y, retract = state, normalize
-        kinks = getattr(self.model.heads, "kinks", None)
-        ends = [t0, *kinks(t0, t1), t1] if kinks is not None and self.scheme.order > 1 else [t0, t1]
-        for a, b in zip(ends[:-1], ends[1:]):  # no step crosses a bend of a weight path (as ParticleStepper.advance)
-            y = self.integrate(y, a, b, retract=retract)
+        y = self.integrate_between_bends(y, t0, t1, retract=retract)
         if not self.dynamics.radial:
             return y
         if not np.all(y[:, -1] > 0):

@@ -130,17 +130,19 @@ class ParticleStepper:
         """Integrate from ``t0`` to exactly ``t1``."""
         if t1 <= t0:
             return state
-        heads = getattr(self.model, "heads", None)  # (the zero-temperature field has no heads)
-        pieces = getattr(heads, "pieces", None)
+        pieces = getattr(getattr(self.model, "heads", None), "pieces", None)  # (the zero-temperature field has no heads)
         if pieces is not None:  # piecewise-constant heads (weights.schedule = "layers"): no step crosses a switch
             return self._advance_pieces(state, pieces(t0, t1))
-        kinks = getattr(heads, "kinks", None)
-        if kinks is not None and self.scheme.order > 1:  # a path linear between grid points (OU weights, a replay):
-            ends = [t0, *kinks(t0, t1), t1]  # no step crosses a bend, where RK4 had dropped to second order
-            for a, b in zip(ends[:-1], ends[1:]):
-                state = self.integrate(state, a, b)
-            return state
-        return self.integrate(state, t0, t1)
+        return self.integrate_between_bends(state, t0, t1)
+
+    def integrate_between_bends(self, y: np.ndarray, t0: float, t1: float, *, retract: Any = normalize) -> np.ndarray:
+        """:meth:`integrate` from ``t0`` to ``t1``, cut where the heads' path bends (OU and relaxation weights, a replay:
+        linear between grid points, ``heads.kinks``): a Runge–Kutta step across a bend had been second order."""
+        kinks = getattr(getattr(self.model, "heads", None), "kinks", None)
+        ends = [t0, *kinks(t0, t1), t1] if kinks is not None and self.scheme.order > 1 else [t0, t1]
+        for a, b in zip(ends[:-1], ends[1:]):
+            y = self.integrate(y, a, b, retract=retract)
+        return y
 
     def integrate(self, y: np.ndarray, t0: float, t1: float, *, retract: Any = normalize) -> np.ndarray:
         """The scheme's steps of :meth:`stage_field` from ``t0`` to exactly ``t1``, every stage point put back by ``retract``."""
