@@ -124,7 +124,7 @@ class ShuOsher:
     alpha: tuple[tuple[float, ...], ...]
     beta: tuple[tuple[float, ...], ...]
     c: tuple[float, ...]
-    denominator: tuple[float, ...] = ()
+    denominator: tuple[float, ...]
 
     @property
     def stages(self) -> int:
@@ -430,9 +430,8 @@ class GridStepper:
                     new += a * stages[l]
                 if b:
                     new += (b * dt) * rates[l]
-            denominator = self.scheme.denominator[k] if self.scheme.denominator else 1.0
-            if denominator != 1.0:  # one division by the stage's denominator: weights that sum to it exactly
-                new /= denominator
+            if self.scheme.denominator[k] != 1.0:  # one division by the stage's denominator: weights that sum to it exactly
+                new /= self.scheme.denominator[k]
             if not np.all(np.isfinite(new)) or new.min() < 0.0:
                 return None
             stages.append(new)
