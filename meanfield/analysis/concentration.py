@@ -470,9 +470,9 @@ def concentration_curves(run: Any, *, policy: str | None = None, source: RunSour
         try:
             rows.append(tracker(float(t[k]), run.frame(k)))
         except ValueError as exc:  # a frame off the sphere or not finite: a run never commits one (it had been a traceback)
-            key = "OUT.h5" if getattr(run, "_reader", None) is not None else "run"
-            raise ConfigError(key, f"frame {k} (t = {t[k]:.6g}) is not a measure W2 can read ({exc}): the "
-                                   f"{'file' if key == 'OUT.h5' else 'run'} was altered or damaged") from None
+            key, what = run.error_names
+            raise ConfigError(key, f"frame {k} (t = {t[k]:.6g}) is not a measure W2 can read ({exc}): the {what} was "
+                                   "altered or damaged") from None
     return {"t": t, **{k: np.array([row[k] for row in rows]) for k in keys}}
 
 
@@ -625,7 +625,7 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
     ConfigError
         More than one head; Assumption 1 fails under ``policy = "check"``; no frame.
     """
-    from meanfield.analysis.projection import ASSUMPTION_POLICIES, grid_resolution_warning, resolution_warning
+    from meanfield.analysis.projection import ASSUMPTION_POLICIES, run_resolution_warning
 
     if policy is not None and policy not in ASSUMPTION_POLICIES:
         raise ConfigError("policy", f"expected one of {ASSUMPTION_POLICIES} (or None: the run's model.assumptions), got {policy!r}")
@@ -664,11 +664,10 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
             "frame; Theorem 1 of arXiv 2605.10931 is for a constant head"
         )
     on_grid = run.kind == "grid" and source.d == 3  # cells: the mesh's criterion (the particles' had been applied to them)
-    # grid.cells: the coarse spacing of a graded mesh too (its total count would pass a mesh coarser than the kernel)
-    resolution = grid_resolution_warning(source.size, source.beta) if on_grid else resolution_warning(source.size, source.beta, source.d)
+    resolution = run_resolution_warning(source.size, source.beta, source.d, cells=on_grid)
     if resolution and not zero:
         doubts.append(resolution)
-    cores = grid_core_resolution(run, source=source) if run.kind == "grid" and report.dim_E == 1 and source.d == 3 else None
+    cores = grid_core_resolution(run, source=source) if on_grid and report.dim_E == 1 else None
     core_doubt = cores.describe(summary["t_min"]) if cores is not None else ""
     if core_doubt:
         doubts.append(core_doubt)

@@ -67,6 +67,7 @@ __all__ = [
     "resolution_threshold",
     "resolution_warning",
     "grid_resolution_warning",
+    "run_resolution_warning",
 ]
 
 #: values of ``model.assumptions``
@@ -705,6 +706,13 @@ def grid_resolution_warning(cells: int, beta: float) -> str | None:
         return None
     return (f"under-resolved: N = {cells} cells, spacing √(4π/N) = {math.sqrt(4 * math.pi / cells):.3g} > β^(-1/2) = "
             f"{float(beta) ** -0.5:.3g} (β = {beta:g}); the cells do not resolve the kernel width, about {math.ceil(need)} do")
+
+
+def run_resolution_warning(size: int, beta: float, d: int, *, cells: bool) -> str | None:
+    """The under-resolution warning of a run of ``size`` degrees of freedom: cells of a mesh on :math:`S^2` by the
+    mesh's criterion (:func:`grid_resolution_warning`; ``grid.cells``, the coarse spacing of a graded mesh too),
+    else particles (:func:`resolution_warning`)."""
+    return grid_resolution_warning(size, beta) if cells else resolution_warning(size, beta, d)
 
 
 def resolution_warning(n: int, beta: float, d: int, *, factor: float = RESOLUTION_FACTOR) -> str | None:

@@ -48,7 +48,7 @@ from meanfield.analysis.concentration import (
     single_head,
     tracker_from_head,
 )
-from meanfield.analysis.projection import concentration_rate, eigenspace_distance, grid_resolution_warning, resolution_warning
+from meanfield.analysis.projection import concentration_rate, eigenspace_distance, run_resolution_warning
 from meanfield.config import SCHEMA, SOLVER_KEYS_USED, load_config
 from meanfield.errors import ConfigError
 
@@ -468,7 +468,7 @@ def sweep_beta(
             rate=rate,
             ratio=summary["w2_min"] / rate,
             # grid.cells, the coarse spacing of a graded mesh too (its total count had passed a mesh coarser than the kernel)
-            under_resolved=_resolution(n, float(beta), d, on_grid) or summary.get("cores") or "",
+            under_resolved=run_resolution_warning(n, float(beta), d, cells=on_grid) or summary.get("cores") or "",
             wall_time=sum(r[3] for r in results),
         )
         if refine:
@@ -483,7 +483,7 @@ def sweep_beta(
             )
             if check_cores:
                 summary["t_cores_unresolved_coarse"] = coarse["t_cores_unresolved"]
-            coarse_warning = _resolution(n0, float(beta), d, on_grid)
+            coarse_warning = run_resolution_warning(n0, float(beta), d, cells=on_grid)
             if not coarse_warning and check_cores and coarse.get("cores"):  # (a sweep had said "resolved = yes" beside it)
                 coarse_warning = (f"its cluster cores fall below its cells at t = {coarse['t_cores_unresolved']:.3g}, before its "
                                   f"t_min = {coarse['t_min']:.3g}: ΔW2_min and Δt_min compare with the mesh's minimum")
@@ -495,11 +495,6 @@ def sweep_beta(
     fit_tmin = linear_fit(np.log(values), t_min)
     fit_w2min = linear_fit(np.log(concentration_rate(values)), np.log(np.maximum(w_min, 1e-300)))
     return BetaSweep(values, curves, summaries, fit_tmin, fit_w2min, base["solver"]["kind"], files, refinement=int(refinement))
-
-
-def _resolution(size: int, beta: float, d: int, on_grid: bool) -> str | None:
-    """The under-resolution warning of a run of ``size`` cells (the mesh's criterion) or particles."""
-    return grid_resolution_warning(size, beta) if on_grid else resolution_warning(size, beta, d)
 
 
 # ----------------------------------------------------------------------------- cost
