@@ -250,6 +250,12 @@ class Run:
         where = f", {self.path}" if self.path is not None else ""
         return f"Run({what}, {self.frames} frames, {span}, {self.status}{where})"
 
+    @property
+    def error_names(self) -> tuple[str, str]:
+        """How an error about this run names it: ``("OUT.h5", "file")`` for a run read from a file (the command line's
+        argument), ``("run", "run")`` for one held in memory (an error had named ``OUT.h5`` where no file was involved)."""
+        return ("OUT.h5", "file") if self._reader is not None else ("run", "run")
+
     def summary(self) -> str:
         """What ``meanfield info`` prints: model, solver, frames, status and the main diagnostics."""
         from meanfield.analysis.summary import run_summary

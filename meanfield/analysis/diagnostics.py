@@ -1153,7 +1153,7 @@ def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1
     """
     from meanfield.errors import ConfigError
 
-    key = "OUT.h5" if getattr(run, "_reader", None) is not None else "run"  # a file's run, or one held in memory
+    key, what = run.error_names
     if run.kind != "particle":
         raise ConfigError(key, "diagnose needs a particle run (tokens 'x'); this is a grid run")
     if run.frames == 0:
@@ -1162,8 +1162,8 @@ def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1
         raise ConfigError("run", "this run has neither a config nor a model to diagnose")
     bad = np.flatnonzero(~np.isfinite(run.states.reshape(run.frames, -1)).all(axis=1))  # the states the series read anyway
     if bad.size:  # a run never commits such a frame: an altered or damaged file (the cluster statistics had raised)
-        raise ConfigError(key, f"frame {bad[0]} (t = {run.t[bad[0]]:.6g}) is not finite (NaN or inf): the "
-                               f"{'file' if key == 'OUT.h5' else 'run'} was altered or damaged")
+        raise ConfigError(key, f"frame {bad[0]} (t = {run.t[bad[0]]:.6g}) is not finite (NaN or inf): the {what} was "
+                               "altered or damaged")
     model = run.model
     series = diagnose_run(run, tol=tol, fd_points=fd_points, stride=stride)
     heads = _stack_at(model.heads, float(run.t[0]))
