@@ -185,6 +185,14 @@ def _merge_coincident(p: np.ndarray, sizes: np.ndarray, colors: np.ndarray | Non
     return p[first], merged_sizes, None if colors is None else colors[first]
 
 
+def marker_areas(size: float, weights: np.ndarray | None) -> float | np.ndarray:
+    """Marker areas: ``size`` for tokens of equal mass, else proportional to the masses ``weights``, ``size`` on average."""
+    if weights is None:
+        return float(size)
+    w = np.asarray(weights, dtype=float)
+    return size * w / max(float(w.mean()), 1e-300)
+
+
 def draw_points(
     ax: Any,
     x: np.ndarray,
@@ -205,10 +213,7 @@ def draw_points(
     colour does not depend on which hemisphere or which tokens are drawn.
     """
     p = np.asarray(x, dtype=float)[:, :3] @ rotation.T
-    sizes = np.full(p.shape[0], float(size))
-    if weights is not None:
-        w = np.asarray(weights, dtype=float)
-        sizes = size * w / max(float(w.mean()), 1e-300)
+    sizes = np.broadcast_to(marker_areas(size, weights), (p.shape[0],)).astype(float)
     colors = np.asarray(color) if not isinstance(color, str) and np.shape(color)[:1] == (p.shape[0],) else None
     if cmap is not None and norm is None and colors is not None and colors.ndim == 1 and colors.size:
         from matplotlib.colors import Normalize  # one scale for every token (both hemispheres), not one per scatter

@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 from matplotlib.animation import FuncAnimation
 
-from meanfield.plotting.canvas import check_picture_path, draw_points, draw_sphere, facing_view, new_figure, rotation_to, save, save_animation
+from meanfield.plotting.canvas import (
+    check_picture_path, draw_points, draw_sphere, facing_view, marker_areas, new_figure, rotation_to, save, save_animation,
+)
 
 __all__ = [
     "plot_particle_run",
@@ -236,7 +238,7 @@ def plot_high_dim_run(
     if x.ndim != 3:
         raise ValueError(f"x must have shape (T, n, d), got {x.shape}")
     weights = _token_weights(weights, x.shape[1])
-    sizes = 12.0 if weights is None else 12.0 * weights / max(float(weights.mean()), 1e-300)
+    sizes = marker_areas(12.0, weights)
     picks = _picks(len(t), snapshots)
     axes = principal_axes(x[picks])
     fig = new_figure(figsize=(3.2 * len(picks) + 5.2, 3.6))
@@ -302,7 +304,7 @@ def animate_particles(
         rotation = None
         project = principal_axes(x)
     size = _marker_size(x.shape[1])
-    sizes = size if weights is None else size * weights / max(float(weights.mean()), 1e-300)
+    sizes = marker_areas(size, weights)
 
     def draw(k: int) -> tuple[Any, ...]:
         ax.clear()
