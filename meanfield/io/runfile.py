@@ -687,44 +687,45 @@ class RunReader:
         """The saved times, shape ``(frames,)``."""
         return self._read(lambda f: np.array(f["t"][: self.frames], dtype=float))
 
-    def states(self, index: int | slice = slice(None), *, verify: bool = True) -> np.ndarray:
+    def states(self, index: int | slice = slice(None)) -> np.ndarray:
         """Frames ``index`` of the state dataset (all committed frames by default).
 
-        Each frame is checked against the checksum written with it (:data:`CHECKSUM`); frames whose bytes changed
-        on disk since are returned as they read, with a :class:`DamagedFrameWarning` that names them (``verify=False``:
-        not checked; :meth:`damaged_frames` checks given frames).
+        Each frame is checked against the checksum written with it (:data:`CHECKSUM`, read in the same opening of the
+        file); frames whose bytes changed on disk since are returned as they read, with a :class:`DamagedFrameWarning`
+        that names them (:meth:`checked_state` tells whether one frame matches).
         """
-        frames, states = self._read(lambda f: self._states(f, index))
-        if verify:
-            damaged = self.damaged_frames(frames, states)
-            said = (str(self.path), tuple(damaged), _file_stamp(self.path))
-            if damaged and said not in _DAMAGE_SAID:  # once per file version and frames (info had said it twice)
-                _DAMAGE_SAID.add(said)
-                one = len(damaged) == 1
-                warnings.warn(f"{self.path}: {_frames_named(damaged, self.times())} {'does' if one else 'do'} not match the "
-                              f"checksum{'' if one else 's'} written with {'it' if one else 'them'}: {'its' if one else 'their'} "
-                              f"bytes changed on disk after {'it was' if one else 'they were'} committed (a failing disk, or a "
-                              f"copy gone wrong), and {'its' if one else 'their'} values cannot be trusted",
-                              DamagedFrameWarning, stacklevel=2)
+        frames, states, sums = self._read(lambda f: self._states(f, index))
+        damaged = _damaged(frames, states, sums)
+        # said once per file version and frames (info had said it twice)
+        if damaged and (said := (str(self.path), tuple(damaged), _file_stamp(self.path))) not in _DAMAGE_SAID:
+            _DAMAGE_SAID.add(said)
+            one = len(damaged) == 1
+            warnings.warn(f"{self.path}: {_frames_named(damaged, self.times())} {'does' if one else 'do'} not match the "
+                          f"checksum{'' if one else 's'} written with {'it' if one else 'them'}: {'its' if one else 'their'} "
+                          f"bytes changed on disk after {'it was' if one else 'they were'} committed (a failing disk, or a "
+                          f"copy gone wrong), and {'its' if one else 'their'} values cannot be trusted",
+                          DamagedFrameWarning, stacklevel=2)
         return states if isinstance(index, slice) else states[0]
 
-    def _states(self, f: h5py.File, index: int | slice) -> tuple[range, np.ndarray]:
+    def _states(self, f: h5py.File, index: int | slice) -> tuple[range, np.ndarray, np.ndarray | None]:
+        """The frames ``index`` (their numbers and states) and the file's checksums (``None``: a file without any)."""
         data = f[self.state_name]
         if isinstance(index, slice):
             start, stop, step = index.indices(self.frames)
-            return range(start, stop, step), np.array(data[start:stop:step], dtype=float)
-        k = index + self.frames if index < 0 else index
-        if not 0 <= k < self.frames:
-            raise IndexError(f"frame {index} of a run with {self.frames} frames")
-        return range(k, k + 1), np.array(data[k : k + 1], dtype=float)
+            frames, states = range(start, stop, step), np.array(data[start:stop:step], dtype=float)
+        else:
+            k = index + self.frames if index < 0 else index
+            if not 0 <= k < self.frames:
+                raise IndexError(f"frame {index} of a run with {self.frames} frames")
+            frames, states = range(k, k + 1), np.array(data[k : k + 1], dtype=float)
+        member = _member(f, CHECKSUM)
+        return frames, states, None if member is None else np.array(member[: self.frames])
 
-    def damaged_frames(self, frames: range | list[int], states: np.ndarray) -> list[int]:
-        """Those of ``frames`` whose ``states`` (as read) differ from the checksums written with them (frames written
-        before checksums, marked −1, and files without any are taken as they are)."""
-        sums = self._read(lambda f: None if (member := _member(f, CHECKSUM)) is None else np.array(member[: self.frames]))
-        if sums is None:
-            return []
-        return [k for k, state in zip(frames, states) if k < sums.shape[0] and sums[k] >= 0 and frame_checksum(state) != sums[k]]
+    def checked_state(self, index: int) -> tuple[np.ndarray, bool]:
+        """Frame ``index`` and whether it matches the checksum written with it (what ``--resume`` and a run started
+        from a stored frame continue from; frames written before checksums match)."""
+        frames, states, sums = self._read(lambda f: self._states(f, index))
+        return states[0], not _damaged(frames, states, sums)
 
     def diagnostics(self) -> dict[str, np.ndarray]:
         """The trackers' scalars, one ``(frames,)`` array each (NaN where a frame has none)."""
@@ -759,6 +760,14 @@ class RunReader:
         return out
 
 
+def _damaged(frames: range, states: np.ndarray, sums: np.ndarray | None) -> list[int]:
+    """Those of ``frames`` whose ``states`` (as read) differ from the checksums ``sums`` written with them (frames
+    written before checksums, marked −1, and files without any, ``None``, are taken as they are)."""
+    if sums is None:
+        return []
+    return [k for k, state in zip(frames, states) if k < sums.shape[0] and sums[k] >= 0 and frame_checksum(state) != sums[k]]
+
+
 def _frames_named(frames: list[int], times: np.ndarray) -> str:
     """``frame 7 (t = 1.4)`` or ``frames 3 (t = 0.6), 7 (t = 1.4)``."""
     named = ", ".join(f"{k} (t = {times[k]:.6g})" for k in frames)
@@ -789,8 +798,8 @@ def last_frame(path: str | Path, state_name: str) -> tuple[int, float, np.ndarra
         raise ConfigError("--resume", f"{path} holds {reader.state_name!r} frames, this config makes {state_name!r}")
     if reader.frames == 0:
         raise ConfigError("--resume", f"{path}: no committed frame to resume from")
-    state = reader.states(-1, verify=False)
-    if reader.damaged_frames([reader.frames - 1], state[None]):
+    state, intact = reader.checked_state(-1)
+    if not intact:
         times = reader.times()
         # the path absolute (init.path is read from the config's folder) and the time to every digit (it must match)
         earlier = (f"Continue from the frame before it in a new file: --set init.kind=run --set init.path={Path(path).resolve()} "

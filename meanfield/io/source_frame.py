@@ -124,8 +124,8 @@ def read_source_frame(path: str | Path, time: float | None = None, *, key: str =
                                "not in physical time; continue it with --resume")
     times = reader.times()
     index = _frame_index(times, time, path)
-    state = reader.states(index, verify=False)
-    if reader.damaged_frames([index], state[None]):  # as --resume refuses it (a run had started from it with a warning)
+    state, intact = reader.checked_state(index)
+    if not intact:  # as --resume refuses it (a run had started from it with a warning)
         raise ConfigError(key, f"{path}: the frame at t = {times[index]:.6g} does not match the checksum written with it: "
                                "its bytes changed on disk after it was committed; start from another frame (init.time)")
     if not np.all(np.isfinite(state)):
