@@ -169,7 +169,7 @@ class Model:
                                          f"(at most {SCORE_BOUND_LIMIT:.0e}; at that temperature the softmax is already an argmax)")
             if self.attention == "unnormalized":
                 top = float(self.beta) * max(float(np.linalg.norm(B, 2)) for B in heads.at(0.0).B)
-                if top > EXP_OVERFLOW:  # (a config gives its own note, and build_model silences this one)
+                if top > EXP_OVERFLOW:  # (where a config gave its own note, build_model silences this one)
                     warnings.warn(f"beta = {self.beta!r} with unnormalized attention: its terms e^(β⟨x, B_h y⟩) are taken "
                                   f"unshifted and exceed float64 above β⟨x, B_h y⟩ = 709, here up to β‖B_h‖₂ = {top:.3g}; "
                                   f"the velocity is NaN/Inf where tokens come near a head's top singular directions "
