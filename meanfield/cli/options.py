@@ -120,25 +120,25 @@ def load_config_noted(source: Any, overrides: Any = ()) -> dict[str, Any]:
 
 
 def picture_path(value: str | None, key: str, *, animation: bool = False) -> str | None:
-    """Check a ``--plot``/``--csv``-style output before any work: not a folder, a known picture format.
+    """Check a ``--plot`` output before any work (:func:`meanfield.plotting.canvas.check_picture_path`): a file in a
+    folder that can be written, in a picture format, not a run; ``ConfigError(key, ...)`` otherwise.
 
-    ``animation``: a ``.gif`` (animated) is accepted too.
+    ``animation``: the option may also name an animation (``.gif``, or a video where matplotlib finds ffmpeg).
     """
     from pathlib import Path
 
-    from meanfield.io.output import IMAGE_FORMATS, check_parent
-
     if value is None:
         return None
-    path = Path(value)
-    if path.is_dir() or value.endswith(("/", "\\")):
-        raise ConfigError(key, f"{value} is a folder; give a file name such as {path / 'picture.png'}")
-    allowed = IMAGE_FORMATS + ((".gif",) if animation else ())
-    if path.suffix.lower() not in allowed:
-        raise ConfigError(key, f"cannot draw into {value!r}: use one of {', '.join(allowed)}")
-    if is_hdf5(path):  # a run named like a picture (info r.png --plot r.png had replaced the run, exit 0)
-        raise ConfigError(key, f"{value} is a run file (HDF5): the picture would replace it; give the picture its own name")
-    check_parent(path, key)
+    from meanfield.plotting.canvas import ANIMATION_FORMATS, VIDEO_FORMATS, check_picture_path
+
+    moving = animation and Path(value).suffix.lower() in ANIMATION_FORMATS + VIDEO_FORMATS
+    try:
+        check_picture_path(value, animation=moving)
+    except ValueError as exc:
+        message = str(exc).removeprefix("path: ")
+        if animation and not moving and "use one of" in message:
+            message += " (or, for an animation, .gif)"
+        raise ConfigError(key, message) from None
     return value
 
 

@@ -12,6 +12,7 @@ solid and on top, back points faint and small, so the two halves are told apart.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -43,25 +44,29 @@ VIDEO_FORMATS = (".mp4", ".mov", ".avi", ".webm", ".mkv")
 def check_picture_path(path: str | Path | None, *, animation: bool = False) -> Path | None:
     """``path`` as a :class:`~pathlib.Path` a picture (or, ``animation``, an animation) can be written to, checked before
     anything is drawn: not a folder, a suffix matplotlib writes (a folder had become ``folder.png`` beside it, and
-    ``x.txt`` or ``x.mp4`` without ffmpeg had failed in matplotlib after every frame was drawn).
+    ``x.txt`` or ``x.mp4`` without ffmpeg had failed in matplotlib after every frame was drawn), not a run file
+    (``r.png`` holding a run would be replaced by its picture), in a folder that can be written.
 
     Raises
     ------
     ValueError
-        Naming ``path`` and the formats it may take.
+        Naming ``path`` and the formats it may take; the CLI's ``--plot`` check words it as its own option's error.
     """
     if path is None:
         return None
     from meanfield.io.output import IMAGE_FORMATS
+    from meanfield.io.signature import is_hdf5
 
     path = Path(path)
     example = "run.gif" if animation else "run.png"
-    if path.is_dir() or not path.suffix:
+    if path.is_dir() or not path.suffix or str(path).endswith(("/", "\\")):
         raise ValueError(f"path: {path} is {'a folder' if path.is_dir() else 'a name without a suffix'}; give the picture's "
                          f"file name, e.g. {path / example if path.is_dir() else path.with_suffix(Path(example).suffix)}")
     parent = next((p for p in path.parents if p.exists()), None)  # the first existing folder above it must be one
     if parent is not None and not parent.is_dir():
         raise ValueError(f"path: {path} lies under {parent}, which is a file, not a folder")
+    if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"path: cannot write into {parent}: permission denied")
     suffix = path.suffix.lower()
     if animation:
         from matplotlib import animation as manimation
@@ -73,6 +78,8 @@ def check_picture_path(path: str | Path | None, *, animation: bool = False) -> P
             raise ValueError(f"path: cannot write an animation to {str(path)!r}{hint}: use one of {', '.join(allowed)}")
     elif suffix not in IMAGE_FORMATS:
         raise ValueError(f"path: cannot draw into {str(path)!r}: use one of {', '.join(IMAGE_FORMATS)}")
+    if path.is_file() and is_hdf5(path):
+        raise ValueError(f"path: {path} is a run file (HDF5): the picture would replace it; give the picture its own name")
     return path
 
 

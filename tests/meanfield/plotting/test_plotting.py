@@ -172,6 +172,36 @@ def test_a_picture_path_that_is_a_folder_or_has_no_suffix_is_refused(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_a_picture_path_that_holds_a_run_is_refused_by_the_api_and_the_cli(tmp_path):
+    # the API's check had let a run named like a picture be replaced by the picture (only the CLI refused it)
+    import h5py
+
+    from meanfield.cli import main
+    from meanfield.plotting.canvas import check_picture_path
+
+    run_named_png = tmp_path / "run.png"
+    with h5py.File(run_named_png, "w") as f:
+        f["x"] = np.zeros(3)
+    before = run_named_png.read_bytes()
+    t = np.array([0.0, 1.0])
+    x = np.stack([sample_uniform(8, 3, seed=1)] * 2)
+    with pytest.raises(ValueError, match="is a run file"):
+        particles.plot_particle_run(t, x, run_named_png)
+    assert main(["run", "--quiet", "--set", "init.n=8", "--out", str(tmp_path / "r.h5"), "--plot", str(run_named_png)]) == 2
+    assert run_named_png.read_bytes() == before and not (tmp_path / "r.h5").exists()
+    assert check_picture_path(tmp_path / "p.png") == tmp_path / "p.png"
+
+
+def test_the_cli_plot_option_takes_a_picture_or_an_animation_and_names_both(tmp_path, capsys):
+    from meanfield.cli import main
+
+    assert main(["run", "--quiet", "--set", "init.n=8", "--out", str(tmp_path / "r.h5"), "--plot", str(tmp_path / "r.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "--plot" in err and ".png" in err and "for an animation, .gif" in err and not (tmp_path / "r.h5").exists()
+    assert main(["diagnose", str(tmp_path / "none.h5"), "--plot", str(tmp_path / "d.gif")]) == 2  # no animation there
+    assert "--plot" in capsys.readouterr().err
+
+
 def test_token_masses_scale_the_markers_and_weigh_the_pairs(tmp_path):
     # a run continued from a grid frame (99 % of the mass in one cluster) had been drawn as a cloud of equal dots
     import meanfield as mf
