@@ -341,6 +341,8 @@ def simulate_config(
             times, state = point
             record_first = False
             earlier = dict(reader.info or {})
+            if reader.unrecorded:  # the session before this one left no counters: the sums leave it out, and say so
+                earlier["unrecorded_sessions"] = int(earlier.get("unrecorded_sessions", 0)) + 1
             writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape,
                                static=setup.static, resume=True)
     if out_path is not None and resume and not out_path.exists():
@@ -365,7 +367,7 @@ def simulate_config(
                 keep_states=keep_states,
                 record_first=record_first,
             )
-        result.info.update(whole_run_counters(earlier, result.info | setup.info()))
+        result.info.update(whole_run_counters(earlier, result.info | setup.info() | {"sessions": 1, "unrecorded_sessions": 0}))
         reason = result.info["stop_reason"]
         status = "interrupted" if result.info["interrupted"] else final_status(result.info["failed"], reason)
     except KeyboardInterrupt:  # raised inside a tracker or by a second Ctrl-C: the frames so far can be resumed
@@ -409,7 +411,7 @@ def simulate_config(
 
 
 #: counters of a run that a resumed session adds to those of the sessions before it ...
-ADDED_COUNTERS = ("steps", "wall_time", "rejected", "evaluations", "jko_steps", "jko_iterations", "jko_fallbacks", "halvings",
+ADDED_COUNTERS = ("sessions", "unrecorded_sessions", "steps", "wall_time", "rejected", "evaluations", "jko_steps", "jko_iterations", "jko_fallbacks", "halvings",
                   "grid_steps", "rejections", "velocity_evaluations")
 #: ... and those of which it keeps the largest or the smallest
 LARGEST_COUNTERS = ("jko_max_residual", "dt_max")
@@ -418,8 +420,11 @@ SMALLEST_COUNTERS = ("min_mass", "dt_min")
 
 def whole_run_counters(earlier: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
     """``session``'s counters (steps, evaluations, wall time, …) with those of the ``earlier`` sessions of a resumed run
-    added (or their extremes kept): ``meanfield info`` had reported the last session's steps as the run's.  A session
-    killed with SIGKILL wrote none; the JKO line of ``info`` counts its steps from the frames instead."""
+    added (or their extremes kept): ``meanfield info`` had reported the last session's steps as the run's.  They count
+    work done, as the wall time does: the steps after a session's last committed frame (interrupted, out of disk) are
+    taken again by the next session and counted again; ``sessions`` says how many sessions are in the sum.  A session
+    killed with SIGKILL, or one whose disk filled, wrote none (``unrecorded_sessions`` counts them, and they are not in
+    the sums); the JKO line of ``info`` counts its steps from the frames instead."""
     merged = dict(session)
     for keys, combine in ((ADDED_COUNTERS, lambda a, b: a + b), (LARGEST_COUNTERS, max), (SMALLEST_COUNTERS, min)):
         for key in keys:

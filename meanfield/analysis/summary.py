@@ -126,6 +126,25 @@ def _status(run: Any) -> str:
     return f"{run.status} ({reason})"
 
 
+def _sessions_note(info: dict[str, Any]) -> str:
+    """What the step count of a resumed run sums: the sessions that recorded their counters, each counting the steps
+    it took, so the steps after a session's last committed frame count twice (taken again by the next session)."""
+    def count(key: str) -> int:
+        value = info.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    sessions, unrecorded = count("sessions"), count("unrecorded_sessions")
+    note = ""
+    if sessions > 1:
+        note = (f", over {sessions} sessions (a resumed session takes again, and counts again, the steps after the last "
+                "frame the session before it committed)")
+    if unrecorded:
+        sessions_were = "1 more session stopped without recording its counters (killed, or out of disk) and is" if unrecorded == 1 \
+            else f"{unrecorded} more sessions stopped without recording their counters (killed, or out of disk) and are"
+        note += f"; {sessions_were} not in them"
+    return note
+
+
 def run_summary(run: Any) -> str:
     """The lines ``meanfield info`` prints for a :class:`meanfield.Run` (a run of :func:`meanfield.solve`, which has
     no config, shows its model instead: it had shown its status and frame count only)."""
@@ -186,6 +205,8 @@ def run_summary(run: Any) -> str:
         lines.append(f"steps:     {run.info['grid_steps']} grid steps, {run.info.get('rejections', 0)} rejected and halved")
     elif "steps" in run.info and kind in ("particle", "zero-temperature") and isinstance(run.info.get("steps"), int):
         lines.append(f"steps:     {run.info['steps']} {cfg['solver']['method']} steps")
+    if kind != "jko" and lines[-1].startswith("steps:"):
+        lines[-1] += _sessions_note(run.info)
     for key in SUMMARY_SERIES:
         series = run.diagnostics.get(key)
         if series is None or not len(series):

@@ -593,6 +593,9 @@ class RunReader:
         The resolved config stored with the run.
     status, stop_reason : str
     info : dict
+        The counters the last session that finished recorded (those of every session before it added in).
+    unrecorded : bool
+        The writer stopped without recording its status and counters (killed, or out of disk).
     state_name : {"x", "mass"}
     frames : int
         Frames completely on disk.
@@ -604,9 +607,11 @@ class RunReader:
         stamp = _file_stamp(self.path)  # before the header: a file moved onto the name during the read is caught
         self._inode: int | None = stamp[0] if stamp is not None else None
         self._read(self._header)
+        self.unrecorded = False
         if self.status == "running" and not writer_alive(self.path):
             self._read(self._header)  # the writer may have closed the file since the first read: a second one tells
             if self.status == "running" and not writer_alive(self.path):
+                self.unrecorded = True
                 self.status = "interrupted"
                 self.stop_reason = "the writer stopped without closing the file (killed, or the machine went down)"
 

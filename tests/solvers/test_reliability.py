@@ -334,12 +334,17 @@ def test_a_resumed_run_counts_the_steps_of_every_session(tmp_path, solver):
     mf.simulate(cfg, out=out, **{"solver.t_final": 0.5})
     resumed = mf.simulate(cfg, out=out, resume=True)
     work = ("evaluations", "velocity_evaluations")  # a resumed session evaluates its first state once more
-    counted = [key for key in ADDED_COUNTERS if key in whole.info and key not in ("wall_time", *work)]
+    counted = [key for key in ADDED_COUNTERS if key in whole.info and key not in ("wall_time", "sessions", *work)]
     assert counted and {key: resumed.info[key] for key in counted} == {key: whole.info[key] for key in counted}
     for key in set(work).intersection(whole.info):
         assert whole.info[key] <= resumed.info[key] <= whole.info[key] + 2
+    assert (whole.info["sessions"], resumed.info["sessions"], mf.load(out).info["sessions"]) == (1, 2, 2)
     steps = [line for line in run_summary(mf.load(out)).splitlines() if line.startswith("steps:")]
-    assert steps == [line for line in run_summary(mf.load(tmp_path / "whole.h5")).splitlines() if line.startswith("steps:")]
+    whole_steps = [line for line in run_summary(mf.load(tmp_path / "whole.h5")).splitlines() if line.startswith("steps:")]
+    if solver == "jko":  # (its line counts the steps from the frames)
+        assert steps == whole_steps
+    else:  # the same count, and says over how many sessions
+        assert len(steps) == 1 and steps[0].startswith(whole_steps[0] + ", over 2 sessions") and "counts again" in steps[0]
 
 
 def test_whole_run_counters_add_counts_and_keep_extremes():
@@ -348,6 +353,7 @@ def test_whole_run_counters_add_counts_and_keep_extremes():
     merged = whole_run_counters({"steps": 3, "jko_max_residual": 1e-9, "dt_min": 0.1, "stop_reason": "interrupted"},
                                 {"steps": 4, "jko_max_residual": 1e-11, "dt_min": 0.2, "stop_reason": "t_final", "failed": False})
     assert merged == {"steps": 7, "jko_max_residual": 1e-9, "dt_min": 0.1, "stop_reason": "t_final", "failed": False}
+    assert whole_run_counters({"sessions": 2}, {"sessions": 1})["sessions"] == 3
     assert whole_run_counters({}, {"steps": 4}) == {"steps": 4}  # a session killed with SIGKILL left no counters
 
 
@@ -357,7 +363,8 @@ def test_a_disk_filled_by_another_process_leaves_the_file_readable_and_resumable
     from meanfield.io.lock import lock_path
 
     cfg = {"init": {"n": 32}, "solver": {"dt": 0.05, "t_final": 2.0, "save_every": 0.25}}
-    whole = mf.simulate(cfg).x
+    whole_run = mf.simulate(cfg)
+    whole = whole_run.x
     out, filler = small_disk / "full.h5", small_disk / "filler"
 
     def fill_the_disk(t: float, x: np.ndarray) -> None:
@@ -378,6 +385,14 @@ def test_a_disk_filled_by_another_process_leaves_the_file_readable_and_resumable
     np.testing.assert_array_equal(kept.x, whole[:4])
     resumed = mf.simulate(cfg, out=out, resume=True)
     np.testing.assert_array_equal(resumed.x, whole)
+    # the counters count work: the interval from t = 0.75 to 1 (5 steps), whose frame found no room, was taken twice
+    # the counters sum the sessions that recorded theirs: the one that found the disk full could not, and is named
+    from meanfield.analysis.summary import run_summary
+
+    assert (resumed.info["sessions"], resumed.info["unrecorded_sessions"]) == (1, 1)
+    assert resumed.info["steps"] == whole_run.info["steps"] - 15  # t = 0.75 … 2 taken by the resumed session
+    steps = [line for line in run_summary(mf.load(out)).splitlines() if line.startswith("steps:")]
+    assert len(steps) == 1 and "1 more session stopped without recording its counters (killed, or out of disk)" in steps[0]
 
 
 def test_a_rebuild_without_room_for_its_copy_leaves_the_file_unchanged(tmp_path, monkeypatch):
