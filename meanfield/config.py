@@ -564,19 +564,18 @@ def _check_unshifted_overflow(cfg: dict[str, Any], heads: list[Any]) -> None:
     unshifted = model["attention"] == "unnormalized" or jko
     if not unshifted or not heads or model["beta"] == 0:
         return
-    import numpy as np  # local: the config module imports no NumPy at its top
+    from meanfield.model import EXP_OVERFLOW, unshifted_exponent  # local: the model module imports NumPy
 
-    from meanfield.model import EXP_OVERFLOW
-
-    top = max(float(np.linalg.norm(head.B, 2)) for head in heads)
-    if jko and model["beta"] * top > EXP_OVERFLOW - math.log(2.0 * len(heads) * max(model["beta"], 1.0)) - 1.0:
+    exponent = unshifted_exponent(model["beta"], [head.B for head in heads])
+    top = exponent / model["beta"]
+    if jko and exponent > EXP_OVERFLOW - math.log(2.0 * len(heads) * max(model["beta"], 1.0)) - 1.0:
         raise ConfigError("model.beta", f"{model['beta']:g} with a head of ‖B‖₂ = {top:.3g}: the JKO scheme minimises the energy "
                                         f"(1/2β) Σ a_i a_j e^(β⟨x_i, B x_j⟩), which leaves float64 above β‖B‖₂ ≈ 709 (here "
-                                        f"{model['beta'] * top:.3g}); the particle solver runs this β (solver.kind = 'particle')")
-    if model["beta"] * top > EXP_OVERFLOW:  # (a JKO run past this was refused above: unnormalized attention only)
+                                        f"{exponent:.3g}); the particle solver runs this β (solver.kind = 'particle')")
+    if exponent > EXP_OVERFLOW:  # (a JKO run past this was refused above: unnormalized attention only)
         warnings.warn(f"model.beta = {model['beta']:g} with a head of ‖B‖₂ = {top:.3g}: unnormalized attention takes e^(β⟨x, B y⟩) "
                       f"unshifted, which exceeds float64 above β⟨x, B y⟩ = 709; the run stops on NaN/Inf where the "
-                      f"tokens get there (β‖B‖₂ = {model['beta'] * top:.3g})", ConfigNote, stacklevel=4)
+                      f"tokens get there (β‖B‖₂ = {exponent:.3g})", ConfigNote, stacklevel=4)
 
 
 def _graded_checks(cfg: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ from meanfield.heads.head import Head, HeadStack
 from meanfield.kernels.attention import ATTENTION_KINDS, BACKENDS, DEFAULT_TOLERANCE, MASKS, TOLERANCE_BACKENDS, attention_velocity
 from meanfield.kernels.inputs import as_head_stack, check_tolerance, is_temperature
 
-__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "EXP_OVERFLOW",
+__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "EXP_OVERFLOW", "unshifted_exponent",
            "ScoreOverflowError", "UnshiftedOverflowWarning"]
 
 DIRECTIONS = ("ascent", "descent")
@@ -37,6 +37,13 @@ COMBINES = ("sum", "mean")
 SCORE_BOUND_LIMIT = 1e306
 #: :math:`e^x` overflows float64 above this x (ln 1.8e308)
 EXP_OVERFLOW = 709.78
+
+
+def unshifted_exponent(beta: float, B: np.ndarray) -> float:
+    r"""The largest exponent :math:`\max_h \beta\|B_h\|_2 = \max_h \max_{|x|=|y|=1} \beta\langle x, B_h y\rangle` of the
+    unshifted terms :math:`e^{\beta\langle x, B_h y\rangle}` (unnormalized attention, the JKO energy): above
+    :data:`EXP_OVERFLOW` they leave float64 where tokens reach a head's top singular directions.  ``B`` is ``(H, d, d)``."""
+    return float(beta) * max(float(np.linalg.norm(b, 2)) for b in np.asarray(B))
 
 
 class ScoreOverflowError(ValueError):
@@ -168,7 +175,7 @@ class Model:
                 raise ScoreOverflowError(f"beta = {self.beta!r} makes the scores β⟨x, B_h y⟩ overflow: β‖B_h‖_F = {bound:.3g} "
                                          f"(at most {SCORE_BOUND_LIMIT:.0e}; at that temperature the softmax is already an argmax)")
             if self.attention == "unnormalized":
-                top = float(self.beta) * max(float(np.linalg.norm(B, 2)) for B in heads.at(0.0).B)
+                top = unshifted_exponent(self.beta, heads.at(0.0).B)
                 if top > EXP_OVERFLOW:  # (where a config gave its own note, build_model silences this one)
                     warnings.warn(f"beta = {self.beta!r} with unnormalized attention: its terms e^(β⟨x, B_h y⟩) are taken "
                                   f"unshifted and exceed float64 above β⟨x, B_h y⟩ = 709, here up to β‖B_h‖₂ = {top:.3g}; "
