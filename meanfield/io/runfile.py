@@ -340,6 +340,11 @@ class RunWriter:
     def _reopen(self, config: Mapping[str, Any], static: Mapping[str, np.ndarray] | None) -> h5py.File:
         """The committed frames of the existing file, in a file open for appending (rebuilt when a crash left it unopenable)."""
         reader = RunReader(self.path, key="--resume")
+        arrays = sum(np.asarray(value).nbytes for value in (static or {}).values()) + 8 * reader.frames  # (checksums)
+        free = _free_bytes(self.path)
+        if free is not None and free < SPACE_RESERVE + arrays:  # HDF5 must never meet a full disk: it had left the file
+            raise StorageFailed(f"no space left on device to resume {self.path} ({free} bytes free, at least "  # unreadable
+                                f"{SPACE_RESERVE + arrays} needed); the file is unchanged: free some space and resume again")
         try:
             f = h5py.File(self.path, "a", libver="latest")
         except OSError:  # a writer killed in SWMR mode leaves the file marked open: copy what is committed
@@ -364,8 +369,15 @@ class RunWriter:
             self._stamp(f, config)
             f.flush()
             f.swmr_mode = True
-        except BaseException:
-            f.close()
+        except BaseException as exc:
+            try:
+                f.close()
+            except (OSError, RuntimeError):  # (HDF5's close after a failed flush raises too)
+                pass
+            if isinstance(exc, (OSError, RuntimeError)):  # e.g. another process filled the disk since the check
+                what = "no space left on device" if _no_space(exc) else _reason(exc)
+                raise StorageFailed(f"{what} while reopening {self.path} to resume it; free some space and resume again "
+                                    "(a file left unopenable is rebuilt from its committed frames)") from None
             raise
         return f
 

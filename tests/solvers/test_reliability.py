@@ -395,6 +395,30 @@ def test_a_disk_filled_by_another_process_leaves_the_file_readable_and_resumable
     assert len(steps) == 1 and "1 more session stopped without recording its counters (killed, or out of disk)" in steps[0]
 
 
+def test_a_resume_on_a_full_disk_leaves_the_file_unchanged_and_resumable(small_disk):
+    # --resume reopened the file and flushed its new attributes with no space check: on a full disk HDF5's flush and
+    # close failed (a traceback, exit 1) and left the file marked open for writing, every committed frame unreadable
+    from meanfield.errors import StorageFailed
+    from meanfield.io.lock import lock_path
+
+    cfg = {"init": {"n": 32}, "solver": {"dt": 0.05, "t_final": 1.0, "save_every": 0.25}}
+    out, filler = small_disk / "run.h5", small_disk / "filler"
+    mf.simulate(cfg, out=out)
+    before = out.read_bytes()
+    with open(filler, "wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 4096)
+        except OSError:
+            pass
+    with pytest.raises(StorageFailed, match="no space left on device to resume .*the file is unchanged"):
+        mf.simulate(cfg, out=out, resume=True, **{"solver.t_final": 2.0})
+    assert out.read_bytes() == before and not lock_path(out).exists()
+    filler.unlink()
+    resumed = mf.simulate(cfg, out=out, resume=True, **{"solver.t_final": 2.0})
+    np.testing.assert_array_equal(resumed.x, mf.simulate(cfg, **{"solver.t_final": 2.0}).x)
+
+
 def test_a_rebuild_without_room_for_its_copy_leaves_the_file_unchanged(tmp_path, monkeypatch):
     # --resume of a killed run copies its committed frames; on a nearly full disk HDF5 had dropped the copy's writes
     # and the partial copy, moved over the file, zeroed 68 of 126 frames
