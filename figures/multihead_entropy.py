@@ -131,7 +131,8 @@ def plot(rows: list[dict[str, float]], path: Path) -> Path:
     ax.text(0.0, rows[0]["log_n"], f"log n (n = {N_TOKENS})", va="bottom", fontsize=8)
     ax.set_xlabel("time t")
     ax.set_ylabel(r"attention entropy $\mathcal{H}_i$")
-    ax.set_title("Thm 27 of Pendharkar, arXiv 2605.04279: entropy of the scalar equiangular flow (lines: closed form; circles: particles)", fontsize=9)
+    ax.set_title("Thm 27 of Pendharkar, arXiv 2605.04279: entropy of the scalar equiangular flow\n"
+                 "(lines: closed form; circles: particles)", fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     fig.savefig(path, dpi=120)

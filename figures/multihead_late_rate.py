@@ -134,11 +134,12 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
         group = [r for r in rows if r["heads"] == label]
         t = np.array([r["t"] for r in group])
         color = f"C{k}"
-        ax.plot(t, [r["log_gap_ode"] for r in group], color=color, lw=1.2, label=f"λ = {label}: ODE, fitted slope {slopes[label][0]:.4f}")
+        ax.plot(t, [r["log_gap_ode"] for r in group], color=color, lw=1.2, label=f"λ = {label}: ODE (line); particles' fitted slope {slopes[label][0]:.4f}")
         ax.plot(t[::4], [r["log_gap_particle"] for r in group][::4], "o", ms=3.5, mfc="none", color=color)
         anchor = group[-1]
         ax.plot(t, anchor["log_gap_ode"] + slopes[label][1] * (t - anchor["t"]), ls=":", color=color, lw=0.9)
-    ax.set_ylim(math.log(SMALLEST_GAP) - 2, 1)
+    shown = [r["log_gap_particle"] for r in rows if math.isfinite(r["log_gap_particle"])] + [r["log_gap_ode"] for r in rows if math.isfinite(r["log_gap_ode"])]
+    ax.set_ylim(max(math.log(SMALLEST_GAP), min(shown)) - 2, 1)
     ax.set_xlabel("time t")
     ax.set_ylabel(r"$\log(1-\gamma)$")
     ax.set_title(r"Thm 22 of Pendharkar, arXiv 2605.04279: late rate $2\Lambda$ (circles: particles; dotted: slope $-2\Lambda$)", fontsize=9)

@@ -31,12 +31,12 @@ so no angle ordering is claimed for it.
 Claim, always: every angle statistic is a finite number in [0°, 90°]; the mean
 attention entropy stays at most :math:`\log n`; the tokens cluster under both
 trained and random heads (:math:`1-\gamma` ends below its start); these hold for
-any heads and only keep the numbers honest.  With the real model, the paper's range: the
-trained heads' mean principal angle, averaged over layers, lies within 5° of the 70–85°
-Pendharkar quotes as usual for trained transformers (nearly, not exactly, orthogonal; measured
-≈ 68°, a little *below* the quoted band, which the margin lets through and the README says);
-and this project's observation, not the paper's: it lies below the random baseline's (trained heads
-share directions more than random ones: ≈ 68° against ≈ 75.6°).
+any heads and only keep the numbers honest.  With the real model: the trained heads' mean principal
+angle, averaged over layers, lies below the random baseline's (this project's observation, not the paper's:
+trained heads share directions more than random ones: ≈ 68° against ≈ 75.6°).  Where it lies against the
+70–85° Pendharkar quotes as usual for trained transformers (nearly, not exactly, orthogonal) is printed as a
+note, not checked: random heads of the same norms fall inside that band, so it cannot tell trained heads from
+random ones (MiniLM measures ≈ 68°, a little *below* it, as the README says).
 
 Runtime: about 6 s with ``--quick`` (β = 1/√d_h, t = 3), about 20 s in full (two
 temperatures, t = 6), on one core.
@@ -46,7 +46,6 @@ Command: ``python figures/multihead_real_heads.py [--quick] [--synthetic] [--out
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import sys
@@ -77,7 +76,6 @@ SAVE_EVERY = 0.1
 N_FOR_BETA_STAR = 16          # sequence length used by analyse_layer's β* (reported only)
 ENTROPY_ATOL = 1e-9
 QUOTED_BAND = (70.0, 85.0)    # the principal angles Pendharkar quotes as usual for trained heads (degrees)
-BAND_MARGIN = 5.0             # the claim check's slack around it: MiniLM measures ≈ 68° (module notes)
 COLUMNS = ("model", "record", "layer", "heads", "beta_kind", "beta", "n_tokens", "log_n", "t",
            "angle_mean", "angle_min", "delta_rel", "w2_target", "one_minus_gamma", "entropy")
 
@@ -187,10 +185,12 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         trained = float(np.mean(table["trained"]["angle_mean"]))
         random = float(np.mean(table["random"]["angle_mean"]))
         low, high = QUOTED_BAND
-        checks["trained_angles_near_the_quoted_band"] = {
-            "ok": bool(low - BAND_MARGIN <= trained <= high + BAND_MARGIN), "value": trained,
-            "expected": f"mean principal angle of the trained heads within {BAND_MARGIN:g}° of the {low:g}–{high:g}° that "
-                        "Pendharkar (arXiv 2605.04279) quotes as usual for trained heads (nearly, not exactly, orthogonal)",
+        where = "below" if trained < low else "above" if trained > high else "inside"
+        checks["trained_angles_against_the_quoted_band"] = {  # a note: random heads of these norms fall inside the band
+            "ok": None, "value": trained,
+            "expected": f"mean principal angle of the trained heads, {where} the {low:g}–{high:g}° that Pendharkar "
+                        f"(arXiv 2605.04279) quotes for trained heads; an observation, not a check: the random heads "
+                        f"of the same norms measure {random:.1f}°",
         }
         checks["trained_angle_below_random"] = {
             "ok": bool(trained < random), "value": trained,
@@ -265,18 +265,9 @@ def make(out_dir: str | Path, *, quick: bool = False, checkpoint: str | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=DESCRIPTION)
-    parser.add_argument("--quick", action="store_true", help="the small version the tests run")
-    parser.add_argument("--synthetic", action="store_true", help="use the synthetic checkpoint even when MiniLM is installed")
-    parser.add_argument("--out", default="figures/gallery", help="output folder (default figures/gallery)")
-    args = parser.parse_args(argv)
-    paths = make(args.out, quick=args.quick, checkpoint="synthetic" if args.synthetic else None)
-    checks = claim(paths["csv"])
-    print(f"wrote {paths['png']} and {paths['csv']}")
-    for name, check in checks.items():
-        print(f"  {'ok  ' if check['ok'] else 'FAIL'} {name}: {check['value']:.6g} (expected {check['expected']})")
-    return 0 if all(c["ok"] for c in checks.values()) else 1
+    from meanfield.figures import script_main
 
+    return script_main(make, claim, DESCRIPTION, argv, synthetic_option=True)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -156,7 +156,7 @@ def plot(rows: list[dict[str, float]], path: Path) -> Path:
     ax.set_ylabel(r"growth rate of $\int z\,d\mu_t$")
     ax.set_title(f"Noisy softmax transformer on S², β = {BETA:g}: the uniform state clusters beyond γ_c\n"
                  "(bifurcation from the uniform state, Shalova and Schlichting, arXiv 2412.14813)", fontsize=9)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left")  # (lower right, it had covered the γ_c label in the quick form)
     ax.grid(alpha=0.3)
     fig.savefig(path, dpi=120)
     return path

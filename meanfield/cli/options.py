@@ -193,6 +193,8 @@ def folder_path(value: str | None, key: str) -> str | None:
 
     if value is None:
         return None
+    if not value.strip():  # (an empty --out had meant the default folder, and replaced what was there)
+        raise ConfigError(key, "the folder name is empty; give a folder")
     path = Path(value)
     if path.exists() and not path.is_dir():
         raise ConfigError(key, f"{value} is a file; give a folder")

@@ -63,8 +63,7 @@ def main(args: argparse.Namespace) -> int:
             status = 1
             continue
         print(f"{figure_id}: {run.png}, {run.csv} ({run.seconds:.1f} s)")
-        for name, check in run.checks.items():
-            print(f"  {'ok  ' if check['ok'] else 'FAIL'} {name}: {check['value']:.6g} (expected {check['expected']})")
+        figures.print_checks(run.checks)
         if not run.ok:
             status = 1
     sys.stdout.flush()
