@@ -92,6 +92,8 @@ def _finite(value: float, key: str) -> float:
         x = float(value)
     except (TypeError, ValueError):
         raise ConfigError(key, f"must be a real number, got {value!r}") from None
+    except OverflowError:  # an integer beyond float's range (10**400)
+        raise ConfigError(key, f"must be finite (at most about 1.8e308), got an integer of {len(str(abs(int(value))))} digits") from None
     if not math.isfinite(x):
         raise ConfigError(key, f"must be finite, got {value!r}")
     return x
@@ -108,6 +110,8 @@ def _reals(value: ArrayLike, key: str) -> NDArray[np.float64]:
         x = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         raise ConfigError(key, f"must be real numbers, got {value!r}") from None
+    except OverflowError:  # an integer beyond float's range (10**400)
+        raise ConfigError(key, "must be finite (at most about 1.8e308), got an integer beyond float's range") from None
     if not np.all(np.isfinite(x)):
         raise ConfigError(key, f"must be finite, got {value!r}")
     return x
@@ -212,7 +216,7 @@ def c_star(H: ArrayLike) -> float | NDArray[np.float64]:
     if np.any(h < 1):
         raise ConfigError("H", f"the number of heads must be finite and >= 1, got {H!r}")
     a = h - 1.0
-    r = np.sqrt(a * a + 4.0)
+    r = np.hypot(a, 2.0)  # (a * a overflowed above H ≈ 1.3e154, and c* came out 0)
     return _out(np.where(a <= 1.0, (r - a) / 2.0, 2.0 / (r + a)))
 
 

@@ -98,6 +98,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main, interrupted="interrupted; nothing was written (the table and the plot come at the end)")
 
 
+def _check_largest_mesh(cfg: dict, cells: int, option: str) -> None:
+    """The study's largest mesh must fit the machine (its cells, steps and frames, as a run's would): a ``ConfigError``
+    naming ``option`` otherwise (an absurd --cells had been NumPy's allocation error, with a traceback)."""
+    from meanfield.resources import check_resources
+
+    try:
+        check_resources({**cfg, "grid": {**cfg["grid"], "cells": int(cells)}})
+    except ConfigError as exc:
+        raise ConfigError(option if exc.key == "grid.cells" else exc.key, exc.message) from None
+
+
 def main(args: argparse.Namespace) -> int:
     from meanfield.build import build_model
     from meanfield.solvers.grid import grid_init, solver_from_config
@@ -137,6 +148,8 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("grid.family", "the convergence study refines uniform meshes (fibonacci, icosahedral); a graded "
                                          "mesh is refined through grid.cells with the same caps: run `meanfield simulate` "
                                          "on each (or `meanfield concentration --sweep-beta … --refinement 2`)")
+    _check_largest_mesh(cfg, reference_mesh if reference_mesh is not None else cells_fine,
+                        "--reference-cells" if reference_mesh is not None else "--cells")
     kind, params = grid_init(cfg)
     model = build_model(cfg)
     if model.d != 3:

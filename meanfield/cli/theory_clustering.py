@@ -32,6 +32,10 @@ from meanfield.errors import ConfigError
 
 __all__ = ["add_subparser", "run"]
 
+#: the interval between the checks of the tokens' largest gap (:func:`meanfield.solvers.experiments.multihead.clustering_time`'s
+#: ``check_every``): the RK4 steps run inside it
+CHECK_EVERY = 0.5
+
 
 def _clean(value: Any) -> Any:
     """Arrays and numpy scalars as plain lists/floats for :func:`emit`."""
@@ -51,13 +55,26 @@ def run(args: argparse.Namespace) -> int:
     kinds = ("softmax", "relu") if args.attention == "both" else (args.attention,)
     ns = parse_int_list(args.n, "--n", minimum=2)
     ds = parse_int_list(args.d, "--d", minimum=2)
+    for key, sizes in (("--n", ns), ("--d", ds)):
+        if len(set(sizes)) != len(sizes):  # a size given twice ran twice, and its fits came out NaN without a word
+            raise ConfigError(key, f"the sizes must be distinct, got {getattr(args, key[2:])!r}")
     eps = parse_float(args.eps, "--eps", positive=True)
     if eps >= 2.0:  # ⟨x_i, x_j⟩ ≥ -1 = 1 - 2 for every pair of unit tokens: clustered at t = 0
         raise ConfigError("--eps", f"must be < 2 (every pair of tokens has ⟨x_i, x_j⟩ ≥ 1 - 2), got {args.eps!r}")
     beta = parse_float(args.beta, "--beta", nonnegative=True)
+    from meanfield.model import SCORE_BOUND_LIMIT
+
+    if "softmax" in kinds and beta * math.sqrt(max(ds)) > SCORE_BOUND_LIMIT:  # (the identity head's β‖I‖_F)
+        raise ConfigError("--beta", f"{args.beta} makes the scores β⟨x_i, x_j⟩ overflow at d = {max(ds)}: β√d must be at most "
+                                    f"{SCORE_BOUND_LIMIT:.0e}")
     runs = parse_int(args.runs, "--runs", minimum=1)
     max_draws = parse_int(args.max_draws, "--max-draws", minimum=1) if args.max_draws is not None else None
+    if max_draws is not None and max_draws < runs:  # it had printed runs = 5 over at most 2 runs
+        raise ConfigError("--max-draws", f"{max_draws} seeds cannot give --runs {runs} clustered runs; give at least {runs}")
     dt = parse_float(args.dt, "--dt", positive=True)
+    if dt > CHECK_EVERY:  # the steps run between the checks of the gap: a longer one was cut to them without a word
+        raise ConfigError("--dt", f"the RK4 step must be at most {CHECK_EVERY:g}, the interval between the checks of the "
+                                  f"tokens' largest gap, got {args.dt!r}")
     from meanfield.solvers.experiments.multihead import check_clustering_memory, check_clustering_steps
 
     check_clustering_steps(ns, ds, max(dt, 0.5) if args.quick else dt, key="--dt")
@@ -72,11 +89,12 @@ def run(args: argparse.Namespace) -> int:
         prefix = f"{kind}_" if len(kinds) > 1 else ""
         if not prefix:
             values["attention"] = kind
+        if kind == "softmax":  # (ReLU attention has no temperature: a printed β had looked used)
+            values[f"{prefix}beta"] = beta
         values.update(
             {
                 f"{prefix}init": result["init"],
                 f"{prefix}eps": result["eps"],
-                f"{prefix}beta": beta,
                 f"{prefix}runs": int(result["runs"]),
                 f"{prefix}n": _clean(result["n"]),
                 f"{prefix}d": _clean(result["d"]),
@@ -114,11 +132,11 @@ def add_subparser(subparsers: Any) -> None:
     p.add_argument("--n", default="16", metavar="N1,N2,...", help="numbers of tokens (default 16)")
     p.add_argument("--d", default="8,32,128", metavar="D1,D2,...", help="dimensions (default 8,32,128)")
     p.add_argument("--eps", default="1e-3", metavar="EPS", help="clustering tolerance (default 1e-3)")
-    p.add_argument("--beta", default="1", metavar="B", help="softmax inverse temperature (default 1)")
+    p.add_argument("--beta", default="1", metavar="B", help="softmax inverse temperature (default 1; ReLU has none)")
     p.add_argument("--runs", default="3", metavar="S", help="clustered runs per (n, d); their median is fitted (default 3)")
     p.add_argument("--max-draws", default=None, metavar="M", help="seeds tried at most per (n, d) (default 10 x runs)")
     p.add_argument("--init", default="uniform", choices=("uniform", "equiangular"), help="uniform tokens, or equiangular with gamma0 = d^-1/2 (needs n <= d)")
-    p.add_argument("--dt", default="0.2", metavar="DT", help="RK4 step (default 0.2)")
+    p.add_argument("--dt", default="0.2", metavar="DT", help="RK4 step, at most 0.5 (default 0.2)")
     p.add_argument("--quick", action="store_true", help="one clustered run from at most 4 seeds, dt = 0.5, eps >= 1e-2")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

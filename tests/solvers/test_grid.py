@@ -448,6 +448,11 @@ def test_cli_convergence(tmp_path, capsys):
         _cli([str(cfg), "--cells", "100,200", "--reference-cells", "150"])
     with pytest.raises(ConfigError, match="^--cells: .*give the icosahedral meshes \\[642, 642\\]"):
         _cli([str(cfg), "--cells", "600,700", "--family", "icosahedral"])
+    # meshes too large for the machine (NumPy's allocation error had come with a traceback, exit 1)
+    with pytest.raises(ConfigError, match="^--cells: 100000000000 cells need about"):
+        _cli([str(cfg), "--cells", "99999999999,100000000000"])
+    with pytest.raises(ConfigError, match="^--reference-cells: 999999999999 cells need about"):
+        _cli([str(cfg), "--cells", "100,200", "--reference-cells", "999999999999"])
 
 
 def test_cli_convergence_studies_the_configs_scheme(tmp_path, capsys):

@@ -49,6 +49,18 @@ def test_c_star_vectorised_and_large_H():
     assert c[-1] == pytest.approx(1e-8, rel=1e-7)
 
 
+def test_c_star_beyond_the_square_of_float_range_and_sizes_beyond_it():
+    # (H − 1)² overflowed above H ≈ 1.3e154: c* came out 0 and β* died in math.log (a traceback, exit 1); an integer n
+    # beyond float's range raised OverflowError instead of naming n
+    with np.errstate(all="raise"):
+        c = th.c_star(np.array([1e160, 1e300]))
+    np.testing.assert_allclose(c * np.array([1e160, 1e300]), [1.0, 1.0], rtol=1e-14)
+    assert math.isfinite(th.beta_star(1e200, 16, 1.0))
+    with pytest.raises(ConfigError, match="n"):
+        th.beta_star(2, 10**400, 1.0)
+    assert main(["theory", "beta-star", "--heads", "2", "--n", "1" + "0" * 400]) == 2
+
+
 def test_beta_star_closed_form_matches_root():
     for H, n, alpha in itertools.product([2, 3, 4, 8, 16, 64], [2, 3, 8, 16, 128, 1024], [0.1, 1.0, 3.0]):
         closed = th.beta_star(H, n, alpha)

@@ -217,6 +217,7 @@ def test_cli_clustering_time_prints_pasteable_numbers(clustering_command, capsys
     assert values["softmax_n"] == [4, 4] and values["relu_d"] == [8, 32]
     assert all(isinstance(t, float) and t > 0 for t in values["softmax_time_median"])
     assert values["softmax_fit_points"] == 2
+    assert "softmax_beta" in values and "relu_beta" not in values  # ReLU attention has no temperature
     assert main(["theory", "clustering-time", "--attention", "softmax", "--n", "4,6", "--d", "8", "--quick"]) == 0
     text = capsys.readouterr().out
     assert "attention = softmax" in text and "exponent_in_n = " in text
@@ -231,6 +232,13 @@ def test_cli_clustering_time_prints_pasteable_numbers(clustering_command, capsys
         (["--eps", "0"], "--eps"),
         (["--runs", "0"], "--runs"),
         (["--init", "equiangular", "--n", "16", "--d", "8"], "--d"),
+        # found in review: a size given twice (NaN fits), fewer draws than runs (printed runs = 5 over 2), a step above
+        # the checks' 0.5 (cut without a word), a β whose scores overflow (a traceback, exit 1)
+        (["--n", "4,4"], "--n"),
+        (["--d", "8,8"], "--d"),
+        (["--runs", "5", "--max-draws", "2"], "--max-draws"),
+        (["--dt", "1"], "--dt"),
+        (["--attention", "softmax", "--beta", "1e307"], "--beta"),
     ],
 )
 def test_cli_clustering_time_bad_input_exits_2(clustering_command, argv, option, capsys):
