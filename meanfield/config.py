@@ -414,7 +414,7 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
             for spec in heads:
                 for name in ("Q", "K", "V"):
                     value = spec.get(name)
-                    if isinstance(value, str) and value.startswith("file:") and not Path(value[5:]).is_absolute():
+                    if isinstance(value, str) and value.startswith("file:") and not Path(value[5:]).expanduser().is_absolute():
                         spec[name] = f"file:{base / value[5:]}"
     elif isinstance(heads, str):
         if not heads.startswith("checkpoint:"):
@@ -422,7 +422,8 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         from meanfield.heads.checkpoint import parse_checkpoint_spec  # a malformed spec fails before any work
 
         spec = parse_checkpoint_spec(heads)
-        if base is not None and spec.path.lower() != "minilm" and not Path(spec.path).is_absolute():
+        if base is not None and spec.path.lower() != "minilm" and not Path(spec.path).expanduser().is_absolute():  # (~/ck had
+            # become <config folder>/~/ck)
             model["heads"] = f"checkpoint:{base / spec.path}#{heads.rpartition('#')[2]}"
     _authors_checks(cfg, on_grid=on_grid)
     _mask_checks(cfg, on_grid=on_grid)
@@ -446,12 +447,12 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         if not init["sentence"]:
             raise ConfigError("init.sentence", 'kind=\'sentence\' needs sentence = "some text"')
         checkpoint = init["checkpoint"]
-        if checkpoint and base is not None and checkpoint.lower() != "minilm" and not Path(checkpoint).is_absolute():
+        if checkpoint and base is not None and checkpoint.lower() != "minilm" and not Path(checkpoint).expanduser().is_absolute():
             init["checkpoint"] = str(base / checkpoint)
     if init["kind"] == "file":
         if not init["path"]:
             raise ConfigError("init.path", "kind='file' needs path = \"x0.npy\"")
-        path = Path(init["path"])
+        path = Path(init["path"]).expanduser()
         if base is not None and not path.is_absolute():
             path = base / path
         if not path.exists():

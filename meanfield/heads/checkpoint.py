@@ -241,6 +241,8 @@ class AttentionLayer:
 
     def head(self, h: int) -> Head:
         r"""Head ``h``: :math:`Q_h=W_q[R_h]`, :math:`K_h=W_k[R_h]`, :math:`V_h=W_O[:,R_h]W_v[R_h]`."""
+        if isinstance(h, bool) or not isinstance(h, (int, np.integer)):  # (True had been head 1; layer(True) is refused)
+            raise ConfigError("heads", f"a head index is an integer, got {h!r}")
         if not 0 <= h < self.num_heads:
             raise ConfigError("heads", f"head {h} does not exist; layer {self.index} has heads 0..{self.num_heads - 1}")
         r = self.rows(h)
@@ -487,7 +489,14 @@ def _load_cached(path: str, mtime_ns: int, size: int, num_heads: int | None) -> 
     if indices != list(range(len(indices))):
         raise ConfigError("CHECKPOINT", f"{p}: layer indices {indices} are not 0..L-1")
     config = _read_config(p.parent)
-    H = config.get("num_attention_heads") if num_heads is None else num_heads
+    stored = config.get("num_attention_heads")
+    if stored is not None and (isinstance(stored, bool) or not isinstance(stored, int) or stored < 1):  # (it had been
+        raise ConfigError("CHECKPOINT", f"{p.parent / 'config.json'}: num_attention_heads must be a positive "  # blamed
+                                        f"integer, got {stored!r}")  # on num_heads, which the user had not given)
+    if num_heads is not None and stored is not None and num_heads != stored:  # num_heads had won, and another model ran
+        raise ConfigError("num_heads", f"config.json beside {p.name} says num_attention_heads = {stored}, got {num_heads}; "
+                                       "the number of heads is given only for a checkpoint without one")
+    H = stored if num_heads is None else num_heads
     if H is None:
         raise ConfigError("num_heads", f"{p}: no config.json with num_attention_heads beside the checkpoint; give the number of heads (num_heads)")
     if isinstance(H, bool) or not isinstance(H, int) or H < 1:
@@ -521,7 +530,8 @@ def _load_cached(path: str, mtime_ns: int, size: int, num_heads: int | None) -> 
         if hidden is not None and hidden != d:
             raise ConfigError("CHECKPOINT", f"{p}: config.json says hidden_size={hidden} but the weights have d={d}")
         if d % H:
-            raise ConfigError("num_heads", f"d={d} is not a multiple of num_heads={H}")
+            raise ConfigError("num_heads" if num_heads is not None else "CHECKPOINT",
+                              f"d={d} is not a multiple of {'num_heads' if num_heads is not None else 'num_attention_heads in config.json'}={H}")
         vecs = {k: (t[n] if n in t else _read_only(np.zeros(d))) for k, n in biases.items()}
         for k, v in vecs.items():
             if v.shape != (d,):

@@ -135,6 +135,40 @@ def test_num_heads_from_argument_when_there_is_no_config(tmp_path: Path) -> None
         load_checkpoint(tmp_path / "c", num_heads=3)
 
 
+def test_num_heads_that_contradicts_config_json_is_refused_and_a_bad_config_json_is_named(tmp_path: Path) -> None:
+    # num_heads had won over config.json and another model ran (6 heads of width 64 for MiniLM's 12 of 32), and a bad
+    # num_attention_heads in config.json had been blamed on num_heads, which the user had not given
+    _write_bert(tmp_path / "c")
+    assert load_checkpoint(tmp_path / "c", num_heads=H).num_heads == H  # the same number is fine
+    with pytest.raises(ConfigError, match=f"says num_attention_heads = {H}, got {2 * H}") as err:
+        load_checkpoint(tmp_path / "c", num_heads=2 * H)
+    assert err.value.key == "num_heads"
+    for bad in ("2", True, 0):
+        config = json.loads((tmp_path / "c" / "config.json").read_text())
+        (tmp_path / "c" / "config.json").write_text(json.dumps({**config, "num_attention_heads": bad}))
+        with pytest.raises(ConfigError, match="config.json: num_attention_heads must be a positive integer") as err:
+            load_checkpoint(tmp_path / "c")
+        assert err.value.key == "CHECKPOINT"
+    (tmp_path / "c" / "config.json").write_text(json.dumps({**config, "num_attention_heads": D - 1}))
+    with pytest.raises(ConfigError, match="not a multiple of num_attention_heads in config.json") as err:
+        load_checkpoint(tmp_path / "c")
+    assert err.value.key == "CHECKPOINT"
+    with pytest.raises(ConfigError, match="an integer"):
+        load_checkpoint(tmp_path / "c", num_heads=2).layer(0).head(True)
+
+
+def test_a_checkpoint_path_under_home_in_a_config_is_not_joined_to_the_config_folder(tmp_path: Path, monkeypatch) -> None:
+    # "checkpoint:~/ck#layer=0" had become <config folder>/~/ck
+    home = tmp_path / "home"
+    _write_bert(home / "ck")
+    monkeypatch.setenv("HOME", str(home))
+    config = tmp_path / "cfg" / "run.toml"
+    config.parent.mkdir()
+    config.write_text(f'[model]\nd = {D}\nheads = "checkpoint:~/ck#layer=0"\n')
+    assert load_config(config)["model"]["heads"].startswith("checkpoint:~/ck#")
+    assert len(build_heads(load_config(config))) == H
+
+
 def test_not_a_bert_checkpoint(tmp_path: Path) -> None:
     save_file({"w": np.zeros((2, 2), dtype=np.float32)}, str(tmp_path / "model.safetensors"))
     with pytest.raises(ConfigError, match="BERT-style"):
