@@ -111,6 +111,8 @@ def main(args: argparse.Namespace) -> int:
     dt = parse_float(args.dt, "--dt", positive=True)
     if dt > 1.0:
         raise ConfigError("--dt", f"one layer is one unit of time; the step must be <= 1, got {args.dt}")
+    if args.refine and args.no_meanfield:  # (it had been ignored without a word)
+        raise ConfigError("--refine", "halves the mean-field run's step, and --no-meanfield runs none; give one of them")
     picture_path(args.plot, "--plot")
     table_path(args.csv, "--csv")
     from meanfield.heads.forward import encoder_weights, forward_pass

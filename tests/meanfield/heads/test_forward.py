@@ -347,6 +347,7 @@ def test_cli_forward_writes_the_table_and_the_plot(tiny: Path, tmp_path: Path, c
 @pytest.mark.parametrize("argv, key", [
     (["--beta", "hot"], "--beta"), (["--dt", "0"], "--dt"), (["--dt", "2"], "--dt"), (["--plot", "x.txt"], "--plot"),
     (["--checkpoint", "/no/such/model"], "--checkpoint"),
+    (["--no-meanfield", "--refine"], "--refine"),  # (--refine had been ignored)
 ])
 def test_cli_forward_bad_input_exits_2_before_writing(tiny: Path, tmp_path: Path, capsys, argv, key):
     out_csv = tmp_path / "never.csv"
