@@ -341,15 +341,14 @@ def simulate_config(
             times, state = point
             record_first = False
             earlier = dict(reader.info or {})
-            if reader.unrecorded:  # the session before this one left no counters: the sums leave it out, and say so
-                earlier["unrecorded_sessions"] = int(earlier.get("unrecorded_sessions", 0)) + 1
             writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape,
-                               static=setup.static, resume=True)
+                               static=setup.static, resume=True, info=_unrecorded(earlier))
     if out_path is not None and resume and not out_path.exists():
         warnings.warn(f"{out_path} does not exist (a run killed before its first frame leaves none); "
                       "starting the run afresh", ConfigNote, stacklevel=2)
     if out_path is not None and writer is None:
-        writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape, static=setup.static)
+        writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape, static=setup.static,
+                           info=_unrecorded(earlier))
     progress = ProgressTracker(total=float(times[-1]), initial=float(times[0]), quiet=quiet)
     if keep_states is None:
         keep_states = writer is None
@@ -432,6 +431,15 @@ def whole_run_counters(earlier: dict[str, Any], session: dict[str, Any]) -> dict
             if _number(before) and _number(now):
                 merged[key] = combine(before, now)
     return merged
+
+
+def _unrecorded(earlier: dict[str, Any]) -> dict[str, Any]:
+    """The counters a session stores when it starts: the earlier sessions', and itself as a session that recorded none.
+    :meth:`~meanfield.io.runfile.RunWriter.finish` replaces them with the session's own; a session that never gets
+    there (killed, out of disk, a second Ctrl-C) is then counted in ``unrecorded_sessions``."""
+    stored = {key: earlier.get(key, 0) for key in ("sessions", "unrecorded_sessions")}
+    counts = {key: value if _number(value) else 0 for key, value in stored.items()}
+    return {**earlier, "sessions": counts["sessions"], "unrecorded_sessions": counts["unrecorded_sessions"] + 1}
 
 
 def _number(value: Any) -> bool:

@@ -139,8 +139,8 @@ def _sessions_note(info: dict[str, Any]) -> str:
         note = (f", over {sessions} sessions (a resumed session takes again, and counts again, the steps after the last "
                 "frame the session before it committed)")
     if unrecorded:
-        sessions_were = "1 more session stopped without recording its counters (killed, or out of disk) and is" if unrecorded == 1 \
-            else f"{unrecorded} more sessions stopped without recording their counters (killed, or out of disk) and are"
+        sessions_were = "1 more session stopped without recording its counters (killed, out of disk, or a second Ctrl-C) and is" if unrecorded == 1 \
+            else f"{unrecorded} more sessions stopped without recording their counters (killed, out of disk, or a second Ctrl-C) and are"
         note += f"; {sessions_were} not in them"
     return note
 

@@ -250,6 +250,9 @@ class RunWriter:
     resume : bool
         Open the existing run, keep its committed frames and append after them;
         the stored config takes the new ``config`` (a later ``t_final``).
+    info : mapping, optional
+        The counters to store until :meth:`finish` stores the session's own: a session that never gets there (killed,
+        out of disk) leaves these, which count it as unrecorded.
 
     Raises
     ------
@@ -266,8 +269,10 @@ class RunWriter:
         state_shape: tuple[int, ...],
         static: Mapping[str, np.ndarray] | None = None,
         resume: bool = False,
+        info: Mapping[str, Any] | None = None,
     ) -> None:
         self.path = Path(path)
+        self.provisional_info = dict(info) if info else None
         self.state_name = state_name
         self.broken: str | None = None
         self.damaged = False  # a write failed inside HDF5: the file is only closed, nothing more is written to it
@@ -293,6 +298,8 @@ class RunWriter:
         f.attrs["stop_reason"] = ""
         f.attrs["writer"] = f"pid {os.getpid()} on {socket.gethostname()}"
         f.attrs["threads"] = num_threads()  # the kernels' bits depend on it: --resume says when it changed
+        if self.provisional_info is not None:
+            f.attrs["info"] = json.dumps(self.provisional_info, default=float)
 
     def _create(self, config: Mapping[str, Any], state_name: str, state_shape: tuple[int, ...],
                 static: Mapping[str, np.ndarray] | None) -> h5py.File:
@@ -606,8 +613,6 @@ class RunReader:
     status, stop_reason : str
     info : dict
         The counters the last session that finished recorded (those of every session before it added in).
-    unrecorded : bool
-        The writer stopped without recording its status and counters (killed, or out of disk).
     state_name : {"x", "mass"}
     frames : int
         Frames completely on disk.
@@ -619,11 +624,9 @@ class RunReader:
         stamp = _file_stamp(self.path)  # before the header: a file moved onto the name during the read is caught
         self._inode: int | None = stamp[0] if stamp is not None else None
         self._read(self._header)
-        self.unrecorded = False
         if self.status == "running" and not writer_alive(self.path):
             self._read(self._header)  # the writer may have closed the file since the first read: a second one tells
             if self.status == "running" and not writer_alive(self.path):
-                self.unrecorded = True
                 self.status = "interrupted"
                 self.stop_reason = "the writer stopped without closing the file (killed, or the machine went down)"
 

@@ -357,6 +357,27 @@ def test_whole_run_counters_add_counts_and_keep_extremes():
     assert whole_run_counters({}, {"steps": 4}) == {"steps": 4}  # a session killed with SIGKILL left no counters
 
 
+def test_sessions_that_end_without_their_counters_are_each_counted(tmp_path):
+    # the count had come from the session before the last only: three sessions killed in a row counted as one, and a
+    # session ended by a second Ctrl-C (its status recorded, its counters not) counted as none
+    cfg = {"init": {"n": 16}, "solver": {"dt": 0.05, "t_final": 2.0, "save_every": 0.25}}
+    out = tmp_path / "run.h5"
+
+    def ctrl_c_at(time: float):
+        def tracker(t: float, x: np.ndarray) -> None:
+            if t >= time:
+                raise KeyboardInterrupt
+        return tracker
+
+    for k, time in enumerate((0.5, 1.0, 1.5)):
+        with pytest.raises(KeyboardInterrupt):
+            mf.simulate(cfg, out=out, resume=k > 0, trackers=[ctrl_c_at(time)])
+        assert mf.load(out).info["unrecorded_sessions"] == k + 1
+    resumed = mf.simulate(cfg, out=out, resume=True)
+    assert (resumed.info["sessions"], resumed.info["unrecorded_sessions"]) == (1, 3)
+    np.testing.assert_array_equal(resumed.x, mf.simulate(cfg).x)
+
+
 def test_a_disk_filled_by_another_process_leaves_the_file_readable_and_resumable(small_disk):
     # the space check refused a frame, then finish() wrote the status onto the full disk: h5py's RuntimeError from
     # flush and close escaped, the lock stayed, and the file was left unreadable (every committed frame lost)
@@ -392,7 +413,7 @@ def test_a_disk_filled_by_another_process_leaves_the_file_readable_and_resumable
     assert (resumed.info["sessions"], resumed.info["unrecorded_sessions"]) == (1, 1)
     assert resumed.info["steps"] == whole_run.info["steps"] - 15  # t = 0.75 … 2 taken by the resumed session
     steps = [line for line in run_summary(mf.load(out)).splitlines() if line.startswith("steps:")]
-    assert len(steps) == 1 and "1 more session stopped without recording its counters (killed, or out of disk)" in steps[0]
+    assert len(steps) == 1 and "1 more session stopped without recording its counters (killed, out of disk, or a second Ctrl-C)" in steps[0]
 
 
 def test_a_resume_on_a_full_disk_leaves_the_file_unchanged_and_resumable(small_disk):
