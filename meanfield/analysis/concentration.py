@@ -71,8 +71,13 @@ def single_head(cfg: dict[str, Any]) -> Any:
     Raises
     ------
     ConfigError
-        ``model.heads`` holds more than one head.
+        ``model.heads`` holds more than one head, or ``model.direction`` is ``"descent"``.
     """
+    if cfg["model"].get("direction", "ascent") != "ascent":  # (W2 had been measured against the wrong end of S's spectrum)
+        raise ConfigError("model.direction", "W2 to Π♯ρ₀ (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931) is the limit "
+                                             "of the ascent flow, whose tokens gather in the dominant eigenspace of S = V Bᵀ; "
+                                             "under descent they leave it (to the other end of S's spectrum), so the analysis "
+                                             "does not apply")
     heads = build_heads(cfg)
     if len(heads) != 1:
         raise ConfigError("model.heads", f"W2 to Π♯ρ₀ (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931) needs a single head, got {len(heads)}")

@@ -779,3 +779,18 @@ def test_a_frame_off_the_sphere_is_named_not_a_traceback(tmp_path: Path, run_cli
     assert run_cli(["concentration", str(out)]) == 2
     err = capsys.readouterr().err
     assert "frame 2 (t = 1) is not a measure W2 can read" in err and "does not match the checksum" in err and "Traceback" not in err
+
+
+def test_the_analysis_refuses_descent_whose_tokens_leave_the_dominant_eigenspace(tmp_path, run_cli):
+    # under descent W2 had been measured against the top eigenspace of S, which the tokens leave: t_min = 0 and a
+    # "metastable window" over the whole run, without a word
+    import meanfield as mf
+
+    cfg = str(ROOT / "data" / "concentration.toml")
+    descent = {"model.direction": "descent", "solver.kind": "zero-temperature", "solver.t_final": 1.0, "solver.save_every": 0.5}
+    with pytest.raises(ConfigError, match="^model.direction: W2 to Π♯ρ₀ .* ascent flow"):
+        mf.simulate(cfg, **descent)  # (the config tracks W2)
+    run = mf.simulate(cfg, **descent, **{"track.concentration": False}, out=tmp_path / "d.h5")
+    with pytest.raises(ConfigError, match="^model.direction"):
+        run.concentration()
+    assert run_cli(["concentration", str(tmp_path / "d.h5")]) == 2
