@@ -212,8 +212,8 @@ def _check_resumable(stored: dict[str, Any], cfg: dict[str, Any], path: Path) ->
         raise ConfigError("solver.t_final", f"{path} runs to t_final = {before:g}; --resume only extends a run (got {now:g})")
 
 
-def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """Where ``--resume`` continues ``path``: ``(remaining save times, state)``; ``None`` to start afresh.
+def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """Where ``--resume`` continues ``path``: ``(remaining save times, state, committed frames)``; ``None`` to start afresh.
 
     Raises
     ------
@@ -256,9 +256,9 @@ def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.nd
     tol = 1e-12 * max(1.0, abs(t_last))
     done = times[times <= t_last + tol]
     if len(done) == frames and math.isclose(done[-1], t_last, rel_tol=0, abs_tol=tol):
-        return times[len(done) - 1 :], state  # an interrupted run: the rest of its own save times
+        return times[len(done) - 1 :], state, frames  # an interrupted run: the rest of its own save times
     if len(done) == frames - 1 and math.isclose(t_last, reader.config["solver"]["t_final"], rel_tol=0, abs_tol=tol):
-        return np.concatenate([[t_last], times[len(done):]]), state  # extending a finished run past its last frame
+        return np.concatenate([[t_last], times[len(done):]]), state, frames  # extending a finished run past its last frame
     raise ConfigError("--resume", f"{path} holds {frames} frames ending at t={t_last}, which do not match the save times")
 
 
@@ -283,6 +283,8 @@ def simulate_config(
     quiet: bool = False,
     keep_states: bool | None = None,
     trackers: Sequence[Tracker] = (),
+    overwrite: bool = True,
+    out_key: str = "out",
 ) -> Run:
     """Run a resolved config; frames go to ``out`` (HDF5) as they are saved.
 
@@ -302,6 +304,10 @@ def simulate_config(
         Keep the saved states in memory (default: only without ``out``).
     trackers : sequence of Tracker
         Extra trackers, run after the built-in ones.
+    overwrite : bool
+        Whether a file that appears at ``out`` while the run starts (another run's) may be replaced; the callers check
+        an existing one first (``--overwrite``).  ``out_key`` names ``out`` in the error.
+    out_key : str
 
     Returns
     -------
@@ -338,17 +344,18 @@ def simulate_config(
             return run
         point = _resume_point(out_path, cfg, setup, times)
         if point is not None:
-            times, state = point
+            times, state, frames = point
             record_first = False
             earlier = dict(reader.info or {})
             writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape,
-                               static=setup.static, resume=True, info=_unrecorded(earlier))
+                               static=setup.static, resume=True, resume_frames=frames, info=_unrecorded(earlier))
     if out_path is not None and resume and not out_path.exists():
         warnings.warn(f"{out_path} does not exist (a run killed before its first frame leaves none); "
                       "starting the run afresh", ConfigNote, stacklevel=2)
     if out_path is not None and writer is None:
+        frameless = resume and out_path.exists()  # (--resume of a file without a committed frame starts it afresh)
         writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape, static=setup.static,
-                           info=_unrecorded(earlier))
+                           info=_unrecorded(earlier), replace=overwrite or frameless, key=out_key)
     progress = ProgressTracker(total=float(times[-1]), initial=float(times[0]), quiet=quiet)
     if keep_states is None:
         keep_states = writer is None

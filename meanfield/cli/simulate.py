@@ -42,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("-o", f"{args.out} is the config file itself; give the run its own file, such as run.h5")
     cfg = load_config_noted(args.config, args.overrides)
     check_output(args.out, overwrite=args.overwrite, resume=args.resume)
-    run = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet)
+    run = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite, out_key="-o")
     if run.info.get("already_complete"):
         print(f"{args.out} is already complete up to t_final = {run.t[-1]:g} ({run.frames} frames); nothing to resume. "
               "Give a later solver.t_final (--set solver.t_final=...) to extend it.")

@@ -250,6 +250,13 @@ class RunWriter:
     resume : bool
         Open the existing run, keep its committed frames and append after them;
         the stored config takes the new ``config`` (a later ``t_final``).
+    resume_frames : int, optional
+        With ``resume``: the committed frames the caller resumes after; a file that holds another number once the lock
+        is taken (another writer added frames in between) is refused.
+    replace : bool
+        Without ``resume``: whether a file at ``path`` once the lock is taken may be replaced (``ConfigError`` naming
+        ``key`` otherwise: another run wrote it after the caller's check).
+    key : str
     info : mapping, optional
         The counters to store until :meth:`finish` stores the session's own: a session that never gets there (killed,
         out of disk) leaves these, which count it as unrecorded.
@@ -270,9 +277,13 @@ class RunWriter:
         static: Mapping[str, np.ndarray] | None = None,
         resume: bool = False,
         info: Mapping[str, Any] | None = None,
+        resume_frames: int | None = None,
+        replace: bool = True,
+        key: str = "out",
     ) -> None:
         self.path = Path(path)
         self.provisional_info = dict(info) if info else None
+        self.resume_frames = resume_frames
         self.state_name = state_name
         self.broken: str | None = None
         self.damaged = False  # a write failed inside HDF5: the file is only closed, nothing more is written to it
@@ -280,6 +291,9 @@ class RunWriter:
         self.kept_older = False  # finish() left an older file of that name in place: this run committed no frame
         self.lock = WriterLock(self.path).acquire()
         try:
+            if not resume and not replace and self.path.exists():  # another run wrote it since the caller looked
+                raise ConfigError(key, f"{self.path} was written by another run while this one started; it is left as it "
+                                       "is (replace it with --overwrite, or continue it with --resume)")
             if resume:
                 self.file = self._reopen(config, static)
             else:
@@ -347,6 +361,9 @@ class RunWriter:
     def _reopen(self, config: Mapping[str, Any], static: Mapping[str, np.ndarray] | None) -> h5py.File:
         """The committed frames of the existing file, in a file open for appending (rebuilt when a crash left it unopenable)."""
         reader = RunReader(self.path, key="--resume")
+        if self.resume_frames is not None and reader.frames != self.resume_frames:  # read again under the lock
+            raise ConfigError("--resume", f"{self.path} changed while this run started (another run wrote it: {reader.frames} "
+                                          f"committed frames, not {self.resume_frames}); resume again")
         arrays = sum(np.asarray(value).nbytes for value in (static or {}).values()) + 8 * reader.frames  # (checksums)
         free = _free_bytes(self.path)
         if free is not None and free < SPACE_RESERVE + arrays:  # HDF5 must never meet a full disk: it had left the file

@@ -357,6 +357,26 @@ def test_whole_run_counters_add_counts_and_keep_extremes():
     assert whole_run_counters({}, {"steps": 4}) == {"steps": 4}  # a session killed with SIGKILL left no counters
 
 
+def test_a_run_that_appears_or_grows_while_another_starts_is_left_alone(tmp_path):
+    # the output was checked at start-up and the lock taken later: a run that finished in between was replaced in
+    # silence (both exit 0), and a --resume appended its frames after those another writer had added meanwhile
+    from meanfield.config import load_config
+    from meanfield.errors import ConfigError
+    from meanfield.io.runfile import RunWriter
+    from meanfield.solvers.run import simulate_config
+
+    cfg = load_config({"init": {"n": 8}, "solver": {"t_final": 0.5, "save_every": 0.25}})
+    out = tmp_path / "run.h5"
+    mf.simulate(cfg, out=out)  # the other run, finished after this one's check
+    before = out.read_bytes()
+    with pytest.raises(ConfigError, match="^-o: .*written by another run while this one started"):
+        simulate_config(cfg, out, overwrite=False, out_key="-o")
+    assert out.read_bytes() == before
+    with pytest.raises(ConfigError, match="^--resume: .*changed while this run started .*3 committed frames, not 2"):
+        RunWriter(out, config=cfg, state_name="x", state_shape=(8, 3), resume=True, resume_frames=2)
+    assert out.read_bytes() == before and mf.load(out).frames == 3
+
+
 def test_sessions_that_end_without_their_counters_are_each_counted(tmp_path):
     # the count had come from the session before the last only: three sessions killed in a row counted as one, and a
     # session ended by a second Ctrl-C (its status recorded, its counters not) counted as none
