@@ -382,3 +382,23 @@ def test_a_handful_of_tokens_takes_the_direct_sums(n):
         got = velocity_harmonic(x, heads, beta=16.0, kind=kind, weights=masses, tolerance=1e-12)
         expected = velocity_numpy(x, heads, beta=16.0, kind=kind, weights=masses)
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-13 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("kind", ["softmax", "unnormalized", "pooled"])
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_masses_far_from_one_are_summed_at_their_own_scale(kind, mask):
+    # masses of total 1e-200 had squared to zero in the transforms' tail check, which then passed rows 1e-3 off
+    # (β = 0.5), in silence; a total of 1e200 had warned of overflow
+    import warnings
+
+    rng = np.random.default_rng(3)
+    x = sample_uniform(2000, 3, seed=3)
+    heads = HeadStack(B=rng.normal(size=(1, 3, 3)), V=rng.normal(size=(1, 3, 3)))
+    for scale in (1e-200, 1e200):
+        a = rng.random(2000)
+        a *= scale / a.sum()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            v = velocity_harmonic(x, heads, beta=0.5, kind=kind, weights=a, mask=mask)
+        ref = velocity_numpy(x, heads, beta=0.5, kind=kind, weights=a, mask=mask)
+        np.testing.assert_allclose(v, ref, rtol=0, atol=1e-11 * np.max(np.abs(ref)))
