@@ -105,12 +105,15 @@ For the benchmark head (singular values 1.19, 1.03, 0.93) :math:`K = 13` at
 
 .. math::
 
-    E_i = M(\varepsilon_T+\varepsilon_C) + E_R + c_F\,(\Lambda_K S_{\max} + D_{\max})
+    E_i = M(\varepsilon_T+\varepsilon_C) + E_R + \Lambda_K\max(c_F S_{\max}, c_M M) + c_F D_{\max}
           + c_N\,\varepsilon_N\,|\widetilde D_i|,
 
 :math:`\Lambda_K` the Lebesgue constant of the nodes, :math:`S_{\max}, D_{\max}` the
 largest values of the synthesised slices and maps, :math:`c_F` = :data:`FLOOR_RELATIVE`
-the measured absolute floor of the transforms (rounding), :math:`\varepsilon_N` the
+the measured absolute floor of the transforms (rounding), relative to those values, and
+:math:`c_M` = :data:`MASS_FLOOR_RELATIVE` the same floor relative to the total mass (rows that
+see little of the mass have small slices, but the coefficients they are synthesised from are of
+the size of :math:`M`), :math:`\varepsilon_N` the
 accuracy asked of ducc0's NUFFT and :math:`c_N` = :data:`NUFFT_RELATIVE` (its error was
 measured to be relative to the values near the point, at most 1.5 :math:`\varepsilon_N`).
 A row is kept only if :math:`E_i\le\mathrm{tol}\cdot\widetilde D_i` (pooled law:
@@ -196,6 +199,7 @@ __all__ = [
     "CAUSAL_MIN_BLOCK",
     "NUFFT_EPS_MIN",
     "FLOOR_RELATIVE",
+    "MASS_FLOOR_RELATIVE",
     "TAIL_RELATIVE",
     "MAX_NODES",
     "BIN_RATIO",
@@ -225,6 +229,9 @@ HARMONIC_EXACT_MAX_N = 64
 NUFFT_EPS_MIN = 2.5e-13
 #: absolute error floor of a synthesised map relative to its largest value (measured ≤ 3e-16; ×3)
 FLOOR_RELATIVE = 1e-15
+#: absolute error floor of a synthesised slice relative to the total mass of its sources (measured 7e-17; ×3):
+#: rows far from every mass, with slices far below it, had kept errors up to 6× the tolerance at 1e-12
+MASS_FLOOR_RELATIVE = 2e-16
 #: a resampled map counts as resolved when its tail (:func:`_tail`) is below this times its rms
 #: (the rounding plateau of the grid transforms measured 3e-14 … 1e-13 of the rms)
 TAIL_RELATIVE = 4e-13
@@ -662,7 +669,8 @@ def _direct(
             grad += wj * sT
         den[rows] = d
         num[rows] = _assemble(uhat[rows], rad, grad)
-        error[rows] = mass * (eps_t + nodes.error) + basis.lebesgue * FLOOR_RELATIVE * smax + NUFFT_RELATIVE * eps_n * np.abs(d)
+        floor = basis.lebesgue * max(FLOOR_RELATIVE * smax, MASS_FLOOR_RELATIVE * mass)
+        error[rows] = mass * (eps_t + nodes.error) + floor + NUFFT_RELATIVE * eps_n * np.abs(d)
     return _Estimate(den, num, error)
 
 
@@ -762,7 +770,8 @@ def _resampled(
         tail = _tail(a_den[0], grid_l)
         rms = _rms(a_den[0], grid_l)
         if best is None:  # the floor below less its tail: too much of the sphere sees too little mass, whatever the degree
-            floor = mass * (eps_t + nodes.error) + FLOOR_RELATIVE * (basis.lebesgue * smax + float(np.max(np.abs(dmap))))
+            floor = (mass * (eps_t + nodes.error) + basis.lebesgue * max(FLOOR_RELATIVE * smax, MASS_FLOOR_RELATIVE * mass)
+                     + FLOOR_RELATIVE * float(np.max(np.abs(dmap))))
             if np.mean(margin * dmap < floor) > RESAMPLE_MAX_REJECT:
                 return None
         if best is None or tail < best[0]:
@@ -777,7 +786,8 @@ def _resampled(
         grid_l = grown
     tail, grid_l, ug, basis, a_den, smax, dmap = best
     dmax = float(np.max(np.abs(dmap)))
-    floor = mass * (eps_t + nodes.error) + tail + FLOOR_RELATIVE * (basis.lebesgue * smax + dmax)
+    floor = (mass * (eps_t + nodes.error) + tail + basis.lebesgue * max(FLOOR_RELATIVE * smax, MASS_FLOOR_RELATIVE * mass)
+             + FLOOR_RELATIVE * dmax)
     if np.mean(margin * dmap < floor) > RESAMPLE_MAX_REJECT:
         return None
     ntheta, nphi = _grid_shape(grid_l)

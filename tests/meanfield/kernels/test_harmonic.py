@@ -402,3 +402,22 @@ def test_masses_far_from_one_are_summed_at_their_own_scale(kind, mask):
             v = velocity_harmonic(x, heads, beta=0.5, kind=kind, weights=a, mask=mask)
         ref = velocity_numpy(x, heads, beta=0.5, kind=kind, weights=a, mask=mask)
         np.testing.assert_allclose(v, ref, rtol=0, atol=1e-11 * np.max(np.abs(ref)))
+
+
+def test_rows_that_see_little_of_the_mass_keep_the_tolerance():
+    # the transforms' rounding floor was bounded by the slices' values at the rows; it is of the size of the total
+    # mass, and rows far from every mass (a rank-1 head, one tight cluster) had kept errors of 4× the tolerance at
+    # 1e-10 and 2e12× (a wrong velocity) at 1e-12
+    rng = np.random.default_rng(0)
+    beta = 300.0
+    a = np.r_[np.full(300, 1 / 300), np.zeros(100)]  # a tight cluster holds every mass
+    for tolerance, start, step in ((1e-10, 15.0, 0.25), (1e-12, 10.0, 0.5)):
+        for trial in range(8):
+            rc = start + step * trial  # the rows see about e^{-rc} of the mass
+            p = np.array([rc / beta, np.sqrt(1 - (rc / beta) ** 2), 0.0])
+            heads = HeadStack(B=np.outer(p, [0.0, 0.0, 1.0])[None], V=np.eye(3)[None])
+            x = np.concatenate([np.array([1.0, 0.0, 0.0]) + 1e-4 * rng.standard_normal((300, 3)), rng.standard_normal((100, 3))])
+            x /= np.linalg.norm(x, axis=1, keepdims=True)
+            v = velocity_harmonic(x, heads, beta=beta, kind="softmax", weights=a, tolerance=tolerance)
+            ref = velocity_numpy(x, heads, beta=beta, kind="softmax", weights=a)
+            assert np.max(np.linalg.norm(v - ref, axis=1)) <= tolerance, (tolerance, rc)  # (‖V‖ = 1: relative)
