@@ -337,7 +337,9 @@ def simulate_config(
     out_path = Path(out) if out is not None else None
     if out_path is not None and resume and out_path.exists():
         reader = RunReader(out_path, key="--resume")
-        if reader.status == "completed" and reader.frames and reader.config["solver"]["t_final"] == solver["t_final"]:
+        finished = reader.status == "completed" or (reader.status == "stopped" and not reader.info.get("failed"))
+        if finished and reader.frames and reader.config["solver"]["t_final"] == solver["t_final"]:  # (a run stopped at
+            # a steady state had taken one more frame at each --resume)
             _check_resumable(reader.config, cfg, out_path)
             run = Run.load(out_path)
             run.info["already_complete"] = True  # nothing to resume: the caller says so

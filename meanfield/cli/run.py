@@ -41,6 +41,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "own earlier output (the default path, or a run of the same experiment)")
     p.add_argument("--plot", default="figures/default_run.png", metavar="F.png", help="picture (default figures/default_run.png)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last committed frame "
+                                                          "(with the same --set options)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=main, interrupted="interrupted; saved frames are kept")
 
@@ -53,16 +55,24 @@ def main(args: argparse.Namespace) -> int:
     picture_path(args.plot, "--plot", animation=True)
     distinct_outputs(out=args.out, plot=args.plot)
     cfg = load_config_noted(DEFAULT_CONFIG, args.overrides)
-    if Path(args.out).exists():  # its own earlier output may be replaced; any other file may not
+    if args.resume:  # (an interrupted run had been told "--resume continues", which run did not take)
+        check_output(args.out, overwrite=False, resume=True, key="--out")
+    elif Path(args.out).exists():  # its own earlier output may be replaced; any other file may not
         stored = RunReader(args.out, key="--out").config
         ours = [json.dumps(c, sort_keys=True) for c in (cfg, load_config(DEFAULT_CONFIG))]
         if Path(args.out).resolve() != Path(DEFAULT_OUT).resolve() and json.dumps(stored, sort_keys=True) not in ours:
             raise ConfigError("--out", f"{args.out} holds another run (β = {stored['model'].get('beta')}, "
                                        f"{stored['solver'].get('kind')} solver); meanfield run replaces only its own earlier "
                                        "output: choose another --out, or replace it with meanfield simulate … --overwrite")
-    check_output(args.out, overwrite=True, key="--out")
+    if not args.resume:
+        check_output(args.out, overwrite=True, key="--out")
     started = time.perf_counter()
-    run = simulate_config(cfg, args.out, quiet=args.quiet)
+    run = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet)
+    if run.info.get("already_complete"):
+        from meanfield.cli.simulate import nothing_to_resume
+
+        print(nothing_to_resume(run, args.out))
+        return 0
     print(run.summary())
     if args.plot.lower().endswith(".gif"):
         run.animate(args.plot)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from meanfield.cli.options import distinct_outputs, load_config_noted, picture_path
 from meanfield.errors import ConfigError
@@ -44,8 +45,7 @@ def main(args: argparse.Namespace) -> int:
     check_output(args.out, overwrite=args.overwrite, resume=args.resume)
     run = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite, out_key="-o")
     if run.info.get("already_complete"):
-        print(f"{args.out} is already complete up to t_final = {run.t[-1]:g} ({run.frames} frames); nothing to resume. "
-              "Give a later solver.t_final (--set solver.t_final=...) to extend it.")
+        print(nothing_to_resume(run, args.out))
         return 0
     steps = run.info.get("jko_steps", run.info.get("grid_steps", run.info.get("steps", "?")))
     unit = "JKO steps" if cfg["solver"]["kind"] == "jko" else "steps"
@@ -64,3 +64,13 @@ def draw(run: object, path: str) -> None:
         run.animate(path)  # type: ignore[attr-defined]
     else:
         run.plot(path)  # type: ignore[attr-defined]
+
+
+def nothing_to_resume(run: Any, out: str) -> str:
+    """What ``--resume`` of a finished run says: complete up to t_final, or stopped by a tracker (a steady state), which
+    the same config would stop at again."""
+    hint = "Give a later solver.t_final (--set solver.t_final=...) to extend it."
+    if run.status == "stopped":
+        return (f"{out} stopped at t = {run.t[-1]:g} ({run.stop_reason}; {run.frames} frames), where the same config stops "
+                f"again; nothing to resume. {hint}")
+    return f"{out} is already complete up to t_final = {run.t[-1]:g} ({run.frames} frames); nothing to resume. {hint}"

@@ -201,6 +201,25 @@ def test_simulate_refuses_to_overwrite_and_resume_says_when_there_is_nothing_to_
     assert "already complete" in capsys.readouterr().out
 
 
+def test_a_run_stopped_at_a_steady_state_has_nothing_to_resume_and_meanfield_run_resumes(tmp_path, capsys):
+    # each --resume of a run stopped at a steady state had taken one more frame; an interrupted `meanfield run` had been
+    # told "--resume continues", which run did not take
+    cfg = str(ROOT / "data/default.toml")
+    sets = ["--set", "solver.steady_tol=0.05", "--set", "init.n=32", "--set", "solver.t_final=20"]
+    out = tmp_path / "steady.h5"
+    assert main(["simulate", cfg, "-o", str(out), "--quiet", *sets]) == 0
+    frames = mf.load(out).frames
+    capsys.readouterr()
+    assert main(["simulate", cfg, "-o", str(out), "--quiet", "--resume", *sets]) == 0
+    assert "stopped at t = " in capsys.readouterr().out and mf.load(out).frames == frames
+    common = ["--out", str(tmp_path / "r.h5"), "--set", "init.n=24", "--quiet", "--plot", str(tmp_path / "r.png")]
+    assert main(["run", *common, "--set", "solver.t_final=0.5"]) == 0
+    whole = mf.load(tmp_path / "r.h5").x
+    assert main(["run", *common, "--set", "solver.t_final=1.0", "--resume"]) == 0
+    extended = mf.load(tmp_path / "r.h5")
+    assert extended.t[-1] == 1.0 and np.array_equal(extended.x[: len(whole)], whole)
+
+
 def test_the_readme_python_examples_run(tmp_path, monkeypatch):
     """Every Python block of the README's *Python* section, run in order in one namespace (from an empty folder)."""
     import re
