@@ -231,6 +231,16 @@ def small_disk(tmp_path: Path):
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
+def _fill(filler: Path) -> None:
+    """Take every free byte of the file system of ``filler`` (as another process would)."""
+    with open(filler, "wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
 def test_a_full_disk_keeps_every_committed_frame_and_resume_finishes_bit_for_bit(references, small_disk):
     config, reference = references["big-frames"]
     out = small_disk / "run.h5"
@@ -383,15 +393,15 @@ def test_sessions_that_end_without_their_counters_are_each_counted(tmp_path):
     cfg = {"init": {"n": 16}, "solver": {"dt": 0.05, "t_final": 2.0, "save_every": 0.25}}
     out = tmp_path / "run.h5"
 
-    def ctrl_c_at(time: float):
+    def ctrl_c_at(when: float):
         def tracker(t: float, x: np.ndarray) -> None:
-            if t >= time:
+            if t >= when:
                 raise KeyboardInterrupt
         return tracker
 
-    for k, time in enumerate((0.5, 1.0, 1.5)):
+    for k, when in enumerate((0.5, 1.0, 1.5)):
         with pytest.raises(KeyboardInterrupt):
-            mf.simulate(cfg, out=out, resume=k > 0, trackers=[ctrl_c_at(time)])
+            mf.simulate(cfg, out=out, resume=k > 0, trackers=[ctrl_c_at(when)])
         assert mf.load(out).info["unrecorded_sessions"] == k + 1
     resumed = mf.simulate(cfg, out=out, resume=True)
     assert (resumed.info["sessions"], resumed.info["unrecorded_sessions"]) == (1, 3)
@@ -410,12 +420,7 @@ def test_a_disk_filled_by_another_process_leaves_the_file_readable_and_resumable
 
     def fill_the_disk(t: float, x: np.ndarray) -> None:
         if t >= 1.0 and not filler.exists():  # another process takes every byte: the next frame and the status find no room
-            with open(filler, "wb", buffering=0) as handle:
-                try:
-                    while True:
-                        handle.write(b"\0" * 4096)
-                except OSError:
-                    pass
+            _fill(filler)
 
     with pytest.raises(mf.RunFailed, match="no space left on device"):
         mf.simulate(cfg, out=out, trackers=[fill_the_disk])
@@ -446,12 +451,7 @@ def test_a_resume_on_a_full_disk_leaves_the_file_unchanged_and_resumable(small_d
     out, filler = small_disk / "run.h5", small_disk / "filler"
     mf.simulate(cfg, out=out)
     before = out.read_bytes()
-    with open(filler, "wb", buffering=0) as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 4096)
-        except OSError:
-            pass
+    _fill(filler)
     with pytest.raises(StorageFailed, match="no space left on device to resume .*the file is unchanged"):
         mf.simulate(cfg, out=out, resume=True, **{"solver.t_final": 2.0})
     assert out.read_bytes() == before and not lock_path(out).exists()
