@@ -337,9 +337,10 @@ def simulate_config(
     out_path = Path(out) if out is not None else None
     if out_path is not None and resume and out_path.exists():
         reader = RunReader(out_path, key="--resume")
-        finished = reader.status == "completed" or (reader.status == "stopped" and not reader.info.get("failed"))
-        if finished and reader.frames and reader.config["solver"]["t_final"] == solver["t_final"]:  # (a run stopped at
-            # a steady state had taken one more frame at each --resume)
+        steady = reader.status == "stopped" and reader.stop_reason.startswith("steady state")  # the config's own stop,
+        finished = reader.status == "completed" or steady  # which it makes again (it had taken one more frame at each
+        if finished and reader.frames and reader.config["solver"]["t_final"] == solver["t_final"]:  # --resume; a stop
+            # by a caller's tracker is resumed)
             _check_resumable(reader.config, cfg, out_path)
             run = Run.load(out_path)
             run.info["already_complete"] = True  # nothing to resume: the caller says so
