@@ -1,6 +1,7 @@
 """What a user reads: the papers by name, no internal shorthand, no file that is not here, help as plain text."""
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -49,11 +50,33 @@ def test_every_file_a_user_text_names_is_in_the_repository(path: Path) -> None:
     assert not missing, f"{path.relative_to(ROOT)} names files the repository does not contain: {sorted(set(missing))}"
 
 
+#: control characters: a formula written through a non-raw string turns ``\frac`` into a form feed, ``\beta`` into a
+#: backspace
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+@pytest.mark.parametrize("path", USER_FILES + sorted((ROOT / "tests").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_text_holds_a_control_character(path: Path) -> None:
+    hits = [f"{n}: {CONTROL.sub(lambda m: repr(m.group()), line.strip())}"
+            for n, line in enumerate(_text(path).split("\n"), 1) if CONTROL.search(line)]  # splitlines() cuts at \f
+    assert not hits, "control characters (a backslash lost to a non-raw string?):\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("path", [p for p in USER_FILES if p.suffix == ".py"], ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_string_of_the_sources_holds_a_control_character(path: Path) -> None:
+    """The same once Python has read the escapes: ``\\beta`` in a docstring that is not raw is a backspace and "eta"."""
+    hits = [f"{node.lineno}: {CONTROL.sub(lambda m: repr(m.group()), node.value)[:120]!r}"
+            for node in ast.walk(ast.parse(_text(path))) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and CONTROL.search(node.value)]
+    assert not hits, "strings with control characters (make them raw: r\"\"\"...\"\"\"):\n" + "\n".join(hits)
+
+
 def test_the_checks_above_can_fail(tmp_path: Path) -> None:
     assert SEED_NUMBER.search("see seed 002, Thm 1") and SEED_NUMBER.search("Seed-004 figures") and SEED_NUMBER.search("seed004_model")
     assert not SEED_NUMBER.search("init.seed = 0 and seeds 0, 1, 2")
     assert REPO_PATH.findall("run data/nothing.toml and figures/x.py.") == ["data/nothing.toml", "figures/x.py"]
     assert MARKUP.search("the :math:`\\beta` of ``x``")
+    assert CONTROL.search("E = \frac1{2\beta}") and not CONTROL.search(r"E = \frac1{2\beta}\tab")
 
 
 def _helps() -> dict[str, str]:

@@ -1102,7 +1102,7 @@ def analyse_checkpoint(
     heads: Sequence[int] | None = None,
     n: float = 16,
 ) -> list[LayerReport]:
-    """:func:`analyse_layer` for each requested layer, with β = 1/√d_h, the LayerNorm radius and the bias ratios.
+    r""":func:`analyse_layer` for each requested layer, with β = 1/√d_h, the LayerNorm radius and the bias ratios.
 
     Parameters
     ----------

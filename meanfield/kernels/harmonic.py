@@ -1110,7 +1110,7 @@ def sphere_head_energies(
 
     .. math::
 
-        E_h = rac1{2eta}\sum_i a_i\,e^{m^h_i}D^h_i,\qquad D^h_i e^{m^h_i}=\sum_j a_je^{eta s^h_{ij}}
+        E_h = \frac1{2\beta}\sum_i a_i\,e^{m^h_i}D^h_i,\qquad D^h_i e^{m^h_i}=\sum_j a_je^{\beta s^h_{ij}}
 
     (the energy of Pendharkar, arXiv 2605.04279, as :func:`meanfield.analysis.energy.head_energies`
     defines it), with the row sums of :func:`certified_head_sums`: each to relative
