@@ -12,7 +12,6 @@ solid and on top, back points faint and small, so the two halves are told apart.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +53,7 @@ def check_picture_path(path: str | Path | None, *, animation: bool = False) -> P
     """
     if path is None:
         return None
-    from meanfield.io.output import IMAGE_FORMATS
+    from meanfield.io.output import IMAGE_FORMATS, check_parent
     from meanfield.io.signature import is_hdf5
 
     path = Path(path)
@@ -62,11 +61,7 @@ def check_picture_path(path: str | Path | None, *, animation: bool = False) -> P
     if path.is_dir() or not path.suffix or str(path).endswith(("/", "\\")):
         raise ValueError(f"path: {path} is {'a folder' if path.is_dir() else 'a name without a suffix'}; give the picture's "
                          f"file name, e.g. {path / example if path.is_dir() else path.with_suffix(Path(example).suffix)}")
-    parent = next((p for p in path.parents if p.exists()), None)  # the first existing folder above it must be one
-    if parent is not None and not parent.is_dir():
-        raise ValueError(f"path: {path} lies under {parent}, which is a file, not a folder")
-    if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"path: cannot write into {parent}: permission denied")
+    check_parent(path, "path")  # a ConfigError, which is a ValueError
     suffix = path.suffix.lower()
     if animation:
         from matplotlib import animation as manimation

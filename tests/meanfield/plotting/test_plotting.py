@@ -192,6 +192,20 @@ def test_a_picture_path_that_holds_a_run_is_refused_by_the_api_and_the_cli(tmp_p
     assert check_picture_path(tmp_path / "p.png") == tmp_path / "p.png"
 
 
+def test_a_picture_under_a_file_is_refused_by_the_api_and_the_cli_alike(tmp_path, capsys):
+    # one folder check (the run outputs'): the API raises a ValueError, the CLI names its option
+    from meanfield.cli import main
+    from meanfield.plotting.canvas import check_picture_path
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match="afile is a file, not a folder"):
+        check_picture_path(tmp_path / "afile" / "deeper" / "p.png")
+    assert main(["run", "--quiet", "--set", "init.n=8", "--out", str(tmp_path / "r.h5"),
+                 "--plot", str(tmp_path / "afile" / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert "--plot" in err and "is a file, not a folder" in err and not (tmp_path / "r.h5").exists()
+
+
 def test_the_cli_plot_option_takes_a_picture_or_an_animation_and_names_both(tmp_path, capsys):
     from meanfield.cli import main
 
