@@ -79,7 +79,8 @@ from meanfield.kernels.fused import velocity_fused
 from meanfield.kernels.fused32 import velocity_fused32
 from meanfield.kernels.harmonic import choose_sphere_method, velocity_harmonic
 from meanfield.kernels.inputs import (
-    ATTENTION_KINDS, BLOCK_ELEMENTS, MASKS, as_head_stack, block_rows, check_tokens, check_tolerance, is_causal, is_temperature, token_masses,
+    ATTENTION_KINDS, BLOCK_ELEMENTS, MASKS, as_head_stack, block_rows, check_tokens, check_tolerance, is_causal, is_temperature, masses_near_one,
+    token_masses,
 )
 from meanfield.kernels.reference import velocity_numpy
 from meanfield.kernels.local import SPHERE_KINDS, SPHERE_TOLERANCE, velocity_local
@@ -154,17 +155,16 @@ FLOAT32_MASS_RANGE = 60
 
 def _float32_range_masses(weights: np.ndarray | None, kind: str) -> tuple[np.ndarray | None, float]:
     """Masses for the float32 kernels, and the factor that takes their velocity back: masses whose total leaves float32's
-    range (relu's 1e-46 had given v ≡ 0, softmax's 1e37 NaN) are multiplied by an exact power of two to a total near 1.
-    Softmax and pooled attention do not depend on the masses' scale (factor 1); unnormalized and relu are linear in them."""
+    range (relu's 1e-46 had given v ≡ 0, softmax's 1e37 NaN) are brought to a total near 1 by
+    :func:`~meanfield.kernels.inputs.masses_near_one`.  Softmax and pooled attention do not depend on the masses'
+    scale (factor 1); unnormalized and relu are linear in them."""
     if weights is None:
         return None, 1.0
-    a = np.asarray(weights, dtype=float)
-    total = float(np.abs(a).sum())
+    total = float(np.abs(np.asarray(weights, dtype=float)).sum())
     if not (math.isfinite(total) and total > 0) or 2.0**-FLOAT32_MASS_RANGE <= total <= 2.0**FLOAT32_MASS_RANGE:
         return weights, 1.0
-    exponent = -math.floor(math.log2(total))
-    back = 1.0 if kind in ("softmax", "pooled") else math.ldexp(1.0, -exponent)
-    return a * math.ldexp(1.0, exponent), back
+    a, exponent = masses_near_one(weights)
+    return a, (1.0 if kind in ("softmax", "pooled") else math.ldexp(1.0, exponent))
 
 
 def attention_velocity(

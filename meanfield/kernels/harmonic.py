@@ -171,7 +171,7 @@ from ducc0.sht.experimental import (
 from numba import prange
 
 from meanfield.heads.head import HeadStack
-from meanfield.kernels.inputs import is_causal, token_masses
+from meanfield.kernels.inputs import is_causal, masses_near_one, token_masses
 from meanfield.kernels.jit import kernel_threads, num_threads, pjit
 from meanfield.kernels.local import (
     WHOLE_CHORD,
@@ -1054,7 +1054,7 @@ def certified_head_sums(x: np.ndarray, heads: HeadStack, beta: float, kind: str,
     for: a head far below the pooled sum had come out 7–60 nats off, or negative).
     """
     n = x.shape[0]
-    a, exponent = _masses_near_one(a)
+    a, exponent = masses_near_one(a)
     src = SphereSources(x, a)
     active = [h for h in range(heads.H) if kind != "pooled" or heads.w[h] != 0]
     lsrc = max([_source_degree(heads.B[h], beta, tolerance) for h in active] + [1])
@@ -1087,17 +1087,9 @@ def certified_head_sums(x: np.ndarray, heads: HeadStack, beta: float, kind: str,
     return sums
 
 
-def _masses_near_one(a: np.ndarray) -> tuple[np.ndarray, int]:
-    """``(a / 2^k, k)`` with the total near 1: masses of total 1e-200 had squared to zero in the transforms' tail
-    and size checks, which then passed rows 1e-5 off; a power of two divides exactly."""
-    total = float(np.sum(a))
-    exponent = round(np.log2(total)) if 0.0 < total < np.inf else 0
-    return (np.ldexp(a, -exponent) if exponent else a), exponent
-
-
 def _restore_masses(sums: list[HeadSums], exponent: int) -> None:
-    r"""Put the masses' power of two of :func:`_masses_near_one` back, into the shifts: :math:`\sum_j a_j e^{\beta s_{ij}}
-    = 2^k e^{m_i} D_i`."""
+    r"""Put the masses' power of two of :func:`~meanfield.kernels.inputs.masses_near_one` back, into the shifts:
+    :math:`\sum_j a_j e^{\beta s_{ij}} = 2^k e^{m_i} D_i`."""
     if exponent:
         for head_sums in sums:
             head_sums.shift += exponent * np.log(2.0)
@@ -1174,7 +1166,7 @@ def _causal_harmonic(
 ) -> np.ndarray:
     """The causal velocity by block prefixes of the source coefficients (module docstring, *Causal mask*)."""
     n = x.shape[0]
-    a, exponent = _masses_near_one(a)
+    a, exponent = masses_near_one(a)
     src = SphereSources(x, a)
     active = [h for h in range(heads.H) if kind != "pooled" or heads.w[h] != 0]
     lsrc = max([_source_degree(heads.B[h], beta, tol) for h in active] + [1])

@@ -1,12 +1,14 @@
 """What every attention kernel checks first: the kind, the tokens, their masses, and how rows are blocked."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from meanfield.heads.head import HeadStack
 
 __all__ = ["ATTENTION_KINDS", "MASKS", "NORMALISED_KINDS", "BLOCK_ELEMENTS", "token_masses", "check_tokens", "check_tolerance",
-           "as_head_stack", "block_rows", "is_causal", "is_temperature"]
+           "as_head_stack", "block_rows", "is_causal", "is_temperature", "masses_near_one"]
 
 #: names of the velocity laws (see :mod:`meanfield.kernels.attention`)
 ATTENTION_KINDS: tuple[str, ...] = ("softmax", "unnormalized", "relu", "pooled")
@@ -103,3 +105,17 @@ def is_causal(mask: str) -> bool:
         raise ValueError(f"unknown attention mask {mask!r}; choose from {MASKS}")
     return mask == "causal"
 
+
+def masses_near_one(weights: np.ndarray) -> tuple[np.ndarray, int]:
+    r"""``(a / 2^k, k)`` with :math:`2^k` the power of two nearest the masses' total :math:`\sum_j |a_j|`, so the
+    returned masses total about 1 (``k = 0`` when the total is zero or not finite).
+
+    A power of two divides exactly, so a kernel that is linear in the masses multiplies its result by :math:`2^k`
+    (or adds :math:`k\log 2` to a log row sum) and loses nothing; one that divides by the row's mass, as softmax does,
+    needs nothing back.  Masses of total 1e-200 had squared to zero in the harmonic kernel's size checks, and 1e-46
+    or 1e37 left float32's range.
+    """
+    a = np.asarray(weights, dtype=float)
+    total = float(np.abs(a).sum())
+    exponent = round(math.log2(total)) if 0.0 < total < math.inf else 0
+    return (np.ldexp(a, -exponent) if exponent else a), exponent

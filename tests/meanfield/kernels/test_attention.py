@@ -739,3 +739,17 @@ def test_symmetric_tiles_on_two_threads_give_the_same_bits_every_call(d, precisi
     np.testing.assert_allclose(calls[0], ref, rtol=0, atol=(1e-6 if precision == "float32" else 1e-13) * np.abs(ref).max())
     bounds = tile_chunks(tuple(range(30, 0, -1)), 2)  # shares 2:2:1:1 of the work, contiguous, none empty
     assert bounds == (0, 6, 13, 18, 30) and tile_chunks((5, 4), 1) == (0, 2) and tile_chunks((3, 2, 1), 2) == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-200, 1e-46, 0.3, 1.0, 7.0, 1e37, 1e300])
+def test_masses_near_one_divides_by_an_exact_power_of_two(scale):
+    # the shared rescaling of the harmonic and float32 kernels: total about 1, and multiplying back is exact
+    from meanfield.kernels.inputs import masses_near_one
+
+    a = np.random.default_rng(3).random(50) * scale
+    scaled, k = masses_near_one(a)
+    assert 2.0**-0.5 <= scaled.sum() <= 2.0**0.5
+    np.testing.assert_array_equal(np.ldexp(scaled, k), a)  # bit for bit: a power of two divides exactly
+    for degenerate in (np.zeros(4), np.array([np.inf, 1.0]), np.array([np.nan, 1.0])):
+        same, k0 = masses_near_one(degenerate)
+        assert k0 == 0 and same is not None and np.array_equal(same, degenerate, equal_nan=True)
