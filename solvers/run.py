@@ -390,7 +390,7 @@ def simulate_config(
         if writer is not None:
             writer.finish(status, stop_reason=reason, info=_jsonable_info(result.info) if result is not None else None)
     kept_older = writer is not None and writer.kept_older  # no frame committed: the file there is an older run's
-    if writer is not None and not kept_older:
+    if writer is not None and not kept_older and not writer.discarded:
         run = Run.load(out_path)
         run.info.update(result.info)  # the counters, with the objects that stay in memory
         run._model = setup.model  # noqa: SLF001 - the model was built already
@@ -410,9 +410,12 @@ def simulate_config(
     where = f"; {run.frames} frame{'' if run.frames == 1 else 's'} saved in {out_path}" if out_path is not None else ""
     if kept_older:  # the older run must not pass for this one (its frames had been reported as this run's)
         where = f"; no frame of this run was saved, and the older {out_path} was left as it was"
+    elif writer is not None and writer.discarded:
+        where = f"; no frame was saved, and no {out_path} was left behind"
     if result.info["interrupted"]:
         at = run.t[-1] if run.frames else times[0]
-        raise RunInterrupted(f"{reason} at t = {at:.6g}{where}" + ("; --resume continues" if out_path and not kept_older else ""),
+        resumable = out_path is not None and writer is not None and not kept_older and not writer.discarded
+        raise RunInterrupted(f"{reason} at t = {at:.6g}{where}" + ("; --resume continues" if resumable else ""),
                              run=run)
     if result.info["failed"]:
         raise RunFailed(f"{reason}{where}", run=run)

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import errno
 import json
-import re
 import math
 import os
+import re
+import resource
 import socket
 import time
 import warnings
@@ -86,17 +87,75 @@ SPACE_RESERVE = 1 << 20
 STATUS_RESERVE = 64 << 10
 
 
-def _free_bytes(path: Path) -> int | None:
-    """Bytes the file system of ``path`` still offers this process (``None`` where it cannot tell)."""
+#: what a write that finds no room was short of, and what frees it
+DISK_FULL = ("no space left on device", "free some space")
+SIZE_LIMIT = ("the file-size limit (ulimit -f) is reached", "raise the limit")
+
+
+def _room(path: Path, *, written: Path | None = None) -> tuple[int | None, tuple[str, str]]:
+    """Bytes this process may still write for ``path``, and what runs out first (:data:`DISK_FULL` or
+    :data:`SIZE_LIMIT`): the file system's free space, and under a file-size limit (``ulimit -f``, past which
+    writes fail with EFBIG) the room left to the file ``written`` (a new file: the limit itself).  ``None`` bytes
+    where neither can be told."""
     try:
         stat = os.statvfs(path.parent)
+        free: int | None = stat.f_bavail * stat.f_frsize
     except OSError:
-        return None
-    return stat.f_bavail * stat.f_frsize
+        free = None
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:
+        try:
+            size = written.stat().st_size if written is not None else 0
+        except OSError:
+            size = 0
+        if free is None or limit - size < free:
+            return max(limit - size, 0), SIZE_LIMIT
+    return free, DISK_FULL
 
 
-def _no_space(exc: BaseException) -> bool:
-    return getattr(exc, "errno", None) == errno.ENOSPC or "no space left" in str(exc).lower()
+#: the write errors of a full disk, of a user's disk quota and of a file-size limit (``ulimit -f``)
+_NO_ROOM = {errno.ENOSPC: DISK_FULL, errno.EDQUOT: ("disk quota exceeded", "free some space"), errno.EFBIG: SIZE_LIMIT}
+
+
+def _no_space(exc: BaseException) -> tuple[str, str] | None:
+    """What ran out and what frees it, where ``exc`` is a write that found no room (h5py's errors carry the errno
+    in their text only); ``None`` otherwise."""
+    code = getattr(exc, "errno", None)
+    if code in _NO_ROOM:
+        return _NO_ROOM[code]
+    text = str(exc).lower()
+    for number, words in _NO_ROOM.items():
+        if f"errno = {number}," in text or os.strerror(number).lower() in text:
+            return words
+    return None
+
+
+def _detach_from_disk(f: h5py.File) -> None:
+    """Point the descriptor of ``f`` at the null device, at once after a write inside HDF5 failed: nothing HDF5
+    writes later (the metadata it flushes as the frame's datasets are released, and at the close) reaches the file,
+    which keeps what its last commit wrote and which readers open in SWMR mode (:func:`open_run_file`).
+
+    Out of room, those later flushes fail as well, and the library had then crashed the process (a segmentation
+    fault as the run ended).
+    """
+    try:
+        handle = f.id.get_vfd_handle()
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            os.dup2(null, handle)
+        finally:
+            os.close(null)
+    except (OSError, RuntimeError, ValueError, TypeError):  # (a closed file, or a driver without a descriptor)
+        pass
+
+
+def _close_after_write_failure(f: h5py.File) -> None:
+    """Close ``f`` after a write inside HDF5 failed, without writing to the file again (:func:`_detach_from_disk`)."""
+    _detach_from_disk(f)
+    try:
+        f.close()
+    except (OSError, RuntimeError):
+        pass
 
 
 def _reason(exc: BaseException) -> str:
@@ -143,13 +202,15 @@ def open_run_file(path: str | Path, *, key: str = "OUT.h5") -> h5py.File:
         return h5py.File(path, "r")
     except OSError as exc:
         reason = _reason(exc)
-    if reason == "already open for write" or (reason == "truncated file" and writer_alive(path)):
-        # a writer in SWMR mode (live, or killed): read what it committed; a live writer's file may look
-        # truncated to a plain open, because its end is still being written
+    if reason in ("already open for write", "truncated file"):
+        # a writer in SWMR mode (live, killed, or stopped by a write that found no room): read what it committed; a
+        # live writer's file may look truncated to a plain open, because its end is still being written, and so does
+        # one whose last write failed (the file ends before the end its superblock names)
         try:
             return h5py.File(path, "r", swmr=True)
         except OSError as exc:
-            reason = _reason(exc)
+            if reason != "truncated file":  # (a copy cut short is not a SWMR file: it stays truncated)
+                reason = _reason(exc)
     if reason == "unable to lock file" and writer_alive(path):
         raise ConfigError(key, f"{path} is being written and holds no complete frame yet; try again in a moment") from None
     if reason == "truncated file":
@@ -289,6 +350,7 @@ class RunWriter:
         self.damaged = False  # a write failed inside HDF5: the file is only closed, nothing more is written to it
         self.pending: Path | None = None
         self.kept_older = False  # finish() left an older file of that name in place: this run committed no frame
+        self.discarded = False  # finish() removed the new file: its first frame failed inside HDF5, nothing was saved
         self.lock = WriterLock(self.path).acquire()
         try:
             if not resume and not replace and self.path.exists():  # another run wrote it since the caller looked
@@ -324,10 +386,10 @@ class RunWriter:
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
         arrays = sum(np.asarray(value).nbytes for value in (static or {}).values())
-        free = _free_bytes(self.path)
+        free, (short, _) = _room(self.path)
         if free is not None and free < SPACE_RESERVE + arrays:  # HDF5 must never meet a full disk
-            raise StorageFailed(f"no space left on device for a new run file {self.path} ({free} bytes free, its "
-                                f"arrays written once take {arrays}); nothing was written")
+            raise StorageFailed(f"{short} for a new run file {self.path} ({free} bytes left, its arrays written once "
+                                f"take {arrays}); nothing was written")
         self.pending = self.path.with_name(f".{self.path.name}.new")
         try:
             f = h5py.File(self.pending, "w", libver="latest")
@@ -336,24 +398,23 @@ class RunWriter:
             raise StorageFailed(f"cannot create a run file beside {self.path} ({_reason(exc)}); nothing was written") from None
         try:
             self._stamp(f, config)
-            f.create_dataset("t", shape=(0,), maxshape=(None,), dtype="f8", chunks=(1024,))
-            f.create_dataset(state_name, shape=(0, *state_shape), maxshape=(None, *state_shape), dtype="f8",
-                             chunks=(1, *state_shape))
-            f.create_dataset(COMMITTED, data=np.zeros(1, dtype=np.int64))
-            f.create_dataset(CHECKSUM, shape=(0,), maxshape=(None,), dtype="i8", chunks=(1024,))
-            f.create_group("diagnostics")
-            for key, value in (static or {}).items():
-                f.create_dataset(key, data=np.asarray(value))
+            held = [  # held until the flush: an object released writes its metadata, and a write that fails there
+                f.create_dataset("t", shape=(0,), maxshape=(None,), dtype="f8", chunks=(1024,)),  # is only printed
+                f.create_dataset(state_name, shape=(0, *state_shape), maxshape=(None, *state_shape), dtype="f8",
+                                 chunks=(1, *state_shape)),
+                f.create_dataset(COMMITTED, data=np.zeros(1, dtype=np.int64)),
+                f.create_dataset(CHECKSUM, shape=(0,), maxshape=(None,), dtype="i8", chunks=(1024,)),
+                f.create_group("diagnostics"),
+            ]
+            held += [f.create_dataset(key, data=np.asarray(value)) for key, value in (static or {}).items()]
             f.flush()
+            del held
         except BaseException as exc:
-            try:
-                f.close()
-            except OSError:
-                pass
+            _close_after_write_failure(f)
             self.pending.unlink(missing_ok=True)  # nothing of a run that never began stays on the disk
             self.pending = None
             if isinstance(exc, (OSError, RuntimeError)):
-                what = "no space left on device" if _no_space(exc) else _reason(exc)
+                what = (_no_space(exc) or (_reason(exc),))[0]
                 raise StorageFailed(f"{what} while creating the run file {self.path}; nothing was written") from None
             raise
         return f
@@ -365,10 +426,10 @@ class RunWriter:
             raise ConfigError("--resume", f"{self.path} changed while this run started (another run wrote it: {reader.frames} "
                                           f"committed frames, not {self.resume_frames}); resume again")
         arrays = sum(np.asarray(value).nbytes for value in (static or {}).values()) + 8 * reader.frames  # (checksums)
-        free = _free_bytes(self.path)
+        free, (short, remedy) = _room(self.path, written=self.path)
         if free is not None and free < SPACE_RESERVE + arrays:  # HDF5 must never meet a full disk: it had left the file
-            raise StorageFailed(f"no space left on device to resume {self.path} ({free} bytes free, at least "  # unreadable
-                                f"{SPACE_RESERVE + arrays} needed); the file is unchanged: free some space and resume again")
+            raise StorageFailed(f"{short} to resume {self.path} ({free} bytes left, at least "  # unreadable
+                                f"{SPACE_RESERVE + arrays} needed); the file is unchanged: {remedy} and resume again")
         try:
             f = h5py.File(self.path, "a", libver="latest")
         except OSError:  # a writer killed in SWMR mode leaves the file marked open: copy what is committed
@@ -394,13 +455,16 @@ class RunWriter:
             f.flush()
             f.swmr_mode = True
         except BaseException as exc:
-            try:
-                f.close()
-            except (OSError, RuntimeError):  # (HDF5's close after a failed flush raises too)
-                pass
+            if isinstance(exc, (OSError, RuntimeError)):
+                _close_after_write_failure(f)
+            else:  # (an interrupt: the close completes the reopening, and the file stays readable)
+                try:
+                    f.close()
+                except (OSError, RuntimeError):
+                    pass
             if isinstance(exc, (OSError, RuntimeError)):  # e.g. another process filled the disk since the check
-                what = "no space left on device" if _no_space(exc) else _reason(exc)
-                raise StorageFailed(f"{what} while reopening {self.path} to resume it; free some space and resume again "
+                what, remedy = _no_space(exc) or (_reason(exc), "free some space")
+                raise StorageFailed(f"{what} while reopening {self.path} to resume it; {remedy} and resume again "
                                     "(a file left unopenable is rebuilt from its committed frames)") from None
             raise
         return f
@@ -422,18 +486,20 @@ class RunWriter:
         if self.broken:
             raise StorageFailed(self.broken)
         state = np.asarray(state)
-        free = _free_bytes(self.path)
+        free, (short, remedy) = _room(self.path, written=self.pending or self.path)
         if free is not None and free < SPACE_RESERVE + 2 * state.nbytes:  # HDF5 must never meet a full disk
-            self.broken = (f"no space left on device for frame {self.count} of {self.path} ({free} bytes free); the "
-                           f"{self.count} committed frames are intact: free some space and continue with --resume")
+            self.broken = (f"{short} for frame {self.count} of {self.path} ({free} bytes left); the "
+                           f"{self.count} committed frames are intact: {remedy} and continue with --resume")
             raise StorageFailed(self.broken)
         try:
             self._write(t, state, diagnostics or {})
         except (OSError, RuntimeError) as exc:
+            _detach_from_disk(self.file)  # before the frame's datasets are released (they flush as they go)
             self.damaged = True
-            what = "no space left on device" if _no_space(exc) else f"cannot write to {self.path} ({_reason(exc)})"
-            self.broken = (f"{what} while writing frame {self.count} of {self.path}; the {self.count} committed frames "
-                           "are intact: free some space and continue with --resume")
+            what, remedy = _no_space(exc) or (f"cannot write to {self.path} ({_reason(exc)})", "free some space")
+            kept = (f"the {self.count} committed frames are intact: {remedy} and continue with --resume" if self.count
+                    else f"no frame had been committed: {remedy} and run again")
+            self.broken = f"{what} while writing frame {self.count} of {self.path}; {kept}"
             raise StorageFailed(self.broken) from None
 
     def _write(self, t: float, state: np.ndarray, diagnostics: Mapping[str, float]) -> None:
@@ -441,32 +507,37 @@ class RunWriter:
         self._commit(self.count + 1)
 
     def _write_frame(self, k: int, t: float, state: np.ndarray, diagnostics: Mapping[str, float]) -> None:
-        """Frame ``k``'s arrays, flushed to disk but not yet counted."""
+        """Frame ``k``'s arrays, flushed to disk but not yet counted.
+
+        Every dataset is held until the flush: one released writes its metadata, and a write that fails there is
+        only printed by h5py (the run had gone on, and crashed at its end).
+        """
         f = self.file
-        data = f[self.state_name]
-        data.resize((k + 1, *data.shape[1:]))
-        data[k] = state
-        f["t"].resize((k + 1,))
-        f["t"][k] = t
-        f[CHECKSUM].resize((k + 1,))
-        f[CHECKSUM][k] = frame_checksum(state)
         group = f["diagnostics"]
         for key in diagnostics:
             if key not in group:
                 group.create_dataset(key, data=np.full(k, math.nan), maxshape=(None,), chunks=(1024,))
-        for key in group:
-            series = group[key]
-            old = series.shape[0]
-            series.resize((k + 1,))
+        data, times, sums = f[self.state_name], f["t"], f[CHECKSUM]
+        series = {key: group[key] for key in group}
+        data.resize((k + 1, *data.shape[1:]))
+        data[k] = state
+        times.resize((k + 1,))
+        times[k] = t
+        sums.resize((k + 1,))
+        sums[k] = frame_checksum(state)
+        for key, values in series.items():
+            old = values.shape[0]
+            values.resize((k + 1,))
             if old < k:
-                series[old:k] = math.nan
-            series[k] = diagnostics.get(key, math.nan)
+                values[old:k] = math.nan
+            values[k] = diagnostics.get(key, math.nan)
         f.flush()
 
     def _commit(self, frames: int) -> None:
         """Count the frames on disk: from now on readers and ``--resume`` trust them."""
         f = self.file
-        f[COMMITTED][0] = frames
+        committed = f[COMMITTED]  # (held until the flush, as in _write_frame)
+        committed[0] = frames
         f.flush()
         self.count = frames
         if not f.swmr_mode:  # after the first frame every dataset exists: readers may follow from now on
@@ -484,10 +555,10 @@ class RunWriter:
         a frame refused before any write for lack of space leaves the file whole, and its status is recorded in the
         space kept free for it)."""
         try:
-            free = _free_bytes(self.path)
+            free, (short, _) = _room(self.path, written=self.pending or self.path)
             if free is not None and free < STATUS_RESERVE:  # the disk filled up since (another process): HDF5 must not meet it
                 self.damaged = True  # the file stays as its last commit left it: a killed run's, which --resume continues
-                self.broken = f"no space left on device to record the status of {self.path}"
+                self.broken = f"{short} to record the status of {self.path}"
             if not self.damaged:
                 self.file.attrs["status"] = status
                 self.file.attrs["stop_reason"] = stop_reason
@@ -495,15 +566,23 @@ class RunWriter:
                     self.file.attrs["info"] = json.dumps(info, default=float)
                 self.file.flush()
         except (OSError, RuntimeError) as exc:  # h5py raises RuntimeError for a failed flush
+            self.damaged = True
             self.broken = f"could not record the status of {self.path} ({_reason(exc)})"
         finally:
             try:
+                if self.damaged:  # the file keeps its last commit; HDF5 must not write to it again
+                    _close_after_write_failure(self.file)
+                else:
+                    try:
+                        self.file.close()
+                    except (OSError, RuntimeError):
+                        pass
                 try:
-                    self.file.close()
-                except (OSError, RuntimeError):
-                    pass
-                try:
-                    if self.pending is not None and self.path.exists():
+                    if self.pending is not None and self.damaged and not self.path.exists():
+                        self.pending.unlink()  # a new file whose first frame failed inside HDF5 holds nothing to keep
+                        self.pending = None
+                        self.discarded = True
+                    elif self.pending is not None and self.path.exists():
                         self.pending.unlink()  # no frame committed: the older file of that name stays whole
                         self.pending = None
                         self.kept_older = True
@@ -535,11 +614,11 @@ def _rebuild(reader: RunReader, path: Path) -> None:
         No room for the copy, or the copy does not read back equal; ``path`` is left as it was.
     """
     tmp = path.with_name(f".{path.name}.rebuild")
-    free, size = _free_bytes(path), path.stat().st_size
+    (free, (short, remedy)), size = _room(path), path.stat().st_size
     if free is not None and free < size + SPACE_RESERVE:
         raise StorageFailed(f"--resume rebuilds {path} from its committed frames (the run was killed), which needs "
-                            f"{size + SPACE_RESERVE} bytes free beside it and {free} are: free some space and resume again; "
-                            "the file is unchanged")
+                            f"{size + SPACE_RESERVE} bytes beside it and {free} are left ({short}): {remedy} and resume "
+                            "again; the file is unchanged")
     frames = reader.frames
     try:
         with reader._open() as src, h5py.File(tmp, "w", libver="latest") as dst:  # noqa: SLF001

@@ -469,8 +469,9 @@ def test_a_rebuild_without_room_for_its_copy_leaves_the_file_unchanged(tmp_path,
     out = tmp_path / "run.h5"
     x = mf.simulate({"init": {"n": 16}, "solver": {"t_final": 1.0, "save_every": 0.25}}, out=out).x
     before = out.read_bytes()
-    monkeypatch.setattr(runfile, "_free_bytes", lambda path: len(before))  # the file fits, its copy and the reserve do not
-    with pytest.raises(StorageFailed, match="needs .* bytes free beside it"):
+    # the file fits, its copy and the reserve do not
+    monkeypatch.setattr(runfile, "_room", lambda path, written=None: (len(before), runfile.DISK_FULL))
+    with pytest.raises(StorageFailed, match="needs .* bytes beside it .*no space left on device"):
         runfile._rebuild(runfile.RunReader(out), out)  # noqa: SLF001
     assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["run.h5"]
     monkeypatch.undo()
@@ -639,3 +640,78 @@ def test_a_resume_on_another_thread_count_says_so(tmp_path, monkeypatch):
     with pytest.warns(ConfigNote, match="written with 2 kernel thread.* this session runs 1.*MEANFIELD_NUM_THREADS=2 resumes it bit for bit"):
         mf.simulate(longer, out=out, resume=True)
     assert "precision=float32" in mf.load(out).summary()  # info says how the kernels ran
+
+
+def _limited(size: int):
+    """A ``preexec_fn`` that gives the child process a file-size limit (``ulimit -f``; Python ignores SIGXFSZ, so a
+    write past it fails with EFBIG)."""
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+
+
+def test_a_file_size_limit_is_met_before_hdf5_meets_it_and_resume_finishes_bit_for_bit(references, tmp_path):
+    config, reference = references["big-frames"]
+    out = tmp_path / "run.h5"
+    done = subprocess.run([sys.executable, "-m", "meanfield", "simulate", str(config), "-o", str(out), "--quiet"],
+                          capture_output=True, text=True, env=ENV, timeout=600, preexec_fn=_limited(3 << 19))
+    assert done.returncode == 1 and "file-size limit (ulimit -f) is reached" in done.stderr, done.stderr
+    assert "raise the limit and continue with --resume" in done.stderr and "Traceback" not in done.stderr
+    kept = mf.load(out)
+    assert 0 < kept.frames < mf.load(reference).frames and kept.status == "failed"
+    np.testing.assert_array_equal(kept.states, mf.load(reference).states[: kept.frames])
+    _simulate(config, out, "--resume")
+    _same(out, reference)
+
+
+#: a run whose room checks see no limit, so that its writes fail inside HDF5 (as under a disk quota, which the
+#: file system's free space does not show)
+_UNCHECKED = """
+import sys
+from meanfield.io import runfile
+runfile._room = lambda path, written=None: (None, runfile.DISK_FULL)
+from meanfield.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_write_that_fails_inside_hdf5_ends_the_run_cleanly_and_keeps_its_committed_frames(references, tmp_path):
+    # HDF5's close after the failed write had flushed again, failed again, and the process died of a segmentation
+    # fault (exit 139); its frames had been read as "truncated"
+    config, reference = references["big-frames"]
+    out = tmp_path / "run.h5"
+    done = subprocess.run([sys.executable, "-c", _UNCHECKED, "simulate", str(config), "-o", str(out), "--quiet"],
+                          capture_output=True, text=True, env=ENV, timeout=600, preexec_fn=_limited(1 << 20))
+    assert done.returncode == 1, (done.returncode, done.stderr)  # not -11 (a segmentation fault)
+    assert "file-size limit (ulimit -f) is reached while writing frame" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "Segmentation" not in done.stderr
+    kept = mf.load(out)  # the file ends before the end its superblock names: read in SWMR mode
+    assert 0 < kept.frames < mf.load(reference).frames
+    np.testing.assert_array_equal(kept.states, mf.load(reference).states[: kept.frames])
+    info = subprocess.run([sys.executable, "-m", "meanfield", "info", str(out)], capture_output=True, text=True, env=ENV)
+    assert info.returncode == 0 and "truncated" not in info.stderr, info.stderr
+    _simulate(config, out, "--resume")
+    _same(out, reference)
+
+
+def test_write_errors_name_what_ran_out():
+    import errno as errnos
+
+    from meanfield.io import runfile
+
+    assert runfile._no_space(OSError(errnos.ENOSPC, "x")) == runfile.DISK_FULL  # noqa: SLF001
+    assert runfile._no_space(OSError(errnos.EDQUOT, "x"))[0] == "disk quota exceeded"  # noqa: SLF001
+    h5py_text = RuntimeError("Unable to flush file (file write failed: ..., errno = 27, error message = 'File too large')")
+    assert runfile._no_space(h5py_text) == runfile.SIZE_LIMIT  # noqa: SLF001
+    assert runfile._no_space(RuntimeError("errno = 5, Input/output error")) is None  # noqa: SLF001
+
+
+def test_a_first_frame_that_fails_inside_hdf5_leaves_nothing_and_says_so(references, tmp_path):
+    config, _ = references["big-frames"]
+    out = tmp_path / "run.h5"
+    done = subprocess.run([sys.executable, "-c", _UNCHECKED, "simulate", str(config), "-o", str(out), "--quiet"],
+                          capture_output=True, text=True, env=ENV, timeout=600, preexec_fn=_limited(24 << 10))
+    assert done.returncode == 1, (done.returncode, done.stderr)  # had been a segmentation fault, or "file not found"
+    assert "no frame had been committed: raise the limit and run again" in done.stderr, done.stderr
+    assert "no frame was saved" in done.stderr and "Traceback" not in done.stderr and "--resume" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
