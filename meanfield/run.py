@@ -224,6 +224,12 @@ class Run:
             self._model = build_model(self.config)
         return self._model
 
+    @property
+    def norm(self) -> str:
+        """The normalisation scheme the tokens moved under (config ``model.norm``; a run of :func:`meanfield.solve`
+        keeps its solver's in its info): ``"post"`` keeps them on the sphere."""
+        return ((self.config or {}).get("model") or {}).get("norm") or self.info.get("norm", "post")
+
     def mesh(self) -> Any:
         """The :class:`~meanfield.geometry.mesh.SphericalMesh` of a grid run.
 

@@ -1018,7 +1018,7 @@ def _check_diagnosable(run: Any, model: Any) -> None:
     normalisation scheme other than post-LN moves the tokens otherwise, and their series would describe another flow."""
     from meanfield.errors import ConfigError
 
-    norm = ((run.config or {}).get("model") or {}).get("norm") or run.info.get("norm", "post")  # mf.solve: in its info
+    norm = run.norm
     if norm != "post":
         raise ConfigError("model.norm", f"this run has norm = {norm!r}; the diagnostics of Pendharkar (arXiv 2605.04279) "
                                         "follow the post-LN flow of the tokens on the sphere (norm = 'post')")

@@ -22,8 +22,10 @@ is a function on the product of spheres.  Its Riemannian gradient and Hessian ar
 
 (the projected Euclidean Hessian plus the curvature term of the spheres; :math:`\nabla_iE=a_iu_i`),
 read as an operator through :math:`g`.  Critical points of :math:`E` are the stationary points of
-every exponential law with :math:`V_h=B_h` (softmax only rescales token :math:`i`'s velocity by
-:math:`1/Z_i`), and by Sylvester's law they have the same Morse index for all of them.
+the unnormalized and pooled laws with :math:`V_h=B_h`, and of softmax with one head (which only
+rescales token :math:`i`'s velocity by :math:`1/Z_i`), and by Sylvester's law they have the same
+Morse index for all of them.  Softmax with several heads divides each head's term by its own
+:math:`Z^h_i`: its rest points are those of another field.
 
 Rotations :math:`R` with :math:`RB_hR^\top=B_h` leave :math:`E` invariant; their Lie algebra
 :math:`\mathfrak g=\{\Omega=-\Omega^\top:[\Omega,B_h]=0\ \forall h\}` gives the zero modes
@@ -731,8 +733,10 @@ def merging_flow(y0: np.ndarray, masses: np.ndarray, model: Any, *, threshold: f
     masses: :math:`\sum_cm_c` is conserved exactly (up to the rounding of one addition) and the
     number of atoms only decreases.  Because a cluster of :math:`k` coinciding tokens moves as one
     atom of mass :math:`k/n`, the energy of this model is that of the token system once its
-    clusters have collapsed; at each merge :math:`E` jumps by at most
-    :math:`\frac{1}{2\beta}\cdot2m_am_b(e^{\beta\|B\|}-e^{\beta\|B\|\cos r})` and the staircase levels
+    clusters have collapsed; at each merge :math:`E` jumps by the change of every pair term that
+    involves the merged atoms (for two atoms alone and :math:`B=I`, exactly
+    :math:`\frac{1}{2\beta}\cdot2m_am_b(e^{\beta}-e^{\beta\cos r})`; the terms with the other atoms
+    move too, by :math:`O(r^2)`), and the staircase levels
     are :math:`\frac{e^\beta}{2\beta}\sum_cm_c^2` for :math:`B=I` at large :math:`\beta`
     (:func:`staircase_levels`).
 

@@ -10,6 +10,8 @@ from the config's initial tokens and classifies what it reaches
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +59,16 @@ def _heads(model: Any, t: float) -> tuple[np.ndarray, float, float]:
     where the run's own velocity was 0.44.)"""
     from meanfield.analysis.landscape import symmetric_heads
 
-    if getattr(model, "attention", "softmax") == "relu":  # its energy is another model's: a critical run had read "not critical"
-        raise ConfigError("model.attention", "the landscape is that of the exponential energy (softmax, unnormalized and "
-                                             "pooled attention share its critical points); relu attention has another")
+    attention = getattr(model, "attention", "softmax")
+    if attention == "relu":  # its energy is another model's: a critical run had read "not critical"
+        raise ConfigError("model.attention", "the landscape is that of the exponential energy (unnormalized and pooled "
+                                             "attention, and softmax with one head, share its critical points); relu "
+                                             "attention has another")
     stack = model.heads.at(t)
+    if attention == "softmax" and stack.H > 1:  # a run at rest had read "not critical" (relative gradient 3e-3)
+        raise ConfigError("model.attention", f"softmax with {stack.H} heads divides each head's term by its own sum Z_i^h, "
+                                             "so its rest points are not the critical points of the energy; the landscape "
+                                             "is that of unnormalized or pooled attention, or of softmax with one head")
     try:
         B = symmetric_heads(stack)
     except ValueError as exc:
@@ -68,6 +76,23 @@ def _heads(model: Any, t: float) -> tuple[np.ndarray, float, float]:
     if not np.allclose(stack.V, stack.B, rtol=1e-12, atol=1e-12 * max(1.0, float(np.max(np.abs(stack.B))))):
         raise ConfigError("model.heads", "the energy landscape is that of value-aligned heads (V = QᵀK); set V = 'aligned'")
     return B, float(model.beta), (1.0 / stack.H if getattr(model, "combine", "sum") == "mean" else 1.0)
+
+
+def _on_the_sphere(norm: str) -> None:
+    """Refuse tokens that leave the sphere (``model.norm`` other than ``post``): the landscape lives on
+    :math:`(S^{d-1})^n` (a peri-LN run, its tokens of norm 2.9, had been given a verdict, and a pre-LN one an
+    overflow blamed on β)."""
+    if norm != "post":
+        raise ConfigError("model.norm", f"the energy landscape lives on the product of spheres (norm = 'post'), got {norm!r}")
+
+
+def _constant_heads(cfg: Any) -> None:
+    """Refuse time-dependent heads for ``search``: a maximiser of E(·, t) at t = 0 is not one of the flow (it had been
+    searched in silence)."""
+    schedule = cfg.get("weights", {}).get("schedule", "constant")
+    if schedule != "constant":
+        raise ConfigError("weights.schedule", f"the search takes constant heads (the energy of time-dependent ones changes "
+                                              f"with t), got schedule = {schedule!r}; 'classify' takes a frame of such a run at its time")
 
 
 #: the printed values that scale with the energy
@@ -105,6 +130,7 @@ def main(args: argparse.Namespace) -> int:
         if not -frames <= k < frames:
             raise ConfigError("--frame", f"{args.run} has {frames} frames, got {k}")
         k %= frames
+        _on_the_sphere(run.norm)
         x = np.asarray(run.frame(k), dtype=float)
         B, beta, factor = _heads(run.model, float(run.t[k]))
         weights = run.static.get("weights")  # token masses (a run continued from a grid frame): they had been read as 1/n
@@ -124,6 +150,8 @@ def main(args: argparse.Namespace) -> int:
     if args.out is not None and not str(args.out).endswith(".npy"):
         raise ConfigError("--out", f"expected a .npy file name, got {args.out!r}")
     table_path(args.out, "--out", allow=(".npy",))  # a folder, an unwritable place or a run: refused before the search
+    _on_the_sphere(cfg["model"]["norm"])
+    _constant_heads(cfg)
     B, beta, factor = _heads(build_model(cfg), 0.0)
     try:
         result = optimize(initial_tokens(cfg), B, beta=beta, mode=args.mode, gtol=gtol * 1e-2, max_iter=max_iter)
@@ -131,9 +159,23 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("model.beta", str(exc)) from None
     spectrum = _spectrum(result.x, B, beta, gtol)
     if args.out is not None:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # a new folder had failed here, after the search
-        np.save(args.out, result.x)
+        _save_tokens(Path(args.out), result.x)
     emit({"mode": args.mode, "converged": result.converged, "iterations": result.iterations,
           **_scaled({"energy_start": float(result.energy[0]), **spectrum.as_dict()}, factor), **({"out": args.out} if args.out else {})},
          as_json=args.json)
     return 0
+
+
+def _save_tokens(path: Path, x: np.ndarray) -> None:
+    """Write ``x`` to ``path`` through a temporary file beside it (an interrupted save had left a truncated .npy over
+    the old one); a file system that refuses it is named as ``--out`` (it had been a traceback, after the search)."""
+    tmp = path.with_name(f".{path.name}.new")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # a new folder had failed here, after the search
+        with open(tmp, "wb") as handle:
+            np.save(handle, x)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise ConfigError("--out", f"cannot write {path}: {exc.strerror or exc}") from None

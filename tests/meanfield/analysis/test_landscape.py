@@ -374,3 +374,55 @@ def test_landscape_refuses_relu_attention_and_saves_into_a_new_folder(tmp_path, 
     out = tmp_path / "new" / "folder" / "x.npy"
     assert main(["landscape", "search", str(plain), "--max-iter", "200", "--out", str(out)]) == 0  # np.save had failed after the search
     assert np.load(out).shape == (6, 3)
+
+
+def test_landscape_refuses_multi_head_softmax_tokens_off_the_sphere_and_moving_heads(tmp_path, capsys):
+    # softmax divides each head by its own Z_i^h: a 2-head run at rest had read "not critical"; a peri-LN run (tokens
+    # of norm 2.9) had been given a verdict; a schedule had been searched at t = 0 in silence
+    from meanfield.cli import main
+
+    two_softmax = {**MEAN_HEADS, "model": {**MEAN_HEADS["model"], "attention": "softmax", "combine": "sum"}}
+    config = tmp_path / "soft.toml"
+    _write_toml(two_softmax, config)
+    assert main(["landscape", "search", str(config)]) == 2
+    assert "error: model.attention: softmax with 2 heads" in capsys.readouterr().err
+    run = tmp_path / "soft.h5"
+    mf.simulate(two_softmax, out=run, **{"solver.t_final": 0.1, "solver.save_every": 0.1})
+    assert main(["landscape", "classify", str(run)]) == 2
+    assert "error: model.attention" in capsys.readouterr().err
+    one_softmax = {"model": {"attention": "softmax", "beta": 2.0}, "init": {"n": 6}}
+    _write_toml(one_softmax, config)
+    assert main(["landscape", "search", str(config), "--max-iter", "200"]) == 0  # one head: E's critical points
+    capsys.readouterr()
+
+    peri = tmp_path / "peri.h5"
+    mf.simulate({"model": {"norm": "peri", "beta": 1.0}, "init": {"n": 6}, "solver": {"t_final": 0.5, "save_every": 0.5}},
+                out=peri)
+    assert np.abs(np.linalg.norm(mf.load(peri).x[-1], axis=1) - 1).max() > 1e-3  # off the sphere indeed
+    assert main(["landscape", "classify", str(peri)]) == 2
+    assert "error: model.norm" in capsys.readouterr().err
+    run_solved = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), sample_uniform(6, 3, seed=0)),
+                          mf.ParticleSolver(dt=0.05, norm="pre"), t_final=0.1, save_every=0.1)
+    assert run_solved.norm == "pre" and mf.load(run).norm == "post"  # a run without config keeps it in its info
+    assert main(["landscape", "search", str(config), "--set", "model.norm=pre"]) == 2
+    assert "error: model.norm" in capsys.readouterr().err
+    assert main(["landscape", "search", str(config), "--set", "weights.schedule=oscillating"]) == 2
+    assert "error: weights.schedule" in capsys.readouterr().err
+
+
+def test_landscape_search_names_out_when_the_file_system_refuses_it(tmp_path, capsys, monkeypatch):
+    # the write comes after the search: a refusal there had been a traceback (exit 1) or an unnamed error
+    from meanfield.cli import main
+
+    config = tmp_path / "plain.toml"
+    _write_toml({"init": {"n": 6}}, config)
+    out = tmp_path / "x.npy"
+    out.write_bytes(b"older")
+
+    def refuse(src, dst):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("os.replace", refuse)
+    assert main(["landscape", "search", str(config), "--max-iter", "50", "--out", str(out)]) == 2
+    assert "error: --out: cannot write" in capsys.readouterr().err
+    assert out.read_bytes() == b"older" and sorted(p.name for p in tmp_path.iterdir()) == ["plain.toml", "x.npy"]
