@@ -1,6 +1,9 @@
 r"""Throughput of the kernels, measured against their NumPy twin and the ``exp`` roofline.
 
-For the softmax velocity (one head) at each ``(n, d)`` we time, in the same process,
+For the softmax velocity (one general head: a fixed orthogonal, not symmetric, score matrix
+:math:`B` (:func:`bench_head`), so that no kernel takes the symmetric path that halves the
+work for :math:`B = B^\top`; :math:`V = I`, :math:`\beta = 4`) at each ``(n, d)`` we time, in the
+same process,
 
 * the BLAS kernel (:func:`meanfield.kernels.attention.velocity_blas`, float64 and float32),
 * for ``d ≤ 8`` the fused one-pass kernel with a vectorised ``exp``
@@ -11,12 +14,17 @@ For the softmax velocity (one head) at each ``(n, d)`` we time, in the same proc
 * (a) the NumPy twin (:func:`meanfield.kernels.attention.velocity_numpy`: GEMM → exp → GEMM
   in row blocks, in place in one preallocated buffer, one thread with BLAS held to
   one thread too) — the best plain-NumPy method,
-* (b) the ``exp`` roofline: :math:`n^2` evaluations of NumPy's vectorised ``exp``
-  over row blocks spread over all cores, i.e. the cost of the exponentials alone.
+* (b) the ``exp`` roofline: :math:`n^2` evaluations of the fastest float64 ``exp`` on this
+  machine (:func:`~meanfield.kernels.blas.exp_scores`: NumPy's where it is vectorised, else the
+  kernels' own), on a copy of each row block, over row blocks spread over all cores: the cost
+  of the exponentials alone.
 
-Throughput is reported in pairs :math:`(i,j)` per second, with the ratios
-``twin / kernel`` (speed-up) and ``kernel / roofline`` (distance from the bound), and
-the peak memory that :mod:`tracemalloc` sees (NumPy reports its buffers to it).
+Each kernel's velocity is checked against the twin's on 512 evenly spaced rows (``*_error``: the largest difference
+relative to :math:`\max_i|v_i|`) before its time is reported.  Throughput is in pairs
+:math:`(i,j)` per second; the ratios are ``twin / kernel`` (a speed-up: above 1, the kernel is
+faster) and ``kernel / roofline`` (a time ratio: above 1, the kernel takes longer than its
+exponentials alone), with the peak memory of one float64 BLAS call that :mod:`tracemalloc`
+sees (NumPy and numba report their buffers to it).
 """
 from __future__ import annotations
 
@@ -64,19 +72,31 @@ def _blas_peak(call: Callable[[], Any]) -> int:
     return peak_memory(call)
 
 
+#: the scores of the roofline's blocks lie in [-ROOFLINE_DEPTH, 0], as shifted softmax scores at β = 4
+ROOFLINE_DEPTH = 8.0
+
+
 def exp_roofline(n: int, *, threads: int | None = None) -> Callable[[], None]:
-    """A callable doing :math:`n^2` float64 ``exp`` in row blocks over ``threads`` threads."""
+    """A callable doing :math:`n^2` float64 ``exp`` in row blocks over ``threads`` threads, by the ``exp`` the kernels
+    use here (:func:`~meanfield.kernels.blas.exp_scores`, in place on a copy of the block).
+
+    NumPy's own ``exp`` is vectorised only on AVX-512 processors; elsewhere it is the scalar libm loop, some ten
+    times slower than the kernels' ``exp``, and every kernel had "beaten" a roofline built on it.
+    """
+    from meanfield.kernels.blas import exp_scores
+
     threads = threads or num_threads()
     block = max(1, min(n, BLOCK_ELEMENTS // n))
     rng = np.random.default_rng(0)
-    source = -rng.uniform(0.0, 8.0, (block, n))
+    source = -rng.uniform(0.0, ROOFLINE_DEPTH, (block, n))
     buffers = [np.empty_like(source) for _ in range(threads)]
     blocks = -(-n // block)
 
     def worker(k: int) -> None:
         out = buffers[k]
         for _ in range(k, blocks, threads):
-            np.exp(source, out=out)
+            np.copyto(out, source)
+            exp_scores(out, deepest=ROOFLINE_DEPTH)
 
     def run() -> None:
         if threads == 1:
@@ -87,6 +107,34 @@ def exp_roofline(n: int, *, threads: int | None = None) -> Callable[[], None]:
     return run
 
 
+def bench_head(d: int) -> HeadStack:
+    """The benchmarks' head: :math:`B` a fixed orthogonal matrix that is not symmetric (the Q factor of a seeded
+    Gaussian matrix, so :math:`\|B\|_2 = 1` as for :math:`B = I`), :math:`V = I`.  With :math:`B = I` the BLAS kernel
+    had taken its symmetric path (half the score products and half the ``exp``), which no trained or random head
+    takes, and its ratios to the twin had read 1.4–1.8× high."""
+    q, r = np.linalg.qr(np.random.default_rng(20261206).standard_normal((d, d)))
+    B = q * np.sign(np.diag(r))
+    return HeadStack(B=B[None], V=np.eye(d)[None])
+
+
+#: largest difference to the twin's velocity, relative to max |v|, that a timed kernel may show (float64, float32)
+BENCH_TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
+
+
+#: the rows of each kernel's velocity checked against the twin (evenly spaced)
+CHECKED_ROWS = 512
+
+
+def _checked(name: str, v: np.ndarray, reference: np.ndarray, precision: str, rows: np.ndarray) -> float:
+    """The error of ``v[rows]`` against the twin's velocity ``reference`` of those rows, relative to its largest row; a
+    ``RuntimeError`` past :data:`BENCH_TOLERANCE` (a wrong kernel is not timed)."""
+    error = float(np.max(np.abs(v[rows] - reference)) / max(float(np.max(np.linalg.norm(reference, axis=1))), 1e-300))
+    if not error <= BENCH_TOLERANCE[precision]:
+        raise RuntimeError(f"bench: the {name} kernel's velocity is {error:.2e} off the NumPy twin's (relative to max |v|); "
+                           "it is not timed")
+    return error
+
+
 def bench_attention(
     sizes: Sequence[int] = (1024, 4096, 16384),
     dims: Sequence[int] = (3, 64),
@@ -95,14 +143,29 @@ def bench_attention(
     twin_max_work: float = 16384**2 * 64,
     beta: float = 4.0,
 ) -> list[dict[str, Any]]:
-    """Softmax-velocity throughput rows (see the module docstring)."""
+    """Softmax-velocity throughput rows (see the module docstring); each kernel checked against the twin first."""
     rows = []
     for n in sizes:
         for d in dims:
             x = sample_uniform(n, d, seed=0)
-            heads = HeadStack(B=np.eye(d)[None], V=np.eye(d)[None])
+            heads = bench_head(d)
             pairs = float(n) * n
-            row: dict[str, Any] = {"kernel": "softmax velocity", "n": n, "d": d, "threads": num_threads()}
+            row: dict[str, Any] = {"kernel": "softmax velocity", "n": n, "d": d, "beta": beta,
+                                   "head": "B orthogonal, not symmetric; V = I", "threads": num_threads()}
+            rows_checked = np.unique(np.linspace(0, n - 1, min(n, CHECKED_ROWS)).astype(np.intp))
+            with one_blas_thread():
+                reference = velocity_numpy(x, heads, beta=beta, rows=rows_checked)
+
+            def check(name: str, v: np.ndarray, precision: str = "float64") -> float:
+                return _checked(name, v, reference, precision, rows_checked)
+
+            row.update(kernel_error=check("BLAS", velocity_blas(x, heads, beta=beta)),
+                       float32_error=check("BLAS float32", velocity_blas(x, heads, beta=beta, precision="float32"), "float32"))
+            if d <= FUSED_MAX_D:
+                row.update(fused_error=check("fused", velocity_fused(x, heads, beta=beta)),
+                           fused32_error=check("fused float32", velocity_fused32(x, heads, beta=beta), "float32"))
+            if pairs * d <= numba_max_work:
+                row["numba_error"] = check("numba", velocity_numba(x, heads, beta=beta))
             t_kernel = time_call(lambda: velocity_blas(x, heads, beta=beta))
             t_f32 = time_call(lambda: velocity_blas(x, heads, beta=beta, precision="float32"))
             t_roof = time_call(exp_roofline(n))
@@ -176,8 +239,8 @@ def bench_grid(
     ``repeats`` timings of ``model.velocity`` on the cells (``velocity_s``) and
     of one step at the CFL size (``step_s``, ``stages`` velocity evaluations
     plus the fluxes), ``cell_steps_per_s = N / step_s``, and the peak of
-    :mod:`tracemalloc` over one step (``peak_bytes``, ``bytes_per_cell``;
-    NumPy allocations only — numba's own scratch is not traced).
+    :mod:`tracemalloc` over one step (``peak_bytes``, ``bytes_per_cell``; NumPy's and numba's
+    allocations, not the C++ buffers of ducc0's transforms).
 
     Returns
     -------

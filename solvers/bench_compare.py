@@ -11,8 +11,10 @@ velocity; each result is first compared with the NumPy twin
 :math:`\max_i\|v_i\|` (float64 must agree to ``F64_AGREEMENT``, float32 to
 ``F32_AGREEMENT``).  Only an implementation that agrees is timed.  The timings are
 taken in rotating rounds (every implementation once per round, the best of the rounds
-kept), all on the same number of threads, and reported as ``t_other / t_meanfield`` in
-the same precision: above 1 means meanfield is faster.
+kept), and reported as ``t_other / t_meanfield`` in the same precision: above 1 means
+meanfield is faster.  meanfield and torch run on the same number of threads
+(``--threads``); the NumPy twin on one, by design; JAX on the threads XLA takes (all
+cores unless ``XLA_FLAGS`` says otherwise, which the environment line reports).
 
 ``meanfield`` is what ``model.backend = "auto"`` runs: on :math:`S^2` with more than 1024
 tokens that can be the harmonic kernel (in float64 in either precision); the rows ``meanfield dense (fused)``

@@ -24,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "NumPy twin first, timed in rotating rounds on the same threads), as t_other / t_meanfield")
     p.add_argument("--cases", metavar="N:D,…", help="with --compare: the token counts and dimensions to compare, e.g. 4096:32,1024:384 "
                    "(default: 4096:3,16384:3,4096:64,1024:64; --quick: 1024:3,1024:64)")
-    p.add_argument("--rounds", type=int, default=3, metavar="N",
+    p.add_argument("--rounds", type=int, default=None, metavar="N",
                    help="with --compare: rotating rounds, the best time of each implementation kept (default 3; more "
                         "rounds give every implementation more chances at a quiet moment on a shared machine)")
     p.set_defaults(func=main)
@@ -68,18 +68,30 @@ def _fmt(value: Any) -> str:
 
 
 def _print_attention(rows: list[dict[str, Any]]) -> None:
-    print("softmax velocity, one head, pairs/s (higher is better); ratios measured in this run; f64/f32: fused float64 time over fused float32 time")
+    from meanfield.kernels.blas import NUMPY_EXP64
+
+    beta = rows[0].get("beta", 4.0) if rows else 4.0
+    exp = "NumPy's vectorised exp (AVX-512)" if NUMPY_EXP64 else "the kernels' exp_block64 (NumPy's exp is scalar here)"
+    print(f"softmax velocity, one general head ({rows[0]['head'] if rows else ''}), β = {beta:g}: pairs/s (higher is "
+          "better), measured in this run.\n"
+          "twin/X: speed-up over the NumPy twin (t_twin / t_X); X/roof: time over the exp roofline's (t_X / t_roof; "
+          f"roofline: n² exp by {exp});\n"
+          "f64/f32: fused float64 time over fused float32 time; blas peak: one float64 BLAS call (tracemalloc); "
+          "err: largest difference to the twin's velocity over max |v| (f64 kernels, f32 kernels)")
     header = (f"{'n':>6} {'d':>3} {'blas':>9} {'float32':>9} {'fused':>9} {'fused f32':>9} {'numpy twin':>10} {'numba':>9} {'roofline':>9} "
-              f"{'twin/blas':>9} {'twin/fused':>10} {'f64/f32':>7} {'blas/roof':>9} {'f32/roof':>8} {'fused/roof':>10} {'peak MiB':>8} {'n² MiB':>8}")
+              f"{'twin/blas':>9} {'twin/fused':>10} {'f64/f32':>7} {'blas/roof':>9} {'f32/roof':>8} {'fused/roof':>10} "
+              f"{'blas peak MiB':>13} {'n² MiB':>8} {'err f64':>8} {'err f32':>8}")
     print(header)
     nan = float("nan")
     for r in rows:
+        err64 = max((r[k] for k in ("kernel_error", "fused_error", "numba_error") if k in r), default=nan)
+        err32 = max((r[k] for k in ("float32_error", "fused32_error") if k in r), default=nan)
         print(
             f"{r['n']:>6} {r['d']:>3} {r['kernel_pairs_per_s']:>9.3g} {r['float32_pairs_per_s']:>9.3g} "
             f"{r.get('fused_pairs_per_s', nan):>9.3g} {r.get('fused32_pairs_per_s', nan):>9.3g} {r.get('twin_pairs_per_s', nan):>10.3g} {r.get('numba_pairs_per_s', nan):>9.3g} "
             f"{r['roofline_pairs_per_s']:>9.3g} {r.get('speedup_vs_twin', nan):>9.2f} {r.get('fused_speedup_vs_twin', nan):>10.2f} {r.get('fused64_over_fused32', nan):>7.2f} "
             f"{r['kernel_over_roofline']:>9.2f} {r['float32_over_roofline']:>8.2f} {r.get('fused_over_roofline', nan):>10.2f} "
-            f"{r['peak_mib']:>8.2f} {r['nxn_mib']:>8.0f}"
+            f"{r['peak_mib']:>13.2f} {r['nxn_mib']:>8.0f} {err64:>8.1e} {err32:>8.1e}"
         )
 
 
@@ -126,8 +138,9 @@ def main(args: argparse.Namespace) -> int:
 
     if args.cases is not None and not args.compare:
         raise ConfigError("--cases", "only applies with --compare")
-    if args.rounds != 3 and not args.compare:
+    if args.rounds is not None and not args.compare:
         raise ConfigError("--rounds", "only applies with --compare")
+    args.rounds = 3 if args.rounds is None else args.rounds
     if args.rounds < 1:
         raise ConfigError("--rounds", f"needs at least one round, got {args.rounds}")
     if args.compare:

@@ -98,3 +98,27 @@ def test_compare_cases_from_the_command_line(capsys, monkeypatch):
     for argv in (["bench", "--rounds", "5"], ["bench", "--compare", "--rounds", "0"]):
         assert main(argv) == 2  # only with --compare, and at least one round
         assert "--rounds" in capsys.readouterr().err
+
+
+def test_bench_attention_checks_each_kernel_against_the_twin_before_timing_it(monkeypatch):
+    # the attention table had timed B = I (the BLAS kernel's symmetric path, half the work) and never looked at the
+    # kernels' results; a wrong kernel must not get a speed-up
+    import meanfield.solvers.bench as bench
+
+    head = bench.bench_head(5)
+    B = head.B[0]
+    np.testing.assert_allclose(B @ B.T, np.eye(5), atol=1e-14)  # orthogonal: ‖B‖₂ = 1, as for B = I
+    assert np.abs(B - B.T).max() > 0.1  # and not symmetric
+    (row,) = bench.bench_attention((96,), (3,), twin_max_work=0, numba_max_work=0)
+    assert row["kernel_error"] < 1e-13 and row["fused_error"] < 1e-13 and row["float32_error"] < 1e-5
+    assert row["head"].startswith("B orthogonal") and row["beta"] == 4.0 and row["roofline_s"] > 0
+    monkeypatch.setattr(bench, "velocity_fused", lambda x, heads, beta: np.zeros_like(x))
+    with pytest.raises(RuntimeError, match="fused kernel's velocity is .* off the NumPy twin's"):
+        bench.bench_attention((96,), (3,), twin_max_work=0, numba_max_work=0)
+
+
+def test_bench_rounds_apply_with_compare_only(capsys):
+    from meanfield.cli import main
+
+    assert main(["bench", "--rounds", "3"]) == 2  # the default value had slipped through
+    assert "--rounds: only applies with --compare" in capsys.readouterr().err
