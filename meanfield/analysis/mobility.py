@@ -218,12 +218,21 @@ def energy_gradient(
     return mobility_field(x, heads, beta=beta, y=y, weights=weights).gradient
 
 
+#: the log of the largest float
+_LOG_FLOAT_MAX = math.log(np.finfo(float).max)
+
+
 def metric_slope_squared(
     x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None
 ) -> float:
     r"""Metric slope :math:`|\partial E|^2=\int\hat b\,\|P^\perp\nabla\frac{\delta E}{\delta\mu}\|^2d\mu` (the energy–dissipation identity of Massucco et al., arXiv 2605.18870).
 
     Computed as :math:`\sum_i a_i\|P^\perp\text{flux}_i\|^2/\hat b_i` (flux :math:`=\hat b\nabla\delta E/\delta\mu`).
+
+    The tangent part is the flux less its component along :math:`x_i`; where one term dominates the flux (a token's
+    own key :math:`B_hx_i`, at large :math:`\beta`) that difference keeps :math:`\sim10^{-16}` of the flux's size
+    only: measured against 60-digit sums, 6e-13 relative at :math:`\beta=100`, 3e-6 at 300, a few per cent from 500
+    (6 tokens on :math:`S^2`, :math:`B=I`).  :func:`authors_slope_squared` likewise.
 
     Parameters
     ----------
@@ -326,7 +335,10 @@ def _energy_time_derivative(x: np.ndarray, heads: HeadStack, dB: np.ndarray, *, 
             rate = (x[rows] @ dB[h]) @ xt
             parts.append((c, float(a[rows] @ (kern * rate) @ a)))
         top = max(c for c, _ in parts)
-        total += heads.w[h] * 0.5 * math.exp(top) * sum(s * math.exp(c - top) for c, s in parts)
+        scaled = heads.w[h] * 0.5 * sum(s * math.exp(c - top) for c, s in parts)
+        if scaled != 0.0:  # e^top past float's range is inf, as the other slopes give (it had raised OverflowError)
+            log_size = top + math.log(abs(scaled))
+            total += math.copysign(math.exp(log_size) if log_size < _LOG_FLOAT_MAX else math.inf, scaled)
     return float(total)
 
 
