@@ -570,6 +570,9 @@ class PhaseDiagram:
             mesh = ax.pcolormesh(self.times, rows, values, shading="nearest", cmap=cmap, norm=norm, rasterized=True)
             fig.colorbar(mesh, ax=ax, label=label)
             ax.set_title(title_text, fontsize=10)
+        if even and rows[0] >= 0:  # the first row's cells reach half a step below it: no β < 0 on the axis
+            for ax in axes.flat:
+                ax.set_ylim(bottom=max(0.0, float(rows[0] - steps[0] / 2)))
         if not even:
             every = max(1, math.ceil(self.betas.size / 14))
             axes[0, 0].set_yticks(rows[::every], [f"{b:g}" for b in self.betas[::every]])

@@ -62,8 +62,18 @@ def main(args: argparse.Namespace) -> int:
           f"{info['wall_time']:.2f} s); wrote {args.out}/phase.csv and {args.out}/phase.png")
     last = len(diagram.times) - 1
     for k, beta in enumerate(diagram.betas):
-        print(f"  β = {beta:g}, t = {diagram.times[last]:g}: P(one cluster) = {diagram.one_cluster[k, last]:.3f} "
-              f"± {diagram.one_cluster_se[k, last]:.3f}, clusters = {diagram.clusters[k, last]:.2f} ± {diagram.clusters_se[k, last]:.2f}, "
+        print(f"  β = {beta:g}, t = {diagram.times[last]:g}: P(one cluster) = "
+              f"{_probability(diagram.one_cluster[k, last], diagram.one_cluster_se[k, last], diagram.samples)}, clusters = {diagram.clusters[k, last]:.2f} ± {diagram.clusters_se[k, last]:.2f}, "
               f"Gram rank = {diagram.rank[k, last]:.2f} ± {diagram.rank_se[k, last]:.2f}")
     sys.stdout.flush()
     return 0
+
+
+def _probability(p: float, se: float, samples: int) -> str:
+    """``p ± se``; where every sample agreed (p = 0 or 1, where the standard error is 0) the 95 % bound of the rule of
+    three instead (``0.000 ± 0.000`` of six samples had read as a certainty)."""
+    if p == 0.0:
+        return f"0.000 (none of {samples}; below {min(1.0, 3.0 / samples):.3f} at 95 %)"
+    if p == 1.0:
+        return f"1.000 (all {samples}; above {max(0.0, 1.0 - 3.0 / samples):.3f} at 95 %)"
+    return f"{p:.3f} ± {se:.3f}"

@@ -362,3 +362,14 @@ def test_a_diagram_of_betas_near_the_floats_edge_is_drawn(tiny, tmp_path, betas)
     figure = diagram.plot(tmp_path / "phase.png")
     labels = [tick.get_text() for tick in figure.axes[0].get_yticklabels()]
     assert (tmp_path / "phase.png").stat().st_size > 0 and any(f"{betas[0]:g}" in label for label in labels)
+
+
+def test_a_probability_every_sample_agrees_on_is_printed_with_its_bound_and_the_axis_keeps_beta_positive(tiny, tmp_path):
+    from meanfield.cli.phase import _probability
+
+    assert _probability(0.0, 0.0, 6) == "0.000 (none of 6; below 0.500 at 95 %)"  # had been "0.000 ± 0.000"
+    assert _probability(1.0, 0.0, 300) == "1.000 (all 300; above 0.990 at 95 %)"
+    assert _probability(0.5, 0.2, 6) == "0.500 ± 0.200"
+    diagram = phase_diagram(tiny, workers=0, **{"phase.samples": 2, "phase.betas": [0.5, 2.0]})
+    fig = diagram.plot()
+    assert all(ax.get_ylim()[0] >= 0 for ax in fig.axes[:4])  # the cells of β = 0.5 had reached β = -0.25
