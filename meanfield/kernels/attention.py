@@ -148,23 +148,25 @@ FLASH_SMALL_D_MIN_PAIRS = 1 << 18
 FUSED32_SPEEDUP = 3.5
 
 
-#: token masses whose total lies outside [2^-FLOAT32_MASS_RANGE, 2^FLOAT32_MASS_RANGE] are brought to a total of about 1
-#: before the float32 kernels (:func:`_float32_range_masses`)
-FLOAT32_MASS_RANGE = 60
+#: token masses whose total lies outside [2^-MASS_RANGE, 2^MASS_RANGE] are brought to a total of about 1 before any
+#: kernel runs (:func:`_masses_in_range`)
+MASS_RANGE = 60
 
 
-def _float32_range_masses(weights: np.ndarray | None, kind: str) -> tuple[np.ndarray | None, float]:
-    """Masses for the float32 kernels, and the factor that takes their velocity back: masses whose total leaves float32's
-    range (relu's 1e-46 had given v ≡ 0, softmax's 1e37 NaN) are brought to a total near 1 by
-    :func:`~meanfield.kernels.inputs.masses_near_one`.  Softmax and pooled attention do not depend on the masses'
-    scale (factor 1); unnormalized and relu are linear in them."""
+def _masses_in_range(weights: np.ndarray | None, kind: str) -> tuple[np.ndarray | None, int, float]:
+    """Masses for the kernels, the power of two ``k`` they were divided by, and the factor that takes their velocity
+    back: masses whose total leaves :math:`[2^{-60}, 2^{60}]` are brought to a total near 1 by
+    :func:`~meanfield.kernels.inputs.masses_near_one` (in float32 relu's 1e-46 had given v ≡ 0 and softmax's 1e37
+    NaN; in float64 the local kernel's softmax was NaN for subnormal masses).  Softmax and pooled attention do not
+    depend on the masses' scale (factor 1); unnormalized and relu are linear in them.  Masses in the range are
+    left as they are, so their velocities keep their bits."""
     if weights is None:
-        return None, 1.0
+        return None, 0, 1.0
     total = float(np.abs(np.asarray(weights, dtype=float)).sum())
-    if not (math.isfinite(total) and total > 0) or 2.0**-FLOAT32_MASS_RANGE <= total <= 2.0**FLOAT32_MASS_RANGE:
-        return weights, 1.0
+    if not (math.isfinite(total) and total > 0) or 2.0**-MASS_RANGE <= total <= 2.0**MASS_RANGE:
+        return weights, 0, 1.0
     a, exponent = masses_near_one(weights)
-    return a, (1.0 if kind in ("softmax", "pooled") else math.ldexp(1.0, exponent))
+    return a, exponent, (1.0 if kind in ("softmax", "pooled") else math.ldexp(1.0, exponent))
 
 
 def attention_velocity(
@@ -259,10 +261,10 @@ def attention_velocity(
         raise ValueError(f"unknown backend {backend!r}; choose from {sorted(BACKENDS)}") from None
     if precision not in ("float64", "float32"):
         raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
+    if precision == "float32" and backend not in ("fused", "blas"):
+        raise ValueError("precision='float32' is available with backend='fused', 'blas' or 'auto' only")
+    weights, exponent, back = _masses_in_range(weights, kind)
     if precision == "float32":
-        if backend not in ("fused", "blas"):
-            raise ValueError("precision='float32' is available with backend='fused', 'blas' or 'auto' only")
-        weights, back = _float32_range_masses(weights, kind)
         if backend == "fused":
             v = velocity_fused32(x, heads, beta=beta, kind=kind, weights=weights, mask=mask)
         else:
@@ -270,8 +272,13 @@ def attention_velocity(
         return v if back == 1.0 else v * back
     logs = {"row_logs": row_logs} if row_logs is not None and backend in ROW_LOG_BACKENDS else {}
     if backend in TOLERANCE_BACKENDS:
-        return kernel(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance, mask=mask, **logs)
-    return kernel(x, heads, beta=beta, kind=kind, weights=weights, mask=mask, **logs)
+        v = kernel(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance, mask=mask, **logs)
+    else:
+        v = kernel(x, heads, beta=beta, kind=kind, weights=weights, mask=mask, **logs)
+    if exponent and logs and kind != "relu" and not is_causal(mask):  # the filled log sums are those of the masses divided by 2^k
+        filled = heads.w != 0 if kind == "pooled" else np.ones(heads.H, dtype=bool)
+        row_logs[filled] += exponent * math.log(2.0)
+    return v if back == 1.0 else v * back
 
 
 def _dense_backend(heads: HeadStack, kind: str, precision: str, *, n: int = 0, mask: str = "none") -> str:

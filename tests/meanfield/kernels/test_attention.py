@@ -2,6 +2,7 @@
 an element-by-element transcription of the velocity laws, and memory/underflow behaviour."""
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -753,3 +754,25 @@ def test_masses_near_one_divides_by_an_exact_power_of_two(scale):
     for degenerate in (np.zeros(4), np.array([np.inf, 1.0]), np.array([np.nan, 1.0])):
         same, k0 = masses_near_one(degenerate)
         assert k0 == 0 and same is not None and np.array_equal(same, degenerate, equal_nan=True)
+
+
+@pytest.mark.parametrize("backend", ["local", "harmonic", "blas", "fused", "numpy"])
+@pytest.mark.parametrize("scale", [1e-320, 1e300])
+def test_masses_far_from_one_give_the_velocity_and_row_logs_of_masses_near_one(backend, scale):
+    # subnormal masses had made the local kernel's softmax NaN; every backend now sums masses of total near 1
+    from meanfield.kernels.attention import MASS_RANGE
+
+    x = sample_uniform(1500, 3, seed=4)
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    w = np.full(1500, scale)
+    assert not 2.0**-MASS_RANGE <= w.sum() <= 2.0**MASS_RANGE
+    logs = np.full((1, 1500), np.nan)
+    v = attention_velocity(x, heads, beta=8.0, backend=backend, weights=w, row_logs=logs)
+    np.testing.assert_allclose(v, velocity_numpy(x, heads, beta=8.0), rtol=0, atol=1e-10)  # softmax: scale-free
+    if backend != "numpy":  # (the twin fills no log sums)
+        exact = np.log(np.sum(np.exp(8.0 * (x @ x.T) - 8.0), axis=1)) + 8.0 + math.log(scale)
+        np.testing.assert_allclose(logs[0], exact, rtol=0, atol=1e-9 + 3e-4 * (scale < 1e-300))  # (subnormal: 3 digits)
+    u = attention_velocity(x, heads, beta=8.0, backend="blas" if backend in ("fused", "numpy") else backend, weights=w,
+                           kind="unnormalized")
+    reference = attention_velocity(x, heads, beta=8.0, backend="numpy", kind="unnormalized", weights=w / scale)
+    np.testing.assert_allclose(u / float(w[0]), reference, rtol=1e-9 + 1e-5 * (scale < 1e-300), atol=0)  # (a subnormal v)
