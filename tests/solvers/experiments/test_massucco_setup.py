@@ -204,3 +204,19 @@ def test_exact_ou_transition_draw_for_draw():
     mid = sched.at(2.5 * dt).B
     assert np.allclose(mid, 0.5 * (sched.at(2 * dt).B + sched.at(3 * dt).B), rtol=0, atol=1e-12)
     assert np.allclose(mid, np.transpose(mid, (0, 2, 1)), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("config, sets, key", [
+    (OSC, ["weights.rate=1000"], "weights.rate"),
+    (OU, ["weights.kappa=1000", "weights.integrator=euler-maruyama"], "weights.kappa"),
+])
+def test_an_unstable_weight_recursion_names_its_rate_not_the_target(tmp_path, capsys, config, sets, key):
+    # rate × dt = 5 > 2 diverges: the message had named weights.target (or only "weights")
+    out = tmp_path / "x.h5"
+    argv = ["simulate", str(config), "-o", str(out), "--quiet", "--set", "solver.t_final=3", "--set", "model.num_heads=2"]
+    for item in sets:
+        argv += ["--set", item]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"error: {key}: the Euler recursion of the weights diverges" in err and "weights.dt" in err, err
+    assert not out.exists()
