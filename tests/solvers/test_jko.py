@@ -404,8 +404,8 @@ def test_quick_plateau_and_balance() -> None:
     assert ou["fit_G2"][1] < -0.4  # G² decays with H (b ≈ −1 in the full run)
     bal = energy_dissipation_balance(quick=True, taus=(0.1, 0.05))
     np.testing.assert_allclose(bal["order"], 1.0, atol=0.15)
-    conv = jko_tau_convergence(quick=True, taus=(0.1, 0.05))
-    np.testing.assert_allclose(conv["ratio"], 2.0, rtol=0.2)
+    conv = jko_tau_convergence(quick=True)  # the OU path resolved by every τ by default (a rough one had given 1.89, 1.64)
+    np.testing.assert_allclose(conv["ratio"], 2.0, rtol=0.05)
 
 
 @pytest.mark.slow
