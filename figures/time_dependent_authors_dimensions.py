@@ -15,21 +15,21 @@ tokens (five clusters at the angles :math:`2\pi k/5` on S¹, 100 tokens; the ten
 over heads of the per-head softmax fields, descent, :math:`\beta=1`, explicit Euler
 :math:`dt=5\cdot10^{-3}`.  OU weights :math:`dD=(I-D)\,dt+\sqrt2\,dW_{\mathrm{sym}}` (the paper,
 Theorem 4.16: plateau :math:`O(H^{-1})`, :math:`b\approx-1`); oscillating weights
-:math:`dD=(F(t+\varphi_h)-D)\,dt` toward the authors' target for that d.  With every head on the
-same phase (``phases = "same"``, the S¹ config and the submission-day code) the oscillation does
-not average out and the plateau does not decay (:math:`b\approx0`); on S⁴ the authors' code
-spreads the phases, :math:`\varphi_h=2\pi h/H` (``phases = "spread"``, the d5 config), and then
-the head-mean of :math:`F` is constant for :math:`H\ge3`: measured, the plateau decays like OU.
-Both S⁴ variants are shown.  Heads: ``model.seed`` :math:`=42+H`; OU noise: ``weights.seed``
+:math:`dD=(F(t+\varphi_h)-D)\,dt` toward the authors' target for that d, with the phases
+:math:`\varphi_h=2\pi h/H` their code gives the heads in every dimension (``phases = "spread"``, the
+configs): the head-mean of :math:`F` is then constant for :math:`H\ge3` and, measured, the plateau
+decays like OU.  With every head on the same phase (``phases = "same"``) the oscillation does not
+average out and the plateau does not decay (:math:`b\approx0`, what the paper says of the
+oscillating weights).  Both variants are shown on S¹ and S⁴.  Heads: ``model.seed`` :math:`=42+H`; OU noise: ``weights.seed``
 :math:`=1000+H` (S¹), :math:`3000+H` (S⁴), plus :math:`1000p` for Monte-Carlo path :math:`p`.
 Plateaus are averaged over paths (mean ± std) and fitted by log-log least squares
 (:func:`meanfield.solvers.experiments.time_dependent.fit_power_law`).
 
 Claim (from the CSV): the OU slopes lie in :math:`[-1.4,-0.6]` on S¹ and S⁴; the same-phase
-oscillating slopes in :math:`[-0.25,0.25]`; the spread-phase S⁴ slope is below :math:`-0.5`.
+oscillating slopes in :math:`[-0.25,0.25]`; the spread-phase slopes are below :math:`-0.5`.
 
 Runtime: ``--quick`` (H ∈ {1, 4, 16}, T = 3, 64 tokens, one OU path, frames every 0.1) 80 s
-measured on two cores at load average 10 (15 short runs); the full form (the authors' H ∈ {1, 5, 20} on S¹ and {1, 10, 100} on S⁴,
+measured on two cores at load average 10 (15 short runs; 18 since the S¹ spread phases were added); the full form (the authors' H ∈ {1, 5, 20} on S¹ and {1, 10, 100} on S⁴,
 T = 20, the configs' token counts, 4 OU paths) several hours.
 
 Command: ``python figures/time_dependent_authors_dimensions.py [--quick] [--out DIR]``
@@ -57,7 +57,8 @@ DATA = FIGURES_DIR.parent / "data"
 #: experiment -> (config, noise seed base or None, extra overrides)
 EXPERIMENTS: dict[str, tuple[Path, int | None, tuple[str, ...]]] = {
     "S1 ou": (DATA / "massucco_ou_s1.toml", 1000, ()),
-    "S1 oscillating (same phase)": (DATA / "massucco_oscillating_s1.toml", None, ()),
+    "S1 oscillating (same phase)": (DATA / "massucco_oscillating_s1.toml", None, ("weights.phases=same",)),
+    "S1 oscillating (spread phases)": (DATA / "massucco_oscillating_s1.toml", None, ()),
     "S4 ou": (DATA / "massucco_ou_d5.toml", 3000, ()),
     "S4 oscillating (same phase)": (DATA / "massucco_oscillating_d5.toml", None, ("weights.phases=same",)),
     "S4 oscillating (spread phases)": (DATA / "massucco_oscillating_d5.toml", None, ()),
@@ -131,7 +132,7 @@ def slope(rows: list[dict[str, Any]], experiment: str) -> tuple[float, float]:
 
 
 def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
-    """Checks of the CSV: each fitted slope b in its range (OU ≈ −1, same-phase oscillating ≈ 0, spread-phase S⁴ < −0.5)."""
+    """Checks of the CSV: each fitted slope b in its range (OU ≈ −1, same-phase oscillating ≈ 0, spread phases < −0.5)."""
     rows = read_csv(csv_path)
     checks = {}
     for experiment in EXPERIMENTS:

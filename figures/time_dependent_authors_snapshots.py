@@ -4,7 +4,7 @@ r"""Snapshots of both token clouds on S² in the authors' setup, OU and oscillat
 
     \dot x_i=-P^\perp_{x_i}\,\frac1H\sum_h\frac{\sum_j e^{x_i^\top D_h(t)x_j}D_h(t)x_j}{\sum_j e^{x_i^\top D_h(t)x_j}},\qquad
     \begin{cases}dD_h=(I-D_h)\,dt+\sqrt2\,dW_{\mathrm{sym}} & \text{OU}\\
-    dD_h=(F(t)-D_h)\,dt & \text{oscillating}\end{cases},\qquad D_h(0)=Z_h+Z_h^\top
+    dD_h=(F(t+2\pi h/H)-D_h)\,dt & \text{oscillating}\end{cases},\qquad D_h(0)=Z_h+Z_h^\top
 
 The experiments of Massucco, Del Grande, Carioni, Brune and Schönlieb as their public code runs
 them, read from ``data/massucco_ou.toml`` and ``data/massucco_oscillating.toml`` (:math:`H=10`):
@@ -49,11 +49,11 @@ from meanfield.figures import AUTHORS_CONFIGS, authors_overrides, script_main, w
 ID = "time_dependent_authors_snapshots"
 PAPER = "2605.18870"
 THEOREM = "long-time behaviour (integrable vs oscillating weights), in the authors' setup"
-DESCRIPTION = "Token clouds on S² at t = 0, T/2, T in the paper's setup (H = 10, octahedral clusters, random symmetric heads relaxing to +I or to F(t)), OU and oscillating, coloured by initial cluster: with the authors' heads neither cloud collapses"
+DESCRIPTION = "Token clouds on S² at t = 0, T/2, T in the paper's setup (H = 10, octahedral clusters, random symmetric heads relaxing to +I or to F(t + 2πh/H)), OU and oscillating, coloured by initial cluster: with the authors' heads neither cloud collapses"
 
 # ---- constants -----------------------------------------------------------
 CONFIGS = AUTHORS_CONFIGS
-LABELS = {"ou": "OU weights  dD = (I − D)dt + √2 dW", "oscillating": "oscillating weights  dD = (F(t) − D)dt"}
+LABELS = {"ou": "OU weights  dD = (I − D)dt + √2 dW", "oscillating": "oscillating weights  dD = (F(t + 2πh/H) − D)dt"}
 HEADS = 10
 T_FINAL = 20.0
 QUICK_HEADS = 3
