@@ -20,9 +20,10 @@ __all__ = ["DEFAULT_CONFIG", "add_parser", "main"]
 
 #: where the trajectory goes (the file this command replaces freely: its own)
 DEFAULT_OUT = "data/runs/default.h5"
-#: the built-in default experiment (also in data/default.toml)
+#: the built-in default experiment (also in data/default.toml, which resolves to the same config: a run of either
+#: file resumes the other's)
 DEFAULT_CONFIG = {
-    "model": {"d": 3, "beta": 4.0, "attention": "softmax"},
+    "model": {"d": 3, "beta": 4.0, "attention": "softmax", "heads": [{"Q": "identity", "K": "identity", "V": "identity"}]},
     "init": {"kind": "uniform", "n": 256, "seed": 0},
     "solver": {"kind": "particle", "method": "rk4", "dt": 0.02, "t_final": 15.0, "save_every": 0.25},
 }

@@ -35,6 +35,21 @@ def test_run_replaces_its_own_output_and_no_other_run(tmp_path, monkeypatch, cap
     assert main(["run", *quick]) == 0 and main(["run", *quick[:-4], "--plot", "p.png"]) == 0  # the default path: its own
 
 
+def test_the_built_in_experiment_is_data_default_toml_and_either_resumes_the_other(tmp_path, monkeypatch, capsys):
+    # the two had differed by the default head, written out in the file: --resume of one by the other was refused
+    from meanfield.cli.run import DEFAULT_CONFIG
+    from meanfield.config import load_config
+
+    default_toml = Path(__file__).resolve().parents[3] / "data/default.toml"
+    assert load_config(DEFAULT_CONFIG) == load_config(default_toml)
+    monkeypatch.chdir(tmp_path)
+    short = ["--set", "solver.t_final=0.5", "--set", "init.n=16"]
+    assert main(["run", "--quiet", *short, "--plot", "p.png"]) == 0
+    capsys.readouterr()
+    assert main(["simulate", str(default_toml), "-o", "data/runs/default.h5", "--resume", "--quiet",
+                 "--set", "solver.t_final=1.0", "--set", "init.n=16"]) == 0, capsys.readouterr().err
+
+
 def test_console_script_and_help():
     proc = subprocess.run([sys.executable, "-m", "meanfield", "--help"], capture_output=True, text=True, check=True)
     for command in ("run", "simulate", "info", "bench", "theory"):
