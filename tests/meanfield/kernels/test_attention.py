@@ -776,3 +776,17 @@ def test_masses_far_from_one_give_the_velocity_and_row_logs_of_masses_near_one(b
                            kind="unnormalized")
     reference = attention_velocity(x, heads, beta=8.0, backend="numpy", kind="unnormalized", weights=w / scale)
     np.testing.assert_allclose(u / float(w[0]), reference, rtol=1e-9 + 1e-5 * (scale < 1e-300), atol=0)  # (a subnormal v)
+
+
+@pytest.mark.parametrize("backend", ["auto", "harmonic", "local"])
+def test_float32_tokens_on_the_sphere_run_the_sphere_kernels_to_their_rounding(backend):
+    # their rounding (6e-8) had been refused by the sphere kernels, and auto had run the dense kernel (25x slower)
+    x = sample_uniform(3000, 3, seed=2)
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    x32 = x.astype(np.float32)
+    v = attention_velocity(x32, heads, beta=4.0, backend=backend)
+    exact = velocity_numpy(x32.astype(float), heads, beta=4.0)  # the float32 values as given, unnormalised
+    assert v.dtype == np.float64
+    np.testing.assert_allclose(v, exact, rtol=0, atol=1e-6 * np.abs(exact).max())  # about β × their rounding
+    with pytest.raises(ValueError, match="unit sphere"):  # float32 tokens far off the sphere are still refused
+        attention_velocity(1.01 * x32, heads, beta=4.0, backend="harmonic")
