@@ -198,7 +198,7 @@ def _sphere_rows(x: np.ndarray, heads: HeadStack, beta: float, backend: str, tol
     from meanfield.kernels.attention import _sphere_backend
 
     if backend == "auto":
-        return _sphere_backend(x, heads, beta, "softmax", "float64") in ("harmonic", "local")
+        return _sphere_backend(x, heads, beta, "softmax", "float64", tolerance=tolerance) in ("harmonic", "local")
     return heads.d == 3 and x.ndim == 2 and x.shape[0] > 0 and bool(np.allclose(np.einsum("ij,ij->i", x, x), 1.0, rtol=0, atol=1e-10))
 
 

@@ -252,7 +252,7 @@ def attention_velocity(
         x = _float32_tokens_on_the_sphere(x, heads, kind)
     if backend == "auto":
         dense = _dense_backend(heads, kind, precision, n=np.shape(x)[0], mask=mask)
-        backend = _sphere_backend(x, heads, beta, kind, precision, mask) or dense
+        backend = _sphere_backend(x, heads, beta, kind, precision, mask, tolerance=tolerance) or dense
         if backend == "dense":
             backend = dense
         elif backend in TOLERANCE_BACKENDS:
@@ -312,7 +312,8 @@ def _float32_tokens_on_the_sphere(x: np.ndarray, heads: HeadStack, kind: str) ->
     return wide / norms[:, None]
 
 
-def _sphere_backend(x: np.ndarray, heads: HeadStack, beta: float, kind: str, precision: str, mask: str = "none") -> str | None:
+def _sphere_backend(x: np.ndarray, heads: HeadStack, beta: float, kind: str, precision: str, mask: str = "none", *,
+                    tolerance: float = DEFAULT_TOLERANCE) -> str | None:
     """``"harmonic"``, ``"local"`` or ``"dense"`` where the sphere kernels apply, else ``None``."""
     x = np.asarray(x)
     if heads.d != 3 or kind not in SPHERE_KINDS or x.ndim != 2 or x.shape[0] <= SPHERE_DENSE_MAX_N:
@@ -323,4 +324,4 @@ def _sphere_backend(x: np.ndarray, heads: HeadStack, beta: float, kind: str, pre
     if not float(np.max(np.abs(norms - 1.0))) <= SPHERE_TOLERANCE:
         return None
     speedup = FUSED32_SPEEDUP if precision == "float32" else 1.0
-    return choose_sphere_method(x.shape[0], float(beta), heads, mask=mask, dense_speedup=speedup)
+    return choose_sphere_method(x.shape[0], float(beta), heads, mask=mask, dense_speedup=speedup, tolerance=tolerance)

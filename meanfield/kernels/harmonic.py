@@ -1353,7 +1353,8 @@ def estimate_sphere_seconds(n: int, beta: float, heads: HeadStack, *, tolerance:
     return {"harmonic": harmonic, "local": local, "dense": dense}
 
 
-def choose_sphere_method(n: int, beta: float, heads: HeadStack, *, mask: str = "none", dense_speedup: float = 1.0) -> str:
+def choose_sphere_method(n: int, beta: float, heads: HeadStack, *, mask: str = "none", dense_speedup: float = 1.0,
+                         tolerance: float = 1e-12) -> str:
     """The fastest method for ``n`` tokens at inverse temperature ``beta``: "harmonic", "local" or "dense".
 
     The least of the measured cost models of :func:`estimate_sphere_seconds` (their
@@ -1376,8 +1377,10 @@ def choose_sphere_method(n: int, beta: float, heads: HeadStack, *, mask: str = "
 
     ``mask="causal"`` compares the causal cost models instead (:func:`estimate_causal_sphere_seconds`).
     ``dense_speedup`` divides the dense model's cost: the float32 dense kernel's speed over the float64
-    one's (:data:`meanfield.kernels.attention.FUSED32_SPEEDUP`).
+    one's (:data:`meanfield.kernels.attention.FUSED32_SPEEDUP`).  ``tolerance``: the accuracy the sphere kernels are
+    asked for (``model.tolerance``), which sets their degrees and caps (it had been taken as 1e-12 whatever was asked).
     """
-    est = estimate_causal_sphere_seconds(n, beta, heads) if is_causal(mask) else estimate_sphere_seconds(n, beta, heads)
+    estimate = estimate_causal_sphere_seconds if is_causal(mask) else estimate_sphere_seconds
+    est = estimate(n, beta, heads, tolerance=tolerance)
     est["dense"] = est["dense"] / float(dense_speedup)
     return min(est, key=est.get)

@@ -84,3 +84,17 @@ def test_harmonic_run_matches_a_dense_run():
     fast = mf.simulate({**common, "model": {"beta": 16.0, "backend": "harmonic"}})
     dense = mf.simulate({**common, "model": {"beta": 16.0, "backend": "fused"}})
     np.testing.assert_allclose(fast.x[-1], dense.x[-1], rtol=0, atol=1e-10)
+
+
+def test_auto_weighs_the_sphere_kernels_at_the_tolerance_asked_for(monkeypatch):
+    # the choice had taken their cost at 1e-12 whatever model.tolerance asked
+    from meanfield.kernels import attention
+    from meanfield.kernels.harmonic import choose_sphere_method
+
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    assert choose_sphere_method(2048, 128.0, heads) == "dense"
+    assert choose_sphere_method(2048, 128.0, heads, tolerance=1e-4) == "harmonic"
+    seen = []
+    monkeypatch.setattr(attention, "choose_sphere_method", lambda *a, **kw: seen.append(kw["tolerance"]) or "dense")
+    attention.attention_velocity(sample_uniform(2048, 3, seed=0), heads, beta=128.0, tolerance=1e-4)
+    assert seen == [1e-4]
