@@ -1004,8 +1004,9 @@ def velocity_harmonic(
         Token masses :math:`a_j\ge0` (default :math:`1/n`).
     tolerance : float
         Target relative accuracy per row.  The NUFFT accuracy is
-        :math:`\varepsilon_N=\max(2.5\cdot10^{-13}, \mathrm{tol}/4)`, truncation and
-        interpolation aim at :math:`10^{-5}\,\mathrm{tol}`.
+        :math:`\varepsilon_N=\max(\varepsilon_{\min}, \mathrm{tol}/8)` (:data:`NUFFT_EPS_MIN`, at most
+        :math:`10^{-4}`), truncation and interpolation aim at :math:`10^{-5}\,\mathrm{tol}/(1+\beta\|B\|_2)`
+        (:func:`_accuracies`).
     mask : {"none", "causal"}
         ``"causal"``: row :math:`i` sums over :math:`j\le i` only, by the block-prefix
         algorithm of the module docstring (same tolerance).
