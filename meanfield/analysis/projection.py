@@ -408,6 +408,10 @@ def pushforward_target(
     if P.shape != (xa.shape[1], xa.shape[1]) or not np.all(np.isfinite(P)):
         raise ValueError(f"P_E must be a finite ({xa.shape[1]}, {xa.shape[1]}) projector for points in d = {xa.shape[1]}, "
                          f"got shape {P.shape}")
+    defect = max(float(np.max(np.abs(P - P.T))), float(np.max(np.abs(P @ P - P))))
+    if defect > 1e-8:  # diag(2, 0, 0) had been taken as a projector, with dim E = 2 from its trace
+        raise ValueError(f"P_E must be an orthogonal projector (symmetric, P_E² = P_E; off by {defect:.3g}): build it "
+                         "with dominant_projector")
     dim_E = int(round(np.trace(P)))
     images, orthogonal = projection_map(xa, P, tol=tol)
     total = float(a.sum())

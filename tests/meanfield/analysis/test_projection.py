@@ -263,3 +263,11 @@ def test_zero_temperature_flow_stays_finite_at_long_clocks_and_tiny_coordinates(
     x = np.array([[0.3, 0.4, np.sqrt(0.75)]])
     np.testing.assert_allclose(zero_temperature_flow(x, S, 2.0),  # a plain case against e^{τS}x/|e^{τS}x|
                                (np.exp(2.0 * np.diag(S)) * x) / np.linalg.norm(np.exp(2.0 * np.diag(S)) * x), rtol=1e-14)
+
+
+@pytest.mark.parametrize("bad", [np.diag([2.0, 0.0, 0.0]), np.array([[1.0, 0.5, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])])
+def test_pushforward_target_refuses_a_matrix_that_is_not_an_orthogonal_projector(bad):
+    # diag(2, 0, 0) had been taken as a projector onto a plane (its trace)
+    x0 = np.array([[0.6, 0.8, 0.0], [-0.6, 0.0, 0.8]])
+    with pytest.raises(ValueError, match="orthogonal projector"):
+        pushforward_target(x0, bad)
