@@ -62,8 +62,9 @@ def main(args: argparse.Namespace) -> int:
           f"{info['wall_time']:.2f} s); wrote {args.out}/phase.csv and {args.out}/phase.png")
     last = len(diagram.times) - 1
     for k, beta in enumerate(diagram.betas):
-        print(f"  β = {beta:g}, t = {diagram.times[last]:g}: P(one cluster) = "
-              f"{_probability(diagram.one_cluster[k, last], diagram.one_cluster_se[k, last], diagram.samples)}, clusters = {diagram.clusters[k, last]:.2f} ± {diagram.clusters_se[k, last]:.2f}, "
+        one = _probability(diagram.one_cluster[k, last], diagram.one_cluster_se[k, last], diagram.samples)
+        print(f"  β = {beta:g}, t = {diagram.times[last]:g}: P(one cluster) = {one}, "
+              f"clusters = {diagram.clusters[k, last]:.2f} ± {diagram.clusters_se[k, last]:.2f}, "
               f"Gram rank = {diagram.rank[k, last]:.2f} ± {diagram.rank_se[k, last]:.2f}")
     sys.stdout.flush()
     return 0
