@@ -202,10 +202,11 @@ def open_run_file(path: str | Path, *, key: str = "OUT.h5") -> h5py.File:
         return h5py.File(path, "r")
     except OSError as exc:
         reason = _reason(exc)
-    if reason in ("already open for write", "truncated file"):
+    if reason == "already open for write" or (reason == "truncated file" and (writer_alive(path) or _swmr_marked(path))):
         # a writer in SWMR mode (live, killed, or stopped by a write that found no room): read what it committed; a
         # live writer's file may look truncated to a plain open, because its end is still being written, and so does
-        # one whose last write failed (the file ends before the end its superblock names)
+        # one whose last write failed (the file ends before the end its superblock names).  A truncated copy of a
+        # closed file is not tried: a SWMR reader retries the metadata it lacks for minutes
         try:
             return h5py.File(path, "r", swmr=True)
         except OSError as exc:
@@ -216,6 +217,21 @@ def open_run_file(path: str | Path, *, key: str = "OUT.h5") -> h5py.File:
     if reason == "truncated file":
         raise _TruncatedRunFile(key, f"{path} is truncated (the file ends before its data: a copy cut short, or a full disk)") from None
     raise ConfigError(key, f"cannot open {path} as HDF5 ({reason})") from None
+
+
+#: the superblock's file-consistency flags (version 3, byte 11): open for writing, and in SWMR-write mode
+_FLAG_WRITE, _FLAG_SWMR = 0x01, 0x04
+
+
+def _swmr_marked(path: Path) -> bool:
+    """Whether the superblock of ``path`` says that a SWMR writer has it open (or had it, when it stopped without
+    closing it): only such a file can be read in SWMR mode."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(12)
+    except OSError:
+        return False
+    return len(head) == 12 and head[:8] == HDF5_SIGNATURE and head[8] >= 3 and bool(head[11] & _FLAG_SWMR)
 
 
 def _member(group: h5py.Group, name: str) -> Any:
