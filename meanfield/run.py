@@ -218,7 +218,8 @@ class Run:
         """The :class:`meanfield.Model` of the run (rebuilt from the config for a loaded run)."""
         if self._model is None:
             if self.config is None:
-                raise AttributeError("this run has no config to rebuild its model from")
+                raise AttributeError("this run has no config to rebuild its model from (a run of mf.solve read back by "
+                                     "Run.from_xarray keeps no model)")
             from meanfield.build import build_model
 
             self._model = build_model(self.config)
@@ -349,7 +350,12 @@ class Run:
         return pd.DataFrame({"t": self.t, **self.diagnostics})
 
     def to_xarray(self) -> Any:
-        """The whole run as an :class:`xarray.Dataset` (config and status in ``attrs``); :meth:`from_xarray` reads it back."""
+        """The whole run as an :class:`xarray.Dataset` (config and status in ``attrs``); :meth:`from_xarray` reads it back.
+
+        A run of :func:`meanfield.solve` has no config, and its :class:`~meanfield.Model` is not stored: the run read
+        back holds its frames, diagnostics and info, but cannot rebuild its model for :meth:`concentration`,
+        :meth:`diagnose` or the plot's title.  Analyse it first, or run it with :func:`meanfield.simulate`.
+        """
         try:
             import xarray as xr
         except ImportError:  # pragma: no cover - depends on the installation

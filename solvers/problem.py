@@ -74,8 +74,8 @@ class Problem:
     def __post_init__(self) -> None:
         if not (isinstance(getattr(self.model, "d", None), (int, np.integer)) and callable(getattr(self.model, "velocity", None))):
             raise TypeError(f"model must be a meanfield.Model (or have d and velocity), got {type(self.model).__name__}")
-        try:
-            state = np.asarray(self.initial, dtype=float)
+        try:  # a copy: the run must not share the caller's array (a tracker's edit at t = 0 had reached it)
+            state = np.array(self.initial, dtype=float)
         except (TypeError, ValueError):
             raise ValueError(f"initial must be an array of numbers (tokens (n, d), or a grid's cell masses (N,)), "
                              f"got {type(self.initial).__name__} {self.initial!r:.60}") from None

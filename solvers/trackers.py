@@ -191,6 +191,9 @@ class ProgressTracker:
 class CallbackTracker:
     """Wraps a caller's ``f(t, state) -> dict | None`` as a tracker, run after the solver's own.
 
+    ``f`` sees the frame read-only: a tracker that edited it in place (``x -= x.mean(0)``) had changed the run,
+    and at t = 0 the caller's own array, while the run ended "completed".
+
     Whatever ``f`` raises (but :class:`~meanfield.solvers.loop.StopRun`, which ends the run as a
     tracker may, and ``KeyboardInterrupt``) becomes a :class:`~meanfield.errors.TrackerError` naming
     the tracker and the time, with the original exception as its cause: a ``ZeroDivisionError`` of
@@ -218,8 +221,10 @@ class CallbackTracker:
         from meanfield.errors import TrackerError
 
         where = f"the tracker {self.name!r} at t={t:.6g}"
+        view = np.asarray(state).view()
+        view.flags.writeable = False  # it looks at the frame: an edit in place had changed the run in silence
         try:
-            out = self.func(t, state)
+            out = self.func(t, view)
         except StopRun:
             raise
         except Exception as exc:

@@ -429,6 +429,9 @@ def run_source(run: Any) -> RunSource:
                          schedule=(cfg.get("weights") or {}).get("schedule", "constant"), init=cfg["init"])
     from meanfield.model import ConstantHeads
 
+    if run.config is None and run._model is None:  # noqa: SLF001 - a solve() run carries its model
+        raise ConfigError("run", "this run has neither a config nor a model to analyse (a run of mf.solve read back by "
+                                 "Run.from_xarray keeps neither: analyse it before to_xarray, or run it with mf.simulate)")
     model, info = run.model, run.info
     stack = model.heads.at(float(run.t[0]) if run.frames else 0.0)
     if stack.H != 1:

@@ -570,3 +570,14 @@ def test_wrong_types_of_the_notebook_api_are_named(tmp_path):
             mf.Run.from_xarray(dataset)
     with pytest.raises(mf.ConfigError, match="^phase.betas: 1 appears twice"):
         mf.load_config(None, **{"phase.betas": [1.0, 1.0]})
+
+
+def test_a_solve_run_read_back_from_xarray_says_it_keeps_no_model():
+    # concentration() had raised a bare AttributeError from the model property
+    pytest.importorskip("xarray")
+    run = mf.solve(mf.Problem(mf.Model(d=3, beta=4.0), mf.sample_uniform(16, 3, seed=0)), mf.ParticleSolver(dt=0.05),
+                   t_final=0.5, save_every=0.25)
+    back = mf.Run.from_xarray(run.to_xarray())
+    np.testing.assert_array_equal(back.x, run.x)
+    with pytest.raises(mf.ConfigError, match="neither a config nor a model .*Run.from_xarray"):
+        back.concentration()

@@ -96,3 +96,26 @@ def test_a_run_that_stops_well_records_every_tracker_on_its_last_frame():
     result = run_loop(Hold(), np.zeros((3, 3)), save_times(0.0, 1.0, 0.1), trackers=[stopper(True, bad_state=True), after])
     np.testing.assert_allclose(result.t, [0.0, 0.1], rtol=0, atol=1e-12)
     assert result.info["failed"]
+
+
+def test_a_callers_tracker_sees_the_frame_read_only_and_the_callers_tokens_stay_theirs():
+    # a tracker doing x[0] = 0 had zeroed a token of the run (status "completed", a file of tokens off the sphere) and
+    # of the caller's own x0, which Problem had kept without a copy
+    import meanfield as mf
+    from meanfield.errors import TrackerError
+
+    x0 = mf.sample_uniform(10, 3, seed=0)
+    keep = x0.copy()
+    problem = mf.Problem(mf.Model(d=3, beta=4.0), x0)
+    assert problem.initial is not x0
+
+    def edits(t, x):
+        x[0] = 0.0
+
+    with pytest.raises(TrackerError) as failed:
+        mf.solve(problem, mf.ParticleSolver(dt=0.05), t_final=1.0, save_every=0.25, trackers=[edits])
+    assert "the tracker 'edits' at t=0 raised ValueError" in str(failed.value) and "read-only" in str(failed.value)
+    np.testing.assert_array_equal(x0, keep)
+    seen = []
+    mf.solve(problem, mf.ParticleSolver(dt=0.05), t_final=0.5, save_every=0.25, trackers=[lambda t, x: seen.append(x.copy())])
+    assert len(seen) == 3 and np.array_equal(seen[0], keep)  # looking still works
