@@ -172,13 +172,21 @@ def test_your_own_trackers_are_named_when_they_go_wrong(tracker, says, tmp_path)
 
 
 def test_a_failed_run_raises_with_its_frames(tmp_path):
-    def poison(t, x):
-        if t > 0:
-            x[0, 0] = np.nan  # the next frame carries the NaN
+    model = mf.Model(d=3, beta=1.0)
+
+    class Poisoned:  # a model whose velocity turns NaN after t = 0.3 (trackers see the frames read-only)
+        d = 3
+
+        def __getattr__(self, name):
+            return getattr(model, name)
+
+        def velocity(self, x, t=0.0, **kw):
+            v = model.velocity(x, t, **kw)
+            return v * np.nan if t > 0.3 else v
 
     with pytest.raises(mf.RunFailed) as info:
-        mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3)), mf.ParticleSolver(dt=0.05),
-                 t_final=1.0, save_every=0.25, trackers=[poison])
+        mf.solve(mf.Problem(Poisoned(), mf.sample_uniform(8, 3)), mf.ParticleSolver(dt=0.05),
+                 t_final=1.0, save_every=0.25)
     assert info.value.run.status == "failed" and info.value.run.frames >= 2
 
 
