@@ -129,7 +129,7 @@ def plot_particle_run(
     key = next((k for k in ("energy", "energy_theta", "rayleigh", "max_speed")
                 if diagnostics and k in diagnostics and np.isfinite(np.asarray(diagnostics[k], dtype=float)).any()), None)
     cols = len(picks) + (1 if key else 0)
-    fig = new_figure(figsize=(max(3.3 * cols, 7.5), 4.1))  # (room for two title lines, a panel title and the time axis)
+    fig = new_figure(figsize=(max(3.3 * cols, 7.5), 4.4))  # (room for two title lines, a panel title and the time axis)
     rotation = rotation_to(facing_view(x[picks[-1]], weights))
     colors = np.arange(x.shape[1])
     for k, index in enumerate(picks):
@@ -147,7 +147,7 @@ def plot_particle_run(
         if key == "max_speed":
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
-        ax.set_box_aspect(1)
+        ax.set_box_aspect(0.9)  # (a square had pushed the time label below the canvas)
     masses = "; marker area ∝ token mass (halved on the back)" if weights is not None else ""
     fig.suptitle((title + "\n" if title else "") + f"solid: front hemisphere, faint: back; colour = token index{masses}", fontsize=9)
     return save(fig, path, dpi=dpi)

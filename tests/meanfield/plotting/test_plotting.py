@@ -296,3 +296,18 @@ def test_an_overflowed_energy_gives_its_panel_to_the_speed_and_empty_cells_are_g
     drawn_grey = np.all(np.isclose(colours, grey), axis=1)
     assert 0.3 < drawn_grey.mean() < 0.7 and np.all(colours[:, 3] == 1.0)  # the empty half grey, not transparent
     assert "grey: no mass" in fig._suptitle.get_text()  # noqa: SLF001
+
+
+@pytest.mark.parametrize("snapshots", [1, 2, 4, 6])
+def test_the_run_pictures_time_label_lies_on_the_canvas(snapshots):
+    # with the energy panel square, the "time t" label had been drawn 4-6 px below the canvas
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    t = np.linspace(0.0, 2.0, 9)
+    x = np.stack([sample_uniform(32, 3, seed=k) for k in range(9)])
+    fig = particles.plot_particle_run(t, x, None, diagnostics={"energy": np.linspace(1.0, 1.5, 9)}, snapshots=snapshots,
+                                      title="softmax attention")
+    FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    label = fig.axes[-1].xaxis.label
+    assert label.get_text() == "time t" and label.get_window_extent(fig.canvas.get_renderer()).y0 >= 0
