@@ -50,6 +50,24 @@ ANIMATE_OPTIONS = {"particle": ("fps", "dpi"),
                    "grid": ("fps", "dpi", "view", "orthographic_view", "log", "cmap", "resolution", "fixed_scale")}
 
 
+def _check_values(options: dict[str, Any], path: Any) -> None:
+    """The values every kind shares, named when wrong before anything is drawn (``fps=0`` had been a ZeroDivisionError
+    after every frame was drawn, ``dpi=0`` an IndexError, ``title=5`` and ``path=5`` stray TypeErrors)."""
+    import math
+    import os
+
+    for name in ("fps", "dpi"):
+        if name in options:
+            value = options[name]
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                    or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if "title" in options and not isinstance(options["title"], str):
+        raise TypeError(f"title must be a string, got {type(options['title']).__name__}")
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file name (str or path), got {type(path).__name__}")
+
+
 def _check_options(options: dict[str, Any], known: tuple[str, ...], method: str, kind: str) -> None:
     """A keyword the method does not take, named against the method (it had been a TypeError of an inner function)."""
     unknown = sorted(set(options) - set(known))
@@ -67,6 +85,7 @@ def plot_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
     if run.kind == "grid" and "frames" in options and "snapshots" not in options:  # the grid figure's own name for it
         options["snapshots"] = options.pop("frames")
     _check_options(options, PLOT_OPTIONS[run.kind], "plot", run.kind)
+    _check_values(options, path)
     snapshots = options.get("snapshots", 1)  # checked for both kinds (a grid's had failed inside NumPy)
     if isinstance(snapshots, bool) or not isinstance(snapshots, (int, np.integer)) or snapshots < 1:
         raise ValueError(f"snapshots must be an integer ≥ 1 (the number of panels), got {snapshots!r}")
@@ -87,6 +106,7 @@ def animate_run(run: Any, path: str | Path | None = None, **options: Any) -> Any
     """:meth:`meanfield.Run.animate`: one frame per saved time (options: :data:`ANIMATE_OPTIONS`)."""
     _check_frames(run)
     _check_options(options, ANIMATE_OPTIONS[run.kind], "animate", run.kind)
+    _check_values(options, path)
     check_picture_path(path, animation=True)
     if run.kind == "grid":
         return animate_density(run.mesh(), run.t, run.mass, path, **options)

@@ -311,3 +311,20 @@ def test_the_run_pictures_time_label_lies_on_the_canvas(snapshots):
     fig.canvas.draw()
     label = fig.axes[-1].xaxis.label
     assert label.get_text() == "time t" and label.get_window_extent(fig.canvas.get_renderer()).y0 >= 0
+
+
+@pytest.mark.parametrize("method, options, error, name", [
+    ("animate", {"fps": 0}, ValueError, "fps"), ("animate", {"fps": -2}, ValueError, "fps"),
+    ("animate", {"dpi": 0}, ValueError, "dpi"), ("plot", {"dpi": "x"}, ValueError, "dpi"),
+    ("plot", {"title": 5}, TypeError, "title"), ("plot", {"path": 5}, TypeError, "path"),
+])
+def test_run_plot_and_animate_name_a_bad_option_before_drawing(tmp_path, method, options, error, name):
+    # fps=0 had been a ZeroDivisionError after every frame was drawn, dpi=0 an IndexError, title=5 a TypeError of '+'
+    import meanfield as mf
+
+    run = mf.solve(mf.Problem(mf.Model(d=3, beta=4.0), sample_uniform(8, 3, seed=0)), mf.ParticleSolver(dt=0.1),
+                   t_final=0.2, save_every=0.1)
+    path = options.pop("path", tmp_path / ("a.gif" if method == "animate" else "p.png"))
+    with pytest.raises(error, match=f"^{name}"):
+        getattr(run, method)(path, **options)
+    assert not any(tmp_path.iterdir())
