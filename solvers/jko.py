@@ -102,8 +102,9 @@ Examples
 >>> from meanfield.model import ConstantHeads, Model
 >>> from meanfield.geometry.sphere import sample_uniform
 >>> model = Model(d=3, beta=1.0, attention="pooled", heads=ConstantHeads(HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])))
->>> result = jko_simulate(model, sample_uniform(32, 3, seed=0), tau=0.1, t_final=0.5)
->>> result.t.tolist(), bool(result.diagnostics["jko_residual"][-1] < 1e-10)
+>>> import meanfield as mf
+>>> run = mf.solve(mf.Problem(model, sample_uniform(32, 3, seed=0)), mf.JKOSolver(tau=0.1), t_final=0.5, save_every=0.5)
+>>> run.t.tolist(), bool(run.diagnostics["jko_residual"][-1] < 1e-10)
 ([0.0, 0.5], True)
 """
 from __future__ import annotations
@@ -919,6 +920,17 @@ class JKOSolver:
     keep_reports: bool = True
     options: Mapping[str, Any] = field(default_factory=dict)
     kind: ClassVar[str] = "jko"
+
+    def __post_init__(self) -> None:
+        """The options checked where they are given (``tau=0`` had been refused only inside :func:`meanfield.solve`,
+        and ``JKOSolver("implicit")``, a mobility passed as the step, had ended in a bare TypeError)."""
+        tau, tol = self.tau, self.tol
+        if isinstance(tau, bool) or not isinstance(tau, (int, float, np.integer, np.floating)) or not (math.isfinite(tau) and tau > 0):
+            raise ValueError(f"tau must be a positive finite number (the step), got {tau!r}")
+        if self.mobility not in MOBILITIES:
+            raise ValueError(f"mobility must be one of {MOBILITIES}, got {self.mobility!r}")
+        if isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating)) or not (math.isfinite(tol) and tol > 0):
+            raise ValueError(f"tol must be a positive finite number, got {tol!r}")
 
     def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:  # noqa: ARG002
         """Stepper and trackers: the JKO step reports, finite values and the sphere (tokens) or the mass (grid), energies."""

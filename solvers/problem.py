@@ -63,7 +63,7 @@ class Problem:
     mesh : SphericalMesh, optional
         The mesh of a grid measure.
     weights : (n,) array, optional
-        Token masses (default uniform :math:`1/n`); particles only.
+        Token masses (default uniform :math:`1/n`), normalised to total 1; particles only.
     """
 
     model: Model
@@ -74,6 +74,8 @@ class Problem:
     def __post_init__(self) -> None:
         if not (isinstance(getattr(self.model, "d", None), (int, np.integer)) and callable(getattr(self.model, "velocity", None))):
             raise TypeError(f"model must be a meanfield.Model (or have d and velocity), got {type(self.model).__name__}")
+        if np.iscomplexobj(self.initial) or np.iscomplexobj(self.weights):  # (their imaginary parts had been dropped)
+            raise TypeError("initial and weights must be real numbers, got complex ones")
         try:  # a copy: the run must not share the caller's array (a tracker's edit at t = 0 had reached it)
             state = np.array(self.initial, dtype=float)
         except (TypeError, ValueError):

@@ -589,3 +589,17 @@ def test_a_solve_run_read_back_from_xarray_says_it_keeps_no_model():
     np.testing.assert_array_equal(back.x, run.x)
     with pytest.raises(mf.ConfigError, match="neither a config nor a model .*Run.from_xarray"):
         back.concentration()
+
+
+def test_solver_options_and_complex_tokens_are_refused_where_they_are_given():
+    # JKOSolver(tau=0) had been refused only inside solve, JKOSolver("implicit") a bare TypeError; complex tokens had
+    # lost their imaginary part with a ComplexWarning
+    for bad, name in ((dict(tau=0), "tau"), (dict(tau=-1.0), "tau"), (dict(tau="implicit"), "tau"),
+                      (dict(mobility="lazy"), "mobility"), (dict(tol=0.0), "tol")):
+        with pytest.raises(ValueError, match=f"^{name}"):
+            mf.JKOSolver(**bad)
+    with pytest.raises(ValueError, match="^tau"):
+        mf.JKOSolver("implicit")
+    x0 = mf.sample_uniform(4, 3, seed=0)
+    with pytest.raises(TypeError, match="complex"):
+        mf.Problem(mf.Model(d=3, beta=1.0), x0.astype(complex))
