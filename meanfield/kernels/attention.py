@@ -300,7 +300,7 @@ FLOAT32_SPHERE_TOLERANCE = 1e-6
 
 
 def _float32_tokens_on_the_sphere(x: np.ndarray, heads: HeadStack, kind: str) -> np.ndarray:
-    """``x`` in float64 and normalised where it is float32 tokens on :math:`S^2` to their rounding (the velocity then
+    r"""``x`` in float64 and normalised where it is float32 tokens on :math:`S^2` to their rounding (the velocity then
     differs from that of the float32 values by about their rounding times :math:`\beta\|B\|`); else ``x``."""
     x = np.asarray(x)
     if x.dtype != np.float32 or heads.d != 3 or kind not in SPHERE_KINDS or x.ndim != 2 or not x.size:
