@@ -108,7 +108,7 @@ def exp_roofline(n: int, *, threads: int | None = None) -> Callable[[], None]:
 
 
 def bench_head(d: int) -> HeadStack:
-    """The benchmarks' head: :math:`B` a fixed orthogonal matrix that is not symmetric (the Q factor of a seeded
+    r"""The benchmarks' head: :math:`B` a fixed orthogonal matrix that is not symmetric (the Q factor of a seeded
     Gaussian matrix, so :math:`\|B\|_2 = 1` as for :math:`B = I`), :math:`V = I`.  With :math:`B = I` the BLAS kernel
     had taken its symmetric path (half the score products and half the ``exp``), which no trained or random head
     takes, and its ratios to the twin had read 1.4–1.8× high."""

@@ -71,6 +71,19 @@ def test_no_string_of_the_sources_holds_a_control_character(path: Path) -> None:
     assert not hits, "strings with control characters (make them raw: r\"\"\"...\"\"\"):\n" + "\n".join(hits)
 
 
+@pytest.mark.parametrize("path", [p for p in USER_FILES if p.suffix == ".py"], ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_string_of_the_sources_holds_an_invalid_escape(path: Path) -> None:
+    """``\\|B\\|`` in a docstring that is not raw: Python warns of the escape, and will refuse it."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            compile(_text(path), str(path), "exec")
+        except (SyntaxError, SyntaxWarning, DeprecationWarning) as exc:
+            pytest.fail(f"{path.relative_to(ROOT)}: {exc} (make the string raw)")
+
+
 def test_the_checks_above_can_fail(tmp_path: Path) -> None:
     assert SEED_NUMBER.search("see seed 002, Thm 1") and SEED_NUMBER.search("Seed-004 figures") and SEED_NUMBER.search("seed004_model")
     assert not SEED_NUMBER.search("init.seed = 0 and seeds 0, 1, 2")
