@@ -292,11 +292,12 @@ def read_run_file(path: str | Path, read: Callable[[h5py.File], T], *, key: str 
             with open_run_file(path, key=key) as f:
                 opened = True
                 return read(f)
-        except (KeyError, OSError, ConfigError) as exc:
+        except (KeyError, OSError, RuntimeError, ConfigError) as exc:
             # open_run_file's verdicts are final (but a truncated look); read's may come from a half-updated header
             settled = isinstance(exc, ConfigError) and not opened and not isinstance(exc, _TruncatedRunFile)
             if settled or not (writer_alive(path) or _file_stamp(path) != before):
-                if isinstance(exc, (KeyError, OSError)):  # no writer: the bytes themselves are bad (a KeyError traceback, exit 1)
+                if isinstance(exc, (KeyError, OSError, RuntimeError)):  # no writer: the bytes themselves are bad (a
+                    # KeyError or RuntimeError traceback, exit 1)
                     raise ConfigError(key, f"{path} is damaged: HDF5 cannot read it ({_reason(exc)})") from None
                 raise
             if attempt == LIVE_READ_ATTEMPTS - 1:

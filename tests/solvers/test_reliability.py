@@ -715,3 +715,28 @@ def test_a_first_frame_that_fails_inside_hdf5_leaves_nothing_and_says_so(referen
     assert "no frame had been committed: raise the limit and run again" in done.stderr, done.stderr
     assert "no frame was saved" in done.stderr and "Traceback" not in done.stderr and "--resume" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_runtime_error_of_hdf5_inside_a_read_is_named_as_damage(tmp_path):
+    # h5py raises RuntimeError for some bad metadata: it had been a traceback, exit 1
+    from meanfield.io.runfile import read_run_file
+
+    out = tmp_path / "run.h5"
+    mf.simulate({"init": {"n": 8}, "solver": {"t_final": 0.5, "save_every": 0.25}}, out=out)
+
+    def fails(f):
+        raise RuntimeError("Can't decrement id ref count (bad object header)")
+
+    with pytest.raises(mf.ConfigError, match="is damaged: HDF5 cannot read it"):
+        read_run_file(out, fails)
+
+
+def test_a_truncated_copy_of_a_closed_run_is_named_at_once(tmp_path):
+    # the reader had opened it in SWMR mode and retried its missing metadata for minutes (meanfield info hung)
+    out = tmp_path / "run.h5"
+    mf.simulate({"init": {"n": 64}, "solver": {"t_final": 2.0, "save_every": 0.05}}, out=out)
+    cut = tmp_path / "cut.h5"
+    cut.write_bytes(out.read_bytes()[: out.stat().st_size // 2])
+    done = subprocess.run([sys.executable, "-m", "meanfield", "info", str(cut)], capture_output=True, text=True, env=ENV,
+                          timeout=60)
+    assert done.returncode == 2 and "is truncated" in done.stderr, done.stderr
