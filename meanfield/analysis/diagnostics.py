@@ -79,7 +79,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -901,6 +901,7 @@ def diagnose_trajectory(
     tol: float = 1e-3,
     fd_points: int = 5,
     combine: str = "sum",
+    on_frame: Callable[[], None] | None = None,
 ) -> dict[str, np.ndarray]:
     r"""Time series of every diagnostic along a saved trajectory (Pendharkar, arXiv 2605.04279).
 
@@ -930,6 +931,8 @@ def diagnose_trajectory(
         Odd stencil size of the finite difference of the entropy.
     combine : {"sum", "mean"}
         How the heads' fields combine (see :func:`frame_diagnostics`).
+    on_frame : callable, optional
+        Called after each frame (a progress bar's update).
 
     Returns
     -------
@@ -957,6 +960,8 @@ def diagnose_trajectory(
         )
         for key, value in frame.scalars.items():
             out[key][k] = value
+        if on_frame is not None:  # (a progress bar: the diagnostics take longer than the run they read)
+            on_frame()
         window.append((k, frame.entropy, frame.entropy_rate))
         if len(window) == fd_points:
             centre, _, rate = window[half]
@@ -969,7 +974,8 @@ def diagnose_trajectory(
     return out
 
 
-def diagnose_run(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1) -> dict[str, np.ndarray]:
+def diagnose_run(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1,
+                 on_frame: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
     r"""All diagnostics of a particle :class:`meanfield.Run` (Pendharkar, arXiv 2605.04279).
 
     The model (heads and their schedule, :math:`\beta`, attention kind,
@@ -985,7 +991,7 @@ def diagnose_run(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int
     fd_points : int
         Entropy finite-difference stencil (odd, >= 3).
     stride : int
-        Use every ``stride``-th frame.
+        Use every ``stride``-th frame, and the last (the final values had described an earlier frame).
 
     Returns
     -------
@@ -1005,11 +1011,14 @@ def diagnose_run(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int
         raise ValueError(f"stride must be >= 1, got {stride}")
     model = run.model
     _check_diagnosable(run, model)
-    t = np.asarray(run.t, dtype=float)[::stride]
-    x = np.asarray(run.x, dtype=float)[::stride]
+    keep = np.arange(0, run.frames, stride)
+    if keep.size and keep[-1] != run.frames - 1:  # the last frame always ('last' and 'final_*' had been earlier ones)
+        keep = np.append(keep, run.frames - 1)
+    t = np.asarray(run.t, dtype=float)[keep]
+    x = np.asarray(run.x, dtype=float)[keep]
     return diagnose_trajectory(
         t, x, model.heads, beta=model.beta, kind=model.attention, direction=model.direction, tol=tol, fd_points=fd_points,
-        weights=run.static.get("weights"), combine=model.combine,
+        weights=run.static.get("weights"), combine=model.combine, on_frame=on_frame,
     )
 
 
@@ -1143,8 +1152,10 @@ class Diagnosis:
         return plot_diagnostics(self.series, path, H=self.H, n=self.n, title=self.heading.split("\n")[-1])
 
 
-def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1) -> Diagnosis:
-    """The :class:`Diagnosis` of a particle :class:`meanfield.Run`.
+def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1,
+             on_frame: Callable[[], None] | None = None) -> Diagnosis:
+    """The :class:`Diagnosis` of a particle :class:`meanfield.Run` (``on_frame`` is called after each frame: a
+    progress bar's update).
 
     Raises
     ------
@@ -1165,7 +1176,7 @@ def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1
         raise ConfigError(key, f"frame {bad[0]} (t = {run.t[bad[0]]:.6g}) is not finite (NaN or inf): the {what} was "
                                "altered or damaged")
     model = run.model
-    series = diagnose_run(run, tol=tol, fd_points=fd_points, stride=stride)
+    series = diagnose_run(run, tol=tol, fd_points=fd_points, stride=stride, on_frame=on_frame)
     heads = _stack_at(model.heads, float(run.t[0]))
     n = int(run.shape[0])
     verdict = verdicts(series, direction=model.direction, H=heads.H, n=n,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import sys
 import warnings
 from pathlib import Path
 
@@ -36,8 +37,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--csv", metavar="F", help="write every series, one row per frame")
     p.add_argument("--plot", metavar="F.png", help="draw the diagnostics")
     p.add_argument("--tol", default="1e-3", metavar="TOL", help="cluster tolerance: <x_i,x_j> >= 1 - TOL links tokens (default 1e-3)")
-    p.add_argument("--stride", default="1", metavar="K", help="use every K-th frame (default 1)")
+    p.add_argument("--stride", default="1", metavar="K", help="use every K-th frame, and the last (default 1)")
     p.add_argument("--fd-points", default="5", metavar="P", help="odd stencil size of the entropy finite difference (default 5)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
 
 
@@ -82,8 +84,15 @@ def main(args: argparse.Namespace) -> int:
     picture_path(args.plot, "--plot")
     table_path(args.csv, "--csv")
     run = load(args.run, key="OUT.h5")
-    with np.errstate(over="ignore", invalid="ignore"):  # an energy past the largest float: said below, not as a warning
-        diagnosis = run.diagnose(tol=tol, stride=stride, fd_points=fd_points)
+    from meanfield.analysis.diagnostics import diagnose
+    from tqdm import tqdm
+
+    frames = len(range(0, run.frames, stride)) + (1 if run.frames and (run.frames - 1) % stride else 0)
+    with np.errstate(over="ignore", invalid="ignore"), \
+            tqdm(total=frames, disable=args.quiet, desc="diagnose", unit="frame", file=sys.stderr) as bar:
+        # (an energy past the largest float: said below, not as a warning; the bar: the diagnostics of a run can take
+        # 80 times as long as the run, and had printed nothing until the end)
+        diagnosis = diagnose(run, tol=tol, stride=stride, fd_points=fd_points, on_frame=bar.update)
     energy = diagnosis.series.get("energy")
     if energy is not None and energy.size and not np.isfinite(energy).any() and run.config is not None:
         beta = run.config["model"]["beta"]

@@ -395,11 +395,12 @@ def test_cli_diagnose_writes_csv_and_png(multihead_run, tmp_path, capsys):
 
 
 def test_cli_diagnose_says_why_the_entropy_residual_is_nan(multihead_run, capsys):
-    # every 4th of 11 frames leaves 3, fewer than the 5-point stencil needs: the residual is nan, and a note says why
+    # every 4th of 11 frames and the last leave 4, fewer than the 5-point stencil needs: the residual is nan, and a
+    # note says why
     assert main(["diagnose", str(multihead_run), "--stride", "4"]) == 0
     captured = capsys.readouterr()
     assert "max_entropy_residual      nan" in captured.out
-    assert "note: entropy_residual is nan: its 5-point stencil" in captured.err and "the run has 3" in captured.err
+    assert "note: entropy_residual is nan: its 5-point stencil" in captured.err and "the run has 4" in captured.err
 
 
 def test_cli_diagnose_bad_input_exits_2(tmp_path, multihead_run, capsys):
@@ -514,3 +515,19 @@ def test_diagnose_of_a_grid_run_names_the_run_or_the_file_it_came_from(tmp_path,
     capsys.readouterr()
     assert main(["diagnose", str(out)]) == 2
     assert "OUT.h5: diagnose needs a particle run" in capsys.readouterr().err
+
+
+def test_a_stride_keeps_the_last_frame_and_the_command_shows_its_progress(tmp_path, capsys):
+    # --stride 7 had ended at t = 5.6 of a run to 6 ('last' and final_* of another frame), and the command had printed
+    # nothing for minutes
+    import meanfield as mf
+
+    out = tmp_path / "run.h5"
+    mf.simulate({"init": {"n": 16}, "solver": {"t_final": 2.0, "save_every": 0.1}}, out=out)
+    diagnosis = mf.load(out).diagnose(stride=7)
+    np.testing.assert_array_equal(diagnosis.series["t"], mf.load(out).t[[0, 7, 14, 20]])
+    assert main(["diagnose", str(out), "--stride", "7"]) == 0
+    err = capsys.readouterr().err
+    assert "diagnose" in err and "4/4" in err
+    assert main(["diagnose", str(out), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
