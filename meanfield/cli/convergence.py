@@ -141,6 +141,14 @@ def main(args: argparse.Namespace) -> int:
         reference_mesh = None if reference is None else icosahedral_cells(reference)
     else:
         cells_fine, reference_mesh = max(cells), reference
+    if len(cells) - (reference is None) < 2:  # the finest is the reference: one study mesh had printed orders of nan
+        import warnings
+
+        from meanfield.errors import ConfigNote
+
+        warnings.warn(f"one study mesh beside the reference ({len(cells)} sizes"
+                      f"{'' if reference is not None else ', the finest the reference'}): its errors have no order; give "
+                      "three sizes, or two and --reference-cells", ConfigNote, stacklevel=2)
     if reference_mesh is not None and reference_mesh <= cells_fine:  # a coarser reference had given orders of 0.1 and −0.7
         raise ConfigError("--reference-cells", f"the reference must be finer than every study mesh (the finest has "
                                                f"{cells_fine} cells), got {reference}")

@@ -579,3 +579,13 @@ def test_many_steps_keep_the_mass_to_round_off_without_a_drift(method):
     drift = np.abs(run.mass.sum(axis=1) - run.mass[0].sum())
     assert drift.max() < 2e-14, drift  # (ssprk3 had reached 2.2e-13 here, growing linearly)
     assert G.GRID_METHODS[method].denominator[-1] * 1.0 == sum(G.GRID_METHODS[method].alpha[-1])
+
+
+def test_convergence_says_when_one_study_mesh_leaves_no_order(tmp_path, capsys):
+    # --cells 200,400 --family icosahedral: 642 cells the reference, one row of nan orders, exit 0 without a word
+    from meanfield.cli import main
+
+    config = tmp_path / "c.toml"
+    config.write_text('[solver]\nkind = "grid"\nt_final = 0.05\nsave_every = 0.05\n')
+    assert main(["convergence", str(config), "--cells", "200,400", "--family", "icosahedral"]) == 0
+    assert "note: one study mesh beside the reference" in capsys.readouterr().err
