@@ -1,7 +1,9 @@
 """Checks on an output path, made before any work: a run never truncates a file it should not."""
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 from meanfield.errors import ConfigError
@@ -49,3 +51,11 @@ def check_parent(path: str | Path, key: str) -> None:
         raise ConfigError(key, f"cannot create {path}: {probe} is a file, not a folder")
     if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
         raise ConfigError(key, f"cannot write into {probe}: permission denied")
+    if probe.is_dir():  # a real try: root passes os.access on read-only and pseudo file systems (/proc had failed late)
+        try:
+            handle, name = tempfile.mkstemp(prefix=".meanfield-probe-", dir=probe)
+        except OSError as exc:
+            raise ConfigError(key, f"cannot write into {probe} (for {path}): {exc.strerror or exc}") from None
+        os.close(handle)
+        with contextlib.suppress(OSError):
+            os.unlink(name)

@@ -479,3 +479,17 @@ def test_the_memory_estimate_counts_replicated_heads_and_the_weight_path():
     assert estimate["model.d"] == 8.0 * 6 * 10 * 9
     assert estimate["weights.dt"] == 8.0 * 6 * 10 * 9 * (20 / 0.005 + 2)
     assert "weights.dt" not in memory_estimate(load_config(ROOT / "data/default.toml", []))
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc, a folder no one can write into")
+def test_an_output_in_a_folder_that_refuses_files_is_refused_before_the_work(tmp_path, capsys):
+    # root passes os.access there: diagnose --csv /proc/x.csv had failed after the whole computation, naming no option
+    from meanfield.cli import main
+
+    out = tmp_path / "run.h5"
+    assert main(["simulate", str(ROOT / "data/default.toml"), "-o", str(out), "--quiet", "--set", "init.n=8",
+                 "--set", "solver.t_final=0.5"]) == 0
+    capsys.readouterr()
+    assert main(["diagnose", str(out), "--csv", "/proc/x.csv", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --csv: cannot write into /proc" in err and "nan" not in err
