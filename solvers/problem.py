@@ -152,7 +152,7 @@ def solve(
     problem : Problem
     solver : ParticleSolver, GridSolver, JKOSolver or ZeroTemperatureSolver
     t_final : float
-        Final time (> 0).
+        Final time, at least ``t_start`` (equal: the initial frame only, as :func:`meanfield.simulate`).
     save_every : float, optional
         Time between saved frames (default: only the first and the last frame).
     t_start : float
