@@ -225,6 +225,24 @@ def muscl_rate(mesh: SphericalMesh, faces: np.ndarray, u: np.ndarray) -> tuple[n
 # ----------------------------------------------------------------------------- the stepper
 
 
+def check_grid_options(*, method: Any, cfl: Any, dt_max: Any, order: Any, limiter: Any) -> None:
+    """The grid scheme's options, checked where they are given (:class:`GridSolver` had taken ``method=0.5`` or
+    ``cfl=-1`` and refused them only inside :func:`meanfield.solve`)."""
+    def number(value: Any) -> bool:
+        return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value)
+
+    if order not in GRID_ORDERS:
+        raise ValueError(f"order must be one of {GRID_ORDERS}, got {order!r}")
+    if limiter not in LIMITERS:
+        raise ValueError(f"unknown limiter {limiter!r}; choose from {', '.join(LIMITERS)}")
+    if not isinstance(method, str) or method not in GRID_METHODS:
+        raise ValueError(f"unknown grid method {method!r}; choose from {sorted(GRID_METHODS)}")
+    if not (number(cfl) and cfl > 0):
+        raise ValueError(f"cfl must be a positive finite number, got {cfl!r}")
+    if dt_max is not None and not (number(dt_max) and dt_max > 0):
+        raise ValueError(f"dt_max must be positive, got {dt_max!r}")
+
+
 class GridStepper:
     r"""Finite-volume :class:`~meanfield.solvers.loop.Stepper` of the continuity equation on a spherical mesh.
 
@@ -310,20 +328,10 @@ class GridStepper:
         limiter: str = "barth-jespersen",
         noise: NoiseSchedule | None = None,
     ) -> None:
-        if order not in GRID_ORDERS:
-            raise ValueError(f"order must be one of {GRID_ORDERS}, got {order!r}")
-        if limiter not in LIMITERS:
-            raise ValueError(f"unknown limiter {limiter!r}; choose from {', '.join(LIMITERS)}")
+        check_grid_options(method=method, cfl=cfl, dt_max=dt_max, order=order, limiter=limiter)
         if model.d != 3:
             raise ValueError(f"the grid solver works on S² (d = 3), got d={model.d}")
-        try:
-            self.scheme = GRID_METHODS[method]
-        except KeyError:
-            raise ValueError(f"unknown grid method {method!r}; choose from {sorted(GRID_METHODS)}") from None
-        if not (cfl > 0 and math.isfinite(cfl)):
-            raise ValueError(f"cfl must be a positive finite number, got {cfl!r}")
-        if dt_max is not None and not (dt_max > 0):
-            raise ValueError(f"dt_max must be positive, got {dt_max!r}")
+        self.scheme = GRID_METHODS[method]
         chosen = backend or ("blas" if model.backend == "numpy" else model.backend)
         self.model = model if chosen == model.backend else dataclasses.replace(model, backend=chosen)
         self.mesh = mesh
@@ -584,6 +592,7 @@ class GridSolver:
 
     def __post_init__(self) -> None:
         check_noise_option(self.noise)
+        check_grid_options(method=self.method, cfl=self.cfl, dt_max=self.dt_max, order=self.order, limiter=self.limiter)
 
     def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:
         """Stepper and trackers: mass and positivity (always), the energies, the largest speed."""
