@@ -61,6 +61,7 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,8 +69,8 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.config import config_hash, load_config
-from meanfield.errors import ConfigError, RunFailed
+from meanfield.config import SCHEMA, config_hash, load_config
+from meanfield.errors import ConfigError, ConfigNote, RunFailed
 from meanfield.resources import memory_shortfall
 from meanfield.geometry.sphere import normalize, project_tangent
 from meanfield.kernels.batched import BATCHED_KINDS, velocity_batched, velocity_batched_numpy
@@ -648,6 +649,10 @@ def phase_diagram(
     """
     cfg = load_config(source, values=overrides)
     check_phase_config(cfg)
+    default_beta = SCHEMA["model"]["beta"].default
+    if cfg["model"]["beta"] != default_beta:  # (a config's beta = 16 had been ignored without a word)
+        warnings.warn(f"model.beta = {cfg['model']['beta']:g} is not used: a phase diagram's rows are phase.betas "
+                      f"{list(cfg['phase']['betas'])}", ConfigNote, stacklevel=2)
     times = phase_times(cfg)
     folder = Path(out) if out is not None else None
     tasks = _payloads(cfg, times, folder)

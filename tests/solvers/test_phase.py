@@ -373,3 +373,11 @@ def test_a_probability_every_sample_agrees_on_is_printed_with_its_bound_and_the_
     diagram = phase_diagram(tiny, workers=0, **{"phase.samples": 2, "phase.betas": [0.5, 2.0]})
     fig = diagram.plot()
     assert all(ax.get_ylim()[0] >= 0 for ax in fig.axes[:4])  # the cells of β = 0.5 had reached β = -0.25
+
+
+def test_a_model_beta_the_diagram_does_not_use_gets_a_note(tiny):
+    # its rows are phase.betas: model.beta = 16 had been ignored without a word
+    from meanfield.errors import ConfigNote
+
+    with pytest.warns(ConfigNote, match=r"model.beta = 16 is not used: a phase diagram's rows are phase.betas"):
+        phase_diagram(tiny, workers=0, **{"model.beta": 16.0, "phase.samples": 2})
