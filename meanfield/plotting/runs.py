@@ -24,7 +24,8 @@ def run_title(run: Any) -> str:
         kind, norm = run.info.get("solver"), run.info.get("norm", "post")
         beta = "β = ∞ (zero temperature)" if kind == "zero-temperature" else f"β = {model.beta:g}"
         scheme = "" if norm == "post" else f", norm = {norm}"
-        return f"{model.attention} attention{scheme}, {beta}" + ("" if kind is None else f", {kind} solver")
+        size = "" if not run.frames else (f", n = {run.shape[0]} tokens" if run.kind == "particle" else f", N = {run.shape[0]} cells")
+        return f"{model.attention} attention{scheme}, {beta}{size}" + ("" if kind is None else f", {kind} solver")
     m, s = cfg["model"], cfg["solver"]
     beta = "β = ∞ (zero temperature)" if s["kind"] == "zero-temperature" else f"β = {m['beta']:g}"
     size = f"n = {run.shape[0]} tokens" if run.kind == "particle" and run.frames else f"N = {_cells(run, cfg)} cells"

@@ -152,10 +152,11 @@ def test_titles_name_the_zero_temperature_limit_and_the_mesh_s_own_cells():
 
     model, x0 = mf.Model(d=3, beta=4.0), sample_uniform(20, 3, seed=0)
     zero = mf.solve(mf.Problem(model, x0), mf.ZeroTemperatureSolver(dt=0.05), t_final=0.2)
-    assert run_title(zero) == "softmax attention, β = ∞ (zero temperature), zero-temperature solver"
+    assert run_title(zero) == "softmax attention, β = ∞ (zero temperature), n = 20 tokens, zero-temperature solver"
     assert "β=∞" in zero.summary()
     peri = mf.solve(mf.Problem(model, x0), mf.ParticleSolver(dt=0.05, norm="peri"), t_final=0.2)
-    assert run_title(peri) == "softmax attention, norm = peri, β = 4, particle solver"
+    assert run_title(peri) == "softmax attention, norm = peri, β = 4, n = 20 tokens, particle solver"  # (the size, as a
+    # simulate run's title gives it)
     graded = mf.simulate({"solver": {"kind": "grid", "t_final": 0.05},
                           "grid": {"cells": 200, "family": "graded", "refine_centres": [[1, 0, 0]]}})
     assert f"N = {graded.mesh().N} cells" in run_title(graded) and graded.mesh().N > 200
