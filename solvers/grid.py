@@ -68,6 +68,7 @@ from meanfield.geometry.reconstruction import LIMITERS, LinearReconstruction
 from meanfield.model import Model
 from meanfield.solvers.signals import check
 from meanfield.solvers.loop import RunSetup, StopRun, Tracker
+from meanfield.solvers.particle_stepper import check_positive
 from meanfield.solvers.trackers import EnergyTracker
 from meanfield.noise import NoiseSchedule, check_noise_option, noise_from_config
 from meanfield.solvers.noise import LaplaceBeltrami
@@ -228,19 +229,15 @@ def muscl_rate(mesh: SphericalMesh, faces: np.ndarray, u: np.ndarray) -> tuple[n
 def check_grid_options(*, method: Any, cfl: Any, dt_max: Any, order: Any, limiter: Any) -> None:
     """The grid scheme's options, checked where they are given (:class:`GridSolver` had taken ``method=0.5`` or
     ``cfl=-1`` and refused them only inside :func:`meanfield.solve`)."""
-    def number(value: Any) -> bool:
-        return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value)
-
     if order not in GRID_ORDERS:
         raise ValueError(f"order must be one of {GRID_ORDERS}, got {order!r}")
     if limiter not in LIMITERS:
         raise ValueError(f"unknown limiter {limiter!r}; choose from {', '.join(LIMITERS)}")
     if not isinstance(method, str) or method not in GRID_METHODS:
         raise ValueError(f"unknown grid method {method!r}; choose from {sorted(GRID_METHODS)}")
-    if not (number(cfl) and cfl > 0):
-        raise ValueError(f"cfl must be a positive finite number, got {cfl!r}")
-    if dt_max is not None and not (number(dt_max) and dt_max > 0):
-        raise ValueError(f"dt_max must be positive, got {dt_max!r}")
+    check_positive(cfl=cfl)
+    if dt_max is not None and not (isinstance(dt_max, (int, float, np.integer, np.floating)) and dt_max > 0):
+        raise ValueError(f"dt_max must be positive, got {dt_max!r}")  # (inf: no limit but the CFL condition)
 
 
 class GridStepper:

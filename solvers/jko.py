@@ -133,6 +133,7 @@ from meanfield.heads.schedules import head_structure, schedule_derivative
 from meanfield.geometry.sphere import exp_map, geodesic_distance, log_map, project_tangent
 from meanfield.solvers.signals import check
 from meanfield.solvers.loop import RunSetup, Tracker
+from meanfield.solvers.particle_stepper import check_positive
 from meanfield.solvers.trackers import EnergyTracker, FiniteTracker, SphereTracker
 
 __all__ = [
@@ -924,13 +925,10 @@ class JKOSolver:
     def __post_init__(self) -> None:
         """The options checked where they are given (``tau=0`` had been refused only inside :func:`meanfield.solve`,
         and ``JKOSolver("implicit")``, a mobility passed as the step, had ended in a bare TypeError)."""
-        tau, tol = self.tau, self.tol
-        if isinstance(tau, bool) or not isinstance(tau, (int, float, np.integer, np.floating)) or not (math.isfinite(tau) and tau > 0):
-            raise ValueError(f"tau must be a positive finite number (the step), got {tau!r}")
+        check_positive(tau=self.tau)
         if self.mobility not in MOBILITIES:
             raise ValueError(f"mobility must be one of {MOBILITIES}, got {self.mobility!r}")
-        if isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating)) or not (math.isfinite(tol) and tol > 0):
-            raise ValueError(f"tol must be a positive finite number, got {tol!r}")
+        check_positive(tol=self.tol)
 
     def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:  # noqa: ARG002
         """Stepper and trackers: the JKO step reports, finite values and the sphere (tokens) or the mass (grid), energies."""

@@ -24,17 +24,23 @@ from meanfield.solvers.signals import check
 __all__ = ["ParticleStepper", "check_step_options"]
 
 
+def check_positive(**options: object) -> None:
+    """Each option a positive finite number (not a bool, a string or NaN): :class:`ValueError` naming it otherwise.
+    The solvers check their options with it when they are made."""
+    for name, value in options.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
+            math.isfinite(value) and value > 0
+        ):
+            raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
 def check_step_options(*, method: str, dt: object, rtol: object, atol: object) -> None:
     """A known scheme and positive finite ``dt``, ``rtol``, ``atol``: :class:`ValueError` naming the option otherwise
     (the solvers' options are checked when they are made; ``dt=0`` had been a ZeroDivisionError in :func:`meanfield.solve`)."""
     if not isinstance(method, str):
         raise ValueError(f"method must be a scheme's name, got {method!r}")
     from_name(method)
-    for name, value in (("dt", dt), ("rtol", rtol), ("atol", atol)):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
-            math.isfinite(value) and value > 0
-        ):
-            raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    check_positive(dt=dt, rtol=rtol, atol=atol)
 
 
 class ParticleStepper:
