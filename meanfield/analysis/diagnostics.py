@@ -108,6 +108,7 @@ __all__ = [
     "frame_diagnostics",
     "frame_diagnostics_dense",
     "diagnose_trajectory",
+    "strided_frames",
     "diagnose_run",
     "series_names",
     "verdicts",
@@ -974,6 +975,13 @@ def diagnose_trajectory(
     return out
 
 
+def strided_frames(frames: int, stride: int) -> np.ndarray:
+    """The frames :func:`diagnose_run` reads: every ``stride``-th, and the last ('last' and ``final_*`` had been an
+    earlier frame's)."""
+    keep = np.arange(0, frames, stride)
+    return np.append(keep, frames - 1) if keep.size and keep[-1] != frames - 1 else keep
+
+
 def diagnose_run(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1,
                  on_frame: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
     r"""All diagnostics of a particle :class:`meanfield.Run` (Pendharkar, arXiv 2605.04279).
@@ -1011,9 +1019,7 @@ def diagnose_run(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int
         raise ValueError(f"stride must be >= 1, got {stride}")
     model = run.model
     _check_diagnosable(run, model)
-    keep = np.arange(0, run.frames, stride)
-    if keep.size and keep[-1] != run.frames - 1:  # the last frame always ('last' and 'final_*' had been earlier ones)
-        keep = np.append(keep, run.frames - 1)
+    keep = strided_frames(run.frames, stride)
     t = np.asarray(run.t, dtype=float)[keep]
     x = np.asarray(run.x, dtype=float)[keep]
     return diagnose_trajectory(

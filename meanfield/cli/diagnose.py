@@ -84,12 +84,11 @@ def main(args: argparse.Namespace) -> int:
     picture_path(args.plot, "--plot")
     table_path(args.csv, "--csv")
     run = load(args.run, key="OUT.h5")
-    from meanfield.analysis.diagnostics import diagnose
+    from meanfield.analysis.diagnostics import diagnose, strided_frames
     from tqdm import tqdm
 
-    frames = len(range(0, run.frames, stride)) + (1 if run.frames and (run.frames - 1) % stride else 0)
     with np.errstate(over="ignore", invalid="ignore"), \
-            tqdm(total=frames, disable=args.quiet, desc="diagnose", unit="frame", file=sys.stderr) as bar:
+            tqdm(total=len(strided_frames(run.frames, stride)), disable=args.quiet, desc="diagnose", unit="frame", file=sys.stderr) as bar:
         # (an energy past the largest float: said below, not as a warning; the bar: the diagnostics of a run can take
         # 80 times as long as the run, and had printed nothing until the end)
         diagnosis = diagnose(run, tol=tol, stride=stride, fd_points=fd_points, on_frame=bar.update)
