@@ -29,6 +29,7 @@ refused, and a reader tells a running file from one whose writer died.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
@@ -152,10 +153,8 @@ def _detach_from_disk(f: h5py.File) -> None:
 def _close_after_write_failure(f: h5py.File) -> None:
     """Close ``f`` after a write inside HDF5 failed, without writing to the file again (:func:`_detach_from_disk`)."""
     _detach_from_disk(f)
-    try:
+    with contextlib.suppress(OSError, RuntimeError):
         f.close()
-    except (OSError, RuntimeError):
-        pass
 
 
 def _reason(exc: BaseException) -> str:
@@ -219,8 +218,8 @@ def open_run_file(path: str | Path, *, key: str = "OUT.h5") -> h5py.File:
     raise ConfigError(key, f"cannot open {path} as HDF5 ({reason})") from None
 
 
-#: the superblock's file-consistency flags (version 3, byte 11): open for writing, and in SWMR-write mode
-_FLAG_WRITE, _FLAG_SWMR = 0x01, 0x04
+#: the superblock's file-consistency flag (version 3, byte 11) of a file in SWMR-write mode
+_FLAG_SWMR = 0x04
 
 
 def _swmr_marked(path: Path) -> bool:
@@ -472,18 +471,14 @@ class RunWriter:
             f.flush()
             f.swmr_mode = True
         except BaseException as exc:
-            if isinstance(exc, (OSError, RuntimeError)):
-                _close_after_write_failure(f)
-            else:  # (an interrupt: the close completes the reopening, and the file stays readable)
-                try:
+            if not isinstance(exc, (OSError, RuntimeError)):  # (an interrupt: the close completes the reopening, and
+                with contextlib.suppress(OSError, RuntimeError):  # the file stays readable)
                     f.close()
-                except (OSError, RuntimeError):
-                    pass
-            if isinstance(exc, (OSError, RuntimeError)):  # e.g. another process filled the disk since the check
-                what, remedy = _no_space(exc) or (_reason(exc), "free some space")
-                raise StorageFailed(f"{what} while reopening {self.path} to resume it; {remedy} and resume again "
-                                    "(a file left unopenable is rebuilt from its committed frames)") from None
-            raise
+                raise
+            _close_after_write_failure(f)  # e.g. another process filled the disk since the check
+            what, remedy = _no_space(exc) or (_reason(exc), "free some space")
+            raise StorageFailed(f"{what} while reopening {self.path} to resume it; {remedy} and resume again "
+                                "(a file left unopenable is rebuilt from its committed frames)") from None
         return f
 
     @property
@@ -590,10 +585,8 @@ class RunWriter:
                 if self.damaged:  # the file keeps its last commit; HDF5 must not write to it again
                     _close_after_write_failure(self.file)
                 else:
-                    try:
+                    with contextlib.suppress(OSError, RuntimeError):
                         self.file.close()
-                    except (OSError, RuntimeError):
-                        pass
                 try:
                     if self.pending is not None and self.damaged and not self.path.exists():
                         self.pending.unlink()  # a new file whose first frame failed inside HDF5 holds nothing to keep
