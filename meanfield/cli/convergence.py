@@ -5,11 +5,12 @@ import argparse
 import csv
 import math
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 from meanfield.cli.options import load_config_noted, picture_path, table_path
-from meanfield.errors import ConfigError
+from meanfield.errors import ConfigError, ConfigNote
 
 __all__ = ["add_parser", "parse_cells", "format_table", "main"]
 
@@ -142,10 +143,6 @@ def main(args: argparse.Namespace) -> int:
     else:
         cells_fine, reference_mesh = max(cells), reference
     if len(cells) - (reference is None) < 2:  # the finest is the reference: one study mesh had printed orders of nan
-        import warnings
-
-        from meanfield.errors import ConfigNote
-
         warnings.warn(f"one study mesh beside the reference ({len(cells)} sizes"
                       f"{'' if reference is not None else ', the finest the reference'}): its errors have no order; give "
                       "three sizes, or two and --reference-cells", ConfigNote, stacklevel=2)

@@ -1,6 +1,8 @@
 """The picture and the animation of a :class:`meanfield.Run`, whatever its kind."""
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +56,6 @@ ANIMATE_OPTIONS = {"particle": ("fps", "dpi"),
 def _check_values(options: dict[str, Any], path: Any) -> None:
     """The values every kind shares, named when wrong before anything is drawn (``fps=0`` had been a ZeroDivisionError
     after every frame was drawn, ``dpi=0`` an IndexError, ``title=5`` and ``path=5`` stray TypeErrors)."""
-    import math
-    import os
-
     for name in ("fps", "dpi"):
         if name in options:
             value = options[name]
