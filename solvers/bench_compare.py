@@ -49,6 +49,7 @@ from meanfield.kernels.attention import FUSED_MAX_D, attention_velocity, velocit
 from meanfield.kernels.fused import velocity_fused
 from meanfield.kernels.fused32 import velocity_fused32
 from meanfield.kernels.jit import num_threads, one_blas_thread
+from meanfield.solvers.bench import BENCH_TOLERANCE, bench_head
 from meanfield.solvers.timing import mean_call_time
 
 __all__ = ["COMPARE_CASES", "F64_AGREEMENT", "F32_AGREEMENT", "blas_info", "available_frameworks", "compare_frameworks", "compare_environment", "format_comparison"]
@@ -56,7 +57,7 @@ __all__ = ["COMPARE_CASES", "F64_AGREEMENT", "F32_AGREEMENT", "blas_info", "avai
 #: the cases of the comparison table, (n, d)
 COMPARE_CASES: tuple[tuple[int, int], ...] = ((4096, 3), (16384, 3), (4096, 64), (1024, 64))
 #: agreement with the float64 NumPy twin (relative to max |v|) required before timing
-F64_AGREEMENT = 1e-12
+F64_AGREEMENT = BENCH_TOLERANCE["float64"]
 F32_AGREEMENT = 1e-4
 #: rows per block of the JAX implementation
 JAX_BLOCK = 512
@@ -191,8 +192,7 @@ def compare_frameworks(
             impls[("meanfield dense (fused)", "float32")] = lambda: velocity_fused32(x, heads, beta=beta)
         references: dict[tuple[str, str], np.ndarray] = {}
         if d > FUSED_MAX_D:  # the BLAS path uses the symmetry of B = I; a rotation B (not symmetric) costs the others the same
-            rotation = np.linalg.qr(np.random.default_rng(1).standard_normal((d, d)))[0]
-            general = HeadStack(B=rotation[None], V=np.eye(d)[None])
+            general = bench_head(d)  # (the attention table's head: orthogonal, not symmetric)
             with one_blas_thread():
                 general_reference = velocity_numpy(x, general, beta=beta)
             for precision in ("float64", "float32"):
