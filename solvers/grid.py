@@ -554,7 +554,7 @@ class MassTracker:
         return {"mass_error": error, "min_mass": low}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GridSolver:
     r"""Numerical options of the finite-volume solver on a spherical Voronoi mesh.
 

@@ -889,7 +889,7 @@ class EnergyDissipationTracker:
 # ----------------------------------------------------------------------------- drivers
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JKOSolver:
     r"""Numerical options of the JKO scheme (minimizing movements in the weighted Wasserstein metric).
 
@@ -923,8 +923,8 @@ class JKOSolver:
     kind: ClassVar[str] = "jko"
 
     def __post_init__(self) -> None:
-        """The options checked where they are given (``tau=0`` had been refused only inside :func:`meanfield.solve`,
-        and ``JKOSolver("implicit")``, a mobility passed as the step, had ended in a bare TypeError)."""
+        """The options checked where they are given (``tau=0`` had been refused only inside :func:`meanfield.solve`);
+        they are keyword-only, so that ``JKOSolver("implicit")``, a mobility taken for the step, is refused by Python."""
         check_positive(tau=self.tau)
         if self.mobility not in MOBILITIES:
             raise ValueError(f"mobility must be one of {MOBILITIES}, got {self.mobility!r}")

@@ -24,7 +24,7 @@ from meanfield.solvers.trackers import EnergyTracker, FiniteTracker, SphereTrack
 __all__ = ["ParticleStepper", "ParticleSolver"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ParticleSolver:
     """Numerical options of the particle solver (tokens integrated on the sphere).
 

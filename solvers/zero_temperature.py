@@ -117,7 +117,7 @@ def field_of(model: Model) -> ZeroTemperatureField:
     return ZeroTemperatureField(S=stack.V[0] @ B.T, B=B, sign=model.sign)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ZeroTemperatureSolver:
     r"""Numerical options of the zero-temperature solver: the β → ∞ limit :math:`\dot x=\sigma P^\perp_x(Sx)/\|B^\top x\|`.
 

@@ -598,8 +598,11 @@ def test_solver_options_and_complex_tokens_are_refused_where_they_are_given():
                       (dict(mobility="lazy"), "mobility"), (dict(tol=0.0), "tol")):
         with pytest.raises(ValueError, match=f"^{name}"):
             mf.JKOSolver(**bad)
-    with pytest.raises(ValueError, match="^tau"):
-        mf.JKOSolver("implicit")
+    # the options are keyword-only: a mobility given where the step goes is refused, as is any positional option
+    for make, args in ((mf.JKOSolver, ("implicit",)), (mf.ParticleSolver, ("rk4", 0.1)), (mf.GridSolver, ("ssprk3",)),
+                       (mf.ZeroTemperatureSolver, ("rk4",))):
+        with pytest.raises(TypeError, match="positional argument"):
+            make(*args)
     x0 = mf.sample_uniform(4, 3, seed=0)
     with pytest.raises(TypeError, match="complex"):
         mf.Problem(mf.Model(d=3, beta=1.0), x0.astype(complex))
