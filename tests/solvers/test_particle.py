@@ -228,6 +228,19 @@ def test_save_times_land_on_t_final(t_final, save_every):
     np.testing.assert_allclose(np.diff(times)[:-1], save_every, rtol=1e-12)
 
 
+def test_a_float32_t_final_replaces_the_last_frame_rather_than_adding_one():
+    # np.float32(0.3) is 0.30000001: solve() had saved a frame at 0.3 and another 1.2e-8 later
+    import meanfield as mf
+    from meanfield.solvers.loop import save_times
+
+    for t_final, count in ((np.float32(0.3), 4), (np.float32(1.1), 12), (0.3 + 2e-7, 5)):
+        times = save_times(0.0, float(t_final), 0.1)
+        assert len(times) == count and times[-1] == float(t_final), (t_final, times)
+    problem = mf.Problem(mf.Model(d=3, beta=4.0), mf.sample_uniform(8, 3, seed=0))
+    run = mf.solve(problem, mf.ParticleSolver(method="rk4", dt=0.05), t_final=np.float32(0.3), save_every=0.1)
+    np.testing.assert_allclose(run.t, [0.0, 0.1, 0.2, float(np.float32(0.3))], rtol=0, atol=1e-15)
+
+
 @pytest.mark.parametrize("name", sorted(INTEGRATORS))
 def test_tableaux_satisfy_their_order_conditions(name):
     """Butcher order conditions up to min(order, 4), and row sums c_i = Σ_j a_ij."""
