@@ -28,9 +28,10 @@ Examples
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -132,6 +133,23 @@ def run_status(failed: bool, stop_reason: str) -> str:
     return "completed" if stop_reason == "t_final" else "stopped"
 
 
+def solver_options(solver: Any, kind: str, *, on_grid: bool, t_final: float) -> dict[str, Any]:
+    """The solver's scalar options as a ``[solver]`` section (``kind``, ``t_final``, ``method``, ``dt`` …), a noise
+    schedule as a ``[noise]`` one: what the summary of a :func:`solve` run shows in place of a config's."""
+    options: dict[str, Any] = {"kind": kind, "t_final": t_final}
+    if dataclasses.is_dataclass(solver):
+        for item in dataclasses.fields(solver):
+            value = getattr(solver, item.name)
+            if isinstance(value, (str, bool, int, float)):
+                options[item.name] = value
+    if kind == "jko":
+        options["variant"] = "grid" if on_grid else "particle"
+    noise = getattr(solver, "noise", None)
+    if dataclasses.is_dataclass(noise):
+        options["noise"] = {k: v for k, v in dataclasses.asdict(noise).items() if k != "t_check"}
+    return options
+
+
 def solve(
     problem: Problem,
     solver: Solver,
@@ -222,7 +240,8 @@ def solve(
             result = run_loop(setup.stepper, setup.state, times, trackers=[*setup.trackers, *callers], progress=bar)
     finally:
         bar.close()
-    result.info.update(setup.info(), solver=getattr(solver, "kind", type(solver).__name__))  # the picture's title names it
+    kind = getattr(solver, "kind", type(solver).__name__)  # the picture's title names it
+    result.info.update(setup.info(), solver=kind, solver_options=solver_options(solver, kind, on_grid=problem.on_grid, t_final=float(t_final)))
     status = "interrupted" if result.info["interrupted"] else run_status(result.info["failed"], result.info["stop_reason"])
     run = Run.from_states(
         t=result.t,

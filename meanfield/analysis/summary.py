@@ -145,6 +145,25 @@ def _sessions_note(info: dict[str, Any]) -> str:
     return note
 
 
+def _solve_section(run: Any) -> dict[str, Any] | None:
+    """The ``[solver]``, ``[grid]`` and ``[noise]`` of a run of :func:`meanfield.solve`, from its solver's options
+    (``info["solver_options"]``); ``None`` for a run with a config, or a solver that is not one of the four."""
+    options = run.info.get("solver_options")
+    if run.config is not None or not isinstance(options, dict):
+        return None
+    kind = options.get("kind")
+    needed = {"particle": ("method", "dt", "rtol", "atol"), "zero-temperature": ("method", "dt", "rtol", "atol"),
+              "grid": ("method", "cfl"), "jko": ("tau", "mobility", "tol", "variant")}.get(kind)
+    if needed is None or any(key not in options for key in needed):
+        return None
+    grid = {}
+    if kind == "grid":
+        mesh = getattr(run, "_mesh", None)
+        cells = run.static["points"].shape[0] if "points" in run.static else "?"
+        grid = {"cells": cells, "family": getattr(mesh, "family", "custom"), "order": options.get("order")}
+    return {"solver": options, "grid": grid, "noise": options.get("noise") or {}}
+
+
 def run_summary(run: Any) -> str:
     """The lines ``meanfield info`` prints for a :class:`meanfield.Run` (a run of :func:`meanfield.solve`, which has
     no config, shows its model instead: it had shown its status and frame count only)."""
@@ -171,6 +190,10 @@ def run_summary(run: Any) -> str:
         beta = "∞ (zero-temperature limit)" if run.info.get("solver") == "zero-temperature" else f"{model.beta:g}"
         lines.append(f"model:     d={model.d} β={beta} attention={model.attention} direction={model.direction}")
         lines.append(f"heads:     {model.heads.at(float(run.t[0]) if run.frames else 0.0).H}")
+        if (section := _solve_section(run)) is not None:  # a run of meanfield.solve: its solver's options
+            lines.append(f"solver:    {solver_line(section)}")
+            if (noisy := noise_line(section)) is not None:
+                lines.append(f"noise:     {noisy}")
     t = run.t
     span = f"t in [{t[0]:.4g}, {t[-1]:.4g}]" if run.frames else "no frame yet"
     if run.kind == "particle":
@@ -193,18 +216,19 @@ def run_summary(run: Any) -> str:
         lines.append(f"frames:    {run.frames}  {span}  cells N={cells}")
         if run.frames:
             lines.append(grid_final_line(run.mesh(), run.final))
-    kind = cfg["solver"]["kind"] if cfg is not None else None
+    section = cfg if cfg is not None else _solve_section(run)
+    kind = section["solver"]["kind"] if section is not None else None
     if kind == "jko" and ("jko_steps" in run.info or "jko_steps" in run.diagnostics):
         halved = int(run.info.get("halvings", 0))
         # each save interval takes ceil(Δt/τ) equal steps: τ itself only where it divides the interval (it had said "of τ")
-        steps = f"of at most τ={cfg['solver']['tau']:g}" + (f" ({halved} halved)" if halved else "")
+        steps = f"of at most τ={section['solver']['tau']:g}" + (f" ({halved} halved)" if halved else "")
         counts = _jko_counts(run)
         lines.append(f"steps:     {counts['jko_steps']} JKO steps {steps}, {counts['jko_iterations']} inner "
                      f"iterations, {counts['jko_fallbacks']} fallbacks, largest residual {counts['jko_max_residual']:.2g}")
     elif kind == "grid" and "grid_steps" in run.info:
         lines.append(f"steps:     {run.info['grid_steps']} grid steps, {run.info.get('rejections', 0)} rejected and halved")
     elif "steps" in run.info and kind in ("particle", "zero-temperature") and isinstance(run.info.get("steps"), int):
-        lines.append(f"steps:     {run.info['steps']} {cfg['solver']['method']} steps")
+        lines.append(f"steps:     {run.info['steps']} {section['solver']['method']} steps")
     if kind != "jko" and lines[-1].startswith("steps:"):
         lines[-1] += _sessions_note(run.info)
     for key in SUMMARY_SERIES:

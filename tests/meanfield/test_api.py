@@ -128,6 +128,17 @@ def test_solve_shares_one_shape_across_the_four_solvers():
     summary = particle.summary()  # without a config it shows the model (it had shown the status and frame count only)
     assert "model:     d=3 β=4 attention=softmax direction=ascent" in summary and "tokens n=16" in summary
     assert "energy:" in summary and "cells N=200" in grid.summary()
+    # and its solver's options and step count, as a simulate run's summary has them (it had shown neither)
+    assert "solver:    particle method=rk4 dt=0.05 t_final=0.5" in summary and "steps:     10 rk4 steps" in summary
+    assert "solver:    jko variant=particle τ=0.05 mobility=frozen tol=1e-10 t_final=0.5" in jko.summary()
+    assert "steps:     10 JKO steps" in jko.summary()
+    assert "solver:    grid 200 cells (fibonacci) method=ssprk3 cfl=0.5 order=2 t_final=0.2" in grid.summary()
+    assert "solver:    zero-temperature method=rk4 dt=0.1 t_final=1" in zero.summary()
+    from meanfield.noise import NoiseSchedule
+
+    noisy = mf.solve(mf.Problem(model, x0), mf.ParticleSolver(method="euler", dt=0.05, noise=NoiseSchedule(gamma=10.0, seed=3)),
+                     t_final=0.1)
+    assert "noise:     γ=10 seed=3" in noisy.summary()
 
 
 def test_your_own_trackers_record_scalars_and_can_stop_a_run():
