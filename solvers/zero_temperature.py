@@ -5,7 +5,8 @@ r"""Zero-temperature particle solver: the :math:`\beta\to\infty` limit of softma
     \dot x_i = \sigma\,\frac{P^\perp_{x_i}(S x_i)}{\|B^\top x_i\|},\qquad
     S = V B^\top,\quad B = Q^\top K,\quad \sigma=\pm1
 
-(Equation 3 of arXiv 2605.10931).  When the token measure has full support,
+(Equation 3 of A. Alcalde, L. Bungert, K. Riedl and T. Roith, *Quantifying Concentration Phenomena of
+Mean-Field Transformers in the Low-Temperature Regime*, arXiv 2605.10931).  When the token measure has full support,
 the softmax weights :math:`\propto e^{\beta x^\top B y}` concentrate as
 :math:`\beta\to\infty` on the maximiser :math:`y^\star = B^\top x/\|B^\top x\|` of
 :math:`y\mapsto x^\top By` over the sphere, so :math:`v(x)\to Vy^\star = Sx/\|B^\top x\|`.

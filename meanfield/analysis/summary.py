@@ -223,8 +223,14 @@ def run_summary(run: Any) -> str:
         # each save interval takes ceil(Δt/τ) equal steps: τ itself only where it divides the interval (it had said "of τ")
         steps = f"of at most τ={section['solver']['tau']:g}" + (f" ({halved} halved)" if halved else "")
         counts = _jko_counts(run)
+        rejected = run.info.get("jko_rejected_steps", 0)
+        rejected = (f" (and {run.info.get('jko_rejected_iterations', 0)} in {rejected} step(s) that missed solver.tol "
+                    "and were halved)") if isinstance(rejected, int) and rejected > 0 else ""
         lines.append(f"steps:     {counts['jko_steps']} JKO steps {steps}, {counts['jko_iterations']} inner "
-                     f"iterations, {counts['jko_fallbacks']} fallbacks, largest residual {counts['jko_max_residual']:.2g}")
+                     f"iterations{rejected}, {counts['jko_fallbacks']} fallbacks, largest residual {counts['jko_max_residual']:.2g}")
+        frozen = run.info.get("jko_frozen_steps", 0)
+        if isinstance(frozen, int) and frozen > 0:  # (their residual is the frozen problem's: nothing had said so)
+            lines.append(f"           {frozen} step(s) kept the frozen mobility: the implicit iteration did not settle there")
     elif kind == "grid" and "grid_steps" in run.info:
         lines.append(f"steps:     {run.info['grid_steps']} grid steps, {run.info.get('rejections', 0)} rejected and halved")
     elif "steps" in run.info and kind in ("particle", "zero-temperature") and isinstance(run.info.get("steps"), int):

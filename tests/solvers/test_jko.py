@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -461,3 +462,70 @@ def test_a_step_that_does_not_reach_tol_is_halved_and_the_run_fails_past_the_las
 
     with pytest.raises(RunFailed, match="residual .* above solver.tol"):
         solve(Problem(model, x0), JKOSolver(tau=0.05, options={"max_halvings": 0}), t_final=0.05, energy=False, speed=False)
+
+
+def test_rejected_steps_count_their_work_and_the_summary_says_so(monkeypatch) -> None:
+    """The solves that missed tol and were halved had been left out of jko_iterations (87 % of the work at β = 16,
+    τ = 0.5, unreported); every solve is counted once, in the kept or in the rejected total."""
+    heads = HeadStack(B=np.stack([np.eye(3), np.diag([1.5, 1.0, 0.5])]), V=np.stack([np.eye(3), np.diag([1.5, 1.0, 0.5])]))
+    model = _pooled(heads, beta=16.0)
+    seen = []
+    step = ParticleJKOStepper.step
+
+    def counted(self, y, t0, t1):
+        x, report = step(self, y, t0, t1)
+        seen.append(report.iterations)
+        return x, report
+
+    monkeypatch.setattr(ParticleJKOStepper, "step", counted)
+    result = solve(Problem(model, sample_uniform(12, 3, seed=0)), JKOSolver(tau=0.5), t_final=0.5, energy=False, speed=False)
+    info = result.info
+    assert info["jko_rejected_steps"] == info["halvings"] > 0 and len(seen) == info["jko_steps"] + info["jko_rejected_steps"]
+    assert info["jko_iterations"] + info["jko_rejected_iterations"] == sum(seen) and info["jko_rejected_iterations"] > 0
+    assert (f"(and {info['jko_rejected_iterations']} in {info['jko_rejected_steps']} step(s) that missed solver.tol and were "
+            "halved)") in result.summary()
+
+
+def test_an_implicit_step_that_keeps_the_frozen_mobility_is_counted(monkeypatch) -> None:
+    """Where the implicit mobility's iteration does not settle, the step keeps the frozen one; nothing had said so."""
+    residual = ParticleJKOStepper._residual
+    # the implicit residual (no frozen log b̂) never settles
+    monkeypatch.setattr(ParticleJKOStepper, "_residual", lambda self, x, y, fld, log_bf, h: residual(self, x, y, fld, log_bf, h)
+                        * (1e3 if log_bf is None else 1.0))
+    B = np.stack([np.eye(3), np.diag([1.5, 1.0, 0.5])])
+    model = _pooled(HeadStack(B=B, V=B.copy()), beta=1.0)
+    result = solve(Problem(model, sample_uniform(16, 3, seed=0)), JKOSolver(tau=0.1, mobility="implicit"), t_final=0.2,
+                   energy=False, speed=False)
+    assert result.info["jko_frozen_steps"] == result.info["jko_steps"] == 2
+    assert all(r.method == "lbfgs-frozen" for r in result.info["reports"])
+    assert "2 step(s) kept the frozen mobility" in result.summary()
+
+
+@pytest.mark.parametrize("tol", [0.5, 1e-5, 1e-16, 0.0])
+def test_a_tol_outside_its_range_is_refused_by_the_config_and_the_api(tol, tmp_path) -> None:
+    """solver.tol = 0.5 had written a run whose tokens never moved (the unmoved tokens were within tol), exit 0;
+    JKOSolver(tol=1e-16), which the config refuses, had run ten halvings before failing."""
+    from meanfield.cli import main
+
+    out = tmp_path / "jko.h5"
+    jko_toml = str(Path(__file__).resolve().parents[2] / "data" / "jko.toml")
+    assert main(["simulate", jko_toml, "-o", str(out), "--quiet", "--set", f"solver.tol={tol!r}"]) == 2
+    assert not out.exists()
+    with pytest.raises(ValueError, match=r"^tol must lie in \[1e-14, 1e-06\]"):
+        JKOSolver(tol=tol)
+    B = np.eye(3)[None]
+    with pytest.raises(ValueError, match="^tol"):
+        ParticleJKOStepper(_pooled(HeadStack(B=B, V=B.copy())), tau=0.1, tol=tol)
+    with pytest.raises(ValueError, match="^tol"):
+        GridJKOStepper(_pooled(HeadStack(B=B, V=B.copy())), fibonacci_mesh(50), tau=0.1, tol=tol)
+    JKOSolver(tol=1e-6), JKOSolver(tol=1e-14)  # the bounds themselves are allowed
+
+
+def test_a_stalled_grid_picard_iteration_is_halved_until_its_change_reaches_tol(grid_case) -> None:
+    """A step had been accepted at tol + 1e-12: with tol = 1e-14 and three Picard rounds, at 60× tol."""
+    model, mesh, m0 = grid_case
+    stepper = GridJKOStepper(model, mesh, tau=0.1, mobility="implicit", tol=1e-14, max_iter=5)
+    m, report = stepper.step(m0, 0.0, 0.1)
+    assert report.residual <= 1e-14 + 1e-12 and stepper.halvings > 0
+    # each accepted substep's last Picard change is within tol: a step at the accepted mass moves it by less
+    np.testing.assert_allclose(m.sum(), m0.sum(), rtol=1e-13)
