@@ -128,7 +128,7 @@ def concentration_tracker(cfg: dict[str, Any], setup: RunSetup) -> Concentration
     if cfg["init"]["kind"] == "run":  # tokens from a stored frame: Π♯ρ₀ is that of the chain's first run
         tracker = tracker_from_head(head.Q, head.K, head.V, setup.state, weights=setup.static.get("weights"),
                                     method=cfg["track"]["w2_method"], policy=cfg["model"]["assumptions"])
-        return replace(tracker, target=origin_target(cfg["init"]["path"], head.Q, head.K, head.V))
+        return replace(tracker, target=origin_target(cfg["init"]["path"], head.Q, head.K, head.V, init=cfg["init"]))
     from meanfield.geometry.grid_config import reconstructs_density
 
     points = setup.static.get("points") if setup.state_name == "mass" else None

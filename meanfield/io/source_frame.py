@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from numpy.typing import NDArray
 from meanfield.errors import ConfigError
 from meanfield.io.runfile import RunReader, read_run_file
 
-__all__ = ["SourceFrame", "origin_run", "read_source_frame", "source_tokens", "start_time", "SOURCE_DIGEST",
+__all__ = ["SourceFrame", "origin_run", "chain_symmetrised", "read_source_frame", "source_tokens", "start_time", "SOURCE_DIGEST",
            "stored_source_digest", "check_source_unchanged"]
 
 #: the static dataset of a run started from a stored frame that holds the SHA-256 of that frame (tokens and masses as
@@ -259,13 +260,33 @@ def origin_run(path: str | Path) -> tuple[Path, dict[str, Any]]:
         A run of the chain is missing or unreadable, no longer holds the frame the next one took
         (:func:`check_source_unchanged`), or the chain loops.
     """
+    for path, config in _chain(path):
+        if config.get("init", {}).get("kind") != "run":
+            return path, config
+    raise AssertionError("unreachable: _chain ends at the first run or raises")  # pragma: no cover
+
+
+def chain_symmetrised(path: str | Path, init: Mapping[str, Any] | None = None) -> bool:
+    r"""Whether a run continued from ``path`` (its own ``init`` section, when given) or a run of the chain before it
+    took its source frame with ``init.symmetry = "antipodal"``: its measure is then the symmetrisation
+    :math:`	frac12(\mu + (-\mathrm{id})_\sharp\mu)` of the chain's, and so is its :math:`\Pi_\sharpho_0`
+    (:math:`\Pi(-x) = -\Pi(x)`)."""
+    if init is not None and init.get("symmetry", "none") == "antipodal":
+        return True
+    return any(config.get("init", {}).get("symmetry", "none") == "antipodal" for _, config in _chain(path))
+
+
+def _chain(path: str | Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """The runs of a chain of continuations with their configs, from ``path`` back to the first run (the last one
+    yielded), each link checked to still hold the frame the next one took (:func:`check_source_unchanged`)."""
     path = Path(path)
     seen: list[Path] = []
     for _ in range(MAX_CHAIN):
         config = RunReader(path, key="init.path").config
+        yield path, config
         init = config.get("init", {})
         if init.get("kind") != "run":
-            return path, config
+            return
         check_source_unchanged(path, init, stored_source_digest(path))  # each link still holds the frame taken
         seen.append(path.resolve())
         path = Path(init["path"])
