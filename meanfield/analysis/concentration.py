@@ -208,14 +208,14 @@ def tracker_from_head(
         mass = np.clip(np.asarray(x0, dtype=float), 0.0, None)
         support, a0 = grid_quadrature(mesh, mass) if mesh is not None else (pts, mass)
         a0 = a0 / a0.sum()
-    target = pushforward_target(support, P_E, a0)
+    target = pushforward_target(support, P_E, a0, density=pts is not None)  # a grid's nodes: no mass on E^⊥
     if mesh is not None and target.atoms.shape[0] > QUADRATURE_MAX_ATOMS:
         # Π♯ρ₀ is no few atoms (a head whose E is the whole space, …): W2 between two quadratures of the mesh would
         # pair every node with every node (500 cells: two minutes and 3 GB a frame); the cells' masses at their centres
         # measure it at the mesh's resolution
         mesh, support, a0 = None, pts, mass / mass.sum()
-        target = pushforward_target(support, P_E, a0)
-    if mesh is not None and target.dim_E == 1 and target.orthogonal.size == 0:
+        target = pushforward_target(support, P_E, a0, density=True)
+    if mesh is not None and target.dim_E == 1:  # (it had been skipped where nodes lie on the plane: icosahedral meshes)
         # p = ρ₀(⟨x,e⟩ > 0) of the reconstructed density, with the cells that the plane cuts split exactly
         from meanfield.geometry.reconstruction import reconstruction_of
 

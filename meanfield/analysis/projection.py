@@ -349,7 +349,7 @@ class Pushforward:
 
 
 def pushforward_target(
-    x0: ArrayLike, P_E: ArrayLike, weights: ArrayLike | None = None, *, tol: float = 1e-12
+    x0: ArrayLike, P_E: ArrayLike, weights: ArrayLike | None = None, *, tol: float = 1e-12, density: bool = False
 ) -> Pushforward:
     r"""The target :math:`\Pi_\sharp\rho_0` of the concentration, as atoms and weights.
 
@@ -369,6 +369,11 @@ def pushforward_target(
     ``RuntimeWarning`` when their mass is positive).  The zero-temperature
     flow leaves :math:`E^\perp` invariant, so no atom on :math:`E` would be right for them.
 
+    With ``density``, the points are the nodes of a quadrature of a density (a grid run's cells), which puts no
+    mass on the hyperplane or subspace :math:`E^\perp`: a node that lies in it (the icosahedral meshes have
+    nodes on coordinate planes) breaks no assumption and gets no warning; with ``dim E = 1`` its mass is split
+    evenly between :math:`\pm e` (it stands for the cells on both sides), with ``dim E > 1`` it is left out.
+
     Parameters
     ----------
     x0 : (n, d) array-like
@@ -378,6 +383,8 @@ def pushforward_target(
     weights : (n,) array-like, optional
         Masses of the points (uniform ``1/n`` by default; grid cell masses).
     tol : float
+    density : bool
+        The points are a density's quadrature nodes (above).
 
     Returns
     -------
@@ -416,7 +423,7 @@ def pushforward_target(
     images, orthogonal = projection_map(xa, P, tol=tol)
     total = float(a.sum())
     orthogonal_mass = float(a[orthogonal].sum()) / total
-    if orthogonal.size and orthogonal_mass > 0:
+    if orthogonal.size and orthogonal_mass > 0 and not density:
         warnings.warn(
             f"{orthogonal.size} token(s) with mass {orthogonal_mass:.3g} lie in E^⊥ (|P_E x| < {tol:g}): "
             "Π is undefined there (Assumption 2); they are left out of Π♯ρ₀",
@@ -434,6 +441,8 @@ def pushforward_target(
         side = xa @ e
         p = float(a[keep & (side > 0)].sum())
         q = float(a[keep & (side <= 0)].sum())
+        if density:  # the nodes on the plane: half to each side
+            p, q = p + orthogonal_mass * total / 2, q + orthogonal_mass * total / 2
         atoms = np.stack([e, -e]) + 0.0  # + 0.0: no negative zeros
         b = np.array([p, q]) / (p + q)
     else:

@@ -143,6 +143,31 @@ def test_pushforward_dim_two_and_orthogonal_tokens() -> None:
     np.testing.assert_allclose(target.weights, [0.1 / 0.7, 0.2 / 0.7, 0.4 / 0.7], rtol=1e-14)
 
 
+def test_a_density_s_nodes_on_the_plane_split_their_mass_and_break_no_assumption(tmp_path) -> None:
+    """An icosahedral mesh has cells centred on E^⊥ = {x1 = 0}: they had been taken for tokens breaking Assumption 2
+    (a raw RuntimeWarning), left out, and the exact half-space split skipped (p off by 3e-4)."""
+    from meanfield.analysis.concentration import tracker_from_head
+    from meanfield.geometry.mesh import initial_mass, mesh as spherical_mesh
+    from meanfield.geometry.reconstruction import reconstruction_of
+
+    x0 = np.array([[0.6, 0.8, 0.0], [0.0, 0.6, 0.8], [-0.8, 0.0, 0.6]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        target = pushforward_target(x0, np.diag([1.0, 0.0, 0.0]), np.array([0.5, 0.2, 0.3]), density=True)
+    np.testing.assert_allclose(target.weights, [0.6, 0.4], rtol=1e-14)  # the node on the plane: 0.1 to each side
+    mesh = spherical_mesh(642, "icosahedral")
+    assert np.any(np.abs(mesh.points[:, 0]) < 1e-12)
+    mass = initial_mass(mesh, "function", expr="exp(3*x+2*y)")
+    e1 = np.array([1.0, 0.0, 0.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tracker = tracker_from_head(np.eye(3), np.eye(3), np.diag([1.0, 0.5, 0.25]), mass, points=mesh.points, mesh=mesh,
+                                    policy="skip")
+    exact = reconstruction_of(mesh).half_space_mass(mass, e1) / mass.sum()
+    np.testing.assert_allclose(tracker.target.weights, [exact, 1.0 - exact], rtol=1e-13)
+    np.testing.assert_allclose(tracker.target.atoms, [e1, -e1], atol=0)
+
+
 def test_w2_to_pushforward_equals_distance_to_E(rng: np.random.Generator) -> None:
     """W2(ρ, Π♯ρ) = D(ρ, E): Π maps each point to its nearest point of E∩S (a lower bound it attains)."""
     from meanfield.analysis.transport import w2
