@@ -147,7 +147,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "save_every": Key(NUM, 0.1, _at_least(0, strict=True), "time between saved frames"),
         "rtol": Key(NUM, 1e-8, _at_least(0, strict=True), "rk45 relative tolerance"),
         "atol": Key(NUM, 1e-10, _at_least(0, strict=True), "rk45 absolute tolerance"),
-        "steady_tol": Key(NUM, 0.0, _at_least(0), "stop when max_i |ẋ_i| < steady_tol (0: never; not the JKO scheme, which records no speed, nor noisy tokens, which never stand still)"),
+        "steady_tol": Key(NUM, 0.0, _at_least(0), "stop when max_i |ẋ_i| < steady_tol (0: never; not the JKO scheme, which records no speed, nor noisy tokens, which never stand still, nor model.norm = 'pre' or 'peri', whose radii keep growing)"),
         "cfl": Key(NUM, 0.5, _at_least(0, strict=True), "grid: CFL number"),
         "tau": Key(NUM, 0.05, _at_least(0, strict=True), "jko: step τ"),
         "variant": Key((str,), "particle", _choice("particle", "grid"), "jko: particle or grid"),
@@ -610,6 +610,10 @@ def _norm_checks(cfg: dict[str, Any]) -> None:
         return
     if solver["kind"] != "particle":
         raise ConfigError("model.norm", f"norm = {norm!r} is simulated by the particle solver (solver.kind = 'particle'), got solver.kind = {solver['kind']!r}")
+    if norm in ("pre", "peri") and solver["steady_tol"] > 0:  # the test had read θ̇ alone: "steady" while ṙ ≈ 1
+        raise ConfigError("solver.steady_tol", f"{solver['steady_tol']:g}: the tokens of norm = {norm!r} (ẋ = {'A' if norm == 'pre' else 'A/‖A‖'}) "
+                                               "keep moving once their directions have settled, their radii growing, so the speed "
+                                               "test would stop a run that is not at rest (use 0 and a t_final)")
     if norm in ("pre", "peri") and cfg["track"]["concentration"]:
         raise ConfigError("track.concentration", f"W2 to Π♯ρ₀ is measured on the sphere; the tokens of norm = {norm!r} have radii (use norm = 'post' or 'ngpt')")
 

@@ -197,6 +197,10 @@ class NormalizedSolver:
             raise ValueError("the particle solver takes tokens; this problem holds a grid density (use GridSolver)")
         stepper = self.stepper(problem)
         radial = stepper.dynamics.radial
+        if radial and steady_tol > 0:  # the test had read θ̇ alone: "steady state" while the radii grew at ṙ ≈ 1
+            raise ValueError(f"steady_tol = {steady_tol:g} with norm={self.norm!r}: its tokens (ẋ = {'A' if self.norm == 'pre' else 'A/‖A‖'}) "
+                             "keep moving once their directions have settled, their radii growing, so the speed test would stop "
+                             "a run that is not at rest (use 0 and a t_final)")
         trackers: list[Tracker] = [FiniteTracker(), RadiusTracker() if radial else SphereTracker()]
         if energy:
             tracker = EnergyTracker(problem.model, weights=problem.weights)

@@ -329,6 +329,8 @@ def test_a_radial_run_resumes_to_the_uninterrupted_result(tmp_path):
         (["model.norm=\"ngpt\"", "model.ngpt_alpha=0"], "model.ngpt_alpha"),
         (["model.ngpt_alpha=0.5"], "model.ngpt_alpha"),
         (["model.norm=\"pre\"", "noise.gamma=2.0"], "model.norm"),
+        (["model.norm=\"pre\"", "solver.steady_tol=0.001"], "solver.steady_tol"),
+        (["model.norm=\"peri\"", "solver.steady_tol=0.001"], "solver.steady_tol"),
     ],
 )
 def test_bad_values_exit_2_naming_the_key(sets, key, tmp_path, capsys):
@@ -341,6 +343,18 @@ def test_bad_values_exit_2_naming_the_key(sets, key, tmp_path, capsys):
     assert main(argv) == 2
     assert key in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("solver", [ParticleSolver(dt=0.05, norm="pre"), NormalizedSolver(norm="peri", dt=0.05)])
+def test_steady_tol_is_refused_for_the_radial_schemes(solver):
+    # the test had read θ̇ alone: three clustered Pre-LN tokens stopped at t = 7 as "steady state: max |dx/dt| = 0.0009"
+    # while ‖ẋ‖ = ‖A‖ = 1 and the radii grew past 8
+    x = np.array([[1, 0.05, 0, 0], [1, -0.05, 0.02, 0], [1, 0, -0.04, 0.03]], float)
+    problem = mf.Problem(mf.Model(d=4, beta=1.0), x / np.linalg.norm(x, axis=1, keepdims=True))
+    with pytest.raises(ValueError, match=f"^steady_tol = 0.001 with norm='{solver.norm}'"):
+        mf.solve(problem, solver, t_final=50.0, save_every=1.0, steady_tol=1e-3)
+    ngpt = mf.solve(problem, ParticleSolver(dt=0.05, norm="ngpt"), t_final=50.0, save_every=1.0, steady_tol=1e-3)
+    assert ngpt.info["stop_reason"].startswith("steady state")  # on the sphere θ̇ is ẋ: the test stays
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
