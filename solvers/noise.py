@@ -57,6 +57,12 @@ class NoisyParticleStepper:
     noise : NoiseSchedule
         :math:`\gamma(t)` and the seed.
 
+    Raises
+    ------
+    ValueError
+        Heads that switch at the layers (:class:`~meanfield.heads.schedules.LayerSchedule`, config
+        ``weights.schedule = "layers"``): the steps would cross the switches.
+
     Notes
     -----
     Each save interval :math:`[t_0,t_1]` is cut into :math:`K=\lceil (t_1-t_0)/\Delta t\rceil`
@@ -65,6 +71,9 @@ class NoisyParticleStepper:
     """
 
     def __init__(self, base: Any, noise: NoiseSchedule) -> None:
+        if getattr(getattr(base.model, "heads", None), "pieces", None) is not None:  # (a step across an integer time had kept the last layer's heads)
+            raise ValueError("noise does not combine with heads that switch at the layers (a LayerSchedule; the config's "
+                             "weights.schedule = 'layers'): the Euler–Maruyama steps would cross the layer switches; drop one of them")
         self.base = base
         self.noise = noise
         self.model = base.model

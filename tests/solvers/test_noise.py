@@ -398,6 +398,20 @@ def test_noise_with_the_layers_schedule_is_refused():
                         "weights": {"schedule": "layers"}, "noise": {"gamma": 2.0}, "solver": {"method": "euler"}})
 
 
+def test_noise_with_layer_heads_is_refused_in_the_api_too():
+    # mf.solve had run it: the Euler–Maruyama step [0.9, 1.2] took the layer-0 drift throughout
+    from meanfield.heads import HeadStack
+    from meanfield.heads.schedules import LayerSchedule
+
+    def layer(k):
+        return HeadStack(B=np.random.default_rng(k).normal(size=(1, 3, 3)), V=np.random.default_rng(k + 100).normal(size=(1, 3, 3)))
+
+    problem = mf.Problem(mf.Model(d=3, beta=1.0, heads=LayerSchedule(layer)), mf.sample_uniform(8, 3, seed=0))
+    solver = mf.ParticleSolver(method="euler", dt=0.3, noise=NoiseSchedule(gamma=2.0))
+    with pytest.raises(ValueError, match="^noise does not combine with heads that switch at the layers"):
+        mf.solve(problem, solver, t_final=3.0, save_every=1.5)
+
+
 def test_the_noisy_steps_share_the_speed_trackers_evaluation_and_keep_their_drift():
     """The first Euler–Maruyama step of a frame takes the drift the speed tracker evaluated there (one kernel
     call for both); every other step evaluates its own, and the path equals one built from model.velocity."""
