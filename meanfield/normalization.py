@@ -64,6 +64,7 @@ Examples
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,7 @@ __all__ = [
     "polar",
     "cartesian",
     "token_directions",
+    "check_norm_options",
 ]
 
 #: the schemes, by ``model.norm`` value
@@ -92,9 +94,33 @@ RADIAL_NORMS = ("pre", "peri")
 DEFAULT_NGPT_ALPHA = 0.2
 
 
-def _check_norm(norm: str) -> None:
-    if norm not in NORMS:
+def _check_norm(norm: object) -> None:
+    if not isinstance(norm, str) or norm not in NORMS:
         raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+
+
+def _check_alpha(alpha: object, name: str) -> None:
+    """nGPT's step: a positive finite real number, not a bool (``True`` had been taken as 1, ``"0.3"`` had failed in NumPy)."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)) or not (
+        math.isfinite(alpha) and alpha > 0
+    ):
+        raise ValueError(f"{name} must be a positive finite number (nGPT's step α), got {alpha!r}")
+
+
+def check_norm_options(*, norm: object, ngpt_alpha: object) -> None:
+    """A solver's ``norm`` and ``ngpt_alpha``, checked when the solver is made (as the config checks ``model.norm`` and
+    ``model.ngpt_alpha``): a scheme of :data:`NORMS`; a positive finite ``ngpt_alpha``, which only ``norm = "ngpt"`` reads,
+    so another value than :data:`DEFAULT_NGPT_ALPHA` with another scheme is refused (it had been ignored without a word).
+
+    Raises
+    ------
+    ValueError
+        Naming ``norm`` or ``ngpt_alpha``.
+    """
+    _check_norm(norm)
+    _check_alpha(ngpt_alpha, "ngpt_alpha")
+    if norm != "ngpt" and ngpt_alpha != DEFAULT_NGPT_ALPHA:
+        raise ValueError(f"ngpt_alpha applies to norm='ngpt', got ngpt_alpha={ngpt_alpha!r} with norm={norm!r}")
 
 
 def _unit_or_zero(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -234,8 +260,7 @@ class NormalizedDynamics:
 
     def __post_init__(self) -> None:
         _check_norm(self.norm)
-        if not (np.isfinite(self.alpha) and self.alpha > 0):
-            raise ValueError(f"alpha must be positive and finite, got {self.alpha!r}")
+        _check_alpha(self.alpha, "alpha")
 
     @property
     def radial(self) -> bool:

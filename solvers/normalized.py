@@ -35,9 +35,9 @@ import numpy as np
 
 from meanfield.errors import RunFailed
 from meanfield.geometry.sphere import normalize
-from meanfield.normalization import DEFAULT_NGPT_ALPHA, NormalizedDynamics, polar
+from meanfield.normalization import DEFAULT_NGPT_ALPHA, NormalizedDynamics, check_norm_options, polar
 from meanfield.solvers.loop import RunSetup, StopRun, Tracker
-from meanfield.solvers.particle_stepper import ParticleStepper
+from meanfield.solvers.particle_stepper import ParticleStepper, check_step_options
 from meanfield.solvers.trackers import EnergyTracker, FiniteTracker, SphereTracker, SteadyStateTracker
 
 __all__ = ["NormalizedStepper", "NormalizedSolver", "RadiusTracker", "DirectionsTracker"]
@@ -169,13 +169,19 @@ class NormalizedSolver:
     norm : {"post", "pre", "peri", "ngpt"}
         The scheme (:mod:`meanfield.normalization`).
     ngpt_alpha : float
-        nGPT's step :math:`\\alpha` (default 0.2).
+        nGPT's step :math:`\\alpha>0` (default 0.2; refused with another scheme).
     method : {"euler", "heun", "rk4", "rk45"}
         Runge–Kutta scheme; stage points put the directions back on the sphere.
     dt : float
         Step (fixed schemes) or first trial step (``rk45``).
     rtol, atol : float
         Error control of ``rk45``.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``norm`` or ``method``; ``ngpt_alpha``, ``dt``, ``rtol`` or ``atol`` not a positive finite number;
+        ``ngpt_alpha`` with a ``norm`` other than ``"ngpt"``.
     """
 
     norm: str = "pre"
@@ -185,6 +191,10 @@ class NormalizedSolver:
     rtol: float = 1e-8
     atol: float = 1e-10
     kind: ClassVar[str] = "particle"
+
+    def __post_init__(self) -> None:  # when it is made, as ParticleSolver (norm="foo" had been found only when the run started)
+        check_norm_options(norm=self.norm, ngpt_alpha=self.ngpt_alpha)
+        check_step_options(method=self.method, dt=self.dt, rtol=self.rtol, atol=self.atol)
 
     def stepper(self, problem: Any) -> NormalizedStepper:
         """The :class:`NormalizedStepper` of ``problem`` under this scheme."""

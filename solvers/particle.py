@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from meanfield.noise import NoiseSchedule, check_noise_option
+from meanfield.normalization import DEFAULT_NGPT_ALPHA, check_norm_options
 from meanfield.solvers.loop import RunSetup, Tracker
 from meanfield.solvers.noise import NoisyParticleStepper
 from meanfield.solvers.normalized import NormalizedSolver
@@ -46,7 +47,15 @@ class ParticleSolver:
         ``"post"`` (default) is this sphere model; the others run
         :class:`meanfield.solvers.normalized.NormalizedSolver` (:mod:`meanfield.normalization`).
     ngpt_alpha : float
-        nGPT's step :math:`\\alpha` (``norm = "ngpt"``).
+        nGPT's step :math:`\\alpha>0` (``norm = "ngpt"``; refused with another scheme).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``method`` or ``norm``; ``dt``, ``rtol``, ``atol`` or ``ngpt_alpha`` not a positive finite number;
+        ``ngpt_alpha`` with a ``norm`` other than ``"ngpt"``; ``noise`` with a ``method`` other than ``"euler"``.
+    TypeError
+        ``noise`` that is not a :class:`~meanfield.noise.NoiseSchedule`.
 
     Examples
     --------
@@ -62,11 +71,12 @@ class ParticleSolver:
     atol: float = 1e-10
     noise: NoiseSchedule | None = None
     norm: str = "post"
-    ngpt_alpha: float = 0.2
+    ngpt_alpha: float = DEFAULT_NGPT_ALPHA
     kind: ClassVar[str] = "particle"
 
     def __post_init__(self) -> None:
         check_step_options(method=self.method, dt=self.dt, rtol=self.rtol, atol=self.atol)
+        check_norm_options(norm=self.norm, ngpt_alpha=self.ngpt_alpha)  # (norm="foo" had been found only when the run started)
         check_noise_option(self.noise)
         if self.noise is not None and self.method != "euler":  # (had been found only when the run started)
             raise ValueError(f"noisy tokens take Euler–Maruyama steps: method must be 'euler', got {self.method!r}")

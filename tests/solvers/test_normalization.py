@@ -181,7 +181,8 @@ def one_token_closed_form(norm, t):
 
 @pytest.mark.parametrize("norm", NORMS)
 def test_one_token_follows_the_closed_form(norm):
-    run = mf.solve(_one_token_problem(), ParticleSolver(dt=0.01, norm=norm, ngpt_alpha=ALPHA), t_final=2.0, save_every=0.5)
+    alpha = {"ngpt_alpha": ALPHA} if norm == "ngpt" else {}  # (refused with another scheme)
+    run = mf.solve(_one_token_problem(), ParticleSolver(dt=0.01, norm=norm, **alpha), t_final=2.0, save_every=0.5)
     for t, x in zip(run.t, run.x):
         np.testing.assert_allclose(x[0], one_token_closed_form(norm, t), rtol=0, atol=1e-10)
     if norm in ("pre", "peri"):
@@ -343,6 +344,37 @@ def test_bad_values_exit_2_naming_the_key(sets, key, tmp_path, capsys):
     assert main(argv) == 2
     assert key in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("make", [ParticleSolver, NormalizedSolver])
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        # norm="foo" had been found only inside mf.solve
+        ({"norm": "foo"}, r"^norm must be one of \('post', 'pre', 'peri', 'ngpt'\), got 'foo'"),
+        ({"norm": None}, "^norm must be one of"),
+        # ngpt_alpha=-1 had been reported as "alpha must be …", True taken as 1.0, "0.3" a NumPy TypeError
+        ({"norm": "ngpt", "ngpt_alpha": -1.0}, "^ngpt_alpha must be a positive finite number"),
+        ({"norm": "ngpt", "ngpt_alpha": float("inf")}, "^ngpt_alpha must be a positive finite number"),
+        ({"norm": "ngpt", "ngpt_alpha": True}, "^ngpt_alpha must be a positive finite number"),
+        ({"norm": "ngpt", "ngpt_alpha": "0.3"}, "^ngpt_alpha must be a positive finite number"),
+        # ParticleSolver(norm="pre", ngpt_alpha=0.7) had run and ignored the alpha (the config refuses model.ngpt_alpha there)
+        ({"norm": "pre", "ngpt_alpha": 0.7}, r"^ngpt_alpha applies to norm='ngpt', got ngpt_alpha=0.7 with norm='pre'"),
+        ({"norm": "post", "ngpt_alpha": 0.5}, "^ngpt_alpha applies to norm='ngpt'"),
+        ({"norm": "pre", "dt": 0.0}, "^dt must be a positive finite number"),
+    ],
+)
+def test_the_solvers_check_norm_and_ngpt_alpha_when_they_are_made(make, options, match):
+    with pytest.raises(ValueError, match=match):
+        make(**options)
+
+
+def test_the_solvers_take_their_defaults_and_numpy_numbers():
+    assert ParticleSolver(norm="post").ngpt_alpha == NormalizedSolver(norm="pre").ngpt_alpha == 0.2
+    assert ParticleSolver(norm="ngpt", ngpt_alpha=np.float32(0.5)).ngpt_alpha == 0.5
+    assert NormalizedSolver(norm="ngpt", ngpt_alpha=1).ngpt_alpha == 1
+    with pytest.raises(ValueError, match="^alpha must be a positive finite number"):  # the dynamics name their own option
+        NormalizedDynamics(mf.Model(d=3, beta=1.0), norm="ngpt", alpha="0.3")
 
 
 @pytest.mark.parametrize("solver", [ParticleSolver(dt=0.05, norm="pre"), NormalizedSolver(norm="peri", dt=0.05)])
