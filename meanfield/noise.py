@@ -92,7 +92,8 @@ _SCHEDULE_KEYS = ("gamma_final", "duration", "anneal_rate", "anneal_expr")
 
 
 def _positive(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A number > 0 and finite, as a float: Python's or NumPy's (a γ from a NumPy sweep array had been refused), not a bool."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ConfigError(key, f"expected a number, got {value!r}")
     value = float(value)
     if not (math.isfinite(value) and value > 0):

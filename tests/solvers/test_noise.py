@@ -188,6 +188,17 @@ def test_annealing_schedules_follow_their_formulas():
     np.testing.assert_allclose(expr.diffusivity(3.0), 0.05, rtol=1e-15)
 
 
+def test_a_schedule_takes_numpy_numbers_but_not_bools():
+    # γ from a NumPy sweep array had been refused ("noise.gamma: expected a number, got np.int64(2)"), a NumPy seed taken
+    for gamma in (np.int64(2), np.float32(2.0), np.float64(2.0)):
+        s = NoiseSchedule(gamma=gamma, anneal="linear", gamma_final=np.int64(3), duration=np.float32(1.0), seed=np.int64(5))
+        assert type(s.gamma) is float and type(s.gamma_final) is float and type(s.duration) is float
+        assert (s.gamma, s.gamma_at(0.5), s.gamma_at(2.0)) == (2.0, 2.5, 3.0)
+    for key in ("gamma", "anneal_rate"):
+        with pytest.raises(ConfigError, match=f"^noise.{key}: expected a number, got"):
+            NoiseSchedule(**{"gamma": 2.0, "anneal": "logarithmic", "anneal_rate": 1.0, key: np.bool_(True)})
+
+
 def test_annealed_noise_follows_the_time_changed_heat_kernel():
     """γ(t) = γ₀(1 + t): E⟨x_t, e⟩ = exp(−(d−1)∫₀ᵗ ds/γ(s)) = (1 + t)^{−(d−1)/γ₀}."""
     n, d, g0, t_final, dt = 20000, 3, 1.0, 1.0, 0.01
