@@ -161,7 +161,7 @@ class NoiseSchedule:
             if np.any(bad):
                 k = int(np.argmax(bad))
                 raise ConfigError("noise.anneal_expr", f"γ(t) = {self.anneal_expr} must be > 0 and finite on [0, t_final]; "
-                                                       f"it is {values[k]!r} at t = {grid[k]:.6g}")
+                                                       f"it is {float(values[k])!r} at t = {grid[k]:.6g}")
 
     def gamma_at(self, t: float) -> float:
         r""":math:`\gamma(t)`.

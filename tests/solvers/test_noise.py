@@ -199,6 +199,14 @@ def test_a_schedule_takes_numpy_numbers_but_not_bools():
             NoiseSchedule(**{"gamma": 2.0, "anneal": "logarithmic", "anneal_rate": 1.0, key: np.bool_(True)})
 
 
+def test_the_expression_error_shows_plain_numbers():
+    # it had read "it is np.float64(0.0) at t = 1"
+    with pytest.raises(ConfigError, match=r"^noise.anneal_expr: .* it is 0.0 at t = 1$"):
+        NoiseSchedule(gamma=2.0, anneal="expression", anneal_expr="gamma*(1-t)")
+    with pytest.raises(ConfigError, match=r"it is inf at t = 1$"):
+        NoiseSchedule(gamma=2.0, anneal="expression", anneal_expr="gamma/(1-t)")
+
+
 def test_annealed_noise_follows_the_time_changed_heat_kernel():
     """γ(t) = γ₀(1 + t): E⟨x_t, e⟩ = exp(−(d−1)∫₀ᵗ ds/γ(s)) = (1 + t)^{−(d−1)/γ₀}."""
     n, d, g0, t_final, dt = 20000, 3, 1.0, 1.0, 0.01
