@@ -213,7 +213,13 @@ def _unstable_euler(weights: dict[str, Any]) -> tuple[str, float] | None:
 
 
 def _check_resumable(stored: dict[str, Any], cfg: dict[str, Any], path: Path) -> None:
-    """A run may be resumed with the same config, or with a later ``solver.t_final``."""
+    """A run may be resumed with the same config, or with a later ``solver.t_final``.
+
+    The error names the first key that differs, ``[noise]`` first: whether a run is noisy sets the default of
+    ``solver.method`` (Euler–Maruyama), and a noisy run resumed from a config without ``[noise]`` had been refused
+    for its ``solver.method``; a missing or added ``[noise]`` section is named as such, and the other keys that
+    differ are listed after it."""
+    differ: list[tuple[str, str, Any, Any]] = []
     for section, keys in cfg.items():
         saved = stored.get(section, {})
         for key, value in keys.items():
@@ -223,10 +229,19 @@ def _check_resumable(stored: dict[str, Any], cfg: dict[str, Any], path: Path) ->
             # a key (or a section, e.g. [noise]) newer than the stored run holds its default there
             old = saved[key] if key in saved else (spec.default if spec is not None else None)
             if json.dumps(old, sort_keys=True) != json.dumps(value, sort_keys=True):
-                raise ConfigError(
-                    f"{section}.{key}",
-                    f"differs from the run in {path} ({old!r} there, {value!r} now); cannot resume with another config",
-                )
+                differ.append((section, key, old, value))
+    if differ:
+        differ.sort(key=lambda item: item[0] != "noise")  # stable: the config's order otherwise
+        section, key, old, value = differ[0]
+        if (section, key) == ("noise", "gamma") and (old is None) != (value is None):
+            what = (f"the run in {path} is noisy (gamma = {old!r} there) and this config has no [noise] section" if value is None
+                    else f"the run in {path} has no noise and this config adds a [noise] section (gamma = {value!r})")
+            differ = [item for item in differ if item[0] != "noise"]  # the section's other keys follow from it
+        else:
+            what = f"differs from the run in {path} ({old!r} there, {value!r} now)"
+            differ = differ[1:]
+        also = f" (other keys differ too: {', '.join(f'{s}.{k}' for s, k, _, _ in differ)})" if differ else ""
+        raise ConfigError(f"{section}.{key}", f"{what}; cannot resume with another config{also}")
     before, now = stored["solver"]["t_final"], cfg["solver"]["t_final"]
     if now < before:
         raise ConfigError("solver.t_final", f"{path} runs to t_final = {before:g}; --resume only extends a run (got {now:g})")

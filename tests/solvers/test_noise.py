@@ -266,6 +266,31 @@ def test_a_noisy_run_is_reproducible_and_a_resumed_run_equals_the_uninterrupted_
     np.testing.assert_array_equal(np.asarray(mf.simulate(plain).x), np.asarray(reference.x))
 
 
+def test_resuming_with_noise_dropped_or_added_names_the_noise_section(tmp_path, capsys):
+    # a noisy run resumed from its config without [noise] had been refused for solver.method ('euler' there, 'rk4' now),
+    # the Euler–Maruyama default of the noise; noise.gamma had come only after --set solver.method=euler
+    plain = tmp_path / "plain.toml"
+    plain.write_text("[init]\nn = 8\n[solver]\nt_final = 0.1\nsave_every = 0.05\n")
+    noisy = tmp_path / "noisy.toml"
+    noisy.write_text(plain.read_text() + "[noise]\ngamma = 4.0\nseed = 7\n")
+    cases = [(noisy, plain, "noise.gamma: the run in {} is noisy (gamma = 4.0 there) and this config has no [noise] section; "
+                            "cannot resume with another config (other keys differ too: solver.method)"),
+             (plain, noisy, "noise.gamma: the run in {} has no noise and this config adds a [noise] section (gamma = 4.0); "
+                            "cannot resume with another config (other keys differ too: solver.method)")]
+    for first, then, message in cases:
+        out = tmp_path / f"{first.stem}.h5"
+        assert main(["simulate", str(first), "-o", str(out), "--quiet"]) == 0
+        before = out.read_bytes()
+        capsys.readouterr()
+        assert main(["simulate", str(then), "-o", str(out), "--quiet", "--resume", "--set", "solver.t_final=0.2"]) == 2
+        assert message.format(out) in capsys.readouterr().err
+        assert out.read_bytes() == before
+    out = tmp_path / "noisy.h5"  # another key of [noise] is named as before, and the others listed after it
+    assert main(["simulate", str(noisy), "-o", str(out), "--quiet", "--resume", "--set", "noise.seed=3", "--set", "model.beta=2"]) == 2
+    assert ("noise.seed: differs from the run in {} (7 there, 3 now); cannot resume with another config (other keys differ too: "
+            "model.beta)").format(out) in capsys.readouterr().err
+
+
 def test_the_stationary_law_of_tokens_without_drift_is_uniform_through_the_config():
     """V = 0: the configured particle solver moves independent tokens by the noise alone."""
     cfg = load_config({"model": {"heads": [{"Q": "identity", "K": "identity", "V": 0.0}]},
