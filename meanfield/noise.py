@@ -2,10 +2,12 @@ r"""Noisy tokens: the noise level :math:`\gamma(t)` and the geometric Euler–Ma
 
 .. math::
 
-    dx_i = P^\perp_{x_i} v_i\,dt + \sqrt{2/\gamma(t)}\;P^\perp_{x_i}\,dW_i,\qquad
+    dx_i = P^\perp_{x_i} v_i\,dt + \sqrt{2/\gamma(t)}\;P^\perp_{x_i}\circ dW_i,\qquad
     \partial_t\mu + \operatorname{div}_S(\mu X[\mu]) = \frac1{\gamma(t)}\,\Delta_S\mu
 
-(the noisy transformer: a McKean–Vlasov equation on the sphere; A. Shalova and
+with the noise in the Stratonovich sense (:math:`\circ`); in Itô form the drift gains the term that keeps the
+tokens on the sphere, :math:`dx_i = \big(P^\perp_{x_i}v_i - \tfrac{d-1}{\gamma(t)}x_i\big)dt + \sqrt{2/\gamma(t)}\,P^\perp_{x_i}dW_i`.
+This is the noisy transformer (a McKean–Vlasov equation on the sphere; A. Shalova and
 A. Schlichting, *Solutions of stationary McKean–Vlasov equation on a high-dimensional
 sphere and other Riemannian manifolds*, arXiv 2412.14813).  The noise alone is
 Brownian motion on :math:`S^{d-1}` run at speed :math:`1/\gamma` (generator
@@ -103,7 +105,7 @@ def _positive(value: Any, key: str) -> float:
 
 @dataclass(frozen=True)
 class NoiseSchedule:
-    r"""The noise level :math:`\gamma(t)>0` of :math:`dx = P^\perp v\,dt+\sqrt{2/\gamma(t)}\,P^\perp dW`, and its seed.
+    r"""The noise level :math:`\gamma(t)>0` of :math:`dx = P^\perp v\,dt+\sqrt{2/\gamma(t)}\,P^\perp\circ dW` (Stratonovich), and its seed.
 
     Parameters
     ----------
@@ -220,7 +222,7 @@ def check_noise_section(noise: Mapping[str, Any], *, t_final: float) -> NoiseSch
     if noise.get("gamma") is None:
         given = [key for key in _SCHEDULE_KEYS if noise.get(key) is not None]
         if given or noise.get("anneal", "none") != "none" or noise.get("seed", 0) not in (0, None):  # a seed of no noise too
-            raise ConfigError("noise.gamma", "the [noise] section needs gamma = γ > 0 (the noise is √(2/γ) P⊥ dW)")
+            raise ConfigError("noise.gamma", "the [noise] section needs gamma = γ > 0 (the noise is √(2/γ) P⊥∘dW)")
         return None
     return NoiseSchedule(
         gamma=noise["gamma"], seed=int(noise.get("seed", 0) or 0), anneal=noise.get("anneal", "none") or "none",

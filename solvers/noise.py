@@ -2,11 +2,11 @@ r"""The noisy transformer in the solvers: a stochastic particle stepper and the 
 
 .. math::
 
-    dx_i = P^\perp_{x_i}v_i\,dt + \sqrt{2/\gamma(t)}\,P^\perp_{x_i}\,dW_i
+    dx_i = P^\perp_{x_i}v_i\,dt + \sqrt{2/\gamma(t)}\,P^\perp_{x_i}\circ dW_i
     \quad\longleftrightarrow\quad
     \partial_t\mu + \operatorname{div}_S(\mu X[\mu]) = \gamma(t)^{-1}\Delta_S\mu
 
-(the McKean–Vlasov equation of noisy tokens; A. Shalova and A. Schlichting, *Solutions of
+(Stratonovich noise; in Itô form the drift is :math:`P^\perp_{x_i}v_i-\tfrac{d-1}{\gamma(t)}x_i`; the McKean–Vlasov equation of noisy tokens; A. Shalova and A. Schlichting, *Solutions of
 stationary McKean–Vlasov equation on a high-dimensional sphere and other Riemannian
 manifolds*, arXiv 2412.14813).
 
@@ -47,7 +47,7 @@ __all__ = ["NoisyParticleStepper", "LaplaceBeltrami"]
 
 
 class NoisyParticleStepper:
-    r"""Geometric Euler–Maruyama :class:`~meanfield.solvers.loop.Stepper` of :math:`dx=X\,dt+\sqrt{2/\gamma}P^\perp dW`.
+    r"""Geometric Euler–Maruyama :class:`~meanfield.solvers.loop.Stepper` of :math:`dx=X\,dt+\sqrt{2/\gamma}P^\perp\circ dW` (Stratonovich).
 
     Parameters
     ----------
@@ -66,8 +66,9 @@ class NoisyParticleStepper:
     Notes
     -----
     Each save interval :math:`[t_0,t_1]` is cut into :math:`K=\lceil (t_1-t_0)/\Delta t\rceil`
-    equal steps :math:`h`; step :math:`k` uses :math:`\gamma(t_0+kh)` (left point, Itô) and the
-    :math:`k`-th draw of ``interval_generator(seed, t0)``.
+    equal steps :math:`h`; step :math:`k` uses :math:`\gamma(t_0+kh)` (left point: the scheme of the Itô form, whose drift
+    :math:`-\tfrac{d-1}{\gamma}x` the radial projection supplies) and the :math:`k`-th draw of
+    ``interval_generator(seed, t0)``.
     """
 
     def __init__(self, base: Any, noise: NoiseSchedule) -> None:

@@ -39,7 +39,7 @@ class ParticleSolver:
     rtol, atol : float
         Error control of ``rk45``.
     noise : NoiseSchedule, optional
-        Noisy tokens, dx = P⊥v dt + √(2/γ) P⊥dW: geometric
+        Noisy tokens, dx = P⊥v dt + √(2/γ) P⊥∘dW (Stratonovich): geometric
         Euler–Maruyama steps (:class:`meanfield.solvers.noise.NoisyParticleStepper`); needs
         ``method = "euler"``, the only stochastic scheme.
     norm : {"post", "pre", "peri", "ngpt"}

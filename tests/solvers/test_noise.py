@@ -476,6 +476,24 @@ def test_the_noisy_steps_share_the_speed_trackers_evaluation_and_keep_their_drif
         np.testing.assert_allclose(result.states[k], x, rtol=0, atol=1e-13)
 
 
+def test_the_docs_write_the_sde_in_stratonovich_form_with_its_ito_drift():
+    # "√(2/γ) P⊥ dW" read as Itô leaves the sphere (d|x|² = 2(d−1)/γ dt); the scheme follows P⊥∘dW
+    from pathlib import Path
+
+    import meanfield.noise
+    import meanfield.solvers.noise
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    noisy = readme[readme.index("### Noisy tokens"):]
+    noisy = noisy[:noisy.index("\n#")]
+    for name, text in (("meanfield.noise", meanfield.noise.__doc__), ("meanfield.solvers.noise", meanfield.solvers.noise.__doc__),
+                       ("README", noisy)):
+        assert r"P^\perp_{x_i}\circ dW_i" in text and "Stratonovich" in text and r"\tfrac{d-1}{\gamma(t)}x_i" in text, name
+        assert r"P^\perp_{x_i}\,dW_i" not in text, name
+    for doc in (NoiseSchedule.__doc__, NoisyParticleStepper.__doc__, mf.ParticleSolver.__doc__):
+        assert "circ dW" in doc or "P⊥∘dW" in doc
+
+
 def test_noise_with_a_normalisation_scheme_names_the_scheme():
     # with method = "rk4" given too, the message had named solver.method, which is not what takes no noise
     with pytest.raises(ConfigError, match="model.norm"):
