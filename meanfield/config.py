@@ -184,7 +184,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "phases": Key((str,), "spread", _choice("spread", "equal", "same", "random"), "oscillating, relaxation: phases φ_h = 2πh/H, all 0 ('equal' or 'same'), or uniform from weights.seed"),
     },
     "noise": {
-        "gamma": Key(NUM, None, _at_least(0, strict=True), "noisy tokens: dx = P⊥v dt + √(2/γ) P⊥dW (grid: + (1/γ)Δ_S μ); γ > 0, unset: deterministic (Shalova and Schlichting, arXiv 2412.14813)"),
+        "gamma": Key(NUM, None, _at_least(0, strict=True), "noisy tokens: dx = P⊥v dt + √(2/γ) P⊥∘dW, Stratonovich (grid: + (1/γ)Δ_S μ); γ > 0, unset: deterministic (Shalova and Schlichting, arXiv 2412.14813)"),
         "seed": Key((int,), 0, _at_least(0), "seed of the Brownian increments (particles; the interval [t0, t1] draws from (seed, t0))"),
         "anneal": Key((str,), "none", _choice("none", "linear", "exponential", "logarithmic", "expression"), "time dependence of γ: none, linear (to gamma_final over duration), exponential (to gamma_final at anneal_rate), logarithmic (γ ln(e + anneal_rate t)), expression (anneal_expr)"),
         "gamma_final": Key(NUM, None, _at_least(0, strict=True), "anneal = 'linear' or 'exponential': the γ the schedule goes to"),
