@@ -334,16 +334,15 @@ def concentration_grid_config(*, cells: int, t_final: float, cfl: float = 0.5, s
     return load_config(raw)
 
 
-def concentration_family_rows(betas: Sequence[float], *, spacing: float | Mapping[float, float], refine: bool, t_final: float,
-                              cfl: float = 0.5, save_every: float = 0.1) -> list[dict[str, Any]]:
-    r"""The β family of the default concentration head on the grid, the mesh following β.
+def concentration_family_sweep(betas: Sequence[float], *, spacing: float | Mapping[float, float], refine: bool, t_final: float,
+                               cfl: float = 0.5, save_every: float = 0.1) -> Any:
+    r"""The β family of the default concentration head on the grid, the mesh following β: a
+    :class:`~meanfield.solvers.experiments.concentration.BetaSweep`.
 
     Each β runs on :math:`N=\lceil4\pi\beta/c^2\rceil` cells (``spacing`` = :math:`c`, one
-    for every β or one per β; at least 200 cells) and, with ``refine``, on :math:`4N` as well; the row holds the finer run's
-    numbers and the changes from the coarser one (``dw2_min`` relative, ``dt_min``; NaN
-    without ``refine``).  Shared by the β-family figures of Alcalde, Bungert, Riedl and
-    Roith (arXiv 2605.10931): a second call with the same arguments in one process returns
-    the first one's rows (a copy) without running the sweep again.
+    for every β or one per β; at least 200 cells) and, with ``refine``, on :math:`4N` as well.  Shared by the
+    β-family figures of Alcalde, Bungert, Riedl and Roith (arXiv 2605.10931): a second call with the same
+    arguments in one process returns the first one's sweep (a copy) without running it again.
     """
     import copy
 
@@ -351,12 +350,19 @@ def concentration_family_rows(betas: Sequence[float], *, spacing: float | Mappin
 
     key = (tuple(float(b) for b in betas), tuple(sorted(spacing.items())) if isinstance(spacing, Mapping) else float(spacing),
            bool(refine), float(t_final), float(cfl), float(save_every))
-    if key in _FAMILY_ROWS:  # the β-family figures share their sweep when made in one process (meanfield reproduce)
-        return copy.deepcopy(_FAMILY_ROWS[key])
-    cfg = concentration_grid_config(cells=200, t_final=t_final, cfl=cfl, save_every=save_every)
-    sweep = sweep_beta(cfg, betas, solver="grid", spacing=spacing, refine=refine)
+    if key not in _FAMILY_SWEEPS:  # the β-family figures share their sweep when made in one process (meanfield reproduce)
+        cfg = concentration_grid_config(cells=200, t_final=t_final, cfl=cfl, save_every=save_every)
+        _FAMILY_SWEEPS[key] = sweep_beta(cfg, betas, solver="grid", spacing=spacing, refine=refine)
+    return copy.deepcopy(_FAMILY_SWEEPS[key])
+
+
+def concentration_family_rows(betas: Sequence[float], *, spacing: float | Mapping[float, float], refine: bool, t_final: float,
+                              cfl: float = 0.5, save_every: float = 0.1) -> list[dict[str, Any]]:
+    """One row per β of :func:`concentration_family_sweep`: the finer run's numbers and, with ``refine``, the changes
+    from the coarser one (``dw2_min`` relative, ``dt_min``; NaN without ``refine``)."""
+    sweep = concentration_family_sweep(betas, spacing=spacing, refine=refine, t_final=t_final, cfl=cfl, save_every=save_every)
     nan = float("nan")
-    rows = [
+    return [
         {
             "solver": sweep.solver, "cells": s["n"], "spacing": s["spacing"], "beta": s["beta"], "log_beta": math.log(s["beta"]), "rate": s["rate"],
             "t_min": s["t_min"], "w2_min": s["w2_min"], "ratio": s["ratio"], "w2_initial": s["w2_initial"],
@@ -366,12 +372,10 @@ def concentration_family_rows(betas: Sequence[float], *, spacing: float | Mappin
         }
         for s in sweep.summaries
     ]
-    _FAMILY_ROWS[key] = copy.deepcopy(rows)
-    return rows
 
 
-#: the rows of :func:`concentration_family_rows` by its arguments, for the figures made in this process
-_FAMILY_ROWS: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+#: the sweeps of :func:`concentration_family_sweep` by its arguments, for the figures made in this process
+_FAMILY_SWEEPS: dict[tuple[Any, ...], Any] = {}
 
 
 #: the β family of the Thm 1 figures (t_min against log β, W2_min against the rate): the mesh follows β,
@@ -389,6 +393,16 @@ FAMILY_SAVE_EVERY = 0.1
 FAMILY_CFL = 0.5
 
 
+def beta_family_sweep(*, quick: bool = False) -> Any:
+    """The sweep of the Thm 1 figures' β family (:func:`concentration_family_sweep` with the ``FAMILY_*`` constants):
+    in full every β on N and 4N cells, quick more β on one coarse mesh each."""
+    if quick:
+        return concentration_family_sweep(FAMILY_QUICK_BETAS, spacing=FAMILY_QUICK_SPACING, refine=False,
+                                          t_final=FAMILY_QUICK_T_FINAL, cfl=FAMILY_CFL, save_every=FAMILY_SAVE_EVERY)
+    return concentration_family_sweep(FAMILY_BETAS, spacing=FAMILY_SPACING, refine=True, t_final=FAMILY_T_FINAL,
+                                      cfl=FAMILY_CFL, save_every=FAMILY_SAVE_EVERY)
+
+
 def beta_family_rows(*, quick: bool = False) -> list[dict[str, Any]]:
     """The rows of the Thm 1 figures' β family (:func:`concentration_family_rows` with the ``FAMILY_*`` constants).
 
@@ -402,15 +416,23 @@ def beta_family_rows(*, quick: bool = False) -> list[dict[str, Any]]:
 
 
 def family_mesh_label(rows: Sequence[dict[str, Any]]) -> str:
-    """The meshes of a β-family figure in a title: ``N = 4πβ/c²`` with its constant(s) and the range of N."""
+    """The meshes of a β-family figure in a title: ``N = 4πβ/c²`` with its constant(s) and the range of the cells.
+
+    A refined family (rows with a finite ``cells_coarse``) shows the finer runs, on 4N cells, checked against N: the
+    title had called their 4N cells N."""
     groups: dict[float, list[float]] = {}
     for r in sorted(rows, key=lambda r: r["beta"]):
-        groups.setdefault(float(r["spacing"]), []).append(float(r["beta"]))
+        betas = groups.setdefault(float(r["spacing"]), [])
+        if float(r["beta"]) not in betas:
+            betas.append(float(r["beta"]))
     if len(groups) == 1:
         constant = f"c = {next(iter(groups)):g}"
     else:
         constant = "c = " + ", ".join(f"{c:g} (β = {', '.join(f'{b:g}' for b in betas)})" for c, betas in groups.items())
     cells = sorted(int(r["cells"]) for r in rows)
+    coarse = [float(r.get("cells_coarse", math.nan)) for r in rows]
+    if any(math.isfinite(c) for c in coarse):
+        return f"4N cells, N = 4πβ/c², {constant}; 4N = {cells[0]} … {cells[-1]}, against N"
     return f"N = 4πβ/c² cells, {constant}; N = {cells[0]} … {cells[-1]}"
 
 

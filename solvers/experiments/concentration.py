@@ -118,6 +118,8 @@ class BetaSweep:
         HDF5 runs written (empty without ``out_dir``).
     refinement : int
         Size of the finer run of each β over the coarser (refined sweeps).
+    coarse_curves : list of dict
+        Refined sweeps: the coarser run's curves, as ``curves`` (empty otherwise).
     """
 
     betas: NDArray[np.float64]
@@ -128,6 +130,7 @@ class BetaSweep:
     solver: str
     files: list[str] = field(default_factory=list)
     refinement: int = REFINEMENT
+    coarse_curves: list[dict[str, NDArray[np.float64]]] = field(default_factory=list)
 
     @property
     def under_resolved(self) -> bool:
@@ -433,6 +436,7 @@ def sweep_beta(
     check_cores = on_grid and report.dim_E == 1
     base["track"]["concentration"] = True
     curves: list[dict[str, NDArray[np.float64]]] = []
+    coarse_curves: list[dict[str, NDArray[np.float64]]] = []
     summaries: list[dict[str, Any]] = []
     files: list[str] = []
     for beta in values:
@@ -472,7 +476,8 @@ def sweep_beta(
             wall_time=sum(r[3] for r in results),
         )
         if refine:
-            n0, _, coarse, _ = results[0]
+            n0, coarse_curve, coarse, _ = results[0]
+            coarse_curves.append(coarse_curve)
             summary.update(
                 n_coarse=n0,
                 cells_coarse=coarse["cells"],
@@ -494,7 +499,8 @@ def sweep_beta(
     w_min = np.array([s["w2_min"] for s in summaries])
     fit_tmin = linear_fit(np.log(values), t_min)
     fit_w2min = linear_fit(np.log(concentration_rate(values)), np.log(np.maximum(w_min, 1e-300)))
-    return BetaSweep(values, curves, summaries, fit_tmin, fit_w2min, base["solver"]["kind"], files, refinement=int(refinement))
+    return BetaSweep(values, curves, summaries, fit_tmin, fit_w2min, base["solver"]["kind"], files, refinement=int(refinement),
+                     coarse_curves=coarse_curves)
 
 
 # ----------------------------------------------------------------------------- cost

@@ -199,6 +199,9 @@ def test_family_mesh_label_names_each_constant_with_its_betas():
             {"beta": 64.0, "spacing": 0.5, "cells": 12868}]
     assert FIGURES.family_mesh_label(rows) == "N = 4πβ/c² cells, c = 0.25 (β = 4), 0.5 (β = 16, 64); N = 3220 … 12868"
     assert FIGURES.family_mesh_label(rows[:1]) == "N = 4πβ/c² cells, c = 0.5; N = 3220 … 3220"
+    # a refined family draws its 4N runs: the title had called them N
+    refined = [dict(r, cells_coarse=r["cells"] // 4) for r in rows]
+    assert FIGURES.family_mesh_label(refined) == "4N cells, N = 4πβ/c², c = 0.25 (β = 4), 0.5 (β = 16, 64); 4N = 3220 … 12868, against N"
 
 
 def test_family_rows_run_their_sweep_once_per_process(monkeypatch):
@@ -215,7 +218,7 @@ def test_family_rows_run_their_sweep_once_per_process(monkeypatch):
         return SimpleNamespace(solver="grid", summaries=summaries)
 
     monkeypatch.setattr(concentration, "sweep_beta", fake_sweep)
-    monkeypatch.setattr(FIGURES, "_FAMILY_ROWS", {})
+    monkeypatch.setattr(FIGURES, "_FAMILY_SWEEPS", {})
     first = FIGURES.concentration_family_rows((2.0, 3.0), spacing={2.0: 0.7, 3.0: 0.7}, refine=False, t_final=1.0)
     first[0]["w2_min"] = -1.0  # a caller's edit does not reach the next one
     second = FIGURES.concentration_family_rows((2.0, 3.0), spacing={3.0: 0.7, 2.0: 0.7}, refine=False, t_final=1.0)
@@ -226,20 +229,28 @@ def test_family_rows_run_their_sweep_once_per_process(monkeypatch):
 
 @pytest.mark.parametrize("quick", [True, False])
 def test_thm1_figures_share_one_beta_family(monkeypatch, quick):
-    """The t_min fit and the W2_min-against-rate figures run the same sweep, so one process runs it once."""
+    """The t_min fit, the W2_min-against-rate and the W2-curves figures run the same sweep, so one process runs it once."""
+    from types import SimpleNamespace
+
     calls = []
 
-    def fake_rows(betas, **options):
+    def fake_sweep(betas, **options):
         calls.append((tuple(betas), options))
-        return [{"beta": b} for b in betas]
+        summaries = [{"n": 800, "n_coarse": 200, "spacing": 0.5, "beta": b, "rate": 0.5, "t_min": 1.0, "w2_min": 0.3,
+                      "ratio": 0.6, "w2_initial": 1.0, "w2_final": 0.7, "min_at_end": False, "under_resolved": ""} for b in betas]
+        curve = {"t": np.array([0.0, 1.0, 2.0]), "w2_target": np.array([1.0, 0.3, 0.5])}
+        return SimpleNamespace(solver="grid", summaries=summaries, curves=[curve] * len(betas),
+                               coarse_curves=[] if options["refine"] is False else [curve] * len(betas))
 
-    monkeypatch.setattr(FIGURES, "concentration_family_rows", fake_rows)
+    monkeypatch.setattr(FIGURES, "concentration_family_sweep", fake_sweep)
     tmin = REGISTRY["concentration_tmin_fit"].load().compute(quick=quick)
     rate = REGISTRY["concentration_w2min_rate"].load().compute(quick=quick)
-    assert tmin == rate and len(calls) == 2 and calls[0] == calls[1]
+    curves = REGISTRY["concentration_w2_curves"].load().compute(quick=quick)
+    assert repr(tmin) == repr(rate) and len(calls) == 3 and calls[0] == calls[1] == calls[2]  # (NaN != NaN)
     betas, options = calls[0]
     assert options["refine"] is not quick
     assert betas == (FIGURES.FAMILY_QUICK_BETAS if quick else FIGURES.FAMILY_BETAS)
+    assert {r["beta"] for r in curves} == set(betas) and {r["coarse"] for r in curves} == ({0} if quick else {0, 1})
 
 
 def _perturbed(figure: str, tmp_path: Path, change) -> Path:
@@ -268,6 +279,7 @@ def _scale(row: dict[str, str], key: str, factor: float) -> None:
     ("multihead_superadditivity", lambda r: r.update(early_rate=r["equal_rate"]) if r["source"] == "particle" else None,
      "measured_gain>0_where_convex"),
     ("concentration_tmin_fit", lambda r: r.update(dw2_min=""), "mesh_converged"),
+    ("concentration_w2_curves", lambda r: _scale(r, "w2_target", 1.03) if r["coarse"] == "1" else None, "curve_mesh_converged"),
 ])
 def test_a_claim_check_fails_on_a_csv_that_contradicts_the_claim(figure, change, check, tmp_path):
     import importlib
