@@ -1068,9 +1068,40 @@ def check_workers(workers: int | None, scheduler: str | None = None) -> None:
 SCHEDULER_ANSWER_SECONDS = 45.0
 
 
+def _probe(scheduler: str) -> None:
+    """Ask the server at ``scheduler`` who it is (Dask's ``identity``), before a :class:`distributed.Client` is made.
+
+    A port where another service talks first (an SSH banner) had crashed the client with a traceback (Dask read the
+    banner as a frame length: "Unable to allocate 2.82 EiB"), and the half-made client then kept the process 40 s in
+    its ``__del__``; a bare connection leaves nothing behind.
+    """
+    import asyncio
+
+    from distributed.core import rpc
+    from distributed.security import Security
+
+    async def identity() -> Any:
+        async with rpc(scheduler, timeout=20, connection_args=Security().get_connection_args("client")) as server:
+            return await server.identity()
+
+    try:
+        info = asyncio.run(identity())
+    except (OSError, TimeoutError, ValueError) as exc:  # refused, unreachable, unknown host
+        raise ConfigError("--scheduler", f"cannot connect to {scheduler!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - whatever another protocol's bytes make of Dask's reader
+        raise ConfigError("--scheduler", f"{scheduler!r} did not answer as a Dask scheduler (another service listening there?): {type(exc).__name__}: {exc}") from None
+    kind = info.get("type") if isinstance(info, Mapping) else None
+    if kind != "Scheduler":
+        raise ConfigError("--scheduler", f"{scheduler!r} did not answer as a Dask scheduler: it is a {kind or 'server of another kind'}"
+                                         + (" (give the scheduler's address, not a worker's)" if kind in ("Worker", "Nanny") else ""))
+
+
 def _connect(scheduler: str) -> Any:
     """A Dask client of the scheduler at ``scheduler``, or ``ConfigError`` naming ``--scheduler`` within
-    :data:`SCHEDULER_ANSWER_SECONDS` (the attempt is left to a daemon thread, which cannot keep the process alive)."""
+    :data:`SCHEDULER_ANSWER_SECONDS` (the attempt is left to a daemon thread, which cannot keep the process alive).
+
+    The server is asked who it is first (:func:`_probe`): anything but a Dask scheduler there is bad input (exit 2),
+    not a traceback."""
     import threading
 
     from distributed import Client
@@ -1079,6 +1110,7 @@ def _connect(scheduler: str) -> Any:
 
     def attempt() -> None:
         try:
+            _probe(scheduler)
             box["client"] = Client(scheduler, timeout="20s", set_as_default=False)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             box["error"] = exc
@@ -1090,8 +1122,13 @@ def _connect(scheduler: str) -> Any:
         raise ConfigError("--scheduler", f"{scheduler!r} took the connection but did not answer as a Dask scheduler within "
                                          f"{SCHEDULER_ANSWER_SECONDS:g} s: is a Dask scheduler listening there?")
     error = box.get("error")
+    if isinstance(error, ConfigError):
+        raise error
     if isinstance(error, (OSError, TimeoutError, ValueError)):
         raise ConfigError("--scheduler", f"cannot connect to {scheduler!r}: {error}") from None
+    if isinstance(error, Exception):
+        raise ConfigError("--scheduler", f"{scheduler!r} did not answer as a Dask scheduler (another service listening there?): "
+                                         f"{type(error).__name__}: {error}") from None
     if error is not None:
         raise error
     return box["client"]

@@ -233,6 +233,38 @@ def test_a_scheduler_address_where_no_dask_scheduler_answers_fails_in_bounded_ti
     assert not (tmp_path / "out").exists()
 
 
+def test_a_scheduler_address_where_another_service_talks_first_is_bad_input(tmp_path, capsys):
+    # an SSH-like banner (a wrong port) had crashed the client ("Unable to allocate 2.82 EiB": the banner read as a
+    # frame length) with a traceback and exit 1, then kept the process 40 s in Client.__del__
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed at the end of the test
+                return
+            conn.sendall(b"SSH-2.0-OpenSSH_8.9p1 Ubuntu-3ubuntu0.6\r\n")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text(f'base = "{_base(tmp_path)}"\n[grid]\n"model.beta" = [1.0, 2.0]\n')
+    address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    try:
+        assert cli_main(["sweep", str(sweep_file), "--out", str(tmp_path / "out"), "--scheduler", address, "--quiet"]) == 2
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    assert f"--scheduler: '{address}' did not answer as a Dask scheduler" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_failing_case_is_retried_once_then_recorded_and_the_rest_complete(tmp_path):
     _base(tmp_path)
@@ -366,6 +398,10 @@ def test_two_worker_local_cluster_records_the_failure_and_completes_the_rest(tmp
     spec = load_sweep(sweep, base_dir=tmp_path)
     out = tmp_path / "out"
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.CRITICAL) as cluster:
+        worker = next(iter(cluster.scheduler_info["workers"]))
+        with pytest.raises(ConfigError, match=r"^--scheduler: .* it is a Worker \(give the scheduler's address"):
+            run_sweep(spec, out, scheduler=worker, quiet=True)  # a worker's address had been taken as a scheduler's
+        assert not out.exists()
         rows = run_sweep(spec, out, scheduler=cluster.scheduler_address, quiet=True)
     assert [r["status"] for r in rows] == ["ok", "failed", "ok", "ok"]
     assert rows[1]["attempts"] == 2 and rows[1]["error"].count("NaN/Inf") == 2
