@@ -102,6 +102,7 @@ import sys
 import time
 import tomllib
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,7 +111,7 @@ from typing import Any
 import numpy as np
 
 from meanfield.config import SCHEMA, config_hash, load_config
-from meanfield.errors import ConfigError
+from meanfield.errors import ConfigError, ConfigNote
 from meanfield.io.lock import WriterLock
 
 __all__ = [
@@ -1337,11 +1338,15 @@ def run_sweep(
         if not resume and (out / "sweep.json").exists():
             raise ConfigError("--out", f"{out} already holds a sweep ({out / 'sweep.json'}); pass --resume to continue it, "
                                        "or choose another directory")
-        if not resume and (tables := [name for name in SWEEP_TABLES if (out / name).exists()]):
+        if not (out / "sweep.json").exists() and (tables := [name for name in SWEEP_TABLES if (out / name).exists()]):
+            # (with --resume too: it had replaced a user's results.csv and appended to a foreign ledger.jsonl)
             raise ConfigError("--out", f"{out} holds {', '.join(tables)} of something other than a sweep (no sweep.json): "
-                                       "they would be replaced; choose another directory")
+                                       "they would be replaced" + ("; --resume has no sweep to continue there" if resume else "")
+                                       + "; choose another directory")
 
     refuse_a_started_sweep()
+    if resume and not out.exists():  # a typo in --out had started the whole sweep there without a word
+        warnings.warn(f"{out} does not exist; nothing to resume, starting the sweep afresh", ConfigNote, stacklevel=2)
     # connect before writing anything: a bad --scheduler is bad input (exit 2), not a half-made sweep
     cluster = _Cluster(scheduler=scheduler, workers=workers, cases=len(tasks)) if tasks and workers != 0 else None
     # one driver per folder: two sweeps writing one --out had both finished with exit 0, each table holding the

@@ -687,8 +687,24 @@ def test_a_folder_of_other_tables_is_refused_and_retry_failed_needs_resume(tmp_p
     assert cli_main(["sweep", str(sweep_file), "--out", str(mine), "--workers", "0", "--quiet"]) == 2
     assert "results.csv of something other than a sweep" in capsys.readouterr().err
     assert (mine / "results.csv").read_text() == "my,data\n" and sorted(p.name for p in mine.iterdir()) == ["results.csv"]
+    (mine / "ledger.jsonl").write_text("not a sweep's\n")  # with --resume the table had been replaced, the ledger appended to
+    assert cli_main(["sweep", str(sweep_file), "--out", str(mine), "--workers", "0", "--quiet", "--resume"]) == 2
+    assert "error: --out" in (err := capsys.readouterr().err) and "--resume has no sweep to continue there" in err
+    assert (mine / "results.csv").read_text() == "my,data\n" and (mine / "ledger.jsonl").read_text() == "not a sweep's\n"
+    assert sorted(p.name for p in mine.iterdir()) == ["ledger.jsonl", "results.csv"]
     assert cli_main(["sweep", str(sweep_file), "--out", str(tmp_path / "o"), "--workers", "0", "--retry-failed"]) == 2
     assert "--retry-failed" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_resume_into_a_folder_that_does_not_exist_says_it_starts_afresh(tmp_path, capsys):
+    # a typo in --out had started the whole sweep there without a word (simulate --resume of a missing file notes it)
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text(f'base = "{_base(tmp_path)}"\n[set]\n"init.n" = 4\n"solver.t_final" = 0.1\n')
+    out = tmp_path / "typo"
+    assert cli_main(["sweep", str(sweep_file), "--out", str(out), "--workers", "0", "--quiet", "--resume"]) == 0
+    assert f"note: {out} does not exist; nothing to resume, starting the sweep afresh" in capsys.readouterr().err
+    assert cli_main(["sweep", str(sweep_file), "--out", str(out), "--workers", "0", "--quiet", "--resume"]) == 0
+    assert "does not exist" not in capsys.readouterr().err
 
 
 def test_case_paths_are_absolute_for_the_workers_and_read_from_any_folder(tmp_path, monkeypatch):
