@@ -11,7 +11,7 @@ A sweep file (TOML) names a base config and the cases to run::
     results = "mypkg.metrics:scalars"  # optional: extra scalars per case
     retries = 1                        # optional: re-runs of a failed case (default 1)
 
-    [set]                              # optional: overrides applied to every case
+    [set]                              # optional: overrides applied to every case (a [[cases]] key overrides it)
     "solver.t_final" = 5.0
 
     [grid]                             # the Cartesian product of these lists
@@ -28,7 +28,8 @@ list of cases::
     init.n = 64
 
 Every case is resolved up front with :func:`meanfield.config.load_config`
-(the base file plus ``section.key=value`` overrides), so bad input raises
+(the base file plus ``section.key=value`` overrides), so bad input (also a key given twice in one table, as
+``"model.beta"`` and ``model.beta``, or in ``[set]`` and ``[grid]``) raises
 :class:`~meanfield.errors.ConfigError` (exit status 2) before any work.  A case
 is identified by the hash of its resolved config
 (:func:`meanfield.config.config_hash`); two cases with the same config are an
@@ -235,12 +236,20 @@ def _flatten(table: Any, where: str) -> dict[str, Any]:
     if not isinstance(table, Mapping):
         raise ConfigError(where, f"expected a table of section.key = value, got {table!r}")
     out: dict[str, Any] = {}
+    written: dict[str, str] = {}  # each key as the file wrote it: "model.beta" (quoted) or model.beta (a nested table)
+
+    def put(key: str, value: Any, spelling: str) -> None:
+        if key in out:  # both are valid TOML (two keys to tomllib): the later had silently dropped the other's values
+            raise ConfigError(f"{where}.{key}", f"given twice ({written[key]} and {spelling}); set it once")
+        out[key] = value
+        written[key] = spelling
+
     for key, value in table.items():
         if "." in key:
-            out[key] = value
+            put(key, value, json.dumps(key))
         elif key in SCHEMA and isinstance(value, Mapping):
             for sub, item in value.items():
-                out[f"{key}.{sub}"] = item
+                put(f"{key}.{sub}", item, f"{key}.{sub}")
         else:
             raise ConfigError(f"{where}.{key}", "expected a dotted config key such as \"model.beta\"")
     for key in out:

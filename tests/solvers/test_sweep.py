@@ -140,6 +140,11 @@ def test_cases_accept_dotted_and_nested_keys_and_combine_with_the_grid(tmp_path)
         ({"retries": -1}, "retries", "integer >= 0"),
         ({"set": {"model.beta": 2.0}, "grid": {"model.beta": [1.0, 4.0]}}, "set.model.beta", "also swept"),  # [grid] had won
         ({"grid": {"model.beta": [1, 1.0]}}, "grid.model.beta", "lists 1.0 twice"),  # had named `cases`
+        # "model.beta" and model.beta in one table (two keys to tomllib): the later had silently dropped the other
+        ({"grid": {"model.beta": [1.0, 2.0], "model": {"beta": [8.0]}}}, "grid.model.beta",
+         'given twice ("model.beta" and model.beta)'),
+        ({"set": {"model": {"beta": 2.0}, "model.beta": 3.0}}, "set.model.beta", 'given twice (model.beta and "model.beta")'),
+        ({"cases": [{"init.n": 5}, {"model.beta": 2.0, "model": {"beta": 3.0}}]}, "cases[1].model.beta", "given twice"),
     ],
 )
 def test_bad_sweeps_raise_config_error_before_any_work(tmp_path, sweep, key, words):
@@ -149,6 +154,13 @@ def test_bad_sweeps_raise_config_error_before_any_work(tmp_path, sweep, key, wor
     assert info.value.key == key
     assert words in str(info.value)
     assert not out.exists()
+
+
+def test_a_key_quoted_and_dotted_in_one_sweep_file_is_refused(tmp_path, capsys):
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text(f'base = "{_base(tmp_path)}"\n[grid]\n"model.beta" = [1.0, 2.0]\nmodel.beta = [8.0]\n')
+    assert cli_main(["sweep", str(sweep_file), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+    assert 'error: grid.model.beta: given twice ("model.beta" and model.beta)' in capsys.readouterr().err
 
 
 def test_cli_exit_status_2_names_the_key(tmp_path, capsys):
