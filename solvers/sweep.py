@@ -1166,7 +1166,9 @@ class _Cluster:
                 n_workers=n,
                 threads_per_worker=1,
                 processes=True,
-                dashboard_address=None,
+                # None still binds Dask's HTTP server to the fixed 8787, with a warning on stderr when that is taken
+                # (a second sweep, a notebook's cluster): a free port of the loopback instead
+                dashboard_address="127.0.0.1:0",
                 silence_logs=logging.CRITICAL,
                 env=env,
             )

@@ -399,6 +399,33 @@ def test_an_interrupt_while_the_cluster_shuts_down_keeps_the_table_whole_and_fre
     assert not list(out.glob("*.lock")) and not list(out.glob(".*.lock"))
 
 
+def test_the_local_cluster_does_not_take_the_fixed_dashboard_port(recwarn):
+    # dashboard_address=None still bound Dask's HTTP server to 8787, and printed "Port 8787 is already in use" on
+    # stderr for every sweep while another held it (a second sweep, a notebook's Dask dashboard)
+    import socket
+    import warnings
+
+    from meanfield.solvers.sweep import _Cluster
+
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", 8787))
+        holder.listen()
+    except OSError:  # something else holds it already: the case under test all the same
+        pass
+    warnings.simplefilter("always")
+    try:
+        cluster = _Cluster(scheduler=None, workers=1, cases=1)
+        try:
+            port = cluster.cluster.scheduler.http_server.port
+        finally:
+            cluster.close()
+    finally:
+        holder.close()
+    assert port != 8787
+    assert not [w for w in recwarn if "8787" in str(w.message)]
+
+
 def test_two_worker_local_cluster_records_the_failure_and_completes_the_rest(tmp_path):
     """Through --scheduler, on a running two-process LocalCluster (the --workers path runs in the SIGTERM test)."""
     import logging
