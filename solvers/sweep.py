@@ -1258,6 +1258,52 @@ class TaskPool:
 # --------------------------------------------------------------------------- #
 # the driver
 # --------------------------------------------------------------------------- #
+def _refuse_a_started_sweep(out: Path, *, resume: bool) -> None:
+    """A sweep killed before its first case finished takes only ``--resume``; a folder of tables without ``sweep.json``
+    is not a sweep's, and is refused with or without it."""
+    if not resume and (out / "sweep.json").exists():
+        raise ConfigError("--out", f"{out} already holds a sweep ({out / 'sweep.json'}); pass --resume to continue it, "
+                                   "or choose another directory")
+    if not (out / "sweep.json").exists() and (tables := [name for name in SWEEP_TABLES if (out / name).exists()]):
+        # (with --resume too: it had replaced a user's results.csv and appended to a foreign ledger.jsonl)
+        raise ConfigError("--out", f"{out} holds {', '.join(tables)} of something other than a sweep (no sweep.json): "
+                                   "they would be replaced" + ("; --resume has no sweep to continue there" if resume else "")
+                                   + "; choose another directory")
+
+
+def check_out(spec: Sweep, out_dir: str | Path, *, resume: bool = False) -> dict[str, dict[str, Any]]:
+    """Whether ``spec`` may run into ``out_dir``, as :func:`run_sweep` checks it before any work (``--dry-run`` too).
+
+    Parameters
+    ----------
+    spec : Sweep
+        The sweep (:func:`load_sweep`).
+    out_dir : path
+        Its output folder.
+    resume : bool
+        Whether the sweep in ``out_dir`` is to be continued.
+
+    Returns
+    -------
+    dict
+        The finished cases of its ledger, by hash (empty for a new folder).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--out`` for a folder that holds a sweep without ``resume``, or tables of something other than a sweep;
+        naming ``--resume`` for a folder that holds another sweep.
+    """
+    out = Path(out_dir).absolute()
+    done = read_ledger(out / "ledger.jsonl")
+    if done and not resume:
+        raise ConfigError("--out", f"{out} already holds a sweep ({len(done)} finished cases); pass --resume to continue it, or choose another directory")
+    if resume and (out / "sweep.json").exists():
+        _check_same_sweep(out / "sweep.json", spec)
+    _refuse_a_started_sweep(out, resume=resume)
+    return done
+
+
 def run_sweep(
     sweep: str | Path | Mapping[str, Any] | Sweep,
     out_dir: str | Path,
@@ -1311,11 +1357,7 @@ def run_sweep(
     spec = sweep if isinstance(sweep, Sweep) else load_sweep(sweep)
     out = Path(out_dir).absolute()  # the tasks' paths: a worker elsewhere (--scheduler) had read them from its own folder
     ledger_path = out / "ledger.jsonl"
-    done = read_ledger(ledger_path)
-    if done and not resume:
-        raise ConfigError("--out", f"{out} already holds a sweep ({len(done)} finished cases); pass --resume to continue it, or choose another directory")
-    if resume and (out / "sweep.json").exists():
-        _check_same_sweep(out / "sweep.json", spec)
+    done = check_out(spec, out, resume=resume)
     recovered: list[dict[str, Any]] = []
     if resume:  # runs that finished on a worker after the driver was killed: nothing to run again
         for case in spec.cases:
@@ -1345,17 +1387,6 @@ def run_sweep(
     def rows() -> list[dict[str, Any]]:
         return [_row(c, spec.parameters, finished[c.hash], out) for c in spec.cases if c.hash in finished]
 
-    def refuse_a_started_sweep() -> None:  # a sweep killed before its first case finished: continue it with --resume
-        if not resume and (out / "sweep.json").exists():
-            raise ConfigError("--out", f"{out} already holds a sweep ({out / 'sweep.json'}); pass --resume to continue it, "
-                                       "or choose another directory")
-        if not (out / "sweep.json").exists() and (tables := [name for name in SWEEP_TABLES if (out / name).exists()]):
-            # (with --resume too: it had replaced a user's results.csv and appended to a foreign ledger.jsonl)
-            raise ConfigError("--out", f"{out} holds {', '.join(tables)} of something other than a sweep (no sweep.json): "
-                                       "they would be replaced" + ("; --resume has no sweep to continue there" if resume else "")
-                                       + "; choose another directory")
-
-    refuse_a_started_sweep()
     if resume and not out.exists():  # a typo in --out had started the whole sweep there without a word
         warnings.warn(f"{out} does not exist; nothing to resume, starting the sweep afresh", ConfigNote, stacklevel=2)
     # connect before writing anything: a bad --scheduler is bad input (exit 2), not a half-made sweep
@@ -1365,7 +1396,7 @@ def run_sweep(
     try:
         lock = WriterLock(out / "sweep.json", key="--out").acquire()
         try:
-            refuse_a_started_sweep()  # one that began since the check above
+            _refuse_a_started_sweep(out, resume=resume)  # one that began since the check above
         except BaseException:
             lock.release()
             raise

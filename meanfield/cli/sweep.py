@@ -62,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
     from meanfield.cli.options import folder_path
     from meanfield.errors import ConfigError
 
-    from meanfield.solvers.sweep import aggregate_paths, check_scheduler, load_sweep, run_sweep
+    from meanfield.solvers.sweep import aggregate_paths, check_out, check_scheduler, check_workers, load_sweep, run_sweep
 
     if args.scheduler is not None:
         check_scheduler(args.scheduler)
@@ -70,7 +70,9 @@ def main(args: argparse.Namespace) -> int:
     if args.retry_failed and not args.resume:
         raise ConfigError("--retry-failed", "runs the failed cases of a sweep again: give it with --resume")
     spec = load_sweep(args.sweep)  # ConfigError (exit 2) before any work
-    if args.dry_run:
+    if args.dry_run:  # what the run would refuse before any work, a dry run refuses too (it had listed the cases, exit 0)
+        check_workers(args.workers, args.scheduler)
+        check_out(spec, args.out, resume=args.resume)
         for case in spec.cases:
             params = ", ".join(f"{k}={v!r}" for k, v in case.params.items())
             print(f"{case.index}\t{case.hash}\t{params}")

@@ -179,6 +179,13 @@ def test_dry_run_lists_the_cases(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "3 cases" in out and "model.beta=2.0" in out
     assert not (tmp_path / "out").exists()
+    # what the run refuses, a dry run refuses too (both had listed the cases, exit 0, and the run then exited 2)
+    assert cli_main(["sweep", str(sweep_file), "--out", str(tmp_path / "out"), "--dry-run", "--workers", "-1"]) == 2
+    assert "error: --workers" in capsys.readouterr().err
+    run_sweep(load_sweep(sweep_file), tmp_path / "out", workers=0, quiet=True)
+    assert cli_main(["sweep", str(sweep_file), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+    assert "error: --out" in capsys.readouterr().err
+    assert cli_main(["sweep", str(sweep_file), "--out", str(tmp_path / "out"), "--dry-run", "--resume"]) == 0
 
 
 # --------------------------------------------------------------------------- results
