@@ -1171,6 +1171,9 @@ class _Cluster:
                 dashboard_address="127.0.0.1:0",
                 silence_logs=logging.CRITICAL,
                 env=env,
+                # a case whose process dies is re-run by the sweep's own retries; Dask's allowed-failures (3) had run it
+                # 4 times per attempt (8 OOM-kills of a node's worker for "retried once")
+                scheduler_kwargs={"allowed_failures": 0},
             )
         self.client = Client(self.cluster, set_as_default=False)
 
