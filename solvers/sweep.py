@@ -45,7 +45,8 @@ Where it runs
 
 Processes × threads never oversubscribe the cores: each case calls
 :func:`meanfield.kernels.jit.set_num_threads` with ``cores // (worker threads on its
-host)`` (numba's thread count is per thread, so it is set inside the task), and
+host)`` (numba's thread count is per thread, so it is set inside the task; on the
+local cluster at most the driver's ``MEANFIELD_NUM_THREADS``, which ``--threads N`` sets), and
 local workers start with ``OMP/OPENBLAS/MKL_NUM_THREADS=1`` (the attention
 kernels size their own pools from ``MEANFIELD_NUM_THREADS``).  On a worker the
 sweep could not measure, ``MEANFIELD_NUM_THREADS`` from its environment is
@@ -987,8 +988,17 @@ def _synchronous(tasks: list[dict[str, Any]], retries: int) -> Iterator[dict[str
             errors.append(record["error"])
 
 
-def _threads_per_worker(client: Any) -> dict[str, int]:
-    """Kernel threads per worker: the host's cores over the worker threads on that host."""
+def _thread_cap() -> int | None:
+    """The user's cap on the kernels' threads in this process (``--threads N`` sets ``MEANFIELD_NUM_THREADS``), if any."""
+    try:
+        cap = int(os.environ.get("MEANFIELD_NUM_THREADS", ""))
+    except ValueError:
+        return None
+    return cap if cap >= 1 else None
+
+
+def _threads_per_worker(client: Any, cap: int | None = None) -> dict[str, int]:
+    """Kernel threads per worker: the host's cores over the worker threads on that host, at most ``cap``."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
     if not workers:
         return {}
@@ -997,15 +1007,15 @@ def _threads_per_worker(client: Any) -> dict[str, int]:
     for info in workers.values():
         per_host[info["host"]] = per_host.get(info["host"], 0) + int(info["nthreads"])
     return {
-        address: max(1, int(cores.get(address, 1)) // max(1, per_host[info["host"]]))
+        address: min(max(1, int(cores.get(address, 1)) // max(1, per_host[info["host"]])), cap or math.inf)
         for address, info in workers.items()
     }
 
 
-def _dask(client: Any, tasks: list[dict[str, Any]], retries: int) -> Iterator[dict[str, Any]]:
+def _dask(client: Any, tasks: list[dict[str, Any]], retries: int, *, cap: int | None = None) -> Iterator[dict[str, Any]]:
     from distributed import as_completed
 
-    threads = _threads_per_worker(client)
+    threads = _threads_per_worker(client, cap)
     pending: dict[str, tuple[dict[str, Any], int, list[str], Any]] = {}
     queue = as_completed(loop=client.loop)
     token = uuid.uuid4().hex[:8]
@@ -1152,12 +1162,16 @@ class _Cluster:
         from distributed import Client, LocalCluster
 
         self.cluster = None
+        #: the user's --threads / MEANFIELD_NUM_THREADS, a cap on each local case's kernel threads (it had been ignored:
+        #: cores // workers each); a scheduler's workers are sized by their own hosts and environment
+        self.thread_cap: int | None = None
         if scheduler:
             self.client = _connect(check_scheduler(scheduler))
             return
         cores = _usable_cores()
         n = workers if workers else min(cores, max(1, cases))
-        threads = max(1, cores // n)
+        self.thread_cap = _thread_cap()
+        threads = min(max(1, cores // n), self.thread_cap or cores)
         pre_spawn = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
         pre_spawn.update(OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1, MKL_NUM_THREADS=1)
         env = {"MEANFIELD_NUM_THREADS": str(threads), "NUMBA_NUM_THREADS": str(threads)}
@@ -1239,7 +1253,7 @@ class TaskPool:
         from distributed import as_completed
 
         client = self._cluster.client
-        threads = _threads_per_worker(client)
+        threads = _threads_per_worker(client, self._cluster.thread_cap)
         token = uuid.uuid4().hex[:8]
         futures = {client.submit(_threaded_call, func, payload, threads, key=f"{name}-{index}-{token}", pure=False): index
                    for index, payload in enumerate(payloads)}
@@ -1422,7 +1436,7 @@ def run_sweep(
 
         bar = tqdm(total=len(spec.cases), initial=len(finished), disable=quiet, desc="sweep", unit="case", file=sys.stderr)
         if cluster is not None:
-            records = _dask(cluster.client, tasks, spec.retries)
+            records = _dask(cluster.client, tasks, spec.retries, cap=cluster.thread_cap)
         elif tasks:
             records = _synchronous(tasks, spec.retries)
         last_write = time.monotonic()

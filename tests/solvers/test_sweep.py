@@ -406,14 +406,17 @@ def test_an_interrupt_while_the_cluster_shuts_down_keeps_the_table_whole_and_fre
     assert not list(out.glob("*.lock")) and not list(out.glob(".*.lock"))
 
 
-def test_the_local_cluster_does_not_take_the_fixed_dashboard_port_nor_retry_dead_workers_itself(recwarn):
+def test_the_local_cluster_takes_no_fixed_port_runs_an_attempt_once_and_keeps_the_thread_cap(recwarn, monkeypatch):
     # dashboard_address=None still bound Dask's HTTP server to 8787, and printed "Port 8787 is already in use" on
-    # stderr for every sweep while another held it (a second sweep, a notebook's Dask dashboard); and a case that killed
-    # its worker had run 4 times per sweep attempt (Dask's allowed-failures = 3), 8 times for "retried once"
+    # stderr for every sweep while another held it (a second sweep, a notebook's Dask dashboard); a case that killed
+    # its worker had run 4 times per sweep attempt (Dask's allowed-failures = 3), 8 times for "retried once"; and
+    # --threads 1 / MEANFIELD_NUM_THREADS=1 had been ignored (each case took cores // workers threads)
     import socket
     import warnings
 
-    from meanfield.solvers.sweep import _Cluster
+    from meanfield.solvers.sweep import _Cluster, _threads_per_worker
+
+    monkeypatch.setenv("MEANFIELD_NUM_THREADS", "1")  # as --threads 1 sets it
 
     holder = socket.socket()
     try:
@@ -427,11 +430,14 @@ def test_the_local_cluster_does_not_take_the_fixed_dashboard_port_nor_retry_dead
         try:
             port = cluster.cluster.scheduler.http_server.port
             allowed_failures = cluster.cluster.scheduler.allowed_failures
+            threads = _threads_per_worker(cluster.client, cluster.thread_cap)
+            worker_env = cluster.client.run(os.environ.get, "MEANFIELD_NUM_THREADS")
         finally:
             cluster.close()
     finally:
         holder.close()
     assert port != 8787 and allowed_failures == 0
+    assert list(threads.values()) == [1] and list(worker_env.values()) == ["1"]  # 1 worker on all cores: capped at 1
     assert not [w for w in recwarn if "8787" in str(w.message)]
 
 
