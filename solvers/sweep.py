@@ -65,7 +65,8 @@ is rebuilt from it — one row per case: ``case``, ``hash``, the swept keys
 (``frames``, ``t_last``, ``energy_final``, ``min_inner_product``, and with the
 concentration tracker ``t_min``, ``W2_min``), with time-dependent heads ``G2_plateau`` and ``slope2_plateau`` (the means over
 :math:`t\ge T/2` of ``diagnostics/authors_G2`` and ``slope2``), plus those of the ``results`` hook
-(``f(path, cfg) -> Mapping[str, float]``, which may also override the built-in ones).
+(``f(path, cfg) -> Mapping[str, float]``, which may also override the built-in ones; its module must be
+importable, by the driver and by every worker: on their ``PYTHONPATH``, as the sweep file's folder is not).
 When ``weights.seed`` is swept, its values are Monte-Carlo paths of the weights' noise:
 ``DIR/aggregate.csv`` then holds, per value of the other swept keys (``model.num_heads`` …),
 the mean ± std of the plateaus over the paths (:func:`aggregate_paths`).
