@@ -473,6 +473,9 @@ def _check_same_sweep(stored: Path, spec: Sweep) -> None:
         raise ConfigError("--resume", f"cannot read {stored} ({exc}); it does not describe a sweep") from None
     resolved = before.pop("cases_resolved", None)
     now = json.loads(json.dumps(spec.definition, sort_keys=True, default=_json_default))
+    # the content, not where the file lies: an identical copy (on the cluster's scratch) had been "another sweep"
+    before.pop("source", None)
+    now.pop("source", None)
     if before != now:
         changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
         raise ConfigError("--resume", f"{stored.parent} holds another sweep (it differs in {', '.join(changed)}); resume it with "

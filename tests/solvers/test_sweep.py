@@ -750,6 +750,18 @@ def test_a_folder_of_other_tables_is_refused_and_retry_failed_needs_resume(tmp_p
     assert "--retry-failed" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
+def test_resume_from_an_identical_copy_of_the_sweep_file_elsewhere(tmp_path):
+    # the copy had been refused as "another sweep (it differs in source)"
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text(f'base = "{_base(tmp_path)}"\n[set]\n"init.n" = 4\n"solver.t_final" = 0.1\n')
+    run_sweep(load_sweep(sweep_file), tmp_path / "out", workers=0, quiet=True)
+    (tmp_path / "scratch").mkdir()
+    copy = tmp_path / "scratch" / "s.toml"
+    copy.write_text(sweep_file.read_text())
+    rows = run_sweep(load_sweep(copy), tmp_path / "out", workers=0, quiet=True, resume=True)
+    assert [r["status"] for r in rows] == ["ok"]
+
+
 def test_resume_into_a_folder_that_does_not_exist_says_it_starts_afresh(tmp_path, capsys):
     # a typo in --out had started the whole sweep there without a word (simulate --resume of a missing file notes it)
     sweep_file = tmp_path / "s.toml"
