@@ -1016,10 +1016,18 @@ def _threads_per_worker(client: Any, cap: int | None = None) -> dict[str, int]:
     }
 
 
+def _note_no_workers(address: str) -> None:
+    """Say once that the sweep waits for the workers of the scheduler at ``address`` (it had sat at 0/N silently)."""
+    warnings.warn(f"the scheduler at {address} has no workers yet; the sweep waits for them (Ctrl-C stops it, --resume "
+                  "continues)", ConfigNote, stacklevel=3)
+
+
 def _dask(client: Any, tasks: list[dict[str, Any]], retries: int, *, cap: int | None = None) -> Iterator[dict[str, Any]]:
     from distributed import as_completed
 
     threads = _threads_per_worker(client, cap)
+    if not threads:  # a scheduler whose workers come later (dask-jobqueue): waiting is right, but not without a word
+        _note_no_workers(str(client.scheduler.address))
     pending: dict[str, tuple[dict[str, Any], int, list[str], Any]] = {}
     queue = as_completed(loop=client.loop)
     token = uuid.uuid4().hex[:8]

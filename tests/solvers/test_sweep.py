@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from meanfield.config import config_hash, load_config
-from meanfield.errors import ConfigError
+from meanfield.errors import ConfigError, ConfigNote
 from meanfield.cli import main as cli_main
 from meanfield.solvers.sweep import _toml_value, case_scalars, load_sweep, read_ledger, run_case, run_sweep
 
@@ -439,6 +439,31 @@ def test_the_local_cluster_takes_no_fixed_port_runs_an_attempt_once_and_keeps_th
     assert port != 8787 and allowed_failures == 0
     assert list(threads.values()) == [1] and list(worker_env.values()) == ["1"]  # 1 worker on all cores: capped at 1
     assert not [w for w in recwarn if "8787" in str(w.message)]
+
+
+def test_a_scheduler_without_workers_is_noted_and_waited_for(tmp_path, monkeypatch):
+    # the sweep had sat at 0/N without a word while the scheduler had no workers (dask-jobqueue's come later)
+    import logging
+
+    from distributed import LocalCluster
+
+    import meanfield.solvers.sweep as sweep_module
+
+    monkeypatch.setenv("MEANFIELD_NUM_THREADS", "1")  # the in-process worker sets the threads of this process
+    _base(tmp_path)
+    spec = load_sweep({"base": "base.toml", "set": {"init.n": 4, "solver.t_final": 0.1}}, base_dir=tmp_path)
+    notes: list[str] = []
+    real_note = sweep_module._note_no_workers
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp", dashboard_address=None, silence_logs=logging.CRITICAL) as cluster:
+        def note(address: str) -> None:
+            notes.append(address)
+            cluster.scale(1)  # the worker joins after the note, as a batch job's does
+
+        monkeypatch.setattr(sweep_module, "_note_no_workers", note)
+        rows = run_sweep(spec, tmp_path / "out", scheduler=cluster.scheduler_address, quiet=True)
+    assert notes == [cluster.scheduler_address] and [r["status"] for r in rows] == ["ok"]
+    with pytest.warns(ConfigNote, match=r"^the scheduler at tcp://node:8786 has no workers yet; the sweep waits for them"):
+        real_note("tcp://node:8786")  # the note itself, which the command line prints as a note: line
 
 
 def test_two_worker_local_cluster_records_the_failure_and_completes_the_rest(tmp_path):
