@@ -721,12 +721,21 @@ def _run_case_locked(task: Mapping[str, Any], path: Path, record: dict[str, Any]
             scalars.update({str(k): (v.item() if isinstance(v, np.generic) else v) for k, v in dict(extra).items()})
         record.update(status="ok", error="", scalars=scalars)
     except Exception as exc:  # a failed case is recorded, not raised
-        record.update(status="failed", error=f"{type(exc).__name__}: {exc}", scalars={})
+        record.update(status="failed", error=f"{type(exc).__name__}: {exc}", scalars=_scalars_of_failed(path))
         record.setdefault("resumed_frames", 0)
     record["wall_time"] = time.perf_counter() - started
     if record["status"] == "ok":  # beside the run: found by --resume if the driver dies before the ledger hears of it
         _atomic_write(path.with_suffix(".json"), json.dumps(record, sort_keys=True, default=_json_default).encode())
     return record
+
+
+def _scalars_of_failed(path: Path) -> dict[str, Any]:
+    """What the file of a failed case still tells (its frames saved before the failure, ``t_last``, ``stop_reason``):
+    its row had left them empty although the error said "1 frame saved in …"."""
+    try:
+        return case_scalars(path) if path.is_file() else {}
+    except Exception:  # noqa: BLE001 - no frame, or a file the failure left unreadable: the row stays empty
+        return {}
 
 
 def _recovered(path: Path, digest: str) -> dict[str, Any] | None:

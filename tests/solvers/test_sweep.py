@@ -293,6 +293,9 @@ def test_failing_case_is_retried_once_then_recorded_and_the_rest_complete(tmp_pa
     assert [r["attempts"] for r in rows] == [1, 2, 1]
     assert rows[1]["error"].count("RunFailed") == 2 and "NaN" in rows[1]["error"]
     assert [r["status"] for r in _read_csv(tmp_path / "out" / "results.csv")] == ["ok", "failed", "ok"]
+    with h5py.File(tmp_path / "out" / rows[1]["path"], "r") as f:  # the frames saved before the failure
+        frames, t_last = f["t"].shape[0], float(f["t"][-1])
+    assert frames >= 1 and rows[1]["frames"] == frames and rows[1]["t_last"] == t_last  # had been empty
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
