@@ -746,6 +746,8 @@ def _recovered(path: Path, digest: str) -> dict[str, Any] | None:
         return None
     if not isinstance(record, dict) or record.get("hash") != digest or record.get("status") != "ok":
         return None
+    if not path.with_suffix(".h5").is_file():  # its run was deleted since: nothing to take
+        return None
     record["recovered"] = True
     return record
 
@@ -1405,6 +1407,8 @@ def run_sweep(
                     recovered.append(_finish(record, int(record.get("attempt", 1)), []))
                     done[case.hash] = recovered[-1]
     finished = {c.hash: done[c.hash] for c in spec.cases if c.hash in done}
+    # an ok case whose run file was deleted since runs again (its row had pointed to the missing file)
+    finished = {h: r for h, r in finished.items() if r.get("status") != "ok" or (out / "cases" / f"{h}.h5").is_file()}
     if retry_failed:
         finished = {h: r for h, r in finished.items() if r["status"] == "ok"}
     tasks = [

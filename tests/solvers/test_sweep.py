@@ -790,6 +790,19 @@ def test_resume_from_an_identical_copy_of_the_sweep_file_elsewhere(tmp_path):
     assert [r["status"] for r in rows] == ["ok"]
 
 
+def test_resume_runs_again_an_ok_case_whose_run_file_was_deleted(tmp_path):
+    # it had stayed ok, its row pointing to the missing file
+    _base(tmp_path)
+    spec = load_sweep({"base": "base.toml", "set": {"init.n": 4, "solver.t_final": 0.1}, "grid": {"model.beta": [1.0, 2.0]}},
+                      base_dir=tmp_path)
+    out = tmp_path / "out"
+    rows = run_sweep(spec, out, workers=0, quiet=True)
+    (out / rows[1]["path"]).unlink()
+    again = run_sweep(spec, out, workers=0, quiet=True, resume=True)
+    assert [r["status"] for r in again] == ["ok", "ok"] and (out / rows[1]["path"]).is_file()
+    assert [r["wall_time"] for r in again][0] == rows[0]["wall_time"]  # the other case was not run again
+
+
 def test_resume_into_a_folder_that_does_not_exist_says_it_starts_afresh(tmp_path, capsys):
     # a typo in --out had started the whole sweep there without a word (simulate --resume of a missing file notes it)
     sweep_file = tmp_path / "s.toml"
