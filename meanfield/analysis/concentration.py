@@ -55,6 +55,7 @@ __all__ = [
     "concentration_summary",
     "concentration_curves",
     "origin_target",
+    "open_window_note",
     "grid_core_resolution",
     "core_check",
     "resolved_range_text",
@@ -73,15 +74,21 @@ def single_head(cfg: dict[str, Any]) -> Any:
     ConfigError
         ``model.heads`` holds more than one head, or ``model.direction`` is ``"descent"``.
     """
-    if cfg["model"].get("direction", "ascent") != "ascent":  # (W2 had been measured against the wrong end of S's spectrum)
-        raise ConfigError("model.direction", "W2 to Π♯ρ₀ (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931) is the limit "
-                                             "of the ascent flow, whose tokens gather in the dominant eigenspace of S = V Bᵀ; "
-                                             "under descent they leave it (to the other end of S's spectrum), so the analysis "
-                                             "does not apply")
+    check_ascent(cfg["model"].get("direction", "ascent"))
     heads = build_heads(cfg)
     if len(heads) != 1:
         raise ConfigError("model.heads", f"W2 to Π♯ρ₀ (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931) needs a single head, got {len(heads)}")
     return heads[0]
+
+
+def check_ascent(direction: str) -> None:
+    """Refuse a run of the descent flow (``model.direction``), to which the concentration analysis does not apply:
+    W2 had been measured against the wrong end of S's spectrum (a run of :func:`meanfield.solve` too, t_min = 0)."""
+    if direction != "ascent":
+        raise ConfigError("model.direction", "W2 to Π♯ρ₀ (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931) is the limit "
+                                             "of the ascent flow, whose tokens gather in the dominant eigenspace of S = V Bᵀ; "
+                                             "under descent they leave it (to the other end of S's spectrum), so the analysis "
+                                             "does not apply")
 
 
 def assumption_report(cfg: dict[str, Any], *, policy: str | None = None) -> AssumptionReport:
@@ -342,6 +349,20 @@ def concentration_summary(
     return out
 
 
+def open_window_note(summary: Mapping[str, Any]) -> str:
+    r"""What an open end of the window (W2 below the threshold at the last frame) means for a curve of
+    :func:`concentration_summary`: run longer, or, where W2 has come back more than halfway from its minimum to the
+    threshold, give a lower threshold — the late plateau of the terminal phase (near :math:`E_V`, about π/4 on the
+    default head) lies below :math:`2W_{2,\min}` at small β, and such a window had been "extended" over the whole
+    terminal phase, with the advice to run longer."""
+    w_min, theta, final = summary["w2_min"], summary["threshold"], summary["w2_final"]
+    if not summary["min_at_end"] and final - w_min > 0.5 * (theta - w_min):
+        return (f"W2 has come back from W2_min = {w_min:.4g} to {final:.4g} at the last frame, still below the threshold "
+                f"{theta:.4g}: where it levels off there (the terminal phase, near E_V) the window never closes at this "
+                f"threshold; a threshold below {final:.4g} (--threshold) ends it")
+    return "W2 is still below the threshold at the last frame: the window may extend further (run longer)"
+
+
 def linear_fit(x: ArrayLike, y: ArrayLike) -> dict[str, float]:
     r"""Least-squares line :math:`y \approx a x + b` with :math:`R^2 = 1 - \mathrm{SS}_{res}/\mathrm{SS}_{tot}`
     (NaN when every y is the same, :math:`\mathrm{SS}_{tot} = 0`, as in a sweep whose runs do not depend on β, and for
@@ -393,6 +414,8 @@ class RunSource:
         ``constant``, or the name of the time-dependent heads' schedule.
     init : mapping or None
         The config's ``[init]`` (``None`` for a run of :func:`meanfield.solve`).
+    attention, mask : str
+        ``model.attention`` and ``model.mask`` (Theorem 1 is for unmasked softmax attention).
     """
 
     Q: NDArray[np.float64]
@@ -408,6 +431,8 @@ class RunSource:
     norm: str
     schedule: str
     init: Mapping[str, Any] | None
+    attention: str = "softmax"
+    mask: str = "none"
 
 
 def run_source(run: Any) -> RunSource:
@@ -426,13 +451,15 @@ def run_source(run: Any) -> RunSource:
         return RunSource(Q=head.Q, K=head.K, V=head.V, beta=float(m["beta"]), d=int(m["d"]), solver=cfg["solver"]["kind"],
                          size=resolution_size(cfg), assumptions=m.get("assumptions", "check"),
                          w2_method=cfg["track"]["w2_method"], reconstructs=reconstructs_density(cfg), norm=m.get("norm", "post"),
-                         schedule=(cfg.get("weights") or {}).get("schedule", "constant"), init=cfg["init"])
+                         schedule=(cfg.get("weights") or {}).get("schedule", "constant"), init=cfg["init"],
+                         attention=m["attention"], mask=m.get("mask", "none"))
     from meanfield.model import ConstantHeads
 
     if run.config is None and run._model is None:  # noqa: SLF001 - a solve() run carries its model
         raise ConfigError("run", "this run has neither a config nor a model to analyse (a run of mf.solve read back by "
                                  "Run.from_xarray keeps neither: analyse it before to_xarray, or run it with mf.simulate)")
     model, info = run.model, run.info
+    check_ascent(model.direction)
     stack = model.heads.at(float(run.t[0]) if run.frames else 0.0)
     if stack.H != 1:
         raise ConfigError("model.heads", f"W2 to Π♯ρ₀ (Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931) needs a single head, got {stack.H}")
@@ -442,7 +469,7 @@ def run_source(run: Any) -> RunSource:
     return RunSource(Q=np.eye(model.d), K=np.array(stack.B[0]), V=np.array(stack.V[0]), beta=float(model.beta), d=int(model.d),
                      solver=solver, size=size, assumptions="check", w2_method="exact",
                      reconstructs=solver == "grid" and int(info.get("order", 1)) == 2, norm=str(info.get("norm", "post")),
-                     schedule=schedule, init=None)
+                     schedule=schedule, init=None, attention=model.attention, mask=model.mask)
 
 
 def concentration_curves(run: Any, *, policy: str | None = None, source: RunSource | None = None) -> dict[str, NDArray[np.float64]]:
@@ -600,7 +627,7 @@ class Concentration:
             end = "≥]" if s["open_end"] else "]"
             lines.append(f"metastable window (W2 ≤ {s['threshold']:.4g}): {start}{s['t_a']:.4g}, {s['t_b']:.4g}{end}  (length {s['window_length']:.4g})")
             if s["open_end"]:
-                lines.append("note: W2 is still below the threshold at the last frame: the window may extend further")
+                lines.append(f"note: {open_window_note(s)}")
         if s["min_at_end"]:
             lines.append("note: the minimum is at the last frame (W2 still falling): run longer to see t_min")
         return "\n".join(lines)
@@ -684,6 +711,10 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
             f"the heads change in time (schedule {source.schedule!r}): Π♯ρ₀, E and E_V are those of the head at the first "
             "frame; Theorem 1 of arXiv 2605.10931 is for a constant head"
         )
+    if source.solver != "zero-temperature" and (source.attention != "softmax" or source.mask != "none"):
+        law = f"model.attention = {source.attention!r}" + (f" with model.mask = {source.mask!r}" if source.mask != "none" else "")
+        notes.append(f"Theorem 1 of arXiv 2605.10931 and its rate √(log(β+1)/β) are for unmasked softmax attention; this "
+                     f"run has {law}: t_min and W2_min are measured, not the theorem's")
     on_grid = run.kind == "grid" and source.d == 3  # cells: the mesh's criterion (the particles' had been applied to them)
     resolution = run_resolution_warning(source.size, source.beta, source.d, cells=on_grid)
     if resolution and not zero:

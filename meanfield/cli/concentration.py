@@ -189,7 +189,7 @@ def _sweep(args: argparse.Namespace) -> int:
         if s.get("cores"):
             print(f"warning: β = {s['beta']:g}: {s['cores']}", file=sys.stderr)
     if args.csv:
-        keys = ["beta", "n", "cells", "spacing", "t_min", "w2_min", "t_first_min", "w2_first_min", "threshold", "t_a", "t_b", "window_length", "rate", "ratio", "min_at_end", "under_resolved", "wall_time"]
+        keys = ["beta", "n", "cells", "spacing", "t_min", "w2_min", "t_first_min", "w2_first_min", "threshold", "t_a", "t_b", "window_length", "open_start", "open_end", "rate", "ratio", "min_at_end", "under_resolved", "wall_time"]
         if not args.single:
             keys += ["n_coarse", "cells_coarse", "w2_min_coarse", "t_min_coarse", "dw2_min", "dt_min"]
         if any("t_cores_unresolved" in s for s in sweep.summaries):  # grid runs: the core check

@@ -43,6 +43,7 @@ from meanfield.analysis.concentration import (
     concentration_summary,
     core_check,
     linear_fit,
+    open_window_note,
     resolution_size,
     resolved_range_text,
     single_head,
@@ -160,8 +161,9 @@ class BetaSweep:
         b = self.fit_w2min
         lines.append(f"fit t_min = {a['slope']:.4g}·log β + {a['intercept']:.4g}   (R² = {a['r2']:.4f})")
         lines.append(f"fit log W2_min = {b['slope']:.4g}·log √(log(β+1)/β) + {b['intercept']:.4g}   (R² = {b['r2']:.4f})")
-        if any(s["open_end"] for s in self.summaries):
-            lines.append("≥ the curve is still below the threshold at the last frame: the window may extend further")
+        for s in self.summaries:
+            if s["open_end"]:
+                lines.append(f"≥ β = {s['beta']:g}: {open_window_note(s)}")
         if refined:
             lines.append(f"n: the finer run ({self.refinement}× the coarser's cells or particles, spacing "
                          f"÷{math.sqrt(self.refinement):.3g}); "

@@ -421,6 +421,7 @@ def test_cli_sweep_writes_table_csv_plot(tmp_path: Path, run_cli, capsys: pytest
     assert "(grid solver)" in out.out and "grid solver" in out.err  # on S² the family runs on the grid by default
     rows = np.genfromtxt(tmp_path / "s.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
     np.testing.assert_allclose(rows["beta"], [2.0, 4.0, 8.0], rtol=0)
+    assert {"open_start", "open_end"} <= set(rows.dtype.names)  # an open window's t_b is t_final, not a crossing
     assert (tmp_path / "s.png").stat().st_size > 0
     names = ["beta_2.h5", "beta_2_coarse.h5", "beta_4.h5", "beta_4_coarse.h5", "beta_8.h5", "beta_8_coarse.h5", "curves.csv"]
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == names
@@ -794,3 +795,33 @@ def test_the_analysis_refuses_descent_whose_tokens_leave_the_dominant_eigenspace
     with pytest.raises(ConfigError, match="^model.direction"):
         run.concentration()
     assert run_cli(["concentration", str(tmp_path / "d.h5")]) == 2
+    # a run of mf.solve too (it had been analysed: t_min = 0, no note)
+    head = mf.heads.Head(Q=np.eye(3), K=np.eye(3), V=np.diag([1.0, 0.5, 0.25]))
+    solved = mf.solve(mf.Problem(mf.Model(d=3, beta=4.0, heads=head, direction="descent"), sample_uniform(16, 3, seed=0)),
+                      mf.ParticleSolver(dt=0.1), t_final=0.5)
+    with pytest.raises(ConfigError, match="^model.direction"):
+        solved.concentration()
+
+
+def test_a_window_left_open_by_the_terminal_plateau_says_so_rather_than_run_longer() -> None:
+    """At small β the late plateau (the terminal phase, near E_V) lies below 2·W2_min: the window never closes, and the
+    note had advised running longer."""
+    from meanfield.analysis.concentration import open_window_note
+
+    t = np.linspace(0.0, 10.0, 11)
+    plateau = concentration_summary(t, [1.0, 0.7, 0.5, 0.45, 0.6, 0.75, 0.79, 0.8, 0.8, 0.8, 0.8])
+    assert plateau["open_end"] and plateau["threshold"] == 0.9
+    assert "never closes at this threshold; a threshold below 0.8 (--threshold) ends it" in open_window_note(plateau)
+    falling = concentration_summary(t, [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.45, 0.4, 0.35, 0.36, 0.37])
+    assert falling["open_end"] and "(run longer)" in open_window_note(falling)
+
+
+def test_a_run_of_another_attention_law_is_noted_as_outside_the_theorem() -> None:
+    import meanfield as mf
+
+    head = mf.heads.Head(Q=np.eye(3), K=np.eye(3), V=np.diag([1.0, 0.5, 0.25]))
+    for attention in ("relu", "softmax"):
+        run = mf.solve(mf.Problem(mf.Model(d=3, beta=4.0, heads=head, attention=attention), sample_uniform(32, 3, seed=0)),
+                       mf.ParticleSolver(dt=0.1), t_final=1.0, save_every=0.5)
+        notes = " ".join(run.concentration().notes)
+        assert ("are for unmasked softmax attention; this run has model.attention = 'relu'" in notes) == (attention == "relu")
