@@ -259,9 +259,12 @@ def ou_vs_oscillating(
     seed: int = 0,
     quick: bool = False,
     snapshots: Sequence[float] | None = None,
+    dt: float = DEFAULTS["dt"],
     **params: Any,
 ) -> dict[str, Any]:
     r"""OU against oscillating weights on :math:`S^2`: clouds, energy, upper gradient, clustering.
+
+    ``seed`` draws the tokens and the OU path; ``dt`` is the RK4 step (:func:`trajectory`).
 
     Massucco et al. (arXiv 2605.18870), long-time behaviour: integrable (OU) weights relax to a stationary
     configuration with a small upper gradient; oscillating weights keep moving
@@ -282,7 +285,7 @@ def ou_vs_oscillating(
     out: dict[str, Any] = {"snapshot_times": times, "H": H}
     for name in ("ou", "oscillating", "constant"):
         model = time_dependent_model(H, schedule=name, seed=seed, **params)
-        run = trajectory(model, x0, t_final=t_final)
+        run = trajectory(model, x0, t_final=t_final, dt=dt)
         idx = [int(np.argmin(np.abs(run["t"] - s))) for s in times]
         run["snapshots"] = run["x"][idx]
         run["late_slope"] = _tail_mean(run["t"], run["slope"], t_final / 2)
