@@ -25,6 +25,7 @@ eigenvalues on the tangent space after removing the rotation zero modes):
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -275,6 +276,25 @@ def test_a_gradient_clock_run_writes_its_file_and_resumes_with_its_physical_time
     straight = mf.simulate(longer, out=tmp_path / "b.h5")
     np.testing.assert_allclose(resumed.diagnostics["clock_time"], straight.diagnostics["clock_time"], rtol=1e-12, atol=0)
     np.testing.assert_allclose(np.asarray(resumed.x), np.asarray(straight.x), rtol=0, atol=1e-14)
+
+
+def test_the_default_merge_radius_is_capped_at_a_fraction_of_the_kernel_width():
+    """Uncapped, 2·dt·√(2n) (0.45 rad for 64 tokens at dt = 0.02) had made the cloud one point in the first step,
+    the run completing without a word; the cap is 0.05 β^(-1/2), with a note where it binds."""
+    import meanfield as mf
+    from meanfield.errors import ConfigNote
+
+    cfg = {"model": {"beta": 4.0}, "init": {"kind": "uniform", "n": 64, "seed": 0},
+           "solver": {"clock": "gradient", "dt": 0.02, "t_final": 0.02, "save_every": 0.02}}
+    with pytest.warns(ConfigNote, match=r"solver.dt = 0.02 in the gradient clock .* merge radius 0.025 \(0.05 β\^\(-1/2\)\)"):
+        run = mf.simulate(cfg)
+    x = np.asarray(run.final)
+    # a pair of the uniform cloud closer than 0.025 is identified; the cloud is not (it had been one point)
+    distinct = len(np.unique(np.round(x, 12), axis=0))
+    assert distinct >= 60 and run.info.get("clock_merges", 0) == 64 - distinct
+    with warnings.catch_warnings():  # a radius of the user's own: no note
+        warnings.simplefilter("error", ConfigNote)
+        mf.simulate({**cfg, "solver": {**cfg["solver"], "clock_merge": 1e-3}})
 
 
 MEAN_HEADS = {
