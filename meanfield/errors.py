@@ -50,7 +50,15 @@ class RunFailed(RuntimeError):
 
 class TrackerError(RuntimeError):
     """A tracker of the caller's raised, or returned something other than a dict of names and numbers, or a
-    name that one of the run's own trackers records; the caller's exception is its ``__cause__``."""
+    name that one of the run's own trackers records; the caller's exception is its ``__cause__``.
+
+    The run stops there as failed; ``run``, when set, is the :class:`meanfield.Run` with the frames before it (they had
+    been lost with the exception in a notebook's run without a file).
+    """
+
+    def __init__(self, message: str, *, run: object = None) -> None:
+        super().__init__(message)
+        self.run = run
 
 
 class StorageFailed(RunFailed):

@@ -181,6 +181,7 @@ def run_loop(
     failed = False
     interrupted = False
     storage_failed = False
+    tracker_error: TrackerError | None = None
 
     def record(t: float, current: np.ndarray) -> None:
         values: dict[str, float] = {}
@@ -235,6 +236,8 @@ def run_loop(
     except Interrupted as exc:  # a signal: the frames so far stay, the run can be resumed
         stop_reason = exc.reason
         interrupted = True
+    except TrackerError as exc:  # a caller's tracker: the run stops as failed, its frames kept (the caller re-raises it)
+        stop_reason, failed, tracker_error = str(exc), True, exc
     except StorageFailed as exc:  # the writer could not put the frame on disk: say exactly that
         stop_reason = str(exc)
         failed = storage_failed = True
@@ -252,5 +255,6 @@ def run_loop(
             "failed": failed,
             "interrupted": interrupted,
             "storage_failed": storage_failed,  # the frames on disk are good: --resume continues once there is room
+            **({"tracker_error": tracker_error} if tracker_error is not None else {}),  # an object: not written to files
         },
     )

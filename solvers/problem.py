@@ -35,11 +35,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from meanfield.errors import RunFailed, RunInterrupted
+from meanfield.errors import RunFailed, RunInterrupted, TrackerError
 from meanfield.geometry.mesh import SphericalMesh
 from meanfield.geometry.sphere import normalize, sphere_error
 from meanfield.model import Model
-from meanfield.resources import MAX_STEPS
+from meanfield.resources import MAX_FRAMES, MAX_STEPS
 from meanfield.kernels.jit import one_blas_thread
 from meanfield.run import Run
 from meanfield.solvers.loop import RunSetup, Tracker, run_loop, save_times
@@ -230,6 +230,9 @@ def solve(
     if step is not None and (float(t_final) - float(t_start)) / float(step) > MAX_STEPS:
         raise ValueError(f"dt = {step:g} takes {(float(t_final) - float(t_start)) / float(step):.3g} steps to t_final = {t_final:g}; "
                          f"the limit is {MAX_STEPS:.0e} steps (the config's too)")
+    if save_every and (float(t_final) - float(t_start)) / float(save_every) > MAX_FRAMES:  # (a raw MemoryError of 7 GiB)
+        raise ValueError(f"save_every = {save_every:g} saves {(float(t_final) - float(t_start)) / float(save_every):.3g} frames "
+                         f"up to t_final = {t_final:g}; the limit is {MAX_FRAMES:.0e} frames (the config's too)")
     callers = [CallbackTracker.of(tracker) for tracker in trackers]
     setup = solver.setup(problem, energy=energy, speed=speed or steady_tol > 0, steady_tol=steady_tol)
     span = float(t_final) - float(t_start)
@@ -240,6 +243,7 @@ def solve(
             result = run_loop(setup.stepper, setup.state, times, trackers=[*setup.trackers, *callers], progress=bar)
     finally:
         bar.close()
+    tracker_error = result.info.pop("tracker_error", None)
     kind = getattr(solver, "kind", type(solver).__name__)  # the picture's title names it
     result.info.update(setup.info(), solver=kind, solver_options=solver_options(solver, kind, on_grid=problem.on_grid, t_final=float(t_final)))
     status = "interrupted" if result.info["interrupted"] else run_status(result.info["failed"], result.info["stop_reason"])
@@ -257,6 +261,8 @@ def solve(
     )
     if status == "interrupted":
         raise RunInterrupted(f"{result.info['stop_reason']} at t = {run.t[-1]:.6g}", run=run)
+    if tracker_error is not None:  # the caller's tracker, with the frames before it
+        raise TrackerError(str(tracker_error), run=run) from tracker_error.__cause__
     if status == "failed":
         raise RunFailed(result.info["stop_reason"], run=run)
     return run

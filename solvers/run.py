@@ -23,7 +23,7 @@ import numpy as np
 from meanfield.analysis.concentration import ConcentrationTracker, origin_target, single_head, tracker_from_head
 from meanfield.build import build_model, initial_tokens
 from meanfield.config import SCHEMA, ConfigNote
-from meanfield.errors import ConfigError, RunFailed, RunInterrupted
+from meanfield.errors import ConfigError, RunFailed, RunInterrupted, TrackerError
 from meanfield.geometry.mesh import initial_mass
 from meanfield.io.runfile import RunReader, RunWriter, last_frame
 from meanfield.io.source_frame import source_tokens, start_time
@@ -399,6 +399,7 @@ def simulate_config(
         keep_states = writer is None
     status, reason = "failed", "the run stopped before its first frame"
     result: RunResult | None = None
+    tracker_error: TrackerError | None = None
     try:
         with interruptible(), one_blas_thread():  # trackers' products too: threaded BLAS only contends with our threads
             result = run_loop(
@@ -411,6 +412,7 @@ def simulate_config(
                 keep_states=keep_states,
                 record_first=record_first,
             )
+        tracker_error = result.info.pop("tracker_error", None)
         result.info.update(whole_run_counters(earlier, result.info | setup.info() | {"sessions": 1, "unrecorded_sessions": 0}))
         reason = result.info["stop_reason"]
         status = "interrupted" if result.info["interrupted"] else final_status(result.info["failed"], reason)
@@ -452,6 +454,8 @@ def simulate_config(
         resumable = out_path is not None and writer is not None and not kept_older and not writer.discarded
         raise RunInterrupted(f"{reason} at t = {at:.6g}{where}" + ("; --resume continues" if resumable else ""),
                              run=run)
+    if tracker_error is not None:  # the caller's tracker (mf.simulate(trackers=…)), with the frames before it
+        raise TrackerError(f"{reason}{where}", run=run) from tracker_error.__cause__
     if result.info["failed"]:
         raise RunFailed(f"{reason}{where}", run=run)
     return run

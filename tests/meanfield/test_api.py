@@ -182,6 +182,24 @@ def test_your_own_trackers_are_named_when_they_go_wrong(tracker, says, tmp_path)
     np.testing.assert_array_equal(mf.simulate(None, trackers=[lambda t, x: {"n": np.int64(3)}], **SMALL).diagnostics["n"], 3.0)
 
 
+def test_a_tracker_that_fails_late_raises_with_the_frames_before_it(tmp_path):
+    """The frames of a run without a file had been lost with the TrackerError (RunFailed and RunInterrupted carry them)."""
+    def late(t, x):
+        if t > 0.35:
+            raise ValueError("late")
+
+    problem = mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3, seed=0))
+    with pytest.raises(mf.TrackerError, match="the tracker 'late' at t=0.4 raised ValueError: late") as info:
+        mf.solve(problem, mf.ParticleSolver(dt=0.05), t_final=1.0, save_every=0.1, trackers=[late])
+    with pytest.raises(ValueError, match=r"^save_every = 1e-09 saves 1e\+09 frames .* limit is 1e\+06 frames"):
+        mf.solve(problem, mf.ParticleSolver(dt=0.05), t_final=1.0, save_every=1e-9)
+    run = info.value.run
+    assert run.status == "failed" and run.t.tolist() == pytest.approx([0.0, 0.1, 0.2, 0.3]) and isinstance(info.value.__cause__, ValueError)
+    with pytest.raises(mf.TrackerError) as info:
+        mf.simulate(None, trackers=[late], **{**SMALL, "save_every": 0.1, "t_final": 1.0})
+    assert info.value.run.frames == 4 and info.value.run.status == "failed"
+
+
 def test_a_failed_run_raises_with_its_frames(tmp_path):
     model = mf.Model(d=3, beta=1.0)
 
