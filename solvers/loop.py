@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -140,6 +140,11 @@ def save_times(t_start: float, t_final: float, save_every: float) -> np.ndarray:
     return times
 
 
+def _own(name: str, trackers: Sequence[Any]) -> bool:
+    """Whether the tracker called ``name`` is one of the run's own (not a caller's)."""
+    return any(getattr(t, "name", None) == name and not getattr(t, "from_caller", False) for t in trackers)
+
+
 def run_loop(
     stepper: Stepper,
     state: np.ndarray,
@@ -186,15 +191,25 @@ def run_loop(
     def record(t: float, current: np.ndarray) -> None:
         values: dict[str, float] = {}
         error: StopRun | None = None
+        owner: dict[str, str] = {}  # which tracker recorded each name
+
+        def taken_by_another(tracker: Any, recorded: Mapping[str, float]) -> None:
+            if getattr(tracker, "from_caller", False) and not recorded.keys().isdisjoint(values):
+                taken = sorted(set(recorded).intersection(values))
+                first = {owner[k] for k in taken}
+                by = (f"the tracker {next(iter(first))!r} before it records" if len(first) == 1 and not _own(next(iter(first)), trackers)
+                      else "the run's own trackers record")
+                raise TrackerError(f"the tracker {tracker.name!r} returns {', '.join(map(repr, taken))}, which {by}; "
+                                   "give its values other names")
+
         for tracker in trackers:
             try:
                 recorded = tracker(t, current) or {}
-                if getattr(tracker, "from_caller", False) and not recorded.keys().isdisjoint(values):
-                    taken = sorted(set(recorded).intersection(values))
-                    raise TrackerError(f"the tracker {tracker.name!r} returns {', '.join(map(repr, taken))}, which the "
-                                       "run's own trackers record; give its values other names")
+                taken_by_another(tracker, recorded)
                 values.update(recorded)
+                owner.update(dict.fromkeys(recorded, getattr(tracker, "name", type(tracker).__name__)))
             except StopRun as exc:  # keep the frame, then stop; a run that ends well (steady state) still gets the
+                taken_by_another(tracker, exc.values)  # (a caller's StopRun had replaced the run's own energy)
                 values.update(exc.values)  # values of the trackers after the one that stopped it (the energy follows the speed)
                 error = error or exc
                 if exc.failed:

@@ -225,10 +225,18 @@ class CallbackTracker:
         view.flags.writeable = False  # it looks at the frame: an edit in place had changed the run in silence
         try:
             out = self.func(t, view)
-        except StopRun:
+        except StopRun as stop:  # its values are checked as a result is (a string had ended in NumPy's ValueError)
+            stop.values = self.checked(f"{where} (its StopRun)", stop.values)
             raise
         except Exception as exc:
             raise TrackerError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+        return self.checked(where, out)
+
+    @staticmethod
+    def checked(where: str, out: Any) -> dict[str, float]:
+        """``out`` as a dict of names and floats, or :class:`~meanfield.errors.TrackerError` naming ``where``."""
+        from meanfield.errors import TrackerError
+
         if out is None:
             return {}
         if not isinstance(out, Mapping):

@@ -200,6 +200,35 @@ def test_a_tracker_that_fails_late_raises_with_the_frames_before_it(tmp_path):
     assert info.value.run.frames == 4 and info.value.run.status == "failed"
 
 
+def test_a_callers_stoprun_values_are_checked_and_two_callers_names_are_told_apart():
+    from meanfield.solvers.loop import StopRun
+
+    problem = mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3, seed=0))
+    solver = mf.ParticleSolver(dt=0.05)
+
+    def shadow(t, x):  # had replaced the run's own energy series
+        raise StopRun("stop", values={"energy": -1.0})
+
+    def text(t, x):  # had ended in NumPy's ValueError, the run lost
+        raise StopRun("stop", values={"note": "hello"})
+
+    with pytest.raises(mf.TrackerError, match="'energy', which the run's own trackers record"):
+        mf.solve(problem, solver, t_final=0.5, trackers=shadow)
+    with pytest.raises(mf.TrackerError, match=r"the tracker 'text' at t=0 \(its StopRun\) returned 'note' = 'hello'"):
+        mf.solve(problem, solver, t_final=0.5, trackers=text)
+    ok = mf.solve(problem, solver, t_final=0.5, trackers=lambda t, x: (_ for _ in ()).throw(StopRun("enough", values={"mine": 1})))
+    assert ok.status == "stopped" and ok.diagnostics["mine"].tolist() == [1.0]
+
+    def first(t, x):
+        return {"a": 1.0}
+
+    def second(t, x):
+        return {"a": 2.0}
+
+    with pytest.raises(mf.TrackerError, match="the tracker 'second' returns 'a', which the tracker 'first' before it records"):
+        mf.solve(problem, solver, t_final=0.5, trackers=[first, second])
+
+
 def test_a_failed_run_raises_with_its_frames(tmp_path):
     model = mf.Model(d=3, beta=1.0)
 
