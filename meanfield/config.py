@@ -315,13 +315,16 @@ def _unused_solver_keys(solver: dict[str, Any], *, given: Mapping[str, Any]) -> 
     """
     kind = solver["kind"]
     used = set(SOLVER_KEYS_USED[kind]) | {"kind", "t_final", "save_every"} | ({"steady_tol"} if kind != "jko" else set())
-    if solver["method"] != "rk45":
+    clock = kind == "particle" and solver["clock"] == "gradient"
+    if solver["method"] != "rk45" or clock:  # the clock's steps are fixed, rk45's too (rtol had been ignored in silence)
         used -= {"rtol", "atol"}
     if solver["clock"] == "time":
         used.discard("clock_merge")
     unused = _unused_keys("solver", solver, given=given, used=used)
+    tolerances = (" (the gradient clock takes fixed steps of solver.dt, rk45's without error control)" if clock
+                  else " (rtol and atol serve method = 'rk45')")
     why = {"grid": " (its step follows solver.cfl and grid.dt_max)", "jko": " (its step is solver.tau)"}.get(
-        kind, " (rtol and atol serve method = 'rk45')" if {"rtol", "atol"} & set(unused)
+        kind, tolerances if {"rtol", "atol"} & set(unused)
         else " (it serves clock = 'gradient')" if unused == ["clock_merge"] else "")
     _note_unused("solver", unused, f"the {kind} solver{why}")
 

@@ -295,6 +295,9 @@ def test_the_default_merge_radius_is_capped_at_a_fraction_of_the_kernel_width():
     with warnings.catch_warnings():  # a radius of the user's own: no note
         warnings.simplefilter("error", ConfigNote)
         mf.simulate({**cfg, "solver": {**cfg["solver"], "clock_merge": 1e-3}})
+    # rk45 in the clock takes fixed steps: its tolerances are noted as unused (they had been ignored in silence)
+    with pytest.warns(ConfigNote, match=r"solver.rtol not used .* fixed steps of solver.dt, rk45's without error control"):
+        mf.load_config({**cfg, "solver": {**cfg["solver"], "method": "rk45", "rtol": 1e-3, "clock_merge": 1e-3}})
 
 
 MEAN_HEADS = {
