@@ -75,27 +75,33 @@ class Problem:
     def __post_init__(self) -> None:
         if not (isinstance(getattr(self.model, "d", None), (int, np.integer)) and callable(getattr(self.model, "velocity", None))):
             raise TypeError(f"model must be a meanfield.Model (or have d and velocity), got {type(self.model).__name__}")
-        if np.iscomplexobj(self.initial) or np.iscomplexobj(self.weights):  # (their imaginary parts had been dropped)
-            raise TypeError("initial and weights must be real numbers, got complex ones")
         try:  # a copy: the run must not share the caller's array (a tracker's edit at t = 0 had reached it)
-            state = np.array(self.initial, dtype=float)
-        except (TypeError, ValueError):
+            complex_input = bool(np.iscomplexobj(self.initial) or np.iscomplexobj(self.weights))
+            state = np.array(self.initial, dtype=complex if complex_input else float)
+        except (TypeError, ValueError):  # a ragged list had given NumPy's words, without naming initial
             raise ValueError(f"initial must be an array of numbers (tokens (n, d), or a grid's cell masses (N,)), "
                              f"got {type(self.initial).__name__} {self.initial!r:.60}") from None
+        if complex_input:  # (their imaginary parts had been dropped)
+            raise TypeError("initial and weights must be real numbers, got complex ones")
         if self.mesh is None:
             if state.ndim != 2 or state.shape[1] != self.model.d or state.shape[0] < 1:
                 raise ValueError(f"initial tokens must have shape (n, {self.model.d}), got {state.shape}")
-            if not np.all(np.isfinite(state)) or np.any(np.linalg.norm(state, axis=1) == 0):
+            if not np.all(np.isfinite(state)) or not np.all(np.max(np.abs(state), axis=1) > 0):
                 raise ValueError("initial tokens must be finite and non-zero")
-            if sphere_error(state) > 1e-15:  # unit input is kept bit for bit (replays, resumed runs)
-                state = normalize(state)
+            with np.errstate(over="ignore"):  # rows of 1e300: their norm overflows, and they are normalised below
+                off = sphere_error(state)
+            if off > 1e-15:  # unit input is kept bit for bit (replays, resumed runs)
+                # each row scaled by its largest entry first: 1e300 had overflowed to zero vectors, 1e-200 underflowed
+                state = normalize(state / np.max(np.abs(state), axis=1, keepdims=True))
             if self.weights is not None:
                 try:
                     w = np.asarray(self.weights, dtype=float)
                 except (TypeError, ValueError):
                     raise ValueError(f"weights must be {state.shape[0]} numbers, got {self.weights!r:.60}") from None
-                if w.shape != (state.shape[0],) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-                    raise ValueError(f"weights must be {state.shape[0]} finite non-negative masses, not all zero")
+                if w.shape != (state.shape[0],) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+                    raise ValueError(f"weights must be {state.shape[0]} finite non-negative masses, not all zero, got "
+                                     f"{'shape ' + str(w.shape) if w.shape != (state.shape[0],) else 'masses out of range'}")
+                w = w / w.max()  # first: a total of 1e308 masses had overflowed, leaving masses of zero
                 object.__setattr__(self, "weights", w / w.sum())
         else:
             if self.model.d != 3:

@@ -229,6 +229,19 @@ def test_a_callers_stoprun_values_are_checked_and_two_callers_names_are_told_apa
         mf.solve(problem, solver, t_final=0.5, trackers=[first, second])
 
 
+def test_problem_takes_extreme_scales_and_names_what_is_wrong():
+    """Masses of 1e308 had overflowed to zero masses, tokens of 1e300 to zero vectors and 1e-200 been "zero"; a ragged
+    list had got NumPy's words, a wrong weights shape no shape."""
+    model, x = mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3, seed=0)
+    np.testing.assert_allclose(mf.Problem(model, x, weights=np.full(8, 1e308)).weights, 1 / 8, rtol=1e-15)
+    for scale in (1e300, 1e-200):
+        np.testing.assert_allclose(mf.Problem(model, x * scale).initial, x, rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="^initial must be an array of numbers"):
+        mf.Problem(model, [[1.0, 0.0, 0.0], [0.0, 1.0]])
+    with pytest.raises(ValueError, match=r"got shape \(7,\)"):
+        mf.Problem(model, x, weights=np.ones(7))
+
+
 def test_a_failed_run_raises_with_its_frames(tmp_path):
     model = mf.Model(d=3, beta=1.0)
 
