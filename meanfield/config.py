@@ -272,6 +272,7 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None) -> dict[str, An
     _unused_solver_keys(resolved["solver"], given=raw.get("solver", {}))
     _unused_weights_keys(resolved["weights"], given=raw.get("weights", {}))
     _unused_grid_keys(resolved["grid"], given=raw.get("grid", {}))
+    _icosahedral_size_note(resolved)
     if isinstance(resolved["model"]["heads"], list) and not resolved["model"]["heads"] and "heads" in raw.get("model", {}):
         raise ConfigError("model.heads", "an empty list of heads; give at least one [[model.heads]] table "
                                          "(or leave model.heads out for one identity head)")
@@ -359,6 +360,21 @@ def _unused_grid_keys(grid: dict[str, Any], *, given: Mapping[str, Any]) -> None
     refinement = {"refine_centres", "refine_radius", "refine_factor", "grading"}
     unused = _unused_keys("grid", grid, given=given, used=set(SCHEMA["grid"]) - refinement)
     _note_unused("grid", unused, f"the {grid['family']} mesh (they refine grid.family = 'graded')")
+
+
+def _icosahedral_size_note(cfg: dict[str, Any]) -> None:
+    """Say the cells of the icosahedral mesh a grid run gets, where they are not ``grid.cells`` (5000 had become 2562
+    cells, 6000 10242, without a word)."""
+    grid, solver = cfg["grid"], cfg["solver"]
+    on_grid = solver["kind"] == "grid" or (solver["kind"] == "jko" and solver.get("variant") == "grid")
+    if not on_grid or grid["family"] != "icosahedral":
+        return
+    from meanfield.geometry.mesh import icosahedral_cells  # local: the geometry imports SciPy
+
+    cells = icosahedral_cells(int(grid["cells"]))
+    if cells != grid["cells"]:
+        warnings.warn(f"grid.cells = {grid['cells']}: the icosahedral mesh has 10·4^L + 2 cells, the nearest {cells} "
+                      "(in log scale)", ConfigNote, stacklevel=4)
 
 
 def _unused_keys(section: str, values: Mapping[str, Any], *, given: Mapping[str, Any], used: set[str]) -> list[str]:

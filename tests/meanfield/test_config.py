@@ -296,3 +296,11 @@ def _config_notes(*overrides: str) -> list[str]:
         _warnings.simplefilter("always")
         load_config(None, list(overrides))
     return [str(w.message) for w in caught if issubclass(w.category, ConfigNote)]
+
+
+def test_an_icosahedral_grid_says_the_cells_it_has():
+    # grid.cells = 5000 had become 2562 cells, without a word
+    assert _config_notes('solver.kind="grid"', 'grid.family="icosahedral"', "grid.cells=5000") == [
+        "grid.cells = 5000: the icosahedral mesh has 10·4^L + 2 cells, the nearest 2562 (in log scale)"]
+    assert _config_notes('solver.kind="grid"', 'grid.family="icosahedral"', "grid.cells=2562") == []
+    assert _config_notes('grid.family="icosahedral"', "grid.cells=5000") == []  # particles: no mesh
