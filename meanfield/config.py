@@ -148,7 +148,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "rtol": Key(NUM, 1e-8, _at_least(0, strict=True), "rk45 relative tolerance"),
         "atol": Key(NUM, 1e-10, _at_least(0, strict=True), "rk45 absolute tolerance"),
         "steady_tol": Key(NUM, 0.0, _at_least(0), "stop when max_i |ẋ_i| < steady_tol (0: never; not the JKO scheme, which records no speed, nor noisy tokens, which never stand still, nor model.norm = 'pre' or 'peri', whose radii keep growing)"),
-        "cfl": Key(NUM, 0.5, _at_least(0, strict=True), "grid: CFL number"),
+        "cfl": Key(NUM, 0.5, _at_least(1e-6), "grid: CFL number (at least 1e-6: 1e-13 had run until a step fell below round-off, the file written)"),
         "tau": Key(NUM, 0.05, _at_least(0, strict=True), "jko: step τ"),
         "variant": Key((str,), "particle", _choice("particle", "grid"), "jko: particle or grid"),
         "mobility": Key((str,), "frozen", _choice("frozen", "implicit"), "jko: mobility frozen at μ_k or iterated"),

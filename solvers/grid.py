@@ -229,7 +229,7 @@ def muscl_rate(mesh: SphericalMesh, faces: np.ndarray, u: np.ndarray) -> tuple[n
 def check_grid_options(*, method: Any, cfl: Any, dt_max: Any, order: Any, limiter: Any) -> None:
     """The grid scheme's options, checked where they are given (:class:`GridSolver` had taken ``method=0.5`` or
     ``cfl=-1`` and refused them only inside :func:`meanfield.solve`)."""
-    if order not in GRID_ORDERS:
+    if isinstance(order, (bool, np.bool_)) or order not in GRID_ORDERS:  # (True had run as order 1)
         raise ValueError(f"order must be one of {GRID_ORDERS}, got {order!r}")
     if limiter not in LIMITERS:
         raise ValueError(f"unknown limiter {limiter!r}; choose from {', '.join(LIMITERS)}")

@@ -304,3 +304,9 @@ def test_an_icosahedral_grid_says_the_cells_it_has():
         "grid.cells = 5000: the icosahedral mesh has 10·4^L + 2 cells, the nearest 2562 (in log scale)"]
     assert _config_notes('solver.kind="grid"', 'grid.family="icosahedral"', "grid.cells=2562") == []
     assert _config_notes('grid.family="icosahedral"', "grid.cells=5000") == []  # particles: no mesh
+
+
+def test_a_cfl_below_round_off_is_refused():
+    # 1e-13 had run until a step fell below round-off, the file written, exit 1 blaming a cell's outflow
+    with pytest.raises(ConfigError, match="^solver.cfl: must be >= 1e-06"):
+        load_config(None, ['solver.kind="grid"', "solver.cfl=1e-13"])

@@ -619,7 +619,8 @@ def test_convergence_says_when_one_study_mesh_leaves_no_order(tmp_path, capsys):
 
 @pytest.mark.parametrize("bad, name", [(dict(method="rk4"), "grid method"), (dict(method=0.5), "grid method"),
                                        (dict(cfl=-1.0), "cfl"), (dict(cfl="x"), "cfl"), (dict(order=3), "order"),
-                                       (dict(limiter="none2"), "limiter"), (dict(dt_max=0.0), "dt_max")])
+                                       (dict(limiter="none2"), "limiter"), (dict(dt_max=0.0), "dt_max"),
+                                       (dict(order=True), "order")])  # (True had run as order 1)
 def test_grid_solver_options_are_refused_where_they_are_given(bad, name):
     # GridSolver(method=0.5) or cfl=-1 had been built and refused only inside solve
     import meanfield as mf
