@@ -28,8 +28,14 @@ The edge velocity :math:`u_{ij}` is the average of the two cell-centre
 velocities dotted with the edge normal :math:`n_{ij}=(x_j-x_i)/\|x_j-x_i\|`
 (which is normal to the whole edge).  Evaluating :math:`X` at the :math:`E\approx 3N`
 edge midpoints instead would cost four times as much for a field that is smooth
-on the mesh scale, and the upwind scheme is first order in :math:`h` anyway.
-:math:`F_{ij} = -F_{ji}`, so :math:`\sum_i m_i` is conserved to round-off.
+on the mesh scale.  :math:`F_{ij} = -F_{ji}`, so :math:`\sum_i m_i` is conserved to round-off.
+
+This is the first-order scheme (``grid.order = 1``).  The default, ``grid.order = 2``
+(:func:`muscl_rate`), takes the upwind density at the edge from a limited linear reconstruction of
+each cell's density (:class:`meanfield.geometry.reconstruction.LinearReconstruction`, the
+Barth–Jespersen limiter keeping it within the neighbours' values) instead of the cell average: second
+order in :math:`h` where the density is smooth, first order at its extrema, and positive under the
+step condition with the reconstructed outflow, :math:`\Delta t\le\mathrm{cfl}\cdot m_c/\mathrm{outflow}_c`.
 
 Time stepping is explicit strong-stability-preserving Runge–Kutta in Shu–Osher
 form (Shu & Osher 1988; Gottlieb, Shu & Tadmor, *SIAM Rev.* 43 (2001) 89):

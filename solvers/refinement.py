@@ -234,11 +234,14 @@ def convergence_study(
     The reference is the run on ``reference_cells`` cells, or the finest of
     ``cells`` (whose row then has ``w2_reference = nan``).  The particle run
     (when ``particles`` is given) uses :func:`particle_states` from the same
-    density (see :func:`grid_vs_particles` for ``particle_init``).  For the
-    upwind scheme the expected order is 1 for smooth solutions (numerical
-    diffusion :math:`\sim h|u|` and the :math:`O(h)` quantisation of a smooth
-    density by cell atoms); the particle error levels off at the particle
-    resolution.  :math:`W_2` by :func:`w2_weighted` (exact below ``max_pairs``).
+    density (see :func:`grid_vs_particles` for ``particle_init``).  Expected orders for smooth
+    solutions: the first-order upwind scheme (``order = 1``) 1 (numerical diffusion :math:`\sim h|u|`),
+    the second-order scheme (the default) 2 in ``l1_reference`` and ``w2_projected`` (the
+    reconstruction integrated over each mesh's cells), while ``w2_reference`` between cell atoms stays
+    near 1 (the :math:`O(h)` quantisation of a smooth density by cell atoms).  Against a reference only
+    a refinement or two finer than the finest study mesh these orders read high
+    (:math:`e_h\approx C(h^p-h_{\mathrm{ref}}^p)`); ``order_successive`` does not lean on the
+    reference.  The particle error levels off at the particle resolution.  :math:`W_2` by :func:`w2_weighted` (exact below ``max_pairs``).
 
     ``solver``: the grid solver of every mesh (its order, limiter, largest step, noise); by default
     ``GridSolver(method=method, cfl=cfl)``, the second-order scheme.
