@@ -115,7 +115,8 @@ def test_batched_kernel_rejects_bad_input():
 # --------------------------------------------------------------------------- #
 @pytest.mark.parametrize("kind, direction, combine", [("softmax", "ascent", "sum"), ("unnormalized", "descent", "mean")])
 def test_a_batch_equals_its_systems_run_one_by_one_with_the_particle_solver(rng, kind, direction, combine):
-    systems, n, d, H, dt = 4, 10, 3, 2, 0.1
+    systems, n, d, H = 4, 10, 3, 2
+    dt = 0.1 if kind == "softmax" else 0.02  # unnormalized at β = 4: a step of 0.1 moves tokens 1.3 rad (refused)
     x0 = _clouds(systems, n, d, seed=5)
     B = rng.standard_normal((H, d, d)) / math.sqrt(d)
     V = rng.standard_normal((H, d, d)) / math.sqrt(d)
@@ -128,7 +129,19 @@ def test_a_batch_equals_its_systems_run_one_by_one_with_the_particle_solver(rng,
                        energy=False, speed=False)
         np.testing.assert_allclose(run.t, times, rtol=0, atol=0)
         np.testing.assert_allclose(batch.states[:, b], np.asarray(run.states), rtol=0, atol=1e-11)
-    assert batch.steps == 20
+    assert batch.steps == round(2.0 / dt)
+
+
+def test_a_step_that_moves_tokens_too_far_fails_naming_solver_dt():
+    """Unnormalized attention at β = 10 moves tokens tens of radians a step at dt = 0.1: the diagram had read
+    16 clusters, "no clustering", where the converged count is about 2."""
+    from meanfield.errors import RunFailed
+
+    x0 = _clouds(2, 16, 3, seed=0)
+    I = np.eye(3)[None]
+    with pytest.raises(RunFailed, match=r"moved a token by .* rad .* a smaller solver.dt \(moves below 0.5 rad\)"):
+        run_batch(x0, [10.0, 10.0], I, I, times=[0.0, 0.2], dt=0.1, kind="unnormalized")
+    run_batch(x0, [10.0, 10.0], I, I, times=[0.0, 0.002], dt=1e-4, kind="unnormalized")  # small steps run
 
 
 def test_numpy_backend_of_a_batch_agrees_and_statistics_follow_the_states():
@@ -238,7 +251,8 @@ def test_diagram_probabilities_lie_in_0_1_and_counts_are_integers_in_1_n(tiny):
 
 
 def test_diagram_from_overrides_and_its_figure(tiny, tmp_path):
-    diagram = phase_diagram(tiny, workers=0, **{"phase.samples": 3, "phase.times": [0.0, 1.5], "model.attention": "unnormalized"})
+    diagram = phase_diagram(tiny, workers=0, **{"phase.samples": 3, "phase.times": [0.0, 1.5], "model.attention": "unnormalized",
+                                                "solver.dt": 0.01})  # (0.1 moves its tokens 0.75 rad a step: refused)
     assert diagram.samples == 3 and diagram.times.tolist() == [0.0, 1.5]
     fig = diagram.plot(tmp_path / "p.png")
     assert len(fig.axes) == 8 and (tmp_path / "p.png").stat().st_size > 10_000
