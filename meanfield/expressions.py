@@ -1,10 +1,14 @@
 r"""Safe arithmetic expressions of config values (``init.expr``, ``weights.target``).
 
 An expression is parsed with :mod:`ast` and checked before it is compiled: only
-arithmetic, comparisons, conditional expressions, numbers, the declared
-variables and the NumPy functions of :data:`EXPR_NAMES` (``exp``, ``cos``,
-``where``, ``pi``, …) are allowed; no attributes, no keywords, no builtins.  It is
-then evaluated with NumPy, so a variable may be an array.
+arithmetic, comparisons, conditional expressions, real numbers, the declared
+variables and calls of the NumPy functions of :data:`EXPR_NAMES` (``exp``,
+``cos``, ``where``, …; ``pi`` and ``e`` are numbers) are allowed; no strings,
+tuples, attributes, keywords, shifts or builtins.  A power is taken in floating
+point (its exponent is made a float), so ``10**10**10`` overflows at once
+instead of computing an integer of ten billion digits.  It is then evaluated
+with NumPy, so a variable may be an array; a value that is not a real number
+or array (``where(t > 0)``, a complex ``(-1)**0.5``) is refused.
 
 Examples
 --------
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import math
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,7 +29,7 @@ import numpy as np
 
 from meanfield.errors import ConfigError
 
-__all__ = ["EXPR_NAMES", "EXPR_NODES", "check_expression", "compile_expression"]
+__all__ = ["EXPR_ARITY", "EXPR_NAMES", "EXPR_NODES", "check_expression", "compile_expression"]
 
 #: names usable in an expression (evaluated with NumPy, no builtins)
 EXPR_NAMES: dict[str, Any] = {
@@ -35,21 +40,50 @@ EXPR_NAMES: dict[str, Any] = {
     "minimum": np.minimum, "maximum": np.maximum, "where": np.where, "clip": np.clip,
     "pi": math.pi, "e": math.e,
 }
+#: the number of arguments each function of :data:`EXPR_NAMES` takes: a ufunc's inputs only (a further positional
+#: argument is its ``out``: ``cos(t, phi)`` had written into the caller's ``phi``), three for ``where`` and ``clip``
+EXPR_ARITY: dict[str, int] = {
+    name: value.nin if isinstance(value, np.ufunc) else 3 for name, value in EXPR_NAMES.items() if callable(value)
+}
 #: syntax nodes an expression may contain
 EXPR_NODES = (
     ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Call, ast.Name, ast.Load,
-    ast.Constant, ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.Tuple,
+    ast.Constant, ast.operator, ast.unaryop, ast.boolop, ast.cmpop,
 )
+#: operators refused although :data:`EXPR_NODES` admits ``ast.operator``: ``1 << 10**12`` builds a huge integer
+_REFUSED_OPERATORS = (ast.LShift, ast.RShift)
+
+
+class _FloatExponent(ast.NodeTransformer):
+    """``a ** b`` → ``a ** (b + 0.0)``: the power of Python integers is exact and unbounded (``10**10**10`` had run
+    for ever); with a float exponent it is a float power, which overflows (``OverflowError``) at once."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Pow):
+            node.right = ast.BinOp(left=node.right, op=ast.Add(), right=ast.Constant(0.0))
+        return node
+
+
+def _real(value: Any) -> bool:
+    """Whether ``value`` is a real number or an array of real numbers (what an expression must give)."""
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "biuf"
+    return isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating))
 
 
 def check_expression(expr: Any, *, variables: Sequence[str], key: str, what: str = "an expression") -> Any:
     """Parse and check ``expr``; return its compiled code.
 
+    The code takes every power in floating point (see the module's docstring).
+
     Raises
     ------
     ConfigError
         Naming ``key``, for an empty or malformed expression, a forbidden
-        construct, or an unknown name.
+        construct (a string or other non-number constant, a tuple, a function
+        name that is not called, a call of a number or variable), or an unknown
+        name.
     """
     if not isinstance(expr, str) or not expr.strip():
         raise ConfigError(key, f"expected a non-empty expression in {', '.join(variables)}, got {expr!r}")
@@ -57,19 +91,47 @@ def check_expression(expr: Any, *, variables: Sequence[str], key: str, what: str
         tree = ast.parse(expr.strip(), mode="eval")
     except SyntaxError as exc:
         raise ConfigError(key, f"cannot parse {expr!r}: {exc.msg}") from None
+    except ValueError as exc:  # (null bytes, on some Pythons)
+        raise ConfigError(key, f"cannot parse {expr!r}: {exc}") from None
+    except (RecursionError, MemoryError):  # too deeply nested for the parser
+        raise ConfigError(key, f"cannot parse {expr!r}: it is nested too deeply") from None
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     for node in ast.walk(tree):
-        if not isinstance(node, EXPR_NODES):
+        if not isinstance(node, EXPR_NODES) or isinstance(node, _REFUSED_OPERATORS):
             raise ConfigError(key, f"{type(node).__name__} is not allowed in {what}")
+        if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):  # str, bytes, ..., None, 1j
+            raise ConfigError(key, f"{node.value!r} is not allowed in {what}; only real numbers are")
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and abs(node.value) > sys.float_info.max:
+            raise ConfigError(key, f"an integer of {node.value.bit_length()} bits is past the floating-point range")
         if isinstance(node, ast.Name) and node.id not in EXPR_NAMES and node.id not in variables:
             allowed = ", ".join(list(variables) + sorted(EXPR_NAMES))
             raise ConfigError(key, f"unknown name {node.id!r}; allowed names are {allowed}")
+        if isinstance(node, ast.Name):
+            function = node.id not in variables and callable(EXPR_NAMES[node.id])
+            if function and id(node) not in called:
+                argument = variables[0] if variables else "x"
+                raise ConfigError(key, f"{node.id!r} is a function; call it, e.g. {node.id}({argument})")
+            if not function and id(node) in called:
+                raise ConfigError(key, f"{node.id!r} is not a function; the functions are "
+                                       f"{', '.join(sorted(n for n, v in EXPR_NAMES.items() if callable(v)))}")
         if isinstance(node, ast.Call) and (not isinstance(node.func, ast.Name) or node.keywords):
             raise ConfigError(key, "only plain calls of the allowed functions are permitted")
-    return compile(tree, f"<{key}>", "eval")
+        if isinstance(node, ast.Call) and node.func.id in EXPR_ARITY and len(node.args) != EXPR_ARITY[node.func.id]:
+            count = EXPR_ARITY[node.func.id]
+            raise ConfigError(key, f"{node.func.id}() takes {count} argument{'s' if count > 1 else ''}, got {len(node.args)}")
+    tree = ast.fix_missing_locations(_FloatExponent().visit(tree))
+    try:
+        return compile(tree, f"<{key}>", "eval")
+    except (RecursionError, MemoryError):
+        raise ConfigError(key, f"cannot compile {expr!r}: it is nested too deeply") from None
 
 
 def compile_expression(expr: str, *, variables: Sequence[str], key: str, what: str = "an expression") -> Callable[..., Any]:
-    """A checked expression as a function of its variables (keyword arguments, scalars or arrays)."""
+    """A checked expression as a function of its variables (keyword arguments, scalars or arrays).
+
+    The function raises :class:`ConfigError` naming ``key`` where the evaluation fails (an overflowing power,
+    a call with the wrong number of arguments) or gives anything but a real number or array.
+    """
     code = check_expression(expr, variables=variables, key=key, what=what)
 
     def f(**values: Any) -> Any:
@@ -77,8 +139,16 @@ def compile_expression(expr: str, *, variables: Sequence[str], key: str, what: s
         env.update(values)
         with np.errstate(all="ignore"):
             try:
-                return eval(code, {"__builtins__": {}}, env)  # noqa: S307 - checked AST, no builtins
+                value = eval(code, {"__builtins__": {}}, env)  # noqa: S307 - checked AST, no builtins
+            except OverflowError:  # a float power (or a huge integer) past the floating-point range
+                raise ConfigError(key, f"cannot evaluate {expr!r}: it overflows the floating-point range") from None
             except Exception as exc:  # noqa: BLE001 - any evaluation failure is bad input
                 raise ConfigError(key, f"cannot evaluate {expr!r}: {exc}") from None
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
+            raise ConfigError(key, f"cannot evaluate {expr!r}: it overflows the floating-point range")
+        if not _real(value):  # where(t > 0) gives a tuple, (-1)**0.5 a complex number
+            kind = f"an array of {value.dtype}" if isinstance(value, np.ndarray) else f"a {type(value).__name__}"
+            raise ConfigError(key, f"{expr!r} does not give a real number (it gives {kind})")
+        return value
 
     return f

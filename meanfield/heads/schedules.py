@@ -491,8 +491,16 @@ def relaxation_target(target: Any, d: int, *, key: str = "weights.target") -> Ca
                 out_row.append(float(item))
             elif isinstance(item, str):
                 f = compile_expression(item, variables=("t", "phi"), key=k, what="a weights.target expression")
-                probe = np.asarray(f(t=0.0, phi=np.zeros(2)), dtype=float)  # evaluation errors surface now
-                if probe.size not in (1, 2) or not np.all(np.isfinite(probe)):
+                phases = np.zeros(3)  # evaluation errors surface now; three phases, so that a value fitting H = 2 only
+                try:  # (a pair) is not taken for one per head
+                    probe = np.asarray(f(t=0.0, phi=phases), dtype=float)
+                except ConfigError:  # (a ValueError too) it names the entry already
+                    raise
+                except (TypeError, ValueError) as exc:
+                    raise ConfigError(k, f"{item!r} does not give a number: {exc}") from None
+                if not (probe.size == 1 or probe.shape == phases.shape):
+                    raise ConfigError(k, f"{item!r} must give one number (per head), got an array of shape {probe.shape}")
+                if not np.all(np.isfinite(probe)):
                     raise ConfigError(k, f"{item!r} must give a finite number at t = 0")
                 out_row.append(f)
             else:

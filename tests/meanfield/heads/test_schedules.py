@@ -257,3 +257,46 @@ def test_rk4_on_ou_weights_keeps_fourth_order_by_stepping_on_the_bends_of_the_pa
     stacks = [schedule.at(s) for s in t]
     replay = PathSchedule(t, np.stack([h.B for h in stacks]), np.stack([h.V for h in stacks]), w=stacks[0].w)
     assert replay.kinks(0.0, 0.05) == schedule.kinks(0.0, 0.05)
+
+
+
+#: a 2-d relaxation run of three heads (the review's rel.toml), small enough that a refusal is all it costs
+RELAXATION = """
+[model]
+d = 2
+num_heads = 3
+seed = 1
+[init]
+n = 16
+[weights]
+schedule = "relaxation"
+initial = "random-symmetric"
+target = [["2", "0"], ["0", "2"]]
+[solver]
+kind = "particle"
+method = "euler"
+dt = 0.01
+t_final = 0.5
+save_every = 0.1
+"""
+
+
+def _simulate(tmp_path, capsys, *sets: str, config: str = RELAXATION) -> tuple[int, str, bool]:
+    """``meanfield simulate`` of ``config`` with ``--set`` values: its status, its error output, whether a file is made."""
+    from meanfield.cli import main
+
+    path, out = tmp_path / "run.toml", tmp_path / "run.h5"
+    path.write_text(config, encoding="utf-8")
+    argv = ["simulate", str(path), "-o", str(out), "--quiet"]
+    for item in sets:
+        argv += ["--set", item]
+    status = main(argv)
+    return status, capsys.readouterr().err, out.exists()
+
+
+@pytest.mark.parametrize("entry", ["cos", "'abc'", "...", "(t, t)", "10**10**10", "where(phi > 0)"])
+def test_a_weight_target_entry_that_is_no_number_exits_2_naming_it(entry, tmp_path, capsys):
+    # a ufunc, a string, Ellipsis, a pair (broadcast for H = 2 only) had escaped as TypeError/ValueError tracebacks
+    # (exit 1), and 10**10**10 had hung the config check in an exact integer power
+    status, err, made = _simulate(tmp_path, capsys, f'weights.target=[["{entry}", "0"], ["0", "2"]]')
+    assert status == 2 and "error: weights.target[0][0]: " in err and "Traceback" not in err and not made, err

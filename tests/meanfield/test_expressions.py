@@ -1,0 +1,64 @@
+"""The safe expression parser of config values (``weights.target``, ``noise.anneal_expr``, ``init.expr``)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from meanfield.errors import ConfigError
+from meanfield.expressions import compile_expression
+
+#: values that evaluated to something other than a number (a ufunc, a string, Ellipsis, a tuple) and escaped as
+#: TypeError/ValueError tracebacks, or ran for ever (the exact integer power 10**10**10)
+BAD = [
+    ("cos", "is a function"),
+    ("exp + 1", "is a function"),
+    ("'abc'", "only real numbers"),
+    ("...", "only real numbers"),
+    ("None", "only real numbers"),
+    ("1j", "only real numbers"),
+    ("(t, t)", "Tuple is not allowed"),
+    ("where(t > 0)", "takes 3 arguments"),  # one argument: a tuple of indices
+    ("cos(t, phi)", "takes 1 argument"),  # a second argument is the ufunc's out: it had written into phi
+    ("pi(2)", "is not a function"),
+    ("t(2)", "is not a function"),
+    ("1 << 40", "LShift is not allowed"),
+    ("10**10**10", "overflows"),
+    ("9**9**9**9", "overflows"),
+    ("((t < 1) + (t < 1))**((t < 1) + (t < 1))**100", "overflows"),  # integers from comparisons
+    ("0x" + "f" * 400, "past the floating-point range"),
+    ("(-1)**0.5", "does not give a real number"),
+    ("-" * 100000 + "1", "cannot parse"),
+]
+
+
+@pytest.mark.parametrize(("expr", "words"), BAD)
+def test_a_bad_expression_is_a_config_error_naming_the_key(expr, words):
+    with pytest.raises(ConfigError, match="^k: ") as info:
+        compile_expression(expr, variables=("t", "phi"), key="k")(t=0.5, phi=np.zeros(3))
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize(("expr", "value"), [
+    ("2 + 1.5*cos(t + phi)", 2 + 1.5 * np.cos(0.5)),
+    ("t**2", 0.25),
+    ("2**-1", 0.5),
+    ("(-2)**2", 4.0),
+    ("where(t > 1, 1, 2)", 2.0),
+    ("clip(t, 0, 0.25)", 0.25),
+    ("arctan2(t, 1) + maximum(t, 0)", np.arctan2(0.5, 1) + 0.5),
+    ("(t < 1) & (t > 0)", 1.0),
+])
+def test_good_expressions_keep_their_values(expr, value):
+    out = compile_expression(expr, variables=("t", "phi"), key="k")(t=0.5, phi=np.zeros(3))
+    np.testing.assert_allclose(np.broadcast_to(out, (3,)), value, rtol=1e-15)
+    phi = np.array([0.0, 1.0])  # an array variable is not written to
+    compile_expression("cos(t + phi)", variables=("t", "phi"), key="k")(t=0.5, phi=phi)
+    np.testing.assert_array_equal(phi, [0.0, 1.0])
+
+
+@pytest.mark.parametrize("expr", ["cos", "'abc'", "10**10**10", "where(t > 0)"])
+def test_a_bad_noise_schedule_expression_names_its_key(expr):
+    from meanfield.noise import NoiseSchedule
+
+    with pytest.raises(ConfigError, match="^noise.anneal_expr: "):
+        NoiseSchedule(gamma=1.0, anneal="expression", anneal_expr=expr, t_check=1.0)
