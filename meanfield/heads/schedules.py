@@ -109,6 +109,7 @@ __all__ = [
     "random_symmetric",
     "matrix_value",
     "relaxation_target",
+    "check_euler_step",
     "PHASES",
     "oscillation_phases",
     "PathSchedule",
@@ -678,6 +679,34 @@ class MatrixSDESchedule:
         return grid_kinks(self.dt, t0, t1)
 
 
+def check_euler_step(weights: Mapping[str, Any]) -> None:
+    r"""Refuse a ``[weights]`` table whose path is drawn by explicit Euler (Euler–Maruyama) past its stability bound.
+
+    Each Euler step multiplies the distance of :math:`D_h` to the target (``relaxation``) or to the mean
+    (``ou``) by :math:`1-r\Delta`: with :math:`r\Delta>2` (``weights.rate`` or ``weights.kappa`` times
+    ``weights.dt``) its modulus exceeds 1 and the heads grow geometrically whatever ``solver.t_final`` — a property
+    of the config, so it is refused when the config is read rather than when the path leaves the finite numbers (a
+    path still finite at ``t_final``, e.g. heads of 10⁶, had run to exit 0).  The exact OU transition is stable
+    for any step.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``weights.rate`` (relaxation) or ``weights.kappa`` (ou with ``integrator = "euler-maruyama"``).
+    """
+    schedule, integrator = weights.get("schedule"), weights.get("integrator", "auto")
+    key = {"relaxation": "rate", "ou": "kappa"}.get(schedule)
+    if key is None or not (integrator == "euler-maruyama" or (integrator == "auto" and schedule == "relaxation")):
+        return
+    product = float(weights.get(key, 1.0)) * float(weights["dt"])
+    if product > 2.0:
+        other = " (or integrator = 'exact', stable for any step)" if schedule == "ou" else ""
+        raise ConfigError(f"weights.{key}", f"the Euler recursion of the weights diverges: weights.{key} × weights.dt = "
+                                            f"{product:g} > 2 (each step multiplies the heads' distance to their "
+                                            f"{'target' if schedule == 'relaxation' else 'mean'} by 1 − {product:g}); "
+                                            f"lower weights.dt below 2 / weights.{key} = {2.0 / float(weights[key]):g}{other}")
+
+
 def _needs_sde(w: Mapping[str, Any]) -> bool:
     """Whether ``[weights]`` asks for more than the classic OU (its defaults keep :class:`OUSchedule`)."""
     return (
@@ -698,6 +727,7 @@ def _sde_from_config(cfg: Mapping[str, Any], mean: HeadStack) -> MatrixSDESchedu
         if not all(_close(mean.V[h], mean.B[h]) for h in range(H)):
             raise ConfigError("weights.initial", "initial = 'mean' with these weight dynamics needs value-aligned heads (V = QᵀK, e.g. V = 'aligned'): the heads move as one matrix D_h = B_h = V_h")
         D0 = mean.B.copy()
+    check_euler_step(w)
     integrator = w.get("integrator", "auto")
     if integrator == "auto":
         integrator = "exact" if kind == "ou" else "euler-maruyama"

@@ -300,3 +300,46 @@ def test_a_weight_target_entry_that_is_no_number_exits_2_naming_it(entry, tmp_pa
     # (exit 1), and 10**10**10 had hung the config check in an exact integer power
     status, err, made = _simulate(tmp_path, capsys, f'weights.target=[["{entry}", "0"], ["0", "2"]]')
     assert status == 2 and "error: weights.target[0][0]: " in err and "Traceback" not in err and not made, err
+
+
+#: a 2-d ou run of one value-aligned head (the review's ou.toml)
+OU = """
+[model]
+d = 2
+[[model.heads]]
+Q = 1.0
+K = 1.0
+V = "aligned"
+[init]
+n = 8
+[weights]
+schedule = "ou"
+[solver]
+kind = "particle"
+method = "euler"
+dt = 0.01
+t_final = 0.2
+save_every = 0.1
+"""
+
+
+@pytest.mark.parametrize(("config", "sets", "key"), [
+    (RELAXATION, ["weights.rate=300"], "weights.rate"),
+    (OU, ["weights.kappa=300", "weights.integrator=euler-maruyama"], "weights.kappa"),
+])
+def test_an_unstable_euler_weight_path_is_refused_though_still_finite_at_t_final(config, sets, key, tmp_path, capsys):
+    # rate × dt = 3 > 2: the path grows like 2^k, still finite at t_final = 0.2 (heads of 8e5): the run had ended
+    # with exit 0 and inf diagnostics, as only a path that had left the finite numbers was checked
+    status, err, made = _simulate(tmp_path, capsys, "solver.t_final=0.2", *sets, config=config)
+    assert status == 2 and f"error: {key}: the Euler recursion of the weights diverges" in err and not made, err
+    assert "weights.dt" in err
+
+
+def test_the_euler_weight_step_at_its_bound_is_accepted():
+    from meanfield.heads.schedules import check_euler_step
+
+    base = {"schedule": "relaxation", "integrator": "auto", "rate": 200.0, "kappa": 300.0, "dt": 0.01}
+    check_euler_step(base)  # rate × dt = 2: each step flips the distance to the target, which does not grow
+    check_euler_step({**base, "schedule": "ou"})  # the exact transition: any step
+    with pytest.raises(ConfigError, match="^weights.kappa: "):
+        check_euler_step({**base, "schedule": "ou", "integrator": "euler-maruyama"})
