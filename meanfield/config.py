@@ -172,7 +172,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "kappa": Key(NUM, 1.0, _at_least(0), "ou: mean-reversion rate κ"),
         "sigma": Key(NUM, 0.1, _at_least(0), "ou: noise σ"),
         "seed": Key((int,), 0, _at_least(0), "ou: noise seed"),
-        "dt": Key(NUM, 0.01, _at_least(0, strict=True), "ou, relaxation: time step of the stored weight path"),
+        "dt": Key(NUM, 0.01, _at_least(0, strict=True), "ou, relaxation, oscillating: time step of the stored weight path (oscillating: of its record, t_final / weights.dt points, replayed linearly in between)"),
         "initial": Key((str,), "mean", _choice("mean", "random-symmetric"), "ou, relaxation: heads at t = 0: the configured heads, or D_h = Z + Zᵀ with Z standard normal (from model.seed; V_h = D_h)"),
         "mean": Key((list, str, int, float), None, None, "ou: the mean M of dD = κ(M − D) dt + σ dW: a d×d matrix, 'identity', or a number λ (λ·I); unset: the configured heads"),
         "noise": Key((str,), "isotropic", _choice("isotropic", "symmetric"), "ou: dW of independent free entries, or the symmetric dW_sym = √dt (Z + Zᵀ)/2 of Massucco et al."),
@@ -335,7 +335,7 @@ WEIGHTS_KEYS_USED = {
     "constant": (),
     "layers": (),
     "ou": ("kappa", "sigma", "seed", "dt", "initial", "mean", "noise", "integrator"),
-    "oscillating": ("amplitude", "omega", "phases"),
+    "oscillating": ("amplitude", "omega", "phases", "dt"),  # dt: the step of the stored path (its size, the replay)
     "relaxation": ("rate", "target", "dt", "initial", "integrator", "phases"),
 }
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from meanfield.errors import ConfigError
 
-__all__ = ["available_memory", "memory_estimate", "memory_shortfall", "check_resources", "MAX_STEPS", "MAX_FRAMES", "format_bytes"]
+__all__ = ["available_memory", "memory_estimate", "memory_shortfall", "check_resources", "MAX_STEPS", "MAX_FRAMES", "PATH_SCHEDULES", "format_bytes"]
 
 #: more time steps than this are refused (1e8 steps of even 10 µs each are 12 days)
 MAX_STEPS = 10**8
@@ -69,10 +69,16 @@ def _heads(cfg: Mapping[str, Any]) -> int:
 _PATH_MATRICES = 6
 
 
+#: the schedules whose run stores its weight path at step ``weights.dt`` (``oscillating`` too: its record, computed
+#: from the formula, had been counted by neither the step limit nor the memory check)
+PATH_SCHEDULES = ("ou", "relaxation", "oscillating")
+
+
 def _weight_path_points(cfg: Mapping[str, Any]) -> float | None:
-    """Points of the weight path an ``ou`` or ``relaxation`` schedule stores up front (``t_final / weights.dt``)."""
+    """Points of the weight path an ``ou``, ``relaxation`` or ``oscillating`` schedule stores up front
+    (``t_final / weights.dt``)."""
     weights = cfg.get("weights") or {}
-    if weights.get("schedule") not in ("ou", "relaxation"):
+    if weights.get("schedule") not in PATH_SCHEDULES:
         return None
     return float(cfg["solver"]["t_final"]) / float(weights["dt"]) + 2
 

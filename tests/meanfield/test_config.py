@@ -232,8 +232,8 @@ def test_weights_keys_the_schedule_does_not_read_get_a_note_and_a_noise_seed_nee
     def notes(*overrides: str) -> list[str]:
         return [note for note in _config_notes(*overrides) if "not used" in note]
 
-    assert notes('weights.schedule="oscillating"', "weights.kappa=2", "weights.dt=0.5") == [
-        "weights.kappa, weights.dt not used by schedule = 'oscillating'; ignored"]
+    assert notes('weights.schedule="oscillating"', "weights.kappa=2", "weights.dt=0.5") == [  # dt: the stored path's step
+        "weights.kappa not used by schedule = 'oscillating'; ignored"]
     assert notes('weights.schedule="ou"', "weights.amplitude=0.3") == ["weights.amplitude not used by schedule = 'ou'; ignored"]
     assert notes("weights.sigma=0.3") == ["weights.sigma not used by schedule = 'constant'; ignored"]
     assert notes('weights.schedule="oscillating"', 'weights.phases="random"', "weights.seed=3") == []  # the phases' draw

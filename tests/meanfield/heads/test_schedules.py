@@ -343,3 +343,34 @@ def test_the_euler_weight_step_at_its_bound_is_accepted():
     check_euler_step({**base, "schedule": "ou"})  # the exact transition: any step
     with pytest.raises(ConfigError, match="^weights.kappa: "):
         check_euler_step({**base, "schedule": "ou", "integrator": "euler-maruyama"})
+
+
+@pytest.mark.parametrize(("sets", "words"), [
+    (["weights.dt=1e-300"], "steps of the weight path"),
+    (["model.num_heads=10", "model.d=16", "solver.t_final=1e5", "solver.save_every=1000.0", "solver.dt=0.1"],
+     "the weight path of 1e+07 points (t_final / weights.dt) for 10 heads of 16×16"),
+])
+def test_the_oscillating_schedule_s_stored_path_is_counted_by_the_resource_check(sets, words):
+    # its path of t_final / weights.dt points (here about 1.2 TB) had been counted by neither the step limit nor the
+    # memory check, as ou's and relaxation's are; and weights.dt, which sizes it, had been noted as "ignored"
+    from meanfield.resources import check_resources
+
+    cfg = {"model": {"heads": [{"Q": 1.0, "K": 1.0, "V": "aligned"}]}, "weights": {"schedule": "oscillating"}}
+    with pytest.raises(ConfigError, match="^weights.dt: ") as info:
+        load_config(cfg, sets)
+    assert words in str(info.value)
+    resolved = load_config(cfg, ["model.num_heads=10", "model.d=16", "solver.t_final=10"])  # 1001 points: fits
+    check_resources({**resolved, "solver": {**resolved["solver"], "t_final": 1e5}}, available=1 << 60)
+    with pytest.raises(ConfigError, match="^weights.dt: "):  # the review's case: 8 GiB for 1.2 TB
+        check_resources({**resolved, "solver": {**resolved["solver"], "t_final": 1e5, "save_every": 1000.0}},
+                        available=8 << 30)
+
+
+def test_weights_dt_is_not_called_unused_by_the_oscillating_schedule():
+    import warnings
+
+    cfg = {"weights": {"schedule": "oscillating", "dt": 0.001}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_config(cfg)
+    assert not [w for w in caught if "weights.dt" in str(w.message)], [str(w.message) for w in caught]
