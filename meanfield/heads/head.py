@@ -215,10 +215,14 @@ def head_from_spec(
     if K.shape[0] != Q.shape[0]:
         raise ConfigError(f"{key}.K", f"expected a {Q.shape[0]}×{d} matrix to match Q, got {K.shape[0]}×{K.shape[1]}")
     v_val = spec.get("V", "identity")
-    if v_val == "aligned":
-        V = Q.T @ K
-    else:
-        V = _matrix(v_val, key=f"{key}.V", d=d, rows=d, rng=rng, base=base)
+    with np.errstate(over="ignore", invalid="ignore"):  # named just below
+        B = Q.T @ K
+    if not np.all(np.isfinite(B)):  # finite Q and K of 1e200 (Head's ValueError had ended in a traceback)
+        top = float(np.max(np.abs(np.concatenate([Q.ravel(), K.ravel()]))))
+        raise ConfigError(f"{key}.V" if v_val == "aligned" else f"{key}.Q",
+                          f"the score matrix QᵀK{' (= V, aligned)' if v_val == 'aligned' else ''} is not finite: "
+                          f"Q and K have entries up to {top:.3g}, whose products leave float64; scale them down")
+    V = B.copy() if v_val == "aligned" else _matrix(v_val, key=f"{key}.V", d=d, rows=d, rng=rng, base=base)
     return Head(Q=Q, K=K, V=V)
 
 

@@ -374,3 +374,16 @@ def test_weights_dt_is_not_called_unused_by_the_oscillating_schedule():
         warnings.simplefilter("always")
         load_config(cfg)
     assert not [w for w in caught if "weights.dt" in str(w.message)], [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize(("schedule", "value", "key"), [
+    ("ou", '"aligned"', "model.heads[0].V"),
+    ("oscillating", '"aligned"', "model.heads[0].V"),
+    ("constant", '"aligned"', "model.heads[0].V"),
+    ("ou", "1.0", "model.heads[0].Q"),
+])
+def test_heads_whose_score_matrix_overflows_exit_2_naming_the_head(schedule, value, key, tmp_path, capsys):
+    # Q = K = 1e200: QᵀK = inf, and V = "aligned" had ended in Head's ValueError, a traceback with exit 1
+    status, err, made = _simulate(tmp_path, capsys, f"weights.schedule={schedule}",
+                                  f"model.heads=[{{Q=1e200, K=1e200, V={value}}}]", config=OU)
+    assert status == 2 and f"error: {key}: the score matrix QᵀK" in err and "Traceback" not in err and not made, err
