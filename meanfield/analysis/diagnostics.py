@@ -1057,7 +1057,8 @@ def _stat(values: np.ndarray) -> tuple[float, float, float, float]:
     return float(finite[0]), float(finite[-1]), float(finite.min()), float(finite.max())
 
 
-def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int, gradient_flow: bool) -> dict[str, Any]:
+def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int, gradient_flow: bool,
+             weights: np.ndarray | None = None) -> dict[str, Any]:
     r"""Yes/no answers of the summary.
 
     * ``energy_monotone``: :math:`E_{\mathrm{multi}}` non-decreasing (ascent) or
@@ -1065,7 +1066,10 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
     * ``dominance_per_token``: Condition 8 held for every token, head and frame;
     * ``dominance_aggregate``: every :math:`\sigma\,dE_h/dt\ge0` at every frame;
     * ``min_aggregate_margin``, ``max_thm11_residual`` (only meaningful in the
-      Thm 11 setting), ``max_entropy_residual``.
+      Thm 11 setting), ``max_entropy_residual``;
+    * ``final_entropy_over_log_n``: the last frame's mean attention entropy over its largest value,
+      :math:`-\sum_j a_j\log a_j` for token masses ``weights`` (:math:`\log n` for uniform ones: a weighted run
+      collapsed to one cluster had read 0.96, not 1).
     """
     sigma = _sign(direction)
     energy = np.asarray(series["energy"], dtype=float)
@@ -1081,6 +1085,11 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
     finite_margins = margins[np.isfinite(margins)]
     thm11 = np.asarray(series["thm11_residual"], dtype=float)
     ent = np.asarray(series["entropy_residual"], dtype=float)
+    if weights is None:
+        top = math.log(n) if n > 1 else 0.0
+    else:
+        a = np.asarray(weights, dtype=float) / float(np.sum(weights))
+        top = float(-np.sum(a[a > 0] * np.log(a[a > 0])))
     return {
         "frames": int(energy.size),
         "tokens": n,
@@ -1093,7 +1102,7 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
         "min_aggregate_margin": float(finite_margins.min()) if finite_margins.size else math.nan,
         "max_thm11_residual": float(np.nanmax(thm11)) if np.any(np.isfinite(thm11)) else math.nan,
         "max_entropy_residual": float(np.nanmax(ent)) if np.any(np.isfinite(ent)) else math.nan,
-        "final_entropy_over_log_n": float(np.mean([series[f"entropy_mean_h{h}"][-1] for h in range(H)]) / math.log(n)) if n > 1 else math.nan,
+        "final_entropy_over_log_n": float(np.mean([series[f"entropy_mean_h{h}"][-1] for h in range(H)]) / top) if top > 0 else math.nan,
     }
 
 
@@ -1186,7 +1195,7 @@ def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1
     heads = _stack_at(model.heads, float(run.t[0]))
     n = int(run.shape[0])
     verdict = verdicts(series, direction=model.direction, H=heads.H, n=n,
-                       gradient_flow=gradient_flow_setting(heads, model.attention))
+                       gradient_flow=gradient_flow_setting(heads, model.attention), weights=run.static.get("weights"))
     where = f"run:        {run.path}\n" if run.path is not None else ""
     heading = (f"{where}model:      d={model.d} beta={model.beta:g} attention={model.attention} "
                f"direction={model.direction} heads={heads.H} n={n}")

@@ -531,3 +531,18 @@ def test_a_stride_keeps_the_last_frame_and_the_command_shows_its_progress(tmp_pa
     assert "diagnose" in err and "4/4" in err
     assert main(["diagnose", str(out), "--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_the_final_entropy_verdict_of_a_weighted_run_is_over_its_largest_value():
+    """With token masses the entropy's largest value is −Σ a log a, not log n: a weighted run collapsed to one
+    cluster had read 0.96."""
+    rng = np.random.default_rng(0)
+    x0 = normalize(rng.normal(size=(12, 3)))
+    a = rng.uniform(0.05, 1.0, 12)
+    model = Model(d=3, beta=1.0, heads=ConstantHeads(HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])), backend="numpy")
+    run = solve(Problem(model, x0, weights=a), ParticleSolver(dt=0.1, method="rk4"), t_final=40.0, save_every=10.0)
+    report = diag.diagnose(run)
+    assert report.series["n_clusters"][-1] == 1.0
+    np.testing.assert_allclose(report.verdicts["final_entropy_over_log_n"], 1.0, rtol=1e-9)
+    p = a / a.sum()
+    assert -np.sum(p * np.log(p)) < math.log(12) - 0.05  # the old denominator was another number
