@@ -664,6 +664,11 @@ def phase_diagram(
     if cfg["model"]["beta"] != default_beta:  # (a config's beta = 16 had been ignored without a word)
         warnings.warn(f"model.beta = {cfg['model']['beta']:g} is not used: a phase diagram's rows are phase.betas "
                       f"{list(cfg['phase']['betas'])}", ConfigNote, stacklevel=2)
+    if cfg["phase"]["times"] is not None:  # (they had been dropped without a word)
+        unused = [key for key in ("t_final", "save_every") if cfg["solver"][key] != SCHEMA["solver"][key].default]
+        if unused:
+            warnings.warn(f"{' and '.join('solver.' + k for k in unused)} not used: the diagram's times are phase.times "
+                          f"{list(cfg['phase']['times'])}", ConfigNote, stacklevel=2)
     times = phase_times(cfg)
     folder = Path(out) if out is not None else None
     tasks = _payloads(cfg, times, folder)

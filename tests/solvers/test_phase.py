@@ -250,6 +250,13 @@ def test_diagram_probabilities_lie_in_0_1_and_counts_are_integers_in_1_n(tiny):
     np.testing.assert_array_equal(diagram.counts["clusters"][0, :4], by_hand.clusters)
 
 
+def test_phase_times_say_that_the_solver_times_are_not_used(tiny):
+    from meanfield.config import ConfigNote
+
+    with pytest.warns(ConfigNote, match=r"solver.t_final and solver.save_every not used: the diagram's times are phase.times \[0.0, 0.5\]"):
+        phase_diagram(tiny, workers=0, **{"phase.samples": 2, "phase.times": [0.0, 0.5], "solver.t_final": 7.0})
+
+
 def test_diagram_from_overrides_and_its_figure(tiny, tmp_path):
     diagram = phase_diagram(tiny, workers=0, **{"phase.samples": 3, "phase.times": [0.0, 1.5], "model.attention": "unnormalized",
                                                 "solver.dt": 0.01})  # (0.1 moves its tokens 0.75 rad a step: refused)
