@@ -187,29 +187,12 @@ def _check_weight_path(static: dict[str, np.ndarray], weights: dict[str, Any]) -
             continue
         finite = np.isfinite(values).reshape(values.shape[0], -1).all(axis=1) if values.ndim > 1 else np.isfinite(values)
         first = float(times[np.argmin(finite)]) if values.shape[0] == times.shape[0] else math.nan
-        unstable = _unstable_euler(weights)
-        if unstable is not None:  # the recursion, not the target, diverged (the target had been named)
-            key, rate = unstable
-            raise ConfigError(key, f"the Euler recursion of the weights diverges: {key} × weights.dt = {rate:g} > 2 (its "
-                                   f"heads are not finite from t = {first:.6g} on); lower weights.dt below 2 / {key}")
+        from meanfield.heads.schedules import check_euler_step
+
+        check_euler_step(weights)  # the recursion, not the target, diverged (the target had been named)
         key = "weights.target" if weights["schedule"] == "relaxation" else "weights"
         raise ConfigError(key, f"the heads of the weights.schedule = {weights['schedule']!r} path are not finite from "
                                f"t = {first:.6g} on (their {name} matrices); they must stay finite up to solver.t_final")
-
-
-def _unstable_euler(weights: dict[str, Any]) -> tuple[str, float] | None:
-    """``(key, rate · dt)`` where the weight path is drawn by explicit Euler (Euler–Maruyama) with a step past its
-    stability bound, rate · dt > 2 (``weights.rate`` for relaxation, ``weights.kappa`` for ou); else ``None``."""
-    schedule, integrator = weights.get("schedule"), weights.get("integrator", "auto")
-    key = {"relaxation": "weights.rate", "ou": "weights.kappa"}.get(schedule)
-    euler = integrator == "euler-maruyama" or (integrator == "auto" and schedule == "relaxation")
-    if key is None or not euler:
-        return None
-    try:
-        product = float(weights[key.split(".")[1]]) * float(weights["dt"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return (key, product) if product > 2.0 else None
 
 
 def _check_resumable(stored: dict[str, Any], cfg: dict[str, Any], path: Path) -> None:
