@@ -91,8 +91,12 @@ class Problem:
             with np.errstate(over="ignore"):  # rows of 1e300: their norm overflows, and they are normalised below
                 off = sphere_error(state)
             if off > 1e-15:  # unit input is kept bit for bit (replays, resumed runs)
-                # each row scaled by its largest entry first: 1e300 had overflowed to zero vectors, 1e-200 underflowed
-                state = normalize(state / np.max(np.abs(state), axis=1, keepdims=True))
+                with np.errstate(over="ignore", under="ignore"):
+                    norms = np.linalg.norm(state, axis=1)
+                if not (np.all(np.isfinite(norms)) and np.all(norms > 1e-150)):
+                    # rows scaled by their largest entry first: 1e300 had overflowed to zero vectors, 1e-200 underflowed
+                    state = state / np.max(np.abs(state), axis=1, keepdims=True)
+                state = normalize(state)
             if self.weights is not None:
                 try:
                     w = np.asarray(self.weights, dtype=float)
@@ -101,7 +105,8 @@ class Problem:
                 if w.shape != (state.shape[0],) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
                     raise ValueError(f"weights must be {state.shape[0]} finite non-negative masses, not all zero, got "
                                      f"{'shape ' + str(w.shape) if w.shape != (state.shape[0],) else 'masses out of range'}")
-                w = w / w.max()  # first: a total of 1e308 masses had overflowed, leaving masses of zero
+                if not np.isfinite(w.sum()):  # a total of 1e308 masses had overflowed, leaving masses of zero
+                    w = w / w.max()
                 object.__setattr__(self, "weights", w / w.sum())
         else:
             if self.model.d != 3:
