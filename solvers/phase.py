@@ -17,7 +17,8 @@ components of the graph linking tokens at geodesic distance
 :math:`G_s = XX^\top` its Gram matrix and :math:`\operatorname{rank}_\tau` the number
 of eigenvalues of :math:`G_s` above :math:`\tau` (``phase.rank_tol``).  Also
 :math:`\hat p(\beta,t)`, the fraction of pairs :math:`i\ne j` within :math:`\theta` of
-each other: the probability that two tokens drawn at random share a cluster.
+each other: the probability that two tokens drawn at random lie within :math:`\theta` (a cluster's tokens
+need not: a chain of tokens 0.04 rad apart is one cluster, its pairs within θ a few).
 
 This is the phase diagram of Geshkovski, Letrouit, Polyanskiy and Rigollet, *A
 mathematical perspective on Transformers* (arXiv 2312.10794): their public code
@@ -551,7 +552,7 @@ class PhaseDiagram:
         return path
 
     def plot(self, path: str | Path | None = None, *, title: str | None = None) -> Any:
-        r"""Heat maps over :math:`(t, \beta)`: P(one cluster), P(two tokens share a cluster), mean clusters, mean Gram rank.
+        r"""Heat maps over :math:`(t, \beta)`: P(one cluster), P(two tokens within θ), mean clusters, mean Gram rank.
 
         Returns
         -------
@@ -567,7 +568,7 @@ class PhaseDiagram:
         top = float(min(self.n, self.d))
         panels = [
             (self.one_cluster, "P(one cluster)", "probability", "RdBu_r", Normalize(0.0, 1.0)),
-            (self.pairs, f"P(two tokens share a cluster: angle ≤ {self.cluster_angle:.3g} rad)", "probability", "RdBu_r", Normalize(0.0, 1.0)),
+            (self.pairs, f"P(two tokens within {self.cluster_angle:.3g} rad)", "probability", "RdBu_r", Normalize(0.0, 1.0)),
             (self.clusters, "mean number of clusters", f"clusters (1 … n = {self.n})", "viridis", LogNorm(1.0, max(2.0, float(self.n)))),
             (self.rank, f"mean numerical rank of the Gram matrix (eigenvalues > {self.rank_tol:g})", f"rank (1 … {top:g})", "viridis",
              Normalize(1.0, max(top, 1.5))),

@@ -29,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Phase diagram of the self-attention dynamics over the grid of [phase] betas and times "
         "(Geshkovski, Letrouit, Polyanskiy and Rigollet, arXiv 2312.10794): the probability that the tokens form "
         "one cluster, the mean number of clusters, the mean rank of the Gram matrix and the probability that two "
-        "tokens share a cluster, over phase.samples random initialisations per beta. Batches of phase.batch "
+        "tokens lie within phase.cluster_angle, over phase.samples random initialisations per beta. Batches of phase.batch "
         "systems run as Dask tasks (a local cluster, or --scheduler). Writes DIR/phase.csv, DIR/phase.png, "
         "DIR/phase.json and DIR/batches/. Exit status 0 on success, 1 for a failed or interrupted run (--resume "
         "continues it), 2 for bad input.",
