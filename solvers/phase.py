@@ -292,11 +292,21 @@ def run_batch(
     times = np.asarray(times, dtype=float)
     if times.ndim != 1 or times.size == 0 or times[0] < 0 or np.any(np.diff(times) <= 0):
         raise ValueError("times must be a non-empty increasing sequence of times >= 0")
-    x = normalize(np.asarray(x0, dtype=float))
+    x = np.asarray(x0, dtype=float)
     if x.ndim != 3:
         raise ValueError(f"x0 must have shape (systems, n, d), got {x.shape}")
+    if not np.all(np.isfinite(x)) or not np.all(np.max(np.abs(x), axis=-1) > 0):  # (a zero token had read "a smaller dt?")
+        raise ValueError("x0 must hold finite, non-zero tokens")
+    x = normalize(x)
+    for name, matrix in (("B", B), ("V", V)):  # (a wrong d had been named by its reshaped shape)
+        shape = np.shape(matrix)
+        if len(shape) not in (2, 3) or shape[-2:] != (x.shape[2], x.shape[2]):
+            raise ValueError(f"{name} must be a {x.shape[2]}×{x.shape[2]} matrix or a stack (H, {x.shape[2]}, {x.shape[2]}) "
+                             f"for tokens in d = {x.shape[2]}, got shape {shape}")
     velocity = kernels[backend]
     sign = 1.0 if direction == "ascent" else -1.0
+    if np.ndim(beta) not in (0, 1) or np.size(beta) not in (1, x.shape[0]):  # (a raw NumPy broadcast error)
+        raise ValueError(f"beta must be one number or one per system ({x.shape[0]}), got shape {np.shape(beta)}")
     betas = np.broadcast_to(np.asarray(beta, dtype=float), (x.shape[0],))
 
     def field(y: np.ndarray, t: float) -> np.ndarray:  # noqa: ARG001 - autonomous

@@ -142,6 +142,15 @@ def test_a_step_that_moves_tokens_too_far_fails_naming_solver_dt():
     with pytest.raises(RunFailed, match=r"moved a token by .* rad .* a smaller solver.dt \(moves below 0.5 rad\)"):
         run_batch(x0, [10.0, 10.0], I, I, times=[0.0, 0.2], dt=0.1, kind="unnormalized")
     run_batch(x0, [10.0, 10.0], I, I, times=[0.0, 0.002], dt=1e-4, kind="unnormalized")  # small steps run
+    # bad input named (a zero token had read "a smaller dt?", a wrong d its reshaped shape, a wrong β count NumPy's words)
+    zero = x0.copy()
+    zero[0, 0] = 0.0
+    with pytest.raises(ValueError, match="^x0 must hold finite, non-zero tokens"):
+        run_batch(zero, 1.0, I, I, times=[0.0, 0.1], dt=0.1)
+    with pytest.raises(ValueError, match=r"^B must be a 3×3 matrix .* got shape \(1, 2, 2\)"):
+        run_batch(x0, 1.0, np.eye(2)[None], I, times=[0.0, 0.1], dt=0.1)
+    with pytest.raises(ValueError, match=r"^beta must be one number or one per system \(2\), got shape \(3,\)"):
+        run_batch(x0, [1.0, 2.0, 3.0], I, I, times=[0.0, 0.1], dt=0.1)
 
 
 def test_numpy_backend_of_a_batch_agrees_and_statistics_follow_the_states():
