@@ -273,6 +273,7 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None) -> dict[str, An
     _unused_weights_keys(resolved["weights"], given=raw.get("weights", {}))
     _unused_grid_keys(resolved["grid"], given=raw.get("grid", {}))
     _icosahedral_size_note(resolved)
+    _cfl_note(resolved)
     if isinstance(resolved["model"]["heads"], list) and not resolved["model"]["heads"] and "heads" in raw.get("model", {}):
         raise ConfigError("model.heads", "an empty list of heads; give at least one [[model.heads]] table "
                                          "(or leave model.heads out for one identity head)")
@@ -360,6 +361,16 @@ def _unused_grid_keys(grid: dict[str, Any], *, given: Mapping[str, Any]) -> None
     refinement = {"refine_centres", "refine_radius", "refine_factor", "grading"}
     unused = _unused_keys("grid", grid, given=given, used=set(SCHEMA["grid"]) - refinement)
     _note_unused("grid", unused, f"the {grid['family']} mesh (they refine grid.family = 'graded')")
+
+
+def _cfl_note(cfg: dict[str, Any]) -> None:
+    """Say that a grid run's ``solver.cfl`` above 1 has steps rejected and halved (it had been taken without a word,
+    costing more work than cfl = 1)."""
+    solver = cfg["solver"]
+    if solver["kind"] == "grid" and solver["cfl"] > 1.0:
+        warnings.warn(f"solver.cfl = {solver['cfl']:g} > 1: a forward-Euler stage of that step can empty a cell, so most "
+                      "steps are rejected and halved (more work than cfl = 1); 1 or below keeps the steps", ConfigNote,
+                      stacklevel=4)
 
 
 def _icosahedral_size_note(cfg: dict[str, Any]) -> None:

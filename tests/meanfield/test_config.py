@@ -310,3 +310,10 @@ def test_a_cfl_below_round_off_is_refused():
     # 1e-13 had run until a step fell below round-off, the file written, exit 1 blaming a cell's outflow
     with pytest.raises(ConfigError, match="^solver.cfl: must be >= 1e-06"):
         load_config(None, ['solver.kind="grid"', "solver.cfl=1e-13"])
+
+
+def test_a_cfl_above_one_is_noted():
+    assert _config_notes('solver.kind="grid"', "solver.cfl=1.5") == [
+        "solver.cfl = 1.5 > 1: a forward-Euler stage of that step can empty a cell, so most steps are rejected and "
+        "halved (more work than cfl = 1); 1 or below keeps the steps"]
+    assert _config_notes('solver.kind="grid"', "solver.cfl=1.0") == []
