@@ -103,7 +103,8 @@ class ParticleSolver:
         stepper = self.stepper(problem)
         trackers: list[Tracker] = [FiniteTracker(), SphereTracker()]
         if speed:
-            trackers.append(SteadyStateTracker(stepper.field, tol=steady_tol))  # shares the next step's first evaluation
+            fixed = None if self.method == "rk45" else self.dt  # a fixed step too long for the field is warned of
+            trackers.append(SteadyStateTracker(stepper.field, tol=steady_tol, step=fixed))  # shares the next step's first evaluation
         if energy:  # after the speed: the energy from the row sums of its evaluation, where the kernel took them
             field_of = stepper.base if isinstance(stepper, NoisyParticleStepper) else stepper  # the noisy steps' drift is the base's field
             shared = field_of.kept_row_logs if speed else None

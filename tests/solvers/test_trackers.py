@@ -119,3 +119,20 @@ def test_a_callers_tracker_sees_the_frame_read_only_and_the_callers_tokens_stay_
     seen = []
     mf.solve(problem, mf.ParticleSolver(dt=0.05), t_final=0.5, save_every=0.25, trackers=[lambda t, x: seen.append(x.copy())])
     assert len(seen) == 3 and np.array_equal(seen[0], keep)  # looking still works
+
+
+def test_a_fixed_step_that_moves_tokens_too_far_is_warned_of_once():
+    """Unnormalized attention at β = 10 moves tokens tens of radians a step at dt = 0.1: the run had completed
+    as if nothing were wrong."""
+    import warnings
+
+    import meanfield as mf
+
+    model = mf.Model(d=3, beta=10.0, attention="unnormalized")
+    problem = mf.Problem(model, mf.sample_uniform(16, 3, seed=0))
+    with pytest.warns(mf.MeanfieldWarning, match=r"a step of solver.dt = 0.1 moves tokens by up to .* rad") as caught:
+        mf.solve(problem, mf.ParticleSolver(dt=0.1), t_final=0.3, save_every=0.1)
+    assert len([w for w in caught if "moves tokens" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", mf.MeanfieldWarning)
+        mf.solve(problem, mf.ParticleSolver(dt=1e-4), t_final=0.001, save_every=0.001)
