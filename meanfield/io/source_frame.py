@@ -269,7 +269,7 @@ def origin_run(path: str | Path) -> tuple[Path, dict[str, Any]]:
 def chain_symmetrised(path: str | Path, init: Mapping[str, Any] | None = None) -> bool:
     r"""Whether a run continued from ``path`` (its own ``init`` section, when given) or a run of the chain before it
     took its source frame with ``init.symmetry = "antipodal"``: its measure is then the symmetrisation
-    :math:`	frac12(\mu + (-\mathrm{id})_\sharp\mu)` of the chain's, and so is its :math:`\Pi_\sharpho_0`
+    :math:`\tfrac12(\mu + (-\mathrm{id})_\sharp\mu)` of the chain's, and so is its :math:`\Pi_\sharp\rho_0`
     (:math:`\Pi(-x) = -\Pi(x)`)."""
     if init is not None and init.get("symmetry", "none") == "antipodal":
         return True
