@@ -75,6 +75,12 @@ def test_no_string_of_the_sources_holds_a_control_character(path: Path) -> None:
             for node in ast.walk(ast.parse(_text(path))) if isinstance(node, ast.Constant) and isinstance(node.value, str)
             and CONTROL.search(node.value)]
     assert not hits, "strings with control characters (make them raw: r\"\"\"...\"\"\"):\n" + "\n".join(hits)
+    # a docstring holds no tab or carriage return either (``\tfrac``, ``\rho``); other strings may ("\t" in a table)
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docstrings = [node for node in ast.walk(ast.parse(_text(path))) if isinstance(node, documented)]
+    bad = [f"{node.body[0].lineno}: {ast.get_docstring(node, clean=False)[:120]!r}" for node in docstrings
+           if ast.get_docstring(node, clean=False) and re.search(r"[\t\r]", ast.get_docstring(node, clean=False))]
+    assert not bad, "docstrings with a tab or a carriage return (make them raw: r\"\"\"...\"\"\"):\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("path", [p for p in USER_FILES if p.suffix == ".py"], ids=lambda p: str(p.relative_to(ROOT)))

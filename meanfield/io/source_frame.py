@@ -248,7 +248,7 @@ def check_source_unchanged(run: str | Path, init: dict[str, Any], recorded: NDAr
 
 
 def origin_run(path: str | Path) -> tuple[Path, dict[str, Any]]:
-    """The first run of a chain of continuations, and its stored config.
+    r"""The first run of a chain of continuations, and its stored config.
 
     A run started with ``init.kind = "run"`` names its source in ``init.path``; this follows those
     names back to the run that started from an initial measure of its own (whose first frame is
