@@ -79,6 +79,7 @@ from meanfield.kernels.jit import one_blas_thread
 from meanfield.solvers.integrators import from_name
 from meanfield.solvers.loop import save_times
 from meanfield.solvers.signals import check
+from meanfield.solvers.trackers import MAX_STEP_ANGLE
 
 __all__ = [
     "PHASE_COLUMNS",
@@ -216,11 +217,6 @@ class BatchResult:
     steps: int = 0
 
 
-#: a step that moves a token further than this (radians) fails the run, naming solver.dt: unnormalized attention at
-#: β = 10 had moved tokens 64 rad a step at dt = 0.1, and the diagram had read "no clustering" (2.1 clusters converged)
-MAX_STEP_ANGLE = 0.5
-
-
 def run_batch(
     x0: np.ndarray,
     beta: float | np.ndarray,
@@ -330,7 +326,10 @@ def run_batch(
                     before = x
                     x = scheme.step(field, x, t_prev + m * h, h, retract=normalize)
                     moved = float(np.arccos(np.clip(np.min(np.einsum("...i,...i->...", before, x)), -1.0, 1.0)))
-                    if moved > MAX_STEP_ANGLE:  # a finite but meaningless step (unnormalized attention: tens of radians)
+                    # a finite but meaningless step fails the batch (the particle runs' trackers warn at the same angle):
+                    # unnormalized attention at β = 10, dt = 0.1 had moved tokens tens of radians a step, and the
+                    # diagram had read "no clustering" where the converged count is about 2
+                    if moved > MAX_STEP_ANGLE:
                         raise RunFailed(f"a step of dt = {h:.3g} at t = {t_prev + m * h:.6g} moved a token by {moved:.3g} rad "
                                         f"(β up to {float(np.max(betas)):g}): the Runge–Kutta step is far outside its "
                                         f"accuracy; a smaller solver.dt (moves below {MAX_STEP_ANGLE:g} rad)")

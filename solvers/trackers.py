@@ -142,7 +142,7 @@ class FiniteTracker:
             raise StopRun(f"NaN/Inf in the state at t={t:.6g} ({bad} entries)", bad_state=True)  # what was saved: the caller says
 
 
-#: radians a fixed step may move a token before :class:`SteadyStateTracker` warns
+#: radians a fixed step may move a token: :class:`SteadyStateTracker` warns beyond it, and a phase diagram's batch fails
 MAX_STEP_ANGLE = 0.5
 
 
