@@ -140,11 +140,6 @@ def save_times(t_start: float, t_final: float, save_every: float) -> np.ndarray:
     return times
 
 
-def _own(name: str, trackers: Sequence[Any]) -> bool:
-    """Whether the tracker called ``name`` is one of the run's own (not a caller's)."""
-    return any(getattr(t, "name", None) == name and not getattr(t, "from_caller", False) for t in trackers)
-
-
 def run_loop(
     stepper: Stepper,
     state: np.ndarray,
@@ -191,13 +186,14 @@ def run_loop(
     def record(t: float, current: np.ndarray) -> None:
         values: dict[str, float] = {}
         error: StopRun | None = None
-        owner: dict[str, str] = {}  # which tracker recorded each name
+        owner: dict[str, Any] = {}  # the tracker that recorded each name
 
         def taken_by_another(tracker: Any, recorded: Mapping[str, float]) -> None:
             if getattr(tracker, "from_caller", False) and not recorded.keys().isdisjoint(values):
                 taken = sorted(set(recorded).intersection(values))
-                first = {owner[k] for k in taken}
-                by = (f"the tracker {next(iter(first))!r} before it records" if len(first) == 1 and not _own(next(iter(first)), trackers)
+                first = {id(owner[k]): owner[k] for k in taken}.values()
+                earlier = next(iter(first))
+                by = (f"the tracker {earlier.name!r} before it records" if len(first) == 1 and getattr(earlier, "from_caller", False)
                       else "the run's own trackers record")
                 raise TrackerError(f"the tracker {tracker.name!r} returns {', '.join(map(repr, taken))}, which {by}; "
                                    "give its values other names")
@@ -207,10 +203,11 @@ def run_loop(
                 recorded = tracker(t, current) or {}
                 taken_by_another(tracker, recorded)
                 values.update(recorded)
-                owner.update(dict.fromkeys(recorded, getattr(tracker, "name", type(tracker).__name__)))
+                owner.update(dict.fromkeys(recorded, tracker))
             except StopRun as exc:  # keep the frame, then stop; a run that ends well (steady state) still gets the
                 taken_by_another(tracker, exc.values)  # (a caller's StopRun had replaced the run's own energy)
                 values.update(exc.values)  # values of the trackers after the one that stopped it (the energy follows the speed)
+                owner.update(dict.fromkeys(exc.values, tracker))
                 error = error or exc
                 if exc.failed:
                     break

@@ -228,6 +228,12 @@ def test_a_callers_stoprun_values_are_checked_and_two_callers_names_are_told_apa
     with pytest.raises(mf.TrackerError, match="the tracker 'second' returns 'a', which the tracker 'first' before it records"):
         mf.solve(problem, solver, t_final=0.5, trackers=[first, second])
 
+    def stops(t, x):
+        raise StopRun("enough", values={"a": 1.0})
+
+    with pytest.raises(mf.TrackerError, match="the tracker 'second' returns 'a', which the tracker 'stops' before it records"):
+        mf.solve(problem, solver, t_final=0.5, trackers=[stops, second])  # (a KeyError had named no one)
+
 
 def test_problem_takes_extreme_scales_and_names_what_is_wrong():
     """Masses of 1e308 had overflowed to zero masses, tokens of 1e300 to zero vectors and 1e-200 been "zero"; a ragged
