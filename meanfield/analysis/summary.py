@@ -176,6 +176,7 @@ def run_summary(run: Any) -> str:
     if cfg is None and model is None:
         lines.append(f"frames:    {run.frames}")
         return "\n".join(lines)
+    section = cfg if cfg is not None else _solve_section(run)  # the config, or a solve() run's solver options
     if cfg is not None:
         lines.append(f"model:     {model_line(cfg)}")
         heads = cfg["model"]["heads"]
@@ -190,7 +191,7 @@ def run_summary(run: Any) -> str:
         beta = "∞ (zero-temperature limit)" if run.info.get("solver") == "zero-temperature" else f"{model.beta:g}"
         lines.append(f"model:     d={model.d} β={beta} attention={model.attention} direction={model.direction}")
         lines.append(f"heads:     {model.heads.at(float(run.t[0]) if run.frames else 0.0).H}")
-        if (section := _solve_section(run)) is not None:  # a run of meanfield.solve: its solver's options
+        if section is not None:  # a run of meanfield.solve: its solver's options
             lines.append(f"solver:    {solver_line(section)}")
             if (noisy := noise_line(section)) is not None:
                 lines.append(f"noise:     {noisy}")
@@ -216,7 +217,6 @@ def run_summary(run: Any) -> str:
         lines.append(f"frames:    {run.frames}  {span}  cells N={cells}")
         if run.frames:
             lines.append(grid_final_line(run.mesh(), run.final))
-    section = cfg if cfg is not None else _solve_section(run)
     kind = section["solver"]["kind"] if section is not None else None
     if kind == "jko" and ("jko_steps" in run.info or "jko_steps" in run.diagnostics):
         halved = int(run.info.get("halvings", 0))
