@@ -260,11 +260,13 @@ def ou_vs_oscillating(
     quick: bool = False,
     snapshots: Sequence[float] | None = None,
     dt: float = DEFAULTS["dt"],
+    schedules: Sequence[str] = ("ou", "oscillating", "constant"),
     **params: Any,
 ) -> dict[str, Any]:
     r"""OU against oscillating weights on :math:`S^2`: clouds, energy, upper gradient, clustering.
 
-    ``seed`` draws the tokens and the OU path; ``dt`` is the RK4 step (:func:`trajectory`).
+    ``seed`` draws the tokens and the OU path; ``dt`` is the RK4 step (:func:`trajectory`); ``schedules`` are
+    the weight schedules run, each from the same cloud.
 
     Massucco et al. (arXiv 2605.18870), long-time behaviour: integrable (OU) weights relax to a stationary
     configuration with a small upper gradient; oscillating weights keep moving
@@ -273,7 +275,7 @@ def ou_vs_oscillating(
     Returns
     -------
     dict
-        For each of ``"ou"``, ``"oscillating"`` and ``"constant"`` the output of
+        For each of ``schedules`` (by default ``"ou"``, ``"oscillating"`` and ``"constant"``) the output of
         :func:`trajectory` plus ``snapshots`` ((S, n, 3) clouds at ``snapshot_times``)
         and ``late_slope`` (mean :math:`|\partial E|` over the last half),
         ``final_clusters``, ``final_min_inner``; and ``snapshot_times``.
@@ -283,7 +285,7 @@ def ou_vs_oscillating(
     x0 = sample_uniform(n, 3, seed=seed)
     times = np.asarray(snapshots if snapshots is not None else np.linspace(0.0, t_final, 4))
     out: dict[str, Any] = {"snapshot_times": times, "H": H}
-    for name in ("ou", "oscillating", "constant"):
+    for name in schedules:
         model = time_dependent_model(H, schedule=name, seed=seed, **params)
         run = trajectory(model, x0, t_final=t_final, dt=dt)
         idx = [int(np.argmin(np.abs(run["t"] - s))) for s in times]
