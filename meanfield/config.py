@@ -737,7 +737,7 @@ def _authors_checks(cfg: dict[str, Any], *, on_grid: bool) -> None:
     if moving:  # an explicit Euler weight path with rate × dt > 2 diverges whatever t_final (it had run on while finite)
         from meanfield.heads.schedules import check_euler_step
 
-        check_euler_step(weights)
+        check_euler_step(weights, note_overshoot=True)
     if moving and weights["initial"] == "mean" and (weights["schedule"] == "relaxation" or weights["mean"] is not None
                                                     or weights["noise"] != "isotropic" or weights["integrator"] == "euler-maruyama"):
         if not isinstance(model["heads"], str):

@@ -89,6 +89,7 @@ True
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,7 +97,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.errors import ConfigError
+from meanfield.errors import ConfigError, ConfigNote
 from meanfield.heads import Head, HeadStack, stack_heads
 from meanfield.model import ConstantHeads, HeadSchedule
 
@@ -679,7 +680,7 @@ class MatrixSDESchedule:
         return grid_kinks(self.dt, t0, t1)
 
 
-def check_euler_step(weights: Mapping[str, Any]) -> None:
+def check_euler_step(weights: Mapping[str, Any], *, note_overshoot: bool = False) -> None:
     r"""Refuse a ``[weights]`` table whose path is drawn by explicit Euler (Euler–Maruyama) past its stability bound.
 
     Each Euler step multiplies the distance of :math:`D_h` to the target (``relaxation``) or to the mean
@@ -688,6 +689,10 @@ def check_euler_step(weights: Mapping[str, Any]) -> None:
     of the config, so it is refused when the config is read rather than when the path leaves the finite numbers (a
     path still finite at ``t_final``, e.g. heads of 10⁶, had run to exit 0).  The exact OU transition is stable
     for any step.
+
+    With ``note_overshoot`` a step with :math:`1<r\Delta\le2` gets a
+    :class:`~meanfield.errors.ConfigNote`: the path is bounded but overshoots, the distance changing sign every step
+    (and, at :math:`r\Delta=2`, never decaying), which the continuous schedule never does.
 
     Raises
     ------
@@ -705,6 +710,12 @@ def check_euler_step(weights: Mapping[str, Any]) -> None:
                                             f"{product:g} > 2 (each step multiplies the heads' distance to their "
                                             f"{'target' if schedule == 'relaxation' else 'mean'} by 1 − {product:g}); "
                                             f"lower weights.dt below 2 / weights.{key} = {2.0 / float(weights[key]):g}{other}")
+    if note_overshoot and product > 1.0:
+        decays = "changes sign every step and never decays" if product == 2.0 else f"is multiplied by {1.0 - product:g} each step"
+        warnings.warn(f"weights.{key} × weights.dt = {product:g} > 1: the Euler path of the weights overshoots — "
+                      f"the heads' distance to their {'target' if schedule == 'relaxation' else 'mean'} "
+                      f"{decays}; weights.dt below 1 / weights.{key} = {1.0 / float(weights[key]):g} keeps it "
+                      "monotone like the continuous schedule", ConfigNote, stacklevel=3)
 
 
 def _needs_sde(w: Mapping[str, Any]) -> bool:

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 
 from meanfield.build import build_model
 from meanfield.config import load_config
-from meanfield.errors import ConfigError
+from meanfield.errors import ConfigError, ConfigNote
 from meanfield.heads import HeadStack
 from meanfield.model import ConstantHeads, Model
 from meanfield.heads.schedules import (
@@ -343,6 +344,18 @@ def test_the_euler_weight_step_at_its_bound_is_accepted():
     check_euler_step({**base, "schedule": "ou"})  # the exact transition: any step
     with pytest.raises(ConfigError, match="^weights.kappa: "):
         check_euler_step({**base, "schedule": "ou", "integrator": "euler-maruyama"})
+
+
+@pytest.mark.parametrize(("rate", "words"), [(150.0, "is multiplied by -0.5 each step"), (200.0, "changes sign every step and never decays")])
+def test_an_overshooting_euler_weight_step_gets_a_note(rate, words):
+    # 1 < rate × dt ≤ 2 is bounded but flips the heads around their target every step: it had run without a word
+    cfg = {"model": {"heads": [{"Q": 1.0, "K": 1.0, "V": "aligned"}], "d": 3},
+           "weights": {"schedule": "relaxation", "rate": rate, "dt": 0.01, "target": np.eye(3).tolist()}}
+    with pytest.warns(ConfigNote, match=f"^weights.rate × weights.dt = {rate / 100:g} > 1: .*{words}"):
+        load_config(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_config({**cfg, "weights": {**cfg["weights"], "rate": 100.0}})  # rate × dt = 1: lands on the target
 
 
 @pytest.mark.parametrize(("sets", "words"), [
