@@ -93,7 +93,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dt", default="0.05", metavar="DT", help="step of the mean-field solver (RK4; default 0.05)")
     p.add_argument("--refine", action="store_true", help="also run the mean-field at dt/2 and report the change")
     p.add_argument("--no-meanfield", action="store_true", help="only the real forward pass")
-    p.add_argument("--embedding", action="store_true", help="also print the pooled, normalised sentence embedding (first 8 entries)")
+    p.add_argument("--embedding", action="store_true",
+                   help="also print the model's sentence embedding (first 8 entries): its own pooling and normalisation "
+                        "(1_Pooling, modules.json) over at most max_seq_length tokens (sentence_bert_config.json), as "
+                        "sentence-transformers computes it")
     p.add_argument("--plot", metavar="F.png", help="write the layer-by-layer histograms")
     p.add_argument("--csv", metavar="F.csv", help="write the per-layer table")
     p.add_argument("--json", action="store_true", help="print every number as JSON instead of the table")
@@ -133,6 +136,14 @@ def main(args: argparse.Namespace) -> int:
         if args.refine:
             refined = meanfield_layers(args.sentence, weights.checkpoint.path, beta=beta, dt=dt / 2)
     rows = comparison_rows(fp, path, refined=refined) if fp.n >= 2 else []
+    embedding = None
+    if args.embedding:  # before any file is written: the pooling files are read here
+        try:
+            embedding = fp.embedding()
+        except ConfigError as exc:
+            if exc.key == "CHECKPOINT":
+                raise ConfigError("--checkpoint", exc.message) from None
+            raise
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)  # missing folders are made, as by every --csv
         with open(args.csv, "w", newline="") as f:
@@ -142,7 +153,6 @@ def main(args: argparse.Namespace) -> int:
     if args.plot:
         fp.plot(compare=None if path is None else path.x, path=args.plot,
                 label=f"mean-field (β={args.beta})")
-    embedding = fp.embedding() if args.embedding else None
     if args.json:
         payload: dict[str, Any] = {"checkpoint": str(fp.checkpoint), "sentence": fp.sentence, "tokens": fp.tokens,
                                    "layers": rows, "files": [p for p in (args.plot, args.csv) if p]}

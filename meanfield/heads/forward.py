@@ -529,8 +529,30 @@ class ForwardPass:
         """Off-diagonal entries of :meth:`gram` (``i < j``)."""
         return inner_products(self.hidden[self._layer(layer)])
 
-    def embedding(self, *, pooling: str = "mean", normalize: bool = True) -> np.ndarray:
-        """The sentence embedding from the last layer (``"mean"``, ``"cls"`` or ``"max"`` pooling), shape ``(d,)``."""
+    def embedding(self, *, pooling: str | None = None, normalize: bool | None = None) -> np.ndarray:
+        """The model's sentence embedding of :attr:`sentence`, shape ``(d,)``: exactly :func:`encode`.
+
+        The last hidden states pooled and normalised as the checkpoint's sentence-transformers files
+        say (:func:`pooling_of`; ``pooling`` ``"mean"``, ``"cls"`` or ``"max"`` and ``normalize``
+        override them).  Like :func:`encode`, it reads at most ``max_seq_length`` tokens
+        (``sentence_bert_config.json``; 256 for all-MiniLM-L6-v2): a pass longer than that (this one
+        runs up to the position table, 512) is not pooled, and the embedding comes from
+        :func:`encode`'s own pass over the truncated text (with a
+        :class:`~meanfield.errors.ConfigNote` saying so).
+        """
+        default_pool, default_norm = _pooling_in(self.checkpoint.parent)
+        pooling = default_pool if pooling is None else pooling
+        normalize = default_norm if normalize is None else normalize
+        longest = _max_seq_length(self.checkpoint.parent)
+        if longest is not None and self.n > longest:  # (it had pooled all n tokens: another vector than the model's)
+            import warnings
+
+            from meanfield.errors import ConfigNote
+
+            warnings.warn(f"the sentence embedding reads the first {longest} tokens (max_seq_length of "
+                          f"sentence_bert_config.json, [CLS] and [SEP] included); the forward pass has {self.n}",
+                          ConfigNote, stacklevel=2)
+            return encode(self.sentence, self.checkpoint, pooling=pooling, normalize=normalize)
         return _pool(self.hidden[-1][None], np.ones((1, self.n), dtype=bool), pooling=pooling, normalize=normalize)[0]
 
     def statistics(self) -> list[dict[str, float]]:
@@ -602,8 +624,11 @@ def pooling_of(checkpoint: Checkpoint) -> tuple[str, bool]:
     ``pooling_mode_max_tokens``) and ``modules.json`` (a ``Normalize`` module); without
     them: mean pooling, normalised.
     """
+    return _pooling_in(checkpoint.folder)
+
+
+def _pooling_in(folder: Path) -> tuple[str, bool]:
     pooling, normalize = "mean", True
-    folder = checkpoint.folder
     try:
         cfg = json.loads((folder / "1_Pooling" / "config.json").read_text())
         if cfg.get("pooling_mode_cls_token"):
@@ -618,6 +643,22 @@ def pooling_of(checkpoint: Checkpoint) -> tuple[str, bool]:
     except (OSError, ValueError, AttributeError):
         pass
     return pooling, normalize
+
+
+def _max_seq_length(folder: Path) -> int | None:
+    """``max_seq_length`` of ``sentence_bert_config.json`` in ``folder`` (``None`` without a usable one)."""
+    try:
+        value = json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 2 else None
+
+
+def _max_length(checkpoint: Checkpoint) -> int:
+    """Tokens :func:`encode` reads: :func:`_max_seq_length`, at most the position table."""
+    positions = checkpoint.shape("embeddings.position_embeddings.weight")[0]
+    longest = _max_seq_length(checkpoint.folder)
+    return positions if longest is None else min(longest, positions)
 
 
 def _pool(last: np.ndarray, mask: np.ndarray, *, pooling: str, normalize: bool) -> np.ndarray:
@@ -669,10 +710,7 @@ def encode(
     pooling = default_pool if pooling is None else pooling
     normalize = default_norm if normalize is None else normalize
     if max_length is None:
-        try:
-            max_length = int(json.loads((ckpt.folder / "sentence_bert_config.json").read_text())["max_seq_length"])
-        except (OSError, ValueError, KeyError, TypeError):
-            max_length = ckpt.shape("embeddings.position_embeddings.weight")[0]
+        max_length = _max_length(ckpt)
     tok = load_tokenizer(ckpt)
     tok.enable_truncation(max_length=max_length)
     encoded = []

