@@ -77,6 +77,12 @@ def tokenize(sentence: str, checkpoint: Checkpoint, *, key: str = "sentence") ->
 
     Sentences longer than the position table are truncated to its length, with a
     :class:`~meanfield.config.ConfigNote`.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``key`` for text that is empty or that the tokenizer reduces to its special tokens
+        alone (a zero-width space, control characters, a lone combining accent).
     """
     if not isinstance(sentence, str) or not sentence.strip():
         raise ConfigError(key, f"expected a non-empty sentence, got {sentence!r}")
@@ -94,8 +100,9 @@ def tokenize(sentence: str, checkpoint: Checkpoint, *, key: str = "sentence") ->
         warnings.warn(f"{key}: the sentence is cut to the checkpoint's {max_len} positions (its first {max_len - 2} "
                       "tokens, between [CLS] and [SEP])", ConfigNote, stacklevel=2)
     ids = np.asarray(enc.ids, dtype=np.int64)
-    if ids.size == 0:
-        raise ConfigError(key, f"the tokenizer gives no token for {sentence!r}")
+    if not any(special == 0 for special in enc.special_tokens_mask):  # (the template always adds [CLS] and [SEP]:
+        raise ConfigError(key, f"the tokenizer gives no token for {sentence!r} (only "  # "ids.size == 0" never fired)
+                               f"{' '.join(enc.tokens) or 'nothing'}); give text with words in it")
     return list(enc.tokens), ids
 
 

@@ -717,7 +717,10 @@ def encode(
     for k, text in enumerate(texts):
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("sentences", f"sentence {k} is empty")
-        encoded.append(np.asarray(tok.encode(text).ids, dtype=np.int64))
+        enc = tok.encode(text)
+        if not any(special == 0 for special in enc.special_tokens_mask):
+            raise ConfigError("sentences", f"sentence {k}: the tokenizer gives no token for {text!r} (only {' '.join(enc.tokens)})")
+        encoded.append(np.asarray(enc.ids, dtype=np.int64))
     n = max(len(e) for e in encoded)
     ids = np.zeros((len(texts), n), dtype=np.int64)
     mask = np.zeros((len(texts), n), dtype=bool)

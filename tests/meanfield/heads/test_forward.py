@@ -458,3 +458,26 @@ def test_the_embedding_of_a_text_longer_than_max_seq_length_is_encodes(tmp_path:
     printed, err = _cli_embedding([sentence, "--checkpoint", str(folder)], capsys)
     np.testing.assert_allclose(printed, expected, rtol=0, atol=1e-14)
     assert "note: the sentence embedding reads the first 256 tokens" in err
+
+
+@pytest.mark.parametrize("text", ["\u200b", "\x01\x02", "\u0301 \u200b"])
+def test_text_the_tokenizer_drops_entirely_is_refused(text, tmp_path: Path, capsys):
+    # a zero-width space, control characters, a lone combining accent: BERT's normalizer drops them, and the run had
+    # gone ahead on [CLS] [SEP] alone with exit 0 (the guard "ids.size == 0" never fired: the template adds both)
+    folder = tmp_path / "ck"
+    write_synthetic_bert(folder)
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)  # as BERT's own tokenizer.json: clean_text, strip_accents
+    tok.save(str(folder / "tokenizer.json"))
+    out_csv, out_h5 = tmp_path / "f.csv", tmp_path / "r.h5"
+    assert cli_main(["forward", text, "--checkpoint", str(folder), "--dt", "0.5", "--csv", str(out_csv)]) == 2
+    err = capsys.readouterr().err
+    assert "SENTENCE: the tokenizer gives no token for" in err and "(only [CLS] [SEP])" in err and not out_csv.exists()
+    config_file = tmp_path / "s.toml"
+    config_file.write_text(f'[model]\nd = 8\nbeta = 1.0\n[init]\nkind = "sentence"\nsentence = "the cat"\n'
+                           f'checkpoint = "{folder}"\n[solver]\nt_final = 0.1\n')
+    setting = "init.sentence=" + json.dumps(text)
+    assert cli_main(["simulate", str(config_file), "-o", str(out_h5), "--quiet", "--set", setting]) == 2
+    assert "init.sentence: the tokenizer gives no token" in capsys.readouterr().err and not out_h5.exists()
+    with pytest.raises(ConfigError, match="sentence 1: the tokenizer gives no token"):
+        encode(["the cat", text], folder)
