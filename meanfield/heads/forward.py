@@ -688,8 +688,9 @@ def encode(
 
         e = \frac{\sum_i m_i h^L_i}{\sum_i m_i},\qquad \hat e = e/\|e\|
 
-    for mean pooling (the default read by :func:`pooling_of`).  ``max_length`` truncates
-    (default: the ``max_seq_length`` of ``sentence_bert_config.json``, else the position table).
+    for mean pooling (the default read by :func:`pooling_of`).  ``max_length`` (an integer from 2,
+    the special tokens, to the position table's length) truncates; default: the ``max_seq_length``
+    of ``sentence_bert_config.json``, else the position table.
 
     Returns
     -------
@@ -711,6 +712,12 @@ def encode(
     normalize = default_norm if normalize is None else normalize
     if max_length is None:
         max_length = _max_length(ckpt)
+    else:  # (0 and 1 had been ignored by the tokenizer, -1 an OverflowError, 2.5 a TypeError, too many named 'ids')
+        positions = ckpt.shape("embeddings.position_embeddings.weight")[0]
+        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or not 2 <= max_length <= positions:
+            raise ConfigError("max_length", f"expected an integer in 2..{positions} ([CLS] and [SEP] included, at most the "
+                                            f"checkpoint's {positions} positions), got {max_length!r}")
+        max_length = int(max_length)
     tok = load_tokenizer(ckpt)
     tok.enable_truncation(max_length=max_length)
     encoded = []

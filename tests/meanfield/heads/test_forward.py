@@ -481,3 +481,19 @@ def test_text_the_tokenizer_drops_entirely_is_refused(text, tmp_path: Path, caps
     assert "init.sentence: the tokenizer gives no token" in capsys.readouterr().err and not out_h5.exists()
     with pytest.raises(ConfigError, match="sentence 1: the tokenizer gives no token"):
         encode(["the cat", text], folder)
+
+
+@pytest.mark.parametrize("max_length", [0, 1, -1, 2.5, 17, True, "8"])
+def test_encode_refuses_a_max_length_it_cannot_apply(max_length, tmp_path: Path):
+    # 0 and 1 had been ignored silently, -1 an OverflowError, 2.5 a TypeError, 17 (> 16 positions) named 'ids'
+    path = write_synthetic_bert(tmp_path / "ck")
+    with pytest.raises(ConfigError, match=r"expected an integer in 2\.\.16") as err:
+        encode("the cat sat on the mat . " * 3, path, max_length=max_length)
+    assert err.value.key == "max_length"
+
+
+def test_encode_truncates_at_max_length(tmp_path: Path):
+    path = write_synthetic_bert(tmp_path / "ck")
+    sentence = "the cat sat on the mat"
+    np.testing.assert_allclose(encode(sentence, path, max_length=np.int64(4)), encode("the cat", path), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(encode(sentence, path, max_length=16), encode(sentence, path), rtol=0, atol=1e-15)
