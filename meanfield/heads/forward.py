@@ -250,6 +250,13 @@ def encoder_weights(checkpoint: Checkpoint | str | Path = "minilm", *, num_heads
 # --------------------------------------------------------------------------- #
 # the forward pass
 # --------------------------------------------------------------------------- #
+def _integers(a: np.ndarray, key: str) -> np.ndarray:
+    """``a`` unchanged if it holds integers (or nothing); float ids had been truncated silently (2.7 read as 2)."""
+    if a.size and a.dtype.kind not in "iu":
+        raise ConfigError(key, f"expected integer token ids, got an array of {a.dtype}")
+    return a
+
+
 def embed_ids(ids: np.ndarray, weights: EncoderWeights, *, token_type_ids: np.ndarray | None = None) -> np.ndarray:
     r"""Embedding output :math:`h^0 = \mathrm{LN}_{\mathrm{emb}}(W_{\mathrm{word}}[t]+W_{\mathrm{pos}}[i]+W_{\mathrm{type}}[\tau])`.
 
@@ -266,7 +273,7 @@ def embed_ids(ids: np.ndarray, weights: EncoderWeights, *, token_type_ids: np.nd
     (B, n, d) array
     """
     ckpt = weights.checkpoint
-    ids = np.asarray(ids, dtype=np.int64)
+    ids = np.asarray(_integers(np.asarray(ids), "ids"), dtype=np.int64)
     if ids.ndim != 2 or ids.shape[1] == 0:
         raise ConfigError("ids", f"expected a (batch, n) array of token ids with n >= 1, got shape {ids.shape}")
     B, n = ids.shape
@@ -281,7 +288,8 @@ def embed_ids(ids: np.ndarray, weights: EncoderWeights, *, token_type_ids: np.nd
     e = e + ckpt.tensor("embeddings.position_embeddings.weight", rows=np.arange(n))[None]
     if ckpt.has("embeddings.token_type_embeddings.weight"):
         table = ckpt.tensor("embeddings.token_type_embeddings.weight")
-        tt = np.zeros((B, n), dtype=np.int64) if token_type_ids is None else np.asarray(token_type_ids, dtype=np.int64)
+        tt = (np.zeros((B, n), dtype=np.int64) if token_type_ids is None
+              else np.asarray(_integers(np.asarray(token_type_ids), "token_type_ids"), dtype=np.int64))
         if tt.shape != (B, n) or tt.min() < 0 or tt.max() >= table.shape[0]:
             raise ConfigError("token_type_ids", f"expected shape {(B, n)} with values in 0..{table.shape[0] - 1}")
         e = e + table[tt]
@@ -369,13 +377,23 @@ def forward_ids(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Embeddings then encoder for a batch of token ids: ``(hidden (L+1, B, n, d), probs or None)``.
 
-    ``ids`` may be one sequence ``(n,)``; the batch axis is then of length 1.
+    ``ids`` (integers) may be one sequence ``(n,)``; the batch axis is then of length 1.  ``mask`` and
+    ``token_type_ids`` have the shape of ``ids`` (see :func:`encoder_forward`, :func:`embed_ids`).
     """
     weights = checkpoint if isinstance(checkpoint, EncoderWeights) else encoder_weights(checkpoint)
-    ids = np.asarray(ids)
-    ids = ids[None] if ids.ndim == 1 else ids
-    tt = None if token_type_ids is None else np.asarray(token_type_ids).reshape(ids.shape)
-    m = None if mask is None else np.asarray(mask).reshape(ids.shape)
+    given = np.asarray(ids)
+    _integers(given, "ids")
+    ids = given[None] if given.ndim == 1 else given
+
+    def like_ids(value: np.ndarray | None, key: str) -> np.ndarray | None:
+        if value is None:
+            return None
+        a = np.asarray(value)
+        if a.shape not in (given.shape, ids.shape):  # (a raw "cannot reshape array" had been the message)
+            raise ConfigError(key, f"expected the shape of ids, {given.shape}, got {a.shape}")
+        return a.reshape(ids.shape)
+
+    tt, m = like_ids(token_type_ids, "token_type_ids"), like_ids(mask, "mask")
     return encoder_forward(embed_ids(ids, weights, token_type_ids=tt), weights, mask=m, attentions=attentions)
 
 

@@ -497,3 +497,25 @@ def test_encode_truncates_at_max_length(tmp_path: Path):
     sentence = "the cat sat on the mat"
     np.testing.assert_allclose(encode(sentence, path, max_length=np.int64(4)), encode("the cat", path), rtol=0, atol=1e-15)
     np.testing.assert_allclose(encode(sentence, path, max_length=16), encode(sentence, path), rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize(("options", "key", "words"), [
+    ({"mask": np.ones(3, bool)}, "mask", "expected the shape of ids, (4,), got (3,)"),  # had been a raw reshape error
+    ({"mask": np.ones((2, 2), bool)}, "mask", "got (2, 2)"),  # had been reshaped silently
+    ({"token_type_ids": np.zeros(5, int)}, "token_type_ids", "got (5,)"),
+    ({"token_type_ids": np.zeros(4)}, "token_type_ids", "integer token ids, got an array of float64"),
+    ({"ids": np.array([2.7, 4, 5, 3])}, "ids", "integer token ids, got an array of float64"),  # had run with id 2
+    ({"ids": np.array([True, False])}, "ids", "integer token ids, got an array of bool"),
+])
+def test_forward_ids_checks_its_arrays(options, key, words, tiny: Path):
+    ids = options.pop("ids", np.array([2, 4, 5, 3]))
+    with pytest.raises(ConfigError) as err:
+        forward_ids(ids, tiny, **options)
+    assert err.value.key == key and words in err.value.message
+
+
+def test_forward_ids_takes_one_sequence_with_its_mask(tiny: Path):
+    ids = np.array([2, 4, 5, 3])
+    one, _ = forward_ids(ids, tiny, mask=np.ones(4, bool), token_type_ids=np.zeros(4, np.int32))
+    batch, _ = forward_ids(ids[None], tiny, mask=np.ones((1, 4), bool), token_type_ids=[[0, 0, 0, 0]])
+    np.testing.assert_array_equal(one, batch)
