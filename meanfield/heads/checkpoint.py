@@ -476,8 +476,23 @@ def _read_config(folder: Path) -> dict[str, Any]:
     return cfg
 
 
+def _file_stamp(path: Path) -> tuple[str, int, int, tuple[int, int] | None]:
+    """Cache key of a checkpoint file: its path, modification time and size, and those of ``config.json`` beside it.
+
+    (An edited config.json, e.g. ``num_attention_heads``, had not been seen by the caches within one process.)
+    """
+    st = path.stat()
+    try:
+        cfg = (path.parent / "config.json").stat()
+        config = (cfg.st_mtime_ns, cfg.st_size)
+    except OSError:
+        config = None
+    return str(path), st.st_mtime_ns, st.st_size, config
+
+
 @lru_cache(maxsize=8)
-def _load_cached(path: str, mtime_ns: int, size: int, num_heads: int | None) -> Checkpoint:  # noqa: ARG001 - cache keys
+def _load_cached(path: str, mtime_ns: int, size: int, config_stamp: tuple[int, int] | None,  # noqa: ARG001 - cache keys
+                 num_heads: int | None) -> Checkpoint:
     p = Path(path)
     names = _tensor_names(p)
     prefixes = [n[: -len(_QUERY_SUFFIX)] for n in names if n.endswith(_QUERY_SUFFIX)]
@@ -551,7 +566,7 @@ def load_checkpoint(path: str | Path, *, num_heads: int | None = None, key: str 
     (the heads :math:`(Q_h, K_h, V_h)` of a trained transformer; see the module notes for
     the value map and the dropped biases).  Uses the ``safetensors`` NumPy API
     only (no torch); tensors are converted to read-only float64.  Results are
-    cached per file (path, modification time, size).
+    cached per file (path, modification time and size, of the file and of ``config.json``).
 
     Parameters
     ----------
@@ -575,9 +590,8 @@ def load_checkpoint(path: str | Path, *, num_heads: int | None = None, key: str 
         ``num_heads`` for an unusable checkpoint.
     """
     p = resolve_checkpoint_path(path, key=key, base=base).resolve()
-    st = p.stat()
     try:
-        return _load_cached(str(p), st.st_mtime_ns, st.st_size, num_heads)
+        return _load_cached(*_file_stamp(p), num_heads)
     except ConfigError as exc:
         if key != "CHECKPOINT" and exc.key in ("CHECKPOINT", "num_heads"):
             raise ConfigError(key, exc.message) from None

@@ -65,7 +65,7 @@ from scipy.special import erf
 from scipy.stats import wasserstein_distance
 
 from meanfield.errors import ConfigError
-from meanfield.heads.checkpoint import AttentionLayer, Checkpoint, load_checkpoint, write_synthetic_checkpoint
+from meanfield.heads.checkpoint import AttentionLayer, Checkpoint, _file_stamp, load_checkpoint, write_synthetic_checkpoint
 from meanfield.heads.embeddings import layer_norm, load_tokenizer, tokenize
 from meanfield.kernels.jit import one_blas_thread
 
@@ -194,7 +194,8 @@ def _ln(ckpt: Checkpoint, stem: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 @lru_cache(maxsize=4)
-def _weights_cached(path: str, mtime_ns: int, size: int, num_heads: int | None) -> EncoderWeights:  # noqa: ARG001 - cache keys
+def _weights_cached(path: str, mtime_ns: int, size: int, config_stamp: tuple[int, int] | None,  # noqa: ARG001 - cache keys
+                    num_heads: int | None) -> EncoderWeights:
     ckpt = load_checkpoint(path, num_heads=num_heads)
     need = ["embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight",
             "embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"]
@@ -237,10 +238,8 @@ def encoder_weights(checkpoint: Checkpoint | str | Path = "minilm", *, num_heads
         path, num_heads = checkpoint.path, checkpoint.num_heads
     else:
         path = load_checkpoint(checkpoint, num_heads=num_heads, key=key).path
-    p = Path(path).resolve()
-    st = p.stat()
     try:
-        return _weights_cached(str(p), st.st_mtime_ns, st.st_size, num_heads)
+        return _weights_cached(*_file_stamp(Path(path).resolve()), num_heads)
     except ConfigError as exc:  # named as the caller's option (forward's --checkpoint), not CHECKPOINT
         if key != "CHECKPOINT" and exc.key == "CHECKPOINT":
             raise ConfigError(key, exc.message) from None

@@ -153,8 +153,9 @@ def test_num_heads_that_contradicts_config_json_is_refused_and_a_bad_config_json
     with pytest.raises(ConfigError, match="not a multiple of num_attention_heads in config.json") as err:
         load_checkpoint(tmp_path / "c")
     assert err.value.key == "CHECKPOINT"
-    with pytest.raises(ConfigError, match="an integer"):
-        load_checkpoint(tmp_path / "c", num_heads=2).layer(0).head(True)
+    (tmp_path / "c" / "config.json").write_text(json.dumps({**config, "num_attention_heads": H}))  # (the cache had
+    with pytest.raises(ConfigError, match="an integer"):  # kept the first load's, unaware of the edits above)
+        load_checkpoint(tmp_path / "c", num_heads=H).layer(0).head(True)
 
 
 def test_a_checkpoint_path_under_home_in_a_config_is_not_joined_to_the_config_folder(tmp_path: Path, monkeypatch) -> None:
@@ -553,3 +554,23 @@ def test_a_sentence_longer_than_the_positions_is_cut_with_a_note():
     notes = [str(w.message) for w in caught if issubclass(w.category, ConfigNote)]
     assert ids.size == 512 and tokens[-1] == "[SEP]"
     assert notes == ["init.sentence: the sentence is cut to the checkpoint's 512 positions (its first 510 tokens, between [CLS] and [SEP])"]
+
+
+def test_an_edited_config_json_is_seen_by_the_caches(tmp_path):
+    # the caches had been keyed on the .safetensors file alone: a notebook editing config.json beside it kept the old
+    # num_attention_heads (and hidden_act, layer_norm_eps) until the process ended
+    import os
+
+    from meanfield.heads.forward import encoder_weights, write_synthetic_bert
+
+    path = write_synthetic_bert(tmp_path / "cc", d=12, num_heads=3, num_layers=1)
+    config_path = path.parent / "config.json"
+    assert load_checkpoint(path).num_heads == 3 and encoder_weights(path).num_heads == 3
+    config = json.loads(config_path.read_text())
+    config.update(num_attention_heads=2, layer_norm_eps=1e-6)  # (the same file size as before would do too)
+    before = config_path.stat().st_mtime_ns
+    config_path.write_text(json.dumps(config, indent=2))
+    os.utime(config_path, ns=(before + 10**9, before + 10**9))  # an edit a second later
+    assert load_checkpoint(path).num_heads == 2
+    weights = encoder_weights(path)
+    assert weights.num_heads == 2 and weights.eps == 1e-6
