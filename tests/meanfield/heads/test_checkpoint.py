@@ -574,3 +574,39 @@ def test_an_edited_config_json_is_seen_by_the_caches(tmp_path):
     assert load_checkpoint(path).num_heads == 2
     weights = encoder_weights(path)
     assert weights.num_heads == 2 and weights.eps == 1e-6
+
+
+def test_rows_of_a_table_are_read_without_the_whole_table(tmp_path, monkeypatch):
+    # Checkpoint.tensor(rows=...) had read the whole table (get_tensor) and indexed it: 47 MB for MiniLM's word
+    # embeddings to take a sentence's rows
+    from meanfield.heads import checkpoint as module
+
+    path = write_synthetic_checkpoint(tmp_path / "rows", vocab=tuple(f"w{i}" for i in range(40)))
+    ckpt = load_checkpoint(path)
+    name = "embeddings.word_embeddings.weight"
+    full = ckpt.tensor(name)
+    picks = [np.array([5, 3, 4, 5, 30, 31, 0]), np.array([[1, 2], [-1, 7]]), np.arange(0), np.arange(len(full))]
+    real_open = module._safetensors()
+
+    class Sliced:
+        def __init__(self, *args, **kwargs):
+            self.file = real_open(*args, **kwargs)
+
+        def __enter__(self):
+            self.f = self.file.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.file.__exit__(*exc)
+
+        def get_slice(self, tensor):
+            return self.f.get_slice(tensor)
+
+        def get_tensor(self, tensor):
+            raise AssertionError(f"{tensor} read whole")
+
+    monkeypatch.setattr(module, "_safetensors", lambda: Sliced)
+    for rows in picks:
+        np.testing.assert_array_equal(ckpt.tensor(name, rows=rows), full[rows])
+    with pytest.raises(ConfigError, match=r"rows 3\.\.44 are outside the 44 rows"):
+        ckpt.tensor(name, rows=np.array([44, 3]))
