@@ -89,7 +89,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("sentence", metavar="SENTENCE", help="the text to run through the model")
     p.add_argument("--checkpoint", default="minilm", metavar="PATH",
                    help="a .safetensors file, a folder holding model.safetensors, or 'minilm' (default)")
-    p.add_argument("--beta", default="ln", metavar="ln|model|X", help="inverse temperature of the mean-field runs (default ln)")
+    p.add_argument("--beta", default="ln", metavar="ln|model|X", help="inverse temperature of the mean-field runs: 'ln' (default; r^2/sqrt(d_h) per layer), "
+                        "'model' (1/sqrt(d_h)) or a number >= 0")
     p.add_argument("--dt", default="0.05", metavar="DT", help="step of the mean-field solver (RK4; default 0.05)")
     p.add_argument("--refine", action="store_true", help="also run the mean-field at dt/2 and report the change")
     p.add_argument("--no-meanfield", action="store_true", help="only the real forward pass")
@@ -104,7 +105,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _beta_option(text: str) -> str | float:
-    return text if text in ("ln", "model") else parse_float(text, "--beta", nonnegative=True)
+    if text in ("ln", "model"):
+        return text
+    try:
+        float(text.strip())
+    except ValueError:  # (it had said "expected a number", leaving out the two words)
+        raise ConfigError("--beta", f"expected a number >= 0, 'ln' or 'model', got {text!r}") from None
+    return parse_float(text, "--beta", nonnegative=True)
+
+
+def _meanfield_layers(sentence: str, checkpoint: Path, *, beta: str | float, dt: float) -> Any:
+    """:func:`meanfield.solvers.experiments.forward.meanfield_layers`, without its second truncation note.
+
+    The run re-tokenizes the sentence as ``init.sentence``, a key the CLI user never wrote; the forward pass
+    has already said (as ``SENTENCE``) that a too-long sentence is cut.
+    """
+    import warnings
+
+    from meanfield.errors import ConfigNote
+    from meanfield.solvers.experiments.forward import meanfield_layers
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"init\.sentence: the sentence is cut", category=ConfigNote)
+        return meanfield_layers(sentence, checkpoint, beta=beta, dt=dt)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -119,7 +142,7 @@ def main(args: argparse.Namespace) -> int:
     picture_path(args.plot, "--plot")
     table_path(args.csv, "--csv")
     from meanfield.heads.forward import encoder_weights, forward_pass
-    from meanfield.solvers.experiments.forward import comparison_rows, meanfield_layers
+    from meanfield.solvers.experiments.forward import comparison_rows
 
     weights = encoder_weights(args.checkpoint, key="--checkpoint")
     try:
@@ -132,9 +155,9 @@ def main(args: argparse.Namespace) -> int:
     if not args.no_meanfield:
         if fp.n < 2:
             raise ConfigError("SENTENCE", "the comparison needs at least two tokens")
-        path = meanfield_layers(args.sentence, weights.checkpoint.path, beta=beta, dt=dt)
+        path = _meanfield_layers(args.sentence, weights.checkpoint.path, beta=beta, dt=dt)
         if args.refine:
-            refined = meanfield_layers(args.sentence, weights.checkpoint.path, beta=beta, dt=dt / 2)
+            refined = _meanfield_layers(args.sentence, weights.checkpoint.path, beta=beta, dt=dt / 2)
     rows = comparison_rows(fp, path, refined=refined) if fp.n >= 2 else []
     embedding = None
     if args.embedding:  # before any file is written: the pooling files are read here

@@ -217,8 +217,14 @@ def _weights_cached(path: str, mtime_ns: int, size: int, config_stamp: tuple[int
         W_in, b_in = ckpt.tensor(s + "intermediate.dense.weight"), ckpt.tensor(s + "intermediate.dense.bias")
         W_out, b_out = ckpt.tensor(s + "output.dense.weight"), ckpt.tensor(s + "output.dense.bias")
         d = ckpt.d
-        if W_in.ndim != 2 or W_in.shape[1] != d or W_out.shape != (d, W_in.shape[0]) or b_in.shape != (W_in.shape[0],) or b_out.shape != (d,):
-            raise ConfigError("CHECKPOINT", f"{ckpt.path}: layer {L} MLP shapes {W_in.shape}, {W_out.shape} do not fit d={d}")
+        ff = W_in.shape[0] if W_in.ndim == 2 else None
+        expected = {"intermediate.dense.weight": (W_in, (ff, d)), "intermediate.dense.bias": (b_in, (ff,)),
+                    "output.dense.weight": (W_out, (d, ff)), "output.dense.bias": (b_out, (d,))}
+        for name, (value, shape) in expected.items():  # (a bad bias had been reported through the weights' shapes)
+            if ff is None or value.shape != shape:
+                want = f"(intermediate_size, {d})" if ff is None or name == "intermediate.dense.weight" else str(shape)
+                raise ConfigError("CHECKPOINT", f"{ckpt.path}: tensor {ckpt.prefix + s + name!r} has shape {value.shape}; "
+                                                f"expected {want} for d = {d}")
         layers.append(LayerWeights(attention=att, ln_attention=_ln(ckpt, s + "attention.output.LayerNorm"),
                                    W_in=W_in, b_in=b_in, W_out=W_out, b_out=b_out, ln_output=_ln(ckpt, s + "output.LayerNorm")))
     return EncoderWeights(checkpoint=ckpt, ln_embeddings=_ln(ckpt, "embeddings.LayerNorm"), layers=tuple(layers),
@@ -739,7 +745,9 @@ def encode(
     tok.enable_truncation(max_length=max_length)
     encoded = []
     for k, text in enumerate(texts):
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str):  # (it had been called empty)
+            raise ConfigError("sentences", f"sentence {k} is not a string but {type(text).__name__} {text!r}")
+        if not text.strip():
             raise ConfigError("sentences", f"sentence {k} is empty")
         enc = tok.encode(text)
         if not any(special == 0 for special in enc.special_tokens_mask):

@@ -519,3 +519,28 @@ def test_forward_ids_takes_one_sequence_with_its_mask(tiny: Path):
     one, _ = forward_ids(ids, tiny, mask=np.ones(4, bool), token_type_ids=np.zeros(4, np.int32))
     batch, _ = forward_ids(ids[None], tiny, mask=np.ones((1, 4), bool), token_type_ids=[[0, 0, 0, 0]])
     np.testing.assert_array_equal(one, batch)
+
+
+def test_messages_name_what_is_wrong(tmp_path: Path, capsys):
+    from safetensors.numpy import load_file
+
+    folder = tmp_path / "ck"
+    path = write_synthetic_bert(folder)  # 16 positions
+    # a too-long sentence: one note, in the CLI's words (a second had named init.sentence, which the user never wrote)
+    assert cli_main(["forward", "the cat sat on a mat . " * 4, "--checkpoint", str(folder), "--dt", "1"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "is cut" in line]
+    assert notes == ["note: SENTENCE: the sentence is cut to the checkpoint's 16 positions (its first 14 tokens, "
+                     "between [CLS] and [SEP])"]
+    # --beta: the words it takes (it had said "expected a number")
+    assert cli_main(["forward", "the cat", "--checkpoint", str(folder), "--beta", "foo"]) == 2
+    assert "--beta: expected a number >= 0, 'ln' or 'model', got 'foo'" in capsys.readouterr().err
+    # a non-string sentence (it had been called empty)
+    with pytest.raises(ConfigError, match="sentence 1 is not a string but int 3"):
+        encode(["a cat", 3], folder)
+    # an MLP bias of the wrong shape is named (it had been reported through the weights' shapes)
+    tensors = dict(load_file(str(path)))
+    tensors["encoder.layer.1.intermediate.dense.bias"] = np.ones(5, np.float32)
+    save_file(tensors, str(path))
+    with pytest.raises(ConfigError, match=r"tensor 'encoder\.layer\.1\.intermediate\.dense\.bias' has shape \(5,\); "
+                                          r"expected \(32,\)"):
+        encoder_weights(path)
