@@ -563,9 +563,8 @@ class ForwardPass:
         :func:`encode`'s own pass over the truncated text (with a
         :class:`~meanfield.errors.ConfigNote` saying so).
         """
-        default_pool, default_norm = _pooling_in(self.checkpoint.parent)
-        pooling = default_pool if pooling is None else pooling
-        normalize = default_norm if normalize is None else normalize
+        pooling = _pooling_mode(self.checkpoint.parent) if pooling is None else pooling
+        normalize = _normalized(self.checkpoint.parent) if normalize is None else normalize
         longest = _max_seq_length(self.checkpoint.parent)
         if longest is not None and self.n > longest:  # (it had pooled all n tokens: another vector than the model's)
             import warnings
@@ -646,26 +645,52 @@ def pooling_of(checkpoint: Checkpoint) -> tuple[str, bool]:
     ``1_Pooling/config.json`` (``pooling_mode_mean_tokens``, ``pooling_mode_cls_token``,
     ``pooling_mode_max_tokens``) and ``modules.json`` (a ``Normalize`` module); without
     them: mean pooling, normalised.
+
+    Raises
+    ------
+    ConfigError
+        ``CHECKPOINT``, naming the file and the mode, for a mode not implemented here
+        (``pooling_mode_mean_sqrt_len_tokens``, ``pooling_mode_weightedmean_tokens``,
+        ``pooling_mode_lasttoken``, ...) or for several modes at once (concatenated by
+        sentence-transformers).
     """
     return _pooling_in(checkpoint.folder)
 
 
+_POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max"}
+
+
 def _pooling_in(folder: Path) -> tuple[str, bool]:
-    pooling, normalize = "mean", True
+    return _pooling_mode(folder), _normalized(folder)
+
+
+def _pooling_mode(folder: Path) -> str:
+    pooling = "mean"
+    path = folder / "1_Pooling" / "config.json"
     try:
-        cfg = json.loads((folder / "1_Pooling" / "config.json").read_text())
-        if cfg.get("pooling_mode_cls_token"):
-            pooling = "cls"
-        elif cfg.get("pooling_mode_max_tokens"):
-            pooling = "max"
-    except (OSError, ValueError, AttributeError):
-        pass
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cfg = None
+    if isinstance(cfg, dict):  # (the modes below had fallen back to mean pooling without a word)
+        chosen = [key for key, value in cfg.items() if key.startswith("pooling_mode") and value]
+        other = [key for key in chosen if key not in _POOLING_MODES]
+        if other:
+            raise ConfigError("CHECKPOINT", f"{path}: {other[0]} = {cfg[other[0]]!r}; this sentence embedding implements "
+                                            f"{', '.join(_POOLING_MODES)} only")
+        if len(chosen) > 1:
+            raise ConfigError("CHECKPOINT", f"{path}: {' and '.join(chosen)} are both set, which sentence-transformers "
+                                            "concatenates; this sentence embedding implements one mode at a time")
+        if chosen:
+            pooling = _POOLING_MODES[chosen[0]]
+    return pooling
+
+
+def _normalized(folder: Path) -> bool:
     try:
         modules = json.loads((folder / "modules.json").read_text())
-        normalize = any(str(m.get("type", "")).endswith("Normalize") for m in modules)
+        return any(str(m.get("type", "")).endswith("Normalize") for m in modules)
     except (OSError, ValueError, AttributeError):
-        pass
-    return pooling, normalize
+        return True
 
 
 def _max_seq_length(folder: Path) -> int | None:
@@ -730,9 +755,8 @@ def encode(
         raise ConfigError("sentences", "no sentence to encode")
     weights = encoder_weights(checkpoint)
     ckpt = weights.checkpoint
-    default_pool, default_norm = pooling_of(ckpt)
-    pooling = default_pool if pooling is None else pooling
-    normalize = default_norm if normalize is None else normalize
+    pooling = _pooling_mode(ckpt.folder) if pooling is None else pooling  # (the files are read only for what is not given)
+    normalize = _normalized(ckpt.folder) if normalize is None else normalize
     if max_length is None:
         max_length = _max_length(ckpt)
     else:  # (0 and 1 had been ignored by the tokenizer, -1 an OverflowError, 2.5 a TypeError, too many named 'ids')

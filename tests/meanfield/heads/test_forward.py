@@ -544,3 +544,27 @@ def test_messages_name_what_is_wrong(tmp_path: Path, capsys):
     with pytest.raises(ConfigError, match=r"tensor 'encoder\.layer\.1\.intermediate\.dense\.bias' has shape \(5,\); "
                                           r"expected \(32,\)"):
         encoder_weights(path)
+
+
+@pytest.mark.parametrize(("modes", "words"), [
+    ({"pooling_mode_mean_sqrt_len_tokens": True}, "pooling_mode_mean_sqrt_len_tokens = True; this sentence embedding"),
+    ({"pooling_mode_weightedmean_tokens": True}, "pooling_mode_weightedmean_tokens = True"),
+    ({"pooling_mode_lasttoken": True}, "pooling_mode_lasttoken = True"),
+    ({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True}, "are both set, which sentence-transformers concatenates"),
+])
+def test_pooling_modes_not_implemented_are_refused(modes, words, tmp_path: Path, capsys):
+    # they had fallen back to mean pooling (and mean + CLS to CLS alone) without a word
+    folder = tmp_path / "ck"
+    path = write_synthetic_bert(folder)
+    (folder / "1_Pooling").mkdir()
+    config = {"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False, **modes}
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=words) as err:
+        pooling_of(load_checkpoint(path))
+    assert err.value.key == "CHECKPOINT" and str(folder / "1_Pooling" / "config.json") in err.value.message
+    with pytest.raises(ConfigError, match=words):
+        encode("the cat", path)
+    assert encode("the cat", path, pooling="mean").shape == (8,)  # a pooling given is used, the file not read
+    out_csv = tmp_path / "f.csv"
+    assert cli_main(["forward", "the cat", "--checkpoint", str(folder), "--no-meanfield", "--embedding", "--csv", str(out_csv)]) == 2
+    assert f"--checkpoint: {folder / '1_Pooling' / 'config.json'}" in capsys.readouterr().err and not out_csv.exists()
