@@ -40,7 +40,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=DEFAULT_OUT, metavar="OUT.h5",
                    help=f"HDF5 output (default {DEFAULT_OUT}); an existing file is replaced only if it is this command's "
                         "own earlier output (the default path, or a run of the same experiment)")
-    p.add_argument("--plot", default="figures/default_run.png", metavar="F.png", help="picture (default figures/default_run.png)")
+    p.add_argument("--plot", default="figures/default_run.png", metavar="F.png", help="picture (default figures/default_run.png); a .gif, or a video such as .mp4 where ffmpeg is found, "
+                        "makes an animation")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last committed frame "
                                                           "(with the same --set options)")
@@ -75,10 +76,9 @@ def main(args: argparse.Namespace) -> int:
         print(nothing_to_resume(run, args.out))
         return 0
     print(run.summary())
-    if args.plot.lower().endswith(".gif"):
-        run.animate(args.plot)
-    else:
-        run.plot(args.plot)
+    from meanfield.cli.simulate import draw
+
+    draw(run, args.plot)
     print(f"trajectory: {Path(args.out)}")
     print(f"picture:    {Path(args.plot)}")
     print(f"done in {time.perf_counter() - started:.1f} s")

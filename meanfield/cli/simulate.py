@@ -27,7 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in OUT.h5 from its last saved frame")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT.h5")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--plot", metavar="F.png", help="also draw the run (a .gif makes an animation)")
+    p.add_argument("--plot", metavar="F.png", help="also draw the run (a .gif, or a video such as .mp4 where ffmpeg is found, makes an animation)")
     p.set_defaults(func=main, interrupted="interrupted; saved frames are kept, --resume continues")
 
 
@@ -59,8 +59,15 @@ def main(args: argparse.Namespace) -> int:
 
 
 def draw(run: object, path: str) -> None:
-    """A picture of the run, or an animation when ``path`` ends in ``.gif``."""
-    if str(path).lower().endswith(".gif"):
+    """A picture of the run, or an animation when ``path`` names one (``.gif``, or a video such as ``.mp4``): the one
+    dispatcher of ``--plot`` for ``simulate``, ``info`` and ``run``, on the suffixes
+    :func:`~meanfield.cli.options.picture_path` accepts as animations (``F.mp4`` had passed that check, then gone to
+    ``run.plot()`` and failed after the whole run)."""
+    from pathlib import Path
+
+    from meanfield.plotting.canvas import ANIMATION_FORMATS, VIDEO_FORMATS
+
+    if Path(path).suffix.lower() in ANIMATION_FORMATS + VIDEO_FORMATS:
         run.animate(path)  # type: ignore[attr-defined]
     else:
         run.plot(path)  # type: ignore[attr-defined]

@@ -1,6 +1,8 @@
 """Pictures: every plotting function returns a Figure (saved when given a path) and draws what it says."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from matplotlib import colors as mcolors
@@ -329,3 +331,29 @@ def test_run_plot_and_animate_name_a_bad_option_before_drawing(tmp_path, method,
     with pytest.raises(error, match=f"^{name}"):
         getattr(run, method)(path, **options)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_video_plot_path_makes_an_animation_in_simulate_info_and_run(tmp_path, monkeypatch, capsys):
+    # with ffmpeg found, --plot v.mp4 passed the up-front check, then went to run.plot() and failed after the whole run
+    from matplotlib import animation as manimation
+
+    from meanfield.cli import main
+
+    saved = []
+
+    def fake_save(self, filename, writer=None, **kwargs):  # (no ffmpeg needed: the file the writer would get)
+        saved.append((type(self).__name__, str(filename), writer))
+        self._draw_was_started = True  # noqa: SLF001 (no "deleted without rendering" warning from the faked save)
+        open(filename, "wb").close()
+
+    monkeypatch.setattr(manimation.writers, "is_available", lambda name: True)
+    monkeypatch.setattr(manimation.Animation, "save", fake_save)
+    monkeypatch.chdir(tmp_path)
+    default = str(Path(__file__).resolve().parents[3] / "data" / "default.toml")
+    short = ["--quiet", "--set", "init.n=8", "--set", "solver.t_final=0.5", "--set", "solver.save_every=0.25"]
+    assert main(["simulate", default, "-o", "v.h5", *short, "--plot", "v.mp4"]) == 0
+    assert main(["info", "v.h5", "--plot", "i.MOV"]) == 0
+    assert main(["run", "--out", "r.h5", *short, "--plot", "r.webm"]) == 0
+    assert saved == [("FuncAnimation", "v.mp4", "ffmpeg"), ("FuncAnimation", "i.MOV", "ffmpeg"),
+                     ("FuncAnimation", "r.webm", "ffmpeg")]
+    assert "wrote v.mp4" in capsys.readouterr().out
