@@ -85,6 +85,30 @@ def _shown(rho: np.ndarray, norm: mcolors.Normalize) -> np.ndarray:
     return np.where(rho > 0, np.maximum(rho, norm.vmin), 0.5 * norm.vmin)
 
 
+#: the widest raster a map is drawn on (longitudes; 1440 × 720 pixels of 0.25°, or 1440² across an orthographic disc):
+#: memory (the pixels' cell indices) and drawing time stay bounded whatever the mesh
+MAX_RASTER = 1440
+
+
+def _raster_width(mesh: SphericalMesh, *, floor: int, disc: bool = False) -> tuple[int, str]:
+    r"""Pixels across a map of ``mesh`` such that a pixel is at most half the side :math:`\sqrt{A_c}` of the smallest
+    cell, at least ``floor`` and at most :data:`MAX_RASTER`; and a note for the figure when the cap leaves cells smaller
+    than two pixels (else ``""``).
+
+    A fixed 240-pixel map had missed most cap cells of a graded mesh (side ≈ 0.009 rad, pixel 0.026 rad): its peak
+    density, the top of the colour bar, was drawn nowhere.  ``disc``: an orthographic disc (diameter 2) rather than a
+    longitude–latitude map (width :math:`2\pi`).
+    """
+    side = float(np.sqrt(np.min(mesh.areas)))
+    span = 2.0 if disc else 2.0 * math.pi
+    need = math.ceil(2.0 * span / side) if side > 0 else MAX_RASTER + 1
+    width = min(max(int(floor), need), MAX_RASTER)
+    if need <= MAX_RASTER:
+        return width, ""
+    pixel = math.degrees(span / width)
+    return width, f"; map raster capped at {width} pixels ({pixel:.2g}°): cells smaller than {2 * pixel:.2g}° are not all drawn"
+
+
 def _lonlat_raster(mesh: SphericalMesh, nlon: int, rotation: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cell index of every pixel of a (nlon/2, nlon) longitude–latitude raster, and the pixel edges.
 
@@ -140,7 +164,7 @@ def plot_density_mollweide(
     log: bool = False,
     vmin: float | None = None,
     vmax: float | None = None,
-    resolution: int = 360,
+    resolution: int | None = None,
     colorbar: bool = True,
     rotation: np.ndarray | str | None = None,
     dpi: int = 120,
@@ -158,8 +182,9 @@ def plot_density_mollweide(
         An axes with ``projection="mollweide"`` to draw into (then ``path`` saves its figure).
     log : bool
         Logarithmic colour scale (for concentrated densities).
-    resolution : int
-        Raster width in pixels (longitudes).
+    resolution : int, optional
+        Raster width in pixels (longitudes); by default at least 360 and fine enough for the mesh's smallest cells
+        (a pixel at most half a cell's side, up to :data:`MAX_RASTER`).
     rotation : (3, 3) array or "facing", optional
         Turn the sphere before mapping it (rows: the map's axes); ``"facing"``
         puts the mass in the middle of the map, away from its edge.
@@ -175,12 +200,10 @@ def plot_density_mollweide(
         fig = Figure(figsize=(8, 4.5))
         ax = fig.add_subplot(111, projection="mollweide")
     fig = ax.figure
-    cells, lon_e, lat_e = _lonlat_raster(mesh, resolution, rotation)
+    if resolution is None:
+        resolution = _raster_width(mesh, floor=360)[0]
     norm = _norm(rho, vmin=vmin, vmax=vmax, log=log)
-    mappable = ax.pcolormesh(lon_e, lat_e, _shown(rho, norm)[cells], cmap=_colours(cmap), norm=norm, shading="flat",
-                             rasterized=True)
-    ax.grid(True, alpha=0.3)
-    ax.set_xticklabels([])
+    mappable = _draw_map(ax, _shown(rho, norm), _lonlat_raster(mesh, resolution, rotation), norm=norm, cmap=cmap)
     if title:
         ax.set_title(title)
     if colorbar:
@@ -188,6 +211,17 @@ def plot_density_mollweide(
                      label="density m/A" + (" (log scale)" if log else ""))
     save(fig, path, dpi=dpi)
     return fig
+
+
+def _draw_map(ax: Any, shown: np.ndarray, raster: tuple[np.ndarray, np.ndarray, np.ndarray], *, norm: mcolors.Normalize,
+              cmap: str) -> Any:
+    """Cell values ``shown`` on the Mollweide axes ``ax`` through the raster ``(cells, lon_e, lat_e)`` of
+    :func:`_lonlat_raster`; the mappable."""
+    cells, lon_e, lat_e = raster
+    mappable = ax.pcolormesh(lon_e, lat_e, shown[cells], cmap=_colours(cmap), norm=norm, shading="flat", rasterized=True)
+    ax.grid(True, alpha=0.3)
+    ax.set_xticklabels([])
+    return mappable
 
 
 def plot_density_orthographic(
@@ -329,7 +363,7 @@ def animate_density(
     fps: int = 8,
     log: bool = True,
     cmap: str = "viridis",
-    resolution: int = 240,
+    resolution: int | None = None,
     fixed_scale: bool = True,
     dpi: int = 80,
 ) -> FuncAnimation:
@@ -347,6 +381,9 @@ def animate_density(
         Viewing direction of the orthographic disc (default: facing the final mass).
     log : bool
         Logarithmic colour scale (default).
+    resolution : int, optional
+        Pixels across the map (or the disc); by default at least 240 and fine enough for the mesh's smallest cells (a
+        pixel at most half a cell's side, up to :data:`MAX_RASTER`, said in the figure's title when the cap binds).
     fixed_scale : bool
         One colour scale for all frames (the overall range); otherwise per frame.
 
@@ -366,6 +403,9 @@ def animate_density(
     rhos = [_shown(r, frame_norm) for r, frame_norm in zip(raw, norms)]
     cmap = _colours(cmap)
     final = np.asarray(masses[-1], dtype=float)
+    note = ""
+    if resolution is None:
+        resolution, note = _raster_width(mesh, floor=240, disc=view == "orthographic")
     if view == "mollweide":
         fig = Figure(figsize=(7, 4.3))
         ax = fig.add_subplot(111, projection="mollweide")
@@ -393,6 +433,8 @@ def animate_density(
 
     fig.colorbar(artist, ax=ax, orientation="horizontal", fraction=0.05, pad=0.06,
                  label="density m/A" + (" (log scale)" if log else ""))
+    if note:
+        fig.suptitle(note.removeprefix("; "), fontsize=7)
     title = ax.set_title(f"t = {float(t[0]):.3g}")
 
     def update(k: int) -> tuple[Any, ...]:
@@ -444,6 +486,8 @@ def plot_grid_run(
     rho = np.concatenate([masses[k] / mesh.areas for k in picks])
     norm = _norm(rho, vmin=None, vmax=None, log=log)
     rotation = facing_rotation(mesh.points, masses[picks[-1]])
+    width, note = _raster_width(mesh, floor=240)
+    raster = _lonlat_raster(mesh, width, rotation)  # (one raster for every map: they share the turn)
     rows = 2 if diags else 1
     fig = Figure(figsize=(4.6 * len(picks), 3.3 * rows + 0.9), layout="constrained")
     grid = fig.add_gridspec(rows, len(picks))
@@ -451,8 +495,8 @@ def plot_grid_run(
     for col, k in enumerate(picks):
         ax = fig.add_subplot(grid[0, col], projection="mollweide")
         maps.append(ax)
-        plot_density_mollweide(mesh, masses[k], ax=ax, vmin=norm.vmin, vmax=norm.vmax, log=log, colorbar=False,
-                               title=f"t = {t[k]:.3g}", resolution=240, rotation=rotation)
+        _draw_map(ax, _shown(masses[k] / mesh.areas, norm), raster, norm=norm, cmap="viridis")
+        ax.set_title(f"t = {t[k]:.3g}")
         ax.set_yticklabels([])
     import matplotlib
 
@@ -473,7 +517,7 @@ def plot_grid_run(
                 ax.set_yscale("symlog", linthresh=1e-16)
                 ax.set_ylim(-top, top)
     empty = "; grey: no mass" if log and np.any(rho <= 0) else ""
-    fig.suptitle((title + "\n" if title else "") + f"grid density on S², N = {mesh.N} cells; map turned to face the mass{empty}",
+    fig.suptitle((title + "\n" if title else "") + f"grid density on S², N = {mesh.N} cells; map turned to face the mass{empty}{note}",
                  fontsize=10)
     save(fig, path, dpi=dpi)
     return fig

@@ -357,3 +357,33 @@ def test_a_video_plot_path_makes_an_animation_in_simulate_info_and_run(tmp_path,
     assert saved == [("FuncAnimation", "v.mp4", "ffmpeg"), ("FuncAnimation", "i.MOV", "ffmpeg"),
                      ("FuncAnimation", "r.webm", "ffmpeg")]
     assert "wrote v.mp4" in capsys.readouterr().out
+
+
+def _largest_quadmesh_values(fig):
+    from matplotlib.collections import QuadMesh
+
+    meshes = [c for ax in fig.axes for c in ax.collections if isinstance(c, QuadMesh)]
+    return np.asarray(max(meshes, key=lambda c: c.get_array().size).get_array())
+
+
+def test_maps_of_a_graded_mesh_draw_its_finest_cells_and_its_peak_density(monkeypatch):
+    # a fixed 240-pixel raster had missed most cap cells of a graded mesh: the peak (the colour bar's top) was drawn nowhere
+    from meanfield.geometry.graded import graded_mesh
+
+    msh = graded_mesh(300, [[1, 0, 0], [-1, 0, 0]])
+    p = msh.points
+    mass = np.exp((np.abs(p[:, 0]) - 1) / 0.02**2) * msh.areas
+    mass /= mass.sum()
+    rho = mass / msh.areas
+    fig = density.plot_grid_run(msh, np.array([0.0]), mass[None])
+    drawn = _largest_quadmesh_values(fig)
+    seen = rho > 1e-8 * rho.max()  # (below: drawn at the log scale's floor)
+    assert drawn.max() == rho.max() and np.isin(rho[seen], drawn).all()  # every cell with mass, the densest too
+    assert "not all drawn" not in fig._suptitle.get_text()  # noqa: SLF001
+    anim = density.animate_density(msh, [0.0], [mass])
+    assert _largest_quadmesh_values(anim._fig).max() == rho.max()  # noqa: SLF001
+    anim._draw_was_started = True  # noqa: SLF001 (never saved)
+    monkeypatch.setattr(density, "MAX_RASTER", 256)  # the cap binds: said in the figure
+    fig = density.plot_grid_run(msh, np.array([0.0]), mass[None])
+    assert _largest_quadmesh_values(fig).size == 256 * 128
+    assert "map raster capped at 256 pixels" in fig._suptitle.get_text()  # noqa: SLF001
