@@ -176,14 +176,18 @@ def draw_sphere(ax: Any, rotation: np.ndarray, *, grid: bool = True) -> None:
     ax.set_axis_off()
 
 
-def _merge_coincident(p: np.ndarray, sizes: np.ndarray, colors: np.ndarray | None, tol: float):
-    """Tokens that sit on one spot (a collapsed cluster) as one marker whose area grows with their number."""
+def _merge_coincident(p: np.ndarray, sizes: np.ndarray, colors: np.ndarray | None, tol: float, *, by_mass: bool = False):
+    """Tokens that sit on one spot (a collapsed cluster) as one marker: of area mean · √count for tokens of equal mass,
+    or, ``by_mass`` (areas ∝ token masses), the sum of their areas, so that the marker's area stays ∝ the cluster's
+    mass (four tokens of mass 0.1 had been drawn like one token of mass 0.2)."""
     keys = np.round(p / tol).astype(np.int64)
     _, first, inverse, counts = np.unique(keys, axis=0, return_index=True, return_inverse=True, return_counts=True)
     inverse = inverse.ravel()
     if counts.max() == 1:
         return p, sizes, colors
-    merged_sizes = np.bincount(inverse, weights=sizes) / counts * np.sqrt(counts)
+    merged_sizes = np.bincount(inverse, weights=sizes)
+    if not by_mass:
+        merged_sizes = merged_sizes / counts * np.sqrt(counts)
     return p[first], merged_sizes, None if colors is None else colors[first]
 
 
@@ -210,7 +214,8 @@ def draw_points(
     """Tokens on the sphere: front hemisphere solid and on top, back hemisphere faint, small and hollow.
 
     Tokens within ``merge_tol`` of each other (a collapsed cluster) are drawn as one
-    marker whose area grows like the square root of their number, so a cluster shows its weight.
+    marker whose area grows like the square root of their number, so a cluster shows its weight; with token masses
+    ``weights`` (not all equal) its area is the sum of theirs, ∝ the cluster's mass like every other marker.
     Values ``color`` with a ``cmap`` map through ``norm``, by default the range of all of them, so a token's
     colour does not depend on which hemisphere or which tokens are drawn.
     """
@@ -222,7 +227,8 @@ def draw_points(
 
         norm = Normalize(float(colors.min()), float(colors.max()))
     if merge_tol > 0:
-        p, sizes, colors = _merge_coincident(p, sizes, colors, merge_tol)
+        by_mass = weights is not None and np.size(weights) > 0 and np.ptp(np.asarray(weights, dtype=float)) > 0
+        p, sizes, colors = _merge_coincident(p, sizes, colors, merge_tol, by_mass=by_mass)
     front = p[:, 2] >= 0
     artists = None
     for mask, alpha, scale, z in ((~front, 0.25, 0.5, 3), (front, 0.95, 1.0, 4)):

@@ -387,3 +387,17 @@ def test_maps_of_a_graded_mesh_draw_its_finest_cells_and_its_peak_density(monkey
     fig = density.plot_grid_run(msh, np.array([0.0]), mass[None])
     assert _largest_quadmesh_values(fig).size == 256 * 128
     assert "map raster capped at 256 pixels" in fig._suptitle.get_text()  # noqa: SLF001
+
+
+def test_a_collapsed_cluster_of_weighted_tokens_is_drawn_by_its_summed_mass():
+    # four tokens of mass 0.1 on one spot had been drawn like one token of mass 0.2 (mean area · √4), though the figure
+    # says "marker area ∝ token mass"
+    x = np.array([[1, 0, 0]] * 4 + [[0, 1, 0]] + [[0, 0, 1]], float)[None]
+    w = np.array([0.1, 0.1, 0.1, 0.1, 0.4, 0.2])
+    fig = particles.plot_particle_run(np.array([0.0]), x, weights=w)
+    sizes = np.concatenate([c.get_sizes() for c in fig.axes[0].collections])
+    np.testing.assert_allclose(sorted(sizes), [156.767, 313.535, 313.535], rtol=1e-5)  # the cluster = the 0.4 token
+    # tokens of equal mass keep the √count rule
+    fig = particles.plot_particle_run(np.array([0.0]), x)
+    one = particles._marker_size(6)  # noqa: SLF001
+    np.testing.assert_allclose(sorted(np.concatenate([c.get_sizes() for c in fig.axes[0].collections])), [one, one, 2 * one])
