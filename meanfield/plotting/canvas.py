@@ -216,16 +216,20 @@ def draw_points(
     Tokens within ``merge_tol`` of each other (a collapsed cluster) are drawn as one
     marker whose area grows like the square root of their number, so a cluster shows its weight; with token masses
     ``weights`` (not all equal) its area is the sum of theirs, ∝ the cluster's mass like every other marker.
-    Values ``color`` with a ``cmap`` map through ``norm``, by default the range of all of them, so a token's
-    colour does not depend on which hemisphere or which tokens are drawn.
+    Numeric values ``color`` (one per token) map through ``cmap`` (default viridis) and ``norm``, by default the range
+    of all of them, so a token's colour does not depend on which hemisphere or which tokens are drawn (without a
+    ``cmap`` each hemisphere's scatter had scaled to its own tokens).
     """
     p = np.asarray(x, dtype=float)[:, :3] @ rotation.T
     sizes = np.broadcast_to(marker_areas(size, weights), (p.shape[0],)).astype(float)
     colors = np.asarray(color) if not isinstance(color, str) and np.shape(color)[:1] == (p.shape[0],) else None
-    if cmap is not None and norm is None and colors is not None and colors.ndim == 1 and colors.size:
+    values = colors is not None and colors.ndim == 1 and colors.size > 0 and colors.dtype.kind in "biuf"
+    if values and norm is None:
         from matplotlib.colors import Normalize  # one scale for every token (both hemispheres), not one per scatter
 
         norm = Normalize(float(colors.min()), float(colors.max()))
+    if values and cmap is None:
+        cmap = "viridis"
     if merge_tol > 0:
         by_mass = weights is not None and np.size(weights) > 0 and np.ptp(np.asarray(weights, dtype=float)) > 0
         p, sizes, colors = _merge_coincident(p, sizes, colors, merge_tol, by_mass=by_mass)

@@ -69,7 +69,7 @@ def plot_particles_sphere(
     weights : (n,) array, optional
         Marker areas proportional to the weights (mean area ``size``).
     color : optional
-        A colour, or one value per token.
+        A colour, or one value per token (viridis, one scale for both hemispheres).
 
     Returns
     -------

@@ -401,3 +401,13 @@ def test_a_collapsed_cluster_of_weighted_tokens_is_drawn_by_its_summed_mass():
     fig = particles.plot_particle_run(np.array([0.0]), x)
     one = particles._marker_size(6)  # noqa: SLF001
     np.testing.assert_allclose(sorted(np.concatenate([c.get_sizes() for c in fig.axes[0].collections])), [one, one, 2 * one])
+
+
+def test_token_values_have_one_colour_scale_on_both_hemispheres():
+    # without a cmap, the back and the front scatter had each scaled to its own tokens: 0 and 3 drew the same colour
+    x = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [-1, 0, 0], [0, -1, 0], [0, 0, -1]], float)
+    fig = particles.plot_particles_sphere(x, view=(1, 1, 1), color=np.arange(6.0))
+    scatters = fig.axes[0].collections
+    assert len(scatters) == 2 and all(c.get_clim() == (0.0, 5.0) for c in scatters)
+    rgba = {int(v): tuple(c.to_rgba(np.array([v]))[0]) for c in scatters for v in np.asarray(c.get_array())}
+    assert len(set(rgba.values())) == 6
