@@ -468,7 +468,8 @@ def plot_grid_run(
     Top row: Mollweide maps of the density :math:`m_c/A_c` at ``frames`` saved
     times (first, …, last) on one colour scale (logarithmic by default), with a
     colour bar, the sphere turned so that the final mass sits in the middle of
-    the map; bottom: the recorded energy, speed and mass error against time.
+    the map; bottom: every recorded series of the energy, W₂ to the target, largest speed and mass error against time,
+    one panel each (they had been as many as the maps: one map showed the energy alone).
 
     Returns
     -------
@@ -479,21 +480,24 @@ def plot_grid_run(
     if masses.ndim != 2 or masses.shape[1] != mesh.N or not len(t):
         raise ValueError(f"masses of shape {masses.shape}, expected (T, {mesh.N}) with T >= 1")
     picks = sorted({int(round(k)) for k in np.linspace(0, len(t) - 1, min(frames, len(t)))})
-    labels = {"energy": "interaction energy E", "max_speed": "largest speed max |X|", "mass_error": "mass error |Σm(t) − Σm(0)|",
-              "w2_target": "W₂ to Π♯ρ₀"}
-    diags = {k: np.asarray(v, dtype=float) for k, v in (diagnostics or {}).items()
-             if k in labels and len(v) == len(t) and np.isfinite(np.asarray(v, dtype=float)).any()}  # (an overflowed energy: left out)
+    labels = {"energy": "interaction energy E", "w2_target": "W₂ to Π♯ρ₀", "max_speed": "largest speed max |X|",
+              "mass_error": "mass error |Σm(t) − Σm(0)|"}  # (the bottom row's order)
+    diagnostics = diagnostics or {}
+    diags = {k: np.asarray(diagnostics[k], dtype=float) for k in labels
+             if k in diagnostics and len(diagnostics[k]) == len(t)
+             and np.isfinite(np.asarray(diagnostics[k], dtype=float)).any()}  # (an overflowed energy: left out)
     rho = np.concatenate([masses[k] / mesh.areas for k in picks])
     norm = _norm(rho, vmin=None, vmax=None, log=log)
     rotation = facing_rotation(mesh.points, masses[picks[-1]])
     width, note = _raster_width(mesh, floor=240)
     raster = _lonlat_raster(mesh, width, rotation)  # (one raster for every map: they share the turn)
     rows = 2 if diags else 1
-    fig = Figure(figsize=(4.6 * len(picks), 3.3 * rows + 0.9), layout="constrained")
-    grid = fig.add_gridspec(rows, len(picks))
+    fig = Figure(figsize=(max(4.6 * len(picks), 3.4 * len(diags)), 3.3 * rows + 0.9), layout="constrained")
+    outer = fig.add_gridspec(rows, 1)
+    top = outer[0].subgridspec(1, len(picks))
     maps = []
     for col, k in enumerate(picks):
-        ax = fig.add_subplot(grid[0, col], projection="mollweide")
+        ax = fig.add_subplot(top[0, col], projection="mollweide")
         maps.append(ax)
         _draw_map(ax, _shown(masses[k] / mesh.areas, norm), raster, norm=norm, cmap="viridis")
         ax.set_title(f"t = {t[k]:.3g}")
@@ -504,8 +508,9 @@ def plot_grid_run(
     fig.colorbar(mappable, ax=maps, orientation="vertical", fraction=0.025, pad=0.01,
                  label="density m/A" + (" (log scale)" if log else ""))
     if diags:
-        for col, (key, series) in enumerate(list(diags.items())[: len(picks)]):
-            ax = fig.add_subplot(grid[1, col])
+        bottom = outer[1].subgridspec(1, len(diags))  # one panel per series, however many maps
+        for col, (key, series) in enumerate(diags.items()):
+            ax = fig.add_subplot(bottom[0, col])
             ax.plot(t, series, marker=".")
             ax.set_xlabel("time t")
             ax.set_ylabel(labels[key])

@@ -411,3 +411,16 @@ def test_token_values_have_one_colour_scale_on_both_hemispheres():
     assert len(scatters) == 2 and all(c.get_clim() == (0.0, 5.0) for c in scatters)
     rgba = {int(v): tuple(c.to_rgba(np.array([v]))[0]) for c in scatters for v in np.asarray(c.get_array())}
     assert len(set(rgba.values())) == 6
+
+
+@pytest.mark.parametrize("frames", [1, 3])
+def test_the_grid_summary_draws_every_recorded_series_whatever_the_number_of_maps(frames):
+    # the bottom row had one panel per map: one map showed the energy alone, two dropped the largest speed
+    msh = M.fibonacci_mesh(120)
+    masses = np.stack([M.initial_mass(msh, "vmf", kappa=k) for k in (1.0, 5.0, 20.0)])
+    series = {"mass_error": np.zeros(3), "max_speed": np.array([1.0, 0.5, 0.2]), "energy": np.array([1.0, 1.1, 1.2]),
+              "w2_target": np.array([0.3, 0.2, 0.1])}
+    fig = density.plot_grid_run(msh, np.array([0.0, 0.5, 1.0]), masses, diagnostics=series, frames=frames)
+    assert len([ax for ax in fig.axes if ax.name == "mollweide"]) == frames
+    assert [ax.get_ylabel() for ax in fig.axes if ax.get_xlabel() == "time t"] == [
+        "interaction energy E", "W₂ to Π♯ρ₀", "largest speed max |X|", "mass error |Σm(t) − Σm(0)|"]
