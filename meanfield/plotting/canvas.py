@@ -26,6 +26,7 @@ __all__ = [
     "facing_view",
     "draw_sphere",
     "draw_points",
+    "check_frames",
 ]
 
 
@@ -76,6 +77,29 @@ def check_picture_path(path: str | Path | None, *, animation: bool = False) -> P
     if path.is_file() and is_hdf5(path):
         raise ValueError(f"path: {path} is a run file (HDF5): the picture would replace it; give the picture its own name")
     return path
+
+
+def check_frames(frames: Any, t: Any, *, name: str, masses: bool = False) -> None:
+    """Every frame of ``frames`` (T, …) finite and, ``masses``, of positive total mass; else a ``ValueError`` naming
+    ``name`` and the first bad frame, before anything is drawn (a NaN frame had been a ``LinAlgError: Eigenvalues did
+    not converge`` of the view facing the mass, an all-NaN map a zero-size reduction).
+
+    ``t``: the frames' times (named with the frame; fewer than the frames is left to the caller's shape check).
+    """
+    data = np.asarray(frames, dtype=float)
+    if data.ndim == 0 or not data.size:
+        return
+    flat = data.reshape(data.shape[0], -1)
+    finite = np.isfinite(flat).all(axis=1)
+    totals = flat.sum(axis=1) if masses else np.ones(flat.shape[0])
+    bad = np.flatnonzero(~finite | ~(totals > 0) if masses else ~finite)
+    if not bad.size:
+        return
+    k = int(bad[0])
+    when = f" (t = {float(np.asarray(t, dtype=float).ravel()[k]):.4g})" if k < np.size(t) else ""
+    if not finite[k]:
+        raise ValueError(f"{name}: frame {k}{when} holds non-finite values (NaN or ±inf)")
+    raise ValueError(f"{name}: frame {k}{when} has total mass {float(totals[k]):g}; there is no mass to draw")
 
 
 def save(fig: Figure, path: str | Path | None, *, dpi: int = 110) -> Figure:

@@ -32,7 +32,7 @@ from matplotlib.animation import FuncAnimation
 from matplotlib.figure import Figure
 
 from meanfield.geometry.mesh import SphericalMesh
-from meanfield.plotting.canvas import check_picture_path, facing_rotation, facing_view, save, save_animation
+from meanfield.plotting.canvas import check_frames, check_picture_path, facing_rotation, facing_view, save, save_animation
 
 __all__ = [
     "plot_density",
@@ -51,6 +51,8 @@ def _density(mesh: SphericalMesh, mass: np.ndarray) -> np.ndarray:
     mass = np.asarray(mass, dtype=float)
     if mass.shape != (mesh.N,):
         raise ValueError(f"mass must have shape ({mesh.N},), got {mass.shape}")
+    if not np.all(np.isfinite(mass)):
+        raise ValueError(f"mass holds {int(np.sum(~np.isfinite(mass)))} non-finite values (NaN or ±inf) of {mesh.N}")
     return mass / mesh.areas
 
 
@@ -195,6 +197,7 @@ def plot_density_mollweide(
     """
     rho = _density(mesh, mass)
     if isinstance(rotation, str):
+        check_frames(np.asarray(mass, dtype=float)[None], [], name="mass", masses=True)  # (facing needs some mass)
         rotation = facing_rotation(mesh.points, np.asarray(mass, dtype=float))
     if ax is None:
         fig = Figure(figsize=(8, 4.5))
@@ -394,6 +397,7 @@ def animate_density(
     check_picture_path(path, animation=True)  # before any frame is drawn
     if len(t) != len(masses) or not len(t):
         raise ValueError(f"need as many times as frames (got {len(t)} and {len(masses)})")
+    check_frames(masses, t, name="masses", masses=True)
     if view not in ("mollweide", "orthographic"):
         raise ValueError(f"view must be 'mollweide' or 'orthographic', got {view!r}")
     raw = [_density(mesh, m) for m in masses]
@@ -479,6 +483,7 @@ def plot_grid_run(
     masses = np.asarray(masses, dtype=float)
     if masses.ndim != 2 or masses.shape[1] != mesh.N or not len(t):
         raise ValueError(f"masses of shape {masses.shape}, expected (T, {mesh.N}) with T >= 1")
+    check_frames(masses, t, name="masses", masses=True)
     picks = sorted({int(round(k)) for k in np.linspace(0, len(t) - 1, min(frames, len(t)))})
     labels = {"energy": "interaction energy E", "w2_target": "W₂ to Π♯ρ₀", "max_speed": "largest speed max |X|",
               "mass_error": "mass error |Σm(t) − Σm(0)|"}  # (the bottom row's order)

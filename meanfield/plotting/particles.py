@@ -19,7 +19,7 @@ import numpy as np
 from matplotlib.animation import FuncAnimation
 
 from meanfield.plotting.canvas import (
-    check_picture_path, draw_points, draw_sphere, facing_view, marker_areas, new_figure, rotation_to, save, save_animation,
+    check_frames, check_picture_path, draw_points, draw_sphere, facing_view, marker_areas, new_figure, rotation_to, save, save_animation,
 )
 
 __all__ = [
@@ -80,6 +80,10 @@ def plot_particles_sphere(
         raise ValueError(f"x must have shape (n, 3), got {x.shape}")
     if weights is not None and np.shape(weights) != (x.shape[0],):
         raise ValueError(f"weights must have shape ({x.shape[0]},), got {np.shape(weights)}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("x holds non-finite coordinates (NaN or ±inf)")
+    if weights is not None:
+        _token_weights(weights, x.shape[0])  # finite masses ≥ 0 of positive total
     if ax is None:
         fig = new_figure(figsize=(4.5, 4.5))
         ax = fig.add_subplot(111)
@@ -123,6 +127,7 @@ def plot_particle_run(
     x = np.asarray(x)
     if x.ndim != 3 or x.shape[2] != 3:
         raise ValueError(f"x must have shape (T, n, 3), got {x.shape}")
+    check_frames(x, t, name="x")
     weights = _token_weights(weights, x.shape[1])
     picks = _picks(len(t), snapshots)
     # the first series with a finite value (an energy past the largest float, β⟨x, By⟩ > 709, had left an empty panel)
@@ -167,6 +172,8 @@ def _token_weights(weights: np.ndarray | None, n: int) -> np.ndarray | None:
         raise ValueError(f"weights must be {n} masses, got shape {w.shape}")
     if not (np.all(np.isfinite(w)) and np.all(w >= 0)):
         raise ValueError(f"weights must be finite masses ≥ 0, got {w[~(np.isfinite(w) & (w >= 0))][:3].tolist()} among them")
+    if n and not w.sum() > 0:
+        raise ValueError("weights sum to 0: no token carries mass to draw")
     return None if np.all(w == w[0]) else w
 
 
@@ -237,6 +244,7 @@ def plot_high_dim_run(
     x = np.asarray(x, dtype=float)
     if x.ndim != 3:
         raise ValueError(f"x must have shape (T, n, d), got {x.shape}")
+    check_frames(x, t, name="x")
     weights = _token_weights(weights, x.shape[1])
     sizes = marker_areas(12.0, weights)
     picks = _picks(len(t), snapshots)
@@ -293,6 +301,7 @@ def animate_particles(
     x = np.asarray(x, dtype=float)
     if x.ndim != 3 or not len(t):
         raise ValueError(f"need frames x of shape (T, n, d) with T >= 1, got {x.shape}")
+    check_frames(x, t, name="x")
     weights = _token_weights(weights, x.shape[1])
     fig = new_figure(figsize=(4.2, 4.4))
     ax = fig.add_subplot(111)

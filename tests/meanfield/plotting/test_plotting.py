@@ -424,3 +424,27 @@ def test_the_grid_summary_draws_every_recorded_series_whatever_the_number_of_map
     assert len([ax for ax in fig.axes if ax.name == "mollweide"]) == frames
     assert [ax.get_ylabel() for ax in fig.axes if ax.get_xlabel() == "time t"] == [
         "interaction energy E", "W₂ to Π♯ρ₀", "largest speed max |X|", "mass error |Σm(t) − Σm(0)|"]
+
+
+def test_a_nan_frame_or_a_massless_frame_is_named_before_anything_is_drawn(tmp_path):
+    # a NaN frame had been a LinAlgError ("Eigenvalues did not converge", "SVD did not converge") of the view facing the
+    # mass, an all-NaN map a zero-size reduction, a massless one a LinAlgError of weights / 0
+    msh = M.fibonacci_mesh(100)
+    u = msh.areas / msh.areas.sum()
+    t = np.array([0.0, 0.5])
+    for masses, match in ((np.vstack([u, np.full(msh.N, np.nan)]), r"^masses: frame 1 \(t = 0.5\) holds non-finite"),
+                          (np.vstack([np.zeros(msh.N), u]), r"^masses: frame 0 \(t = 0\) has total mass 0")):
+        with pytest.raises(ValueError, match=match):
+            density.plot_grid_run(msh, t, masses)
+        with pytest.raises(ValueError, match=match):
+            density.animate_density(msh, t, list(masses), tmp_path / "a.gif")
+    with pytest.raises(ValueError, match="^mass holds 1 non-finite"):
+        density.plot_density_mollweide(msh, np.where(np.arange(msh.N) == 3, np.nan, u))
+    for d, draw in ((3, particles.plot_particle_run), (5, particles.plot_high_dim_run), (5, particles.animate_particles)):
+        x = np.stack([sample_uniform(6, d, seed=0)] * 2)
+        x[1, 2, 0] = np.nan
+        with pytest.raises(ValueError, match=r"^x: frame 1 \(t = 0.5\) holds non-finite"):
+            draw(t, x, tmp_path / ("a.gif" if draw is particles.animate_particles else "a.png"))
+    with pytest.raises(ValueError, match="^weights sum to 0"):
+        particles.plot_particles_sphere(sample_uniform(6, 3, seed=0), weights=np.zeros(6))
+    assert not any(tmp_path.iterdir())
