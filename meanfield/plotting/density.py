@@ -41,6 +41,7 @@ __all__ = [
     "plot_density_3d",
     "animate_density",
     "plot_grid_run",
+    "check_map_options",
 ]
 
 
@@ -128,6 +129,38 @@ def _lonlat_raster(mesh: SphericalMesh, nlon: int, rotation: np.ndarray | None =
     return mesh.cell_of(pts).reshape(nlat, nlon), lon_e, lat_e
 
 
+def check_map_options(options: dict[str, Any]) -> None:
+    """The map options among ``options`` (``view``, ``orthographic_view``, ``resolution``, ``log``, ``fixed_scale``),
+    each named when wrong before anything is drawn: ``orthographic_view=(1, 0)`` had been an IndexError, ``(0, 0, 0)``
+    "'x' must be finite", ``resolution=0`` a GIF of empty maps, ``log="no"`` a log scale, and ``orthographic_view``
+    with the Mollweide view was ignored without a word.
+
+    Raises
+    ------
+    ValueError
+        Naming the option and the value it got.
+    """
+    for name in ("log", "fixed_scale"):
+        if name in options and not isinstance(options[name], (bool, np.bool_)):
+            raise ValueError(f"{name} must be True or False, got {options[name]!r}")
+    if "resolution" in options and options["resolution"] is not None:
+        value = options["resolution"]
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 8:
+            raise ValueError(f"resolution must be an integer ≥ 8 (pixels across the map), got {value!r}")
+    if options.get("orthographic_view") is not None:
+        if options.get("view", "mollweide") != "orthographic":
+            raise ValueError(f"orthographic_view is the direction of view='orthographic'; the view is "
+                             f"{options.get('view', 'mollweide')!r} (give view='orthographic', or drop orthographic_view)")
+        value = options["orthographic_view"]
+        try:
+            direction = np.asarray(value, dtype=float)
+        except (TypeError, ValueError):
+            direction = np.zeros(0)
+        if direction.shape != (3,) or not np.all(np.isfinite(direction)) or not np.any(direction):
+            raise ValueError(f"orthographic_view must be 3 finite numbers, not all 0 (the direction towards the viewer), "
+                             f"got {value!r}")
+
+
 def _rotation_to(view: Sequence[float]) -> np.ndarray:
     """Orthonormal rows ``(e1, e2, e3)`` with ``e3`` the viewing direction (towards the viewer)."""
     e3 = np.asarray(view, dtype=float)
@@ -196,6 +229,8 @@ def plot_density_mollweide(
     Figure
     """
     rho = _density(mesh, mass)
+    if isinstance(rotation, str) and rotation != "facing":
+        raise ValueError(f"rotation must be a (3, 3) array or 'facing', got {rotation!r}")
     if isinstance(rotation, str):
         check_frames(np.asarray(mass, dtype=float)[None], [], name="mass", masses=True)  # (facing needs some mass)
         rotation = facing_rotation(mesh.points, np.asarray(mass, dtype=float))
@@ -395,6 +430,8 @@ def animate_density(
     FuncAnimation
     """
     check_picture_path(path, animation=True)  # before any frame is drawn
+    check_map_options({"view": view, "orthographic_view": orthographic_view, "resolution": resolution, "log": log,
+                       "fixed_scale": fixed_scale})
     if len(t) != len(masses) or not len(t):
         raise ValueError(f"need as many times as frames (got {len(t)} and {len(masses)})")
     check_frames(masses, t, name="masses", masses=True)
@@ -484,6 +521,7 @@ def plot_grid_run(
     if masses.ndim != 2 or masses.shape[1] != mesh.N or not len(t):
         raise ValueError(f"masses of shape {masses.shape}, expected (T, {mesh.N}) with T >= 1")
     check_frames(masses, t, name="masses", masses=True)
+    check_map_options({"log": log})
     picks = sorted({int(round(k)) for k in np.linspace(0, len(t) - 1, min(frames, len(t)))})
     labels = {"energy": "interaction energy E", "w2_target": "W₂ to Π♯ρ₀", "max_speed": "largest speed max |X|",
               "mass_error": "mass error |Σm(t) − Σm(0)|"}  # (the bottom row's order)

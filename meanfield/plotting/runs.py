@@ -10,7 +10,7 @@ import numpy as np
 
 from meanfield.normalization import token_directions
 from meanfield.plotting.canvas import check_picture_path
-from meanfield.plotting.density import animate_density, plot_grid_run
+from meanfield.plotting.density import animate_density, check_map_options, plot_grid_run
 from meanfield.plotting.particles import animate_particles, plot_high_dim_run, plot_particle_run
 
 __all__ = ["plot_run", "animate_run", "run_title"]
@@ -54,8 +54,9 @@ ANIMATE_OPTIONS = {"particle": ("fps", "dpi"),
 
 
 def _check_values(options: dict[str, Any], path: Any) -> None:
-    """The values every kind shares, named when wrong before anything is drawn (``fps=0`` had been a ZeroDivisionError
-    after every frame was drawn, ``dpi=0`` an IndexError, ``title=5`` and ``path=5`` stray TypeErrors)."""
+    """The values every kind shares, and a grid's map options, named when wrong before anything is drawn (``fps=0`` had
+    been a ZeroDivisionError after every frame was drawn, ``dpi=0`` an IndexError, ``title=5`` and ``path=5`` stray
+    TypeErrors, ``resolution=0`` a GIF of empty maps)."""
     for name in ("fps", "dpi"):
         if name in options:
             value = options[name]
@@ -66,6 +67,7 @@ def _check_values(options: dict[str, Any], path: Any) -> None:
         raise TypeError(f"title must be a string, got {type(options['title']).__name__}")
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a file name (str or path), got {type(path).__name__}")
+    check_map_options(options)  # a grid's view, orthographic_view, resolution, log, fixed_scale
 
 
 def _check_options(options: dict[str, Any], known: tuple[str, ...], method: str, kind: str) -> None:

@@ -448,3 +448,34 @@ def test_a_nan_frame_or_a_massless_frame_is_named_before_anything_is_drawn(tmp_p
     with pytest.raises(ValueError, match="^weights sum to 0"):
         particles.plot_particles_sphere(sample_uniform(6, 3, seed=0), weights=np.zeros(6))
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("method, options, name", [
+    ("animate", {"view": "orthographic", "orthographic_view": (1, 0)}, "orthographic_view"),
+    ("animate", {"view": "orthographic", "orthographic_view": (0, 0, 0)}, "orthographic_view"),
+    ("animate", {"view": "orthographic", "orthographic_view": (1, np.nan, 0)}, "orthographic_view"),
+    ("animate", {"orthographic_view": (1, 0, 0)}, "orthographic_view"),  # (with the Mollweide view: ignored)
+    ("animate", {"resolution": 0}, "resolution"), ("animate", {"resolution": 1.5}, "resolution"),
+    ("animate", {"resolution": -5}, "resolution"), ("animate", {"log": "no"}, "log"),
+    ("animate", {"fixed_scale": 1}, "fixed_scale"), ("plot", {"log": "no"}, "log"),
+])
+def test_grid_map_options_are_named_when_wrong_before_drawing(tmp_path, method, options, name):
+    # orthographic_view=(1, 0) had been an IndexError, resolution=0 a GIF of empty maps, log="no" a log scale
+    import meanfield as mf
+
+    run = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), np.full(60, 1 / 60), mesh=M.fibonacci_mesh(60)), mf.GridSolver(),
+                   t_final=0.02, save_every=0.01)
+    with pytest.raises(ValueError, match=f"^{name} "):
+        getattr(run, method)(tmp_path / ("a.gif" if method == "animate" else "p.png"), **options)
+    with pytest.raises(ValueError, match=f"^{name} "):  # the functions themselves too
+        if method == "animate":
+            density.animate_density(run.mesh(), run.t, run.mass, **options)
+        else:
+            density.plot_grid_run(run.mesh(), run.t, run.mass, **options)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_map_rotation_is_an_array_or_facing():
+    msh = M.fibonacci_mesh(60)
+    with pytest.raises(ValueError, match="^rotation must be a"):
+        density.plot_density_mollweide(msh, np.full(60, 1 / 60), rotation="anything")
