@@ -12,6 +12,7 @@ solid and on top, back points faint and small, so the two halves are told apart.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +58,16 @@ def check_picture_path(path: str | Path | None, *, animation: bool = False) -> P
     from meanfield.io.output import IMAGE_FORMATS, check_parent
     from meanfield.io.signature import is_hdf5
 
-    path = Path(path)
+    text = os.fspath(path)  # (before Path drops a trailing slash: "x.png/" had written the file x.png)
     example = "run.gif" if animation else "run.png"
-    if path.is_dir() or not path.suffix or str(path).endswith(("/", "\\")):
+    if not text.strip():
+        raise ValueError(f"path: empty file name; give the picture's file name, e.g. {example}")
+    path = Path(path)
+    if text.endswith(("/", "\\")) and not path.is_dir():
+        stripped = text.rstrip("/\\")
+        hint = stripped if Path(stripped).suffix else str(Path(stripped) / example)
+        raise ValueError(f"path: {text} names a folder (it ends in {text[-1]}); give the picture's file name, e.g. {hint}")
+    if path.is_dir() or not path.suffix:
         raise ValueError(f"path: {path} is {'a folder' if path.is_dir() else 'a name without a suffix'}; give the picture's "
                          f"file name, e.g. {path / example if path.is_dir() else path.with_suffix(Path(example).suffix)}")
     check_parent(path, "path")  # a ConfigError, which is a ValueError

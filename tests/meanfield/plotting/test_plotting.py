@@ -479,3 +479,20 @@ def test_a_map_rotation_is_an_array_or_facing():
     msh = M.fibonacci_mesh(60)
     with pytest.raises(ValueError, match="^rotation must be a"):
         density.plot_density_mollweide(msh, np.full(60, 1 / 60), rotation="anything")
+
+
+def test_a_picture_path_ending_in_a_slash_or_empty_is_refused_by_the_api_and_the_cli(tmp_path, capsys):
+    # "x.png/" had written a file x.png (the slash check ran after Path dropped it); --plot "" read ". is a folder"
+    from meanfield.cli import main
+
+    t = np.array([0.0, 1.0])
+    x = np.stack([sample_uniform(8, 3, seed=1)] * 2)
+    with pytest.raises(ValueError, match=r"^path: .*x\.png/ names a folder \(it ends in /\); .*e\.g\. .*x\.png$"):
+        particles.plot_particle_run(t, x, f"{tmp_path}/x.png/")
+    with pytest.raises(ValueError, match="^path: empty file name"):
+        particles.plot_particle_run(t, x, "")
+    default = str(Path(__file__).resolve().parents[3] / "data" / "default.toml")
+    for plot, message in ((f"{tmp_path}/y.png/", "y.png/ names a folder"), ("", "--plot: empty file name")):
+        assert main(["simulate", default, "-o", str(tmp_path / "r.h5"), "--quiet", "--plot", plot]) == 2
+        assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
