@@ -36,8 +36,55 @@ def plot_concentration(curves: dict[str, np.ndarray], summary: dict[str, Any], p
     return save(fig, path)
 
 
+def _fit_label(fit: Mapping[str, float]) -> str:
+    """`` (R²=…)`` of a fit through three points or more; nothing for two (a line through them: R² is 1 or undefined,
+    and had read "R²=nan")."""
+    return f"  (R²={fit['r2']:.3f})" if np.isfinite(fit.get("r2", math.nan)) else ""
+
+
+def _log_ticks(axis: Any, values: np.ndarray) -> None:
+    """A log axis over ``values`` with no minor labels, and, when its range holds no power of ten (less than a decade:
+    only minor ticks would be labelled, and "5.2×10⁻¹ 5.4×10⁻¹ …" had been printed over each other), major ticks at
+    up to five of the values."""
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+    axis.set_minor_formatter(NullFormatter())
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size and math.floor(math.log10(v.max())) == math.floor(math.log10(v.min())) and v.max() > v.min():
+        ticks = np.unique(v)
+        ticks = ticks[np.unique(np.linspace(0, ticks.size - 1, min(ticks.size, 5)).round().astype(int))]
+        axis.set_ticks(ticks)
+        axis.set_major_formatter(FormatStrFormatter("%.3g"))
+
+
+def _sweep_points(ax: Any, x: np.ndarray, y: np.ndarray, mesh_value: np.ndarray, at_end: np.ndarray, *, end_marker: str,
+                  end_label: str, label: str | None = None) -> None:
+    """One point per β: hollow where the cores fell below the cells before t_min (the mesh's value), ``end_marker``
+    where the minimum is at the last frame (W2 still falling: a bound, not a minimum); legend entries for each kind."""
+    from matplotlib.lines import Line2D
+
+    for hollow in (False, True):
+        for end in (False, True):
+            pick = (mesh_value == hollow) & (at_end == end)
+            if pick.any():
+                ax.plot(x[pick], y[pick], end_marker if end else "o", color="C0", mfc="none" if hollow else "C0", ls="")
+    kinds = [("o", "C0", label, True), ("o", "none", "cores below the cells: the mesh's", mesh_value.any()),
+             (end_marker, "C0", end_label, at_end.any())]
+    handles, labels = ax.get_legend_handles_labels()
+    for marker, face, text, shown in kinds:
+        if text and shown:
+            handles.append(Line2D([], [], marker=marker, color="C0", mfc=face, ls=""))
+            labels.append(text)
+    ax.legend(handles, labels, fontsize=8)
+
+
 def plot_sweep(sweep: Any, path: str | Path | None = None) -> Figure:
-    """Three panels: W2(t) per β (log–log); t_min against log β with its fit; W2_min against √(log(β+1)/β)."""
+    """Three panels: W2(t) per β (log–log); t_min against log β with its fit; W2_min against √(log(β+1)/β).
+
+    A minimum at the last frame (``min_at_end``: W2 still falling) is drawn as a triangle, ▷ where t_min is (at
+    least) and ▽ where W2_min is (at most), not as a minimum; the fits' R² is shown for three βs or more.
+    """
     from meanfield.analysis.projection import concentration_rate
 
     fig = new_figure(figsize=(13.0, 4.2))
@@ -53,7 +100,8 @@ def plot_sweep(sweep: Any, path: str | Path | None = None) -> Figure:
             ax1.loglog(t[mesh_part], w[mesh_part], ":", color=color, lw=1.0)
             keep = keep & (t <= s["t_cores_unresolved"])
         ax1.loglog(t[keep], w[keep], color=color, label=label)
-        ax1.plot([s["t_min"]], [s["w2_min"]], "o", color=color, ms=4, mfc="none" if s.get("cores") else color)
+        ax1.plot([s["t_min"]], [s["w2_min"]], ">" if s.get("min_at_end") else "o", color=color, ms=4,
+                 mfc="none" if s.get("cores") else color)
     from matplotlib.ticker import NullFormatter
 
     ax1.xaxis.set_minor_formatter(NullFormatter())  # (less than two decades of t: the minor labels had overlapped)
@@ -64,31 +112,31 @@ def plot_sweep(sweep: Any, path: str | Path | None = None) -> Figure:
     logb = np.log(sweep.betas)
     t_min = np.array([s["t_min"] for s in sweep.summaries])
     mesh_value = np.array([bool(s.get("cores")) for s in sweep.summaries])  # cores below the cells before t_min
-    ax2.plot(logb[~mesh_value], t_min[~mesh_value], "o", color="C0")
-    if mesh_value.any():
-        ax2.plot(logb[mesh_value], t_min[mesh_value], "o", color="C0", mfc="none", label="cores below the cells: the mesh's")
+    at_end = np.array([bool(s.get("min_at_end")) for s in sweep.summaries])  # W2 still falling at the last frame
     fit = sweep.fit_tmin
     grid = np.linspace(logb.min(), logb.max(), 50)
     ax2.plot(grid, fit["slope"] * grid + fit["intercept"], color="C1",
-             label=f"{fit['slope']:.3g} log β + {fit['intercept']:.3g}  (R²={fit['r2']:.3f})")
+             label=f"{fit['slope']:.3g} log β + {fit['intercept']:.3g}{_fit_label(fit)}")
+    _sweep_points(ax2, logb, t_min, mesh_value, at_end, end_marker=">", end_label="minimum at the last frame: t_min ≥ this")
     ax2.set_xlabel(r"$\log\beta$")
     ax2.set_ylabel(r"$t_{\min}$")
     ax2.grid(alpha=0.3)
-    ax2.legend(fontsize=8)
     rate = concentration_rate(sweep.betas)
     w_min = np.array([s["w2_min"] for s in sweep.summaries])
-    ax3.loglog(rate[~mesh_value], w_min[~mesh_value], "o", color="C0", label=r"$W_{2,\min}$")
-    if mesh_value.any():
-        ax3.loglog(rate[mesh_value], w_min[mesh_value], "o", color="C0", mfc="none", label="cores below the cells: the mesh's")
+    ax3.set_xscale("log")
+    ax3.set_yscale("log")
     fit = sweep.fit_w2min
     grid = np.linspace(np.log(rate.min()), np.log(rate.max()), 50)
     ax3.loglog(np.exp(grid), np.exp(fit["slope"] * grid + fit["intercept"]), color="C1",
-               label=f"∝ rate^{fit['slope']:.3g}  (R²={fit['r2']:.3f})")
+               label=f"∝ rate^{fit['slope']:.3g}{_fit_label(fit)}")
     ax3.loglog(rate, rate, color="0.5", ls=":", label="rate")
+    _sweep_points(ax3, rate, w_min, mesh_value, at_end, end_marker="v", label=r"$W_{2,\min}$",
+                  end_label=r"minimum at the last frame: $W_{2,\min}$ ≤ this")
+    _log_ticks(ax3.xaxis, rate)
+    _log_ticks(ax3.yaxis, np.concatenate([w_min, rate]))
     ax3.set_xlabel(r"$\sqrt{\log(\beta+1)/\beta}$")
     ax3.set_ylabel(r"$W_{2,\min}$")
     ax3.grid(alpha=0.3, which="both")
-    ax3.legend(fontsize=8)
     fig.suptitle(f"concentration onto Π♯ρ₀, {sweep.solver} solver", fontsize=10)
     return save(fig, path)
 

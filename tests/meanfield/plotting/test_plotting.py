@@ -496,3 +496,33 @@ def test_a_picture_path_ending_in_a_slash_or_empty_is_refused_by_the_api_and_the
         assert main(["simulate", default, "-o", str(tmp_path / "r.h5"), "--quiet", "--plot", plot]) == 2
         assert message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_sweep_of_two_close_betas_has_readable_ticks_no_nan_r2_and_marks_a_minimum_at_the_last_frame():
+    # β = 4, 8: the third panel's minor labels had been printed over each other, both legends read "R²=nan", and a
+    # t_min at the last frame (W2 still falling) was drawn as an ordinary minimum
+    import math
+    from types import SimpleNamespace
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.ticker import NullFormatter
+
+    t = np.linspace(0.0, 3.0, 13)
+    sweep = SimpleNamespace(
+        betas=np.array([4.0, 8.0]), solver="particle",
+        curves=[{"t": t, "w2_target": 0.5 * np.exp(-t) + 0.1}, {"t": t, "w2_target": 0.4 * np.exp(-t / 4) + 0.05}],
+        summaries=[{"t_min": 2.0, "w2_min": 0.12, "under_resolved": False, "min_at_end": False},
+                   {"t_min": 3.0, "w2_min": 0.2, "under_resolved": False, "min_at_end": True}],
+        fit_tmin={"slope": 1.4, "intercept": 0.1, "r2": math.nan}, fit_w2min={"slope": 0.8, "intercept": -1.0, "r2": math.nan})
+    fig = curves.plot_sweep(sweep)
+    FigureCanvasAgg(fig).draw()
+    ax1, ax2, ax3 = fig.axes[:3]
+    for axis in (ax3.xaxis, ax3.yaxis):
+        assert isinstance(axis.get_minor_formatter(), NullFormatter)
+        assert len([label for label in axis.get_ticklabels() if label.get_text()]) >= 2  # at the values, not none
+    legends = [text.get_text() for ax in (ax2, ax3) for text in ax.get_legend().get_texts()]
+    assert not any("nan" in text for text in legends)
+    assert "minimum at the last frame: t_min ≥ this" in legends
+    markers = [(line.get_marker(), tuple(line.get_xdata())) for line in ax2.get_lines() if line.get_linestyle() == "None"]
+    assert (">", (math.log(8.0),)) in markers and ("o", (math.log(4.0),)) in markers
+    assert [line.get_marker() for line in ax1.get_lines() if line.get_linestyle() == "None"] == ["o", ">"]
