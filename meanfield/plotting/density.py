@@ -112,6 +112,15 @@ def _raster_width(mesh: SphericalMesh, *, floor: int, disc: bool = False) -> tup
     return width, f"; map raster capped at {width} pixels ({pixel:.2g}°): cells smaller than {2 * pixel:.2g}° are not all drawn"
 
 
+def _grey_caption(rho: np.ndarray, *, log: bool) -> str:
+    """What the grey (:data:`NO_MASS_COLOUR`, below the colour range) of a map means, ``""`` where none is drawn: cells
+    of negative mass (a linear scale starts at 0; only possible without a limiter) and, on a log scale, empty cells."""
+    negative, empty = bool(np.any(rho < 0)), log and bool(np.any(rho == 0))
+    if negative and empty:
+        return "; grey: no mass or negative mass"
+    return "; grey: negative mass" if negative else "; grey: no mass" if empty else ""
+
+
 def _lonlat_raster(mesh: SphericalMesh, nlon: int, rotation: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cell index of every pixel of a (nlon/2, nlon) longitude–latitude raster, and the pixel edges.
 
@@ -378,9 +387,10 @@ def plot_density(
             plot_density_3d(mesh, mass, ax=fig.add_subplot(grid[0, k], projection="3d"), **common)
     import matplotlib
 
-    sm = matplotlib.cm.ScalarMappable(norm=norm, cmap=matplotlib.colormaps[cmap])
+    sm = matplotlib.cm.ScalarMappable(norm=norm, cmap=_colours(cmap))  # (as drawn: grey below the range, log when so)
     sm.set_array(rho)
-    fig.colorbar(sm, ax=fig.axes, orientation="horizontal", fraction=0.05, pad=0.05, label="density m/A")
+    fig.colorbar(sm, ax=fig.axes, orientation="horizontal", fraction=0.05, pad=0.05,
+                 label="density m/A" + (" (log scale)" if log else "") + _grey_caption(rho, log=log))
     if title:
         fig.suptitle(title)
     save(fig, path, dpi=dpi)
@@ -560,11 +570,11 @@ def plot_grid_run(
             ax.grid(alpha=0.3)
             if key == "max_speed":
                 ax.set_yscale("log")
-            if key == "mass_error":  # round-off: a symmetric log scale down to 1e-16, only as high as the errors go
+            if key == "mass_error":  # round-off: a log scale down to 1e-16 (0 below it), only as high as the errors go
                 top = max(10.0 * float(np.nanmax(np.abs(series), initial=0.0)), 1e-14)
                 ax.set_yscale("symlog", linthresh=1e-16)
-                ax.set_ylim(-top, top)
-    empty = "; grey: no mass" if log and np.any(rho <= 0) else ""
+                ax.set_ylim(0.0, top)  # (|…| ≥ 0: the symmetric axis had left half the panel below 0)
+    empty = _grey_caption(rho, log=log)
     fig.suptitle((title + "\n" if title else "") + f"grid density on S², N = {mesh.N} cells; map turned to face the mass{empty}{note}",
                  fontsize=10)
     save(fig, path, dpi=dpi)

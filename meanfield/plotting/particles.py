@@ -274,7 +274,8 @@ def plot_high_dim_run(
     positive = density[density > 0]
     norm = mcolors.LogNorm(vmin=max(float(positive.min()), 1e-3), vmax=float(positive.max())) if positive.size else None
     mesh = ax.pcolormesh(t_edges, edges, np.where(density > 0, density, np.nan).T, cmap="magma", norm=norm, shading="flat")
-    fig.colorbar(mesh, ax=ax, label="density of pairs (log scale)" if weights is None else "density of pairs, by mass (log scale)")
+    scale = " (log scale)" if norm is not None else ""  # (no pair of positive density, n = 1: a linear norm)
+    fig.colorbar(mesh, ax=ax, label=("density of pairs" if weights is None else "density of pairs, by mass") + scale)
     ax.set_xlabel("time t")
     ax.set_ylabel(r"inner product $\langle x_i, x_j\rangle$")
     ax.set_title("pairwise inner products (1: one cluster)", fontsize=10)

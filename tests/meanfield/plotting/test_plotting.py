@@ -526,3 +526,23 @@ def test_a_sweep_of_two_close_betas_has_readable_ticks_no_nan_r2_and_marks_a_min
     markers = [(line.get_marker(), tuple(line.get_xdata())) for line in ax2.get_lines() if line.get_linestyle() == "None"]
     assert (">", (math.log(8.0),)) in markers and ("o", (math.log(4.0),)) in markers
     assert [line.get_marker() for line in ax1.get_lines() if line.get_linestyle() == "None"] == ["o", ">"]
+
+
+def test_colour_bars_and_captions_say_what_is_drawn():
+    # plot_density's bar had the plain colormap and no "(log scale)"; a linear map drew negative masses grey without a
+    # caption; plot_high_dim_run's bar said "(log scale)" over a linear norm; |Σm(t) − Σm(0)| had half its axis below 0
+    msh = M.fibonacci_mesh(120)
+    u = M.initial_mass(msh, "vmf", kappa=4.0, mean=[1, 0, 0])
+    fig = density.plot_density(msh, u, views=("mollweide",), log=True)
+    bar = [ax for ax in fig.axes if "density m/A" in ax.get_xlabel()]
+    assert bar and "(log scale)" in bar[0].get_xlabel()
+    assert np.allclose(bar[0].collections[-1].cmap.get_under(), mcolors.to_rgba(density.NO_MASS_COLOUR))  # (its solids)
+    negative = u.copy()
+    negative[:5] = -1e-4
+    fig = density.plot_grid_run(msh, np.array([0.0, 1.0]), np.stack([u, negative]), log=False,
+                                diagnostics={"mass_error": np.array([0.0, 2e-16])})
+    assert "grey: negative mass" in fig._suptitle.get_text()  # noqa: SLF001
+    assert [ax.get_ylim()[0] for ax in fig.axes if ax.get_ylabel().startswith("mass error")] == [0.0]
+    x = np.stack([sample_uniform(1, 5, seed=0)] * 2)
+    fig = particles.plot_high_dim_run(np.array([0.0, 1.0]), x)
+    assert not any("log scale" in ax.get_ylabel() for ax in fig.axes)
