@@ -378,6 +378,13 @@ def linear_fit(x: ArrayLike, y: ArrayLike) -> dict[str, float]:
     return {"slope": float(slope), "intercept": float(intercept), "r2": r2}
 
 
+def r_squared_label(fit: Mapping[str, float], *, digits: int = 4, undefined: str = "") -> str:
+    """``"  (R² = …)"`` of a :func:`linear_fit`; ``undefined`` where it has none (two points, which any line fits, or
+    the same value at every point), as legends and tables had read "R² = nan"."""
+    r2 = fit.get("r2", math.nan)
+    return f"  (R² = {r2:.{digits}f})" if np.isfinite(r2) else undefined
+
+
 def resolution_size(cfg: dict[str, Any]) -> int:
     """The number of degrees of freedom that must resolve the kernel: particles, or grid cells."""
     return int(cfg["grid"]["cells"] if cfg["solver"]["kind"] == "grid" else cfg["init"]["n"])

@@ -23,10 +23,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="summarise a run file (also one still being written)",
         description="Summarise a run file: its model, solver, frames, status, final clusters and the main "
         "diagnostics. It reads a file that is still being written (the frames committed so far). --plot draws "
-        "it (a .gif path makes an animation); --follow prints each new frame as it arrives, until the run ends.",
+        "it (a .gif path, or a video such as .mp4 where matplotlib finds ffmpeg, makes an animation); --follow prints each new frame as it arrives, until the run ends.",
     )
     p.add_argument("run", metavar="OUT.h5", help="HDF5 run file")
-    p.add_argument("--plot", metavar="F.png", help="also draw the run (a .gif path makes an animation)")
+    p.add_argument("--plot", metavar="F.png", help="also draw the run (a .gif path, or a video such as .mp4 where matplotlib finds ffmpeg, makes an animation)")
     p.add_argument("--follow", action="store_true", help="print each new frame as it is committed, until the run ends")
     p.add_argument("--interval", default="1", metavar="S", help="--follow: seconds between looks (default 1)")
     p.set_defaults(func=main)

@@ -137,7 +137,7 @@ def picture_path(value: str | None, key: str, *, animation: bool = False) -> str
     except ValueError as exc:
         message = str(exc).removeprefix("path: ")
         if animation and not moving and "use one of" in message:
-            message += " (or, for an animation, .gif)"
+            message += " (or, for an animation, .gif, or a video such as .mp4 where matplotlib finds ffmpeg)"
         raise ConfigError(key, message) from None
     return value
 

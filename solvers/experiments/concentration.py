@@ -44,6 +44,7 @@ from meanfield.analysis.concentration import (
     core_check,
     linear_fit,
     open_window_note,
+    r_squared_label,
     resolution_size,
     resolved_range_text,
     single_head,
@@ -159,8 +160,10 @@ class BetaSweep:
             )
         a = self.fit_tmin
         b = self.fit_w2min
-        lines.append(f"fit t_min = {a['slope']:.4g}·log β + {a['intercept']:.4g}   (R² = {a['r2']:.4f})")
-        lines.append(f"fit log W2_min = {b['slope']:.4g}·log √(log(β+1)/β) + {b['intercept']:.4g}   (R² = {b['r2']:.4f})")
+        no_r2 = "  (no R²: two βs, or the same value at every β)"
+        lines.append(f"fit t_min = {a['slope']:.4g}·log β + {a['intercept']:.4g}{r_squared_label(a, undefined=no_r2)}")
+        lines.append(f"fit log W2_min = {b['slope']:.4g}·log √(log(β+1)/β) + {b['intercept']:.4g}"
+                     f"{r_squared_label(b, undefined=no_r2)}")
         for s in self.summaries:
             if s["open_end"]:
                 lines.append(f"≥ β = {s['beta']:g}: {open_window_note(s)}")

@@ -716,7 +716,7 @@ def test_a_sweep_that_cannot_depend_on_beta_is_refused_or_said(tmp_path: Path, c
     trivial = 'model.heads=[{Q="identity",K="identity",V="identity"}]'
     assert cli.main([*base, "--solver", "particle", "--set", trivial]) == 0
     captured = capsys.readouterr()
-    assert "warning: the analysis is trivial for this head" in captured.err and "R² = nan" in captured.out
+    assert "warning: the analysis is trivial for this head" in captured.err and "(no R²: two βs, or the same value at every β)" in captured.out
     assert math.isnan(linear_fit([1.0, 2.0, 3.0], [5.0, 5.0, 5.0])["r2"])
     np.testing.assert_allclose(linear_fit([1.0, 2.0, 3.0], [1.0, 3.0, 5.0])["r2"], 1.0, rtol=0, atol=1e-15)
     np.testing.assert_allclose(linear_fit([1.0, 2.0, 3.0], [1.0, 3.0, 4.0])["r2"], 1 - (1 / 6) / (14 / 3), rtol=1e-12)
