@@ -36,7 +36,14 @@ paid from its own sub-triangles.  The expansion point :math:`p_c` lies within
     g_i = \arg\min_{g\in T_{q_i}S^2}\sum_{j\sim i} \frac{\big(f_j - f_i - g\cdot d_{ij}\big)^2}{\|d_{ij}\|^2}
         = \sum_{j\sim i} G_{ij}\,(f_j - f_i),
 
-exact for linear functions; :math:`G` is a sparse :math:`3N\times N` matrix built once.
+with :math:`G` a sparse :math:`3N\times N` matrix built once.  The fit is exact for data
+linear in the tangent displacements (:math:`f_j - f_i = g\cdot d_{ij}` for every
+:math:`j\sim i` returns :math:`g_i = g`; a constant has gradient 0).  A smooth function on
+the sphere is not of that form: for the ambient linear :math:`f = a\cdot x` the curvature
+term :math:`(a\cdot q_i)(1-\cos\theta_{ij})` leaves an :math:`O(h)` error in :math:`g_i`
+(largest where the cells are least symmetric, near the poles of a Fibonacci mesh).  The
+face values :math:`\bar\rho_c + g_c\cdot(m_e-p_c)` stay second-order accurate all the
+same, since the gradient error is multiplied by :math:`|m_e-p_c| = O(h)`.
 
 **Limiter** (Barth & Jespersen, AIAA 89-0366, 1989).  With
 :math:`\Delta_{c,e} = g_c\cdot(m_e-p_c)` and :math:`\rho^{\max}_c,\rho^{\min}_c` the
@@ -94,13 +101,28 @@ class LinearReconstruction:
 
     Examples
     --------
+    Data linear in the tangent displacements :math:`d_{0j}` of cell 0 give its gradient exactly:
+
     >>> import numpy as np
     >>> from meanfield.geometry.mesh import fibonacci_mesh
     >>> rec = LinearReconstruction(fibonacci_mesh(2000))
-    >>> f = rec.mesh.centroids[:, 2]          # the linear function z
-    >>> g = rec.gradient(f)                   # its tangent gradient e_z - z q
-    >>> q = rec.mesh.centroids
-    >>> bool(np.abs(g - (np.eye(3)[2] - q[:, 2:] * q)).max() < 0.01)
+    >>> q, nbrs = rec.mesh.centroids, rec.mesh.neighbours(0)
+    >>> d = q[nbrs] - q[0]
+    >>> d -= (d @ q[0])[:, None] * q[0]       # d_0j, tangent at q_0
+    >>> t = np.array([1.0, 2.0, 3.0])
+    >>> t -= (t @ q[0]) * q[0]                # a tangent vector at q_0
+    >>> f = np.zeros(rec.mesh.N)
+    >>> f[nbrs] = d @ t                       # f_j - f_0 = t . d_0j
+    >>> bool(np.abs(rec.gradient(f)[0] - t).max() < 1e-12)
+    True
+
+    The ambient linear function :math:`z` has the tangent gradient :math:`e_z - z\,q`, which
+    the least-squares gradient approximates to first order in :math:`h` (0.042, 0.020 and 0.011
+    at most on the Fibonacci meshes of 500, 2000 and 8000 cells):
+
+    >>> g = rec.gradient(q[:, 2])
+    >>> err = float(np.abs(g - (np.eye(3)[2] - q[:, 2:] * q)).max())
+    >>> 0.01 < err < 0.03
     True
     """
 
