@@ -237,7 +237,8 @@ class Run:
         The mesh the run was solved on where it is at hand (a run of :func:`meanfield.solve`); otherwise
         rebuilt from the stored ``[grid]`` table (cached), and checked against the stored cell points, which
         are the generators (first order) or the cell centroids (second order); a run without a usable table
-        gets the Voronoi mesh of its stored points.
+        gets the Voronoi mesh of its stored points, and one whose table does not rebuild them gets it with a
+        :class:`~meanfield.errors.MeanfieldWarning` (:func:`~meanfield.geometry.grid_config.stored_mesh`).
         """
         self._require("grid", "mesh")
         if self._mesh is not None:  # the Voronoi mesh of the centroids is another mesh (areas off by 3 % of a cell)

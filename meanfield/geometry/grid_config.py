@@ -7,13 +7,14 @@ Public API: :func:`mesh_of_grid`, :func:`stored_mesh`, :func:`cells_of_grid`.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from meanfield.errors import ConfigError
+from meanfield.errors import ConfigError, MeanfieldWarning
 from meanfield.geometry.graded import (DEFAULT_GRADING, DEFAULT_REFINE_FACTOR, DEFAULT_REFINE_RADIUS, graded_cell_count,
                                        graded_mesh)
 from meanfield.geometry.mesh import SphericalMesh, icosahedral_cells, mesh, mesh_from_points
@@ -50,18 +51,40 @@ def stored_mesh(grid: Mapping[str, Any], points: ArrayLike) -> SphericalMesh:
     """The mesh of a stored grid run: rebuilt from its ``[grid]`` table (cached), checked against its cell points.
 
     The stored points are the generators (first order) or the cell centroids (second order); a run without
-    a usable table gets the Voronoi mesh of its stored points.
+    a usable table (no ``family`` of a mesh) gets the Voronoi mesh of its stored points.
+
+    Warns
+    -----
+    MeanfieldWarning
+        When the table names a mesh family but its mesh cannot be built (a ``ConfigError``) or does not have the
+        stored points (a table edited by hand, or generator rules changed since the run): the mesh is then rebuilt
+        from the stored points, which for a second-order run are the centroids, whose Voronoi mesh is another mesh
+        (cell areas off by up to several per cent, so densities and W2 of the run are off too).  This had been silent.
     """
     points = np.asarray(points)
-    if grid.get("family") in ("fibonacci", "icosahedral", "graded"):
+    family = grid.get("family")
+    if family in ("fibonacci", "icosahedral", "graded"):
         try:
             candidate = mesh_of_grid(grid)
-        except ConfigError:
-            candidate = None
-        if candidate is not None and candidate.N == points.shape[0] and (
-                np.allclose(candidate.points, points, rtol=0, atol=STORED_POINTS_ATOL)
-                or np.allclose(candidate.centroids, points, rtol=0, atol=STORED_POINTS_ATOL)):
-            return candidate  # equal to round-off: another build of the cache or of SciPy moves the centroids by ulps
+        except ConfigError as exc:
+            candidate, why = None, f"it cannot be built ({exc})"
+        if candidate is not None:
+            if candidate.N == points.shape[0] and (
+                    np.allclose(candidate.points, points, rtol=0, atol=STORED_POINTS_ATOL)
+                    or np.allclose(candidate.centroids, points, rtol=0, atol=STORED_POINTS_ATOL)):
+                return candidate  # equal to round-off: another build of the cache or of SciPy moves centroids by ulps
+            why = (f"its mesh has {candidate.N} cells" if candidate.N != points.shape[0]
+                   else "its mesh's generators and centroids are not the stored points")
+        order = grid.get("order", 1)
+        caveat = ("the stored points of this second-order run are its cell centroids, whose Voronoi mesh is another "
+                  "mesh: its cell areas, and so the densities and W2 read from the run, are off by up to several "
+                  "per cent"
+                  if order == 2 else
+                  "if the stored points are the run's generators (a first-order run) that is the run's mesh; if they "
+                  "are its cell centroids, the cell areas are off by up to several per cent")
+        warnings.warn(f"the stored [grid] table (grid.family = {family!r}) does not rebuild the run's "
+                      f"{points.shape[0]} stored cell points: {why}; the mesh is rebuilt from the stored points "
+                      f"instead ({caveat})", MeanfieldWarning, stacklevel=3)
     return mesh_from_points(points, family=grid.get("family", "custom"))
 
 

@@ -565,6 +565,30 @@ def test_the_stored_mesh_of_a_second_order_run_is_found_through_round_off():
     np.testing.assert_array_equal(mesh.areas, run.areas)
 
 
+def test_a_stored_grid_table_that_does_not_rebuild_the_stored_points_warns():
+    # a table whose mesh failed to build (ConfigError) or had other points had given the Voronoi mesh of the stored
+    # centroids without a word: another mesh, with areas off by up to 8 % of a cell
+    import meanfield as mf
+    from meanfield.errors import MeanfieldWarning
+    from meanfield.geometry.grid_config import stored_mesh
+
+    run = mf.simulate({"solver": {"kind": "grid", "t_final": 0.0}, "grid": {"cells": 300}})
+    grid = dict(run.config["grid"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert stored_mesh(grid, run.points).N == 300  # the table's own mesh: silent
+        stored_mesh({}, run.points)  # no usable table: silent
+    for change, why in (({"cells": 301}, "its mesh has 301 cells"), ({"cells": 5}, "cannot be built (grid.cells")):
+        with pytest.warns(MeanfieldWarning) as record:
+            mesh = stored_mesh({**grid, **change}, run.points)
+        text = str(record[0].message)
+        assert "grid.family = 'fibonacci'" in text and "300 stored cell points" in text and why in text
+        assert "rebuilt from the stored points" in text and "cell areas" in text
+        assert mesh.N == 300 and not np.allclose(mesh.areas, run.areas, rtol=1e-3)
+    with pytest.warns(MeanfieldWarning, match="not the stored points"):  # as if the generator rules had changed
+        stored_mesh(grid, run.points[::-1])
+
+
 def test_the_memory_check_counts_the_cells_an_icosahedral_mesh_has():
     # grid.cells = 5 300 000 builds 10·4^10 + 2 = 10 485 762 cells, which the estimate had counted as 5.3 million
     from meanfield.geometry.grid_config import cells_of_grid
