@@ -35,8 +35,9 @@ __all__ = ["CACHE_MIN_CELLS", "FORMAT", "cache_dir", "cached_mesh"]
 #: meshes with at least this many cells go to the disk cache
 CACHE_MIN_CELLS = 32768
 
-#: version of the cached file layout (bump when :class:`SphericalMesh` gains arrays)
-FORMAT = 1
+#: version of the cached file layout (bump when :class:`SphericalMesh` gains arrays or their meaning changes; 2: regions
+#: counter-clockwise seen from outside)
+FORMAT = 2
 
 
 def cache_dir() -> Path | None:

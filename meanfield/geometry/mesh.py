@@ -377,7 +377,8 @@ def mesh_from_points(points: np.ndarray, *, family: str = "custom") -> Spherical
     The Voronoi tessellation comes from :class:`scipy.spatial.SphericalVoronoi`
     (areas from :meth:`~scipy.spatial.SphericalVoronoi.calculate_areas`).  Every
     Voronoi edge ``(v_a, v_b)`` occurs in exactly two sorted regions; pairing
-    them gives the neighbour list.  Edges of zero length (four or more
+    them gives the neighbour list.  Each region is ordered counter-clockwise
+    seen from outside (SciPy's sorted regions turn either way).  Edges of zero length (four or more
     co-circular generators meet at one vertex) carry no flux and are dropped.
 
     Parameters
@@ -399,8 +400,14 @@ def mesh_from_points(points: np.ndarray, *, family: str = "custom") -> Spherical
     flat = np.fromiter((v for r in sv.regions for v in r), dtype=np.int64, count=int(lens.sum()))
     start = np.repeat(np.cumsum(lens) - lens, lens)
     pos = np.arange(flat.size)
-    nxt = flat[start + (pos - start + 1) % np.repeat(lens, lens)]
+    cyc = np.repeat(lens, lens)
     cell = np.repeat(np.arange(n, dtype=np.int64), lens)
+    # SciPy sorts each region's vertices cyclically but not all the same way round (about half the cells came out
+    # clockwise): reverse those whose polygon, seen from outside along its generator, turns clockwise
+    turn = np.einsum("nk,nk->n", np.cross(verts[flat], verts[flat[start + (pos - start + 1) % cyc]]), pts[cell])
+    clockwise = np.bincount(cell, weights=turn, minlength=n) < 0
+    flat = np.where(clockwise[cell], flat[start + (lens[cell] - 1 - (pos - start))], flat)
+    nxt = flat[start + (pos - start + 1) % cyc]
     lo, hi = np.minimum(flat, nxt), np.maximum(flat, nxt)
     key = lo * len(verts) + hi
     order = np.argsort(key, kind="stable")

@@ -72,6 +72,44 @@ def test_edges_neighbours_and_normals(msh):
     assert msh.edge_lengths[msh.neighbour_edges(c)].sum() == pytest.approx(perimeter, rel=1e-9)
 
 
+def _lat_lon_points():
+    """Co-circular generators (Voronoi vertices where four or more cells meet): 12 longitudes x 5 latitudes + poles."""
+    lat, lon = np.meshgrid(np.radians([-60.0, -30.0, 0.0, 30.0, 60.0]), np.radians(np.arange(0.0, 360.0, 30.0)))
+    ring = np.column_stack([(np.cos(lat) * np.cos(lon)).ravel(), (np.cos(lat) * np.sin(lon)).ravel(), np.sin(lat).ravel()])
+    return np.vstack([ring, [[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]]])
+
+
+def _signed_polygon_areas(msh):
+    """Shoelace areas of the cells' vertex polygons projected to the tangent plane at the generator, in a basis
+    (e1, e2) with e1 x e2 = x_c (outward): positive for counter-clockwise seen from outside."""
+    out = []
+    for c, region in enumerate(msh.regions):
+        x = msh.points[c]
+        e1 = np.cross(x, [1.0, 0.0, 0.0] if abs(x[0]) < 0.9 else [0.0, 1.0, 0.0])
+        e1 /= np.linalg.norm(e1)
+        e2 = np.cross(x, e1)
+        u, v = msh.vertices[region] @ e1, msh.vertices[region] @ e2
+        out.append(0.5 * np.sum(u * np.roll(v, -1) - np.roll(u, -1) * v))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("msh", [*_meshes(), "graded", "cube", "lat-lon"], ids=str)
+def test_regions_are_counter_clockwise_seen_from_outside(msh):
+    # SciPy's sorted regions had about half the cells clockwise (263 of 500 Fibonacci cells), against the docstring
+    import itertools
+
+    from meanfield.geometry.graded import graded_mesh
+
+    if msh == "graded":
+        msh = graded_mesh(600, [[1.0, 0.0, 0.0]], radius=0.2, factor=4.0)
+    elif msh == "cube":
+        msh = M.mesh_from_points(np.array(list(itertools.product([-1.0, 1.0], repeat=3))))
+    elif msh == "lat-lon":
+        msh = M.mesh_from_points(_lat_lon_points())
+    signed = _signed_polygon_areas(msh)
+    assert np.all(signed > 0), f"{int(np.sum(signed <= 0))} of {msh.N} cells not counter-clockwise"
+
+
 @pytest.mark.parametrize("level", [0, 1, 2, 3])
 def test_icosahedral_sizes_and_euler_characteristic(level):
     msh = M.icosahedral_mesh(level)
@@ -350,3 +388,17 @@ def test_a_cached_mesh_whose_arrays_do_not_make_a_mesh_is_rebuilt(damage, tmp_pa
     assert path.stat().st_mode & 0o777 == 0o644  # readable by the other users of a shared cache (mkstemp: 0600)
     for name in type(fresh).ARRAYS:
         np.testing.assert_array_equal(getattr(again, name), getattr(fresh, name))
+
+
+def test_a_cached_mesh_of_the_previous_format_is_rebuilt(tmp_path, monkeypatch):
+    # FORMAT 1 files hold regions in SciPy's order (about half clockwise): read as they were, the regions of a
+    # cached mesh would have turned either way while a fresh build's are counter-clockwise
+    cached, builds, fresh, path = _counted_cache(tmp_path, monkeypatch)
+    arrays = dict(np.load(path))
+    ptr = arrays["region_ptr"]
+    arrays["region_vertices"] = np.concatenate([arrays["region_vertices"][a:b][::-1] for a, b in zip(ptr[:-1], ptr[1:])])
+    arrays["format"] = np.int64(1)
+    np.savez(path, **arrays)
+    again = cached()
+    assert len(builds) == 2
+    assert np.all(_signed_polygon_areas(again) > 0)
