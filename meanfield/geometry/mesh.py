@@ -75,6 +75,12 @@ def _normalize(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """``a`` made read-only: the meshes are cached and shared by every caller, so are their derived arrays."""
+    a.setflags(write=False)
+    return a
+
+
 def _arc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Great-circle distance :math:`2\\arctan2(\\|a-b\\|,\\|a+b\\|)`, accurate at all angles."""
     return 2.0 * np.arctan2(np.linalg.norm(a - b, axis=-1), np.linalg.norm(a + b, axis=-1))
@@ -132,6 +138,11 @@ class SphericalMesh:
         seen from outside (:attr:`regions` gives them as a tuple of arrays).
     family : str
         ``"fibonacci"``, ``"icosahedral"`` or ``"custom"``.
+
+    Notes
+    -----
+    The family meshes are cached and shared by every caller, so these arrays and the derived ones
+    (:attr:`centroids`, :attr:`side_areas`, :attr:`fan_quadrature`, ...) are read-only: copy one to change it.
     """
 
     points: np.ndarray
@@ -208,7 +219,7 @@ class SphericalMesh:
     @cached_property
     def degree(self) -> np.ndarray:
         """Number of neighbours of every cell, shape ``(N,)``."""
-        return np.diff(self._csr[0])
+        return _frozen(np.diff(self._csr[0]))
 
     # ------------------------------------------------------------------ measures
     @cached_property
@@ -237,7 +248,7 @@ class SphericalMesh:
         """Largest geodesic distance from each generator to a vertex of its cell, shape ``(N,)``."""
         cell = np.repeat(np.arange(self.N), np.diff(self.region_ptr))
         dist = _arc(self.vertices[self.region_vertices], self.points[cell])
-        return np.maximum.reduceat(dist, self.region_ptr[:-1])
+        return _frozen(np.maximum.reduceat(dist, self.region_ptr[:-1]))
 
     # ------------------------------------------------------------------ second-order geometry
     @cached_property
@@ -255,7 +266,7 @@ class SphericalMesh:
         since the outward conormal of a Voronoi edge is the constant :math:`n_{ij}`.
         The centroid is where a cell's mass sits in second-order quadrature.
         """
-        return _normalize(self.first_moments)
+        return _frozen(_normalize(self.first_moments))
 
     @cached_property
     def first_moments(self) -> np.ndarray:
@@ -266,7 +277,7 @@ class SphericalMesh:
         for k in range(3):
             out[:, k] = 0.5 * (np.bincount(j, weights=ln[:, k], minlength=self.N)
                                - np.bincount(i, weights=ln[:, k], minlength=self.N))
-        return out
+        return _frozen(out)
 
     @cached_property
     def side_areas(self) -> np.ndarray:
@@ -277,7 +288,7 @@ class SphericalMesh:
         :math:`A_c` (Van Oosterom–Strackee formula for each spherical triangle).
         """
         a, b = self.vertices[self.edge_vertices[:, 0]], self.vertices[self.edge_vertices[:, 1]]
-        return np.column_stack([triangle_area(self.centroids[self.edges[:, k]], a, b) for k in (0, 1)])
+        return _frozen(np.column_stack([triangle_area(self.centroids[self.edges[:, k]], a, b) for k in (0, 1)]))
 
     @cached_property
     def fan_quadrature(self) -> tuple[np.ndarray, np.ndarray]:
@@ -302,9 +313,7 @@ class SphericalMesh:
         flat_nodes = np.stack([sum(w * c for w, c in zip(bary, corners)) for bary in DEGREE2_BARYCENTRIC], axis=2)
         r = np.linalg.norm(flat_nodes, axis=3)
         weights = (flat * delta)[..., None] / (3.0 * r**3)
-        for arr in (flat_nodes, weights):
-            arr.setflags(write=False)
-        return flat_nodes / r[..., None], weights
+        return _frozen(flat_nodes / r[..., None]), _frozen(weights)
 
     def cell_sum(self, side_values: np.ndarray) -> np.ndarray:
         """Sum per cell of values given per side ``(E, 2, ...)`` (the two cells of each edge), shape ``(N,)``."""

@@ -69,7 +69,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 import scipy.sparse as sp
 
-from meanfield.geometry.mesh import DEGREE2_BARYCENTRIC, SphericalMesh, triangle_area
+from meanfield.geometry.mesh import DEGREE2_BARYCENTRIC, SphericalMesh, _frozen, triangle_area
 
 __all__ = ["LinearReconstruction", "LIMITERS", "reconstruction_of"]
 
@@ -139,7 +139,7 @@ class LinearReconstruction:
         side = self.mesh.side_areas
         total = np.bincount(self.mesh.edges[:, 0], weights=side[:, 0], minlength=self.mesh.N) + np.bincount(
             self.mesh.edges[:, 1], weights=side[:, 1], minlength=self.mesh.N)
-        return side / total[self.mesh.edges]
+        return _frozen(side / total[self.mesh.edges])
 
     @cached_property
     def expansion_points(self) -> np.ndarray:
@@ -150,19 +150,19 @@ class LinearReconstruction:
             w = self.theta * mesh.edge_midpoints[:, k : k + 1]
             out[:, k] = np.bincount(mesh.edges[:, 0], weights=w[:, 0], minlength=mesh.N) + np.bincount(
                 mesh.edges[:, 1], weights=w[:, 1], minlength=mesh.N)
-        return out
+        return _frozen(out)
 
     @cached_property
     def face_offsets(self) -> np.ndarray:
         r"""Displacements :math:`m_e - p_c` from each side's expansion point to the edge midpoint, ``(E, 2, 3)``."""
         p = self.expansion_points[self.mesh.edges]
-        return self.mesh.edge_midpoints[:, None, :] - p
+        return _frozen(self.mesh.edge_midpoints[:, None, :] - p)
 
     @cached_property
     def centroid_offsets(self) -> np.ndarray:
         r"""Displacements :math:`m_e - q_c` from each side's centroid to the edge midpoint, ``(E, 2, 3)``."""
         q = self.mesh.centroids[self.mesh.edges]
-        return self.mesh.edge_midpoints[:, None, :] - q
+        return _frozen(self.mesh.edge_midpoints[:, None, :] - q)
 
     @cached_property
     def gradient_matrix(self) -> sp.csr_matrix:
@@ -292,7 +292,7 @@ class LinearReconstruction:
     def _node_offsets(self) -> np.ndarray:
         """Offsets of the fan-quadrature nodes from their cell's expansion point, ``(E, 2, 3, 3)``."""
         nodes, _ = self.mesh.fan_quadrature
-        return nodes - self.expansion_points[self.mesh.edges][:, :, None, :]
+        return _frozen(nodes - self.expansion_points[self.mesh.edges][:, :, None, :])
 
     def quadrature(self, mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         r"""A quadrature of the reconstructed grid measure: ``(nodes (6E, 3), weights (6E,))``.

@@ -402,3 +402,20 @@ def test_a_cached_mesh_of_the_previous_format_is_rebuilt(tmp_path, monkeypatch):
     again = cached()
     assert len(builds) == 2
     assert np.all(_signed_polygon_areas(again) > 0)
+
+
+def test_the_derived_arrays_of_a_shared_mesh_are_read_only():
+    # the meshes and their reconstructions are cached in-process and shared: a caller writing into a derived array
+    # (mesh.centroids[0] = ...) had changed it for every later caller
+    from meanfield.geometry.reconstruction import reconstruction_of
+
+    msh = M.fibonacci_mesh(200)
+    rec = reconstruction_of(msh)
+    arrays = {"centroids": msh.centroids, "first_moments": msh.first_moments, "side_areas": msh.side_areas,
+              "cell_radius": msh.cell_radius, "degree": msh.degree, "fan nodes": msh.fan_quadrature[0],
+              "fan weights": msh.fan_quadrature[1], "theta": rec.theta, "expansion_points": rec.expansion_points,
+              "face_offsets": rec.face_offsets, "centroid_offsets": rec.centroid_offsets}
+    for name, arr in arrays.items():
+        with pytest.raises(ValueError, match="read-only"):
+            arr[0] = 0
+        assert not arr.flags.writeable, name
