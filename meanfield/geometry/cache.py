@@ -13,13 +13,18 @@ Meshes with at least :data:`CACHE_MIN_CELLS` cells are therefore kept in
 A cached mesh is only used when its generators are bit-for-bit the ones the
 family would produce now (so a changed generator formula can never return a
 stale mesh) and its format version matches.  Files are written to a temporary
-name and renamed, so a killed writer or a full disk leaves no partial file; a
-cache that cannot be written (read-only home, no space) is simply not used.
+name and renamed, so a killed writer or a full disk leaves no partial file under
+the final name; the temporary file of a writer killed outright (SIGKILL, out of
+memory, power loss) is removed by the next write once it is
+:data:`STALE_TMP_SECONDS` old.  A cache that cannot be written (read-only home, no
+space) is simply not used.  The folder may be deleted at any time: its meshes are
+built again when next needed.
 """
 from __future__ import annotations
 
 import os
 import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +35,7 @@ import numpy as np
 #: a :class:`meanfield.geometry.mesh.SphericalMesh` (not imported: the mesh module imports this one)
 SphericalMesh = Any
 
-__all__ = ["CACHE_MIN_CELLS", "FORMAT", "cache_dir", "cached_mesh"]
+__all__ = ["CACHE_MIN_CELLS", "FORMAT", "STALE_TMP_SECONDS", "cache_dir", "cached_mesh"]
 
 #: meshes with at least this many cells go to the disk cache
 CACHE_MIN_CELLS = 32768
@@ -38,6 +43,10 @@ CACHE_MIN_CELLS = 32768
 #: version of the cached file layout (bump when :class:`SphericalMesh` gains arrays or their meaning changes; 2: regions
 #: counter-clockwise seen from outside)
 FORMAT = 2
+
+
+#: a writer's temporary file older than this (seconds) is left from a killed writer, and the next write removes it
+STALE_TMP_SECONDS = 3600.0
 
 
 def cache_dir() -> Path | None:
@@ -86,9 +95,22 @@ def _consistent(a: dict[str, np.ndarray], cells: int) -> bool:
                 and np.all(a["areas"] > 0) and abs(float(a["areas"].sum()) - 4.0 * np.pi) < 1e-8 and V - E + cells == 2)
 
 
+def _remove_stale_temporaries(folder: Path) -> None:
+    """Remove the ``.<name>.*.tmp`` files of writers killed before their ``finally`` (SIGKILL, out of memory, power
+    loss) once they are :data:`STALE_TMP_SECONDS` old: they had stayed for good, up to 230 MB each."""
+    cutoff = time.time() - STALE_TMP_SECONDS
+    for tmp in folder.glob(".*.tmp"):
+        try:
+            if tmp.is_file() and tmp.stat().st_mtime < cutoff:
+                tmp.unlink()
+        except OSError:  # removed by another process meanwhile, or not ours to remove
+            pass
+
+
 def _write(path: Path, mesh: SphericalMesh, generators: np.ndarray) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(path.parent)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as fh:

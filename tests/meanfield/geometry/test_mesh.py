@@ -419,3 +419,25 @@ def test_the_derived_arrays_of_a_shared_mesh_are_read_only():
         with pytest.raises(ValueError, match="read-only"):
             arr[0] = 0
         assert not arr.flags.writeable, name
+
+
+def test_a_write_to_the_mesh_cache_removes_the_stale_temporaries_of_killed_writers(tmp_path, monkeypatch):
+    # a writer killed by SIGKILL leaves its .<name>.XXXX.tmp (up to 230 MB), which no later run had removed
+    import os
+    import time
+
+    import meanfield.geometry.cache as cache
+
+    folder = tmp_path / "meshes"
+    folder.mkdir()
+    stale, fresh_tmp, other = folder / ".test-500.aayse8s1.tmp", folder / ".test-500.k2j4x9qz.tmp", folder / "notes.tmp"
+    for f in (stale, fresh_tmp, other):
+        f.write_bytes(b"partial")
+    old = time.time() - cache.STALE_TMP_SECONDS - 60
+    for f in (stale, other):
+        os.utime(f, (old, old))
+    cached, builds, fresh, path = _counted_cache(tmp_path, monkeypatch)
+    assert path.exists() and len(builds) == 1
+    assert not stale.exists()  # left by a killed writer an hour ago
+    assert fresh_tmp.exists()  # may be a writer at work
+    assert other.exists()  # not a writer's temporary
