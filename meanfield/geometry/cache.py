@@ -12,7 +12,10 @@ Meshes with at least :data:`CACHE_MIN_CELLS` cells are therefore kept in
 
 A cached mesh is only used when its generators are bit-for-bit the ones the
 family would produce now (so a changed generator formula can never return a
-stale mesh) and its format version matches.  Files are written to a temporary
+stale mesh), its format version and the version of the code that derived its
+arrays (``cls.CODE_VERSION``, :attr:`meanfield.geometry.mesh.SphericalMesh.CODE_VERSION`)
+match, and its arrays pass cheap checks (shapes, indices, areas, Euler's formula,
+edges ``i < j`` of positive length, normals :math:`(x_j-x_i)/\|x_j-x_i\|`).  Files are written to a temporary
 name and renamed, so a killed writer or a full disk leaves no partial file under
 the final name; the temporary file of a writer killed outright (SIGKILL, out of
 memory, power loss) is removed by the next write once it is
@@ -41,7 +44,7 @@ __all__ = ["CACHE_MIN_CELLS", "FORMAT", "STALE_TMP_SECONDS", "cache_dir", "cache
 CACHE_MIN_CELLS = 32768
 
 #: version of the cached file layout (bump when :class:`SphericalMesh` gains arrays or their meaning changes; 2: regions
-#: counter-clockwise seen from outside)
+#: counter-clockwise seen from outside, and the mesh code's version stored with the arrays)
 FORMAT = 2
 
 
@@ -66,8 +69,9 @@ def _read(path: Path, points: np.ndarray, cls: type, family: str) -> SphericalMe
     in every command that needed the mesh until the file was deleted by hand)."""
     try:
         with np.load(path, allow_pickle=False) as data:
-            if int(data["format"]) != FORMAT or not np.array_equal(data["generators"], points):
-                return None
+            if (int(data["format"]) != FORMAT or int(data["code"]) != int(cls.CODE_VERSION)
+                    or not np.array_equal(data["generators"], points)):
+                return None  # a file without "code" (older than it) raises KeyError: a miss too
             arrays = {name: np.array(data[name]) for name in cls.ARRAYS}
         if not _consistent(arrays, points.shape[0]):
             return None
@@ -78,8 +82,13 @@ def _read(path: Path, points: np.ndarray, cls: type, family: str) -> SphericalMe
 
 def _consistent(a: dict[str, np.ndarray], cells: int) -> bool:
     """Whether cached arrays make a mesh of ``cells`` cells: shapes, finite values, indices in range, areas positive
-    and summing to 4π, regions closed, and Euler's V − E + F = 2 (a file with its generators intact but an array cut
-    or altered had been used as it was)."""
+    and summing to 4π, regions closed, Euler's V − E + F = 2, edges ``i < j`` of positive length and normals
+    ``(x_j − x_i)/|x_j − x_i|`` (a file with its generators intact but an array cut or altered had been used as it was;
+    negated normals and edges with i > j had passed).
+
+    Euler's formula counts the edges of the regions, ``region_vertices.size / 2``: the stored edges leave out the
+    zero-length ones of co-circular generators (a cube's corners: V − E + F = 8), whose valid mesh had been read as
+    a miss and built and written again on every call."""
     edges, vertices, ptr, region = a["edges"], a["vertices"], a["region_ptr"], a["region_vertices"]
     E, V = edges.shape[0] if edges.ndim == 2 else -1, vertices.shape[0] if vertices.ndim == 2 else -1
     shapes = {"points": (cells, 3), "areas": (cells,), "edges": (E, 2), "edge_lengths": (E,), "edge_normals": (E, 3),
@@ -91,8 +100,15 @@ def _consistent(a: dict[str, np.ndarray], cells: int) -> bool:
         return False
     indices_in_range = all(x.size == 0 or (x.min() >= 0 and x.max() < bound)
                            for x, bound in ((edges, cells), (a["edge_vertices"], V), (region, V)))
-    return bool(indices_in_range and ptr[0] == 0 and ptr[-1] == region.size and np.all(np.diff(ptr) >= 3)
-                and np.all(a["areas"] > 0) and abs(float(a["areas"].sum()) - 4.0 * np.pi) < 1e-8 and V - E + cells == 2)
+    if not (indices_in_range and ptr[0] == 0 and ptr[-1] == region.size and np.all(np.diff(ptr) >= 3)
+            and np.all(a["areas"] > 0) and abs(float(a["areas"].sum()) - 4.0 * np.pi) < 1e-8
+            and region.size % 2 == 0 and V - region.size // 2 + cells == 2 and region.size // 2 >= E):
+        return False
+    if not (np.all(edges[:, 0] < edges[:, 1]) and np.all(a["edge_lengths"] > 0)):
+        return False
+    diff = a["points"][edges[:, 1]] - a["points"][edges[:, 0]]
+    normals = diff / np.linalg.norm(diff, axis=1, keepdims=True)
+    return bool(np.allclose(a["edge_normals"], normals, rtol=0.0, atol=1e-12))
 
 
 def _remove_stale_temporaries(folder: Path) -> None:
@@ -114,7 +130,8 @@ def _write(path: Path, mesh: SphericalMesh, generators: np.ndarray) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, format=np.int64(FORMAT), generators=generators, **{name: getattr(mesh, name) for name in mesh.ARRAYS})
+                np.savez(fh, format=np.int64(FORMAT), code=np.int64(mesh.CODE_VERSION), generators=generators,
+                         **{name: getattr(mesh, name) for name in mesh.ARRAYS})
             os.chmod(tmp, 0o644)  # mkstemp's 0600 had kept a shared cache from the other users, who rebuilt and replaced it
             os.replace(tmp, path)
         finally:
@@ -137,7 +154,8 @@ def cached_mesh(name: str, points: np.ndarray, build: Callable[[np.ndarray], Sph
     build : callable
         Builds the mesh when it is not cached (or the cache is off or too small to matter).
     cls : type
-        The mesh class (:class:`~meanfield.geometry.mesh.SphericalMesh`), built from the cached arrays.
+        The mesh class (:class:`~meanfield.geometry.mesh.SphericalMesh`), built from the cached arrays; its
+        ``CODE_VERSION`` is stored with them, and a file of another version is a miss.
     family : str
         Family label of the mesh.
     """

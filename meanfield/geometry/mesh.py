@@ -163,6 +163,11 @@ class SphericalMesh:
                                          "generator_distances", "vertices", "edge_vertices", "region_ptr",
                                          "region_vertices")
 
+    #: version of the code that derives :attr:`ARRAYS` from the generators (:func:`mesh_from_points`): bump it when
+    #: any of them changes, so that the disk cache does not serve arrays built by older code
+    #: (:mod:`meanfield.geometry.cache` stores it with them)
+    CODE_VERSION: ClassVar[int] = 1
+
     def __post_init__(self) -> None:
         for name in self.ARRAYS:
             getattr(self, name).setflags(write=False)

@@ -326,16 +326,17 @@ def test_sample_initial_matches_initial_mass(kind, params):
     assert 0.5 * np.abs(emp - M.initial_mass(msh, kind, **params)).sum() < 0.05
 
 
-def _counted_cache(tmp_path, monkeypatch):
-    """A disk cache in ``tmp_path`` for a 500-cell mesh: ``(cached, builds, fresh, path)``, ``cached()`` the cache's
-    answer and ``builds`` the list that counts the builds (one: ``fresh``, written to ``path``)."""
+def _counted_cache(tmp_path, monkeypatch, points=None):
+    """A disk cache in ``tmp_path`` for a 500-cell mesh (or one of ``points``): ``(cached, builds, fresh, path)``,
+    ``cached()`` the cache's answer and ``builds`` the list that counts the builds (one: ``fresh``, written to
+    ``path``)."""
     import meanfield.geometry.cache as cache
     from meanfield.geometry.mesh import SphericalMesh, mesh_from_points
     from meanfield.geometry.sphere import fibonacci_points
 
     monkeypatch.setenv("MEANFIELD_CACHE", str(tmp_path))
     monkeypatch.setattr(cache, "CACHE_MIN_CELLS", 0)
-    points = fibonacci_points(500)
+    points = fibonacci_points(500) if points is None else points
     builds = []
 
     def build(p):
@@ -367,7 +368,8 @@ def test_a_damaged_mesh_cache_file_is_rebuilt(damage, tmp_path, monkeypatch):
     assert len(builds) == 2 and np.array_equal(cached().areas, fresh.areas)  # the damaged file was replaced
 
 
-@pytest.mark.parametrize("damage", ["edges cut", "areas cut", "area doubled", "vertex index out of range", "region ptr"])
+@pytest.mark.parametrize("damage", ["edges cut", "areas cut", "area doubled", "vertex index out of range", "region ptr",
+                                    "normals negated", "edges i > j", "an edge of length 0"])
 def test_a_cached_mesh_whose_arrays_do_not_make_a_mesh_is_rebuilt(damage, tmp_path, monkeypatch):
     # a file with its generators intact but an array cut or altered had been used as it was (E = 100)
     cached, builds, fresh, path = _counted_cache(tmp_path, monkeypatch)
@@ -380,8 +382,14 @@ def test_a_cached_mesh_whose_arrays_do_not_make_a_mesh_is_rebuilt(damage, tmp_pa
         arrays["areas"] = arrays["areas"] * np.r_[2.0, np.ones(499)]
     elif damage == "vertex index out of range":
         arrays["region_vertices"] = arrays["region_vertices"] + 1
-    else:
+    elif damage == "region ptr":
         arrays["region_ptr"] = arrays["region_ptr"][::-1].copy()
+    elif damage == "normals negated":  # these three had been read as they were
+        arrays["edge_normals"] = -arrays["edge_normals"]
+    elif damage == "edges i > j":
+        arrays["edges"] = arrays["edges"][:, ::-1].copy()
+    else:
+        arrays["edge_lengths"] = arrays["edge_lengths"] * np.r_[0.0, np.ones(len(arrays["edge_lengths"]) - 1)]
     np.savez(path, **arrays)
     again = cached()
     assert len(builds) == 2  # read as a miss and built again
@@ -441,3 +449,34 @@ def test_a_write_to_the_mesh_cache_removes_the_stale_temporaries_of_killed_write
     assert not stale.exists()  # left by a killed writer an hour ago
     assert fresh_tmp.exists()  # may be a writer at work
     assert other.exists()  # not a writer's temporary
+
+
+@pytest.mark.parametrize("points", ["cube", "lat-lon"])
+def test_a_cached_mesh_of_co_circular_generators_is_read_back(points, tmp_path, monkeypatch):
+    # its zero-length edges are dropped, so V - E + F is not 2 (8 for the cube's corners, 50 here): the valid file had
+    # been read as a miss, and the mesh built and written again on every call
+    import itertools
+
+    pts = np.array(list(itertools.product([-1.0, 1.0], repeat=3))) if points == "cube" else _lat_lon_points()
+    cached, builds, fresh, path = _counted_cache(tmp_path, monkeypatch, pts)
+    assert len(fresh.vertices) - fresh.E + fresh.N != 2
+    again = cached()
+    assert len(builds) == 1
+    for name in type(fresh).ARRAYS:
+        np.testing.assert_array_equal(getattr(again, name), getattr(fresh, name))
+
+
+def test_a_cached_mesh_built_by_another_version_of_the_mesh_code_is_rebuilt(tmp_path, monkeypatch):
+    # only the generators and the file FORMAT had keyed the cache: a change to how mesh_from_points derives an array
+    # kept serving the old arrays from 32 768 cells on
+    from meanfield.geometry.mesh import SphericalMesh
+
+    cached, builds, fresh, path = _counted_cache(tmp_path, monkeypatch)
+    cached()
+    assert len(builds) == 1
+    assert int(np.load(path)["code"]) == SphericalMesh.CODE_VERSION
+    monkeypatch.setattr(SphericalMesh, "CODE_VERSION", SphericalMesh.CODE_VERSION + 1)
+    cached()
+    assert len(builds) == 2 and int(np.load(path)["code"]) == SphericalMesh.CODE_VERSION
+    cached()
+    assert len(builds) == 2
