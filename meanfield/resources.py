@@ -117,7 +117,8 @@ def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> 
     Raises
     ------
     ConfigError
-        Naming the key that makes the run too large, with the numbers.
+        Naming the key that makes the run too large, with the numbers (``grid.refine_factor`` for a graded mesh whose
+        coarse mesh alone would fit: its fine caps make the count).
     """
     solver = cfg["solver"]
     frames = float(solver["t_final"]) / float(solver["save_every"])
@@ -157,6 +158,8 @@ def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> 
             what = (f"the graded mesh of grid.cells = {value}, grid.refine_factor = {grid.get('refine_factor')}, "
                     f"grid.refine_radius = {grid.get('refine_radius')} and grid.grading = {grid.get('grading')} has about "
                     f"{cells:.3g} cells, which")
+            if total - estimate[key] + _CELL_BYTES * float(value) <= limit:
+                key = "grid.refine_factor"  # the coarse mesh alone would fit: the caps make the count (grid.cells had been named)
         raise ConfigError(key, f"{what} need about {format_bytes(total)}; this machine has {format_bytes(limit)} available")
     if not math.isfinite(total):  # pragma: no cover - guarded above
         raise ConfigError("model.d", "the memory estimate overflows")
