@@ -384,6 +384,10 @@ def icosahedral_points(level: int) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- Voronoi
 
+#: generators closer than this (chord, on the unit sphere) are one point to :class:`scipy.spatial.SphericalVoronoi`
+#: (its ``threshold``, passed to it)
+DUPLICATE_CHORD = 1e-6
+
 
 def mesh_from_points(points: np.ndarray, *, family: str = "custom") -> SphericalMesh:
     r"""Spherical Voronoi mesh of the given generators.
@@ -401,12 +405,36 @@ def mesh_from_points(points: np.ndarray, *, family: str = "custom") -> Spherical
         Distinct points (normalised here).
     family : str
         Label stored on the mesh.
+
+    Raises
+    ------
+    ValueError
+        Naming the row of a generator that is not finite or is zero, or the two rows of generators that are the
+        same point (closer than :data:`DUPLICATE_CHORD`, SciPy's threshold), or for another shape than ``(N, 3)``,
+        ``N >= 4``.
     """
-    pts = _normalize(np.asarray(points, dtype=float))
-    if pts.ndim != 2 or pts.shape[1] != 3 or pts.shape[0] < 4:
-        raise ValueError(f"points must have shape (N, 3) with N >= 4, got {pts.shape}")
+    raw = np.asarray(points, dtype=float)
+    if raw.ndim != 2 or raw.shape[1] != 3 or raw.shape[0] < 4:
+        raise ValueError(f"points must have shape (N, 3) with N >= 4, got {raw.shape}")
+    # a NaN or zero row had ended in qhull's "SVD did not converge", a duplicate in SciPy's message without its rows
+    for bad, what in ((~np.all(np.isfinite(raw), axis=1), "is not finite"), (~np.any(raw != 0.0, axis=1), "is zero")):
+        if np.any(bad):
+            row = int(np.argmax(bad))
+            more = f" (and {int(bad.sum()) - 1} more rows)" if bad.sum() > 1 else ""
+            raise ValueError(f"generator points[{row}] = {raw[row].tolist()} {what}{more}; a generator is a non-zero "
+                             "finite direction")
+    pts = _normalize(raw)
     n = pts.shape[0]
-    sv = SphericalVoronoi(pts, radius=1.0, center=np.zeros(3))
+    try:
+        sv = SphericalVoronoi(pts, radius=1.0, center=np.zeros(3), threshold=DUPLICATE_CHORD)
+    except ValueError:
+        pairs = cKDTree(pts).query_pairs(DUPLICATE_CHORD, output_type="ndarray")
+        if len(pairs):
+            a, b = sorted(int(k) for k in pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))][0])
+            more = f", and {len(pairs) - 1} more pairs" if len(pairs) > 1 else ""
+            raise ValueError(f"generators points[{a}] and points[{b}] are the same point on the sphere (closer than "
+                             f"{DUPLICATE_CHORD:g}{more}); the generators must be distinct") from None
+        raise
     sv.sort_vertices_of_regions()
     areas = np.asarray(sv.calculate_areas(), dtype=float)
     verts = np.asarray(sv.vertices, dtype=float)

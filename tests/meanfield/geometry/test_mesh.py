@@ -8,6 +8,7 @@ error messages of the initial densities.
 from __future__ import annotations
 
 import math
+import warnings
 
 import matplotlib
 
@@ -480,3 +481,21 @@ def test_a_cached_mesh_built_by_another_version_of_the_mesh_code_is_rebuilt(tmp_
     assert len(builds) == 2 and int(np.load(path)["code"]) == SphericalMesh.CODE_VERSION
     cached()
     assert len(builds) == 2
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    ("zero", r"generator points\[60\] = \[0.0, 0.0, 0.0\] is zero; "),
+    ("nan", r"generator points\[60\] = \[nan, 0.0, 1.0\] is not finite \(and 1 more rows\)"),
+    ("duplicate", r"generators points\[7\] and points\[60\] are the same point"),
+    ("near duplicate", r"generators points\[3\] and points\[60\] are the same point"),
+])
+def test_generators_that_make_no_mesh_are_named_by_row(bad, message):
+    # a zero or NaN row had ended in qhull's "SVD did not converge" (after a RuntimeWarning), a duplicate in SciPy's
+    # "Duplicate generators present." without its rows
+    points = M.fibonacci_points(60)
+    extra = {"zero": [[0.0, 0.0, 0.0]], "nan": [[np.nan, 0.0, 1.0], [1.0, np.inf, 0.0]], "duplicate": 2.0 * points[7:8],
+             "near duplicate": points[3:4] + 1e-9}[bad]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=message):
+            M.mesh_from_points(np.vstack([points, extra]))
