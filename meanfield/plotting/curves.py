@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from meanfield.analysis.concentration import r_squared_label
 from meanfield.plotting.canvas import new_figure, save
 
 __all__ = ["plot_concentration", "plot_sweep", "plot_convergence", "plot_diagnostics"]
@@ -35,6 +34,12 @@ def plot_concentration(curves: dict[str, np.ndarray], summary: dict[str, Any], p
     if title:
         ax.set_title(title, fontsize=10)
     return save(fig, path)
+
+
+def _fit_label(fit: Mapping[str, float]) -> str:
+    """`` (R²=…)`` of a fit through three points or more; nothing for two (a line through them: R² is 1 or undefined,
+    and had read "R²=nan")."""
+    return f"  (R²={fit['r2']:.3f})" if np.isfinite(fit.get("r2", math.nan)) else ""
 
 
 def _log_ticks(axis: Any, values: np.ndarray) -> None:
@@ -111,7 +116,7 @@ def plot_sweep(sweep: Any, path: str | Path | None = None) -> Figure:
     fit = sweep.fit_tmin
     grid = np.linspace(logb.min(), logb.max(), 50)
     ax2.plot(grid, fit["slope"] * grid + fit["intercept"], color="C1",
-             label=f"{fit['slope']:.3g} log β + {fit['intercept']:.3g}{r_squared_label(fit, digits=3)}")
+             label=f"{fit['slope']:.3g} log β + {fit['intercept']:.3g}{_fit_label(fit)}")
     _sweep_points(ax2, logb, t_min, mesh_value, at_end, end_marker=">", end_label="minimum at the last frame: t_min ≥ this")
     ax2.set_xlabel(r"$\log\beta$")
     ax2.set_ylabel(r"$t_{\min}$")
@@ -123,7 +128,7 @@ def plot_sweep(sweep: Any, path: str | Path | None = None) -> Figure:
     fit = sweep.fit_w2min
     grid = np.linspace(np.log(rate.min()), np.log(rate.max()), 50)
     ax3.loglog(np.exp(grid), np.exp(fit["slope"] * grid + fit["intercept"]), color="C1",
-               label=f"∝ rate^{fit['slope']:.3g}{r_squared_label(fit, digits=3)}")
+               label=f"∝ rate^{fit['slope']:.3g}{_fit_label(fit)}")
     ax3.loglog(rate, rate, color="0.5", ls=":", label="rate")
     _sweep_points(ax3, rate, w_min, mesh_value, at_end, end_marker="v", label=r"$W_{2,\min}$",
                   end_label=r"minimum at the last frame: $W_{2,\min}$ ≤ this")
