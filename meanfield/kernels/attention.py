@@ -223,7 +223,8 @@ def attention_velocity(
     row_logs : (H, n) array, optional
         Filled with every head's :math:`\ln\sum_j a_j e^{\beta s^h_{ij}}` per row where the kernel takes these
         sums anyway, in float64 and without a mask (``blas``, ``fused``, ``harmonic``, ``local``; the exponential
-        laws; pooled: the heads with :math:`w_h\neq0`); elsewhere left as it is (fill it with NaN to tell).
+        laws; pooled: the heads with :math:`w_h\neq0`, and with ``blas`` the others too); elsewhere left as it is
+        (fill it with NaN to tell).
         The energies of :mod:`meanfield.analysis.energy` follow at no cost:
         :math:`E_h=\frac1{2\beta}\sum_i a_i e^{\ell^h_i}`.
 
@@ -273,13 +274,19 @@ def attention_velocity(
             v = velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision, mask=mask)
         return v if back == 1.0 else v * back
     logs = {"row_logs": row_logs} if row_logs is not None and backend in ROW_LOG_BACKENDS else {}
+    shifted = bool(exponent and logs and kind != "relu" and not is_causal(mask))
+    if shifted:  # the kernels fill the log sums of the masses divided by 2^k: into a NaN buffer, to tell which heads they filled
+        logs = {"row_logs": np.full(np.shape(row_logs), np.nan)}
     if backend in TOLERANCE_BACKENDS:
         v = kernel(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance, mask=mask, **logs)
     else:
         v = kernel(x, heads, beta=beta, kind=kind, weights=weights, mask=mask, **logs)
-    if exponent and logs and kind != "relu" and not is_causal(mask):  # the filled log sums are those of the masses divided by 2^k
-        filled = heads.w != 0 if kind == "pooled" else np.ones(heads.H, dtype=bool)
-        row_logs[filled] += exponent * math.log(2.0)
+    if shifted:
+        # k ln 2 back on every head a kernel filled (blas fills a pooled head of weight 0 too: it had been left
+        # k ln 2 low, its energy off by 2^k, while not NaN); the heads left unfilled stay as the caller gave them
+        scratch = logs["row_logs"]
+        filled = ~np.isnan(scratch).all(axis=1)
+        row_logs[filled] = scratch[filled] + exponent * math.log(2.0)
     return v if back == 1.0 else v * back
 
 

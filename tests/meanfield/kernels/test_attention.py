@@ -790,3 +790,28 @@ def test_float32_tokens_on_the_sphere_run_the_sphere_kernels_to_their_rounding(b
     np.testing.assert_allclose(v, exact, rtol=0, atol=1e-6 * np.abs(exact).max())  # about β × their rounding
     with pytest.raises(ValueError, match="unit sphere"):  # float32 tokens far off the sphere are still refused
         attention_velocity(1.01 * x32, heads, beta=4.0, backend="harmonic")
+
+
+@pytest.mark.parametrize("scale", [1e-20, 1e30])
+@pytest.mark.parametrize(("d", "backend"), [(16, "auto"), (16, "blas"), (3, "blas"), (3, "harmonic"), (3, "local")])
+def test_pooled_row_logs_of_a_weight_zero_head_under_rescaled_masses(d, backend, scale):
+    # the blas kernel fills every pooled head's log sums, and masses outside [2^-60, 2^60] are divided by 2^k before
+    # the kernels run; k ln 2 was added back to the heads with w != 0 only, so a w = 0 head's logs stayed k ln 2 low
+    # (its energy off by 2^61 at masses 1e-20) while not NaN (found in review)
+    from scipy.special import logsumexp
+
+    from meanfield.analysis.energy import energies_from_row_logs
+
+    gen = np.random.default_rng(15)
+    n, beta = 50, 2.0
+    heads = HeadStack(B=gen.standard_normal((2, d, d)) / 4, V=gen.standard_normal((2, d, d)), w=np.array([1.0, 0.0]))
+    x = sample_uniform(n, d, seed=5)
+    a = np.full(n, scale)
+    logs = np.full((2, n), np.nan)
+    attention_velocity(x, heads, beta=beta, kind="pooled", weights=a, backend=backend, row_logs=logs)
+    exact = np.stack([logsumexp(beta * (x @ B) @ x.T, axis=1) + math.log(scale) for B in heads.B])
+    filled = ~np.isnan(logs).all(axis=1)
+    assert filled[0] and not np.isnan(logs[filled]).any()  # a head is filled whole or left whole
+    np.testing.assert_allclose(logs[filled], exact[filled], rtol=0, atol=1e-9)
+    direct = np.array([math.fsum(a * np.exp(row)) for row in exact]) / (2.0 * beta)  # E_h = Σ_i a_i e^{ℓ_i} / 2β
+    np.testing.assert_allclose(energies_from_row_logs(logs, beta=beta, weights=a)[filled], direct[filled], rtol=1e-9)
