@@ -38,8 +38,14 @@ For ``relu`` the same holds without the β factor.
 
 Rows are shifted by :math:`c_i=\|\beta B_h^\top x_i\|\max_j\|x_j\|\ge\max_j\beta s^h_{ij}`.
 Where a shifted row sum falls below ``1e-20`` (float32 terms underflow at
-:math:`e^{-87}`), that row is recomputed in float64 with the exact row maximum
+:math:`e^{-87}`: the bound overshot the row's maximum, as it does for most rows at large β
+where :math:`B_h^\top x_i` points at no token), that row and head is summed once more in the
+same thread, in float32, shifted by its own largest score over the tokens of nonzero mass
+(one score pass without ``exp``); a row after one that needed it takes it first (:data:`PREDICT_ROWS`).  A row
+that still underflows (its mass in view tiny or none) is recomputed in float64
 (:func:`meanfield.kernels.reference.velocity_numpy` on those rows) — never silently wrong.
+(These rows had all gone to that single-threaded twin: at d = 8, β = 1024 the float32 call
+took 15× the float64 one.)
 Where the shifted scores may fall below -:data:`FLOAT32_SCALE_DEPTH`, the masses are multiplied by a power
 of two (:func:`float32_mass_exponent`), so that no product of a term with a weight is subnormal.
 """
@@ -62,8 +68,12 @@ __all__ = ["velocity_fused32", "exp32_nonpositive", "exp32_nonpositive_scalar", 
 CHUNK32 = 256
 #: the laws the kernel computes, by the code the compiled loop takes
 FUSED32_KINDS = {"softmax": 0, "unnormalized": 1, "pooled": 2, "relu": 3}
-#: shifted row sums below this are recomputed in float64 with the exact row maximum
+#: shifted row sums below this are summed again, shifted by the row's own maximum
 _UNDERFLOW32 = 1e-20
+#: a row whose head needed its own maximum has the next row take it first (a guess: rows at large β with general heads
+#: mostly all do), up to the next multiple of this many rows, where the guess starts afresh; the kernel's row blocks
+#: start at such multiples, so the same rows take the same path whatever the number of threads (the same bits)
+PREDICT_ROWS = 16
 
 _F = np.float32
 _LOG2E = _F(1.4426950408889634)
@@ -211,52 +221,106 @@ def _accumulate32(e, wx, j0, m, acc):  # pragma: no cover - compiled
         k += 1
 
 
+@jit(fastmath={"contract"})
+def _head_sums32(q, c, xt, wx, jend, chunk, code, z, acc):  # pragma: no cover - compiled
+    r"""``acc = [Σ_j t_j a_j x_j | Σ_j t_j a_j]`` over the columns ``[0, jend)`` of one row and head, with the terms
+    :math:`t_j = e^{q\cdot x_j - c}` (``code`` 3, relu: :math:`(q\cdot x_j)_+`) in float32, by chunks added in float64."""
+    d = q.shape[0]
+    for k in range(d + 1):
+        acc[k] = 0.0
+    c32 = np.float32(c)
+    for j0 in range(0, jend, chunk):
+        m = min(chunk, jend - j0)
+        if d == 3 and code != 3:
+            j1 = j0 + m
+            _score_exp32_3(q[0], q[1], q[2], c32, xt[0, j0:j1], xt[1, j0:j1], xt[2, j0:j1], m, z)
+        else:
+            _scores(q, xt, j0, m, c32, z)
+            if code == 3:
+                _relu32_inplace(z, m)
+            else:
+                _exp32_inplace(z, m)
+        _accumulate32(z, wx, j0, m, acc)
+
+
+@jit(fastmath={"contract"})
+def _row_max32(q, xt, wx, jend, chunk, z):  # pragma: no cover - compiled
+    r"""The largest float32 score :math:`q\cdot x_j` over the columns ``[0, jend)`` whose mass is not 0 (-inf where none is):
+    one score pass, no ``exp``."""
+    d = q.shape[0]
+    best = -np.inf
+    for j0 in range(0, jend, chunk):
+        m = min(chunk, jend - j0)
+        _scores(q, xt, j0, m, np.float32(0.0), z)
+        for j in range(m):
+            if z[j] > best and wx[d, j0 + j] > 0.0:
+                best = z[j]
+    return best
+
+
 @pjit
-def _fused32_kernel(q32, shift, xt, wx, V, w, top, code, rows_per_block, chunk, causal, mass_scale):  # pragma: no cover - compiled
+def _fused32_kernel(q32, shift, xt, wx, V, w, code, rows_per_block, chunk, causal, mass_scale):  # pragma: no cover - compiled
     H, n, d = q32.shape
     out = np.zeros((n, d))
     low = np.zeros(n, dtype=np.bool_)
     underflow = _UNDERFLOW32 * mass_scale  # the masses in wx carry mass_scale (a power of two), and so the row sums
+    log_underflow = math.log(underflow)
     nblocks = (n + rows_per_block - 1) // rows_per_block
     for p in prange(nblocks):
         half = np.int64(p) // 2  # causal: cheap and expensive blocks alternate, so static chunks balance
         b = (half if p % 2 == 0 else nblocks - 1 - half) if causal else np.int64(p)
         z = np.empty(chunk, dtype=np.float32)
-        acc = np.empty(d + 1)
+        accs = np.empty((H, d + 1))
+        shifts = np.empty(H)
+        predicted = np.zeros(H, dtype=np.bool_)
         num = np.zeros(d)
         for i in range(b * rows_per_block, min(n, (b + 1) * rows_per_block)):
             jend = i + 1 if causal else n
-            den_pool = 0.0
-            for k in range(d):
-                num[k] = 0.0
+            top = -np.inf
             for h in range(H):
                 if code == 2 and w[h] == 0.0:  # pooled: a head of weight 0 adds nothing (its e^{c - top} may overflow: 0·inf)
                     continue
                 c = shift[h, i]
-                for k in range(d + 1):
-                    acc[k] = 0.0
-                q = q32[h, i]
-                for j0 in range(0, jend, chunk):
-                    m = min(chunk, jend - j0)
-                    if d == 3 and code != 3:
-                        j1 = j0 + m
-                        _score_exp32_3(q[0], q[1], q[2], np.float32(c), xt[0, j0:j1], xt[1, j0:j1], xt[2, j0:j1], m, z)
-                    else:
-                        _scores(q, xt, j0, m, np.float32(c), z)
-                        if code == 3:
-                            _relu32_inplace(z, m)
-                        else:
-                            _exp32_inplace(z, m)
-                    _accumulate32(z, wx, j0, m, acc)
+                acc = accs[h]
+                if i % PREDICT_ROWS == 0:
+                    predicted[h] = False
+                exact = False
+                if predicted[h]:  # the row before needed its own maximum: take it first (one score pass, no exp)
+                    best = _row_max32(q32[h, i], xt, wx, jend, chunk, z)
+                    if best > -np.inf:
+                        c = np.float64(best)
+                        exact = True
+                _head_sums32(q32[h, i], c, xt, wx, jend, chunk, code, z, acc)
+                if code != 3 and not exact and not acc[d] >= underflow:
+                    # the Cauchy–Schwarz shift overshot the row's maximum by more than float32's exp reaches
+                    # (e^-87): once more in float32, shifted by the row's own largest score, here on this thread
+                    best = _row_max32(q32[h, i], xt, wx, jend, chunk, z)
+                    if best > -np.inf:
+                        c = np.float64(best)
+                        exact = True
+                        _head_sums32(q32[h, i], c, xt, wx, jend, chunk, code, z, acc)
+                if code != 3:
+                    if not acc[d] >= underflow:  # (a row whose mass in view is tiny or none: the NumPy twin below)
+                        low[i] = True
+                    # would the bound have underflowed this row?  Then the next row takes its maximum first
+                    predicted[h] = exact and acc[d] > 0.0 and math.log(acc[d]) - (shift[h, i] - c) < log_underflow
+                shifts[h] = c
+                top = max(top, c)  # pooled: the common shift, over the heads that weigh
+            den_pool = 0.0
+            for k in range(d):
+                num[k] = 0.0
+            for h in range(H):
+                if code == 2 and w[h] == 0.0:
+                    continue
+                acc = accs[h]
                 den = acc[d]
-                if code != 3 and not den >= underflow:
-                    low[i] = True
+                c = shifts[h]
                 if code == 0:
                     scale = 1.0 / den if den > 0.0 else 0.0
                 elif code == 1:
                     scale = np.exp(c) / mass_scale
                 elif code == 2:
-                    scale = w[h] * np.exp(c - top[i])
+                    scale = w[h] * np.exp(c - top)
                     den_pool += scale * den
                 else:
                     scale = 1.0
@@ -350,10 +414,10 @@ def velocity_fused32(
     wx = np.ascontiguousarray(np.vstack([x.T * scaled, scaled[None, :]]), dtype=np.float32)  # (d+1, n): a_j x_j | a_j
     w = np.ascontiguousarray(heads.w, dtype=float)
     with kernel_threads(float(n) * n * H * (0.5 if causal else 1.0)) as threads:
-        rows = max(1, min(64, -(-n // (4 * threads))))
-        out, low = _fused32_kernel(q32, np.ascontiguousarray(shift), xt, wx, V, w, top, code, rows, max(8, int(chunk)), causal,
+        rows = PREDICT_ROWS * -(-min(64, -(-n // (4 * threads))) // PREDICT_ROWS)  # 16, 32, 48 or 64 (PREDICT_ROWS)
+        out, low = _fused32_kernel(q32, np.ascontiguousarray(shift), xt, wx, V, w, code, rows, max(8, int(chunk)), causal,
                                    math.ldexp(1.0, exponent))
-    if low.any():  # float32 terms underflowed (the Cauchy–Schwarz shift overshot): those rows in float64
+    if low.any():  # rows that underflowed even shifted by their own maximum (tiny or no mass in view): in float64
         idx = np.flatnonzero(low)
         out[idx] = velocity_numpy(x, heads, beta=beta, kind=kind, weights=a, mask=mask, rows=idx)
     return out

@@ -65,8 +65,12 @@ def test_scaled_masses_at_low_temperature_match_the_float64_twin(rng, kind, monk
         np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6 * (1.0 + beta) * scale)
     assert len(exponents) == 2 and min(exponents) > 0
 
-def test_rows_whose_float32_terms_underflow_are_recomputed_in_float64(rng):
+def test_rows_whose_float32_terms_underflow_are_summed_again_at_their_own_maximum(rng, monkeypatch):
     """Keys in a cap and B turning every query away from it: the shift overshoots by ~2β > 87, float32 underflows."""
+    import meanfield.kernels.fused32 as fused32
+
+    sent = []
+    monkeypatch.setattr(fused32, "velocity_numpy", lambda *args, **kw: sent.append(kw["rows"]) or velocity_numpy(*args, **kw))
     x = normalize(np.array([1.0, 0.0, 0.0]) + 0.05 * rng.standard_normal((200, 3)))
     heads = HeadStack(B=-np.eye(3)[None], V=np.eye(3)[None])
     for kind in ("softmax", "pooled", "unnormalized"):
@@ -74,7 +78,74 @@ def test_rows_whose_float32_terms_underflow_are_recomputed_in_float64(rng):
         got = velocity_fused32(x, heads, beta=64.0, kind=kind)
         scale = float(np.max(np.linalg.norm(ref, axis=1)))
         assert np.all(np.isfinite(got))
-        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * scale)  # the float64 path, not float32
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * (1.0 + 64.0) * scale)
+    assert not sent  # in float32 on the kernel's threads, none in the NumPy twin
+
+
+def _two_clusters_and_rotations(d, H, n=240, seed=13):
+    """Tokens in two tight clusters at ±e_0 and heads that rotate the queries 0.5–0.7 rad off them in the (e_0, e_1)
+    plane: the Cauchy–Schwarz shift β‖B_hᵀx_i‖ overshoots every row's maximum by about (1 - cos θ) β."""
+    gen = np.random.default_rng(seed)
+    centre = np.zeros(d)
+    centre[0] = 1.0
+    x = normalize(np.concatenate([centre + 0.02 * gen.standard_normal((n // 2, d)), -centre + 0.02 * gen.standard_normal((n // 2, d))]))
+    B = np.empty((H, d, d))
+    for h, angle in enumerate(np.linspace(0.5, 0.7, H)):
+        B[h] = np.eye(d)
+        B[h][:2, :2] = [[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]]
+    V = np.eye(d) + 0.3 * gen.standard_normal((H, d, d))
+    return x, HeadStack(B=B, V=V, w=np.linspace(1.0, 0.5, H))
+
+
+@pytest.mark.parametrize(("backend", "d"), [("fused", 3), ("blas", 16)])
+@pytest.mark.parametrize("H", [1, 3])
+def test_float32_rows_past_the_bounds_reach_are_redone_in_float32_to_its_accuracy(backend, d, H, monkeypatch):
+    # at large β with a head that turns the queries away from the tokens nearly every row's float32 sum underflowed
+    # under the Cauchy–Schwarz shift, and each went to a single-threaded float64 redo (the NumPy twin, or NumPy's exp
+    # in the blas kernel): the float32 call took 10–35× the float64 one (found in review).  Now those rows are summed
+    # once more in float32, shifted by their own maximum, on the kernel's threads
+    from scipy.special import logsumexp
+
+    import meanfield.kernels.blas as blas
+    import meanfield.kernels.fused32 as fused32
+    from meanfield.kernels.jit import num_threads, set_num_threads
+
+    redone = []
+    monkeypatch.setattr(fused32, "velocity_numpy", lambda *args, **kw: redone.append(kw["rows"]) or velocity_numpy(*args, **kw))
+    monkeypatch.setattr(blas, "exp_shifted_by_mass", lambda *args: redone.append(args) or blas._exp_shifted_rows(*args))
+    x, heads = _two_clusters_and_rotations(d, H)
+    n, beta = x.shape[0], 512.0  # (unnormalized: e^{β s} stays below float64's overflow)
+    shift = beta * np.linalg.norm(np.einsum("nl,hlk->hnk", x, heads.B), axis=2)  # the kernels' bound, ‖x_j‖ = 1
+    logs = np.stack([logsumexp(beta * (x @ B) @ x.T, axis=1) - np.log(n) for B in heads.B])
+    assert np.mean(logs - shift < np.log(1e-20)) > 0.9  # most rows' float32 sums underflow under the bound
+    a = np.random.default_rng(2).uniform(0.5, 1.5, n)
+    v_norm = sum(np.linalg.norm(V, 2) for V in heads.V)
+    for kind in KINDS:
+        for weights in (None, a):
+            ref = velocity_numpy(x, heads, beta=beta, kind=kind, weights=weights)
+            got = attention_velocity(x, heads, beta=beta, kind=kind, weights=weights, backend=backend, precision="float32")
+            masses = np.full(n, 1.0 / n) if weights is None else weights
+            if kind == "unnormalized":
+                terms = max(float((np.exp(beta * (x @ B) @ x.T) @ masses).max()) for B in heads.B)
+            elif kind == "relu":
+                terms = max(float((np.maximum((x @ B) @ x.T, 0.0) @ masses).max()) for B in heads.B)
+            else:
+                terms = 1.0
+            bound = 1e-6 * (1.0 + (0.0 if kind == "relu" else beta)) * v_norm * terms  # the documented float32 bound
+            np.testing.assert_allclose(got, ref, rtol=0, atol=bound)
+    assert not redone  # every row in float32 on the kernel's threads: none in the float64 redo
+    threads = num_threads()
+    try:  # the same bits on every call and whatever the number of threads
+        calls = []
+        for t in (1, 2, 2):
+            set_num_threads(t)
+            if backend == "blas":
+                calls.append(blas.velocity_blas(x, heads, beta=beta, kind="pooled", weights=a, precision="float32", threads=t))
+            else:
+                calls.append(fused32.velocity_fused32(x, heads, beta=beta, kind="pooled", weights=a))
+        assert calls[0].tobytes() == calls[1].tobytes() == calls[2].tobytes()
+    finally:
+        set_num_threads(threads)
 
 
 def test_precision_float32_dispatch():
