@@ -249,14 +249,18 @@ def attention_velocity(
     check_tolerance(tolerance)
     if kind == "pooled" and not np.any(heads.w > 0):  # 0/0: NaN from most kernels, 0 from one
         raise ValueError(f"pooled attention weighs the heads by w, and every w is 0: {heads.w.tolist()}")
-    if backend in ("auto", *TOLERANCE_BACKENDS):
+    if backend in TOLERANCE_BACKENDS:
         x = _float32_tokens_on_the_sphere(x, heads, kind)
     if backend == "auto":
         dense = _dense_backend(heads, kind, precision, n=np.shape(x)[0], mask=mask)
-        backend = _sphere_backend(x, heads, beta, kind, precision, mask, tolerance=tolerance) or dense
+        # float32 tokens are normalised for the sphere kernels only: a dense kernel takes them as given, the same bits as
+        # when named (they had been normalised at every n, and auto differed from "fused" by their rounding, 1e-8)
+        on_sphere = _float32_tokens_on_the_sphere(x, heads, kind) if np.shape(x)[0] > SPHERE_DENSE_MAX_N else x
+        backend = _sphere_backend(on_sphere, heads, beta, kind, precision, mask, tolerance=tolerance) or dense
         if backend == "dense":
             backend = dense
         elif backend in TOLERANCE_BACKENDS:
+            x = on_sphere
             precision = "float64"  # a sphere kernel beats the float32 dense one here, at float64's accuracy
     try:
         kernel = BACKENDS[backend]
@@ -300,9 +304,10 @@ def _dense_backend(heads: HeadStack, kind: str, precision: str, *, n: int = 0, m
     return "fused" if small else "blas"
 
 
-#: float32 tokens within this of the unit sphere are taken to float64 and normalised before the sphere kernels
-#: choose or run: their rounding (6e-8) is far above :data:`~meanfield.kernels.local.SPHERE_TOLERANCE`, and they had
-#: been refused by the harmonic and local kernels, and sent by ``"auto"`` to the dense one (25× slower at n = 20 000)
+#: float32 tokens within this of the unit sphere are taken to float64 and normalised for the sphere kernels (to choose
+#: one, and where one runs; a dense kernel takes them as given): their rounding (6e-8) is far above
+#: :data:`~meanfield.kernels.local.SPHERE_TOLERANCE`, and they had been refused by the harmonic and local kernels, and
+#: sent by ``"auto"`` to the dense one (25× slower at n = 20 000)
 FLOAT32_SPHERE_TOLERANCE = 1e-6
 
 

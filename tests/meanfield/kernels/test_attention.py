@@ -815,3 +815,20 @@ def test_pooled_row_logs_of_a_weight_zero_head_under_rescaled_masses(d, backend,
     np.testing.assert_allclose(logs[filled], exact[filled], rtol=0, atol=1e-9)
     direct = np.array([math.fsum(a * np.exp(row)) for row in exact]) / (2.0 * beta)  # E_h = Σ_i a_i e^{ℓ_i} / 2β
     np.testing.assert_allclose(energies_from_row_logs(logs, beta=beta, weights=a)[filled], direct[filled], rtol=1e-9)
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+@pytest.mark.parametrize("n", [5, 700, 1024])
+def test_auto_gives_the_dense_kernels_bits_on_float32_tokens_it_does_not_send_to_a_sphere_kernel(n, precision):
+    # auto had normalised float32 tokens on S² at every n, so that where it then ran a dense kernel (always at
+    # n ≤ 1024) its velocity differed from the same kernel named, by the tokens' rounding (1e-8; found in review)
+    from meanfield.kernels import attention
+
+    x32 = sample_uniform(n, 3, seed=6).astype(np.float32)
+    gen = np.random.default_rng(6)
+    heads = HeadStack(B=np.eye(3) + 0.3 * gen.standard_normal((2, 3, 3)), V=gen.standard_normal((2, 3, 3)))
+    for kind in ("softmax", "pooled", "unnormalized"):
+        dense = attention._dense_backend(heads, kind, precision, n=n)
+        auto = attention_velocity(x32, heads, beta=4.0, kind=kind, precision=precision)
+        named = attention_velocity(x32, heads, beta=4.0, kind=kind, precision=precision, backend=dense)
+        assert auto.tobytes() == named.tobytes()
