@@ -114,7 +114,8 @@ def batched_inputs(
     Raises
     ------
     ValueError
-        For an unknown kind, mismatched shapes, or a negative or non-finite β.
+        For an unknown kind, mismatched shapes, a β of neither one value nor one per system, or a negative or
+        non-finite β.
     """
     if kind not in BATCHED_KINDS:
         raise ValueError(f"the batched kernel computes {' and '.join(BATCHED_KINDS)} attention, got kind={kind!r}")
@@ -133,7 +134,10 @@ def batched_inputs(
     B, V = heads
     if B.shape != V.shape:
         raise ValueError(f"B and V must have the same shape, got {B.shape} and {V.shape}")
-    beta = np.ascontiguousarray(np.broadcast_to(np.asarray(beta, dtype=float), (nsys,)))
+    beta = np.asarray(beta, dtype=float)
+    if beta.ndim > 1 or beta.size not in (1, nsys):  # NumPy's broadcasting error had named neither
+        raise ValueError(f"beta must be one number or one per system ({nsys}), got shape {beta.shape}")
+    beta = np.ascontiguousarray(np.broadcast_to(beta.reshape(-1) if beta.ndim else beta, (nsys,)))
     if not np.all(np.isfinite(beta)) or np.any(beta < 0):
         raise ValueError("beta must be finite and >= 0 for every system")
     return x, beta, B, V

@@ -108,6 +108,10 @@ def test_batched_kernel_rejects_bad_input():
         velocity_batched(x, np.eye(2)[None], np.eye(2)[None], beta=1.0)
     with pytest.raises(ValueError, match="beta"):
         velocity_batched(x, I, I, beta=[1.0, -1.0])
+    for wrong in ([1.0, 2.0, 3.0], [[1.0], [2.0]]):  # a wrong length had given NumPy's broadcasting error, naming neither
+        with pytest.raises(ValueError, match=r"^beta must be one number or one per system \(2\), got shape"):
+            velocity_batched(x, I, I, beta=wrong)
+    np.testing.assert_array_equal(velocity_batched(x, I, I, beta=[2.0]), velocity_batched(x, I, I, beta=2.0))
 
 
 # --------------------------------------------------------------------------- #
