@@ -146,6 +146,12 @@ FLASH_SMALL_D_MIN_PAIRS = 1 << 18
 #: at n = 2048–8192) are not counted: the harmonic kernel's model is itself pessimistic for uniform tokens (the choice
 #: keeps it so for concentrated ones), and with them counted n = 4096 at β = 4 went dense at 2.3× the harmonic time
 FUSED32_SPEEDUP = 3.5
+#: the BLAS kernel's time over the fused one's at d = 3 where its flash tiles do not run (float64 pooled and
+#: unnormalized, the causal mask, a processor without AVX-512): measured 1.66–2.02 (blas pooled, unnormalized and
+#: softmax against fused softmax, n = 4096 and 8192, H = 1 and 3, one random head, best of 5 alternating calls on
+#: 2 loaded cores).  ``"auto"`` had priced that kernel as the fused one on the sphere: pooled at n = 8192, β = 16 went
+#: dense at 2× the local kernel's time
+BLAS_SPHERE_SLOWDOWN = 1.8
 
 
 #: token masses whose total lies outside [2^-MASS_RANGE, 2^MASS_RANGE] are brought to a total of about 1 before any
@@ -199,8 +205,8 @@ def attention_velocity(
         ``"auto"``: on :math:`S^2` with more than :data:`SPHERE_DENSE_MAX_N` unit
         tokens and an exponential law, the fastest of ``"harmonic"``,
         ``"local"`` and dense by :func:`~meanfield.kernels.harmonic.choose_sphere_method`
-        (in float32 against the float32 dense kernel's cost, and a sphere kernel that wins
-        runs in float64);
+        (against the cost of the dense kernel that would run: the float32 one in float32, the BLAS one for the
+        laws other than softmax in float64, :data:`BLAS_SPHERE_SLOWDOWN`; a sphere kernel that wins runs in float64);
         otherwise the fused kernel (:mod:`meanfield.kernels.fused`, one pass with a
         vectorised ``exp``) for float64 softmax and every float32 law with
         ``d ≤`` :data:`FUSED_MAX_D`, else ``"blas"``; on an AVX-512 processor ``"blas"`` also at
@@ -335,5 +341,16 @@ def _sphere_backend(x: np.ndarray, heads: HeadStack, beta: float, kind: str, pre
     norms = np.sqrt(np.einsum("ij,ij->i", x, x))
     if not float(np.max(np.abs(norms - 1.0))) <= SPHERE_TOLERANCE:
         return None
-    speedup = FUSED32_SPEEDUP if precision == "float32" else 1.0
+    speedup = _dense_sphere_speedup(heads, kind, precision, n=x.shape[0], mask=mask)
     return choose_sphere_method(x.shape[0], float(beta), heads, mask=mask, dense_speedup=speedup, tolerance=tolerance)
+
+
+def _dense_sphere_speedup(heads: HeadStack, kind: str, precision: str, *, n: int, mask: str = "none") -> float:
+    """The dense kernel's speed over the fused float64 one's, which the sphere cost models price: :data:`FUSED32_SPEEDUP`
+    in float32, ``1 /`` :data:`BLAS_SPHERE_SLOWDOWN` where ``"auto"`` runs the BLAS kernel without its flash tiles
+    (the laws other than softmax in float64; the tiles run on an AVX-512 processor without a mask), else 1."""
+    if precision == "float32":
+        return FUSED32_SPEEDUP
+    if _dense_backend(heads, kind, precision, n=n, mask=mask) == "blas" and not (FLASH_CPU and not is_causal(mask)):
+        return 1.0 / BLAS_SPHERE_SLOWDOWN
+    return 1.0

@@ -1365,7 +1365,7 @@ def choose_sphere_method(n: int, beta: float, heads: HeadStack, *, mask: str = "
     :data:`HARMONIC_CALL_SECONDS`, :data:`HARMONIC_ROW_SECONDS`, :data:`SYNTHESIS_PER_POINT`,
     :data:`SYNTHESIS_PER_COEFFICIENT`, :data:`GRID_PER_OPERATION`).
     "dense" means :func:`meanfield.kernels.fused.velocity_fused` (softmax) or
-    :func:`meanfield.kernels.blas.velocity_blas` (other kinds).  Measured for uniform tokens
+    :func:`meanfield.kernels.blas.velocity_blas` (other kinds; priced through ``dense_speedup``).  Measured for uniform tokens
     and a general head (singular values 1.19, 1.03, 0.93) on 2 quiet cores, n = 1024 … 262144,
     β = 1 … 1024, the models pick the fastest method in 24 of 25 cases (the other costs 1.9×
     the best: n = 4096 at β = 16, where the harmonic kernel wins over dense), which amounts to:
@@ -1377,8 +1377,10 @@ def choose_sphere_method(n: int, beta: float, heads: HeadStack, *, mask: str = "
       some 130× the dense kernel).
 
     ``mask="causal"`` compares the causal cost models instead (:func:`estimate_causal_sphere_seconds`).
-    ``dense_speedup`` divides the dense model's cost: the float32 dense kernel's speed over the float64
-    one's (:data:`meanfield.kernels.attention.FUSED32_SPEEDUP`).  ``tolerance``: the accuracy the sphere kernels are
+    ``dense_speedup`` divides the dense model's cost, which is the fused float64 kernel's: the speed over it of the
+    dense kernel that would run (:data:`meanfield.kernels.attention.FUSED32_SPEEDUP` in float32, ``1 /``
+    :data:`meanfield.kernels.attention.BLAS_SPHERE_SLOWDOWN` for the BLAS kernel without its flash tiles; ``auto``
+    passes it, :func:`meanfield.kernels.attention._dense_sphere_speedup`).  ``tolerance``: the accuracy the sphere kernels are
     asked for (``model.tolerance``), which sets their degrees and caps (it had been taken as 1e-12 whatever was asked).
     """
     estimate = estimate_causal_sphere_seconds if is_causal(mask) else estimate_sphere_seconds

@@ -98,3 +98,38 @@ def test_auto_weighs_the_sphere_kernels_at_the_tolerance_asked_for(monkeypatch):
     monkeypatch.setattr(attention, "choose_sphere_method", lambda *a, **kw: seen.append(kw["tolerance"]) or "dense")
     attention.attention_velocity(sample_uniform(2048, 3, seed=0), heads, beta=128.0, tolerance=1e-4)
     assert seen == [1e-4]
+
+
+def test_the_sphere_choice_prices_the_dense_kernel_that_would_run(monkeypatch):
+    # the dense cost model is the fused kernel's, but pooled and unnormalized run the BLAS kernel in float64 (1.7-2x
+    # slower at d = 3 without its flash tiles): pooled at n = 8192, β = 16 went dense at 2x the local kernel's time
+    # (found in review).  The choice logic only, no timing
+    from meanfield.kernels.harmonic import choose_sphere_method, estimate_sphere_seconds
+
+    attention = attention_module
+    gen = np.random.default_rng(1)
+    heads = HeadStack(B=gen.standard_normal((1, 3, 3)), V=gen.standard_normal((1, 3, 3)))
+    n, beta = 8192, 16.0
+    blas = 1.0 / attention.BLAS_SPHERE_SLOWDOWN
+    for flash in (False, True):
+        monkeypatch.setattr(attention, "FLASH_CPU", flash)
+
+        def speed(kind, precision="float64", mask="none"):
+            return attention._dense_sphere_speedup(heads, kind, precision, n=n, mask=mask)
+
+        for kind in ("pooled", "unnormalized"):
+            assert speed(kind) == (1.0 if flash else blas)  # the flash tiles are priced as the fused kernel
+            assert speed(kind, mask="causal") == blas
+            assert speed(kind, "float32") == attention.FUSED32_SPEEDUP
+        assert speed("softmax") == speed("softmax", mask="causal") == 1.0
+    monkeypatch.setattr(attention, "FLASH_CPU", False)
+    seen = []
+    real = attention.choose_sphere_method
+    monkeypatch.setattr(attention, "choose_sphere_method", lambda *a, **kw: seen.append(kw["dense_speedup"]) or real(*a, **kw))
+    x = sample_uniform(n, 3, seed=2)
+    picked = attention._sphere_backend(x, heads, beta, "pooled", "float64")
+    assert seen == [blas]
+    est = estimate_sphere_seconds(n, beta, heads)
+    assert min(est, key=est.get) == "dense" and est["dense"] / blas > est["local"]  # fused-priced dense had won
+    assert picked == choose_sphere_method(n, beta, heads, dense_speedup=blas) == "local"
+    assert attention._sphere_backend(x, heads, beta, "softmax", "float64") == "dense"  # softmax runs the fused kernel
