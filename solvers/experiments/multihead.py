@@ -843,7 +843,7 @@ def orthogonality_margin_experiment(
     (Cauchy–Schwarz through :math:`\|B_hB_{h'}\|_{op}`): the cross terms that
     exact orthogonality removes come back at most linearly in :math:`\delta`.
     Heads :func:`rotated_heads`, ``unnormalized`` kind (Thm 11 setting), uniform
-    tokens; each :math:`\delta` is simulated on :math:`[0,t_{\mathrm{short}}]`.
+    tokens (one draw, ``seed``); each :math:`\delta` is simulated on :math:`[0,t_{\mathrm{short}}]`.
 
     Returns
     -------
@@ -863,9 +863,15 @@ def orthogonality_margin_experiment(
         ``margin_slope`` (fitted :math:`d\,\min_h\mathrm{margin}/d\delta` at t=0), ``monotone_all``
         (every head monotone on every window).
 
-        For these positive semi-definite projector heads the cross terms turn
-        out positive: overlapping heads cooperate and the measured margin grows
-        with :math:`\delta`, far above the guaranteed one.
+        The sign of the cross terms depends on the token draw ``seed``, not
+        on the heads being positive semi-definite (:math:`\langle P_0y,P_1z\rangle`
+        can be negative): in some draws they are positive at every :math:`\delta`
+        (overlapping heads cooperate and the margin grows with :math:`\delta`), in
+        others negative at some :math:`\delta` (the margin falls), and at large
+        :math:`\beta` a head's margin can be negative already at :math:`\delta=0`
+        (radial shadows).  The figure ``multihead_orthogonality_margin`` reports
+        the shares over several seeds; what holds in every draw is the bound
+        itself and that the guaranteed margin never exceeds the measured one.
     """
     deltas_arr = np.asarray(deltas, dtype=float)
     if deltas_arr.ndim != 1 or deltas_arr.size == 0:
