@@ -33,7 +33,11 @@ are flat in :math:`n` and :math:`d`; ReLU times are several times larger and
 grow with :math:`n` and (noisily) with :math:`\log d`, but a share of the ReLU
 runs never clusters: a token whose inner products with all others are negative
 feels no force, and the run stalls in several clusters (reported as
-``clustered_fraction``; times are medians over the clustered runs).
+``clustered_fraction``; seeds are tried until 8 runs per cell have clustered,
+and times are medians over the clustered runs, with their interquartile range).
+
+Every clustered run is rerun with the RK4 step and the interval at which the gap is
+checked (and the crossing interpolated) both halved (``time_refined``).
 
 The CSV has one row per run, with the fitted slopes :math:`dT/d\ln d` (per
 init, kind and :math:`n`, through the medians) and exponents of
@@ -49,10 +53,13 @@ with slope :math:`0<a\le n/4` (the linearised asymptote); ReLU is slower than
 softmax in every cell; the softmax time is nearly independent of :math:`d`
 (its :math:`\log d` slope below a fifth of ReLU's) and grows with :math:`n`
 far more slowly than the :math:`O(n)` bound (exponent :math:`<1`); the ReLU
-time grows with :math:`n`.  From uniform tokens every softmax run clusters and
-every clustered ReLU median exceeds the softmax one.
+time grows with :math:`n`; every clustered time moves by less than
+``REFINED_RTOL`` when the step and the check interval are halved.  From uniform
+tokens every softmax run clusters and every clustered ReLU median exceeds the
+softmax one.  Note (not a check): the range of the ReLU/softmax ratio of the
+medians over the uniform cells.
 
-Runtime: about 3 s with ``--quick``, 30–45 s in full, on one core.
+Runtime: about 10 s with ``--quick``, 5–7 min in full (8 clustered draws per uniform cell), on one core.
 
 Command: ``python figures/multihead_clustering_time.py [--quick] [--out DIR]``
 (or ``meanfield reproduce multihead_clustering_time``).
@@ -84,14 +91,17 @@ EQUI_NS = (4, 8, 16)
 EQUI_DS = (16, 64, 256, 1024)
 UNIFORM_NS = (8, 16, 32)
 UNIFORM_DS = (16, 64, 256, 1024)
-UNIFORM_RUNS = 3               # clustered runs wanted per (n, d)
-UNIFORM_MAX_DRAWS = 12         # seeds tried at most per (n, d)
+UNIFORM_RUNS = 8               # clustered runs wanted per (n, d)
+UNIFORM_MAX_DRAWS = 40         # seeds tried at most per (n, d) (ReLU clusters in 30–100 % of the draws)
 QUICK_EQUI_NS = (4, 8)
 QUICK_EQUI_DS = (16, 64, 256)
 QUICK_UNIFORM_NS = (8, 16)
 QUICK_UNIFORM_DS = (64, 512)
 QUICK_UNIFORM_RUNS = 1
 QUICK_UNIFORM_MAX_DRAWS = 8
+CHECK_EVERY = 0.5              # the gap is checked (and the crossing interpolated) every this
+REFINED = 0.5                  # every clustered run is rerun with dt and CHECK_EVERY times this
+REFINED_RTOL = 1e-3            # relative change of a clustered run's time under that refinement (measured ~1e-5)
 ODE_RTOL = 2e-3                # particles against the equiangular ODE time
 SOFTMAX_D_SLOPE_FRACTION = 0.2 # softmax log-d slope below this fraction of ReLU's
 
@@ -154,6 +164,15 @@ def _median(values: Sequence[float]) -> float:
     return float(np.median(finite)) if finite else math.inf
 
 
+def _quartiles(values: Sequence[float]) -> tuple[float, float]:
+    """25th and 75th percentiles of the finite values (``nan`` if none)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return (math.nan, math.nan)
+    low, high = np.percentile(finite, [25.0, 75.0])
+    return (float(low), float(high))
+
+
 def _fit(xs: Sequence[float], ys: Sequence[float], *, log_log: bool) -> float:
     from meanfield.analysis.theory import fit_linear, fit_power_law
 
@@ -165,22 +184,27 @@ def _fit(xs: Sequence[float], ys: Sequence[float], *, log_log: bool) -> float:
 
 
 def add_fits(rows: list[dict[str, Any]]) -> None:
-    """Add ``median``, ``fit_slope_log_d`` (per init, kind, n) and ``fit_exponent_n`` (per init, kind, d) to every row."""
+    """Add ``median``, ``q25``, ``q75`` (per cell, clustered runs), ``fit_slope_log_d`` (per init, kind, n) and
+    ``fit_exponent_n`` (per init, kind, d) to every row."""
     cells: dict[tuple[str, str, int, int], float] = {}
+    quartiles: dict[tuple[str, str, int, int], tuple[float, float]] = {}
     for key in dict.fromkeys((r["init"], r["attention"], r["n"], r["d"]) for r in rows):
-        cells[key] = _median([r["time"] for r in rows if (r["init"], r["attention"], r["n"], r["d"]) == key])
+        times = [r["time"] for r in rows if (r["init"], r["attention"], r["n"], r["d"]) == key]
+        cells[key] = _median(times)
+        quartiles[key] = _quartiles(times)
     for r in rows:
         init, kind, n, d = r["init"], r["attention"], r["n"], r["d"]
         by_d = sorted((dd, t) for (i, k, nn, dd), t in cells.items() if (i, k, nn) == (init, kind, n))
         by_n = sorted((nn, t) for (i, k, nn, dd), t in cells.items() if (i, k, dd) == (init, kind, d))
         r["median"] = cells[(init, kind, n, d)]
+        r["q25"], r["q75"] = quartiles[(init, kind, n, d)]
         r["fit_slope_log_d"] = _fit([math.log(dd) for dd, _ in by_d], [t for _, t in by_d], log_log=False)
         r["fit_exponent_n"] = _fit([nn for nn, _ in by_n], [t for _, t in by_n], log_log=True)
 
 
 def compute(*, quick: bool = False) -> list[dict[str, Any]]:
-    """One row per run: ``init, attention, n, d, run, time, clustered, clustered_fraction, draws, gamma0, time_ode, …``."""
-    from meanfield.solvers.experiments.multihead import clustering_time_experiment
+    """One row per run: ``init, attention, n, d, run, seed, time, time_refined, clustered, clustered_fraction, draws, gamma0, time_ode, …``."""
+    from meanfield.solvers.experiments.multihead import clustering_time, clustering_time_experiment
 
     plans = (
         ("equiangular", QUICK_EQUI_NS if quick else EQUI_NS, QUICK_EQUI_DS if quick else EQUI_DS, 1, 1),
@@ -200,6 +224,11 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
                 n, d = int(out["n"][k]), int(out["d"][k])
                 equi = init == "equiangular"
                 for run, time in enumerate(out["times"][k]):
+                    seed = int(out["seeds"][k, run])
+                    refined = math.inf
+                    if math.isfinite(time):
+                        refined = clustering_time(kind, n, d, beta=BETA, eps=EPS, init=init, seed=seed, dt=REFINED * DT,
+                                                  check_every=REFINED * CHECK_EVERY)["time"]
                     rows.append(
                         {
                             "init": init,
@@ -207,7 +236,9 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
                             "n": n,
                             "d": d,
                             "run": run,
+                            "seed": seed,
                             "time": float(time),
+                            "time_refined": float(refined),
                             "clustered": int(math.isfinite(time)),
                             "clustered_fraction": float(out["clustered_fraction"][k]),
                             "draws": int(out["draws"][k]),
@@ -223,7 +254,7 @@ def compute(*, quick: bool = False) -> list[dict[str, Any]]:
 
 def read_csv(path: str | Path) -> list[dict[str, Any]]:
     text = ("init", "attention")
-    integers = ("n", "d", "run", "clustered", "draws")
+    integers = ("n", "d", "run", "seed", "clustered", "draws")
     with open(path, newline="") as f:
         return [
             {k: (v if k in text else int(v) if k in integers else float(v)) for k, v in row.items()}
@@ -264,6 +295,13 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         checks[f"softmax/relu_log_d_slope[equiangular,n={n}]"] = {
             "ok": abs(ratio) < SOFTMAX_D_SLOPE_FRACTION, "value": ratio, "expected": f"|ratio| < {SOFTMAX_D_SLOPE_FRACTION:g}"
         }
+    for init in dict.fromkeys(r["init"] for r in rows):
+        timed = [r for r in rows if r["init"] == init and math.isfinite(r["time"])]
+        change = max(abs(r["time_refined"] / r["time"] - 1.0) for r in timed)
+        checks[f"step_converged[{init}]"] = {
+            "ok": change <= REFINED_RTOL, "value": change,
+            "expected": f"max relative change of the {len(timed)} clustered times with dt and the check interval × {REFINED:g} <= {REFINED_RTOL:g}"
+        }
     ratio = min(relu[key] / soft[key] for key in relu)
     checks["relu>softmax[equiangular]"] = {"ok": ratio > 1.0, "value": ratio, "expected": "min T_relu / T_softmax > 1"}
     d_top = max(d for _, d in relu)
@@ -281,6 +319,11 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         ratio_u = min(relu_u[key] / soft_u[key] for key in clustered) if clustered else math.nan
         checks["relu>softmax[uniform]"] = {
             "ok": bool(clustered) and ratio_u > 1.0, "value": ratio_u, "expected": "min over clustered cells of median T_relu / T_softmax > 1"
+        }
+        runs = [sum(r["clustered"] for r in uniform if (r["attention"], r["n"], r["d"]) == ("relu", *key)) for key in relu_u]
+        checks["relu/softmax_range[uniform]"] = {
+            "ok": None, "value": max(relu_u[key] / soft_u[key] for key in clustered) if clustered else math.nan,
+            "expected": f"largest ratio of medians (smallest {ratio_u:.3g}); {min(runs)}–{max(runs)} clustered ReLU runs per cell"
         }
     return checks
 
@@ -356,8 +399,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
             group = [r for r in rows if (r["init"], r["attention"], r["n"]) == ("uniform", kind, n)]
             ds = sorted({r["d"] for r in group})
             med = [_median([r["time"] for r in group if r["d"] == d]) for d in ds]
-            lo = [min([r["time"] for r in group if r["d"] == d and r["clustered"]] or [math.nan]) for d in ds]
-            hi = [max([r["time"] for r in group if r["d"] == d and r["clustered"]] or [math.nan]) for d in ds]
+            lo = [_quartiles([r["time"] for r in group if r["d"] == d])[0] for d in ds]
+            hi = [_quartiles([r["time"] for r in group if r["d"] == d])[1] for d in ds]
             finite = [i for i, m in enumerate(med) if math.isfinite(m)]
             x = [ds[i] for i in finite]
             y = np.array([med[i] for i in finite])
@@ -373,7 +416,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax_u.set_xscale("log", base=2)
     ax_u.set_ylim(bottom=0)
     ax_u.set_xlabel("d   (uniform start)")
-    ax_u.set_ylabel(r"median $T_\varepsilon$ over clustered runs (bars: min–max)")
+    ax_u.set_ylabel(r"median $T_\varepsilon$ over clustered runs (bars: interquartile range)")
     ax_u.set_title("uniform start: ReLU slower; % = share of ReLU seeds that cluster (the rest stall)", fontsize=9)
     ax_u.legend(fontsize=7, ncol=2)
 

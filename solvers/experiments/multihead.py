@@ -726,7 +726,8 @@ def clustering_time_experiment(
     -------
     dict
         Arrays ``n``, ``d`` (K,), ``times`` (K, runs) (``inf`` for missing
-        clustered runs), ``median`` (K,), ``clustered_fraction`` (K,),
+        clustered runs), ``seeds`` (K, runs) (the seed of each clustered run,
+        -1 where missing), ``median`` (K,), ``clustered_fraction`` (K,),
         ``draws`` (K,), ``scale`` (K,); numbers ``slope``, ``intercept``, ``r2``
         (linear fit on the scale), ``exponent_n``, ``r2_n`` (power law in n),
         ``slope_log_d``, ``r2_log_d``, ``points`` (finite medians used).
@@ -746,6 +747,7 @@ def clustering_time_experiment(
     check_clustering_steps(ns_list, ds_list, dt)
     grid = [(n, d) for n in ns_list for d in ds_list]
     times = np.full((len(grid), runs), math.inf)
+    seeds = np.full((len(grid), runs), -1, dtype=int)
     draws = np.zeros(len(grid), dtype=int)
     clustered = np.zeros(len(grid), dtype=int)
     for k, (n, d) in enumerate(grid):
@@ -754,6 +756,7 @@ def clustering_time_experiment(
             result = clustering_time(attention, n, d, beta=beta, eps=eps, init=init, seed=seed, dt=dt)
             if result["clustered"]:
                 times[k, clustered[k]] = result["time"]
+                seeds[k, clustered[k]] = seed
                 clustered[k] += 1
             seed += 1
         draws[k] = seed
@@ -774,6 +777,7 @@ def clustering_time_experiment(
         "n": n_arr.astype(int),
         "d": d_arr.astype(int),
         "times": times,
+        "seeds": seeds,
         "median": median,
         "clustered_fraction": clustered / np.maximum(draws, 1),
         "draws": draws,
