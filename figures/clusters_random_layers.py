@@ -14,11 +14,14 @@ transformer, the setting of the random-weight experiments of Geshkovski, Letroui
 Rigollet's public code), the mean pairwise cosine against t, mean and spread over ``SEEDS``
 head seeds (the same initial tokens).
 
-Claims: the spectrum's Kolmogorov distance to the semicircle is below ``KS_TOL`` and its edges
-are within ``EDGE_TOL`` of ±2; the two schedules agree exactly on the first layer, [0, 1) (the
-"layers" path starts from the constant heads), and differ after it.
+Claims: the spectrum's Kolmogorov distance to the semicircle (the exact sup over the empirical CDF's
+jumps, not the drawn grid) is below ``KS_TOL`` and its edges are within ``EDGE_TOL`` of ±2 (each
+draw's edges are stored too: at ``d = 400`` they scatter by up to about 0.07, a few times the
+Tracy–Widom scale :math:`d^{-2/3}\approx 0.02`); the two schedules agree exactly on the first layer, [0, 1) (the
+"layers" path starts from the constant heads), and differ after it; the cosine curves are converged
+in the step (every seed and schedule at ``DT`` and ``DT/2``, within ``REFINE_TOL``).
 
-Runtime: about 10 s (``--quick``) to 40 s.
+Runtime: about 20 s (``--quick``) to 45 s.
 
 Command: ``python figures/clusters_random_layers.py [--quick] [--out DIR]``.
 """
@@ -53,14 +56,33 @@ SEEDS = 8
 QUICK_SEEDS = 3
 KS_TOL = 0.02
 EDGE_TOL = 0.1
+REFINE_TOL = 1e-4     # max |cos(DT) − cos(DT/2)| over the seeds, both schedules
 
 
 def spectrum(matrices: int) -> np.ndarray:
     """Eigenvalues of ``matrices`` independent GOE draws at ``d = D_SPECTRUM`` (seeds 0, 1, …)."""
+    return np.sort(np.concatenate([spectrum_of(s) for s in range(matrices)]))
+
+
+def spectrum_of(seed: int) -> np.ndarray:
+    """Sorted eigenvalues of the GOE draw of ``seed`` at ``d = D_SPECTRUM``."""
     from meanfield.heads.ensembles import draw
 
-    return np.sort(np.concatenate([np.linalg.eigvalsh(draw("goe", np.random.default_rng(s), D_SPECTRUM, D_SPECTRUM))
-                                   for s in range(matrices)]))
+    return np.linalg.eigvalsh(draw("goe", np.random.default_rng(seed), D_SPECTRUM, D_SPECTRUM))
+
+
+def ks_distance(eig: np.ndarray) -> float:
+    """Exact Kolmogorov distance of the sorted sample ``eig`` to the semicircle law.
+
+    The sup of |F_emp − F| is attained at a jump of the empirical CDF: max over i of
+    max(i/N − F(λ_i), F(λ_i) − (i−1)/N).
+    """
+    from meanfield.heads.ensembles import semicircle_cdf
+
+    eig = np.sort(np.asarray(eig, dtype=float))
+    cdf = semicircle_cdf(np.clip(eig, -2.0, 2.0))
+    i = np.arange(1, eig.size + 1)
+    return float(max(np.max(i / eig.size - cdf), np.max(cdf - (i - 1) / eig.size)))
 
 
 def mean_cosine(x: np.ndarray) -> np.ndarray:
@@ -71,30 +93,42 @@ def mean_cosine(x: np.ndarray) -> np.ndarray:
 
 
 def compute(*, quick: bool = False) -> list[dict[str, Any]]:
-    """Rows ``panel, x, value, …``: the spectrum's empirical and semicircle CDFs, and the cosine curves."""
+    """Rows ``panel, x, value, reference, seed, schedule, dt``.
+
+    Panels: ``spectrum`` (the empirical and semicircle CDFs on a grid, drawn), ``ks`` (the exact Kolmogorov
+    distance, :func:`ks_distance`), ``edges`` (smallest and largest eigenvalue of all draws; ``edges_draw``: of
+    draw ``seed``), ``cosine`` (the curves, at ``DT`` and, for the step check, ``DT/2``).
+    """
     import meanfield as mf
     from meanfield.heads.ensembles import semicircle_cdf
 
+    nan = float("nan")
     rows: list[dict[str, Any]] = []
-    eig = spectrum(QUICK_MATRICES if quick else MATRICES)
+    matrices = QUICK_MATRICES if quick else MATRICES
+    eig = spectrum(matrices)
     grid = np.linspace(-2.2, 2.2, 89)
     empirical = np.searchsorted(eig, grid, side="right") / eig.size
     for x, e, s in zip(grid, empirical, semicircle_cdf(np.clip(grid, -2, 2))):
-        rows.append({"panel": "spectrum", "x": float(x), "value": float(e), "reference": float(s), "seed": -1, "schedule": "none"})
-    rows.append({"panel": "edges", "x": float(eig[0]), "value": float(eig[-1]), "reference": 2.0, "seed": -1, "schedule": "none"})
+        rows.append({"panel": "spectrum", "x": float(x), "value": float(e), "reference": float(s), "seed": -1, "schedule": "none", "dt": nan})
+    rows.append({"panel": "ks", "x": nan, "value": ks_distance(eig), "reference": 0.0, "seed": -1, "schedule": "none", "dt": nan})
+    rows.append({"panel": "edges", "x": float(eig[0]), "value": float(eig[-1]), "reference": 2.0, "seed": -1, "schedule": "none", "dt": nan})
+    for s in range(matrices):
+        one = spectrum_of(s)
+        rows.append({"panel": "edges_draw", "x": float(one[0]), "value": float(one[-1]), "reference": 2.0, "seed": s, "schedule": "none", "dt": nan})
     t_final = QUICK_T_FINAL if quick else T_FINAL
     for seed in range(QUICK_SEEDS if quick else SEEDS):
         for schedule in ("constant", "layers"):
-            cfg = {
-                "model": {"d": D, "beta": BETA, "seed": seed, "heads": [{"Q": "identity", "K": "goe", "V": "aligned"}]},
-                "init": {"kind": "uniform", "n": N_TOKENS, "seed": 0},
-                "solver": {"kind": "particle", "method": "rk4", "dt": DT, "t_final": t_final, "save_every": SAVE_EVERY},
-                "weights": {"schedule": schedule},
-                "track": {"energy": False},
-            }
-            run = mf.simulate(cfg)
-            for t, c in zip(np.asarray(run.t), mean_cosine(np.asarray(run.x))):
-                rows.append({"panel": "cosine", "x": float(t), "value": float(c), "reference": float("nan"), "seed": seed, "schedule": schedule})
+            for dt in (DT, DT / 2):
+                cfg = {
+                    "model": {"d": D, "beta": BETA, "seed": seed, "heads": [{"Q": "identity", "K": "goe", "V": "aligned"}]},
+                    "init": {"kind": "uniform", "n": N_TOKENS, "seed": 0},
+                    "solver": {"kind": "particle", "method": "rk4", "dt": dt, "t_final": t_final, "save_every": SAVE_EVERY},
+                    "weights": {"schedule": schedule},
+                    "track": {"energy": False},
+                }
+                run = mf.simulate(cfg)
+                for t, c in zip(np.asarray(run.t), mean_cosine(np.asarray(run.x))):
+                    rows.append({"panel": "cosine", "x": float(t), "value": float(c), "reference": nan, "seed": seed, "schedule": schedule, "dt": dt})
     return rows
 
 
@@ -136,7 +170,7 @@ def _curves(rows: Sequence[dict[str, Any]], schedule: str) -> list[tuple[np.ndar
     seeds = sorted({r["seed"] for r in rows if r["panel"] == "cosine" and r["schedule"] == schedule})
     out = []
     for seed in seeds:
-        mine = [r for r in rows if r["panel"] == "cosine" and r["schedule"] == schedule and r["seed"] == seed]
+        mine = [r for r in rows if r["panel"] == "cosine" and r["schedule"] == schedule and r["seed"] == seed and r["dt"] == DT]
         out.append((np.array([r["x"] for r in mine]), np.array([r["value"] for r in mine])))
     return out
 
@@ -147,17 +181,23 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
 
     with open(csv_path, newline="") as f:
         rows = [{k: (v if k in ("panel", "schedule") else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
-    spec = [r for r in rows if r["panel"] == "spectrum"]
-    ks = max(abs(r["value"] - r["reference"]) for r in spec)
+    ks = [r for r in rows if r["panel"] == "ks"][0]["value"]
     edges = [r for r in rows if r["panel"] == "edges"][0]
     edge = max(abs(edges["x"] + 2.0), abs(edges["value"] - 2.0))
-    const = {(r["seed"], r["x"]): r["value"] for r in rows if r["panel"] == "cosine" and r["schedule"] == "constant"}
-    layer = {(r["seed"], r["x"]): r["value"] for r in rows if r["panel"] == "cosine" and r["schedule"] == "layers"}
+    draws = [r for r in rows if r["panel"] == "edges_draw"]
+    const = {(r["seed"], r["x"]): r["value"] for r in rows if r["panel"] == "cosine" and r["schedule"] == "constant" and r["dt"] == DT}
+    layer = {(r["seed"], r["x"]): r["value"] for r in rows if r["panel"] == "cosine" and r["schedule"] == "layers" and r["dt"] == DT}
+    fine = {(r["seed"], r["schedule"], r["x"]): r["value"] for r in rows if r["panel"] == "cosine" and r["dt"] == DT / 2}
+    step = max(abs(v - (const if key[1] == "constant" else layer)[key[0], key[2]]) for key, v in fine.items())
     first = max(abs(layer[k] - const[k]) for k in const if k[1] < 1.0)
     later = min(max(abs(layer[k] - const[k]) for k in const if k[0] == seed and k[1] >= 2.0) for seed in {k[0] for k in const})
     return {
-        "semicircle": {"ok": ks <= KS_TOL, "value": ks, "expected": f"Kolmogorov distance to the semicircle <= {KS_TOL}"},
-        "edges": {"ok": edge <= EDGE_TOL, "value": edge, "expected": f"spectrum edges within {EDGE_TOL} of ±2"},
+        "semicircle": {"ok": ks <= KS_TOL, "value": ks, "expected": f"Kolmogorov distance (exact sup) to the semicircle <= {KS_TOL}"},
+        "edges": {"ok": edge <= EDGE_TOL, "value": edge, "expected": f"spectrum edges (all draws) within {EDGE_TOL} of ±2"},
+        "edges_per_draw": {"ok": None, "value": max(max(abs(r["x"] + 2.0), abs(r["value"] - 2.0)) for r in draws),
+                           "expected": f"largest |edge ∓ 2| of a single draw; its edges span [{min(r['x'] for r in draws):.3f}, "
+                                       f"{max(r['x'] for r in draws):.3f}] and [{min(r['value'] for r in draws):.3f}, {max(r['value'] for r in draws):.3f}]"},
+        "converged_in_dt": {"ok": step <= REFINE_TOL, "value": step, "expected": f"max |cos(dt) − cos(dt/2)| <= {REFINE_TOL:g}, every seed and schedule"},
         "first_layer_identical": {"ok": first == 0.0, "value": first, "expected": "the two schedules agree exactly on [0, 1)"},
         "later_layers_differ": {"ok": later > 1e-6, "value": later, "expected": "every seed's 'layers' path differs from the constant one after t = 2"},
     }

@@ -296,6 +296,7 @@ def _scale(row: dict[str, str], key: str, factor: float) -> None:
     # checked, cosine curves and rk45 counts with no refinement
     ("normalization_speeds", lambda r: r.update(dcos_dt="0.0") if r["frame"] == "0.25" else None, "crossings_converged_in_frames"),
     ("normalization_speeds", lambda r: r.update(mean_speed="0.1") if r["norm"] == "post" else None, "post_speed_falls_exponentially"),
+    ("clusters_random_layers", lambda r: _scale(r, "value", 1.01) if r["dt"] == "0.025" else None, "converged_in_dt"),
 ])
 def test_a_claim_check_fails_on_a_csv_that_contradicts_the_claim(figure, change, check, tmp_path):
     import importlib
@@ -341,3 +342,16 @@ def test_the_real_head_scripts_share_the_figure_command_line(script, monkeypatch
         with pytest.raises(SystemExit) as exit_:
             module.main(["--out", bad])
         assert exit_.value.code == 2
+
+
+def test_random_layers_ks_distance_is_the_sup_over_the_jumps_not_a_grid():
+    # the Kolmogorov distance had been read on an 89-point grid, which misses the sup at the empirical CDF's jumps
+    from meanfield.figures import clusters_random_layers as module
+    from meanfield.heads.ensembles import semicircle_cdf
+
+    at = 0.01  # four eigenvalues here: the sup is just below the jump, F(0.01) > 1/2, and off the grid's points
+    assert module.ks_distance(np.full(4, at)) == pytest.approx(float(semicircle_cdf(np.array([at]))[0]), abs=1e-15)
+    sample = np.sort(np.random.default_rng(0).uniform(-2, 2, 50))
+    fine = np.sort(np.r_[sample, sample - 1e-12, np.linspace(-2, 2, 20001)])
+    brute = np.max(np.abs(np.searchsorted(sample, fine, side="right") / sample.size - semicircle_cdf(fine)))
+    assert module.ks_distance(sample) == pytest.approx(brute, abs=1e-9)
