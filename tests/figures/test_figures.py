@@ -297,6 +297,8 @@ def _scale(row: dict[str, str], key: str, factor: float) -> None:
     ("normalization_speeds", lambda r: r.update(dcos_dt="0.0") if r["frame"] == "0.25" else None, "crossings_converged_in_frames"),
     ("normalization_speeds", lambda r: r.update(mean_speed="0.1") if r["norm"] == "post" else None, "post_speed_falls_exponentially"),
     ("clusters_random_layers", lambda r: _scale(r, "value", 1.01) if r["dt"] == "0.025" else None, "converged_in_dt"),
+    ("causal_cluster_count", lambda r: r.update(tight_count_change="1.0") if r["t"] == "100.0" else None, "counts_converged_in_tolerance"),
+    ("causal_cluster_count", lambda r: r.update(tight_token_change="0.001") if r["mask"] == "none" else None, "tokens_converged_in_tolerance"),
 ])
 def test_a_claim_check_fails_on_a_csv_that_contradicts_the_claim(figure, change, check, tmp_path):
     import importlib
