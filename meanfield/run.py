@@ -3,7 +3,8 @@
 :func:`meanfield.simulate`, :func:`meanfield.solve` and :func:`meanfield.load`
 all give a :class:`Run`.  Its arrays follow the file layout:
 
-* particles: ``t`` (T,), ``x`` (T, n, d);
+* particles: ``t`` (T,), ``x`` (T, n, d), and ``token_masses`` (n,) where the tokens carry masses
+  (:attr:`Run.token_masses`);
 * grid: ``t`` (T,), ``mass`` (T, N), ``points`` (N, 3), ``areas`` (N,);
 * ``diagnostics``: the trackers' scalars, one (T,) array each;
 * ``config``: the resolved config (``None`` for a run made by :func:`meanfield.solve`).
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from meanfield.errors import ConfigError
+from meanfield.io.token_masses import stored_token_masses
 
 __all__ = ["Run", "load"]
 
@@ -193,6 +195,17 @@ class Run:
         """Cell masses, shape ``(T, N)`` (grid runs)."""
         self._require("grid", "mass")
         return self.states
+
+    @property
+    def token_masses(self) -> np.ndarray | None:
+        """Token masses, shape ``(n,)`` summing to 1, of a particle run whose tokens carry them (one continued from a
+        grid frame or from such a run, ``init.kind = "run"``, or a run of :func:`meanfield.solve` given masses);
+        ``None`` where every token has mass ``1/n``.
+
+        Stored as the dataset ``token_masses`` (files written before it: the root dataset ``weights``, still read).
+        """
+        self._require("particle", "token_masses")
+        return stored_token_masses(self.static)
 
     @property
     def points(self) -> np.ndarray:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from meanfield.io.token_masses import TOKEN_MASSES
 from meanfield.noise import NoiseSchedule, check_noise_option
 from meanfield.normalization import DEFAULT_NGPT_ALPHA, check_norm_options
 from meanfield.solvers.loop import RunSetup, Tracker
@@ -109,6 +110,6 @@ class ParticleSolver:
             field_of = stepper.base if isinstance(stepper, NoisyParticleStepper) else stepper  # the noisy steps' drift is the base's field
             shared = field_of.kept_row_logs if speed else None
             trackers.append(EnergyTracker(problem.model, weights=problem.weights, shared=shared))
-        static = {} if problem.weights is None else {"weights": problem.weights}  # token masses travel with the run
+        static = {} if problem.weights is None else {TOKEN_MASSES: problem.weights}  # token masses travel with the run
         marks = {"noisy": True} if self.noise is not None else {}  # read by the diagnostics, which describe the deterministic flow
         return RunSetup(problem.model, stepper, problem.initial, "x", static, trackers, info=lambda: dict(stepper.stats, **marks))

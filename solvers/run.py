@@ -27,6 +27,7 @@ from meanfield.errors import ConfigError, RunFailed, RunInterrupted, TrackerErro
 from meanfield.geometry.mesh import initial_mass
 from meanfield.io.runfile import RunReader, RunWriter, last_frame
 from meanfield.io.source_frame import source_tokens, start_time
+from meanfield.io.token_masses import stored_token_masses
 from meanfield.kernels.jit import one_blas_thread
 from meanfield.model import Model
 from meanfield.noise import noise_from_config
@@ -126,7 +127,7 @@ def concentration_tracker(cfg: dict[str, Any], setup: RunSetup) -> Concentration
     """
     head = single_head(cfg)
     if cfg["init"]["kind"] == "run":  # tokens from a stored frame: Π♯ρ₀ is that of the chain's first run
-        tracker = tracker_from_head(head.Q, head.K, head.V, setup.state, weights=setup.static.get("weights"),
+        tracker = tracker_from_head(head.Q, head.K, head.V, setup.state, weights=stored_token_masses(setup.static),
                                     method=cfg["track"]["w2_method"], policy=cfg["model"]["assumptions"])
         return replace(tracker, target=origin_target(cfg["init"]["path"], head.Q, head.K, head.V, init=cfg["init"]))
     from meanfield.geometry.grid_config import reconstructs_density

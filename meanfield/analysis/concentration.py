@@ -46,6 +46,7 @@ from meanfield.analysis.projection import (
 )
 from meanfield.build import build_heads
 from meanfield.errors import ConfigError
+from meanfield.io.token_masses import stored_token_masses
 
 __all__ = [
     "ConcentrationTracker",
@@ -497,7 +498,7 @@ def concentration_curves(run: Any, *, policy: str | None = None, source: RunSour
     if all(k in run.diagnostics and np.all(np.isfinite(run.diagnostics[k])) for k in keys):
         return {"t": t, **{k: np.asarray(run.diagnostics[k], dtype=float) for k in keys}}
     points = run.points if run.kind == "grid" else None
-    weights = run.static.get("weights") if run.kind == "particle" else None  # token masses (a continued grid run, mf.solve's)
+    weights = run.token_masses if run.kind == "particle" else None  # token masses (a continued grid run, mf.solve's)
     mesh = run.mesh() if run.kind == "grid" and source.reconstructs else None  # as the tracker (the JKO grid: atoms)
     tracker = tracker_from_head(source.Q, source.K, source.V, run.frame(0), weights=weights, points=points, mesh=mesh,
                                 method=source.w2_method, policy="skip")
@@ -552,7 +553,7 @@ def origin_target(path: Any, Q: ArrayLike, K: ArrayLike, V: ArrayLike, *, init: 
     reader = RunReader(origin, key="init.path")
     first, static = reader.states(0), reader.static()
     if reader.state_name == "x":
-        target = tracker_from_head(Q, K, V, first, weights=static.get("weights"), policy="skip").target
+        target = tracker_from_head(Q, K, V, first, weights=stored_token_masses(static), policy="skip").target
     else:
         mesh = stored_mesh(config.get("grid", {}), static["points"]) if reconstructs_density(config) else None
         target = tracker_from_head(Q, K, V, first, points=static["points"], mesh=mesh, policy="skip").target

@@ -1024,7 +1024,7 @@ def diagnose_run(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int
     x = np.asarray(run.x, dtype=float)[keep]
     return diagnose_trajectory(
         t, x, model.heads, beta=model.beta, kind=model.attention, direction=model.direction, tol=tol, fd_points=fd_points,
-        weights=run.static.get("weights"), combine=model.combine, on_frame=on_frame,
+        weights=run.token_masses, combine=model.combine, on_frame=on_frame,
     )
 
 
@@ -1195,7 +1195,7 @@ def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1
     heads = _stack_at(model.heads, float(run.t[0]))
     n = int(run.shape[0])
     verdict = verdicts(series, direction=model.direction, H=heads.H, n=n,
-                       gradient_flow=gradient_flow_setting(heads, model.attention), weights=run.static.get("weights"))
+                       gradient_flow=gradient_flow_setting(heads, model.attention), weights=run.token_masses)
     where = f"run:        {run.path}\n" if run.path is not None else ""
     heading = (f"{where}model:      d={model.d} beta={model.beta:g} attention={model.attention} "
                f"direction={model.direction} heads={heads.H} n={n}")

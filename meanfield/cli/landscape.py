@@ -133,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
         _on_the_sphere(run.norm)
         x = np.asarray(run.frame(k), dtype=float)
         B, beta, factor = _heads(run.model, float(run.t[k]))
-        weights = run.static.get("weights")  # token masses (a run continued from a grid frame): they had been read as 1/n
+        weights = run.token_masses  # token masses (a run continued from a grid frame): they had been read as 1/n
         if weights is not None:
             weights = np.asarray(weights, dtype=float)
             if not np.all(weights > 0):

@@ -30,6 +30,7 @@ from numpy.typing import NDArray
 
 from meanfield.errors import ConfigError
 from meanfield.io.runfile import RunReader, read_run_file
+from meanfield.io.token_masses import TOKEN_MASSES, stored_token_masses
 
 __all__ = ["SourceFrame", "origin_run", "chain_symmetrised", "read_source_frame", "source_tokens", "start_time", "SOURCE_DIGEST",
            "stored_source_digest", "check_source_unchanged"]
@@ -144,11 +145,11 @@ def read_source_frame(path: str | Path, time: float | None = None, *, key: str =
         kind = "grid"
     else:
         tokens = np.asarray(state, dtype=float)
-        stored = static.get("weights")
+        stored = stored_token_masses(static)
         if stored is not None:
             stored = np.asarray(stored, dtype=float)
             if stored.shape != (tokens.shape[0],) or not np.all(np.isfinite(stored)) or np.any(stored < 0) or not stored.sum() > 0:
-                raise ConfigError(key, f"{path}: its token masses ('weights') are not {tokens.shape[0]} finite non-negative "
+                raise ConfigError(key, f"{path}: its token masses ('{TOKEN_MASSES}') are not {tokens.shape[0]} finite non-negative "
                                        "numbers with a positive total")
         weights = None if stored is None else stored / float(np.sum(stored))
         kind = "particle"

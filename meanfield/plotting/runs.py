@@ -98,7 +98,7 @@ def plot_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
             options["frames"] = options.pop("snapshots")
         return plot_grid_run(run.mesh(), run.t, run.mass, path, diagnostics=run.diagnostics, title=title, **options)
     x = token_directions(run.x)  # the tokens r·θ of Pre-LN and Peri-LN (meanfield.normalization) by their directions θ
-    weights = run.static.get("weights")  # token masses (a run continued from a grid frame): drawn by mass
+    weights = run.token_masses  # token masses (a run continued from a grid frame): drawn by mass
     if run.shape[1] == 3:
         return plot_particle_run(run.t, x, path, diagnostics=run.diagnostics, title=title, weights=weights, **options)
     return plot_high_dim_run(run.t, x, path, diagnostics=run.diagnostics, title=title, weights=weights, **options)
@@ -112,4 +112,4 @@ def animate_run(run: Any, path: str | Path | None = None, **options: Any) -> Any
     check_picture_path(path, animation=True)
     if run.kind == "grid":
         return animate_density(run.mesh(), run.t, run.mass, path, **options)
-    return animate_particles(run.t, token_directions(run.x), path, weights=run.static.get("weights"), **options)
+    return animate_particles(run.t, token_directions(run.x), path, weights=run.token_masses, **options)

@@ -587,7 +587,7 @@ def test_the_arrays_a_run_returns_are_read_only_views():
     # run.x -= … had changed the run itself, and with it later plots and analyses
     tokens = mf.sample_uniform(8, 3, seed=2)
     run = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), tokens, weights=np.full(8, 1 / 8)), mf.ParticleSolver(dt=0.05), t_final=0.2)
-    for array in (run.x, run.final, run.frame(0), run.t, run.diagnostics["energy"], run.static["weights"]):
+    for array in (run.x, run.final, run.frame(0), run.t, run.diagnostics["energy"], run.token_masses):
         with pytest.raises(ValueError, match="read-only"):
             array += 1.0
     assert tokens.flags.writeable  # the caller's own arrays keep their flags

@@ -64,7 +64,7 @@ def test_a_grid_frame_becomes_tokens_at_the_cell_points_carrying_the_cell_masses
     tokens = mf.simulate(CONCENTRATION, **{**STEPS, "init.kind": "run", "init.path": str(grid_run), "init.time": 0.5})
     assert tokens.t[0] == 0.5 and tokens.x.shape[1] == 200
     np.testing.assert_allclose(tokens.x[0], grid.points / np.linalg.norm(grid.points, axis=1, keepdims=True), rtol=0, atol=1e-15)
-    np.testing.assert_allclose(tokens.static["weights"], grid.mass[-1] / grid.mass[-1].sum(), rtol=1e-13)
+    np.testing.assert_allclose(tokens.token_masses, grid.mass[-1] / grid.mass[-1].sum(), rtol=1e-13)
     # the cell masses at their centroids against the grid's reconstructed density: W2 to Π♯ρ₀ agrees to the cells' size
     np.testing.assert_allclose(tokens.diagnostics["w2_target"][0], grid.diagnostics["w2_target"][-1], rtol=0.02)
 
@@ -74,7 +74,7 @@ def test_the_antipodal_image_stays_the_image_to_round_off(grid_run):
                                         "init.symmetry": "antipodal", "model.beta": 16.0, "solver.t_final": 2.0})
     half = run.x.shape[1] // 2
     assert half == 200
-    w = run.static["weights"]
+    w = run.token_masses
     np.testing.assert_array_equal(w[:half], w[half:])
     np.testing.assert_allclose(run.x[:, half:], -run.x[:, :half], rtol=0, atol=1e-13)  # the flow keeps x ↦ −x
     assert np.abs(run.x[-1] - run.x[0]).max() > 0.1  # and the tokens did move
@@ -173,7 +173,7 @@ def test_the_analysis_of_an_untracked_continuation_measures_w2_to_the_first_runs
     np.testing.assert_allclose(curves["w2_target"], tracked.diagnostics["w2_target"], rtol=1e-12)
     # the target of the tokens' own first frame, or uniform masses, give other curves (by 5e-5 and 8 % here)
     head = single_head(tracked.config)
-    for weights in (tracked.static["weights"], None):
+    for weights in (tracked.token_masses, None):
         own = tracker_from_head(head.Q, head.K, head.V, tracked.x[0], weights=weights, policy="skip")
         other = np.array([own(t, x)["w2_target"] for t, x in zip(tracked.t, tracked.x)])
         assert np.abs(other / curves["w2_target"] - 1).max() > 1e-5
@@ -215,8 +215,38 @@ def test_a_source_with_bad_token_masses_is_bad_input(particle_run, tmp_path):
     broken = tmp_path / "broken.h5"
     shutil.copy(particle_run, broken)
     with h5py.File(broken, "a") as f:
-        if "weights" in f:
-            del f["weights"]
-        f.create_dataset("weights", data=np.full(48, np.nan))
+        if "token_masses" in f:
+            del f["token_masses"]
+        f.create_dataset("token_masses", data=np.full(48, np.nan))
     with pytest.raises(mf.ConfigError, match="init.path: .*token masses"):  # it had been a ValueError with a traceback
         mf.simulate(CONCENTRATION, **{**PARTICLES, "init.kind": "run", "init.path": str(broken)})
+
+
+OU_HEADS = ROOT / "data" / "ou_heads.toml"
+
+
+def test_weighted_tokens_under_time_dependent_heads_are_written_and_read_back(grid_run, tmp_path):
+    # the token masses had been the root dataset 'weights', where the weight path is the group 'weights/': writing
+    # both had failed with h5py's TypeError once the whole run was done
+    out = tmp_path / "ou.h5"
+    run = mf.simulate(OU_HEADS, out=out, **{"init.kind": "run", "init.path": str(grid_run), "solver.dt": 0.05,
+                                            "weights.dt": 0.05, "solver.t_final": 0.75, "solver.save_every": 0.25})
+    grid, back = mf.load(grid_run), mf.load(out)
+    assert back == run and back.t.tolist() == [0.5, 0.75] and "weights/t" in back.static
+    np.testing.assert_allclose(back.token_masses, grid.mass[-1] / grid.mass[-1].sum(), rtol=1e-13)
+    assert np.ptp(back.token_masses) > 0  # masses, not 1/n
+
+
+def test_a_file_that_keeps_its_token_masses_as_the_older_root_weights_still_reads(grid_run, tmp_path):
+    import h5py
+
+    out = tmp_path / "old.h5"
+    new = mf.simulate(CONCENTRATION, out=out, **{**STEPS, "init.kind": "run", "init.path": str(grid_run)})
+    with h5py.File(out, "a") as f:
+        f.move("token_masses", "weights")  # the layout written before 'token_masses'
+    old = mf.load(out)
+    assert "token_masses" not in old.static
+    np.testing.assert_array_equal(old.token_masses, new.token_masses)
+    np.testing.assert_array_equal(source_tokens(out).weights, new.token_masses)  # continued, it passes them on
+    np.testing.assert_allclose(concentration_curves(old)["w2_target"], new.diagnostics["w2_target"], rtol=1e-9)
+

@@ -375,7 +375,7 @@ def test_landscape_classify_weighs_a_runs_tokens_by_their_masses(tmp_path, capsy
     tokens = tmp_path / "tokens.h5"
     run = mf.simulate({"model": {"beta": 1.0}, "init": {"kind": "run", "path": str(grid), "time": 0.1},
                        "solver": {"t_final": 0.2, "save_every": 0.1}}, out=tokens)
-    masses = np.asarray(run.static["weights"])
+    masses = np.asarray(run.token_masses)
     assert np.ptp(masses) > 0.1 * masses.mean()  # unequal: the check below tells the two apart
     assert main(["landscape", "classify", str(tokens), "--frame", "0", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
