@@ -25,16 +25,35 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from meanfield.errors import ConfigError
-from meanfield.io.token_masses import stored_token_masses
+from meanfield.errors import ConfigError, MeanfieldWarning
+from meanfield.io.token_masses import TOKEN_MASSES, stored_token_masses
 
 __all__ = ["Run", "load"]
+
+
+def _weighted_source(config: Mapping[str, Any] | None) -> str | None:
+    """What a run's tokens took their masses from, in words, when its config continues a stored frame whose tokens
+    carry masses (a grid run, or a particle run with token masses); ``None`` otherwise, or where the source cannot be
+    read any more (then nothing tells)."""
+    init = (config or {}).get("init") or {}
+    if init.get("kind") != "run" or not isinstance(init.get("path"), str):
+        return None
+    from meanfield.io.runfile import RunReader
+
+    try:
+        reader = RunReader(init["path"], key="init.path")
+        if reader.state_name == "mass":
+            return f"the grid run {init['path']}"
+        return f"{init['path']}, whose tokens carry masses" if stored_token_masses(reader.static()) is not None else None
+    except (ConfigError, OSError):
+        return None
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -108,6 +127,7 @@ class Run:
         self._reader = reader
         self._model = model
         self._mesh = mesh  # the mesh a grid run was solved on, where it is at hand (mf.solve)
+        self._masses_checked = False  # whether a particle run without token masses was checked to need none
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -203,9 +223,20 @@ class Run:
         ``None`` where every token has mass ``1/n``.
 
         Stored as the dataset ``token_masses`` (files written before it: the root dataset ``weights``, still read).
+        A run whose config continues a grid run or a weighted run but whose file holds no token masses gives
+        ``None`` with a :class:`~meanfield.errors.MeanfieldWarning`: what is computed from it takes equal masses.
         """
         self._require("particle", "token_masses")
-        return stored_token_masses(self.static)
+        masses = stored_token_masses(self.static)
+        if masses is None and not self._masses_checked:
+            self._masses_checked = True  # (warned once per run)
+            source = _weighted_source(self.config)
+            if source is not None:
+                where = self.path if self.path is not None else "this run"
+                warnings.warn(f"{where} continues {source}, but holds no token masses ('{TOKEN_MASSES}' dataset): "
+                              "the file lost them; what is computed from it takes equal masses 1/n", MeanfieldWarning,
+                              stacklevel=2)
+        return masses
 
     @property
     def points(self) -> np.ndarray:

@@ -250,3 +250,23 @@ def test_a_file_that_keeps_its_token_masses_as_the_older_root_weights_still_read
     np.testing.assert_array_equal(source_tokens(out).weights, new.token_masses)  # continued, it passes them on
     np.testing.assert_allclose(concentration_curves(old)["w2_target"], new.diagnostics["w2_target"], rtol=1e-9)
 
+
+def test_a_continued_run_that_lost_its_token_masses_warns_and_one_that_never_had_any_does_not(
+        grid_run, particle_run, tmp_path):
+    import warnings
+
+    import h5py
+
+    lost = tmp_path / "lost.h5"
+    mf.simulate(CONCENTRATION, out=lost, **{**STEPS, "init.kind": "run", "init.path": str(grid_run), "solver.t_final": 0.75})
+    with h5py.File(lost, "a") as f:
+        del f["token_masses"]
+    run = mf.load(lost)
+    with pytest.warns(mf.MeanfieldWarning, match="lost.h5 continues the grid run .*grid.h5, but holds no token masses"):
+        assert run.token_masses is None  # it had been analysed with masses 1/n without a word
+    uniform = tmp_path / "uniform.h5"
+    mf.simulate(CONCENTRATION, out=uniform, **{**PARTICLES, "init.kind": "run", "init.path": str(particle_run),
+                                               "solver.t_final": 1.25})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert mf.load(uniform).token_masses is None
