@@ -263,8 +263,10 @@ class CallbackTracker:
             raise TrackerError(f"{where} returned a {type(out).__name__}; a tracker returns a dict of names and numbers, or None")
         values: dict[str, float] = {}
         for key, value in out.items():
-            if not isinstance(key, str) or not key or "/" in key:
-                raise TrackerError(f"{where} returned the name {key!r}; names are non-empty strings without '/'")
+            # HDF5 reads "." (and "..") as the group itself: such a series had been dropped without a word
+            if not isinstance(key, str) or key in ("", ".", "..") or "/" in key:
+                raise TrackerError(f"{where} returned the name {key!r}; names are non-empty strings without '/', "
+                                   "other than '.' and '..'")
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
                 if not (isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "iuf"):
                     raise TrackerError(f"{where} returned {key!r} = {value!r}; a tracker's values are real numbers")

@@ -136,3 +136,14 @@ def test_a_fixed_step_that_moves_tokens_too_far_is_warned_of_once():
     with warnings.catch_warnings():
         warnings.simplefilter("error", mf.MeanfieldWarning)
         mf.solve(problem, mf.ParticleSolver(dt=1e-4), t_final=0.001, save_every=0.001)
+
+
+@pytest.mark.parametrize("name", [".", "..", "", "a/b"])
+def test_a_scalar_named_dot_is_refused_like_an_empty_name(name, tmp_path):
+    # HDF5 reads "." as the group itself: the series had never been written, and the run had completed without it
+    import meanfield as mf
+    from meanfield.errors import TrackerError
+
+    problem = mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3, seed=0))
+    with pytest.raises(TrackerError, match="names are non-empty strings without '/', other than '.' and '..'"):
+        mf.solve(problem, mf.ParticleSolver(dt=0.05), t_final=0.1, save_every=0.1, trackers=[lambda t, x: {name: 1.0}])
