@@ -240,7 +240,8 @@ class Run:
 
     @property
     def points(self) -> np.ndarray:
-        """Cell centres (mesh generators), shape ``(N, 3)`` (grid runs)."""
+        """The cells' stored points, shape ``(N, 3)`` (grid runs): the cell centroids on the second-order grid
+        (``grid.order = 2``, the default), the Voronoi generators on the first-order grid and the JKO grid."""
         self._require("grid", "points")
         return self.static["points"]
 
