@@ -27,10 +27,33 @@ __all__ = ["load_config", "simulate"]
 def load_config(source: str | Path | Mapping[str, Any] | None = None, /, **overrides: Any) -> dict[str, Any]:
     """The resolved config (every default filled in) of a TOML path, a mapping or nothing, with keyword overrides.
 
+    Parameters
+    ----------
+    source : path, mapping or None
+        A TOML file, a config mapping (raw or resolved), or nothing (the built-in defaults).
+    **overrides
+        Config keys: bare where one section has the key (``beta=4.0``), dotted otherwise (``**{"init.n": 32}``).
+
+    Returns
+    -------
+    dict
+        Section → key → value, every key of the schema present (``python -m meanfield.config`` lists them).
+
     Raises
     ------
     ConfigError
         Naming the bad key, as the CLI does (exit status 2 there).
+
+    Examples
+    --------
+    >>> import meanfield as mf
+    >>> cfg = mf.load_config(beta=4.0, **{"init.n": 32})
+    >>> cfg["model"]["beta"], cfg["init"]["n"], cfg["solver"]["kind"]
+    (4.0, 32, 'particle')
+    >>> mf.load_config(betta=4.0)
+    Traceback (most recent call last):
+    ...
+    meanfield.errors.ConfigError: betta: ...
     """
     return _load(source, values=overrides)
 
@@ -66,12 +89,27 @@ def simulate(
     **overrides
         Config keys: ``beta=9``, ``t_final=5``, ``**{"init.seed": 3}``.
 
+    Returns
+    -------
+    Run
+        The frames (``run.t``, ``run.states``), the recorded diagnostics and the resolved config; ``run.plot()``
+        draws it.
+
     Raises
     ------
     ConfigError
         A bad key or value (nothing is run, no file is touched).
     RunFailed
         The run ended on NaN/Inf or a solver failure; ``exc.run`` has the frames so far.
+
+    Examples
+    --------
+    >>> import meanfield as mf
+    >>> run = mf.simulate(beta=4.0, t_final=0.5, save_every=0.25, **{"init.n": 32})
+    >>> run
+    Run(particle, n=32, d=3, 3 frames, t=0..0.5, completed)
+    >>> run.states.shape, [float(t) for t in run.t]
+    ((3, 32, 3), [0.0, 0.25, 0.5])
     """
     from meanfield.io.output import check_output
     from meanfield.solvers.run import simulate_config

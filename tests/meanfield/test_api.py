@@ -683,3 +683,13 @@ def test_solver_options_and_complex_tokens_are_refused_where_they_are_given():
     x0 = mf.sample_uniform(4, 3, seed=0)
     with pytest.raises(TypeError, match="complex"):
         mf.Problem(mf.Model(d=3, beta=1.0), x0.astype(complex))
+
+
+def test_the_front_door_s_docstring_examples_pass():
+    # load_config and simulate had no example (the module's are +SKIP, as they read data/ from the repository root)
+    import doctest
+
+    import meanfield.api
+
+    result = doctest.testmod(meanfield.api, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 5 and result.failed == 0, result
