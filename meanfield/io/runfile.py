@@ -206,11 +206,17 @@ def open_run_file(path: str | Path, *, key: str = "OUT.h5") -> h5py.File:
         # live writer's file may look truncated to a plain open, because its end is still being written, and so does
         # one whose last write failed (the file ends before the end its superblock names).  A truncated copy of a
         # closed file is not tried: a SWMR reader retries the metadata it lacks for minutes
+        live = writer_alive(path)
         try:
-            return h5py.File(path, "r", swmr=True)
+            f = h5py.File(path, "r", swmr=True) if live else _open_swmr_unwritten(path)
         except OSError as exc:
             if reason != "truncated file":  # (a copy cut short is not a SWMR file: it stays truncated)
                 reason = _reason(exc)
+        else:
+            if live or _all_committed_on_disk(f, path):
+                return f
+            f.close()
+            reason = "truncated file"
     if reason == "unable to lock file" and writer_alive(path):
         raise ConfigError(key, f"{path} is being written and holds no complete frame yet; try again in a moment") from None
     if reason == "truncated file":
@@ -220,6 +226,109 @@ def open_run_file(path: str | Path, *, key: str = "OUT.h5") -> h5py.File:
 
 #: the superblock's file-consistency flag (version 3, byte 11) of a file in SWMR-write mode
 _FLAG_SWMR = 0x04
+#: where the fields after the flags of a version 2 or 3 superblock start: the signature (8), version (1), sizes of
+#: offsets and lengths (1 each) and the flags (1); then the base address, the superblock extension's address and the
+#: end-of-file address, one offset each (little-endian, of the size byte 9 gives: 8 as h5py writes them)
+_EOA_AT = 12
+
+
+def _end_of_file_address(path: Path) -> int | None:
+    """The end-of-file address the superblock of ``path`` names (version 2 or 3 superblocks, those of SWMR files);
+    ``None`` for another version or a file too short to tell."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_EOA_AT + 3 * 16)
+    except OSError:
+        return None
+    if len(head) < _EOA_AT or head[:8] != HDF5_SIGNATURE or head[8] not in (2, 3):
+        return None
+    size = head[9]  # the size of an offset in the file (8 as written by h5py)
+    at = _EOA_AT + 2 * size
+    if size not in (2, 4, 8, 16) or len(head) < at + size:
+        return None
+    return int.from_bytes(head[at : at + size], "little")
+
+
+def _hdf5_library() -> Any:
+    """The HDF5 library h5py runs on, through ``ctypes`` (``None`` where it cannot be told which one that is: other
+    packages, netCDF4 among them, may have loaded their own copy)."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libhdf5" in line.rsplit("/", 1)[-1] and "hdf5_hl" not in line}
+    except OSError:
+        return None
+    ours = [p for p in paths if "h5py" in p] or list(paths)
+    if len(ours) != 1:
+        return None
+    try:
+        return ctypes.CDLL(ours[0])
+    except OSError:
+        return None
+
+
+#: metadata reads tried on a SWMR file whose writer is gone (HDF5 tries 100 times, sleeping twice as long each time)
+_UNWRITTEN_READ_ATTEMPTS = 1
+
+
+def _open_swmr_unwritten(path: Path) -> h5py.File:
+    """Open ``path``, a SWMR file whose writer is gone, in SWMR mode, with metadata read once: HDF5's SWMR reader
+    retries metadata that fails its checksum, with a back-off that doubles each time, for a writer to finish it, and
+    on a copy cut short (the metadata missing for good) it slept in C code for ever, deaf to SIGTERM and Ctrl-C.
+
+    Raises
+    ------
+    OSError
+        The retries cannot be bounded (HDF5 not found through ``ctypes``) and the file ends before the end its
+        superblock names, or h5py cannot open it.
+    """
+    import ctypes
+
+    library = _hdf5_library()
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
+    bounded = False
+    if library is not None:
+        try:
+            bounded = library.H5Pset_metadata_read_attempts(ctypes.c_int64(fapl.id), ctypes.c_uint(_UNWRITTEN_READ_ATTEMPTS)) >= 0
+        except AttributeError:
+            bounded = False
+    if not bounded:
+        end = _end_of_file_address(path)
+        if end is None or end > path.stat().st_size:
+            raise OSError("truncated file")
+        return h5py.File(path, "r", swmr=True)
+    fid = h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ, fapl=fapl)
+    return h5py.File(fid)
+
+
+def _all_committed_on_disk(f: h5py.File, path: Path) -> bool:
+    """Whether every committed frame of ``f`` (a SWMR file whose writer is gone) lies inside the file: always, unless
+    the file ends before the end its superblock names.  That is a run whose last write failed (out of room: its
+    committed frames are there, the frame it was writing is not) or a copy cut short, whose frames past the cut HDF5
+    reads as zeros (or cannot read)."""
+    end = _end_of_file_address(path)
+    size = path.stat().st_size
+    if end is not None and end <= size:
+        return True
+    try:
+        committed = _member(f, COMMITTED)
+        frames = None if committed is None else int(committed[0])
+        series = [f[name] for name in (*STATE_NAMES.values(), *_PER_FRAME) if _member(f, name) is not None]
+        group = _member(f, "diagnostics")
+        series += [group[name] for name in group] if group is not None else []
+        for data in series:
+            if not isinstance(data, h5py.Dataset) or data.chunks is None or data.ndim == 0:
+                continue
+            count = data.shape[0] if frames is None else min(frames, data.shape[0])
+            for k in (*range(0, count, data.chunks[0]), count - 1) if count else ():
+                chunk = data.id.get_chunk_info_by_coord((k,) + (0,) * (data.ndim - 1))
+                if chunk.byte_offset is None or chunk.byte_offset + chunk.size > size:
+                    return False
+    except (OSError, KeyError, RuntimeError, ValueError):  # metadata past the end (read once: it fails at once)
+        return False
+    return True
 
 
 def _swmr_marked(path: Path) -> bool:

@@ -1,0 +1,79 @@
+"""Reading run files that are not what a finished run leaves: a cut copy of a killed run, an old config, a grid file
+without its points, a path read after ``os.chdir``, a path that is not a regular file."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield.errors import ConfigError
+from meanfield.io.runfile import RunReader, RunWriter
+
+CONFIG = {"model": {"d": 3}, "solver": {"kind": "particle"}}
+ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+
+
+def _killed_run(path: Path, *, frames: int = 40) -> Path:
+    """The file a writer killed after ``frames`` frames leaves: its bytes copied while the writer (in SWMR mode) is
+    open, so the superblock keeps its SWMR flag and no process holds the copy's lock."""
+    live = path.with_name("live.h5")
+    with RunWriter(live, config=CONFIG, state_name="x", state_shape=(64, 3)) as writer:
+        for k in range(frames):
+            writer.append(0.1 * k, np.full((64, 3), float(k + 1)), {"energy": float(k)})
+        path.write_bytes(live.read_bytes())
+        writer.finish("completed", stop_reason="t_final")
+    return path
+
+
+def _superblock_eoa(path: Path) -> int:
+    head = path.read_bytes()[:36]
+    assert head[8] == 3 and head[9] == 8 and head[11] & 0x04  # a v3 superblock, 8-byte offsets, SWMR flag set
+    return int.from_bytes(head[28:36], "little")
+
+
+def test_a_cut_copy_of_a_killed_run_is_refused_as_truncated_and_never_hangs(tmp_path):
+    # HDF5's SWMR reader retried the missing chunk index for ever, asleep in C code (SIGTERM and Ctrl-C ignored); at
+    # 99 % it read the committed frames past the cut as zeros and info died in the summary (exit 1)
+    whole = _killed_run(tmp_path / "killed.h5")
+    size = whole.stat().st_size
+    assert _superblock_eoa(whole) == size
+    cuts = []
+    for share in (50, 99):
+        cut = tmp_path / f"cut{share}.h5"
+        cut.write_bytes(whole.read_bytes()[: size * share // 100])
+        cuts.append(cut)
+    script = textwrap.dedent("""
+        import sys
+        import meanfield as mf
+        for path in sys.argv[1:]:
+            try:
+                run = mf.load(path)
+                print(path, "read", run.frames, run.status, float(run.final.min()))
+            except mf.ConfigError as exc:
+                print(path, "refused", exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(whole), *map(str, cuts)], capture_output=True, text=True,
+                          env=ENV, timeout=60)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and len(lines) == 3, done.stderr
+    assert lines[0] == f"{whole} read 40 interrupted 40.0", lines[0]  # the killed run itself reads whole
+    for line, cut in zip(lines[1:], cuts):
+        assert line.startswith(f"{cut} refused path: {cut} is truncated"), line
+
+
+def test_the_superblock_end_of_file_address_is_read_where_hdf5_writes_it(tmp_path):
+    from meanfield.io.runfile import _end_of_file_address
+
+    whole = _killed_run(tmp_path / "killed.h5", frames=3)
+    assert _end_of_file_address(whole) == _superblock_eoa(whole) == whole.stat().st_size
+    with h5py.File(tmp_path / "old.h5", "w", libver="earliest") as f:  # a version 0 superblock: not told
+        f["t"] = [0.0]
+    assert _end_of_file_address(tmp_path / "old.h5") is None
