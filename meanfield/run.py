@@ -69,6 +69,33 @@ def _read_only(values: Any, *, dtype: Any = float) -> np.ndarray:
     return view
 
 
+def _with_later_keys(stored: dict[str, Any]) -> dict[str, Any]:
+    """``stored`` (a run's stored config) with the keys added to the config since it was written filled in: with the
+    values the config resolver gives them for this config (``solver.method`` follows ``solver.kind``), else with
+    their defaults.  A config that lacks none is returned as it is, the same object.
+
+    A file written before ``model.backend``, ``model.tolerance``, ``model.precision`` (and the other keys added
+    since) had failed every reader with a bare ``KeyError`` (exit 1).
+    """
+    from meanfield.config import SCHEMA, resolve
+
+    missing = [(section, key) for section, keys in SCHEMA.items() for key in keys
+               if not isinstance(stored.get(section, {}), dict) or key not in stored.get(section, {})]
+    if not missing or not all(isinstance(stored.get(section, {}), dict) for section, _ in missing):
+        return stored
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (the resolver's notes are for a config being run, not one being read)
+            resolved: dict[str, Any] | None = resolve(stored)
+    except (ConfigError, TypeError, ValueError, KeyError):  # (e.g. a stored init.path gone since)
+        resolved = None
+    filled = json.loads(json.dumps(stored))
+    for section, key in missing:
+        value = resolved[section][key] if resolved is not None else SCHEMA[section][key].default
+        filled.setdefault(section, {})[key] = json.loads(json.dumps(value))
+    return filled
+
+
 class Run:
     """The outcome of a simulation.
 
@@ -155,7 +182,7 @@ class Run:
             state_name=reader.state_name,
             diagnostics=reader.diagnostics(),
             static=reader.static(),
-            config=reader.config,
+            config=_with_later_keys(reader.config),
             status=reader.status,
             stop_reason=reader.stop_reason,
             info=reader.info,

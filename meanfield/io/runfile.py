@@ -177,26 +177,30 @@ class _TruncatedRunFile(ConfigError):
     """The file ends before its data: cut short, or caught while its writer closes it (then a second look reads it)."""
 
 
-def open_run_file(path: str | Path, *, key: str = "OUT.h5") -> h5py.File:
+def open_run_file(path: str | Path, *, key: str = "OUT.h5", shown: str | Path | None = None) -> h5py.File:
     """Open a run file for reading, also while it is written; a :class:`ConfigError` says why it cannot be.
 
-    The reasons: missing, a folder, not readable, not HDF5, truncated, or locked by a
-    writer that has not committed its first frame yet.
+    The reasons: missing, a folder, not a regular file (a pipe, a device), not readable, not HDF5, truncated, or
+    locked by a writer that has not committed its first frame yet.  The messages name the file ``shown`` (``path`` by
+    default: a reader that opens an absolute path names it as it was given).
     """
     path = Path(path)
+    name = path if shown is None else shown
     if not path.exists():
-        raise ConfigError(key, f"file not found: {path}")
+        raise ConfigError(key, f"file not found: {name}")
     if path.is_dir():
-        raise ConfigError(key, f"{path} is a folder, not a run file")
+        raise ConfigError(key, f"{name} is a folder, not a run file")
+    if not path.is_file():  # (a pipe with no writer had blocked the reader in open() for ever)
+        raise ConfigError(key, f"{name} is not a regular file (a pipe or a device), not a run file")
     if not os.access(path, os.R_OK):
-        raise ConfigError(key, f"cannot read {path}: permission denied")
+        raise ConfigError(key, f"cannot read {name}: permission denied")
     try:
         head = file_head(path)
     except OSError as exc:
-        raise ConfigError(key, f"cannot read {path}: {exc.strerror or exc}") from None
+        raise ConfigError(key, f"cannot read {name}: {exc.strerror or exc}") from None
     if head != HDF5_SIGNATURE:
         what = "an empty file" if not head else "not an HDF5 file"
-        raise ConfigError(key, f"{path} is {what}, not a meanfield run")
+        raise ConfigError(key, f"{name} is {what}, not a meanfield run")
     try:
         return h5py.File(path, "r")
     except OSError as exc:
@@ -218,10 +222,10 @@ def open_run_file(path: str | Path, *, key: str = "OUT.h5") -> h5py.File:
             f.close()
             reason = "truncated file"
     if reason == "unable to lock file" and writer_alive(path):
-        raise ConfigError(key, f"{path} is being written and holds no complete frame yet; try again in a moment") from None
+        raise ConfigError(key, f"{name} is being written and holds no complete frame yet; try again in a moment") from None
     if reason == "truncated file":
-        raise _TruncatedRunFile(key, f"{path} is truncated (the file ends before its data: a copy cut short, or a full disk)") from None
-    raise ConfigError(key, f"cannot open {path} as HDF5 ({reason})") from None
+        raise _TruncatedRunFile(key, f"{name} is truncated (the file ends before its data: a copy cut short, or a full disk)") from None
+    raise ConfigError(key, f"cannot open {name} as HDF5 ({reason})") from None
 
 
 #: the superblock's file-consistency flag (version 3, byte 11) of a file in SWMR-write mode
@@ -375,7 +379,8 @@ def _file_stamp(path: Path) -> tuple[int, int, int] | None:
     return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
-def read_run_file(path: str | Path, read: Callable[[h5py.File], T], *, key: str = "OUT.h5") -> T:
+def read_run_file(path: str | Path, read: Callable[[h5py.File], T], *, key: str = "OUT.h5",
+                  shown: str | Path | None = None) -> T:
     """``read(f)`` on the run file ``path``, opened for the time of the call (:func:`open_run_file`).
 
     A file that is being written can fail a read for a moment: HDF5's single-writer mode may show
@@ -386,6 +391,8 @@ def read_run_file(path: str | Path, read: Callable[[h5py.File], T], *, key: str 
     :data:`LIVE_READ_ATTEMPTS` times, as long as the writer is alive or the file changed under
     the read; a file nobody writes fails at once, as before.
 
+    The messages name the file ``shown`` (``path`` by default).
+
     Raises
     ------
     ConfigError
@@ -393,11 +400,12 @@ def read_run_file(path: str | Path, read: Callable[[h5py.File], T], *, key: str 
         read consistently in :data:`LIVE_READ_ATTEMPTS` tries.
     """
     path = Path(path)
+    name = path if shown is None else shown
     for attempt in range(LIVE_READ_ATTEMPTS):
         before = _file_stamp(path)
         opened = False
         try:
-            with open_run_file(path, key=key) as f:
+            with open_run_file(path, key=key, shown=shown) as f:
                 opened = True
                 return read(f)
         except (KeyError, OSError, RuntimeError, ConfigError) as exc:
@@ -406,12 +414,12 @@ def read_run_file(path: str | Path, read: Callable[[h5py.File], T], *, key: str 
             if settled or not (writer_alive(path) or _file_stamp(path) != before):
                 if isinstance(exc, (KeyError, OSError, RuntimeError)):  # no writer: the bytes themselves are bad (a
                     # KeyError or RuntimeError traceback, exit 1)
-                    raise ConfigError(key, f"{path} is damaged: HDF5 cannot read it ({_reason(exc)})") from None
+                    raise ConfigError(key, f"{name} is damaged: HDF5 cannot read it ({_reason(exc)})") from None
                 raise
             if attempt == LIVE_READ_ATTEMPTS - 1:
                 if isinstance(exc, ConfigError):
                     raise
-                raise ConfigError(key, f"{path} is being written and could not be read consistently in "
+                raise ConfigError(key, f"{name} is being written and could not be read consistently in "
                                        f"{LIVE_READ_ATTEMPTS} tries ({exc}); try again in a moment") from None
         time.sleep(LIVE_READ_PAUSE)
     raise AssertionError("unreachable")  # pragma: no cover
@@ -824,7 +832,8 @@ class RunReader:
     ----------
     path : Path
     config : dict
-        The resolved config stored with the run.
+        The resolved config stored with the run, as it is stored (what ``--resume`` compares; :meth:`Run.load
+        <meanfield.run.Run.load>` fills in the keys added to the config since it was written).
     status, stop_reason : str
     info : dict
         The counters the last session that finished recorded (those of every session before it added in).
@@ -835,32 +844,35 @@ class RunReader:
 
     def __init__(self, path: str | Path, *, key: str = "OUT.h5") -> None:
         self.path = Path(path)
+        # what is read: absolute, so that a run loaded lazily still reads its file after os.chdir (it had said that
+        # the file was removed, or replaced by another one of that name in the new folder)
+        self._file = self.path.absolute()
         self.key = key
-        stamp = _file_stamp(self.path)  # before the header: a file moved onto the name during the read is caught
+        stamp = _file_stamp(self._file)  # before the header: a file moved onto the name during the read is caught
         self._inode: int | None = stamp[0] if stamp is not None else None
         self._read(self._header)
-        if self.status == "running" and not writer_alive(self.path):
+        if self.status == "running" and not writer_alive(self._file):
             self._read(self._header)  # the writer may have closed the file since the first read: a second one tells
-            if self.status == "running" and not writer_alive(self.path):
+            if self.status == "running" and not writer_alive(self._file):
                 self.status = "interrupted"
                 self.stop_reason = "the writer stopped without closing the file (killed, or the machine went down)"
 
     def _read(self, read: Callable[[h5py.File], T]) -> T:
         self._check_same_file()
-        return read_run_file(self.path, read, key=self.key)
+        return read_run_file(self._file, read, key=self.key, shown=self.path)
 
     def _check_same_file(self) -> None:
         """Refuse to read frames of another file at this path: a run written over this one (``--overwrite`` moves a
         new file onto the name) would mix its frames with this one's header and times."""
         if self._inode is None:
             return
-        stamp = _file_stamp(self.path)
+        stamp = _file_stamp(self._file)
         if stamp is None or stamp[0] != self._inode:
             raise ConfigError(self.key, f"{self.path} was {'removed' if stamp is None else 'replaced by another file'} "
                                         "since this run was loaded; load it again")
 
     def _open(self) -> h5py.File:
-        return open_run_file(self.path, key=self.key)
+        return open_run_file(self._file, key=self.key, shown=self.path)
 
     def _header(self, f: h5py.File) -> None:
         config = _attribute(f, "config")
@@ -912,6 +924,9 @@ class RunReader:
         if data.ndim != 2:
             raise ConfigError(self.key, f"{self.path} is damaged: its cell masses have shape {data.shape}, not (frames, N)")
         cells = int(data.shape[1])
+        if _member(f, "points") is None:  # (every reader had failed with a bare KeyError: 'points', exit 1)
+            raise ConfigError(self.key, f"{self.path} is damaged: a grid run needs its 'points' dataset (N, 3), and it "
+                                        "has none")
         for name, shape in (("points", (cells, 3)), ("areas", (cells,))):
             member = _member(f, name)
             if member is not None and tuple(member.shape) != shape:
@@ -932,7 +947,7 @@ class RunReader:
         frames, states, sums = self._read(lambda f: self._states(f, index))
         damaged = _damaged(frames, states, sums)
         # said once per file version and frames (info had said it twice)
-        if damaged and (said := (str(self.path), tuple(damaged), _file_stamp(self.path))) not in _DAMAGE_SAID:
+        if damaged and (said := (str(self._file), tuple(damaged), _file_stamp(self._file))) not in _DAMAGE_SAID:
             _DAMAGE_SAID.add(said)
             one = len(damaged) == 1
             warnings.warn(f"{self.path}: {_frames_named(damaged, self.times())} {'does' if one else 'do'} not match the "

@@ -77,3 +77,63 @@ def test_the_superblock_end_of_file_address_is_read_where_hdf5_writes_it(tmp_pat
     with h5py.File(tmp_path / "old.h5", "w", libver="earliest") as f:  # a version 0 superblock: not told
         f["t"] = [0.0]
     assert _end_of_file_address(tmp_path / "old.h5") is None
+
+
+def _particle_run(path: Path) -> Path:
+    mf.simulate({"init": {"n": 8}, "solver": {"t_final": 0.5, "save_every": 0.25}}, out=path)
+    return path
+
+
+def test_a_file_older_than_later_config_keys_reads_with_their_defaults(tmp_path):
+    # the stored config was used as it is: a file written before model.backend / tolerance / precision failed every
+    # reader with a bare KeyError (exit 1)
+    current = _particle_run(tmp_path / "run.h5")
+    with h5py.File(current, "r") as f:
+        stored = f.attrs["config"]
+    now = mf.load(current)
+    assert json.dumps(now.config) == json.dumps(json.loads(stored))  # a current file's config: unchanged, bit for bit
+    old = tmp_path / "old.h5"
+    old.write_bytes(current.read_bytes())
+    with h5py.File(old, "a") as f:
+        config = json.loads(f.attrs["config"])
+        for key in ("backend", "tolerance", "precision"):
+            del config["model"][key]
+        del config["solver"]["method"]
+        del config["track"]
+        f.attrs["config"] = json.dumps(config)
+    run = mf.load(old)
+    assert run.config == now.config  # today's defaults, as a file written now holds them
+    assert "backend" not in RunReader(old).config["model"]  # the stored config as it is (what --resume compares)
+    assert run.model.precision == "float64"
+
+
+def test_a_grid_file_without_its_points_is_refused_at_load(tmp_path):
+    # every reader (summary, info, plot, concentration, mesh) had failed with a bare KeyError: 'points' (exit 1)
+    out = tmp_path / "grid.h5"
+    config = {"model": {"d": 3}, "solver": {"kind": "grid"}}
+    with RunWriter(out, config=config, state_name="mass", state_shape=(12,), static={"areas": np.full(12, np.pi / 3)}) as writer:
+        writer.append(0.0, np.full(12, 1 / 12))
+        writer.finish("completed", stop_reason="t_final")
+    with pytest.raises(ConfigError, match=r"grid\.h5 is damaged: a grid run needs its 'points' dataset \(N, 3\)"):
+        mf.load(out)
+
+
+def test_a_loaded_run_reads_its_frames_after_a_change_of_folder(tmp_path, monkeypatch):
+    _particle_run(tmp_path / "run.h5")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _particle_run(elsewhere / "run.h5")  # another file of that name in the new folder
+    monkeypatch.chdir(tmp_path)
+    run = mf.load("run.h5")
+    expected = np.array(h5py.File(tmp_path / "run.h5", "r")["x"])
+    monkeypatch.chdir(elsewhere)
+    np.testing.assert_array_equal(run.states, expected)  # had said "run.h5 was replaced by another file"
+    assert str(run.path) == "run.h5"
+
+
+def test_a_path_that_is_not_a_regular_file_is_refused_before_it_is_opened(tmp_path):
+    fifo = tmp_path / "pipe.h5"
+    os.mkfifo(fifo)  # open() of a pipe with no writer had blocked meanfield info for ever
+    for path in (fifo, Path("/dev/null")):
+        with pytest.raises(ConfigError, match=f"{path} is not a regular file"):
+            mf.load(path)
