@@ -4,6 +4,8 @@ Layout (a public contract, described in the README's *Data files*):
 
 * attribute ``config`` — the resolved config as JSON;
 * particles: dataset ``t`` (T,) and ``x`` (T, n, d);
+* token masses, for particles that carry them (a run continued from a grid or weighted run): static
+  ``token_masses`` (n,) (older files: the root dataset ``weights``; :mod:`meanfield.io.token_masses`);
 * grid: ``t`` (T,), ``mass`` (T, N), plus static ``points`` (N, 3) and ``areas`` (N,);
 * trackers' scalars: one (T,) dataset each under the group ``diagnostics``;
 * time-dependent weights: the weight path under the group ``weights``;
@@ -992,7 +994,7 @@ class RunReader:
         return out
 
     def static(self) -> dict[str, np.ndarray]:
-        """Arrays written once: ``points``, ``areas``, and the weight path as ``weights/<name>``."""
+        """Arrays written once: ``points``, ``areas``, ``token_masses``, and the weight path as ``weights/<name>``."""
         return self._read(self._static)
 
     def _static(self, f: h5py.File) -> dict[str, np.ndarray]:
