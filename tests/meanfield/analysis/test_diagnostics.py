@@ -415,6 +415,7 @@ def test_cli_diagnose_bad_input_exits_2(tmp_path, multihead_run, capsys):
         f.attrs["config"] = '{"model": {"d": 3}, "solver": {"kind": "grid"}}'
         f.create_dataset("t", data=np.zeros(1))
         f.create_dataset("mass", data=np.ones((1, 12)))
+        f.create_dataset("points", data=np.eye(3)[np.arange(12) % 3])  # (a grid file without points is refused first)
     assert main(["diagnose", str(grid)]) == 2
     assert "particle run" in capsys.readouterr().err
     assert main(["diagnose", str(multihead_run), "--tol", "-1"]) == 2
