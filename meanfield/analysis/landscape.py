@@ -1002,6 +1002,9 @@ def gradient_clock(setup: Any, *, clock: str = "gradient", merge: float = 0.0, s
                       f"{wrapped.dt * wrapped.radius(n) / wrapped.stall_distance(n):.2g} (or a solver.clock_merge of your "
                       "own) avoids it", ConfigNote, stacklevel=2)
     setup.stepper = wrapped
+    for tracker in setup.trackers:  # the speed tracker's fixed-step check is in physical time, while a clock step h
+        if type(tracker).__name__ == "SteadyStateTracker":  # moves token i by at most h/√a_i (‖dx/ds‖_g = 1): it had
+            tracker.step = None  # warned of moves of 1e12 rad at β = 40, multiplying the physical speed by a clock step
     setup.trackers.append(ClockTracker(wrapped))
     return setup
 

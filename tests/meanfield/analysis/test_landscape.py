@@ -449,3 +449,18 @@ def test_landscape_search_names_out_when_the_file_system_refuses_it(tmp_path, ca
     assert main(["landscape", "search", str(config), "--max-iter", "50", "--out", str(out)]) == 2
     assert "error: --out: cannot write" in capsys.readouterr().err
     assert out.read_bytes() == b"older" and sorted(p.name for p in tmp_path.iterdir()) == ["plain.toml", "x.npy"]
+
+
+def test_the_gradient_clock_is_not_taken_for_a_step_too_long_for_the_field():
+    """The speed tracker multiplied the physical speed by the clock's step: at β = 40 it warned of moves of 1e12 rad
+    (metastability_staircase); a clock step moves a token by at most h/√a_i, and the physical-time run still warns."""
+    import meanfield as mf
+    from meanfield.errors import MeanfieldWarning
+
+    cfg = {"model": {"beta": 40.0, "attention": "unnormalized"}, "init": {"n": 8},
+           "solver": {"clock": "gradient", "dt": 0.01, "t_final": 0.02, "save_every": 0.01}, "track": {"energy": False}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MeanfieldWarning)
+        mf.simulate(cfg)
+    with pytest.warns(MeanfieldWarning, match="moves tokens by up to"):
+        mf.simulate({**cfg, "solver": {**cfg["solver"], "clock": "time", "t_final": 0.01}})
