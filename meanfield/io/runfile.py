@@ -238,15 +238,22 @@ _FLAG_SWMR = 0x04
 _EOA_AT = 12
 
 
-def _end_of_file_address(path: Path) -> int | None:
-    """The end-of-file address the superblock of ``path`` names (version 2 or 3 superblocks, those of SWMR files);
-    ``None`` for another version or a file too short to tell."""
+def _superblock(path: Path) -> bytes | None:
+    """The first bytes of the version 2 or 3 superblock of ``path`` (those of SWMR files: signature, version, sizes,
+    flags, then three addresses of up to 16 bytes); ``None`` for another version, an unreadable or too short file."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(_EOA_AT + 3 * 16)
     except OSError:
         return None
-    if len(head) < _EOA_AT or head[:8] != HDF5_SIGNATURE or head[8] not in (2, 3):
+    return head if len(head) >= _EOA_AT and head[:8] == HDF5_SIGNATURE and head[8] in (2, 3) else None
+
+
+def _end_of_file_address(path: Path) -> int | None:
+    """The end-of-file address the superblock of ``path`` names (version 2 or 3 superblocks, those of SWMR files);
+    ``None`` for another version or a file too short to tell."""
+    head = _superblock(path)
+    if head is None:
         return None
     size = head[9]  # the size of an offset in the file (8 as written by h5py)
     at = _EOA_AT + 2 * size
@@ -340,12 +347,8 @@ def _all_committed_on_disk(f: h5py.File, path: Path) -> bool:
 def _swmr_marked(path: Path) -> bool:
     """Whether the superblock of ``path`` says that a SWMR writer has it open (or had it, when it stopped without
     closing it): only such a file can be read in SWMR mode."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(12)
-    except OSError:
-        return False
-    return len(head) == 12 and head[:8] == HDF5_SIGNATURE and head[8] >= 3 and bool(head[11] & _FLAG_SWMR)
+    head = _superblock(path)
+    return head is not None and head[8] >= 3 and bool(head[11] & _FLAG_SWMR)
 
 
 def _member(group: h5py.Group, name: str) -> Any:
