@@ -147,7 +147,10 @@ def test_harmonic_causal_redoes_rows_whose_far_sum_is_at_its_floor(rng, beta):
     # outweighed the near sum by e^400 (rows off by 0.67), or the near sum underflowed against its shift (NaN)
     x = rng.standard_normal((300, 3))
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    for heads in (HeadStack(B=-2 * np.eye(3)[None], V=-np.eye(3)[None]), random_heads(rng, 2, 3)):
+    general = random_heads(rng, 2, 3)
+    # general heads at β = 5000 (β‖B‖ ≈ 10⁴) need degrees near 10⁴ in every slice: 30 s for 300 tokens, and the
+    # same floor test as at β = 1000; the isotropic head reaches the floor at both temperatures in under a second
+    for heads in (HeadStack(B=-2 * np.eye(3)[None], V=-np.eye(3)[None]),) + ((general,) if beta <= 1000.0 else ()):
         reference = causal_transcription(x, heads, beta, "softmax", np.full(300, 1.0 / 300))
         close(velocity_harmonic(x, heads, beta=beta, mask="causal", block=256), reference, SPHERE_AGREE)
 
