@@ -111,6 +111,22 @@ def test_metric_slope_and_authors_g2(rng: np.random.Generator) -> None:
     np.testing.assert_allclose(authors_slope_squared(x, one, beta=1.0), metric_slope_squared(x, one, beta=1.0), rtol=1e-12)
 
 
+def test_authors_g2_takes_the_log_partitions_from_the_kernel_or_computes_them(rng: np.random.Generator, monkeypatch) -> None:
+    # G² reads ln Z_h from the softmax kernel's row sums; a kernel that leaves them unfilled (the NumPy reference)
+    # gives the same number through the blocked pass of mobility_field; masses far from 1 keep it too
+    import meanfield.analysis.mobility as mobility
+
+    x = sample_uniform(50, 3, seed=7)
+    heads = _sym_heads(rng, 3, w=np.array([0.5, 0.0, 0.5]))
+    a = rng.uniform(0.1, 1.0, 50)
+    masses = (a / a.sum(), a * 2.0**-70)  # the second rescaled by the kernels, and k ln 2 put back on ln Z
+    from_kernel = [authors_slope_squared(x, heads, beta=3.0, weights=m) for m in masses]
+    real = mobility.attention_velocity
+    monkeypatch.setattr(mobility, "attention_velocity", lambda *args, **kw: real(*args, **{**kw, "backend": "numpy"}))
+    np.testing.assert_allclose([authors_slope_squared(x, heads, beta=3.0, weights=m) for m in masses], from_kernel, rtol=1e-12)
+    assert from_kernel[1] == pytest.approx(from_kernel[0] * 2.0**-140, rel=1e-12)  # a_i / mean_h(1/Z_h): two factors of 2^-70
+
+
 def test_energy_time_derivative_matches_finite_difference(rng: np.random.Generator) -> None:
     heads = _sym_heads(rng, 2, w=np.array([0.25, 0.75]))
     dB = _sym_heads(rng, 2, shift=0.0).B
