@@ -1,5 +1,7 @@
-"""Shared test fixtures: a seeded rng, the Agg backend, and the ``slow`` marker."""
+"""Shared test fixtures: a seeded rng, the Agg backend, the ``slow`` marker, and the number of test processes."""
 from __future__ import annotations
+
+import os
 
 import matplotlib
 import numpy as np
@@ -19,6 +21,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip_slow)
+
+
+#: most test processes ``pytest`` starts (``-n auto`` in setup.cfg; pytest-xdist, one test file per process): the
+#: suite's longest file (the quick figures, about 5 minutes) bounds it from 2 processes on, and every process compiles
+#: its own kernels
+MAX_TEST_PROCESSES = 8
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: one process per core this process may run on (not the host's count), at most
+    :data:`MAX_TEST_PROCESSES`; ``PYTEST_XDIST_AUTO_NUM_WORKERS`` or ``-n N`` choose otherwise (``-n 0``: one process)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist reads it
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, MAX_TEST_PROCESSES))
 
 
 @pytest.fixture(autouse=True, scope="session")
