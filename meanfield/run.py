@@ -37,6 +37,10 @@ from meanfield.io.token_masses import TOKEN_MASSES, stored_token_masses
 
 __all__ = ["Run", "load"]
 
+#: :meth:`Run.at` finds a saved time to this fraction of the run's span (at least 1): the times of a run are sums of
+#: steps, 5.000000000000001 as often as 5
+AT_TIME_TOLERANCE = 1e-9
+
 
 def _weighted_source(config: Mapping[str, Any] | None) -> str | None:
     """What a run's tokens took their masses from, in words, when its config continues a stored frame whose tokens
@@ -220,6 +224,39 @@ class Run:
         if self._states is not None:
             return self._states[index]
         return _read_only(self._reader.states(int(index)))
+
+    def at(self, time: float) -> np.ndarray:
+        """The state saved at ``time`` (without reading the others from the file).
+
+        ``time`` must be one of the saved times :attr:`t`, to :data:`AT_TIME_TOLERANCE` relative to the run's
+        span: ``run.at(5.0)`` finds the frame of t = 5 whichever step sum gave it.  A time between frames
+        raises ``KeyError`` naming the saved times on either side (the state there was not saved: rerun with a
+        smaller ``solver.save_every``, or interpolate knowingly).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> run = Run.from_states(t=np.array([0.0, 0.5, 1.0]), states=np.arange(6.0).reshape(3, 2, 1), state_name="x",
+        ...                       diagnostics={})
+        >>> run.at(0.5).ravel().tolist()
+        [2.0, 3.0]
+        """
+        if isinstance(time, (bool, np.bool_)) or not isinstance(time, (int, float, np.integer, np.floating)):
+            raise TypeError(f"time must be a number, got {time!r}")
+        if not math.isfinite(time):
+            raise ValueError(f"time must be finite, got {time!r}")
+        if not self.frames:
+            raise KeyError(f"t = {time:g}: the run saved no frames")
+        span = max(1.0, float(np.max(np.abs(self.t))))
+        index = int(np.argmin(np.abs(self.t - time)))
+        if abs(float(self.t[index]) - time) > AT_TIME_TOLERANCE * span:
+            before = self.t[self.t < time]
+            after = self.t[self.t > time]
+            around = [f"{float(v):g}" for v in before[-1:].tolist() + after[:1].tolist()]
+            nearest = f"the saved times around it: {' and '.join(around)}" if len(around) == 2 else f"the nearest: {around[0]}"
+            raise KeyError(f"t = {time:g} is not a saved time ({self.frames} frames from t = {float(self.t[0]):g} "
+                           f"to {float(self.t[-1]):g}; {nearest})")
+        return self.frame(index)
 
     @property
     def final(self) -> np.ndarray:

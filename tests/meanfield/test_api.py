@@ -493,6 +493,27 @@ def test_a_loaded_run_refuses_frames_of_a_file_written_over_it(tmp_path):
     assert same.x.shape == (2, 4, 4)
 
 
+def test_a_run_gives_the_state_saved_at_a_time_and_names_the_frames_around_another(tmp_path):
+    out = tmp_path / "at.h5"
+    made = mf.simulate(out=out, t_final=0.7, save_every=0.1, **{"init.n": 8, "solver.dt": 0.05})
+    for run in (made, mf.load(out)):  # in memory, and read lazily from the file
+        assert run.t[3] != 0.3  # 0.1 + 0.1 + 0.1: a sum of steps
+        np.testing.assert_array_equal(run.at(0.3), run.x[3])
+        np.testing.assert_array_equal(run.at(0), run.x[0])
+        np.testing.assert_array_equal(run.at(np.float32(0.7)), run.final)
+        with pytest.raises(KeyError, match=r"t = 0.35 is not a saved time .*around it: 0.3 and 0.4"):
+            run.at(0.35)
+        with pytest.raises(KeyError, match=r"t = 2 is not a saved time .*the nearest: 0.7"):
+            run.at(2.0)
+        with pytest.raises(ValueError, match="finite"):
+            run.at(float("nan"))
+        with pytest.raises(TypeError, match="a number"):
+            run.at("0.3")
+    empty = mf.Run.from_states(t=np.zeros(0), states=np.zeros((0, 4, 3)), state_name="x", diagnostics={})
+    with pytest.raises(KeyError, match="saved no frames"):
+        empty.at(0.0)
+
+
 def test_concentration_and_diagnosis_show_what_the_commands_print(tmp_path, capsys):
     # print(run.concentration()) and a notebook cell had shown the dataclass's repr, kilobytes of arrays
     out = tmp_path / "c.h5"
@@ -693,3 +714,7 @@ def test_the_front_door_s_docstring_examples_pass():
 
     result = doctest.testmod(meanfield.api, optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 5 and result.failed == 0, result
+    import meanfield.run
+
+    result = doctest.testmod(meanfield.run, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 2 and result.failed == 0, result
