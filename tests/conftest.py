@@ -23,9 +23,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_slow)
 
 
-#: most test processes ``pytest`` starts (``-n auto`` in setup.cfg; pytest-xdist, one test file per process): the
-#: suite's longest file (the quick figures, about 5 minutes) bounds it from 2 processes on, and every process compiles
-#: its own kernels
+#: most test processes ``pytest`` starts (``-n auto`` in setup.cfg; pytest-xdist, each test file in one process): the
+#: longest file (the quick figures, about 5 of the suite's 15 minutes on one core) bounds the wall time from 3
+#: processes on, and each process compiles the kernels it uses (on a clean clone) and holds its own memory
 MAX_TEST_PROCESSES = 8
 
 
