@@ -135,7 +135,8 @@ def test_resume_after_interrupt_equals_uninterrupted(tmp_path):
 
 
 def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
-    _, path = small_config(tmp_path, t_final=60.0, save_every=0.5, dt=0.005)
+    # 3000 steps, 60 frames: the kill lands after frame 4, and the resumed and the reference runs take a second each
+    _, path = small_config(tmp_path, t_final=15.0, save_every=0.25, dt=0.005)
     out = tmp_path / "killed.h5"
     env = dict(os.environ, HDF5_USE_FILE_LOCKING="FALSE")
     proc = subprocess.Popen([sys.executable, "-m", "meanfield", "simulate", str(path), "-o", str(out), "--quiet"], env=env)
@@ -153,6 +154,7 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert frames >= 4, "the run should have saved frames before the kill"
+    assert proc.returncode == -signal.SIGKILL, "the run had finished before the kill: nothing was resumed"
     status = main(["simulate", str(path), "-o", str(out), "--quiet", "--resume"])
     assert status == 0
     reference = tmp_path / "reference.h5"
