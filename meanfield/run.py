@@ -42,24 +42,6 @@ __all__ = ["Run", "load"]
 AT_TIME_TOLERANCE = 1e-9
 
 
-def _weighted_source(config: Mapping[str, Any] | None) -> str | None:
-    """What a run's tokens took their masses from, in words, when its config continues a stored frame whose tokens
-    carry masses (a grid run, or a particle run with token masses); ``None`` otherwise, or where the source cannot be
-    read any more (then nothing tells)."""
-    init = (config or {}).get("init") or {}
-    if init.get("kind") != "run" or not isinstance(init.get("path"), str):
-        return None
-    from meanfield.io.runfile import RunReader
-
-    try:
-        reader = RunReader(init["path"], key="init.path")
-        if reader.state_name == "mass":
-            return f"the grid run {init['path']}"
-        return f"{init['path']}, whose tokens carry masses" if stored_token_masses(reader.static()) is not None else None
-    except (ConfigError, OSError):
-        return None
-
-
 def _same(a: Any, b: Any) -> bool:
     a, b = np.asarray(a), np.asarray(b)
     return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
@@ -293,8 +275,10 @@ class Run:
         self._require("particle", "token_masses")
         masses = stored_token_masses(self.static)
         if masses is None and not self._masses_checked:
+            from meanfield.io.source_frame import weighted_source  # local: the run files' module imports h5py
+
             self._masses_checked = True  # (warned once per run)
-            source = _weighted_source(self.config)
+            source = weighted_source(self.config)
             if source is not None:
                 where = self.path if self.path is not None else "this run"
                 warnings.warn(f"{where} continues {source}, but holds no token masses ('{TOKEN_MASSES}' dataset): "

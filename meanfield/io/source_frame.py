@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,12 +29,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from meanfield.errors import ConfigError
+from meanfield.errors import ConfigError, MeanfieldWarning
 from meanfield.io.runfile import RunReader, read_run_file
 from meanfield.io.token_masses import TOKEN_MASSES, stored_token_masses
 
 __all__ = ["SourceFrame", "origin_run", "chain_symmetrised", "read_source_frame", "source_tokens", "start_time", "SOURCE_DIGEST",
-           "stored_source_digest", "check_source_unchanged"]
+           "stored_source_digest", "check_source_unchanged", "weighted_source"]
 
 #: the static dataset of a run started from a stored frame that holds the SHA-256 of that frame (tokens and masses as
 #: read): ``--resume`` and the chain of :func:`origin_run` check that the source file still holds it
@@ -151,12 +152,32 @@ def read_source_frame(path: str | Path, time: float | None = None, *, key: str =
             if stored.shape != (tokens.shape[0],) or not np.all(np.isfinite(stored)) or np.any(stored < 0) or not stored.sum() > 0:
                 raise ConfigError(key, f"{path}: its token masses ('{TOKEN_MASSES}') are not {tokens.shape[0]} finite non-negative "
                                        "numbers with a positive total")
+        elif (source := weighted_source(reader.config)) is not None:
+            # its tokens carried masses that the file lost: they would go on with equal masses 1/n, another measure
+            warnings.warn(f"{path} continues {source}, but holds no token masses ('{TOKEN_MASSES}' dataset): the file lost "
+                          "them; the run starts from its tokens with equal masses 1/n", MeanfieldWarning, stacklevel=2)
         weights = None if stored is None else stored / float(np.sum(stored))
         kind = "particle"
     tokens = tokens / np.linalg.norm(tokens, axis=1, keepdims=True)
     digest = hashlib.sha256(tokens.tobytes() + (b"" if weights is None else weights.tobytes())).digest()
     return SourceFrame(path=path, time=float(times[index]), index=index, tokens=tokens, weights=weights, kind=kind,
                        digest=np.frombuffer(digest, dtype=np.uint8).copy())
+
+
+def weighted_source(config: Mapping[str, Any] | None) -> str | None:
+    """What a run's tokens took their masses from, in words, when its config continues a stored frame whose tokens
+    carry masses (a grid run, or a particle run with token masses); ``None`` otherwise, or where the source cannot be
+    read any more (then nothing tells)."""
+    init = (config or {}).get("init") or {}
+    if init.get("kind") != "run" or not isinstance(init.get("path"), str):
+        return None
+    try:
+        reader = RunReader(init["path"], key="init.path")
+        if reader.state_name == "mass":
+            return f"the grid run {init['path']}"
+        return f"{init['path']}, whose tokens carry masses" if stored_token_masses(reader.static()) is not None else None
+    except (ConfigError, OSError):
+        return None
 
 
 #: dimensions up to which :func:`odd_moments` takes the third moment too (its tensor has d³ entries)

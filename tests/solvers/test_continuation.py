@@ -264,9 +264,13 @@ def test_a_continued_run_that_lost_its_token_masses_warns_and_one_that_never_had
     run = mf.load(lost)
     with pytest.warns(mf.MeanfieldWarning, match="lost.h5 continues the grid run .*grid.h5, but holds no token masses"):
         assert run.token_masses is None  # it had been analysed with masses 1/n without a word
+    # continued in turn, its tokens had gone on with masses 1/n without a word too
+    with pytest.warns(mf.MeanfieldWarning, match="lost.h5 continues the grid run .*grid.h5, but holds no token masses.*starts"):
+        assert source_tokens(lost).weights is None
     uniform = tmp_path / "uniform.h5"
     mf.simulate(CONCENTRATION, out=uniform, **{**PARTICLES, "init.kind": "run", "init.path": str(particle_run),
                                                "solver.t_final": 1.25})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert mf.load(uniform).token_masses is None
+        assert source_tokens(uniform).weights is None
