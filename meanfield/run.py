@@ -304,7 +304,7 @@ class Run:
         """Shape of one state: ``(n, d)`` or ``(N,)``."""
         if self._states is not None:
             return tuple(self._states.shape[1:])
-        return tuple(self.frame(0).shape) if self.frames else ()
+        return tuple(self._reader.state_shape)  # a file without committed frames had given ()
 
     @property
     def model(self) -> Any:

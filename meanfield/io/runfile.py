@@ -908,6 +908,7 @@ class RunReader:
                           "object; the counters are left out, the frames are read as they are", DamagedFrameWarning, stacklevel=2)
             self.info = {}
         self._check_shapes(f, data)
+        self.state_shape = tuple(int(size) for size in data.shape[1:])  # (n, d) or (N,), known before any frame
         written = min(int(times.shape[0]), int(data.shape[0]))
         committed = _member(f, COMMITTED)  # files of the first version have none: every written frame counts
         if committed is not None and not 0 <= int(committed[0]) <= written:  # a damaged file (the writer never counts more)

@@ -514,6 +514,18 @@ def test_a_run_gives_the_state_saved_at_a_time_and_names_the_frames_around_anoth
         empty.at(0.0)
 
 
+def test_a_file_without_committed_frames_still_knows_the_shape_of_its_states(tmp_path):
+    import h5py
+
+    out = tmp_path / "empty.h5"
+    mf.simulate(out=out, t_final=0.2, save_every=0.1, **{"init.n": 12})
+    with h5py.File(out, "a") as f:
+        f["committed_frames"][0] = 0  # as a run killed before its first frame leaves it
+    run = mf.load(out)
+    assert run.frames == 0 and run.shape == (12, 3)  # it had been ()
+    assert run.x.shape == (0, 12, 3)
+
+
 def test_concentration_and_diagnosis_show_what_the_commands_print(tmp_path, capsys):
     # print(run.concentration()) and a notebook cell had shown the dataclass's repr, kilobytes of arrays
     out = tmp_path / "c.h5"
