@@ -154,6 +154,16 @@ FUSED32_SPEEDUP = 3.5
 BLAS_SPHERE_SLOWDOWN = 1.8
 
 
+#: up to this many tokens, with n·d ≤ :data:`ROWS_MAX_ND`, ``"auto"`` runs the float64 pooled, unnormalized and relu laws
+#: on the numba row kernel (:mod:`meanfield.kernels.rows`) instead of BLAS, whose fixed cost per head and call (operand
+#: buffers, row blocks, underflow checks: about 0.3-0.6 ms) outweighs the products there.  BLAS over rows, measured
+#: (best of 5, pooled and unnormalized, H = 1, 4, 16, random heads, 2 loaded cores): 1.3-8 at d = 3 and n = 8-48 (40 at
+#: n = 8, H = 16), 0.5-2 at n = 64; 1.5-12 at d = 16 and n ≤ 32, 0.4-1.4 at n = 64; 1.5-4 at d = 64 and n = 8,
+#: 0.4-1.6 at n = 16.  The kernel takes no row sums: a call that asks for ``row_logs`` keeps BLAS
+ROWS_MAX_N = 48
+ROWS_MAX_ND = 512
+
+
 #: token masses whose total lies outside [2^-MASS_RANGE, 2^MASS_RANGE] are brought to a total of about 1 before any
 #: kernel runs (:func:`_masses_in_range`)
 MASS_RANGE = 60
@@ -212,7 +222,9 @@ def attention_velocity(
         ``d ≤`` :data:`FUSED_MAX_D`, else ``"blas"``; on an AVX-512 processor ``"blas"`` also at
         ``d ≤`` :data:`FUSED_MAX_D` from :data:`FLASH_SMALL_D_MIN_PAIRS` pairs n²H, without a mask and for
         the exponential laws (its flash tiles: at d = 3, 1.2–1.5× the fused kernel in float64 and 1.0–1.2× in
-        float32 from n = 2048, 1.1–1.2× and 1.0–1.1× at n = 600–1024).  ``"fused"`` in float32 is the
+        float32 from n = 2048, 1.1–1.2× and 1.0–1.1× at n = 600–1024); ``"numba"`` for the float64 laws other than
+        softmax on up to :data:`ROWS_MAX_N` tokens with :math:`nd\le` :data:`ROWS_MAX_ND`, without a mask and
+        unless ``row_logs`` is asked for (1.3–8× faster than BLAS there).  ``"fused"`` in float32 is the
         fused float32 kernel, for every law.
     precision : {"float64", "float32"}
         Arithmetic of the scores and exponentials: ``float32`` runs the fused float32
@@ -259,6 +271,8 @@ def attention_velocity(
         x = _float32_tokens_on_the_sphere(x, heads, kind)
     if backend == "auto":
         dense = _dense_backend(heads, kind, precision, n=np.shape(x)[0], mask=mask)
+        if dense == "numba" and row_logs is not None:
+            dense = "blas"  # the row kernel takes no row sums; BLAS fills them (the energy at no cost)
         # float32 tokens are normalised for the sphere kernels only: a dense kernel takes them as given, the same bits as
         # when named (they had been normalised at every n, and auto differed from "fused" by their rounding, 1e-8)
         on_sphere = _float32_tokens_on_the_sphere(x, heads, kind) if np.shape(x)[0] > SPHERE_DENSE_MAX_N else x
@@ -303,7 +317,10 @@ def attention_velocity(
 def _dense_backend(heads: HeadStack, kind: str, precision: str, *, n: int = 0, mask: str = "none") -> str:
     """The dense kernel ``"auto"`` uses: at small ``d`` the fused one for float64 softmax and for every float32 law, but
     the flash tiles of the BLAS kernel where they run (an AVX-512 processor, no mask, an exponential law) on at least
-    :data:`FLASH_SMALL_D_MIN_PAIRS` pairs of tokens and heads; else BLAS."""
+    :data:`FLASH_SMALL_D_MIN_PAIRS` pairs of tokens and heads; for the other float64 laws on a few tokens
+    (:data:`ROWS_MAX_N`, :data:`ROWS_MAX_ND`, no mask) the numba row kernel; else BLAS."""
+    if precision == "float64" and kind != "softmax" and not is_causal(mask) and 0 < n <= ROWS_MAX_N and n * heads.d <= ROWS_MAX_ND:
+        return "numba"
     small = heads.d <= FUSED_MAX_D and (kind == "softmax" or precision == "float32")
     if small and FLASH_CPU and not is_causal(mask) and kind != "relu" and float(n) * n * heads.H >= FLASH_SMALL_D_MIN_PAIRS:
         return "blas"

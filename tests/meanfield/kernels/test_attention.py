@@ -832,3 +832,29 @@ def test_auto_gives_the_dense_kernels_bits_on_float32_tokens_it_does_not_send_to
         auto = attention_velocity(x32, heads, beta=4.0, kind=kind, precision=precision)
         named = attention_velocity(x32, heads, beta=4.0, kind=kind, precision=precision, backend=dense)
         assert auto.tobytes() == named.tobytes()
+
+
+def test_auto_runs_the_row_kernel_on_a_few_tokens_for_the_float64_laws_the_fused_kernel_does_not_compute():
+    # BLAS's fixed cost per head and call (0.3-0.6 ms) had made pooled attention on 32 tokens 2-7x slower than the row
+    # kernel; a call that asks for the row sums keeps BLAS, which fills them
+    from meanfield.kernels import attention
+
+    gen = np.random.default_rng(9)
+    heads = HeadStack(B=gen.standard_normal((3, 3, 3)), V=gen.standard_normal((3, 3, 3)), w=np.array([0.2, 0.3, 0.5]))
+    x = sample_uniform(attention.ROWS_MAX_N, 3, seed=9)
+    for kind in ("pooled", "unnormalized", "relu"):
+        assert attention._dense_backend(heads, kind, "float64", n=x.shape[0]) == "numba"
+        auto = attention_velocity(x, heads, beta=2.0, kind=kind)
+        assert auto.tobytes() == attention_velocity(x, heads, beta=2.0, kind=kind, backend="numba").tobytes()
+        np.testing.assert_allclose(auto, velocity_numpy(x, heads, beta=2.0, kind=kind), rtol=1e-12, atol=1e-13)
+        logs = np.full((3, x.shape[0]), np.nan)
+        with_logs = attention_velocity(x, heads, beta=2.0, kind=kind, row_logs=logs)
+        assert with_logs.tobytes() == attention_velocity(x, heads, beta=2.0, kind=kind, backend="blas").tobytes()
+        assert np.isnan(logs).all() if kind == "relu" else not np.isnan(logs).any()
+    assert attention._dense_backend(heads, "pooled", "float64", n=attention.ROWS_MAX_N + 1) == "blas"
+    assert attention._dense_backend(heads, "pooled", "float64", n=attention.ROWS_MAX_N, mask="causal") == "blas"
+    assert attention._dense_backend(heads, "pooled", "float32", n=8) == "fused"
+    assert attention._dense_backend(heads, "softmax", "float64", n=8) == "fused"
+    wide = HeadStack(B=np.eye(64)[None], V=np.eye(64)[None])
+    assert attention._dense_backend(wide, "pooled", "float64", n=8) == "numba"
+    assert attention._dense_backend(wide, "pooled", "float64", n=9) == "blas"  # n d > ROWS_MAX_ND
