@@ -299,6 +299,10 @@ def _scale(row: dict[str, str], key: str, factor: float) -> None:
     ("clusters_random_layers", lambda r: _scale(r, "value", 1.01) if r["dt"] == "0.025" else None, "converged_in_dt"),
     ("causal_cluster_count", lambda r: r.update(tight_count_change="1.0") if r["t"] == "100.0" else None, "counts_converged_in_tolerance"),
     ("causal_cluster_count", lambda r: r.update(tight_token_change="0.001") if r["mask"] == "none" else None, "tokens_converged_in_tolerance"),
+    # found in review (noisymeta): the theory had been read from the CSV's own rate_predicted and gamma_c columns, so
+    # rates of the β = 1 law under a beta column of 2 (or a wrong closed form in the script) had passed
+    ("noisy_l1_rate", lambda r: r.update(beta="2.0"), "gamma_c"),
+    ("noisy_l1_rate", lambda r: r.update(beta="2.0"), "rate_vs_linear_stability"),
 ])
 def test_a_claim_check_fails_on_a_csv_that_contradicts_the_claim(figure, change, check, tmp_path):
     import importlib
@@ -307,6 +311,26 @@ def test_a_claim_check_fails_on_a_csv_that_contradicts_the_claim(figure, change,
     assert FIGURES.checks_hold(module.claim(Path(FIGURES.__file__).resolve().parent / "gallery" / f"{figure}.csv"))
     checks = module.claim(_perturbed(figure, tmp_path, change))
     assert not checks[check]["ok"], checks[check]
+
+
+def test_noisy_rate_claim_on_one_gamma_fails_by_name_without_fitting(tmp_path):
+    # found in review (noisymeta): one γ row had gone into the affine fit (a NumPy RankWarning, then B = 0.686, γ_c = inf)
+    import importlib
+    import warnings
+
+    module = importlib.import_module("meanfield.figures.noisy_l1_rate")
+    path = _perturbed("noisy_l1_rate", tmp_path, lambda r: None)
+    rows = _rows(path)[:1]
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        checks = module.claim(path)
+    assert not checks["gamma_values"]["ok"] and checks["gamma_values"]["value"] == 1.0
+    assert not checks["gamma_c"]["ok"] and math.isnan(checks["gamma_c"]["value"])
+    assert checks["rate_vs_linear_stability"]["ok"]  # the row itself is fine
 
 
 def test_a_claim_with_no_check_does_not_hold_and_notes_are_not_checks(capsys):
