@@ -996,11 +996,16 @@ def gradient_clock(setup: Any, *, clock: str = "gradient", merge: float = 0.0, s
 
         from meanfield.errors import ConfigNote
 
+        stall, radius = wrapped.stall_distance(n) / 2, wrapped.radius(n)
+        # (the note fires where the cap binds, i.e. twice the stall distance exceeds the radius; it had said "beyond"
+        # there too, e.g. "near 0.004 rad, beyond the merge radius 0.00791")
+        where = (f"beyond the merge radius {radius:.3g} ({MERGE_KERNEL_WIDTHS:g} β^(-1/2)): the last collapse of a pair then stalls"
+                 if stall > radius else
+                 f"inside the merge radius {radius:.3g} ({MERGE_KERNEL_WIDTHS:g} β^(-1/2)) but by less than the default's factor 2 "
+                 "(the stall distance is an estimate): a pair may stall short of the radius")
         warnings.warn(f"solver.dt = {wrapped.dt:g} in the gradient clock stalls a collapsing pair of these {n} tokens near "
-                      f"{wrapped.stall_distance(n) / 2:.3g} rad, beyond the merge radius {wrapped.radius(n):.3g} "
-                      f"({MERGE_KERNEL_WIDTHS:g} β^(-1/2)): the last collapse of a pair then stalls; a solver.dt below "
-                      f"{wrapped.dt * wrapped.radius(n) / wrapped.stall_distance(n):.2g} (or a solver.clock_merge of your "
-                      "own) avoids it", ConfigNote, stacklevel=2)
+                      f"{stall:.3g} rad, {where}; a solver.dt below {wrapped.dt * radius / wrapped.stall_distance(n):.2g} "
+                      "(or a solver.clock_merge of your own) avoids it", ConfigNote, stacklevel=2)
     setup.stepper = wrapped
     for tracker in setup.trackers:  # the speed tracker's fixed-step check is in physical time, while a clock step h
         if type(tracker).__name__ == "SteadyStateTracker":  # moves token i by at most h/√a_i (‖dx/ds‖_g = 1): it had

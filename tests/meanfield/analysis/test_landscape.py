@@ -295,6 +295,13 @@ def test_the_default_merge_radius_is_capped_at_a_fraction_of_the_kernel_width():
     with warnings.catch_warnings():  # a radius of the user's own: no note
         warnings.simplefilter("error", ConfigNote)
         mf.simulate({**cfg, "solver": {**cfg["solver"], "clock_merge": 1e-3}})
+    # where the stall distance (32 tokens at dt = 0.0005: 0.0005·√64 = 0.004 rad) is inside the capped radius (0.0079 at
+    # β = 40) but without the default's factor 2, the note had said "near 0.004 rad, beyond the merge radius 0.00791"
+    inside = {"model": {"beta": 40.0}, "init": {"kind": "uniform", "n": 32, "seed": 0},
+              "solver": {"clock": "gradient", "dt": 5e-4, "t_final": 5e-4, "save_every": 5e-4}}
+    with pytest.warns(ConfigNote, match=r"near 0.004 rad, inside the merge radius 0.00791 .* less than the default's factor 2") as notes:
+        mf.simulate(inside)
+    assert not any("beyond" in str(note.message) for note in notes)
     # rk45 in the clock takes fixed steps: its tolerances are noted as unused (they had been ignored in silence)
     with pytest.warns(ConfigNote, match=r"solver.rtol not used .* fixed steps of solver.dt, rk45's without error control"):
         mf.load_config({**cfg, "solver": {**cfg["solver"], "method": "rk45", "rtol": 1e-3, "clock_merge": 1e-3}})
