@@ -30,7 +30,7 @@ agree within 0.02, and the affine fit :math:`\lambda = A - B/\gamma` of the meas
 :math:`\lambda(\gamma)` and :math:`\gamma_c` are recomputed by the claim from the CSV's ``gamma`` and ``beta``
 columns, not read from its ``rate_predicted`` and ``gamma_c`` columns.
 
-Runtime: about 15 s (``--quick``: 250 and 1000 cells, γ = 2, 3, 5) to 2.5 min of CPU (500 and 2000 cells, nine γ).
+Runtime: about 15 s of CPU (``--quick``: 250 and 1000 cells, γ = 2, 3, 5) to 100 s (500 and 2000 cells, nine γ).
 
 Command: ``python figures/noisy_l1_rate.py [--quick] [--out DIR]``.
 """
