@@ -303,6 +303,11 @@ def _scale(row: dict[str, str], key: str, factor: float) -> None:
     # rates of the β = 1 law under a beta column of 2 (or a wrong closed form in the script) had passed
     ("noisy_l1_rate", lambda r: r.update(beta="2.0"), "gamma_c"),
     ("noisy_l1_rate", lambda r: r.update(beta="2.0"), "rate_vs_linear_stability"),
+    # found in review (noisymeta): motion at constant speed (t ∝ s) had passed as 1.5 decades of metastability, and
+    # energies or levels 10 % off Σ m_c² had passed (nothing compared them with Σ m_c², only tokens with atoms)
+    ("metastability_staircase", lambda r: r.update(time=repr(float(r["s"]) * 1e-9 + 1e-12)), "metastable_decades"),
+    ("metastability_staircase", lambda r: _scale(r, "energy", 0.9), "plateaus_are_sum_m2"),
+    ("metastability_staircase", lambda r: _scale(r, "level", 0.9), "plateaus_are_sum_m2"),
 ])
 def test_a_claim_check_fails_on_a_csv_that_contradicts_the_claim(figure, change, check, tmp_path):
     import importlib
