@@ -29,7 +29,7 @@ is no phase: the time the last pair takes to come within :math:`r` (1.1·10⁻�
 radii).
 
 Limitation: the identification biases the jumps by :math:`O(r)`.  Against an independent integration
-without merging (the review's: angles, Radau in :math:`e^\beta t`, :math:`s` as an extra ODE; jumps at
+without merging (written apart from the package: angles, Radau in :math:`e^\beta t`, :math:`s` as an extra ODE; jumps at
 :math:`s` = 0.0276, 0.1700, 0.3771, 0.9106) the last jump comes early by 0.0109, 0.0049, 0.0022 at
 :math:`r` = 0.016, 0.008, 0.004 (the other jumps by less); the refinement column, which halves :math:`r`
 with :math:`h`, measures this error (0.0027 in the full form), not only the RK4 one.
