@@ -70,7 +70,7 @@ def _run_beta_star(args: argparse.Namespace) -> int:
         diff = 0.0
     else:
         diff = closed - numeric
-    if math.isinf(closed):
+    if closed == math.inf:  # a β* < 0 past the floats is -inf: "no beta > 0" below (it had read "all finite beta")
         regime = "all beta (a single head)" if heads == 1 else "all finite beta (beta* is past the largest float)"
     elif closed <= 0:
         # Thm 19's criterion is sufficient: identical heads stay monotone at every beta (it had said they never are)
