@@ -7,13 +7,16 @@ numbers behind it, ``DIR/ID.csv``, and checks the paper's claim on that CSV.
 
 Default ``DIR``: ``figures/gallery`` (``figures/gallery/quick`` with ``--quick``).
 Exit status: 0 when every figure was made and every claim holds, 1 when a
-figure failed or a claim did not hold, 2 for an unknown figure id.
+figure failed or a claim did not hold, 2 for an unknown figure id or an output
+that cannot be written (checked before any figure is made).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
+from pathlib import Path
 
 from meanfield.errors import ConfigError
 
@@ -27,13 +30,31 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Make the papers' figures: each is one script of meanfield.figures that writes DIR/ID.png and "
         "the numbers behind it, DIR/ID.csv, and checks the paper's claim on that CSV. --quick makes the small "
         "versions the tests run (under a minute each). Exit status 0 when every figure was made and every claim "
-        "holds, 1 when a figure failed or a claim did not hold (or it was interrupted), 2 for an unknown figure id.",
+        "holds, 1 when a figure failed or a claim did not hold (or it was interrupted), 2 for an unknown figure id "
+        "or an output DIR/ID.png or DIR/ID.csv that cannot be written (checked before any figure is made).",
     )
     p.add_argument("ids", nargs="*", metavar="ID", help="figure ids, or 'all' (see --list)")
     p.add_argument("--list", action="store_true", help="list the figures (or the IDs named): id, paper, theorem, what it shows")
     p.add_argument("--quick", action="store_true", help="the small versions (under a minute each)")
     p.add_argument("--out", metavar="DIR", help="output folder (default figures/gallery, or figures/gallery/quick)")
     p.set_defaults(func=main, interrupted="interrupted; the figures finished before are in the output folder")
+
+
+def _check_outputs(out: Path, ids: list[str]) -> None:
+    """Refuse, before any figure is computed, an ``out/ID.png`` or ``out/ID.csv`` that cannot be written.
+
+    Raises
+    ------
+    ConfigError
+        (key ``--out``) for a folder in the way of one of them, or an existing file that cannot be written: these
+        had been found only after the figure was computed (exit 1, a traceback).
+    """
+    for figure_id in ids:
+        for path in (out / f"{figure_id}.png", out / f"{figure_id}.csv"):
+            if path.is_dir():
+                raise ConfigError("--out", f"{path} is a folder, where the figure {figure_id} writes a file")
+            if path.exists() and not os.access(path, os.W_OK):
+                raise ConfigError("--out", f"cannot write {path}: permission denied")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -53,6 +74,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.ids:
         raise ConfigError("ID", "name a figure id or 'all' (meanfield reproduce --list shows them)")
     out = figures.output_folder(args.out, quick=args.quick)
+    _check_outputs(out, ids)
     status = 0
     for figure_id in ids:
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -180,6 +181,30 @@ def test_reproduce_list_and_run(tmp_path, capsys):
         with pytest.raises(ConfigError) as info:
             args.func(args)
         assert info.value.key == "ID"
+
+
+def test_reproduce_refuses_an_output_in_the_way_before_any_figure_is_made(tmp_path, monkeypatch):
+    # a folder named ID.png had been found after the figure was computed (exit 1, IsADirectoryError traceback)
+    (tmp_path / "multihead_entropy.png").mkdir()
+    calls = []
+    monkeypatch.setattr(FIGURES, "run_figure", lambda *a, **k: calls.append(a))
+    args = _parser().parse_args(["reproduce", "multihead_beta_star", "multihead_entropy", "--quick", "--out", str(tmp_path)])
+    with pytest.raises(ConfigError) as info:
+        args.func(args)
+    assert info.value.key == "--out" and str(tmp_path / "multihead_entropy.png") in info.value.message
+    assert not calls and [p.name for p in tmp_path.iterdir()] == ["multihead_entropy.png"]
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes a read-only file")
+def test_reproduce_refuses_a_read_only_output_before_any_figure_is_made(tmp_path, monkeypatch):
+    csv_path = tmp_path / "multihead_beta_star.csv"
+    csv_path.write_text("keep")
+    csv_path.chmod(0o444)
+    monkeypatch.setattr(FIGURES, "run_figure", lambda *a, **k: pytest.fail("a figure was made"))
+    args = _parser().parse_args(["reproduce", "multihead_beta_star", "--quick", "--out", str(tmp_path)])
+    with pytest.raises(ConfigError, match="permission denied") as info:
+        args.func(args)
+    assert info.value.key == "--out" and str(csv_path) in info.value.message and csv_path.read_text() == "keep"
 
 
 def test_registry_rejects_scripts_without_their_metadata(tmp_path):
