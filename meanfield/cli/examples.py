@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from meanfield.errors import ConfigError
@@ -33,14 +34,15 @@ def _beside_each_other(text: bytes, names: list[str]) -> bytes:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    names = ", ".join(f.name for f in example_files()) or "none in this installation"
     p = subparsers.add_parser(
         "examples",
         help="copy the example configurations into a folder",
-        description="Copy the example configurations (the default run, the concentration study, multi-head, "
-        "time-dependent and JKO runs, a sweep) into DIR. Existing files are kept unless --overwrite is given.",
+        description=f"Copy the example configurations ({names}) into DIR. If DIR already holds a file (or a link) "
+        "of one of these names, nothing is copied unless --overwrite is given.",
     )
     p.add_argument("dir", metavar="DIR", help="folder to copy them into (created if missing)")
-    p.add_argument("--overwrite", action="store_true", help="replace files of the same name in DIR")
+    p.add_argument("--overwrite", action="store_true", help="replace files (and links) of the same name in DIR")
     p.set_defaults(func=main)
 
 
@@ -53,17 +55,21 @@ def main(args: argparse.Namespace) -> int:
     target = Path(args.dir)
     if target.exists() and not target.is_dir():
         raise ConfigError("DIR", f"{target} exists and is not a folder")
-    folders = [f.name for f in files if (target / f.name).is_dir()]
+    folders = [f.name for f in files if (target / f.name).is_dir() and not (target / f.name).is_symlink()]
     if folders:  # no overwrite replaces a folder: refused before any file is copied (it had copied the others first)
         raise ConfigError("DIR", f"{target} holds folders named as example configurations: {', '.join(folders)}")
-    clashes = [f.name for f in files if (target / f.name).exists()]
+    # lexists: a dangling link is a clash too (the copy had followed it and written its target, outside DIR)
+    clashes = [f.name for f in files if os.path.lexists(target / f.name)]
     if clashes and not args.overwrite:
         raise ConfigError("DIR", f"{target} already holds {', '.join(clashes)}; use --overwrite to replace them")
     try:
         target.mkdir(parents=True, exist_ok=True)
         names = [f.name for f in files]
         for f in files:
-            (target / f.name).write_bytes(_beside_each_other(f.read_bytes(), names))
+            copy = target / f.name
+            if copy.is_symlink():  # --overwrite replaces the link itself, never what it points to
+                copy.unlink()
+            copy.write_bytes(_beside_each_other(f.read_bytes(), names))
     except OSError as exc:
         raise ConfigError("DIR", f"cannot write into {target}: {exc.strerror or exc}") from None
     for f in files:

@@ -19,3 +19,34 @@ def test_beta_star_negative_past_the_floats_is_no_positive_beta(heads, n, capsys
     kv = _kv(capsys.readouterr().out)
     assert float(kv["beta_star"]) == -math.inf
     assert kv["monotone_for"].startswith("no beta > 0 by Thm 19's sufficient criterion")
+
+
+def test_examples_refuses_a_dangling_link_and_overwrite_replaces_the_link_not_its_target(tmp_path, capsys):
+    # a dangling link had been taken for a free name: the copy followed it and wrote its target, outside DIR
+    target, elsewhere = tmp_path / "ex", tmp_path / "elsewhere.toml"
+    target.mkdir()
+    (target / "default.toml").symlink_to(elsewhere)
+    assert main(["examples", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert "error: DIR" in err and "already holds default.toml" in err
+    assert not elsewhere.exists() and [p.name for p in target.iterdir()] == ["default.toml"]
+    assert main(["examples", str(target), "--overwrite"]) == 0
+    capsys.readouterr()
+    assert not elsewhere.exists() and not (target / "default.toml").is_symlink()
+    folder = tmp_path / "folder"  # a link to a folder is replaced as well, not written into
+    folder.mkdir()
+    (target / "jko.toml").unlink()
+    (target / "jko.toml").symlink_to(folder)
+    assert main(["examples", str(target), "--overwrite"]) == 0
+    assert (target / "jko.toml").is_file() and not list(folder.iterdir())
+
+
+def test_examples_help_names_every_file_it_copies(capsys):
+    from meanfield.cli.examples import example_files
+
+    with pytest.raises(SystemExit):
+        main(["examples", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    names = [f.name for f in example_files()]
+    assert names and all(name in text for name in names)
+    assert "nothing is copied unless --overwrite" in text  # it had said existing files are kept (the others copied)
