@@ -50,3 +50,18 @@ def test_examples_help_names_every_file_it_copies(capsys):
     names = [f.name for f in example_files()]
     assert names and all(name in text for name in names)
     assert "nothing is copied unless --overwrite" in text  # it had said existing files are kept (the others copied)
+
+
+@pytest.mark.parametrize(
+    ("lambdas", "beta", "n", "gain"),
+    [  # 60-digit mpmath values of Σφ(λ_h) - Hφ(Λ/H)
+        ("2,2.6", "1e-6", "100000000", -3.6000124200188505e-23),  # had printed 0.0
+        ("0.5,1.5", "1e-6", "100000000", -1.0000015000010116e-22),  # had printed -9.264e-23 (7 % off)
+        ("1,1.000000001", "1", "5", -6.5970081071351661e-20),  # had printed 0.0
+    ],
+)
+def test_rates_gain_at_the_round_off_floor_of_the_rates_is_accurate(lambdas, beta, n, gain, capsys):
+    # the gain had been early - equal_split: at small beta * spread the difference was round-off, its sign lost
+    assert main(["theory", "rates", "--lambdas", lambdas, "--beta", beta, "--n", n]) == 0
+    assert float(_kv(capsys.readouterr().out)["superadditivity_gain"]) == pytest.approx(gain, rel=1e-12, abs=0.0)
+
