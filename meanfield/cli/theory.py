@@ -196,7 +196,7 @@ def _superadditivity_gain(lambdas: list[float], *, beta: float, n: int) -> float
 
 def _run_rates(args: argparse.Namespace) -> int:
     lambdas = parse_float_list(args.lambdas, "--lambdas", positive=True)
-    beta = parse_float(args.beta, "--beta", positive=True)
+    beta = parse_float(args.beta, "--beta", nonnegative=True) + 0.0  # (-0.0 printed as 0.0)
     n = parse_int(args.n, "--n", minimum=2)
     total = sum(lambdas)
     if not math.isfinite(total * beta):  # the rates take Λ = Σ λ_h and βΛ: nan and inf had been printed, exit 0
@@ -207,7 +207,8 @@ def _run_rates(args: argparse.Namespace) -> int:
         early = theory.early_rate(lambdas, beta=beta, n=n)
         equal = theory.equal_split_rate(lambdas, beta=beta, n=n)
         gain = _superadditivity_gain(lambdas, beta=beta, n=n)  # (the difference early - equal had cancelled)
-        lam_c = theory.lambda_c(beta, n)
+        # at beta = 0 phi is linear, 2 lambda/n: no inflection, no convex region (as x_c/beta past the floats)
+        lam_c = theory.lambda_c(beta, n) if beta > 0 else math.inf
         late = theory.late_rate(lambdas)
     mean = float(np.mean(lambdas))
     emit(
@@ -238,11 +239,12 @@ def _add_rates(sub: Any) -> None:
             "their difference (superadditivity_gain, computed without the cancellation of the difference: "
             "relative error below 1e-12 where beta |lambda_h - Lambda/H| <= 1 for every head, else below "
             "2e-15 max(1, beta Lambda/H) times the early rate), the inflection point lambda_c of phi "
-            "and the late rate 2 Lambda."
+            "(inf where phi has no convex region within the floats: beta = 0, where phi = 2 lambda/n is linear, "
+            "or lambda_c past the largest float) and the late rate 2 Lambda."
         ),
     )
     p.add_argument("--lambdas", required=True, metavar="L1,L2,...", help="head strengths, comma-separated, > 0")
-    p.add_argument("--beta", default="1", metavar="B", help="inverse temperature beta > 0 (default 1)")
+    p.add_argument("--beta", default="1", metavar="B", help="inverse temperature beta >= 0 (default 1)")
     p.add_argument("--n", default="8", metavar="N", help="number of tokens n >= 2 (default 8)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_run_rates)

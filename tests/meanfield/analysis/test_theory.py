@@ -348,7 +348,7 @@ def test_cli_rates(capsys):
         (["theory", "beta-star", "--alpha", "-1"], "--alpha"),
         (["theory", "beta-star", "--n", "sixteen"], "--n"),
         (["theory", "rates", "--lambdas", "0.5,abc"], "--lambdas"),
-        (["theory", "rates", "--lambdas", "1", "--beta", "0"], "--beta"),
+        (["theory", "rates", "--lambdas", "1", "--beta", "-1"], "--beta"),  # (beta = 0 is taken: phi = 2 lambda/n)
         (["theory", "rates", "--lambdas", "1,,2"], "--lambdas"),  # an empty entry had been dropped silently
         (["theory", "clustering-time", "--eps", "2"], "--eps"),  # every configuration is clustered at eps >= 2
         (["theory", "clustering-time", "--n", "4", "--d", "4", "--dt", "1e-9"], "--dt"),  # 5.8e11 steps: had run for ever

@@ -65,3 +65,16 @@ def test_rates_gain_at_the_round_off_floor_of_the_rates_is_accurate(lambdas, bet
     assert main(["theory", "rates", "--lambdas", lambdas, "--beta", beta, "--n", n]) == 0
     assert float(_kv(capsys.readouterr().out)["superadditivity_gain"]) == pytest.approx(gain, rel=1e-12, abs=0.0)
 
+
+def test_rates_at_beta_zero_and_where_lambda_c_passes_the_floats(capsys):
+    # beta = 0 had been refused though every rate is defined (phi = 2 lambda/n, linear), while 1e-320 printed lambda_c = inf
+    for beta in ("0", "1e-320"):
+        assert main(["theory", "rates", "--lambdas", "0.5,1.5", "--beta", beta, "--n", "8"]) == 0
+        kv = _kv(capsys.readouterr().out)
+        assert kv["lambda_c"] == "inf" and kv["mean_in_convex_region"] == "false"
+        assert float(kv["early_rate"]) == float(kv["equal_split_rate"]) == 0.5
+    assert float(kv["superadditivity_gain"]) <= 0.0 and kv["beta"] == "1e-320"
+    assert main(["theory", "rates", "--lambdas", "0.5,1.5", "--beta", "0"]) == 0
+    assert _kv(capsys.readouterr().out)["superadditivity_gain"] == "0.0"
+    assert main(["theory", "rates", "--lambdas", "0.5,1.5", "--beta", "-1"]) == 2
+    assert "error: --beta: must be >= 0" in capsys.readouterr().err
