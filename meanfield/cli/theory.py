@@ -25,10 +25,6 @@ __all__ = ["add_parser", "SUBCOMMANDS"]
 
 Adder = Callable[[Any], None]
 
-#: entry-point group through which other packages (our ``solvers``) add ``meanfield theory``
-#: sub-commands: each entry names a module with ``add_subparser(subparsers)``
-ENTRY_POINT_GROUP = "meanfield.analysis.theory"
-
 #: library parameter name -> CLI option, to re-key errors raised by :mod:`meanfield.analysis.theory`
 _OPTION_OF: dict[str, str] = {
     "H": "--heads",
@@ -253,7 +249,7 @@ def _add_rates(sub: Any) -> None:
 # --------------------------------------------------------------------------- #
 # the command
 # --------------------------------------------------------------------------- #
-#: the sub-commands, in ``--help`` order
+#: the sub-commands, in ``--help`` order (the only place they are registered: no entry-point group is read)
 SUBCOMMANDS: tuple[Adder, ...] = (_add_beta_star, _add_rates, _add_clustering_time)
 
 

@@ -17,9 +17,9 @@ clustered, and the fits against the predicted scale (``key = value`` lines, or
 JSON with ``--json``).
 ``--attention both`` runs softmax and ReLU and prefixes the keys.
 
-This module lives in ``solvers`` (it runs a solver); ``meanfield theory``
-discovers it through the entry-point group ``meanfield.analysis.theory``, which names
-this module; its :func:`add_subparser` adds the sub-command.
+:mod:`meanfield.cli.theory` lists :func:`add_subparser` among its ``SUBCOMMANDS``
+(imported directly: there is no plug-in mechanism); the solver is imported only
+when the sub-command runs.
 """
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_subparser(subparsers: Any) -> None:
-    """Add ``clustering-time`` to ``meanfield theory`` (entry-point group ``meanfield.analysis.theory``)."""
+    """Add ``clustering-time`` to ``meanfield theory`` (called from :data:`meanfield.cli.theory.SUBCOMMANDS`)."""
     p = subparsers.add_parser(
         "clustering-time",
         help="measured ReLU vs softmax clustering times and their fits (Thm 25)",
