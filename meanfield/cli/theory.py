@@ -108,88 +108,6 @@ def _add_beta_star(sub: Any) -> None:
 # --------------------------------------------------------------------------- #
 # rates
 # --------------------------------------------------------------------------- #
-#: ``|beta (lambda_h - Lambda/H)|`` up to which a head's part of the gain is taken from the Taylor remainder
-_NEAR = 1.0
-
-
-def _expm1_minus_x(u: np.ndarray) -> np.ndarray:
-    r""":math:`e^u-1-u` for :math:`|u|\le 1`, from its series (no cancellation: the terms :math:`u^k/k!`, k >= 2)."""
-    term = u * u / 2.0
-    total = term.copy()
-    for k in range(3, 30):  # |u|^29/29! < 1e-30
-        term = term * u / k
-        total = total + term
-    return total
-
-
-def _remainder(d: np.ndarray, mu: float, beta: float, m: float) -> np.ndarray:
-    r"""The Taylor remainder :math:`\varphi(\mu+\delta)-\varphi(\mu)-\varphi'(\mu)\,\delta` of
-    :math:`\varphi(\lambda)=2\lambda/(e^{\beta\lambda}+m)` for :math:`|\beta\delta|\le1`, without cancellation.
-
-    With :math:`u=\beta\delta`, :math:`E=e^u-1`, :math:`D_a=e^{\beta(\mu+\delta)}+m`,
-    :math:`D_\mu=e^{\beta\mu}+m` and :math:`c=e^{\beta\mu}`:
-
-    .. math::
-
-        \frac{2c}{D_\mu D_a}\Bigl[-\delta E-\mu\,(e^u-1-u)+\mu u\frac{c}{D_\mu}E\Bigr],
-
-    each term of order :math:`\delta^2` (the linear parts cancel in closed form, not in floating point).
-    """
-    u = beta * d
-    with np.errstate(over="ignore", under="ignore"):
-        e_mu = math.exp(-beta * mu)
-        inv_da = e_mu * np.exp(-u) / (1.0 + m * e_mu * np.exp(-u))  # 1/D_a, also where e^(beta mu) overflows
-        c_over_dmu = 1.0 / (1.0 + m * e_mu)
-        e_over_da = np.expm1(u) * inv_da
-        return 2.0 * c_over_dmu * (-d * e_over_da - mu * _expm1_minus_x(u) * inv_da + mu * u * c_over_dmu * e_over_da)
-
-
-def _superadditivity_gain(lambdas: list[float], *, beta: float, n: int) -> float:
-    r"""The gain :math:`G=\sum_h\varphi(\lambda_h)-H\varphi(\Lambda/H)` without the cancellation of the difference
-    of the two rates (:func:`meanfield.analysis.theory.superadditivity_gain`, whose error is about
-    :math:`10^{-16}` of the rates: at small :math:`\beta\cdot` spread that is all of :math:`G`, and its sign).
-
-    Since :math:`\sum_h(\lambda_h-\mu)=0` for :math:`\mu=\Lambda/H`, :math:`G=\sum_h R_h` with
-    :math:`R_h=\varphi(\lambda_h)-\varphi(\mu)-\varphi'(\mu)(\lambda_h-\mu)`: the heads with
-    :math:`|\beta(\lambda_h-\mu)|\le1` take :math:`R_h` from :func:`_remainder` (of order
-    :math:`(\lambda_h-\mu)^2`), the others from the three terms, whose sum is not small beside them.  The rounding
-    of :math:`\mu` is accounted for: :math:`s=\sum_h(\lambda_h-\mu)` is summed exactly and :math:`H R(s/H)` taken off.
-
-    Accuracy (against 80-digit mpmath, 16 000 random cases): relative error below :math:`10^{-12}` where every
-    :math:`|\beta(\lambda_h-\mu)|\le1` (the worst next to :math:`\lambda_c`, where :math:`\varphi''` vanishes);
-    elsewhere an absolute error below :math:`2\cdot10^{-15}\max(1,\beta\mu)` times the early rate, as for the
-    difference.
-
-    Parameters
-    ----------
-    lambdas : list of float
-        Head strengths, > 0.
-    beta : float, >= 0
-    n : int, >= 2
-
-    Returns
-    -------
-    float
-    """
-    lam = np.asarray(lambdas, dtype=float)
-    heads = lam.size
-    m = float(n) - 1.0
-    mu = math.fsum(lambdas) / heads
-    d = lam - mu
-    near = np.abs(beta * d) <= _NEAR
-    with np.errstate(over="ignore", under="ignore"):
-        e_a = np.exp(-beta * lam)
-        inv_da = e_a / (1.0 + m * e_a)
-        e_mu = math.exp(-beta * mu)
-        inv_dmu = e_mu / (1.0 + m * e_mu)
-        dphi_mu = 2.0 * inv_dmu * (1.0 - beta * mu / (1.0 + m * e_mu))  # phi'(mu)
-        far = 2.0 * lam * inv_da - 2.0 * mu * inv_dmu - dphi_mu * d
-    near_part = _remainder(np.where(near, d, 0.0), mu, beta, m)
-    s = math.fsum(d.tolist())  # Σ(λ_h − μ) for the rounded μ
-    rounding = heads * float(_remainder(np.array([s / heads]), mu, beta, m)[0])
-    return float(np.sum(np.where(near, near_part, far))) - rounding
-
-
 def _run_rates(args: argparse.Namespace) -> int:
     lambdas = parse_float_list(args.lambdas, "--lambdas", positive=True)
     beta = parse_float(args.beta, "--beta", nonnegative=True) + 0.0  # (-0.0 printed as 0.0)
@@ -202,7 +120,7 @@ def _run_rates(args: argparse.Namespace) -> int:
 
         early = theory.early_rate(lambdas, beta=beta, n=n)
         equal = theory.equal_split_rate(lambdas, beta=beta, n=n)
-        gain = _superadditivity_gain(lambdas, beta=beta, n=n)  # (the difference early - equal had cancelled)
+        gain = theory.superadditivity_gain(lambdas, beta=beta, n=n)
         # at beta = 0 phi is linear, 2 lambda/n: no inflection, no convex region (as x_c/beta past the floats)
         lam_c = theory.lambda_c(beta, n) if beta > 0 else math.inf
         late = theory.late_rate(lambdas)
