@@ -151,8 +151,8 @@ def _add_rates(sub: Any) -> None:
             "Thm 22 of Pendharkar (arXiv 2605.04279) (softmax, B_h = V_h = lambda_h I, equiangular tokens): early rate "
             "sum_h phi(lambda_h), phi(l) = 2 l/(e^(l beta)+n-1), the equal-split rate H phi(Lambda/H), "
             "their difference (superadditivity_gain, computed without the cancellation of the difference: "
-            "relative error below 1e-12 where beta |lambda_h - Lambda/H| <= 1 for every head, else below "
-            "2e-15 max(1, beta Lambda/H) times the early rate), the inflection point lambda_c of phi "
+            "where beta |lambda_h - Lambda/H| <= 1 for every head, an absolute error of about 1e-18 of the early rate, "
+            "else below 2e-15 max(1, beta Lambda/H) of it), the inflection point lambda_c of phi "
             "(inf where phi has no convex region within the floats: beta = 0, where phi = 2 lambda/n is linear, "
             "or lambda_c past the largest float) and the late rate 2 Lambda."
         ),

@@ -419,3 +419,12 @@ def test_the_theory_modules_examples_pass():
 
     result = doctest.testmod(th)
     assert result.attempted >= 20 and result.failed == 0, result
+
+
+def test_the_gain_checks_its_inputs_and_stays_finite_where_beta_lambda_passes_the_floats():
+    # the Taylor-remainder form had dropped the rates' checks (numbers for β < 0 and n < 2, raw errors for [])
+    for bad, name in ((dict(lambdas=[1.0, 2.0], beta=-1.0, n=8), "beta"), (dict(lambdas=[1.0, 2.0], beta=1.0, n=1), "n"),
+                      (dict(lambdas=[], beta=1.0, n=8), "lambdas"), (dict(lambdas=[float("nan")], beta=1.0, n=8), "lambdas")):
+        with pytest.raises(ConfigError, match=name):
+            th.superadditivity_gain(**bad)
+    assert th.superadditivity_gain([2.0, 3.0], beta=1e308, n=8) == 0.0  # had been NaN (0·∞ in φ'(μ))
