@@ -37,8 +37,8 @@ from meanfield.io.token_masses import TOKEN_MASSES, stored_token_masses
 
 __all__ = ["Run", "load"]
 
-#: :meth:`Run.at` finds a saved time to this fraction of the run's span (at least 1): the times of a run are sums of
-#: steps, 5.000000000000001 as often as 5
+#: :meth:`Run.at` finds a saved time to this fraction of the run's largest time (the times of a run are sums of steps,
+#: 5.000000000000001 as often as 5), and to a quarter of the closest two saved times at most
 AT_TIME_TOLERANCE = 1e-9
 
 
@@ -211,7 +211,8 @@ class Run:
         """The state saved at ``time`` (without reading the others from the file).
 
         ``time`` must be one of the saved times :attr:`t`, to :data:`AT_TIME_TOLERANCE` relative to the run's
-        span: ``run.at(5.0)`` finds the frame of t = 5 whichever step sum gave it.  A time between frames
+        largest time and to a quarter of its closest two frames: ``run.at(5.0)`` finds the frame of t = 5 whichever
+        step sum gave it.  A time between frames
         raises ``KeyError`` naming the saved times on either side (the state there was not saved: rerun with a
         smaller ``solver.save_every``, or interpolate knowingly).
 
@@ -228,16 +229,18 @@ class Run:
         if not math.isfinite(time):
             raise ValueError(f"time must be finite, got {time!r}")
         if not self.frames:
-            raise KeyError(f"t = {time:g}: the run saved no frames")
-        span = max(1.0, float(np.max(np.abs(self.t))))
+            raise KeyError(f"t = {float(time):.12g}: the run saved no frames")
+        tolerance = AT_TIME_TOLERANCE * float(np.max(np.abs(self.t)))
+        if self.frames > 1:  # (at least 1e-9 of 1 had taken a frame 1e-10 away for one at 1e-9 asked: runs of tiny times)
+            tolerance = min(tolerance, 0.25 * float(np.min(np.diff(self.t))))
         index = int(np.argmin(np.abs(self.t - time)))
-        if abs(float(self.t[index]) - time) > AT_TIME_TOLERANCE * span:
+        if abs(float(self.t[index]) - time) > tolerance:
             before = self.t[self.t < time]
             after = self.t[self.t > time]
-            around = [f"{float(v):g}" for v in before[-1:].tolist() + after[:1].tolist()]
+            around = [f"{float(v):.12g}" for v in before[-1:].tolist() + after[:1].tolist()]
             nearest = f"the saved times around it: {' and '.join(around)}" if len(around) == 2 else f"the nearest: {around[0]}"
-            raise KeyError(f"t = {time:g} is not a saved time ({self.frames} frames from t = {float(self.t[0]):g} "
-                           f"to {float(self.t[-1]):g}; {nearest})")
+            frames = f"{self.frames} frames from t = {float(self.t[0]):.12g} to {float(self.t[-1]):.12g}" if self.frames > 1 else "1 frame"
+            raise KeyError(f"t = {float(time):.12g} is not a saved time ({frames}; {nearest})")
         return self.frame(index)
 
     @property

@@ -29,6 +29,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 MAX_TEST_PROCESSES = 8
 
 
+@pytest.hookimpl(optionalhook=True)  # (a hook of pytest-xdist: without it, or with -p no:xdist, pluggy had refused the conftest)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: one process per core this process may run on (not the host's count), at most
     :data:`MAX_TEST_PROCESSES`; ``PYTEST_XDIST_AUTO_NUM_WORKERS`` or ``-n N`` choose otherwise (``-n 0``: one process)."""

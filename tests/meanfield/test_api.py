@@ -512,6 +512,15 @@ def test_a_run_gives_the_state_saved_at_a_time_and_names_the_frames_around_anoth
     empty = mf.Run.from_states(t=np.zeros(0), states=np.zeros((0, 4, 3)), state_name="x", diagnostics={})
     with pytest.raises(KeyError, match="saved no frames"):
         empty.at(0.0)
+    # the tolerance follows the frames: tiny times (1e-9 of 1 had taken a frame 1e-10 away) and late starts
+    tiny = mf.Run.from_states(t=np.array([0.0, 1e-10, 2e-10]), states=np.zeros((3, 2, 1)), state_name="x", diagnostics={})
+    with pytest.raises(KeyError, match="around it: 0 and 1e-10"):
+        tiny.at(5e-11)
+    late = mf.Run.from_states(t=1e8 + np.array([0.0, 0.01, 0.02]), states=np.arange(3.0).reshape(3, 1, 1), state_name="x",
+                              diagnostics={})
+    assert late.at(1e8 + 0.01).item() == 1.0
+    with pytest.raises(KeyError, match="around it: 100000000 and 100000000.01"):
+        late.at(1e8 + 0.005)
 
 
 def test_a_file_without_committed_frames_still_knows_the_shape_of_its_states(tmp_path):

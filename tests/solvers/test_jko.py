@@ -127,6 +127,15 @@ def test_authors_g2_takes_the_log_partitions_from_the_kernel_or_computes_them(rn
     assert from_kernel[1] == pytest.approx(from_kernel[0] * 2.0**-140, rel=1e-12)  # a_i / mean_h(1/Z_h): two factors of 2^-70
 
 
+def test_authors_g2_ignores_a_head_of_weight_0_whose_partition_underflows() -> None:
+    # w_h / Z_h had been 0 · ∞ = NaN for a head of weight 0 whose 1/Z_h passes the floats (B = -400 I at β = 2)
+    x = np.array([0.0, 0.0, 1.0]) + 0.1 * np.random.default_rng(1).standard_normal((20, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)  # a cap (x_i · x_j > 0.86): ln Z_2 from -698 to -774, 1/Z_2 past the floats
+    one = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    with_dead = HeadStack(B=np.stack([np.eye(3), -400.0 * np.eye(3)]), V=np.stack([np.eye(3), np.eye(3)]), w=np.array([1.0, 0.0]))
+    np.testing.assert_allclose(authors_slope_squared(x, with_dead, beta=2.0), authors_slope_squared(x, one, beta=2.0), rtol=1e-14)
+
+
 def test_energy_time_derivative_matches_finite_difference(rng: np.random.Generator) -> None:
     heads = _sym_heads(rng, 2, w=np.array([0.25, 0.75]))
     dB = _sym_heads(rng, 2, shift=0.0).B
