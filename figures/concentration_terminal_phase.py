@@ -33,7 +33,7 @@ Claim, for each solver: :math:`D(\rho_t,E_V)` does not increase after
 :math:`\angle(E,E_V)`; :math:`W_2(\rho_{t},\Pi_\sharp\rho_0)` ends above
 :math:`1.5\,W_{2,\min}`.
 
-Runtime: about 5 s with ``--quick`` (1000 cells and 400 particles to t = 20), under a
+Runtime: about 15 s with ``--quick`` (1000 cells and 400 particles to t = 20), under a
 minute in full (2000 cells and 2000 particles to t = 30), on one core.
 
 Command: ``python figures/concentration_terminal_phase.py [--quick] [--out DIR]``

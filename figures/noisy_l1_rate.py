@@ -179,7 +179,7 @@ def plot(rows: list[dict[str, float]], path: Path) -> Path:
     ax.text(gamma_c, ax.get_ylim()[0] * 0.9, rf"  $\gamma_c=\beta/L(\beta)={gamma_c:.3g}$", color="C2", fontsize=8)
     ax.set_xlabel(r"noise parameter $\gamma$ (noise $\sqrt{2/\gamma}\,P^\perp dW$)")
     ax.set_ylabel(r"growth rate of $\int z\,d\mu_t$")
-    ax.set_title(f"Noisy softmax transformer on S², β = {BETA:g}: the uniform state clusters beyond γ_c\n"
+    ax.set_title(f"Noisy softmax transformer on S², β = {beta:g}: the uniform state clusters beyond γ_c\n"
                  "(bifurcation from the uniform state, Shalova and Schlichting, arXiv 2412.14813)", fontsize=9)
     ax.legend(fontsize=8, loc="upper left")  # (lower right, it had covered the γ_c label in the quick form)
     ax.grid(alpha=0.3)

@@ -28,8 +28,8 @@ Claim (from the CSV): the OU slope lies in :math:`[-1.2,-0.8]`, the same-phase o
 :math:`[-0.2,0.2]` (the paper's :math:`b\approx0`), and the slope with the authors' spread phases below
 :math:`-0.5`, for both fits.
 
-Runtime: ``--quick`` (H ∈ {1, 4, 16}, T = 6, 2 OU paths, frames every 0.1) about two minutes on one
-slow core; the full form (H ∈ {1, 10, 100}, T = 20, 10 OU paths) about an hour and a half.
+Runtime: ``--quick`` (H ∈ {1, 4, 16}, T = 6, 2 OU paths, frames every 0.1) about 20 s on one
+core (the G² diagnostic now takes one kernel pass); the full form (H ∈ {1, 10, 100}, T = 20, 10 OU paths) about an hour and a half.
 
 Command: ``python figures/time_dependent_authors_plateau.py [--quick] [--out DIR]``
 (or ``meanfield reproduce time_dependent_authors_plateau``).

@@ -271,7 +271,7 @@ def attention_velocity(
         x = _float32_tokens_on_the_sphere(x, heads, kind)
     if backend == "auto":
         dense = _dense_backend(heads, kind, precision, n=np.shape(x)[0], mask=mask)
-        if dense == "numba" and row_logs is not None:
+        if dense == "numba" and row_logs is not None and kind != "relu":
             dense = "blas"  # the row kernel takes no row sums; BLAS fills them (the energy at no cost)
         # float32 tokens are normalised for the sphere kernels only: a dense kernel takes them as given, the same bits as
         # when named (they had been normalised at every n, and auto differed from "fused" by their rounding, 1e-8)

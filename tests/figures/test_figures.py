@@ -324,15 +324,17 @@ def _scale(row: dict[str, str], key: str, factor: float) -> None:
     ("clusters_random_layers", lambda r: _scale(r, "value", 1.01) if r["dt"] == "0.025" else None, "converged_in_dt"),
     ("causal_cluster_count", lambda r: r.update(tight_count_change="1.0") if r["t"] == "100.0" else None, "counts_converged_in_tolerance"),
     ("causal_cluster_count", lambda r: r.update(tight_token_change="0.001") if r["mask"] == "none" else None, "tokens_converged_in_tolerance"),
-    # found in review (noisymeta): the theory had been read from the CSV's own rate_predicted and gamma_c columns, so
+    # the theory had been read from the CSV's own rate_predicted and gamma_c columns, so
     # rates of the β = 1 law under a beta column of 2 (or a wrong closed form in the script) had passed
     ("noisy_l1_rate", lambda r: r.update(beta="2.0"), "gamma_c"),
     ("noisy_l1_rate", lambda r: r.update(beta="2.0"), "rate_vs_linear_stability"),
-    # found in review (noisymeta): motion at constant speed (t ∝ s) had passed as 1.5 decades of metastability, and
+    # motion at constant speed (t ∝ s) had passed as 1.5 decades of metastability, and
     # energies or levels 10 % off Σ m_c² had passed (nothing compared them with Σ m_c², only tokens with atoms)
     ("metastability_staircase", lambda r: r.update(time=repr(float(r["s"]) * 1e-9 + 1e-12)), "metastable_decades"),
     ("metastability_staircase", lambda r: _scale(r, "energy", 0.9), "plateaus_are_sum_m2"),
     ("metastability_staircase", lambda r: _scale(r, "level", 0.9), "plateaus_are_sum_m2"),
+    # a staircase without a jump (a flat energy) had raised ValueError from the claim instead of failing it
+    ("metastability_staircase", lambda r: r.update(energy="0.5") if r["series"] == "tokens" else None, "jumps_converged_in_h"),
 ])
 def test_a_claim_check_fails_on_a_csv_that_contradicts_the_claim(figure, change, check, tmp_path):
     import importlib
