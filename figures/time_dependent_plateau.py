@@ -35,7 +35,7 @@ and of :math:`\log\overline{|\partial E|^2}` (seed means) against :math:`\log H`
 both more than :math:`2s` from :math:`-1`) are reported as they are.  The quick form (:math:`T=8`, 32 tokens,
 four seeds) is too short to tell the two apart, and checks only a decay, :math:`b+2s<0`.
 
-Runtime: about 13 s with ``--quick``, 30–80 s in full, on one core.
+Runtime: about 13 s with ``--quick``, about 7 min in full, on one core.
 
 Command: ``python figures/time_dependent_plateau.py [--quick] [--out DIR]``
 (or ``meanfield reproduce time_dependent_plateau``).
