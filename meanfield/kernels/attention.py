@@ -157,9 +157,9 @@ BLAS_SPHERE_SLOWDOWN = 1.8
 #: up to this many tokens, with n·d ≤ :data:`ROWS_MAX_ND`, ``"auto"`` runs the float64 pooled, unnormalized and relu laws
 #: on the numba row kernel (:mod:`meanfield.kernels.rows`) instead of BLAS, whose fixed cost per head and call (operand
 #: buffers, row blocks, underflow checks: about 0.3-0.6 ms) outweighs the products there.  BLAS over rows, measured
-#: (best of 5, pooled and unnormalized, H = 1, 4, 16, random heads, 2 loaded cores): 1.3-8 at d = 3 and n = 8-48 (40 at
-#: n = 8, H = 16), 0.5-2 at n = 64; 1.5-12 at d = 16 and n ≤ 32, 0.4-1.4 at n = 64; 1.5-4 at d = 64 and n = 8,
-#: 0.4-1.6 at n = 16.  The kernel takes no row sums: a call that asks for ``row_logs`` keeps BLAS (relu excepted: no
+#: (best of 5, pooled and unnormalized, H = 1, 4, 16, random heads, 2 loaded cores): 1.3-20 at d = 3 and n = 8-48 (42 at
+#: n = 8, H = 16), 0.75-2 at n = 64; 1.5-12 at d = 16 and n ≤ 32, 0.7-1.4 at n = 64; 1.5-4 at d = 64 and n = 8,
+#: 0.6-1.6 at n = 16; over the 48 cases the rule takes, 1.25-42, median 4.2.  The kernel takes no row sums: a call that asks for ``row_logs`` keeps BLAS (relu excepted: no
 #: kernel takes its sums)
 ROWS_MAX_N = 48
 ROWS_MAX_ND = 512
@@ -225,7 +225,7 @@ def attention_velocity(
         the exponential laws (its flash tiles: at d = 3, 1.2–1.5× the fused kernel in float64 and 1.0–1.2× in
         float32 from n = 2048, 1.1–1.2× and 1.0–1.1× at n = 600–1024); ``"numba"`` for the float64 laws other than
         softmax on up to :data:`ROWS_MAX_N` tokens with :math:`nd\le` :data:`ROWS_MAX_ND`, without a mask and
-        unless ``row_logs`` is asked for, relu excepted (1.3–8× faster than BLAS there).  ``"fused"`` in float32 is the
+        unless ``row_logs`` is asked for, relu excepted (1.25–42× faster than BLAS there, median 4.2).  ``"fused"`` in float32 is the
         fused float32 kernel, for every law.
     precision : {"float64", "float32"}
         Arithmetic of the scores and exponentials: ``float32`` runs the fused float32
