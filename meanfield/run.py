@@ -524,6 +524,15 @@ def load(path: str | Path, *, key: str = "path") -> Run:
     ConfigError
         When the file is missing or is not a meanfield run (the message says why and names ``key``, the
         command line's ``OUT.h5``).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, meanfield as mf
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "run.h5"
+    >>> written = mf.simulate(out=out, t_final=0.5, save_every=0.25, **{"init.n": 16})
+    >>> run = mf.load(out)
+    >>> run.status, run.t.tolist(), run.x.shape
+    ('completed', [0.0, 0.25, 0.5], (3, 16, 3))
     """
     if isinstance(path, Run):  # pragma: no cover - convenience
         return path

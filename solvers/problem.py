@@ -215,6 +215,15 @@ def solve(
         ``exc.run`` holds the frames up to the failure.
     RunInterrupted
         Ctrl-C (SIGINT) or SIGTERM stopped it; ``exc.run`` holds the frames so far.
+
+    Examples
+    --------
+    >>> import meanfield as mf
+    >>> model = mf.Model(d=3, beta=4.0, attention="softmax", heads=mf.heads.identity(3))
+    >>> problem = mf.Problem(model, mf.sample_uniform(64, 3, seed=0))
+    >>> run = mf.solve(problem, mf.ParticleSolver(method="rk4", dt=0.05), t_final=1.0, save_every=0.5)
+    >>> run.t.tolist(), run.x.shape
+    ([0.0, 0.5, 1.0], (3, 64, 3))
     """
     if not isinstance(problem, Problem):  # a dict had failed with AttributeError 'on_grid', a class or None with 'setup'
         raise TypeError(f"problem must be a Problem (meanfield.Problem(model, initial, …)), got {type(problem).__name__}")

@@ -739,3 +739,23 @@ def test_the_front_door_s_docstring_examples_pass():
 
     result = doctest.testmod(meanfield.run, optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 2 and result.failed == 0, result
+
+
+def test_the_examples_of_every_exported_name_pass(tmp_path, monkeypatch):
+    # the front door's names: where a docstring shows an example, it runs as shown (in a scratch folder)
+    import doctest
+    import importlib
+    import inspect
+
+    monkeypatch.chdir(tmp_path)
+    finder, runner, shown = doctest.DocTestFinder(recurse=False), doctest.DocTestRunner(optionflags=doctest.ELLIPSIS), []
+    for name in mf.__all__:
+        obj = getattr(mf, name)
+        if not (inspect.isfunction(obj) or inspect.isclass(obj)) or "Examples" not in (inspect.getdoc(obj) or ""):
+            continue
+        shown.append(name)
+        for test in finder.find(obj, name, globs=dict(vars(importlib.import_module(obj.__module__)))):
+            runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert {"solve", "load", "sample_uniform", "sample_vmf", "simulate"} <= set(shown), shown
+    assert result.failed == 0 and result.attempted >= 20, result
