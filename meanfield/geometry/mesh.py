@@ -530,6 +530,15 @@ def mesh(cells: int, family: str = "fibonacci") -> SphericalMesh:
 
     ``fibonacci`` gives exactly ``cells`` cells; ``icosahedral`` the nearest
     :math:`10\\cdot4^L+2` (in log scale).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> m = mesh(500)
+    >>> m.N, bool(np.isclose(m.areas.sum(), 4 * np.pi))  # the cells tile the sphere
+    (500, True)
+    >>> mesh(600, "icosahedral").N  # 10·4^L + 2 nearest 600 in log scale
+    642
     """
     try:
         build = MESH_FAMILIES[family]

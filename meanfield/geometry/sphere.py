@@ -466,7 +466,13 @@ SAMPLERS: dict[str, Callable[..., np.ndarray]] = {
 
 
 def sample(kind: str, n: int | None, d: int, **params: Any) -> np.ndarray:
-    """Draw an initial token cloud from the sampler registered as ``kind``."""
+    """Draw an initial token cloud from the sampler registered as ``kind`` (:data:`SAMPLERS`; ``init.kind`` of a config).
+
+    Examples
+    --------
+    >>> sample("vmf", 10, 3, kappa=2.0, seed=0).shape
+    (10, 3)
+    """
     try:
         sampler = SAMPLERS[kind]
     except KeyError:
