@@ -582,6 +582,15 @@ class GridSolver:
         Slope limiter of the second-order scheme.
     noise : NoiseSchedule, optional
         Noisy tokens: the Laplace–Beltrami term :math:`\gamma(t)^{-1}\Delta_S\mu` (:class:`GridStepper`).
+
+    Examples
+    --------
+    >>> import meanfield as mf
+    >>> model = mf.Model(d=3, beta=4.0, attention="softmax", heads=mf.heads.identity(3))
+    >>> m = mf.mesh(400)
+    >>> run = mf.solve(mf.Problem(model, mf.initial_mass(m, "vmf", kappa=2.0), mesh=m), mf.GridSolver(), t_final=0.5)
+    >>> run.kind, abs(float(run.mass[-1].sum()) - 1.0) < 1e-12  # mass is kept to round-off
+    ('grid', True)
     """
 
     method: str = "ssprk3"

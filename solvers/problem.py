@@ -65,6 +65,18 @@ class Problem:
         The mesh of a grid measure.
     weights : (n,) array, optional
         Token masses (default uniform :math:`1/n`), normalised to total 1; particles only.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import meanfield as mf
+    >>> model = mf.Model(d=3, beta=2.0, attention="softmax", heads=mf.heads.identity(3))
+    >>> tokens = mf.Problem(model, mf.sample_uniform(8, 3), weights=np.arange(1.0, 9.0))
+    >>> round(float(tokens.weights.sum()), 12)  # masses normalised to total 1
+    1.0
+    >>> grid = mf.Problem(model, mf.initial_mass(mf.mesh(300), "vmf", kappa=2.0), mesh=mf.mesh(300))
+    >>> grid.initial.shape
+    (300,)
     """
 
     model: Model
