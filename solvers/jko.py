@@ -944,6 +944,15 @@ class JKOSolver:
         Keep every step's :class:`StepReport` in ``run.info["reports"]``.
     options : dict
         Passed to the stepper (``max_iter``, ``memory``, ``force_lbfgs``, ``edge_flux`` …).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import meanfield as mf
+    >>> pooled = mf.Model(d=3, beta=4.0, attention="pooled", heads=mf.heads.identity(3))
+    >>> run = mf.solve(mf.Problem(pooled, mf.sample_uniform(32, 3, seed=0)), mf.JKOSolver(tau=0.05), t_final=0.2)
+    >>> len(run.info["reports"]), bool(run.diagnostics["energy"][-1] > run.diagnostics["energy"][0])  # 4 steps, E rises
+    (4, True)
     """
 
     tau: float = 0.05

@@ -130,6 +130,14 @@ class ZeroTemperatureSolver:
     dt : float
     rtol, atol : float
         Error control of ``rk45``.
+
+    Examples
+    --------
+    >>> import meanfield as mf
+    >>> model = mf.Model(d=3, beta=4.0, attention="softmax", heads=mf.heads.identity(3))
+    >>> run = mf.solve(mf.Problem(model, mf.sample_uniform(32, 3, seed=0)), mf.ZeroTemperatureSolver(dt=0.05), t_final=1.0)
+    >>> run.t.tolist(), "rayleigh" in run.diagnostics  # the mean Rayleigh quotient is recorded
+    ([0.0, 1.0], True)
     """
 
     method: str = "rk4"
