@@ -101,6 +101,15 @@ class Run:
         Steps, wall time and the solver's counters.
     path : Path or None
         The HDF5 file, for a loaded run or one written with ``out=``.
+
+    Examples
+    --------
+    >>> import meanfield as mf
+    >>> run = mf.simulate(t_final=0.5, save_every=0.25, **{"init.n": 16})
+    >>> run
+    Run(particle, n=16, d=3, 3 frames, t=0..0.5, completed)
+    >>> run.shape, run.at(0.25).shape, run.diagnostics["energy"].shape
+    ((16, 3), (16, 3), (3,))
     """
 
     def __init__(
