@@ -47,6 +47,10 @@ __all__ = ["velocity_fused", "exp_nonpositive", "exp_nonpositive_scalar", "exp_f
 
 #: columns per chunk of the fused loop (score, exp and accumulate buffers stay in L1)
 CHUNK = 512
+#: the rows :func:`velocity_fused` redoes at their exact maximum go through :func:`_exact_rows` in blocks of this many
+#: scores (32 MB in float64): all of them at once had made a (rows × n) array, up to n × n (8.6 GB at n = 32 768 with
+#: clustered tokens at β = 1024, where most rows are redone)
+EXACT_ROWS_ELEMENTS = 1 << 22
 #: shifted row sums below this are recomputed with the exact row maximum
 _UNDERFLOW = 1e-200
 
@@ -366,9 +370,11 @@ def velocity_fused(
         logs = np.empty((B.shape[0], n))
         out, low = _fused_kernel(x, xt, wx, B, V, beta, xmax, rows, max(8, int(chunk)), causal, logs)
     if low.any():  # the Cauchy–Schwarz shift overshot: exact row maximum for those (row, head) terms
+        block = max(1, EXACT_ROWS_ELEMENTS // n)
         for h in range(B.shape[0]):
-            idx = np.flatnonzero(low[:, h])
-            if idx.size:
+            redo = np.flatnonzero(low[:, h])
+            for start in range(0, redo.size, block):
+                idx = redo[start:start + block]
                 term, logs[h, idx] = _exact_rows(x, a, B[h], V[h], beta, idx, causal)
                 out[idx] += term
     if row_logs is not None and not causal:

@@ -102,6 +102,27 @@ def test_underflowing_rows_fall_back_to_exact_maximum(d, H):
     _close(velocity_fused(x, heads, beta=beta), velocity_numpy(x, heads, beta=beta))
 
 
+def test_the_rows_redone_at_their_exact_maximum_go_in_blocks_of_bounded_size(monkeypatch):
+    # all of them had gone to NumPy at once: a (rows × n) array, up to n × n where most rows underflow (clustered
+    # tokens, a general head, β = 1024)
+    from meanfield.kernels import fused
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x[0] *= 200.0
+    heads = HeadStack(B=np.stack([np.eye(3), rng.standard_normal((3, 3))]), V=rng.standard_normal((2, 3, 3)))
+    sizes = []
+    real = fused._exact_rows
+    monkeypatch.setattr(fused, "EXACT_ROWS_ELEMENTS", 300 * 7)  # 7 rows of 300 scores a block
+    monkeypatch.setattr(fused, "_exact_rows", lambda x, a, B, V, beta, idx, causal: sizes.append(idx.size) or real(x, a, B, V, beta, idx, causal))
+    logs = np.full((2, 300), np.nan)
+    v = velocity_fused(x, heads, beta=10.0, row_logs=logs)
+    assert sizes and max(sizes) <= 7 and sum(sizes) > 7
+    _close(v, velocity_numpy(x, heads, beta=10.0))
+    assert not np.isnan(logs).any()
+
+
 def test_rejects_bad_input():
     heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
     with pytest.raises(ValueError):
