@@ -814,13 +814,10 @@ def superadditivity_gain(lambdas: ArrayLike, *, beta: float, n: float) -> float:
     mu = math.fsum(lam.tolist()) / heads
     d = lam - mu
     near = np.abs(beta * d) <= GAIN_NEAR
-    with np.errstate(over="ignore", under="ignore"):
-        e_a = np.exp(-beta * lam)
-        inv_da = e_a / (1.0 + m * e_a)
-        e_mu = math.exp(-beta * mu)
-        inv_dmu = e_mu / (1.0 + m * e_mu)
-        dphi_mu = 2.0 * inv_dmu * (1.0 - beta * mu / (1.0 + m * e_mu))  # phi'(mu)
-        far = 2.0 * lam * inv_da - 2.0 * mu * inv_dmu - dphi_mu * d
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        c_over_dmu = 1.0 / (1.0 + m * math.exp(-beta * mu))  # e^{βμ}/(e^{βμ}+m)
+        dphi_mu = 2.0 * float(_inv_exp_plus(beta * mu, m)) * (1.0 - beta * mu * c_over_dmu)  # φ'(μ)
+        far = phi(lam, beta=beta, n=n) - phi(mu, beta=beta, n=n) - dphi_mu * d
     near_part = _remainder(np.where(near, d, 0.0), mu, beta, m)
     s = math.fsum(d.tolist())  # Σ(λ_h − μ) for the rounded μ
     rounding = heads * float(_remainder(np.array([s / heads]), mu, beta, m)[0])
