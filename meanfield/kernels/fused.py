@@ -24,9 +24,14 @@ only (FMA contraction, no reassociation, which would fold the rounding trick
 away); only the final dot-product sums are compiled with full ``fastmath``.
 
 Rows are shifted by :math:`c_i=\|\beta B_h^\top x_i\|\max_j\|x_j\|\ge\max_j\beta s^h_{ij}`,
-so that every exponent is ≤ 0.  Where the shifted row sum underflows
-(below ``1e-200``), that (row, head) term is recomputed in NumPy with the exact
-row maximum — never silently wrong.
+so that every exponent is ≤ 0.  Where the shifted row sum underflows (below ``1e-200``: the bound
+overshot the row's maximum by more than 460, as it does for most rows of clustered tokens at large β),
+that (row, head) term is summed once more on the same thread, shifted by the row's own largest score
+(one score pass without ``exp``); a row after one that needed it takes it first (:data:`PREDICT_ROWS`).
+A term that still underflows (the row's mass in view tiny, or held by tokens of mass 0) is recomputed in
+NumPy, shifted by :math:`\max_j(\beta s^h_{ij}+\ln a_j)` — never silently wrong.  (These terms had all
+gone to that single-threaded twin: 59 % of the rows of five clusters at β = 1024, 19–21× slower than the
+``local`` kernel.)
 
 With ``mask="causal"`` (Karagodin, Polyanskiy and Rigollet, *Clustering in Causal
 Attention Masking*, arXiv 2411.04990) row :math:`i` runs its column chunks over
@@ -47,12 +52,15 @@ __all__ = ["velocity_fused", "exp_nonpositive", "exp_nonpositive_scalar", "exp_f
 
 #: columns per chunk of the fused loop (score, exp and accumulate buffers stay in L1)
 CHUNK = 512
-#: the rows :func:`velocity_fused` redoes at their exact maximum go through :func:`_exact_rows` in blocks of this many
-#: scores (32 MB in float64): all of them at once had made a (rows × n) array, up to n × n (8.6 GB at n = 32 768 with
-#: clustered tokens at β = 1024, where most rows are redone)
+#: the rows :func:`velocity_fused` redoes in NumPy (:func:`_exact_rows`) go through it in blocks of this many scores
+#: (32 MB in float64): all of them at once had made a (rows × n) array, up to n × n
 EXACT_ROWS_ELEMENTS = 1 << 22
-#: shifted row sums below this are recomputed with the exact row maximum
+#: shifted row sums below this are summed again, shifted by the row's own maximum
 _UNDERFLOW = 1e-200
+#: a row whose sum underflowed under the Cauchy–Schwarz shift makes the next one take its own maximum first (one score
+#: pass, no ``exp``), up to the next multiple of this many rows (the row blocks are multiples of it: the same shifts,
+#: and so the same result to the last bit, for any number of threads)
+PREDICT_ROWS = 16
 
 _LOG2E = 1.4426950408889634
 # Cody–Waite split of ln 2: LN2_HI has trailing zero bits so that k * LN2_HI is exact for |k| < 2^11
@@ -244,13 +252,55 @@ def _accumulate(e, wx, j0, m, acc):  # pragma: no cover - compiled
         k += 1
 
 
+@jit(fastmath={"contract"})
+def _head_sums(q, c, xt, wx, jend, chunk, z, e, acc):  # pragma: no cover - compiled
+    r"""``acc = [Σ_j t_j a_j x_j | Σ_j t_j a_j]`` over the columns ``[0, jend)`` of one row and head, with the terms
+    :math:`t_j = e^{q\cdot x_j - c}` (:func:`exp_flushed`), by column chunks."""
+    d = q.shape[0]
+    for k in range(d + 1):
+        acc[k] = 0.0
+    for j0 in range(0, jend, chunk):
+        m = min(chunk, jend - j0)
+        j1 = j0 + m
+        if d == 3:
+            _score_exp3(q[0], q[1], q[2], c, xt[0, j0:j1], xt[1, j0:j1], xt[2, j0:j1], m, e)
+            _accumulate3(e, wx[0, j0:j1], wx[1, j0:j1], wx[2, j0:j1], wx[3, j0:j1], m, acc)
+        else:
+            _score_exp(q, xt, j0, m, c, z, e)
+            _accumulate(e, wx, j0, m, acc)
+
+
+@jit(fastmath={"contract"})
+def _row_max(q, xt, wx, jend, chunk, z, massless):  # pragma: no cover - compiled
+    r"""The largest score :math:`q\cdot x_j` over the columns ``[0, jend)`` (``massless`` False: over those whose mass
+    ``wx[d, j]`` is not 0), -inf where there is none: one score pass, no ``exp``, in the precision of the arrays.
+
+    Shared by the float64 and float32 kernels (:mod:`meanfield.kernels.fused32`): numba compiles it once per type.
+    """
+    d = q.shape[0]
+    best = -np.inf
+    for j0 in range(0, jend, chunk):
+        m = min(chunk, jend - j0)
+        _scores(q, xt, j0, m, 0.0, z)
+        for j in range(m):
+            if z[j] > best and (massless or wx[d, j0 + j] > 0.0):
+                best = z[j]
+    return best
+
+
 @pjit
 def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk, causal, logs):  # pragma: no cover - compiled
-    r"""The softmax velocity of every row (``logs[h, i]``: the head's :math:`\ln\sum_j a_j e^{\beta s_{ij}}`, where it did not underflow)."""
+    r"""The softmax velocity of every row (``logs[h, i]``: the head's :math:`\ln\sum_j a_j e^{\beta s_{ij}}`, where it did not
+    underflow; ``low[i, h]``: where it did, even shifted by the row's own maximum)."""
     n, d = x.shape
     H = B.shape[0]
     out = np.zeros((n, d))
     low = np.zeros((n, H), dtype=np.bool_)
+    log_underflow = np.log(_UNDERFLOW)
+    # the maximum's score pass and the exp passes round differently (d = 3: contracted to FMAs): a shift raised by
+    # their rounding, (2d + 4) ulp of the bound on |score|, keeps every exponent ≤ 0 (at β near the overflow
+    # limit a rounding of 1e291 had made e^{+1e291})
+    slack = (2 * d + 4) * 2.220446049250313e-16
     nblocks = (n + rows_per_block - 1) // rows_per_block
     for p in prange(nblocks):
         # causal: cheap and expensive blocks alternate (0, B-1, 1, B-2, …), so that static chunks balance
@@ -260,6 +310,7 @@ def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk, causal, lo
         e = np.empty(chunk)
         q = np.empty(d)
         acc = np.empty(d + 1)
+        predicted = np.zeros(H, dtype=np.bool_)
         for i in range(b * rows_per_block, min(n, (b + 1) * rows_per_block)):
             jend = i + 1 if causal else n
             for h in range(H):
@@ -271,20 +322,30 @@ def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk, causal, lo
                     tk *= beta
                     q[k] = tk
                     qn += tk * tk
-                c = np.sqrt(qn) * xmax
-                for k in range(d + 1):
-                    acc[k] = 0.0
-                for j0 in range(0, jend, chunk):
-                    m = min(chunk, jend - j0)
-                    j1 = j0 + m
-                    if d == 3:
-                        _score_exp3(q[0], q[1], q[2], c, xt[0, j0:j1], xt[1, j0:j1], xt[2, j0:j1], m, e)
-                        _accumulate3(e, wx[0, j0:j1], wx[1, j0:j1], wx[2, j0:j1], wx[3, j0:j1], m, acc)
-                    else:
-                        _score_exp(q, xt, j0, m, c, z, e)
-                        _accumulate(e, wx, j0, m, acc)
+                bound = np.sqrt(qn) * xmax
+                c = bound
+                if i % PREDICT_ROWS == 0:
+                    predicted[h] = False
+                exact = False
+                if predicted[h]:  # the row before needed its own maximum: take it first (one score pass, no exp)
+                    best = _row_max(q, xt, wx, jend, chunk, z, True)
+                    if best > -np.inf:
+                        c = best + slack * bound
+                        exact = True
+                _head_sums(q, c, xt, wx, jend, chunk, z, e, acc)
+                if not exact and not acc[d] >= _UNDERFLOW:
+                    # the Cauchy–Schwarz shift overshot the row's maximum by more than e^-460: once more, shifted by
+                    # the row's own largest score (over every token in view, so that no exponent is positive) and
+                    # the rounding slack
+                    best = _row_max(q, xt, wx, jend, chunk, z, True)
+                    if best > -np.inf:
+                        c = best + slack * bound
+                        exact = True
+                        _head_sums(q, c, xt, wx, jend, chunk, z, e, acc)
                 den = acc[d]
-                if not den >= _UNDERFLOW:
+                # would the bound have underflowed this row?  Then the next row takes its maximum first
+                predicted[h] = exact and den > 0.0 and np.log(den) - (bound - c) < log_underflow
+                if not den >= _UNDERFLOW:  # (its mass in view tiny, or held by tokens of mass 0: the NumPy twin)
                     low[i, h] = True
                     continue
                 logs[h, i] = c + np.log(den)
@@ -366,10 +427,10 @@ def velocity_fused(
     B = np.ascontiguousarray(heads.B, dtype=float)
     V = np.ascontiguousarray(heads.V, dtype=float)
     with kernel_threads(float(n) * n * B.shape[0] * (0.5 if causal else 1.0)) as threads:
-        rows = max(1, min(64, -(-n // (4 * threads))))
+        rows = PREDICT_ROWS * -(-min(64, -(-n // (4 * threads))) // PREDICT_ROWS)  # 16, 32, 48 or 64 (PREDICT_ROWS)
         logs = np.empty((B.shape[0], n))
         out, low = _fused_kernel(x, xt, wx, B, V, beta, xmax, rows, max(8, int(chunk)), causal, logs)
-    if low.any():  # the Cauchy–Schwarz shift overshot: exact row maximum for those (row, head) terms
+    if low.any():  # rows that underflowed even shifted by their own maximum: shifted by max_j (βs_ij + ln a_j), in NumPy
         block = max(1, EXACT_ROWS_ELEMENTS // n)
         for h in range(B.shape[0]):
             redo = np.flatnonzero(low[:, h])

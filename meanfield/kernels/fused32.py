@@ -58,7 +58,7 @@ from numba import prange, types
 
 from meanfield.heads import HeadStack
 from meanfield.kernels.inputs import check_tokens, is_causal, token_masses
-from meanfield.kernels.fused import _scores
+from meanfield.kernels.fused import PREDICT_ROWS, _row_max, _scores
 from meanfield.kernels.jit import bitcast, jit, kernel_threads, pjit
 from meanfield.kernels.reference import velocity_numpy
 
@@ -70,10 +70,6 @@ CHUNK32 = 256
 FUSED32_KINDS = {"softmax": 0, "unnormalized": 1, "pooled": 2, "relu": 3}
 #: shifted row sums below this are summed again, shifted by the row's own maximum
 _UNDERFLOW32 = 1e-20
-#: a row whose head needed its own maximum has the next row take it first (a guess: rows at large β with general heads
-#: mostly all do), up to the next multiple of this many rows, where the guess starts afresh; the kernel's row blocks
-#: start at such multiples, so the same rows take the same path whatever the number of threads (the same bits)
-PREDICT_ROWS = 16
 
 _F = np.float32
 _LOG2E = _F(1.4426950408889634)
@@ -243,21 +239,6 @@ def _head_sums32(q, c, xt, wx, jend, chunk, code, z, acc):  # pragma: no cover -
         _accumulate32(z, wx, j0, m, acc)
 
 
-@jit(fastmath={"contract"})
-def _row_max32(q, xt, wx, jend, chunk, z):  # pragma: no cover - compiled
-    r"""The largest float32 score :math:`q\cdot x_j` over the columns ``[0, jend)`` whose mass is not 0 (-inf where none is):
-    one score pass, no ``exp``."""
-    d = q.shape[0]
-    best = -np.inf
-    for j0 in range(0, jend, chunk):
-        m = min(chunk, jend - j0)
-        _scores(q, xt, j0, m, np.float32(0.0), z)
-        for j in range(m):
-            if z[j] > best and wx[d, j0 + j] > 0.0:
-                best = z[j]
-    return best
-
-
 @pjit
 def _fused32_kernel(q32, shift, xt, wx, V, w, code, rows_per_block, chunk, causal, mass_scale):  # pragma: no cover - compiled
     H, n, d = q32.shape
@@ -286,7 +267,7 @@ def _fused32_kernel(q32, shift, xt, wx, V, w, code, rows_per_block, chunk, causa
                     predicted[h] = False
                 exact = False
                 if predicted[h]:  # the row before needed its own maximum: take it first (one score pass, no exp)
-                    best = _row_max32(q32[h, i], xt, wx, jend, chunk, z)
+                    best = _row_max(q32[h, i], xt, wx, jend, chunk, z, False)
                     if best > -np.inf:
                         c = np.float64(best)
                         exact = True
@@ -294,7 +275,7 @@ def _fused32_kernel(q32, shift, xt, wx, V, w, code, rows_per_block, chunk, causa
                 if code != 3 and not exact and not acc[d] >= underflow:
                     # the Cauchy–Schwarz shift overshot the row's maximum by more than float32's exp reaches
                     # (e^-87): once more in float32, shifted by the row's own largest score, here on this thread
-                    best = _row_max32(q32[h, i], xt, wx, jend, chunk, z)
+                    best = _row_max(q32[h, i], xt, wx, jend, chunk, z, False)
                     if best > -np.inf:
                         c = np.float64(best)
                         exact = True
