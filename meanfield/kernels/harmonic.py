@@ -1272,8 +1272,11 @@ DENSE_PAIR_SECONDS = 2.6e-9
 #: the local kernel: a call, per row (nearest points, blocks), per candidate pair (the model's pairs
 #: undercount the candidates of the balls by up to 2x); measured on 2 quiet cores for the
 #: benchmark head (β‖B‖ = 1.35 β): 7 ms at n = 2048, 0.14 s at 32768 and 0.45 s at 65536 for
-#: β = 1024, 1.2 s at 65536 for β = 256, and scaled by the load factor of the dense constant
-LOCAL_CALL_SECONDS = 5e-3
+#: β = 1024, 1.2 s at 65536 for β = 256, and scaled by the load factor of the dense constant.  The call:
+#: a whole call takes 1.25–1.9 ms at n = 256 (β = 128, 1024; causal rows 1.3–2.3 ms at n = 128, 256), 2.5 ms on
+#: the dense constant's scale (5 ms had kept the fused kernel at n = 2048, β = 1024, where the local one is 1.3×
+#: faster, measured on 2 quiet cores)
+LOCAL_CALL_SECONDS = 2.5e-3
 LOCAL_ROW_SECONDS = 2e-6
 LOCAL_PAIR_SECONDS = 4.5e-9
 #: the local kernel whose rows stop at the ring their bound needs (every mask but the causal one; the
