@@ -55,7 +55,7 @@ def load_config(source: str | Path | Mapping[str, Any] | None = None, /, **overr
     ...
     meanfield.errors.ConfigError: betta: ...
     """
-    return _load(source, values=overrides)
+    return _load(source, values=overrides, source_key="source")
 
 
 def simulate(
@@ -119,7 +119,7 @@ def simulate(
             raise ConfigError(name, f"expected True or False, got {flag!r}")
     if not (callable(trackers) or (isinstance(trackers, Iterable) and not isinstance(trackers, (str, bytes, Mapping)))):
         raise ConfigError("trackers", f"expected a callable or a sequence of callables, got {type(trackers).__name__}")
-    cfg = _load(source, values=overrides)
+    cfg = _load(source, values=overrides, source_key="source")
     if out is not None and not isinstance(out, (str, os.PathLike)):
         raise ConfigError("out", f"expected a path (str or os.PathLike), got {type(out).__name__}")
     if resume and out is None:

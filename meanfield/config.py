@@ -823,6 +823,7 @@ def load_config(
     overrides: Iterable[str] = (),
     *,
     values: Mapping[str, Any] | None = None,
+    source_key: str = "CONFIG",
 ) -> dict[str, Any]:
     """Read a TOML file (or take a mapping; ``None``: all defaults), apply overrides, resolve.
 
@@ -834,6 +835,8 @@ def load_config(
         ``"section.key=value"`` assignments in TOML syntax (the CLI's ``--set``).
     values : mapping, optional
         Python values by key: ``{"beta": 9, "init.n": 500}`` (bare keys when one section has them).
+    source_key : str
+        The name an error about ``source`` itself gives it: the CLI's ``CONFIG`` argument, the Python API's ``source``.
 
     Relative paths inside the file (``init.path``, ``file:`` matrices) are
     taken relative to the file's folder.
@@ -845,10 +848,10 @@ def load_config(
         raw = copy.deepcopy({k: dict(v) if isinstance(v, Mapping) else v for k, v in source.items()})
     elif isinstance(source, (str, os.PathLike)):  # (a PurePosixPath had been refused)
         source = Path(os.fspath(source))
-        raw = read_toml(source)
+        raw = read_toml(source, key=source_key)
         base = source.resolve().parent
     else:
-        raise ConfigError("config", f"expected a TOML path, a mapping or None, got {type(source).__name__}")
+        raise ConfigError(source_key, f"expected a TOML path, a mapping or None, got {type(source).__name__}")
     for assignment in overrides:
         apply_override(raw, assignment)
     for name, value in (values or {}).items():
