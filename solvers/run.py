@@ -101,9 +101,10 @@ def problem_from_config(cfg: dict[str, Any], model: Model | None = None, *, fram
 
 
 def _source(cfg: dict[str, Any]) -> Any:
-    """The frame a run with ``init.kind = "run"`` starts from (:func:`~meanfield.io.source_frame.source_tokens`)."""
+    """The frame a run with ``init.kind = "run"`` starts from (:func:`~meanfield.io.source_frame.source_tokens`; resolving
+    ``cfg`` read it and gave its warnings)."""
     init = cfg["init"]
-    return source_tokens(init["path"], init["time"], min_mass=float(init["min_mass"]), symmetry=init["symmetry"])
+    return source_tokens(init["path"], init["time"], min_mass=float(init["min_mass"]), symmetry=init["symmetry"], warn=False)
 
 
 def solver_from_config(cfg: dict[str, Any]) -> Any:

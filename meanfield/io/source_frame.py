@@ -95,7 +95,7 @@ def _frame_index(times: NDArray[np.float64], time: float | None, path: Path) -> 
     return int(hits[-1])
 
 
-def read_source_frame(path: str | Path, time: float | None = None, *, key: str = "init.path") -> SourceFrame:
+def read_source_frame(path: str | Path, time: float | None = None, *, key: str = "init.path", warn: bool = True) -> SourceFrame:
     """Read the frame at ``time`` of the run in ``path`` as tokens and masses.
 
     Parameters
@@ -106,6 +106,10 @@ def read_source_frame(path: str | Path, time: float | None = None, *, key: str =
         The frame's time, to within 1e-9 relative; by default the last committed frame.
     key : str
         The config key that errors name for the file.
+    warn : bool
+        Warn (:class:`~meanfield.errors.MeanfieldWarning`) where the file continues a run whose tokens carried masses
+        but holds none (they were lost: the tokens go on with equal masses).  Resolving the config reads the frame
+        and warns; the solver's setup reads it again without.
 
     Raises
     ------
@@ -152,7 +156,7 @@ def read_source_frame(path: str | Path, time: float | None = None, *, key: str =
             if stored.shape != (tokens.shape[0],) or not np.all(np.isfinite(stored)) or np.any(stored < 0) or not stored.sum() > 0:
                 raise ConfigError(key, f"{path}: its token masses ('{TOKEN_MASSES}') are not {tokens.shape[0]} finite non-negative "
                                        "numbers with a positive total")
-        elif (source := weighted_source(reader.config)) is not None:
+        elif warn and (source := weighted_source(reader.config)) is not None:
             # its tokens carried masses that the file lost: they would go on with equal masses 1/n, another measure
             warnings.warn(f"{path} continues {source}, but holds no token masses ('{TOKEN_MASSES}' dataset): the file lost "
                           "them; the run starts from its tokens with equal masses 1/n", MeanfieldWarning, stacklevel=2)
@@ -201,7 +205,8 @@ def odd_moments(tokens: NDArray[np.float64], weights: NDArray[np.float64]) -> fl
     return max(first, float(np.linalg.norm(third)))
 
 
-def source_tokens(path: str | Path, time: float | None = None, *, min_mass: float = 0.0, symmetry: str = "none") -> SourceFrame:
+def source_tokens(path: str | Path, time: float | None = None, *, min_mass: float = 0.0, symmetry: str = "none",
+                  warn: bool = True) -> SourceFrame:
     r"""The frame of :func:`read_source_frame`, with light tokens left out and, optionally, its antipodal image.
 
     .. math::
@@ -223,7 +228,7 @@ def source_tokens(path: str | Path, time: float | None = None, *, min_mass: floa
     ConfigError
         What :func:`read_source_frame` raises; ``min_mass`` leaving no token (naming ``init.min_mass``).
     """
-    frame = read_source_frame(path, time)
+    frame = read_source_frame(path, time, warn=warn)
     tokens = frame.tokens
     n = tokens.shape[0]
     weights = np.full(n, 1.0 / n) if frame.weights is None else frame.weights

@@ -267,6 +267,11 @@ def test_a_continued_run_that_lost_its_token_masses_warns_and_one_that_never_had
     # continued in turn, its tokens had gone on with masses 1/n without a word too
     with pytest.warns(mf.MeanfieldWarning, match="lost.h5 continues the grid run .*grid.h5, but holds no token masses.*starts"):
         assert source_tokens(lost).weights is None
+    with warnings.catch_warnings(record=True) as caught:  # once, where it had come twice (config, then setup)
+        warnings.simplefilter("always")
+        mf.simulate(CONCENTRATION, out=tmp_path / "on.h5", **{**STEPS, "init.kind": "run", "init.path": str(lost),
+                                                              "solver.t_final": 1.0})
+    assert sum("but holds no token masses" in str(w.message) for w in caught) == 1
     uniform = tmp_path / "uniform.h5"
     mf.simulate(CONCENTRATION, out=uniform, **{**PARTICLES, "init.kind": "run", "init.path": str(particle_run),
                                                "solver.t_final": 1.25})
