@@ -1177,6 +1177,16 @@ def _connect(scheduler: str) -> Any:
     return box["client"]
 
 
+def _restore_environ(before: Mapping[str, str]) -> None:
+    """Put this process's environment back as ``before``: Dask's nanny writes its workers' settings into ``os.environ``
+    as it starts them (``OMP_NUM_THREADS=1`` and the other BLAS threads, ``MALLOC_TRIM_THRESHOLD_``,
+    ``PYTHONHASHSEED``) and leaves them there, where every process started later inherited them (a notebook's
+    programs on one BLAS thread; :func:`meanfield.allocator.keep_freed_memory` turned off in its children)."""
+    for key in [key for key in os.environ if key not in before]:
+        del os.environ[key]
+    os.environ.update({key: value for key, value in before.items() if os.environ.get(key) != value})
+
+
 class _Cluster:
     """A Dask client: on a local process cluster we start, or on a scheduler we connect to."""
 
@@ -1198,26 +1208,31 @@ class _Cluster:
         pre_spawn = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
         pre_spawn.update(OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1, MKL_NUM_THREADS=1)
         env = {"MEANFIELD_NUM_THREADS": str(threads), "NUMBA_NUM_THREADS": str(threads)}
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": pre_spawn}):
-            self.cluster = LocalCluster(
-                n_workers=n,
-                threads_per_worker=1,
-                processes=True,
-                # None still binds Dask's HTTP server to the fixed 8787, with a warning on stderr when that is taken
-                # (a second sweep, a notebook's cluster): a free port of the loopback instead
-                dashboard_address="127.0.0.1:0",
-                silence_logs=logging.CRITICAL,
-                env=env,
-                # a case whose process dies is re-run by the sweep's own retries; Dask's allowed-failures (3) had run it
-                # 4 times per attempt (8 OOM-kills of a node's worker for "retried once")
-                scheduler_kwargs={"allowed_failures": 0},
-            )
+        self._environ = dict(os.environ)
+        try:
+            with dask.config.set({"distributed.nanny.pre-spawn-environ": pre_spawn}):
+                self.cluster = LocalCluster(
+                    n_workers=n,
+                    threads_per_worker=1,
+                    processes=True,
+                    # None still binds Dask's HTTP server to the fixed 8787, with a warning on stderr when that is taken
+                    # (a second sweep, a notebook's cluster): a free port of the loopback instead
+                    dashboard_address="127.0.0.1:0",
+                    silence_logs=logging.CRITICAL,
+                    env=env,
+                    # a case whose process dies is re-run by the sweep's own retries; Dask's allowed-failures (3) had run it
+                    # 4 times per attempt (8 OOM-kills of a node's worker for "retried once")
+                    scheduler_kwargs={"allowed_failures": 0},
+                )
+        finally:
+            _restore_environ(self._environ)
         self.client = Client(self.cluster, set_as_default=False)
 
     def close(self) -> None:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+            _restore_environ(self._environ)  # (a worker restarted after a crash wrote them again)
 
 
 def _threaded_call(func: Callable[[Any], Any], payload: Any, threads: int | Mapping[str, int] | None) -> Any:

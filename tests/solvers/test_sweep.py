@@ -428,19 +428,27 @@ def test_the_local_cluster_takes_no_fixed_port_runs_an_attempt_once_and_keeps_th
     except OSError:  # something else holds it already: the case under test all the same
         pass
     warnings.simplefilter("always")
+    before, parent = dict(os.environ), os.getpid()
     try:
         cluster = _Cluster(scheduler=None, workers=1, cases=1)
         try:
+            here = dict(os.environ)
             port = cluster.cluster.scheduler.http_server.port
             allowed_failures = cluster.cluster.scheduler.allowed_failures
             threads = _threads_per_worker(cluster.client, cluster.thread_cap)
-            worker_env = cluster.client.run(os.environ.get, "MEANFIELD_NUM_THREADS")
+            # (a lambda: the bound method os.environ.get is pickled with this process's environment, and answers from it)
+            worker_env = cluster.client.run(lambda: os.environ.get("MEANFIELD_NUM_THREADS"))
+            worker_blas = cluster.client.run(lambda: (os.environ.get("OMP_NUM_THREADS"), os.getpid() != parent))
         finally:
             cluster.close()
     finally:
         holder.close()
     assert port != 8787 and allowed_failures == 0
     assert list(threads.values()) == [1] and list(worker_env.values()) == ["1"]  # 1 worker on all cores: capped at 1
+    # the workers' settings stay theirs: Dask's nanny had left OMP_NUM_THREADS=1, MALLOC_TRIM_THRESHOLD_, … in this
+    # process's environment, for every process it started later
+    assert list(worker_blas.values()) == [("1", True)]
+    assert here == before and dict(os.environ) == before
     assert not [w for w in recwarn if "8787" in str(w.message)]
 
 
