@@ -92,19 +92,34 @@ def _add_threads(parser: argparse.ArgumentParser, *, default: Any) -> None:
                 _add_threads(child, default=argparse.SUPPRESS)
 
 
-def _apply_threads(value: str | None) -> None:
-    """``--threads N``: the kernels' threads for this command (numba and the BLAS row-block pool); without it, a
-    ``MEANFIELD_NUM_THREADS`` that is not a positive integer is bad input (the kernels would ignore it)."""
+@contextmanager
+def _command_threads(value: str | None) -> Iterator[None]:
+    """``--threads N``: the kernels' threads for this command (numba and the BLAS row-block pool), given back after it
+    (``main`` called from Python had left ``MEANFIELD_NUM_THREADS`` and numba's threads set for the rest of the process);
+    without it, a ``MEANFIELD_NUM_THREADS`` that is not a positive integer is bad input (the kernels would ignore it)."""
     from meanfield.cli.options import parse_int
 
     if value is None:
         setting = os.environ.get("MEANFIELD_NUM_THREADS")
         if setting:
             parse_int(setting, "MEANFIELD_NUM_THREADS", minimum=1)
+        yield
         return
+    import numba
+
     from meanfield.kernels.jit import set_num_threads
 
-    set_num_threads(parse_int(value, "--threads", minimum=1))
+    count = parse_int(value, "--threads", minimum=1)
+    setting, before = os.environ.get("MEANFIELD_NUM_THREADS"), numba.get_num_threads()
+    set_num_threads(count)
+    try:
+        yield
+    finally:
+        if setting is None:
+            os.environ.pop("MEANFIELD_NUM_THREADS", None)
+        else:
+            os.environ["MEANFIELD_NUM_THREADS"] = setting
+        numba.set_num_threads(before)
 
 
 @contextmanager
@@ -156,8 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     keep_freed_memory()  # this process's arrays reuse freed memory instead of faulting in fresh pages every step
     try:
-        _apply_threads(getattr(args, "threads", None))
-        with _notes_on_stderr(), _sigterm_interrupts():
+        with _command_threads(getattr(args, "threads", None)), _notes_on_stderr(), _sigterm_interrupts():
             status = args.func(args)
     except ConfigError as exc:
         print(f"meanfield {args.command}: error: {exc}", file=sys.stderr)

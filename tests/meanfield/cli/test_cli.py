@@ -1,6 +1,7 @@
 """End-to-end CLI: the default experiment, info, and the registered sub-commands."""
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 import sys
@@ -234,9 +235,24 @@ def test_bench_names_the_blas_its_numbers_depend_on(capsys, monkeypatch):
     assert "held to one inside meanfield's kernels" in capsys.readouterr().out
 
 
-def test_threads_is_taken_after_a_sub_command_too(capsys):
+def test_threads_is_taken_after_a_sub_command_too(capsys, monkeypatch):
     # `meanfield theory beta-star --threads 1` had been refused ("unrecognized arguments"), though every command takes it
+    import numba
+
+    import meanfield.kernels.jit as jit
+
+    monkeypatch.delenv("MEANFIELD_NUM_THREADS", raising=False)
+    threads, numba_threads = jit.num_threads(), numba.get_num_threads()
+    during = []
+    real = jit.set_num_threads
+    monkeypatch.setattr(jit, "set_num_threads", lambda n: real(n) or during.append(jit.num_threads()))
     assert main(["theory", "beta-star", "--threads", "1"]) == 0
+    assert during == [1]
+    # and given back after the command: main called from Python had left it set for the rest of the process
+    assert "MEANFIELD_NUM_THREADS" not in os.environ and jit.num_threads() == threads and numba.get_num_threads() == numba_threads
+    monkeypatch.setenv("MEANFIELD_NUM_THREADS", "2")
+    assert main(["theory", "--threads", "1", "beta-star"]) == 0
+    assert during == [1, 1] and os.environ["MEANFIELD_NUM_THREADS"] == "2"
     assert main(["theory", "--threads", "1", "beta-star"]) == 0
     capsys.readouterr()
     assert main(["theory", "beta-star", "--threads", "0"]) == 2
