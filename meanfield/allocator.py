@@ -48,6 +48,15 @@ def keep_freed_memory(*, mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: i
         Whether the thresholds were set: ``False`` on a C library other than glibc, or where the
         user set glibc's malloc variables (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``,
         ``GLIBC_TUNABLES``) themselves.
+
+    Examples
+    --------
+    Once in a notebook, before long runs (every ``meanfield`` command does it):
+
+    >>> import meanfield as mf
+    >>> kept = mf.keep_freed_memory()  # False off glibc, or where MALLOC_* variables are set
+    >>> isinstance(kept, bool)
+    True
     """
     if not sys.platform.startswith("linux") or any(name in os.environ for name in _USER_SETTINGS):
         return False

@@ -18,6 +18,15 @@ class ConfigError(ValueError):
         Dotted name of the offending key or option, e.g. ``"model.heads[1].Q"``.
     message : str
         What is wrong, in words a user can act on.
+
+    Examples
+    --------
+    >>> import meanfield as mf
+    >>> try:
+    ...     mf.load_config(beta=-1.0)
+    ... except mf.ConfigError as error:
+    ...     print(error.key)
+    model.beta
     """
 
     def __init__(self, key: str, message: str) -> None:
@@ -54,6 +63,19 @@ class TrackerError(RuntimeError):
 
     The run stops there as failed; ``run``, when set, is the :class:`meanfield.Run` with the frames before it (they had
     been lost with the exception in a notebook's run without a file).
+
+    Examples
+    --------
+    >>> import meanfield as mf
+    >>> def late(t, x):
+    ...     if t > 0.5:
+    ...         raise ValueError("no")
+    ...     return {"first": float(x[0, 0])}
+    >>> try:
+    ...     mf.simulate(t_final=1.0, save_every=0.25, trackers=[late], **{"init.n": 16})
+    ... except mf.TrackerError as error:
+    ...     print(error.run.status, error.run.t.tolist(), type(error.__cause__).__name__)
+    failed [0.0, 0.25, 0.5] ValueError
     """
 
     def __init__(self, message: str, *, run: object = None) -> None:
