@@ -664,14 +664,27 @@ def _pooling_in(folder: Path) -> tuple[str, bool]:
     return _pooling_mode(folder), _normalized(folder)
 
 
+def _json_beside(path: Path) -> Any:
+    """The JSON in ``path``, a sentence-transformers file beside a checkpoint: ``None`` where there is none; one that is
+    there but cannot be read as JSON is a :class:`ConfigError` naming it (a broken file had been taken for no file: mean
+    pooling, normalised, the whole position table, without a word)."""
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError("CHECKPOINT", f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # (UnicodeDecodeError too)
+        raise ConfigError("CHECKPOINT", f"{path} is not valid JSON: {exc}") from None
+
+
 def _pooling_mode(folder: Path) -> str:
     pooling = "mean"
     path = folder / "1_Pooling" / "config.json"
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cfg = None
-    if isinstance(cfg, dict):  # (the modes below had fallen back to mean pooling without a word)
+    cfg = _json_beside(path)
+    if cfg is not None and not isinstance(cfg, dict):
+        raise ConfigError("CHECKPOINT", f"{path}: expected a JSON object of pooling modes, got {type(cfg).__name__}")
+    if cfg:  # (the modes below had fallen back to mean pooling without a word)
         chosen = [key for key, value in cfg.items() if key.startswith("pooling_mode") and value]
         other = [key for key in chosen if key not in _POOLING_MODES]
         if other:
@@ -686,20 +699,30 @@ def _pooling_mode(folder: Path) -> str:
 
 
 def _normalized(folder: Path) -> bool:
-    try:
-        modules = json.loads((folder / "modules.json").read_text())
-        return any(str(m.get("type", "")).endswith("Normalize") for m in modules)
-    except (OSError, ValueError, AttributeError):
+    path = folder / "modules.json"
+    modules = _json_beside(path)
+    if modules is None:
         return True
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise ConfigError("CHECKPOINT", f"{path}: expected a JSON list of modules (objects with a 'type')")
+    return any(str(m.get("type", "")).endswith("Normalize") for m in modules)
 
 
 def _max_seq_length(folder: Path) -> int | None:
-    """``max_seq_length`` of ``sentence_bert_config.json`` in ``folder`` (``None`` without a usable one)."""
-    try:
-        value = json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"]
-    except (OSError, ValueError, KeyError, TypeError):
+    """``max_seq_length`` of ``sentence_bert_config.json`` in ``folder`` (``None`` without the file or the key)."""
+    path = folder / "sentence_bert_config.json"
+    cfg = _json_beside(path)
+    if cfg is None:
         return None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 2 else None
+    if not isinstance(cfg, dict):
+        raise ConfigError("CHECKPOINT", f"{path}: expected a JSON object, got {type(cfg).__name__}")
+    value = cfg.get("max_seq_length")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer() or value < 2:
+        raise ConfigError("CHECKPOINT", f"{path}: max_seq_length = {value!r}; expected an integer of at least 2 (the "
+                                        "tokens a sentence embedding reads)")
+    return int(value)
 
 
 def _max_length(checkpoint: Checkpoint) -> int:

@@ -568,3 +568,38 @@ def test_pooling_modes_not_implemented_are_refused(modes, words, tmp_path: Path,
     out_csv = tmp_path / "f.csv"
     assert cli_main(["forward", "the cat", "--checkpoint", str(folder), "--no-meanfield", "--embedding", "--csv", str(out_csv)]) == 2
     assert f"--checkpoint: {folder / '1_Pooling' / 'config.json'}" in capsys.readouterr().err and not out_csv.exists()
+
+
+@pytest.mark.parametrize(("name", "text", "words"), [
+    ("1_Pooling/config.json", "{pooling_mode_cls_token: true", "is not valid JSON"),
+    ("1_Pooling/config.json", "[true]", "expected a JSON object of pooling modes, got list"),
+    ("modules.json", "{", "is not valid JSON"),
+    ("modules.json", '{"type": "Normalize"}', "expected a JSON list of modules"),
+    ("sentence_bert_config.json", '{"max_seq_length": "256"}', "max_seq_length = '256'; expected an integer"),
+    ("sentence_bert_config.json", '{"max_seq_length": 128.5}', "max_seq_length = 128.5"),
+    ("sentence_bert_config.json", '{"max_seq_length": 1}', "max_seq_length = 1"),
+    ("sentence_bert_config.json", '{"max_seq_length": true}', "max_seq_length = True"),
+    ("sentence_bert_config.json", "\xff\xfe", "is not valid JSON"),
+])
+def test_a_broken_sentence_transformers_file_beside_the_checkpoint_is_refused(name, text, words, tmp_path: Path, capsys):
+    # a file there that could not be read had been taken for no file: mean pooling, normalised, the whole position
+    # table (512 tokens where sentence-transformers reads max_seq_length), without a word
+    folder = tmp_path / "ck"
+    path = write_synthetic_bert(folder)
+    (folder / name).parent.mkdir(exist_ok=True)
+    (folder / name).write_text(text, encoding="latin-1")
+    with pytest.raises(ConfigError, match=words) as err:
+        encode("the cat", path)
+    assert err.value.key == "CHECKPOINT" and str(folder / name) in err.value.message
+    out_csv = tmp_path / "f.csv"
+    assert cli_main(["forward", "the cat", "--checkpoint", str(folder), "--no-meanfield", "--embedding", "--csv", str(out_csv)]) == 2
+    assert f"--checkpoint: {folder / name}" in capsys.readouterr().err and not out_csv.exists()
+
+
+def test_max_seq_length_may_be_an_integral_float_or_absent(tmp_path: Path):
+    folder = tmp_path / "ck"
+    path = write_synthetic_bert(folder, max_positions=512)
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256.0}))
+    assert _max_length(load_checkpoint(path)) == 256
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"do_lower_case": False}))
+    assert _max_length(load_checkpoint(path)) == 512
