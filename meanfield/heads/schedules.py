@@ -569,6 +569,9 @@ class MatrixSDESchedule:
         Noise level :math:`\sigma\ge0`.
     noise : {"isotropic", "symmetric"}
     integrator : {"euler-maruyama", "exact"}
+        Euler–Maruyama needs :math:`\kappa\Delta\le2` (``ou``) or :math:`r\Delta\le2` (``relaxation``): past it each
+        step multiplies the distance to the mean or target by :math:`1-\kappa\Delta<-1` and the heads grow
+        geometrically (refused, ``ValueError``).
     seed : int
     w : (H,) array, optional
         Head weights (default :math:`1/H`).
@@ -606,6 +609,13 @@ class MatrixSDESchedule:
         for name, value in (("dt", dt), ("kappa", kappa), ("rate", rate), ("sigma", sigma)):
             if not (math.isfinite(value) and value >= 0) or (name == "dt" and value == 0):
                 raise ValueError(f"{name} must be finite and {'> 0' if name == 'dt' else '>= 0'}, got {value!r}")
+        if integrator == "euler-maruyama":  # as a config's [weights] is refused (check_euler_step)
+            name, value = ("kappa", kappa) if drift == "ou" else ("rate", rate)
+            if value * dt > 2.0:
+                raise ValueError(f"the Euler recursion diverges: {name} × dt = {value * dt:g} > 2 (each step multiplies the "
+                                 f"heads' distance to their {'mean' if drift == 'ou' else 'target'} by 1 − {value * dt:g}); "
+                                 f"take dt below 2 / {name} = {2.0 / value:g}"
+                                 + (" or integrator='exact', stable for any step" if drift == "ou" else ""))
         self.d, self.H = d, H
         self.drift, self.noise, self.integrator = drift, noise, integrator
         self.dt, self.kappa, self.rate, self.sigma, self.seed = float(dt), float(kappa), float(rate), float(sigma), int(seed)

@@ -346,6 +346,21 @@ def test_the_euler_weight_step_at_its_bound_is_accepted():
         check_euler_step({**base, "schedule": "ou", "integrator": "euler-maruyama"})
 
 
+def test_the_python_class_refuses_an_unstable_euler_step_as_the_config_does():
+    # MatrixSDESchedule(dt=1, kappa=5) had drawn heads that grew like 4^k, from Python (the config path refused it)
+    from meanfield.heads.schedules import MatrixSDESchedule
+
+    D0 = np.eye(3)[None] * 2.0
+    with pytest.raises(ValueError, match=r"kappa × dt = 5 > 2 .* dt below 2 / kappa = 0.4 or integrator='exact'"):
+        MatrixSDESchedule(D0, drift="ou", kappa=5.0, dt=1.0)
+    with pytest.raises(ValueError, match=r"rate × dt = 3 > 2 .*target"):
+        MatrixSDESchedule(D0, drift="relaxation", rate=3.0, dt=1.0, target=lambda t, phases: np.zeros((1, 3, 3)))
+    exact = MatrixSDESchedule(D0, drift="ou", kappa=5.0, dt=1.0, integrator="exact")  # stable for any step
+    np.testing.assert_allclose(exact.at(3.0).B[0], np.eye(3) * (1.0 + math.exp(-15.0)), rtol=1e-15)
+    edge = MatrixSDESchedule(D0, drift="ou", kappa=2.0, dt=1.0)  # κΔ = 2: the distance flips sign, does not grow
+    np.testing.assert_allclose(edge.at(5.0).B[0], np.eye(3) * (1.0 - 1.0), atol=1e-15)
+
+
 @pytest.mark.parametrize(("rate", "words"), [(150.0, "is multiplied by -0.5 each step"), (200.0, "changes sign every step and never decays")])
 def test_an_overshooting_euler_weight_step_gets_a_note(rate, words):
     # 1 < rate × dt ≤ 2 is bounded but flips the heads around their target every step: it had run without a word
