@@ -19,10 +19,10 @@ without :math:`\beta`), ``pooled`` the effective-mobility form of Massucco et al
 (:class:`meanfield.Model`); this module returns the ambient :math:`v_i`.
 
 Implementations, which the tests compare (``backend="auto"``, the default, takes
-``"fused"`` for float64 softmax at ``d ≤`` :data:`FUSED_MAX_D` and ``"blas"`` otherwise, and ``"blas"`` at
+``"fused"`` for float64 softmax at ``d ≤`` :data:`FUSED_MAX_D` (and pooled on a few hundred tokens) and ``"blas"`` otherwise, and ``"blas"`` at
 small ``d`` too where its flash tiles run and pay, :func:`attention_velocity`):
 
-``"fused"`` (softmax only)
+``"fused"`` (float64: softmax and pooled)
     :mod:`meanfield.kernels.fused`: score → exp → accumulate in one numba pass over
     column chunks, with a vectorisable ``exp`` of its own (≤ 1 ulp).
 ``"blas"``
@@ -75,7 +75,7 @@ import numpy as np
 from meanfield.heads.head import HeadStack
 from meanfield.kernels.blas import velocity_blas
 from meanfield.kernels.flash import FLASH_CPU
-from meanfield.kernels.fused import velocity_fused
+from meanfield.kernels.fused import FUSED_KINDS, velocity_fused
 from meanfield.kernels.fused32 import velocity_fused32
 from meanfield.kernels.harmonic import choose_sphere_method, velocity_harmonic
 from meanfield.kernels.inputs import (
@@ -112,10 +112,11 @@ def _velocity_fused(
     x: np.ndarray, heads: HeadStack, *, beta: float, kind: str = "softmax", weights: np.ndarray | None = None,
     mask: str = "none", row_logs: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The fused small-``d`` softmax kernel of :mod:`meanfield.kernels.fused` (softmax only)."""
-    if kind != "softmax":
-        raise ValueError(f"backend 'fused' computes the softmax law only, got kind={kind!r}; use 'blas'")
-    return velocity_fused(x, heads, beta=beta, weights=weights, mask=mask, row_logs=row_logs)
+    """The fused small-``d`` kernel of :mod:`meanfield.kernels.fused` (float64: softmax and pooled)."""
+    if kind not in FUSED_KINDS:
+        raise ValueError(f"backend 'fused' computes the {' and '.join(FUSED_KINDS)} laws in float64, got kind={kind!r}; "
+                         "use 'blas' (or precision='float32')")
+    return velocity_fused(x, heads, beta=beta, kind=kind, weights=weights, mask=mask, row_logs=row_logs)
 
 
 #: kernels by backend name (``"auto"`` picks one per call, see :func:`attention_velocity`)
@@ -159,10 +160,15 @@ BLAS_SPHERE_SLOWDOWN = 1.8
 #: buffers, row blocks, underflow checks: about 0.3-0.6 ms) outweighs the products there.  BLAS over rows, measured
 #: (best of 5, pooled and unnormalized, H = 1, 4, 16, random heads, 2 loaded cores): 1.3-20 at d = 3 and n = 8-48 (42 at
 #: n = 8, H = 16), 0.75-2 at n = 64; 1.5-12 at d = 16 and n ≤ 32, 0.7-1.4 at n = 64; 1.5-4 at d = 64 and n = 8,
-#: 0.6-1.6 at n = 16; over the 48 cases the rule takes, 1.25-42, median 4.2.  The kernel takes no row sums: a call that asks for ``row_logs`` keeps BLAS (relu excepted: no
+#: 0.6-1.6 at n = 16; over the 48 cases the rule takes, 1.25-42, median 4.2.  The kernel takes no row sums: a call that asks for ``row_logs`` keeps BLAS, or the fused kernel for pooled (relu excepted: no
 #: kernel takes its sums)
 ROWS_MAX_N = 48
 ROWS_MAX_ND = 512
+#: up to this many tokens (above :data:`ROWS_MAX_N`, ``d ≤`` :data:`FUSED_MAX_D`) ``"auto"`` runs the float64 pooled law on
+#: the fused kernel (one pass per head, :func:`meanfield.kernels.fused.velocity_fused`) instead of BLAS: BLAS over fused
+#: 1.06-1.95 (median 1.36) at n = 64-384, d = 3 and 8, H = 1, 2, 4, symmetric and general heads (best of 5 alternating
+#: rounds, 2 cores with other jobs); from n = 512 on they are even (0.64-1.35, BLAS's symmetric tiles halving its work)
+FUSED_POOLED_MAX_N = 384
 
 
 #: token masses whose total lies outside [2^-MASS_RANGE, 2^MASS_RANGE] are brought to a total of about 1 before any
@@ -219,8 +225,8 @@ def attention_velocity(
         (against the cost of the dense kernel that would run: the float32 one in float32, the BLAS one for the
         laws other than softmax in float64, :data:`BLAS_SPHERE_SLOWDOWN`; a sphere kernel that wins runs in float64);
         otherwise the fused kernel (:mod:`meanfield.kernels.fused`, one pass with a
-        vectorised ``exp``) for float64 softmax and every float32 law with
-        ``d ≤`` :data:`FUSED_MAX_D`, else ``"blas"``; on an AVX-512 processor ``"blas"`` also at
+        vectorised ``exp``) for float64 softmax, float64 pooled up to :data:`FUSED_POOLED_MAX_N` tokens (1.06–1.95×
+        BLAS there) and every float32 law with ``d ≤`` :data:`FUSED_MAX_D`, else ``"blas"``; on an AVX-512 processor ``"blas"`` also at
         ``d ≤`` :data:`FUSED_MAX_D` from :data:`FLASH_SMALL_D_MIN_PAIRS` pairs n²H, without a mask and for
         the exponential laws (its flash tiles: at d = 3, 1.2–1.5× the fused kernel in float64 and 1.0–1.2× in
         float32 from n = 2048, 1.1–1.2× and 1.0–1.1× at n = 600–1024); ``"numba"`` for the float64 laws other than
@@ -273,7 +279,8 @@ def attention_velocity(
     if backend == "auto":
         dense = _dense_backend(heads, kind, precision, n=np.shape(x)[0], mask=mask)
         if dense == "numba" and row_logs is not None and kind != "relu":
-            dense = "blas"  # the row kernel takes no row sums; BLAS fills them (the energy at no cost)
+            # the row kernel takes no row sums; the fused kernel (pooled) or BLAS fills them (the energy at no cost)
+            dense = "fused" if kind in FUSED_KINDS and heads.d <= FUSED_MAX_D else "blas"
         # float32 tokens are normalised for the sphere kernels only: a dense kernel takes them as given, the same bits as
         # when named (they had been normalised at every n, and auto differed from "fused" by their rounding, 1e-8)
         on_sphere = _float32_tokens_on_the_sphere(x, heads, kind) if np.shape(x)[0] > SPHERE_DENSE_MAX_N else x
@@ -316,13 +323,14 @@ def attention_velocity(
 
 
 def _dense_backend(heads: HeadStack, kind: str, precision: str, *, n: int = 0, mask: str = "none") -> str:
-    """The dense kernel ``"auto"`` uses: at small ``d`` the fused one for float64 softmax and for every float32 law, but
+    """The dense kernel ``"auto"`` uses: at small ``d`` the fused one for float64 softmax, float64 pooled up to
+    :data:`FUSED_POOLED_MAX_N` tokens and every float32 law, but
     the flash tiles of the BLAS kernel where they run (an AVX-512 processor, no mask, an exponential law) on at least
     :data:`FLASH_SMALL_D_MIN_PAIRS` pairs of tokens and heads; for the other float64 laws on a few tokens
     (:data:`ROWS_MAX_N`, :data:`ROWS_MAX_ND`, no mask) the numba row kernel; else BLAS."""
     if precision == "float64" and kind != "softmax" and not is_causal(mask) and 0 < n <= ROWS_MAX_N and n * heads.d <= ROWS_MAX_ND:
         return "numba"
-    small = heads.d <= FUSED_MAX_D and (kind == "softmax" or precision == "float32")
+    small = heads.d <= FUSED_MAX_D and (kind == "softmax" or precision == "float32" or (kind == "pooled" and n <= FUSED_POOLED_MAX_N))
     if small and FLASH_CPU and not is_causal(mask) and kind != "relu" and float(n) * n * heads.H >= FLASH_SMALL_D_MIN_PAIRS:
         return "blas"
     return "fused" if small else "blas"

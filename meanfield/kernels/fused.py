@@ -11,7 +11,8 @@ in one numba pass per row (score → ``exp`` → accumulate over column chunks,
 rows spread over the cores by ``prange``), with :math:`O(n\,d)` memory.  It is
 meant for small ``d`` (≤ 8, especially 3), where the two thin GEMMs of
 :func:`meanfield.kernels.attention.velocity_blas` cost as much as the exponentials.
-Only ``kind="softmax"`` is provided.
+The ``pooled`` law is assembled from the same passes, one per head (their means and row sums,
+:func:`velocity_fused`); the other laws are the float32 kernel's (:mod:`meanfield.kernels.fused32`) and BLAS's.
 
 numba's ``math.exp`` is a scalar libm call, so the kernel uses its own
 vectorisable exponential (:func:`exp_nonpositive_scalar`): Cody–Waite reduction
@@ -48,10 +49,12 @@ from meanfield.kernels.jit import bitcast, jit, kernel_threads, pjit
 from meanfield.kernels.inputs import check_tokens, is_causal, token_masses
 from meanfield.heads import HeadStack
 
-__all__ = ["velocity_fused", "exp_nonpositive", "exp_nonpositive_scalar", "exp_flushed", "FLUSH_BELOW", "CHUNK"]
+__all__ = ["velocity_fused", "exp_nonpositive", "exp_nonpositive_scalar", "exp_flushed", "FLUSH_BELOW", "CHUNK", "FUSED_KINDS"]
 
 #: columns per chunk of the fused loop (score, exp and accumulate buffers stay in L1)
 CHUNK = 512
+#: the laws of :func:`velocity_fused` (float64; the float32 kernel, :mod:`meanfield.kernels.fused32`, has every law)
+FUSED_KINDS = ("softmax", "pooled")
 #: the rows :func:`velocity_fused` redoes in NumPy (:func:`_exact_rows`) go through it in blocks of this many scores
 #: (32 MB in float64): all of them at once had made a (rows × n) array, up to n × n
 EXACT_ROWS_ELEMENTS = 1 << 22
@@ -382,62 +385,101 @@ def velocity_fused(
     heads: HeadStack,
     *,
     beta: float,
+    kind: str = "softmax",
     weights: np.ndarray | None = None,
     chunk: int = CHUNK,
     mask: str = "none",
     row_logs: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Softmax attention velocity by the fused small-``d`` kernel (float64).
+    r"""Softmax or pooled attention velocity by the fused small-``d`` kernel (float64).
 
-    Same result as ``velocity_numpy(x, heads, beta=beta, kind="softmax", weights=weights, mask=mask)``.
+    Same result as ``velocity_numpy(x, heads, beta=beta, kind=kind, weights=weights, mask=mask)``.  The pooled law
+    (Massucco et al., arXiv 2605.18870: the effective-mobility form) is the heads' softmax means weighed by their
+    partition functions, which the kernel's row sums give:
+
+    .. math::
+
+        v_i = \frac{\sum_h w_h Z^h_i\, m^h_i}{\sum_h w_h Z^h_i},\qquad
+        Z^h_i = \sum_j a_j e^{\beta s^h_{ij}},\quad m^h_i = \frac{\sum_j a_j e^{\beta s^h_{ij}} V_h x_j}{Z^h_i},
+
+    summed in log space (:math:`\ln Z^h_i` less its largest over the heads of nonzero weight), one kernel pass per head.
 
     Parameters
     ----------
     x : (n, d) array
         Tokens (need not be on the sphere); meant for small ``d`` (≤ 8).
     heads : HeadStack
-        ``B`` (H, d, d), ``V`` (H, d, d); any ``H ≥ 1`` (head weights ``w`` are not used by softmax).
+        ``B`` (H, d, d), ``V`` (H, d, d); any ``H ≥ 1``; the head weights ``w`` are used by ``pooled`` only.
     beta : float
         Inverse temperature.
+    kind : {"softmax", "pooled"}
+        The attention law.
     weights : (n,) array, optional
         Token masses :math:`a_j` (default :math:`1/n`).
     chunk : int
         Columns per chunk of the inner loop.
     mask : {"none", "causal"}
-        ``"causal"``: row :math:`i` sums over :math:`j\\le i` only (half the pairs).
+        ``"causal"``: row :math:`i` sums over :math:`j\le i` only (half the pairs).
     row_logs : (H, n) array, optional
-        Filled with every head's :math:`\\ln\\sum_j a_j e^{\\beta s^h_{ij}}` per row (the sums the velocity
+        Filled with every head's :math:`\ln\sum_j a_j e^{\beta s^h_{ij}}` per row (the sums the velocity
         takes anyway; the energy of :mod:`meanfield.analysis.energy`), without a mask; otherwise left as it is.
+        (``pooled``: a head of weight 0 is summed for it too.)
 
     Returns
     -------
     (n, d) array
         The ambient velocity :math:`v_i`.
     """
-    x = check_tokens(x, heads, "softmax", beta=beta)
+    if kind not in FUSED_KINDS:
+        raise ValueError(f"the fused float64 kernel computes {' and '.join(FUSED_KINDS)}, got kind={kind!r}")
+    x = check_tokens(x, heads, kind, beta=beta)
     causal = is_causal(mask)
     n, d = x.shape
-    a = token_masses(n, weights, kind="softmax", causal=causal)
+    a = token_masses(n, weights, kind=kind, causal=causal)
     if n == 0:
         return np.zeros((0, d))
     beta = float(beta)
-    xt = np.ascontiguousarray(x.T)
-    wx = np.ascontiguousarray(np.vstack([x.T * a, a[None, :]]))  # (d+1, n): a_j x_j | a_j
-    xmax = float(np.sqrt(np.max(np.sum(x * x, axis=1))))
+    sums = _HeadSums(x, a, beta, max(8, int(chunk)), causal)
     B = np.ascontiguousarray(heads.B, dtype=float)
     V = np.ascontiguousarray(heads.V, dtype=float)
-    with kernel_threads(float(n) * n * B.shape[0] * (0.5 if causal else 1.0)) as threads:
-        rows = PREDICT_ROWS * -(-min(64, -(-n // (4 * threads))) // PREDICT_ROWS)  # 16, 32, 48 or 64 (PREDICT_ROWS)
-        logs = np.empty((B.shape[0], n))
-        out, low = _fused_kernel(x, xt, wx, B, V, beta, xmax, rows, max(8, int(chunk)), causal, logs)
-    if low.any():  # rows that underflowed even shifted by their own maximum: shifted by max_j (βs_ij + ln a_j), in NumPy
-        block = max(1, EXACT_ROWS_ELEMENTS // n)
-        for h in range(B.shape[0]):
-            redo = np.flatnonzero(low[:, h])
-            for start in range(0, redo.size, block):
-                idx = redo[start:start + block]
-                term, logs[h, idx] = _exact_rows(x, a, B[h], V[h], beta, idx, causal)
-                out[idx] += term
+    logs = np.full((B.shape[0], n), np.nan)
+    if kind == "softmax":
+        out = sums(B, V, logs)
+    else:
+        w = np.asarray(heads.w, dtype=float)
+        wanted = [h for h in range(B.shape[0]) if w[h] != 0 or (row_logs is not None and not causal)]
+        means = {h: sums(B[h:h + 1], V[h:h + 1], logs[h:h + 1]) for h in wanted}
+        weighing = [h for h in wanted if w[h] != 0]
+        top = np.max(logs[weighing], axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):  # (a row that sees no mass: 0/0, as in the NumPy twin)
+            scale = [w[h] * np.exp(logs[h] - top) for h in weighing]
+            out = sum(s[:, None] * means[h] for s, h in zip(scale, weighing)) / sum(scale)[:, None]
     if row_logs is not None and not causal:
         row_logs[...] = logs
     return out
+
+
+class _HeadSums:
+    r"""One fused pass over a stack of heads, with the tokens' operands built once: the sum of the heads' softmax means,
+    and their :math:`\ln\sum_j a_j e^{\beta s^h_{ij}}` per row into ``logs``."""
+
+    def __init__(self, x: np.ndarray, a: np.ndarray, beta: float, chunk: int, causal: bool) -> None:
+        self.x, self.a, self.beta, self.chunk, self.causal = x, a, beta, chunk, causal
+        self.xt = np.ascontiguousarray(x.T)
+        self.wx = np.ascontiguousarray(np.vstack([x.T * a, a[None, :]]))  # (d+1, n): a_j x_j | a_j
+        self.xmax = float(np.sqrt(np.max(np.sum(x * x, axis=1))))
+
+    def __call__(self, B: np.ndarray, V: np.ndarray, logs: np.ndarray) -> np.ndarray:
+        x, n = self.x, self.x.shape[0]
+        with kernel_threads(float(n) * n * B.shape[0] * (0.5 if self.causal else 1.0)) as threads:
+            rows = PREDICT_ROWS * -(-min(64, -(-n // (4 * threads))) // PREDICT_ROWS)  # 16, 32, 48 or 64 (PREDICT_ROWS)
+            out, low = _fused_kernel(x, self.xt, self.wx, B, V, self.beta, self.xmax, rows, self.chunk, self.causal, logs)
+        if low.any():  # rows that underflowed even shifted by their own maximum: shifted by max_j (βs_ij + ln a_j), in NumPy
+            block = max(1, EXACT_ROWS_ELEMENTS // n)
+            for h in range(B.shape[0]):
+                redo = np.flatnonzero(low[:, h])
+                for start in range(0, redo.size, block):
+                    idx = redo[start:start + block]
+                    term, logs[h, idx] = _exact_rows(x, self.a, B[h], V[h], self.beta, idx, self.causal)
+                    out[idx] += term
+        return out

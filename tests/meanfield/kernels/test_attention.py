@@ -156,10 +156,9 @@ def test_tolerance_head_types_and_zero_pooled_weights_are_checked():
 
 
 @pytest.mark.parametrize(("backend", "kind"), [(backend, kind) for backend in ("numpy", "blas", "numba", "fused", "harmonic", "local")
-                                                for kind in ("softmax", "pooled") if backend != "fused" or kind == "softmax"])
+                                                for kind in ("softmax", "pooled")])
 def test_normalised_laws_refuse_masses_that_leave_a_row_empty(backend, kind):
-    # every backend used to answer differently (NaN, or numba's ZeroDivisionError in the BLAS kernel);
-    # the fused kernel has the softmax law only
+    # every backend used to answer differently (NaN, or numba's ZeroDivisionError in the BLAS kernel)
     heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
     x = sample_uniform(600, 3, seed=3)
     with pytest.raises(ValueError, match="all zero"):
@@ -849,11 +848,15 @@ def test_auto_runs_the_row_kernel_on_a_few_tokens_for_the_float64_laws_the_fused
         np.testing.assert_allclose(auto, velocity_numpy(x, heads, beta=2.0, kind=kind), rtol=1e-12, atol=1e-13)
         logs = np.full((3, x.shape[0]), np.nan)
         with_logs = attention_velocity(x, heads, beta=2.0, kind=kind, row_logs=logs)
-        kept = "numba" if kind == "relu" else "blas"  # no kernel fills them for relu
+        kept = {"relu": "numba", "pooled": "fused"}.get(kind, "blas")  # no kernel fills them for relu
         assert with_logs.tobytes() == attention_velocity(x, heads, beta=2.0, kind=kind, backend=kept).tobytes()
         assert np.isnan(logs).all() if kind == "relu" else not np.isnan(logs).any()
-    assert attention._dense_backend(heads, "pooled", "float64", n=attention.ROWS_MAX_N + 1) == "blas"
-    assert attention._dense_backend(heads, "pooled", "float64", n=attention.ROWS_MAX_N, mask="causal") == "blas"
+    # pooled from 49 tokens: the fused kernel, one pass per head (1.06-1.95x BLAS up to FUSED_POOLED_MAX_N), then BLAS
+    assert attention._dense_backend(heads, "pooled", "float64", n=attention.ROWS_MAX_N + 1) == "fused"
+    assert attention._dense_backend(heads, "pooled", "float64", n=attention.FUSED_POOLED_MAX_N) == "fused"
+    assert attention._dense_backend(heads, "pooled", "float64", n=attention.FUSED_POOLED_MAX_N + 1) == "blas"
+    assert attention._dense_backend(heads, "pooled", "float64", n=attention.ROWS_MAX_N, mask="causal") == "fused"
+    assert attention._dense_backend(heads, "unnormalized", "float64", n=attention.ROWS_MAX_N + 1) == "blas"
     assert attention._dense_backend(heads, "pooled", "float32", n=8) == "fused"
     assert attention._dense_backend(heads, "softmax", "float64", n=8) == "fused"
     wide = HeadStack(B=np.eye(64)[None], V=np.eye(64)[None])

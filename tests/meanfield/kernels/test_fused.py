@@ -176,3 +176,58 @@ def test_rejects_bad_input():
         velocity_fused(np.zeros((4, 2)), heads, beta=1.0)
     with pytest.raises(ValueError):
         velocity_fused(np.ones((4, 3)), heads, beta=1.0, weights=np.ones(3))
+
+
+@pytest.mark.parametrize("H", [1, 3])
+@pytest.mark.parametrize("d", [3, 5])
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_pooled_law_matches_an_independent_log_sum_exp(H, d, mask):
+    # the effective-mobility law of Massucco et al. (arXiv 2605.18870): Σ_h w_h Σ_j a_j e^{βs} V_h x_j / Σ_h w_h Σ_j a_j e^{βs},
+    # written here from scratch in log space (a head of weight 0, masses with zeros, low temperature)
+    from scipy.special import logsumexp
+
+    rng = np.random.default_rng(100 * H + d)
+    n = 200
+    x = rng.standard_normal((n, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    w = rng.uniform(0.3, 1.0, H)
+    w[H // 2] = 0.0 if H > 1 else w[0]
+    heads = HeadStack(B=rng.standard_normal((H, d, d)), V=rng.standard_normal((H, d, d)), w=w)
+    a = rng.uniform(0.0, 1.0, n)
+    a[5::9] = 0.0
+    seen = np.tril(np.ones((n, n), dtype=bool)) if mask == "causal" else np.ones((n, n), dtype=bool)
+    for beta in (0.0, 3.0, 300.0):
+        for masses in (None, a):
+            m = np.full(n, 1.0 / n) if masses is None else masses
+            logs, means = [], []
+            for B, V in zip(heads.B, heads.V):
+                z = np.where(seen, beta * (x @ B) @ x.T, -np.inf)
+                logs.append(logsumexp(z, b=m[None, :], axis=1))
+                p = np.exp(z - logs[-1][:, None]) * m[None, :]
+                means.append(p @ x @ V.T)
+            logs = np.array(logs)
+            lw = np.where(w[:, None] > 0, np.log(np.where(w > 0, w, 1.0))[:, None] + logs, -np.inf)
+            share = np.exp(lw - logsumexp(lw, axis=0))
+            ref = np.einsum("hn,hnk->nk", share, np.array(means))
+            row_logs = np.full((H, n), np.nan)
+            got = velocity_fused(x, heads, beta=beta, kind="pooled", weights=masses, mask=mask, row_logs=row_logs)
+            np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
+            if mask == "none":  # every head's sums, the weight-0 head's too (the energy reads them)
+                np.testing.assert_allclose(row_logs, logs, rtol=1e-13, atol=1e-13)
+            else:
+                assert np.isnan(row_logs).all()
+
+
+def test_pooled_law_through_auto_on_a_few_hundred_tokens():
+    from meanfield.kernels import attention
+
+    rng = np.random.default_rng(4)
+    heads = HeadStack(B=rng.standard_normal((2, 3, 3)), V=rng.standard_normal((2, 3, 3)), w=np.array([0.3, 0.7]))
+    x = sample_uniform(200, 3, seed=4)
+    auto = attention.attention_velocity(x, heads, beta=8.0, kind="pooled")
+    assert auto.tobytes() == velocity_fused(x, heads, beta=8.0, kind="pooled").tobytes()
+    _close(auto, velocity_numpy(x, heads, beta=8.0, kind="pooled"))
+    with pytest.raises(ValueError, match="the fused float64 kernel computes softmax and pooled, got kind='relu'"):
+        velocity_fused(x, heads, beta=8.0, kind="relu")
+    with pytest.raises(ValueError, match="backend 'fused' computes the softmax and pooled laws in float64"):
+        attention.attention_velocity(x, heads, beta=8.0, kind="unnormalized", backend="fused")
