@@ -90,7 +90,7 @@ from scipy.sparse.csgraph import connected_components
 from meanfield.kernels.inputs import block_rows, check_tokens, token_masses
 from meanfield.analysis.energy import head_energies
 from meanfield.heads import HeadStack
-from meanfield.model import DIRECTIONS
+from meanfield.model import DIRECTIONS, ConstantHeads
 
 __all__ = [
     "BLOCK_ELEMENTS",
@@ -1011,7 +1011,8 @@ def diagnose_run(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int
     ValueError
         If the run has no particle frames (grid runs store ``mass``).
     ConfigError
-        A run under a causal mask or with a normalisation scheme other than post-LN.
+        A run under a causal mask, with a normalisation scheme other than post-LN, with noise, of the zero-temperature
+        solver, or saved on the gradient clock: the series would describe another flow than the run's.
     """
     if run.kind != "particle":
         raise ValueError("diagnostics need a particle run (dataset 'x'); this is a grid run")
@@ -1045,6 +1046,15 @@ def _check_diagnosable(run: Any, model: Any) -> None:
     if getattr(model, "mask", "none") != "none":
         raise ConfigError("model.mask", f"this run has mask = {model.mask!r}; the diagnostics of Pendharkar (arXiv 2605.04279) "
                                         "are those of full attention, whose flow is not the masked one")
+    solver = {**(run.info.get("solver_options") or {}), **((run.config or {}).get("solver") or {})}  # (mf.solve runs: the info)
+    if solver.get("kind", run.info.get("solver")) == "zero-temperature":
+        raise ConfigError("solver.kind", "this run follows the zero-temperature flow (each token towards its top score, "
+                                         "β → ∞); the diagnostics of Pendharkar (arXiv 2605.04279) are those of the flow "
+                                         "at the model's finite β, which the tokens did not follow")
+    if solver.get("clock", "time") != "time":
+        raise ConfigError("solver.clock", f"this run saves its frames on the {solver['clock']} clock, not in physical time "
+                                          "(and merges tokens that meet): the diagnostics' rates are per unit of physical "
+                                          "time and their checks differentiate across frames; run it with clock = 'time'")
 
 
 # --------------------------------------------------------------------------- the report of a run
@@ -1058,30 +1068,40 @@ def _stat(values: np.ndarray) -> tuple[float, float, float, float]:
 
 
 def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int, gradient_flow: bool,
-             weights: np.ndarray | None = None) -> dict[str, Any]:
-    r"""Yes/no answers of the summary.
+             weights: np.ndarray | None = None, time_dependent: bool = False) -> dict[str, Any]:
+    r"""Yes/no answers of the summary (``None``, printed "n/a", where the numbers cannot decide).
 
+    * ``heads_time_dependent``: the heads follow a schedule (Massucco et al., arXiv 2605.18870); the rates are then the
+      transport parts, at the frame's heads, and Thm 11 (fixed heads) does not apply;
+    * ``gradient_flow_setting``: the Thm 11 setting (:func:`gradient_flow_setting`), with fixed heads;
     * ``energy_monotone``: :math:`E_{\mathrm{multi}}` non-decreasing (ascent) or
-      non-increasing (descent) between frames, up to :math:`10^{-12}\max|E|`;
+      non-increasing (descent) between frames, up to :math:`10^{-12}\max|E|` (n/a with one frame, or an energy
+      that is not a float at some frame);
     * ``dominance_per_token``: Condition 8 held for every token, head and frame;
-    * ``dominance_aggregate``: every :math:`\sigma\,dE_h/dt\ge0` at every frame;
+    * ``dominance_aggregate``: every :math:`\sigma\,dE_h/dt\ge0` at every frame, a rate at the round-off level of its
+      head's energy (:math:`10^3\varepsilon\max_t|E_h|`, as the margins take it) counting as 0 (n/a where a rate is
+      not a float);
     * ``min_aggregate_margin``, ``max_thm11_residual`` (only meaningful in the
-      Thm 11 setting), ``max_entropy_residual``;
+      Thm 11 setting), ``max_entropy_residual`` (n/a with moving heads: the frames' entropy also changes with them);
     * ``final_entropy_over_log_n``: the last frame's mean attention entropy over its largest value,
       :math:`-\sum_j a_j\log a_j` for token masses ``weights`` (:math:`\log n` for uniform ones: a weighted run
       collapsed to one cluster had read 0.96, not 1).
     """
     sigma = _sign(direction)
     energy = np.asarray(series["energy"], dtype=float)
-    scale = float(np.nanmax(np.abs(energy))) if energy.size else 0.0
-    steps = sigma * np.diff(energy)
-    monotone = bool(np.all(steps >= -1e-12 * max(scale, 1e-300))) if energy.size > 1 else True
-    fractions = np.stack([series[f"dominance_fraction_h{h}"] for h in range(H)])
-    rates = np.stack([series[f"dEdt_h{h}"] for h in range(H)])
-    margins = np.stack([series[f"aggregate_margin_h{h}"] for h in range(H)])
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
+        if energy.size > 1 and np.all(np.isfinite(energy)):
+            steps = sigma * np.diff(energy)
+            monotone: bool | None = bool(np.all(steps >= -1e-12 * max(float(np.max(np.abs(energy))), 1e-300)))
+        else:
+            monotone = None
+        fractions = np.stack([series[f"dominance_fraction_h{h}"] for h in range(H)])
+        rates = np.stack([series[f"dEdt_h{h}"] for h in range(H)])
+        energies = np.stack([series[f"energy_h{h}"] for h in range(H)])
+        noise = 1e3 * np.finfo(float).eps * np.max(np.abs(energies), axis=1, keepdims=True)
         per_token = bool(np.all(fractions == 1.0))
-        aggregate = bool(np.all(sigma * rates >= 0.0))
+        aggregate = bool(np.all(sigma * rates >= -noise)) if np.all(np.isfinite(rates)) and np.all(np.isfinite(noise)) else None
+    margins = np.stack([series[f"aggregate_margin_h{h}"] for h in range(H)])
     finite_margins = margins[np.isfinite(margins)]
     thm11 = np.asarray(series["thm11_residual"], dtype=float)
     ent = np.asarray(series["entropy_residual"], dtype=float)
@@ -1095,13 +1115,14 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
         "tokens": n,
         "heads": H,
         "direction": direction,
-        "gradient_flow_setting": gradient_flow,
+        "heads_time_dependent": time_dependent,
+        "gradient_flow_setting": gradient_flow and not time_dependent,
         "energy_monotone": monotone,
         "dominance_per_token": per_token,
         "dominance_aggregate": aggregate,
         "min_aggregate_margin": float(finite_margins.min()) if finite_margins.size else math.nan,
         "max_thm11_residual": float(np.nanmax(thm11)) if np.any(np.isfinite(thm11)) else math.nan,
-        "max_entropy_residual": float(np.nanmax(ent)) if np.any(np.isfinite(ent)) else math.nan,
+        "max_entropy_residual": None if time_dependent else float(np.nanmax(ent)) if np.any(np.isfinite(ent)) else math.nan,
         "final_entropy_over_log_n": float(np.mean([series[f"entropy_mean_h{h}"][-1] for h in range(H)]) / top) if top > 0 else math.nan,
     }
 
@@ -1145,6 +1166,8 @@ class Diagnosis:
         for key, value in self.verdicts.items():
             if isinstance(value, bool):
                 text = "yes" if value else "no"
+            elif value is None:
+                text = "n/a"
             else:
                 text = f"{value:.6g}" if isinstance(value, float) else str(value)
             lines.append(f"{key:<26}{text}")
@@ -1195,7 +1218,8 @@ def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1
     heads = _stack_at(model.heads, float(run.t[0]))
     n = int(run.shape[0])
     verdict = verdicts(series, direction=model.direction, H=heads.H, n=n,
-                       gradient_flow=gradient_flow_setting(heads, model.attention), weights=run.token_masses)
+                       gradient_flow=gradient_flow_setting(heads, model.attention), weights=run.token_masses,
+                       time_dependent=not isinstance(model.heads, (HeadStack, ConstantHeads)))
     where = f"run:        {run.path}\n" if run.path is not None else ""
     heading = (f"{where}model:      d={model.d} beta={model.beta:g} attention={model.attention} "
                f"direction={model.direction} heads={heads.H} n={n}")

@@ -465,9 +465,12 @@ def test_diagnose_follows_the_runs_own_flow(setting):
         assert np.nanmax(series["thm11_residual"]) < 1e-12
 
 
-@pytest.mark.parametrize(("key", "value"), [("model.mask", "\"causal\""), ("model.norm", "\"pre\""), ("noise.gamma", "20")])
+@pytest.mark.parametrize(("key", "value"), [("model.mask", "\"causal\""), ("model.norm", "\"pre\""), ("noise.gamma", "20"),
+                                            ("solver.kind", "\"zero-temperature\""), ("solver.clock", "\"gradient\"")])
 def test_diagnose_refuses_a_flow_it_does_not_follow(key, value, tmp_path, capsys):
-    # noisy tokens: the identities had read ~1e-16 from the drift alone while the energy fell
+    # noisy tokens: the identities had read ~1e-16 from the drift alone while the energy fell; a zero-temperature run
+    # had been diagnosed as the flow at the config's finite β (its energy's differences 256 % off the reported dE/dt),
+    # and a run on the gradient clock with its clock values as times (an entropy residual of 0.52 for 1e-6)
     out = tmp_path / "r.h5"
     root = Path(__file__).resolve().parents[3]
     assert main(["simulate", str(root / "data/default.toml"), "-o", str(out), "--quiet", "--set", "init.n=16",
@@ -486,6 +489,57 @@ def test_diagnose_refuses_noisy_tokens_of_a_run_without_config():
                    mf.ParticleSolver(method="euler", dt=0.05, noise=NoiseSchedule(gamma=20.0)), t_final=0.2, save_every=0.1)
     with pytest.raises(ConfigError, match="noise.gamma"):
         run.diagnose()
+
+
+def test_diagnose_refuses_a_zero_temperature_run_without_config():
+    import meanfield as mf
+    from meanfield.errors import ConfigError
+
+    run = mf.solve(mf.Problem(Model(d=3, beta=2.0), sample_uniform(16, 3, seed=0)), mf.ZeroTemperatureSolver(dt=0.05),
+                   t_final=0.2, save_every=0.1)
+    with pytest.raises(ConfigError, match="^solver.kind: this run follows the zero-temperature flow"):
+        run.diagnose()
+
+
+def _verdict_series(energy, rates, *, H=1):
+    T = len(energy)
+    series = {"energy": np.asarray(energy, dtype=float), "thm11_residual": np.zeros(T), "entropy_residual": np.zeros(T)}
+    for h in range(H):
+        series |= {f"dominance_fraction_h{h}": np.ones(T), f"dEdt_h{h}": np.asarray(rates, dtype=float),
+                   f"aggregate_margin_h{h}": np.ones(T), f"energy_h{h}": np.asarray(energy, dtype=float) / H,
+                   f"entropy_mean_h{h}": np.ones(T)}
+    return series
+
+
+def test_verdicts_count_round_off_rates_as_zero_and_say_n_a_where_the_numbers_cannot_decide():
+    # an exact gradient flow collapsed at its last frame (dE_0/dt = -1.7e-15 beside E = 2.5) had read "dominance
+    # aggregate no" beside a minimum aggregate margin of 1.18; an energy past the floats, or one frame, read yes/no
+    kw = {"direction": "ascent", "H": 1, "n": 10, "gradient_flow": True}
+    assert diag.verdicts(_verdict_series([1.0, 2.0, 2.5], [1.0, 0.5, -1.7e-15]), **kw)["dominance_aggregate"] is True
+    assert diag.verdicts(_verdict_series([1.0, 2.0, 2.5], [1.0, 0.5, -1e-9]), **kw)["dominance_aggregate"] is False
+    overflow = diag.verdicts(_verdict_series([1.0, np.inf, np.inf], [1.0, np.nan, np.nan]), **kw)
+    assert overflow["energy_monotone"] is None and overflow["dominance_aggregate"] is None
+    assert diag.verdicts(_verdict_series([1.0], [1.0]), **kw)["energy_monotone"] is None
+    assert diag.verdicts(_verdict_series([1.0, 0.5], [1.0, 1.0]), **kw)["energy_monotone"] is False
+    report = diag.Diagnosis(_verdict_series([1.0], [1.0]), diag.verdicts(_verdict_series([1.0], [1.0]), **kw), "m", 1, 10)
+    assert "energy_monotone           n/a" in report.verdict_text()
+    moving = diag.verdicts(_verdict_series([1.0, 2.0], [1.0, 1.0]), **kw, time_dependent=True)
+    assert moving["heads_time_dependent"] is True and moving["gradient_flow_setting"] is False
+    assert moving["max_entropy_residual"] is None
+
+
+def test_a_run_with_moving_heads_says_so_and_leaves_out_the_checks_that_assume_fixed_ones(tmp_path, capsys):
+    # oscillating heads: "gradient_flow_setting yes" beside "energy_monotone no", and an entropy residual of 0.96 that
+    # measured the heads' own change (the rates are the transport parts, at the frame's heads)
+    out = tmp_path / "osc.h5"
+    root = Path(__file__).resolve().parents[3]
+    assert main(["simulate", str(root / "data/oscillating_heads.toml"), "-o", str(out), "--quiet", "--set", "solver.t_final=0.5",
+                 "--set", "solver.save_every=0.1", "--set", "init.n=24"]) == 0
+    capsys.readouterr()
+    assert main(["diagnose", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "heads_time_dependent      yes" in printed and "gradient_flow_setting     no" in printed
+    assert "max_entropy_residual      n/a" in printed
 
 
 @pytest.mark.parametrize("norm", ["pre", "ngpt"])
