@@ -1187,7 +1187,8 @@ class Diagnosis:
         """Energies, the :math:`dE_h/dt` split with its radial shadows, dominance, entropy and clusters."""
         from meanfield.plotting.curves import plot_diagnostics
 
-        return plot_diagnostics(self.series, path, H=self.H, n=self.n, title=self.heading.split("\n")[-1])
+        model = self.heading.split("\n")[-1]
+        return plot_diagnostics(self.series, path, H=self.H, n=self.n, title=" ".join(model.split()))  # (not the padding)
 
 
 def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1,

@@ -217,13 +217,15 @@ def plot_diagnostics(series: Mapping[str, np.ndarray], path: str | Path | None =
     magnitude = [np.nanmax(np.abs(series[f"{s}_h{h}"])) for s in stems for h in range(H) if np.any(np.isfinite(series[f"{s}_h{h}"]))]
     top = float(max(magnitude)) if magnitude else 0.0
     if top > 0:  # heads of very different strength: linear near 0, logarithmic beyond
-        ax.set_yscale("symlog", linthresh=1e-3 * top)
+        ax.set_yscale("symlog", linthresh=1e-3 * top, linscale=2.0)  # (a wider linear band: the labels ±linthresh and 0 had overlapped)
     ax.set_ylabel(r"$dE_h/dt$ split")
     from matplotlib.lines import Line2D
 
     styles = [(r"$dE_h/dt$", "-", 2.0), ("self power", "-", 0.8)] + ([("cross", "--", 0.8), ("−shadows", ":", 1.2)] if H > 1 else [])
+    # beside the panel: inside, it had covered the curves
     ax.legend([Line2D([], [], color="0.2", ls=ls, lw=lw) for _, ls, lw in styles], [name for name, _, _ in styles],
-              fontsize=7, ncol=len(styles), title="head h: its colour" if H > 1 else None, title_fontsize=7)
+              fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="head h: its colour" if H > 1 else None,
+              title_fontsize=7)
 
     ax = axes[2]
     for h in range(H):
@@ -235,8 +237,11 @@ def plot_diagnostics(series: Mapping[str, np.ndarray], path: str | Path | None =
         twin.plot(t, series[f"dominance_fraction_h{h}"], color=colors[h], ls="--", lw=0.8)
     twin.set_ylabel("per-token fraction (dashed)")
     twin.set_ylim(-0.05, 1.05)
+    dashed = Line2D([], [], color="0.2", ls="--", lw=0.8, label="per-token fraction (right axis)")
     if H <= 4:
-        ax.legend(fontsize=8)
+        ax.legend(handles=ax.lines[:H] + [dashed], fontsize=8)
+    else:
+        ax.legend(handles=[dashed], fontsize=8)
 
     ax = axes[3]
     for h in range(H):
