@@ -227,6 +227,8 @@ def test_pooled_law_through_auto_on_a_few_hundred_tokens():
     auto = attention.attention_velocity(x, heads, beta=8.0, kind="pooled")
     assert auto.tobytes() == velocity_fused(x, heads, beta=8.0, kind="pooled").tobytes()
     _close(auto, velocity_numpy(x, heads, beta=8.0, kind="pooled"))
+    with pytest.raises(ValueError, match="every w is 0"):
+        velocity_fused(x, HeadStack(B=heads.B, V=heads.V, w=np.zeros(2)), beta=8.0, kind="pooled")
     with pytest.raises(ValueError, match="the fused float64 kernel computes softmax and pooled, got kind='relu'"):
         velocity_fused(x, heads, beta=8.0, kind="relu")
     with pytest.raises(ValueError, match="backend 'fused' computes the softmax and pooled laws in float64"):
