@@ -27,12 +27,12 @@ away); only the final dot-product sums are compiled with full ``fastmath``.
 Rows are shifted by :math:`c_i=\|\beta B_h^\top x_i\|\max_j\|x_j\|\ge\max_j\beta s^h_{ij}`,
 so that every exponent is ≤ 0.  Where the shifted row sum underflows (below ``1e-200``: the bound
 overshot the row's maximum by more than 460, as it does for most rows of clustered tokens at large β),
-that (row, head) term is summed once more on the same thread, shifted by the row's own largest score
-(one score pass without ``exp``); a row after one that needed it takes it first (:data:`PREDICT_ROWS`).
-A term that still underflows (the row's mass in view tiny, or held by tokens of mass 0) is recomputed in
-NumPy, shifted by :math:`\max_j(\beta s^h_{ij}+\ln a_j)` — never silently wrong.  (These terms had all
-gone to that single-threaded twin: 59 % of the rows of five clusters at β = 1024, 19–21× slower than the
-``local`` kernel.)
+that (row, head) term is summed once more on the same thread, shifted by the row's own largest score over the
+tokens with mass (one score pass without ``exp``; the exponents of tokens of mass 0 above it clamped at 0, their
+terms weighing 0); a row after one that needed it takes it first (:data:`PREDICT_ROWS`).  A term that still
+underflows (the row's top mass below 1e-200) is recomputed in NumPy, shifted by
+:math:`\max_j(\beta s^h_{ij}+\ln a_j)` — never silently wrong.  (These terms had all gone to that
+single-threaded twin: 59 % of the rows of five clusters at β = 1024, 19–21× slower than the ``local`` kernel.)
 
 With ``mask="causal"`` (Karagodin, Polyanskiy and Rigollet, *Clustering in Causal
 Attention Masking*, arXiv 2411.04990) row :math:`i` runs its column chunks over
@@ -170,6 +170,13 @@ def _score_exp3(q0, q1, q2, c, x0, x1, x2, m, e):  # pragma: no cover - compiled
         e[j] = exp_flushed(q0 * x0[j] + q1 * x1[j] + q2 * x2[j] - c)
 
 
+@jit(fastmath={"contract"})
+def _score_exp3_clamped(q0, q1, q2, c, x0, x1, x2, m, e):  # pragma: no cover - compiled
+    """:func:`_score_exp3` with the exponents clamped at 0 (the redo at a row's own maximum over the tokens with mass)."""
+    for j in range(m):
+        e[j] = exp_flushed(min(q0 * x0[j] + q1 * x1[j] + q2 * x2[j] - c, 0.0))
+
+
 @jit(fastmath=True)
 def _accumulate3(e, w0, w1, w2, w3, m, acc):  # pragma: no cover - compiled
     """d = 3: ``acc += Σ_j e_j (a_j x_j, a_j)`` (reassociated sums: vectorised)."""
@@ -256,16 +263,26 @@ def _accumulate(e, wx, j0, m, acc):  # pragma: no cover - compiled
 
 
 @jit(fastmath={"contract"})
-def _head_sums(q, c, xt, wx, jend, chunk, z, e, acc):  # pragma: no cover - compiled
+def _head_sums(q, c, xt, wx, jend, chunk, z, e, acc, clamp):  # pragma: no cover - compiled
     r"""``acc = [Σ_j t_j a_j x_j | Σ_j t_j a_j]`` over the columns ``[0, jend)`` of one row and head, with the terms
-    :math:`t_j = e^{q\cdot x_j - c}` (:func:`exp_flushed`), by column chunks."""
+    :math:`t_j = e^{q\cdot x_j - c}` (:func:`exp_flushed`), by column chunks.  ``clamp``: exponents above 0 taken as 0
+    (a shift by the largest score over the tokens with mass leaves those of mass 0 above it; their terms weigh 0,
+    where the ``exp`` of a large positive exponent would be inf and 0·inf NaN)."""
     d = q.shape[0]
     for k in range(d + 1):
         acc[k] = 0.0
     for j0 in range(0, jend, chunk):
         m = min(chunk, jend - j0)
         j1 = j0 + m
-        if d == 3:
+        if clamp and d == 3:
+            _score_exp3_clamped(q[0], q[1], q[2], c, xt[0, j0:j1], xt[1, j0:j1], xt[2, j0:j1], m, e)
+            _accumulate3(e, wx[0, j0:j1], wx[1, j0:j1], wx[2, j0:j1], wx[3, j0:j1], m, acc)
+        elif clamp:
+            _scores(q, xt, j0, m, c, z)
+            for j in range(m):
+                e[j] = exp_flushed(min(z[j], 0.0))
+            _accumulate(e, wx, j0, m, acc)
+        elif d == 3:
             _score_exp3(q[0], q[1], q[2], c, xt[0, j0:j1], xt[1, j0:j1], xt[2, j0:j1], m, e)
             _accumulate3(e, wx[0, j0:j1], wx[1, j0:j1], wx[2, j0:j1], wx[3, j0:j1], m, acc)
         else:
@@ -274,9 +291,9 @@ def _head_sums(q, c, xt, wx, jend, chunk, z, e, acc):  # pragma: no cover - comp
 
 
 @jit(fastmath={"contract"})
-def _row_max(q, xt, wx, jend, chunk, z, massless):  # pragma: no cover - compiled
-    r"""The largest score :math:`q\cdot x_j` over the columns ``[0, jend)`` (``massless`` False: over those whose mass
-    ``wx[d, j]`` is not 0), -inf where there is none: one score pass, no ``exp``, in the precision of the arrays.
+def _row_max(q, xt, wx, jend, chunk, z):  # pragma: no cover - compiled
+    r"""The largest score :math:`q\cdot x_j` over the columns ``[0, jend)`` whose mass ``wx[d, j]`` is not 0, -inf where
+    there is none: one score pass, no ``exp``, in the precision of the arrays.
 
     Shared by the float64 and float32 kernels (:mod:`meanfield.kernels.fused32`): numba compiles it once per type.
     """
@@ -286,7 +303,7 @@ def _row_max(q, xt, wx, jend, chunk, z, massless):  # pragma: no cover - compile
         m = min(chunk, jend - j0)
         _scores(q, xt, j0, m, 0.0, z)
         for j in range(m):
-            if z[j] > best and (massless or wx[d, j0 + j] > 0.0):
+            if z[j] > best and wx[d, j0 + j] > 0.0:
                 best = z[j]
     return best
 
@@ -300,10 +317,6 @@ def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk, causal, lo
     out = np.zeros((n, d))
     low = np.zeros((n, H), dtype=np.bool_)
     log_underflow = np.log(_UNDERFLOW)
-    # the maximum's score pass and the exp passes round differently (d = 3: contracted to FMAs): a shift raised by
-    # their rounding, (2d + 4) ulp of the bound on |score|, keeps every exponent ≤ 0 (at β near the overflow
-    # limit a rounding of 1e291 had made e^{+1e291})
-    slack = (2 * d + 4) * 2.220446049250313e-16
     nblocks = (n + rows_per_block - 1) // rows_per_block
     for p in prange(nblocks):
         # causal: cheap and expensive blocks alternate (0, B-1, 1, B-2, …), so that static chunks balance
@@ -331,24 +344,24 @@ def _fused_kernel(x, xt, wx, B, V, beta, xmax, rows_per_block, chunk, causal, lo
                     predicted[h] = False
                 exact = False
                 if predicted[h]:  # the row before needed its own maximum: take it first (one score pass, no exp)
-                    best = _row_max(q, xt, wx, jend, chunk, z, True)
+                    best = _row_max(q, xt, wx, jend, chunk, z)
                     if best > -np.inf:
-                        c = best + slack * bound
+                        c = best
                         exact = True
-                _head_sums(q, c, xt, wx, jend, chunk, z, e, acc)
+                _head_sums(q, c, xt, wx, jend, chunk, z, e, acc, exact)
                 if not exact and not acc[d] >= _UNDERFLOW:
                     # the Cauchy–Schwarz shift overshot the row's maximum by more than e^-460: once more, shifted by
-                    # the row's own largest score (over every token in view, so that no exponent is positive) and
-                    # the rounding slack
-                    best = _row_max(q, xt, wx, jend, chunk, z, True)
+                    # the row's own largest score over the tokens with mass (its term is then 1 times its mass), the
+                    # exponents clamped at 0 (those of tokens of mass 0 above it, and the rounding of the top one's)
+                    best = _row_max(q, xt, wx, jend, chunk, z)
                     if best > -np.inf:
-                        c = best + slack * bound
+                        c = best
                         exact = True
-                        _head_sums(q, c, xt, wx, jend, chunk, z, e, acc)
+                        _head_sums(q, c, xt, wx, jend, chunk, z, e, acc, True)
                 den = acc[d]
                 # would the bound have underflowed this row?  Then the next row takes its maximum first
                 predicted[h] = exact and den > 0.0 and np.log(den) - (bound - c) < log_underflow
-                if not den >= _UNDERFLOW:  # (its mass in view tiny, or held by tokens of mass 0: the NumPy twin)
+                if not den >= _UNDERFLOW:  # (its top mass below 1e-200, or none in view: the NumPy twin)
                     low[i, h] = True
                     continue
                 logs[h, i] = c + np.log(den)

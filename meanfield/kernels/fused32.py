@@ -267,7 +267,7 @@ def _fused32_kernel(q32, shift, xt, wx, V, w, code, rows_per_block, chunk, causa
                     predicted[h] = False
                 exact = False
                 if predicted[h]:  # the row before needed its own maximum: take it first (one score pass, no exp)
-                    best = _row_max(q32[h, i], xt, wx, jend, chunk, z, False)
+                    best = _row_max(q32[h, i], xt, wx, jend, chunk, z)
                     if best > -np.inf:
                         c = np.float64(best)
                         exact = True
@@ -275,7 +275,7 @@ def _fused32_kernel(q32, shift, xt, wx, V, w, code, rows_per_block, chunk, causa
                 if code != 3 and not exact and not acc[d] >= underflow:
                     # the Cauchy–Schwarz shift overshot the row's maximum by more than float32's exp reaches
                     # (e^-87): once more in float32, shifted by the row's own largest score, here on this thread
-                    best = _row_max(q32[h, i], xt, wx, jend, chunk, z, False)
+                    best = _row_max(q32[h, i], xt, wx, jend, chunk, z)
                     if best > -np.inf:
                         c = np.float64(best)
                         exact = True
