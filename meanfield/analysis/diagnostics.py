@@ -1081,8 +1081,8 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
     * ``dominance_aggregate``: every :math:`\sigma\,dE_h/dt\ge0` at every frame, a rate at the round-off level of its
       head's energy (:math:`10^3\varepsilon\max_t|E_h|`, as the margins take it) counting as 0 (n/a where a rate is
       not a float);
-    * ``min_aggregate_margin``, ``max_thm11_residual`` (only meaningful in the
-      Thm 11 setting), ``max_entropy_residual`` (n/a with moving heads: the frames' entropy also changes with them);
+    * ``min_aggregate_margin``, ``max_thm11_residual`` (n/a outside the Thm 11 setting, where the identity it checks
+      does not hold), ``max_entropy_residual`` (n/a with moving heads: the frames' entropy also changes with them);
     * ``final_entropy_over_log_n``: the last frame's mean attention entropy over its largest value,
       :math:`-\sum_j a_j\log a_j` for token masses ``weights`` (:math:`\log n` for uniform ones: a weighted run
       collapsed to one cluster had read 0.96, not 1).
@@ -1101,6 +1101,7 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
         noise = 1e3 * np.finfo(float).eps * np.max(np.abs(energies), axis=1, keepdims=True)
         per_token = bool(np.all(fractions == 1.0))
         aggregate = bool(np.all(sigma * rates >= -noise)) if np.all(np.isfinite(rates)) and np.all(np.isfinite(noise)) else None
+    setting = gradient_flow and not time_dependent
     margins = np.stack([series[f"aggregate_margin_h{h}"] for h in range(H)])
     finite_margins = margins[np.isfinite(margins)]
     thm11 = np.asarray(series["thm11_residual"], dtype=float)
@@ -1116,12 +1117,12 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
         "heads": H,
         "direction": direction,
         "heads_time_dependent": time_dependent,
-        "gradient_flow_setting": gradient_flow and not time_dependent,
+        "gradient_flow_setting": setting,
         "energy_monotone": monotone,
         "dominance_per_token": per_token,
         "dominance_aggregate": aggregate,
         "min_aggregate_margin": float(finite_margins.min()) if finite_margins.size else math.nan,
-        "max_thm11_residual": float(np.nanmax(thm11)) if np.any(np.isfinite(thm11)) else math.nan,
+        "max_thm11_residual": (float(np.nanmax(thm11)) if np.any(np.isfinite(thm11)) else math.nan) if setting else None,
         "max_entropy_residual": None if time_dependent else float(np.nanmax(ent)) if np.any(np.isfinite(ent)) else math.nan,
         "final_entropy_over_log_n": float(np.mean([series[f"entropy_mean_h{h}"][-1] for h in range(H)]) / top) if top > 0 else math.nan,
     }

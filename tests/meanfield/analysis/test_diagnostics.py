@@ -525,7 +525,10 @@ def test_verdicts_count_round_off_rates_as_zero_and_say_n_a_where_the_numbers_ca
     assert "energy_monotone           n/a" in report.verdict_text()
     moving = diag.verdicts(_verdict_series([1.0, 2.0], [1.0, 1.0]), **kw, time_dependent=True)
     assert moving["heads_time_dependent"] is True and moving["gradient_flow_setting"] is False
-    assert moving["max_entropy_residual"] is None
+    assert moving["max_entropy_residual"] is None and moving["max_thm11_residual"] is None
+    assert diag.verdicts(_verdict_series([1.0, 2.0], [1.0, 1.0]), **kw)["max_thm11_residual"] == 0.0
+    outside = diag.verdicts(_verdict_series([1.0, 2.0], [1.0, 1.0]), **{**kw, "gradient_flow": False})
+    assert outside["max_thm11_residual"] is None  # (a random head's 1.26 had read as a failed check of Thm 11)
 
 
 def test_a_run_with_moving_heads_says_so_and_leaves_out_the_checks_that_assume_fixed_ones(tmp_path, capsys):
