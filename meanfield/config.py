@@ -526,8 +526,8 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
             raise ConfigError("model.backend", f"{model['backend']!r} computes the exponential laws (softmax, unnormalized, pooled), not 'relu'")
         if model["precision"] != "float64":
             raise ConfigError("model.precision", f"{model['backend']!r} attention is float64 only")
-    if model["backend"] == "fused" and model["attention"] != "softmax" and model["precision"] == "float64":
-        raise ConfigError("model.backend", f"'fused' in float64 computes softmax attention only (precision = 'float32' has every law), got attention = {model['attention']!r}")
+    if model["backend"] == "fused" and model["attention"] not in ("softmax", "pooled") and model["precision"] == "float64":
+        raise ConfigError("model.backend", f"'fused' in float64 computes the softmax and pooled laws (precision = 'float32' has every law), got attention = {model['attention']!r}")
     _norm_checks(cfg)
     weights = cfg["weights"]
     if (weights["schedule"] in ("ou", "relaxation") and solver["kind"] == "particle" and cfg["noise"]["gamma"] is None

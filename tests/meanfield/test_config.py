@@ -317,3 +317,17 @@ def test_a_cfl_above_one_is_noted():
         "solver.cfl = 1.5 > 1: a forward-Euler stage of that step can empty a cell, so most steps are rejected and "
         "halved (more work than cfl = 1); 1 or below keeps the steps"]
     assert _config_notes('solver.kind="grid"', "solver.cfl=1.0") == []
+
+
+def test_backend_fused_in_float64_is_taken_for_exactly_the_laws_the_fused_kernel_computes():
+    # the config had refused pooled ("computes softmax attention only") after the kernel had gained that law
+    from meanfield.kernels.attention import ATTENTION_KINDS
+    from meanfield.kernels.fused import FUSED_KINDS
+
+    for kind in ATTENTION_KINDS:
+        values = {"backend": "fused", "attention": kind}
+        if kind in FUSED_KINDS:
+            assert load_config(values=values)["model"]["attention"] == kind
+        else:
+            with pytest.raises(ConfigError, match="'fused' in float64 computes the softmax and pooled laws"):
+                load_config(values=values)
