@@ -248,7 +248,7 @@ def attention_velocity(
     row_logs : (H, n) array, optional
         Filled with every head's :math:`\ln\sum_j a_j e^{\beta s^h_{ij}}` per row where the kernel takes these
         sums anyway, in float64 and without a mask (``blas``, ``fused``, ``harmonic``, ``local``; the exponential
-        laws; pooled: the heads with :math:`w_h\neq0`, and with ``blas`` the others too); elsewhere left as it is
+        laws; pooled: the heads with :math:`w_h\neq0`, and with ``blas`` and ``fused`` the others too); elsewhere left as it is
         (fill it with NaN to tell).
         The energies of :mod:`meanfield.analysis.energy` follow at no cost:
         :math:`E_h=\frac1{2\beta}\sum_i a_i e^{\ell^h_i}`.

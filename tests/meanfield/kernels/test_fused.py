@@ -238,6 +238,28 @@ def test_pooled_law_matches_an_independent_log_sum_exp(H, d, mask):
                 assert np.isnan(row_logs).all()
 
 
+def test_pooled_law_with_a_dominant_head_of_weight_0_and_weights_near_the_largest_float():
+    # the shift is the largest row sum over the heads that weigh: a head of weight 0 far stronger than the others
+    # (summed for row_logs) would have made every row 0/0; weights of 1e308 had summed to inf, rows of 0 (found in review)
+    x = sample_uniform(100, 3, seed=8)
+    strong = HeadStack(B=np.stack([10.0 * np.eye(3), -np.eye(3)]), V=np.stack([np.eye(3), 2.0 * np.eye(3)]), w=np.array([0.0, 1.0]))
+    logs = np.full((2, 100), np.nan)
+    _close(velocity_fused(x, strong, beta=100.0, kind="pooled", row_logs=logs), velocity_numpy(x, strong, beta=100.0, kind="pooled"))
+    assert np.all(logs[0] - logs[1] > 709)  # the weight-0 head's sums beyond the floats' range of the other's
+    rng = np.random.default_rng(1)
+    heads = HeadStack(B=rng.standard_normal((2, 3, 3)), V=rng.standard_normal((2, 3, 3)), w=np.array([1e308, 1e308]))
+    unit = HeadStack(B=heads.B, V=heads.V, w=np.ones(2))
+    _close(velocity_fused(x, heads, beta=2.0, kind="pooled"), velocity_numpy(x, unit, beta=2.0, kind="pooled"))
+
+
+def test_rejects_bad_input():
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    with pytest.raises(ValueError, match="shape"):
+        velocity_fused(np.zeros((4, 2)), heads, beta=1.0)
+    with pytest.raises(ValueError, match="weights"):
+        velocity_fused(np.ones((4, 3)), heads, beta=1.0, weights=np.ones(3))
+
+
 def test_pooled_law_through_auto_on_a_few_hundred_tokens():
     from meanfield.kernels import attention
 
