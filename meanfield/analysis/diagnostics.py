@@ -1078,8 +1078,8 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
       non-increasing (descent) between frames, up to :math:`10^{-12}\max|E|` (n/a with one frame, or an energy
       that is not a float at some frame);
     * ``dominance_per_token``: Condition 8 held for every token, head and frame;
-    * ``dominance_aggregate``: every :math:`\sigma\,dE_h/dt\ge0` at every frame, a rate at the round-off level of its
-      head's energy (:math:`10^3\varepsilon\max_t|E_h|`, as the margins take it) counting as 0 (n/a where a rate is
+    * ``dominance_aggregate``: every :math:`\sigma\,dE_h/dt\ge0` at every frame, a rate at the round-off level of the
+      frame's energies (:math:`10^3\varepsilon\max_h|E_h|`, as the margins take it) counting as 0 (n/a where a rate is
       not a float);
     * ``min_aggregate_margin``, ``max_thm11_residual`` (n/a outside the Thm 11 setting, where the identity it checks
       does not hold), ``max_entropy_residual`` (n/a with moving heads: the frames' entropy also changes with them);
@@ -1098,7 +1098,7 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
         fractions = np.stack([series[f"dominance_fraction_h{h}"] for h in range(H)])
         rates = np.stack([series[f"dEdt_h{h}"] for h in range(H)])
         energies = np.stack([series[f"energy_h{h}"] for h in range(H)])
-        noise = 1e3 * np.finfo(float).eps * np.max(np.abs(energies), axis=1, keepdims=True)
+        noise = 1e3 * np.finfo(float).eps * np.max(np.abs(energies), axis=0, keepdims=True)  # per frame, as the margins
         per_token = bool(np.all(fractions == 1.0))
         aggregate = bool(np.all(sigma * rates >= -noise)) if np.all(np.isfinite(rates)) and np.all(np.isfinite(noise)) else None
     setting = gradient_flow and not time_dependent
