@@ -142,7 +142,7 @@ def plot_sweep(sweep: Any, path: str | Path | None = None) -> Figure:
 
 
 def plot_convergence(rows: Sequence[dict[str, Any]], path: str | Path | None = None, *, title: str | None = None, dpi: int = 120) -> Figure:
-    r"""Log–log plot of a refinement study (:func:`solvers.grid.convergence_study`) against :math:`h`: the scheme's
+    r"""Log–log plot of a refinement study (:func:`solvers.refinement.convergence_study`) against :math:`h`: the scheme's
     own errors (L1 and :math:`W_2` to the reference's reconstructed density on each row's cells) with a slope-2 guide,
     and :math:`W_2` between cell atoms (capped near order 1 by the quantisation) with a slope-1 guide.
 

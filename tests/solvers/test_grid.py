@@ -326,6 +326,30 @@ def test_refinement_study_quick():
     assert all(r["mass_error"] <= 1e-12 and r["min_mass"] >= 0 for r in rows)
 
 
+def test_refinement_study_leaves_out_a_w2_past_its_budget_whose_bound_is_as_large_and_pairs_only_the_sequence(recwarn):
+    # (found in review) past max_pairs the larger cloud had been quantised on a mesh of max_pairs / m cells: for a study
+    # mesh of m = sqrt(max_pairs) cells its own Voronoi cells, W2 halved (0.0102 where about 0.016), orders 2.80, -1.65;
+    # and the finest study row's L1 to the next mesh had been to a reference given apart (×16 beside ×2: order -0.78)
+    from meanfield.errors import ConfigNote
+
+    model = identity_model(beta=4.0)
+    rows = refinement.convergence_study(model, "vmf", {"kappa": 2.0, "mean": [1.0, 0.0, 0.0]}, cells=[250, 500, 1000],
+                                        reference_cells=4000, t_final=0.2, max_pairs=1000 * 1000)
+    study = {r["cells"]: r for r in rows if r["role"] == "study"}
+    assert math.isnan(study[1000]["w2_reference"]) and math.isnan(study[1000]["order_reference"])
+    notes = [str(w.message) for w in recwarn if issubclass(w.category, ConfigNote)]
+    assert any("w2_reference at 1000 cells" in note for note in notes), notes
+    value, bound, per_atom = refinement.w2_weighted_reduced(*(lambda m: (m.points, m.areas, m.points, m.areas))(fibonacci_mesh(300)))
+    assert bound == 0.0 and per_atom == math.inf and value < 1e-7
+    # 500 cells against 4000 on a budget of 1000²: the reference quantised on 2000 cells, 4 per atom, kept
+    assert not math.isnan(study[500]["w2_reference"]) and not math.isnan(study[250]["w2_reference"])
+    assert math.isnan(study[1000]["l1_successive"]) and math.isnan(study[1000]["order_successive"])
+    assert study[250]["l1_successive"] > study[500]["l1_successive"] > 0
+    plain = refinement.convergence_study(model, "vmf", {"kappa": 2.0, "mean": [1.0, 0.0, 0.0]}, cells=[250, 500, 1000],
+                                         t_final=0.2)
+    assert [math.isnan(r["l1_successive"]) for r in plain] == [False, False, True]  # the finest of cells is the reference
+
+
 @pytest.mark.slow
 def test_refinement_study_full():
     model = identity_model(beta=4.0)
@@ -501,6 +525,33 @@ def test_cli_convergence_is_registered(tmp_path, capsys):
 
     assert main(["convergence", str(tmp_path / "missing.toml"), "--cells", "100,200"]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_cli_convergence_refuses_particles_past_memory_counts_two_icosahedral_levels_and_says_what_an_interrupt_left(
+        tmp_path, capsys, monkeypatch):
+    # (found in review) --particles 10⁹ had been killed for memory after every grid run (exit 137, no word); two
+    # icosahedral levels (15.95×) had drawn the note "the reference has 16× … 16× or more makes them fair"; an
+    # interrupt had printed a grid run's "interrupted by SIGINT at t = 0"
+    from meanfield.cli import main
+    from meanfield.errors import RunInterrupted
+    from meanfield.solvers import refinement as module
+
+    config = tmp_path / "c.toml"
+    config.write_text('[solver]\nkind = "grid"\nt_final = 0.05\nsave_every = 0.05\n[init]\nkind = "vmf"\n')
+    assert main(["convergence", str(config), "--cells", "100,200", "--particles", "1000000000", "--quiet"]) == 2
+    assert "--particles: 1000000000 particles need about" in capsys.readouterr().err
+    assert main(["convergence", str(config), "--cells", "42,162", "--family", "icosahedral", "--reference-cells", "2562",
+                 "--quiet"]) == 0
+    assert "the reference has" not in capsys.readouterr().err
+
+    def interrupted(*args, **kwargs):
+        raise RunInterrupted("interrupted by SIGINT at t = 0")
+
+    monkeypatch.setattr(module, "convergence_study", interrupted)
+    out_csv = tmp_path / "t.csv"
+    assert main(["convergence", str(config), "--cells", "100,200", "--csv", str(out_csv), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "interrupted; nothing was written" in err and "t = 0" not in err and not out_csv.exists()
 
 
 def test_bench_grid_quick():
