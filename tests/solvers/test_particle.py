@@ -135,15 +135,16 @@ def test_resume_after_interrupt_equals_uninterrupted(tmp_path):
 
 
 def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
-    # 3000 steps, 60 frames: the kill lands after frame 4, and the resumed and the reference runs take a second each
-    _, path = small_config(tmp_path, t_final=15.0, save_every=0.25, dt=0.005)
+    # 6000 steps, 120 frames: the kill lands after frame 4 (looked for every 0.05 s), and the resumed and the reference
+    # runs take a second or two each (with 3000 steps, looked for every 0.3 s, a quiet machine had finished the run first)
+    _, path = small_config(tmp_path, t_final=30.0, save_every=0.25, dt=0.005)
     out = tmp_path / "killed.h5"
     env = dict(os.environ, HDF5_USE_FILE_LOCKING="FALSE")
     proc = subprocess.Popen([sys.executable, "-m", "meanfield", "simulate", str(path), "-o", str(out), "--quiet"], env=env)
     deadline = time.time() + 60
     frames = 0
     while time.time() < deadline and proc.poll() is None:
-        time.sleep(0.3)
+        time.sleep(0.05)
         try:
             with h5py.File(out, "r", locking=False) as f:
                 frames = f["t"].shape[0]
