@@ -604,3 +604,18 @@ def test_the_final_entropy_verdict_of_a_weighted_run_is_over_its_largest_value()
     np.testing.assert_allclose(report.verdicts["final_entropy_over_log_n"], 1.0, rtol=1e-9)
     p = a / a.sum()
     assert -np.sum(p * np.log(p)) < math.log(12) - 0.05  # the old denominator was another number
+
+
+def test_the_thm11_residual_leaves_out_frames_at_rest_where_it_is_the_rounding_over_k(tmp_path):
+    # an exact gradient flow (unnormalized, value-aligned symmetric heads) collapsed by t = 5: |dE/dt - K| stays about
+    # 15 ε·E while K falls to 5e-13, and the residual had read 1.2 % there (found in review)
+    import meanfield as mf
+
+    heads = [{"Q": "identity", "K": "identity", "V": "aligned"}, {"Q": 0.5, "K": 1.0, "V": "aligned"}]
+    run = mf.simulate(d=3, beta=2.0, attention="unnormalized", t_final=5.0, save_every=0.05,
+                      **{"model.heads": heads, "init.n": 30, "init.seed": 1, "solver.dt": 0.01, "solver.method": "rk4"})
+    report = run.diagnose()
+    kinetic = report.series["kinetic"]
+    assert kinetic[-1] < 1e-11  # at rest
+    assert report.verdicts["gradient_flow_setting"] and report.verdicts["max_thm11_residual"] < 1e-3
+    assert np.isnan(report.series["thm11_residual"][-1])
