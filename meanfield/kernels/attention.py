@@ -277,10 +277,7 @@ def attention_velocity(
     if backend in TOLERANCE_BACKENDS:
         x = _float32_tokens_on_the_sphere(x, heads, kind)
     if backend == "auto":
-        dense = _dense_backend(heads, kind, precision, n=np.shape(x)[0], mask=mask)
-        if dense == "numba" and row_logs is not None and kind != "relu":
-            # the row kernel takes no row sums; the fused kernel (pooled) or BLAS fills them (the energy at no cost)
-            dense = "fused" if kind in FUSED_KINDS and heads.d <= FUSED_MAX_D else "blas"
+        dense = _dense_backend(heads, kind, precision, n=np.shape(x)[0], mask=mask, row_logs=row_logs is not None)
         # float32 tokens are normalised for the sphere kernels only: a dense kernel takes them as given, the same bits as
         # when named (they had been normalised at every n, and auto differed from "fused" by their rounding, 1e-8)
         on_sphere = _float32_tokens_on_the_sphere(x, heads, kind) if np.shape(x)[0] > SPHERE_DENSE_MAX_N else x
@@ -322,13 +319,16 @@ def attention_velocity(
     return v if back == 1.0 else v * back
 
 
-def _dense_backend(heads: HeadStack, kind: str, precision: str, *, n: int = 0, mask: str = "none") -> str:
+def _dense_backend(heads: HeadStack, kind: str, precision: str, *, n: int = 0, mask: str = "none",
+                   row_logs: bool = False) -> str:
     """The dense kernel ``"auto"`` uses: at small ``d`` the fused one for float64 softmax, float64 pooled up to
     :data:`FUSED_POOLED_MAX_N` tokens and every float32 law, but
     the flash tiles of the BLAS kernel where they run (an AVX-512 processor, no mask, an exponential law) on at least
     :data:`FLASH_SMALL_D_MIN_PAIRS` pairs of tokens and heads; for the other float64 laws on a few tokens
-    (:data:`ROWS_MAX_N`, :data:`ROWS_MAX_ND`, no mask) the numba row kernel; else BLAS."""
-    if precision == "float64" and kind != "softmax" and not is_causal(mask) and 0 < n <= ROWS_MAX_N and n * heads.d <= ROWS_MAX_ND:
+    (:data:`ROWS_MAX_N`, :data:`ROWS_MAX_ND`, no mask) the numba row kernel, unless ``row_logs`` are asked for (it takes
+    no row sums; relu excepted, whose sums no kernel takes); else BLAS."""
+    rows_kernel = precision == "float64" and kind != "softmax" and not is_causal(mask) and 0 < n <= ROWS_MAX_N
+    if rows_kernel and n * heads.d <= ROWS_MAX_ND and not (row_logs and kind != "relu"):
         return "numba"
     small = heads.d <= FUSED_MAX_D and (kind == "softmax" or precision == "float32" or (kind == "pooled" and n <= FUSED_POOLED_MAX_N))
     if small and FLASH_CPU and not is_causal(mask) and kind != "relu" and float(n) * n * heads.H >= FLASH_SMALL_D_MIN_PAIRS:

@@ -171,7 +171,7 @@ def test_precision_float32_dispatch():
     assert attention._dense_backend(heads, "softmax", "float64", n=4096, mask="causal") == "fused"
     assert attention._dense_backend(heads, "relu", "float32", n=4096) == "fused"
     assert attention._dense_backend(heads, "softmax", "float64", n=4096) == ("blas" if attention.FLASH_CPU else "fused")
-    assert attention._dense_backend(heads, "unnormalized", "float64", n=64) == "blas"  # float64: fused is softmax only
+    assert attention._dense_backend(heads, "unnormalized", "float64", n=64) == "blas"  # float64: fused has softmax and pooled only
     x16 = sample_uniform(300, 16, seed=0)
     wide = _heads(rng, 1, 16)
     blas = attention_velocity(x16, wide, beta=1.0, precision="float32")  # d > 8: the BLAS float32 kernel
