@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.special import logsumexp
 
 from meanfield.kernels.jit import one_blas_thread
 from meanfield.kernels.attention import attention_velocity
@@ -292,9 +293,7 @@ def authors_slope_squared(
     # ln Σ_h w_h / Z_h over the heads with w_h > 0, by log-sum-exp: a head of weight 0 whose Z_h underflows had given
     # 0·∞ = NaN, a tiny w_h with a huge 1/Z_h 0.0 (e^{-ln Z} overflowing where its product with w_h is finite)
     live = heads.w > 0
-    terms = np.log(heads.w[live])[:, None] - log_Z[live]
-    top = terms.max(axis=0)
-    log_mean_b = top + np.log(np.sum(np.exp(terms - top), axis=0))
+    log_mean_b = logsumexp(np.log(heads.w[live])[:, None] - log_Z[live], axis=0)
     return float(np.sum(a * np.sum(v * v, axis=1) * np.exp(-log_mean_b)))
 
 
