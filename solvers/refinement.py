@@ -308,15 +308,15 @@ def convergence_study(
         # a warm-up first on each mesh: the wall times had held the kernels' compilation (33 s against 0.07 s for a
         # mesh twice the size on the first row; 1.2 s against 0.03 s for larger meshes, whose kernels are other
         # specialisations, on a first run)
+        problem = Problem(model, initial_mass(msh, init_kind, **params), mesh=msh)
+        scheme = solver or GridSolver(method=method, cfl=cfl)
         try:
-            solve(Problem(model, initial_mass(msh, init_kind, **params), mesh=msh), solver or GridSolver(method=method, cfl=cfl),
-                  t_final=t_final / 1000.0, save_every=t_final / 1000.0, energy=False, speed=False)
+            solve(problem, scheme, t_final=t_final / 1000.0, save_every=t_final / 1000.0, energy=False, speed=False)
         except RunFailed:
             pass  # the study's own run on this mesh says what fails
         started = time.perf_counter()
         try:
-            result = solve(Problem(model, initial_mass(msh, init_kind, **params), mesh=msh), solver or GridSolver(method=method, cfl=cfl),
-                           t_final=t_final, save_every=every, energy=False, speed=False)
+            result = solve(problem, scheme, t_final=t_final, save_every=every, energy=False, speed=False)
         except RunFailed as exc:
             raise RunFailed(f"grid run on {msh.N} cells failed: {exc}") from None
         info = dict(result.info)
