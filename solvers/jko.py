@@ -418,7 +418,7 @@ class ParticleJKOStepper:
     def _residual(self, x: np.ndarray, y: np.ndarray, fld: MobilityField, log_bf: np.ndarray | None, h: float) -> np.ndarray:
         """:math:`r_i=\\log_{x_i}y_i+\\sigma h\\hat b_i P^\\perp g(x_i)`; ``log_bf=None``: mobility at ``x`` (implicit)."""
         scale = 1.0 if log_bf is None else np.exp(log_bf - fld.log_b)[:, None]
-        return log_map(x, y) + (self.model.sign * h) * scale * project_tangent(x, fld.flux)
+        return log_map(x, y) + (self.model.sign * h) * scale * fld.tangent_flux
 
     def _objective(self, x: np.ndarray, y: np.ndarray, heads: HeadStack, a: np.ndarray, log_bf: np.ndarray, h: float,
                    fld: MobilityField) -> float:
@@ -905,9 +905,8 @@ class EnergyDissipationTracker:
             x, a = self.mesh.points, np.asarray(state, dtype=float)
         with np.errstate(over="ignore"):
             fld = mobility_field(x, heads, beta=beta, weights=a)
-            tangent = project_tangent(x, fld.flux)
             inv_b = np.exp(-fld.log_b)
-            slope2 = float(np.sum(a * np.sum(tangent * tangent, axis=1) * inv_b))
+            slope2 = fld.slope_squared(a)
             vel = self.model.velocity(x, t, weights=a)
             speed2 = float(np.sum(a * np.sum(vel * vel, axis=1) * inv_b))
             dB, _ = schedule_derivative(self.model.heads, t)

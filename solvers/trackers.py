@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from meanfield.analysis.energy import energies_from_row_logs, head_energies
-from meanfield.analysis.mobility import authors_slope_squared, mobility_field
+from meanfield.analysis.mobility import authors_slope_squared, metric_slope_squared
 from meanfield.model import Model
-from meanfield.geometry.sphere import project_tangent, sphere_error
+from meanfield.geometry.sphere import sphere_error
 from meanfield.solvers.loop import StopRun
 
 __all__ = [
@@ -109,9 +109,7 @@ class SlopeTracker:
             x, a = self.points, np.asarray(state, dtype=float)
         beta = self.model.beta
         with np.errstate(over="ignore"):
-            fld = mobility_field(x, heads, beta=beta, weights=a)
-            tangent = project_tangent(x, fld.flux)
-            slope2 = float(np.sum(a * np.sum(tangent * tangent, axis=1) * np.exp(-fld.log_b)))
+            slope2 = metric_slope_squared(x, heads, beta=beta, weights=a)
             g2 = authors_slope_squared(x, heads, beta=beta, weights=a)
         return {"authors_G2": g2, "slope2": slope2}
 

@@ -15,3 +15,49 @@ def test_energy_time_derivative_is_infinite_past_floats_range_like_the_slopes():
     np.testing.assert_allclose(energy_time_derivative(x, heads, np.eye(3)[None], beta=2.0), np.e**2 / 6, rtol=1e-14)
     assert energy_time_derivative(x, heads, np.eye(3)[None], beta=800.0) == np.inf
     assert energy_time_derivative(x, heads, -np.eye(3)[None], beta=800.0) == -np.inf
+
+
+# six points on S^2, at least 0.38 rad apart; masses with a tracer of mass 0
+_POINTS = np.array([[0.7, -0.2, 0.5], [0.6, 0.1, 0.6], [-0.3, 0.9, 0.2], [0.1, 0.2, -0.95], [-0.8, -0.5, 0.1], [0.0, -0.7, 0.7]])
+_MASSES = np.array([0.1, 0.25, 0.15, 0.2, 0.0, 0.3])
+_B2 = np.array([[1.2, 0.3, 0.0], [0.3, 0.8, -0.2], [0.0, -0.2, 1.0]])
+_V1 = np.array([[1.0, 0.2, 0.0], [-0.1, 0.9, 0.3], [0.0, 0.1, 1.1]])
+
+
+def test_slopes_keep_their_digits_where_the_own_term_dominates():
+    # 60-digit mpmath sums (the points normalised at 60 digits).  The tangent part of the whole flux had kept 1e-16 of
+    # the own term's size: metric slope 2e4 times too large at β = 500 (B = I), the authors' G² likewise
+    from meanfield.analysis.mobility import authors_slope_squared, metric_slope_squared
+
+    x = _POINTS / np.linalg.norm(_POINTS, axis=1, keepdims=True)
+    identity = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    for beta, exact in ((300.0, 2.1262949037793226394e109), (500.0, 4.1682344731087954715e183)):
+        np.testing.assert_allclose(metric_slope_squared(x, identity, beta=beta), exact, rtol=1e-12)
+        np.testing.assert_allclose(authors_slope_squared(x, identity, beta=beta), exact, rtol=1e-12)
+    w = np.array([0.3, 0.7])
+    aligned = HeadStack(B=np.stack([np.eye(3), _B2]), V=np.stack([np.eye(3), _B2]), w=w)
+    np.testing.assert_allclose(metric_slope_squared(x, aligned, beta=400.0, weights=_MASSES), 1.6033842515580014783e190,
+                               rtol=1e-12)
+    general = HeadStack(B=np.stack([np.eye(3), _B2]), V=np.stack([_V1, 2 * np.eye(3)]), w=w)
+    np.testing.assert_allclose(authors_slope_squared(x, general, beta=400.0, weights=_MASSES), 1.7258850244950582614e171,
+                               rtol=1e-12)
+
+
+def test_tangent_flux_is_the_projected_flux_where_no_term_dominates():
+    from meanfield.analysis.mobility import mobility_field
+    from meanfield.geometry.sphere import project_tangent
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, 4))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    m = rng.normal(size=(2, 4, 4))
+    heads = HeadStack(B=m + m.transpose(0, 2, 1), V=m + m.transpose(0, 2, 1), w=np.array([0.4, 0.6]))
+    masses = rng.random(40)
+    masses[[3, 17]] = 0.0
+    masses /= masses.sum()
+    field = mobility_field(x, heads, beta=1.5, weights=masses)
+    np.testing.assert_allclose(field.tangent_flux, project_tangent(x, field.flux), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.einsum("ij,ij->i", field.tangent_flux, x), 0.0, atol=1e-15)
+    apart = mobility_field(x, heads, beta=1.5, y=x.copy(), weights=masses)  # atoms given apart: no own term
+    np.testing.assert_allclose(apart.flux, field.flux, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(apart.tangent_flux, field.tangent_flux, rtol=1e-12, atol=1e-14)
