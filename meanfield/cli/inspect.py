@@ -87,23 +87,29 @@ def _cell(value: Any, key: str, width: int) -> str:
     return text.rjust(width)
 
 
+def _no_threshold(summary: dict[str, Any]) -> bool:
+    """Whether Thm 19's threshold does not apply to the layer (mean trace α <= 0): β* is n/a there, not "none"."""
+    return str(summary["regime"]).startswith("n/a")
+
+
 def format_table(reports: Sequence[LayerReport]) -> str:
     """The per-layer table printed by ``meanfield inspect`` (one row per layer, legend below)."""
     head = " ".join(h.rjust(w) for h, _, w in _COLUMNS)
     rows = [head, "-" * len(head)]
     for report in reports:
         s = report.summary()
-        rows.append(" ".join(_cell(s[key], key, w) for _, key, w in _COLUMNS))
+        rows.append(" ".join(_cell(s[key], key, w) if not (key == "beta_star" and _no_threshold(s)) else "n/a".rjust(w)
+                             for _, key, w in _COLUMNS))
     if reports:
         r0 = reports[0]
         legend = (
             f"d={r0.d}, d_h={r0.head_dim}, n={r0.n:g}.  θ̄/θmin: mean/smallest principal angle between head subspaces "
-            "range(B_h).  δ=max‖B_h'B_h‖_op, δrel=δ/(‖B_h'‖‖B_h‖).  asym=‖M−Mᵀ‖_F/‖M‖_F, mean over heads "
+            "range(B_h).  δ=max‖B_h'B_h‖_op, δrel=max ‖B_h'B_h‖_op/(‖B_h'‖_op‖B_h‖_op) over pairs h'≠h (its own pair's).  asym=‖M−Mᵀ‖_F/‖M‖_F, mean over heads "
             "(0 symmetric, ≈√2 i.i.d. random, 2 antisymmetric).  rkB: rank of B_h (Assumption 1 of arXiv 2605.10931 needs d).  gap: median (μ1−μ2)/max|μ| of sym(V_hB_hᵀ).  "
             "dimE: largest dominant-eigenspace dimension.  α: mean tr(B_h)/d; fit%: share of ‖B_h‖_F² explained by λI.  "
             "β=1/√d_h; βLN=r²/√d_h with r the LayerNorm radius.  regime: β against β*(H,n,α) of Thm 19 of "
             "Pendharkar, arXiv 2605.04279 (below: per-head monotonicity guaranteed by its sufficient criterion; β* none: guaranteed for "
-            f"no β > 0); for H={r0.H}, β*>0 needs n > {r0.n_positive:.6g}."
+            f"no β > 0; β* n/a: α ≤ 0, outside the theorem); for H={r0.H}, β*>0 needs n > {r0.n_positive:.6g}."
         )
         rows.append("")
         rows.extend(textwrap.wrap(legend, width=max(len(head), 60)))
@@ -231,7 +237,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="figures/inspect", metavar="DIR", help="folder for --plot (default figures/inspect)")
     p.add_argument("--json", action="store_true", help="print every number as JSON instead of the table")
     p.add_argument("--sentence", metavar="TEXT", help="embed a sentence with the checkpoint's tokenizer and embeddings")
-    p.add_argument("--save-tokens", metavar="X0.npy", help="with --sentence: save its unit tokens (n, d) for [init] kind='file'")
+    p.add_argument("--save-tokens", metavar="X0.npy", help="with --sentence: save its unit tokens (n, d) for [init] kind='file' "
+                   "(an existing file is kept unless --overwrite is given)")
+    p.add_argument("--overwrite", action="store_true", help="--save-tokens may replace an existing file")
     p.set_defaults(func=main)
 
 
@@ -261,6 +269,8 @@ def main(args: argparse.Namespace) -> int:
         table_path(args.save_tokens, "--save-tokens", allow=(".npy",))
         if not args.save_tokens.endswith(".npy"):  # NumPy would add the suffix, and the message name another file
             raise ConfigError("--save-tokens", f"expected a .npy file, got {args.save_tokens!r}")
+        if Path(args.save_tokens).exists() and not args.overwrite:  # it may be other runs' [init] file (it was replaced)
+            raise ConfigError("--save-tokens", f"{args.save_tokens} exists; give --overwrite to replace it")
     if heads is not None and len(set(heads)) < len(heads):
         raise ConfigError("--heads", f"lists a head twice: {heads}")
     if layers is not None and len(set(layers)) < len(layers):  # (it had analysed layer 1 twice)

@@ -127,3 +127,36 @@ def test_a_bad_layer_or_head_leaves_no_saved_tokens(tiny: Path, tmp_path: Path, 
     target = tmp_path / "tokens.npy"
     assert main(["inspect", str(tiny), "--sentence", "the cat", "--save-tokens", str(target), *option]) == 2
     assert f"error: {option[0]}" in capsys.readouterr().err and not target.exists()
+
+
+def test_save_tokens_keeps_an_existing_file_unless_overwrite(tiny: Path, tmp_path: Path, capsys) -> None:
+    # --save-tokens had silently replaced an existing .npy (often other runs' [init] file)
+    target = tmp_path / "x0.npy"
+    np.save(target, np.arange(5.0))
+    assert main(["inspect", str(tiny), "--sentence", "the cat", "--save-tokens", str(target)]) == 2
+    assert "--save-tokens" in capsys.readouterr().err and np.array_equal(np.load(target), np.arange(5.0))
+    assert main(["inspect", str(tiny), "--sentence", "the cat", "--save-tokens", str(target), "--overwrite"]) == 0
+    assert np.load(target).shape[1] == 8
+
+
+def test_minilm_legend_and_threshold_cells_say_what_they_hold(capsys: pytest.CaptureFixture[str]) -> None:
+    # δrel is the largest ratio over the pairs (the legend had said δ over the norms of δ's pair: 0.838 against the
+    # 0.919 printed at layer 3); layer 0 (α < 0, outside Thm 19) had printed β* "none", which the legend gives to
+    # layers whose criterion holds at no temperature
+    assert main(["inspect", "minilm", "--layer", "0,3"]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["L", "H"])
+    columns = lines[header].split()
+    rows = {int(line.split()[0]): line.split() for line in lines[header + 2: header + 4]}
+    assert rows[0][columns.index("β*")] == "n/a" and rows[0][columns.index("regime")] == "n/a"
+    assert rows[3][columns.index("β*")] == "none" and rows[3][columns.index("regime")] == "above"  # n = 16: β* < 0
+    assert "δrel=max ‖B_h'B_h‖_op/(‖B_h'‖_op‖B_h‖_op) over pairs" in " ".join(lines)
+    from meanfield.heads.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint("minilm")
+    layer = ckpt.layer(3)
+    B = [layer.W_q[layer.rows(h)].T @ layer.W_k[layer.rows(h)] for h in range(ckpt.num_heads)]
+    norms = [np.linalg.norm(b, 2) for b in B]
+    ratio = max(np.linalg.norm(B[g] @ B[h], 2) / (norms[g] * norms[h]) for g in range(12) for h in range(12) if g != h)
+    np.testing.assert_allclose(float(rows[3][columns.index("δrel")]), ratio, atol=5e-4)
