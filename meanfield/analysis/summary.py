@@ -121,6 +121,17 @@ def grid_final_line(mesh: Any, mass: np.ndarray) -> str:
     return f"final:     {pieces} cluster(s) (connected pieces of {held}, on {cover:.1%} of the sphere)"
 
 
+def _head_count(run: Any) -> int | None:
+    """The number of heads of a run whose config names them by a string (a checkpoint's layer), from its model; None
+    where the model cannot be built here (the checkpoint moved)."""
+    from meanfield.errors import ConfigError
+
+    try:
+        return int(run.model.heads.at(float(run.t[0]) if run.frames else 0.0).H)
+    except (ConfigError, OSError):
+        return None
+
+
 def _status(run: Any) -> str:
     reason = run.stop_reason or "n/a"
     return f"{run.status} ({reason})"
@@ -183,6 +194,8 @@ def run_summary(run: Any) -> str:
         count = len(heads) if isinstance(heads, list) and heads else (heads if isinstance(heads, str) else 1)
         if cfg["model"].get("num_heads") is not None and not isinstance(heads, str):
             count = cfg["model"]["num_heads"]
+        if isinstance(heads, str):  # a checkpoint's heads: their number, and where they come from
+            count = heads if (number := _head_count(run)) is None else f"{number} ({heads})"
         lines.append(f"heads:     {count}")
         lines.append(f"solver:    {solver_line(cfg)}")
         if (noisy := noise_line(cfg)) is not None:

@@ -27,7 +27,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run", metavar="OUT.h5", help="HDF5 run file")
     p.add_argument("--plot", metavar="F.png", help="also draw the run (a .gif path, or a video such as .mp4 where matplotlib finds ffmpeg, makes an animation)")
-    p.add_argument("--follow", action="store_true", help="print each new frame as it is committed, until the run ends")
+    p.add_argument("--follow", action="store_true", help="print each new frame as it is committed, until the run ends (a name that no file or run holds yet is "
+                   f"waited for {START_GRACE_SECONDS:g} s: a run started at the same time)")
+    p.add_argument("--check", action="store_true",
+                   help="read every frame and check it against the checksum written with it (without it only the last "
+                   "frame is read); damaged frames are named and the exit status is 2")
     p.add_argument("--interval", default="1", metavar="S", help="--follow: seconds between looks (default 1)")
     p.set_defaults(func=main)
 
@@ -47,6 +51,11 @@ def _frame_line(k: int, t: float, diagnostics: dict) -> str:
 _LIVE_READ_ERRORS = (ConfigError, OSError, KeyError)
 #: looks at a live file before its error is let through (each read inside a look has its own retries)
 FOLLOW_LOOKS = 50
+#: seconds ``--follow`` waits for a name that neither a file nor a writer holds yet: a follower started together with
+#: its run (``meanfield simulate ... & meanfield info OUT.h5 --follow``) looks before the writer has taken the name
+START_GRACE_SECONDS = 15.0
+#: seconds between looks at a name that is not there yet
+START_LOOK_SECONDS = 0.25
 #: the longest ``--interval`` (an hour; 1e12 s had ended in time.sleep's OverflowError)
 MAX_INTERVAL = 3600.0
 
@@ -63,21 +72,36 @@ def _not_hdf5(path: str) -> bool:
 
 def _when_readable(path: str, read, interval: float):  # type: ignore[no-untyped-def]
     """``read()``, retried every ``interval`` seconds while it raises one of :data:`_LIVE_READ_ERRORS` and
-    ``path`` is a file (a wrong path fails at once; the last try raises)."""
+    ``path`` is a file or a writer's name (the last of :data:`FOLLOW_LOOKS` tries raises); a name that neither holds
+    is looked at for :data:`START_GRACE_SECONDS` (a run started at the same time), another kind of file fails at once."""
     from pathlib import Path
 
     from meanfield.io.lock import writer_alive
 
-    for _ in range(FOLLOW_LOOKS - 1):
+    started = time.monotonic()
+    looks = 0
+    announced = False
+    while True:
         try:
             return read()
         except _LIVE_READ_ERRORS:
-            # a wrong path or another kind of file fails at once; a writer that holds the name before its first frame
-            # (the file is made beside it, and moved there with that frame) is waited for (it had failed at once)
-            if (not os.path.isfile(path) and not writer_alive(Path(path))) or _not_hdf5(path):
+            if _not_hdf5(path) or os.path.isdir(path):
+                raise
+            # a writer that holds the name before its first frame (the file is made beside it, and moved there with
+            # that frame) is waited for, and a name nobody holds yet for a while
+            if not os.path.isfile(path) and not writer_alive(Path(path)):
+                waited = time.monotonic() - started
+                if waited >= START_GRACE_SECONDS:
+                    raise ConfigError("OUT.h5", f"file not found: {path} (no run made it within {waited:.0f} s)") from None
+                if not announced:
+                    print(f"waiting for {path} (up to {START_GRACE_SECONDS:g} s)", file=sys.stderr)
+                    announced = True
+                time.sleep(START_LOOK_SECONDS)
+                continue
+            looks += 1
+            if looks >= FOLLOW_LOOKS:
                 raise
             time.sleep(interval)
-    return read()
 
 
 def follow(path: str, *, interval: float) -> int:
@@ -116,6 +140,19 @@ def _check_still_there(path: str) -> None:
         raise ConfigError("OUT.h5", f"{path} was removed while it was followed")
 
 
+def _check_frames(path: str) -> None:
+    """``--check``: every committed frame against its checksum; damaged ones stop the command (exit 2) named."""
+    from meanfield.io.runfile import RunReader
+
+    reader = RunReader(path, key="OUT.h5")
+    damaged = reader.damaged_frames()
+    if damaged:
+        raise ConfigError("OUT.h5", f"{path}: {len(damaged)} of its {reader.frames} frames do not match the checksums "
+                                    f"written with them ({reader.named_frames(damaged)}): their bytes changed on disk "
+                                    "after they were committed")
+    print(f"checksums: all {reader.frames} frames match")
+
+
 def main(args: argparse.Namespace) -> int:
     from meanfield.cli.simulate import draw
     from meanfield.run import load
@@ -125,13 +162,21 @@ def main(args: argparse.Namespace) -> int:
     if interval > MAX_INTERVAL:
         raise ConfigError("--interval", f"at most {MAX_INTERVAL:g} seconds between looks, got {args.interval}")
     if args.follow:
-        if args.plot:
-            raise ConfigError("--plot", "draw a run after it ends, not while following it (drop --follow or --plot)")
+        if args.plot or args.check:
+            option = "--plot" if args.plot else "--check"
+            raise ConfigError(option, f"{option} reads a run after it ends, not while following it (drop --follow or {option})")
         args.interrupted, args.interrupted_status = f"stopped following {args.run}", 0  # Ctrl-C: how one stops following
         return follow(args.run, interval=interval)
     run = load(args.run, key="OUT.h5")
     print(run.summary())
+    if args.check:
+        _check_frames(args.run)
     if args.plot:
-        draw(run, args.plot)
+        if not run.frames:
+            raise ConfigError("--plot", f"{args.run} has no committed frame to draw yet")
+        try:
+            draw(run, args.plot)
+        except ValueError as exc:  # a frame that is not finite: the plotting's own check, a traceback before
+            raise ConfigError("--plot", f"cannot draw {args.run}: {exc}") from None
         print(f"wrote {args.plot}")
     return 0

@@ -983,6 +983,20 @@ class RunReader:
         frames, states, sums = self._read(lambda f: self._states(f, index))
         return states[0], not _damaged(frames, states, sums)
 
+    def damaged_frames(self, *, chunk_bytes: int = 1 << 27) -> list[int]:
+        """The committed frames whose bytes do not match the checksums written with them, all of them read (in chunks
+        of about ``chunk_bytes``; ``meanfield info --check``).  Frames written before checksums are taken as they are."""
+        frame_bytes = 8 * max(1, int(np.prod(self._read(lambda f: f[self.state_name].shape[1:]))))
+        step = max(1, chunk_bytes // frame_bytes)
+        damaged: list[int] = []
+        for start in range(0, self.frames, step):
+            damaged += _damaged(*self._read(lambda f, start=start: self._states(f, slice(start, min(self.frames, start + step)))))
+        return damaged
+
+    def named_frames(self, frames: list[int]) -> str:
+        """``frame 7 (t = 1.4)`` or ``frames 3 (t = 0.6), 7 (t = 1.4)``."""
+        return _frames_named(frames, self.times())
+
     def diagnostics(self) -> dict[str, np.ndarray]:
         """The trackers' scalars, one ``(frames,)`` array each (NaN where a frame has none)."""
         return self._read(self._diagnostics)

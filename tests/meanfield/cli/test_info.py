@@ -1,0 +1,97 @@
+"""``meanfield info``: ``--check``, ``--plot`` of files it cannot draw, ``--follow`` of a run started with it, the heads line."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield.cli import main
+
+_SMALL = {"init": {"n": 12}, "solver": {"t_final": 0.2, "save_every": 0.1}}
+
+
+@pytest.fixture
+def small_run(tmp_path: Path) -> Path:
+    out = tmp_path / "small.h5"
+    mf.simulate(_SMALL, out=out)
+    return out
+
+
+def test_check_names_every_damaged_frame_where_the_summary_reads_the_last_only(small_run: Path, capsys) -> None:
+    # a frame changed on disk was named only when it was the last one (the one the summary reads)
+    assert main(["info", str(small_run), "--check"]) == 0
+    assert "checksums: all 3 frames match" in capsys.readouterr().out
+    with h5py.File(small_run, "r+") as f:
+        f["x"][0, 0, 0] += 1e-9
+        f["x"][1, 3, 1] += 1e-9
+    assert main(["info", str(small_run)]) == 0  # the last frame is whole
+    capsys.readouterr()
+    assert main(["info", str(small_run), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "2 of its 3 frames do not match" in err and "frames 0 (t = 0), 1 (t = 0.1)" in err
+    assert main(["info", str(small_run), "--check", "--follow"]) == 2
+    assert "error: --check" in capsys.readouterr().err
+
+
+def test_plot_of_a_file_it_cannot_draw_exits_2_without_a_traceback(small_run: Path, tmp_path: Path, capsys) -> None:
+    # a non-finite frame, or no committed frame, had ended in a ValueError traceback (exit 1)
+    picture = tmp_path / "p.png"
+    with h5py.File(small_run, "r+") as f:
+        f["x"][-1, 0, 0] = np.nan
+    assert main(["info", str(small_run), "--plot", str(picture)]) == 2
+    err = capsys.readouterr().err
+    assert "error: --plot: cannot draw" in err and "non-finite" in err and "Traceback" not in err
+    with h5py.File(small_run, "r+") as f:
+        f["committed_frames"][0] = 0
+    assert main(["info", str(small_run), "--plot", str(picture)]) == 2
+    assert "has no committed frame to draw yet" in capsys.readouterr().err
+    assert not picture.exists()
+
+
+def test_follow_waits_for_a_run_started_at_the_same_time(tmp_path: Path, monkeypatch, capsys) -> None:
+    # `meanfield simulate ... & meanfield info OUT.h5 --follow` had stopped at once with "file not found": for the
+    # seconds before the writer took the name there was neither a file nor a lock
+    import meanfield.cli.info as info
+
+    monkeypatch.setattr(info, "START_GRACE_SECONDS", 300.0)  # the writer's start (imports, compilation) under load
+    config = tmp_path / "c.toml"
+    config.write_text("[init]\nn = 12\n[solver]\nt_final = 0.3\nsave_every = 0.1\n")
+    out = tmp_path / "live.h5"
+    writer = subprocess.Popen([sys.executable, "-m", "meanfield", "simulate", str(config), "-o", str(out), "--quiet"])
+    try:
+        assert main(["info", str(out), "--follow", "--interval", "0.1"]) == 0
+    finally:
+        writer.wait(timeout=300)
+    captured = capsys.readouterr()
+    assert f"waiting for {out}" in captured.err
+    assert "frame     3  t = 0.3" in captured.out and "status:    completed" in captured.out
+
+
+def test_follow_gives_up_on_a_name_nobody_makes(tmp_path: Path, monkeypatch, capsys) -> None:
+    import meanfield.cli.info as info
+
+    clock = iter(np.arange(0.0, 100.0, 0.25))
+    monkeypatch.setattr(info.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(info.time, "sleep", lambda seconds: None)
+    assert main(["info", str(tmp_path / "never.h5"), "--follow"]) == 2
+    err = capsys.readouterr().err
+    assert "file not found" in err and f"no run made it within {info.START_GRACE_SECONDS:.0f} s" in err
+    assert main(["info", str(tmp_path), "--follow"]) == 2  # a folder fails at once
+    assert "waiting" not in capsys.readouterr().err
+
+
+def test_heads_line_counts_a_checkpoints_heads(tmp_path: Path, capsys) -> None:
+    # it had printed the checkpoint's spec where every other run prints the number of heads
+    from meanfield.heads.checkpoint import write_synthetic_checkpoint
+
+    write_synthetic_checkpoint(tmp_path / "ck", d=8, num_layers=1, num_heads=4, seed=2)
+    spec = f"checkpoint:{tmp_path / 'ck'}#layer=0"
+    out = tmp_path / "ck.h5"
+    mf.simulate({"model": {"heads": spec, "d": 8}, "init": {"n": 10}, "solver": {"t_final": 0.1, "save_every": 0.1}}, out=out)
+    assert main(["info", str(out)]) == 0
+    assert f"heads:     4 ({spec})" in capsys.readouterr().out
