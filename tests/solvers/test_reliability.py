@@ -545,9 +545,17 @@ def test_info_follow_waits_for_a_first_frame_and_stops_when_the_file_is_removed(
     assert info._when_readable(str(out), read, 0.01) == "read" and len(looks) == 3
     monkeypatch.undo()
     looks.clear()
-    with pytest.raises(ConfigError, match="file not found"):  # nobody writes it: a wrong path fails at once
-        info._when_readable(str(out), read, 0.01)
-    assert len(looks) == 1
+    # nobody writes it: looked at for START_GRACE_SECONDS (a run started with the follower), then refused
+    monkeypatch.setattr(info, "START_GRACE_SECONDS", 0.2)
+    monkeypatch.setattr(info, "START_LOOK_SECONDS", 0.01)
+
+    def missing():
+        looks.append(1)
+        raise ConfigError("OUT.h5", f"{out}: file not found")
+
+    with pytest.raises(ConfigError, match="file not found.*no run made it within"):
+        info._when_readable(str(out), missing, 0.01)
+    assert len(looks) > 1
 
     config, _ = references["slow"]
     proc = subprocess.Popen([sys.executable, "-m", "meanfield", "simulate", str(config), "-o", str(out), "--quiet"],
