@@ -7,13 +7,15 @@ returns a dict of scalars to record (or ``None``); it raises
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+from scipy.special import logsumexp
 
-from meanfield.analysis.energy import energies_from_row_logs, head_energies
+from meanfield.analysis.energy import energies_from_row_logs, energy_row_logs, head_energies, log_energies_from_row_logs
 from meanfield.analysis.mobility import authors_slope_squared, metric_slope_squared
 from meanfield.model import Model
 from meanfield.geometry.sphere import sphere_error
@@ -36,7 +38,9 @@ class EnergyTracker:
 
     Keys: ``energy`` (the sum of the :math:`E_h`; their mean when ``model.combine = "mean"``,
     the energy whose flow that velocity is) and ``energy_h0``, ``energy_h1``, …; with time-dependent
-    weights also ``energy_theta`` (:math:`\sum_h w_h E_h`, Massucco et al. (arXiv 2605.18870)).  With
+    weights also ``energy_theta`` (:math:`\sum_h w_h E_h`, Massucco et al. (arXiv 2605.18870)); for
+    :math:`\beta>0` ``log_energy``, :math:`\ln` of ``energy`` from the same row sums, a number where the energy
+    (:math:`\sim e^{\beta}`) exceeds the largest float (:math:`\beta\gtrsim709` for :math:`B=I`).  With
     ``points`` the state is a grid measure (cell masses at those points).
 
     Under ``model.mask = "causal"`` it records the same (unmasked) energy, but the causal
@@ -59,16 +63,22 @@ class EnergyTracker:
             x, weights = state, self.weights
         else:  # a grid measure: the state is the cell masses at fixed points
             x, weights = self.points, np.asarray(state, dtype=float)
+        beta = self.model.beta
+        # the energy from the row sums of the frame's velocity where there are some (no score pass of its own)
         logs = self.shared(t, state) if self.shared is not None and self.points is None else None
+        if logs is None and beta != 0:
+            logs = energy_row_logs(x, stack, beta=beta, weights=weights, backend=self.model.backend,
+                                   tolerance=self.model.tolerance)
         with np.errstate(over="ignore"):
-            if logs is not None:  # the energy from the row sums of the frame's velocity: no score pass of its own
-                energies = energies_from_row_logs(logs, beta=self.model.beta, weights=weights)
-            else:
-                energies = head_energies(x, stack, beta=self.model.beta, weights=weights, backend=self.model.backend,
-                                         tolerance=self.model.tolerance)
-        total = float(energies.mean()) if getattr(self.model, "combine", "sum") == "mean" else float(energies.sum())
+            energies = (head_energies(x, stack, beta=beta, weights=weights) if logs is None
+                        else energies_from_row_logs(logs, beta=beta, weights=weights))
+        mean = getattr(self.model, "combine", "sum") == "mean"
+        total = float(energies.mean()) if mean else float(energies.sum())
         out = {"energy": total, "energy_theta": float(stack.w @ energies)}
         out.update({f"energy_h{h}": float(e) for h, e in enumerate(energies)})
+        if beta > 0:  # ln of the energy: a number where the energy (~e^β) overflows
+            log_heads = log_energies_from_row_logs(logs, beta=beta, weights=weights)
+            out["log_energy"] = float(logsumexp(log_heads) - (math.log(stack.H) if mean else 0.0))
         return out
 
 

@@ -24,10 +24,11 @@ import numpy as np
 from meanfield.heads import HeadStack
 from meanfield.kernels.blas import blas_threads, exp_scores, exp_shifted_by_mass, flash_row_sums, run_on_threads, thread_buffer
 from meanfield.kernels.inputs import block_rows, token_masses
-from meanfield.kernels.harmonic import sphere_head_energies
+from meanfield.kernels.harmonic import sphere_head_row_logs
 from meanfield.kernels.jit import one_blas_thread
 
-__all__ = ["head_energies", "energies_from_row_logs", "energy_multi", "energy_theta"]
+__all__ = ["head_energies", "head_log_energies", "energy_row_logs", "energies_from_row_logs", "log_energies_from_row_logs",
+           "energy_multi", "energy_theta"]
 
 #: scores per row block (2 MiB of float64 per thread)
 _BLOCK_ELEMENTS = 1 << 18
@@ -39,7 +40,7 @@ _UNDERFLOW = 1e-200
 
 def _energy_rows(rows: slice, lhs: np.ndarray, rhs_t: np.ndarray, xb: np.ndarray, xt: np.ndarray,
                  a: np.ndarray, shift: np.ndarray, beta: float, logs: np.ndarray) -> None:
-    r"""``logs[i] = log(a_i sum_j a_j e^{beta s_ij})`` for the rows of one block, in a reused buffer.
+    r"""``logs[i] = log(sum_j a_j e^{beta s_ij})`` for the rows of one block, in a reused buffer.
 
     ``lhs @ rhs_t`` is :math:`\beta s_{ij} - c_i` (the shift is folded into the GEMM as an extra
     column, as in :mod:`meanfield.kernels.blas`).
@@ -52,7 +53,7 @@ def _energy_rows(rows: slice, lhs: np.ndarray, rhs_t: np.ndarray, xb: np.ndarray
 
 def _row_logs(total: np.ndarray, c: np.ndarray, rows: slice, xb_rows: Callable[[np.ndarray], np.ndarray], xt: np.ndarray,
               a: np.ndarray, beta: float, logs: np.ndarray) -> None:
-    r"""``logs[rows] = log(a_i total_i) + c_i`` from the shifted row sums ``total`` (shift ``c``).
+    r"""``logs[rows] = log(total_i) + c_i`` from the shifted row sums ``total`` (shift ``c``).
 
     Rows whose shifted sum underflows are redone shifted by :math:`\max_j(\beta s_{ij}+\ln a_j)`, so that
     their sum is at least 1 (``xb_rows(idx)``: the rows ``idx`` of :math:`x B_h`, formed only for them).
@@ -65,14 +66,21 @@ def _row_logs(total: np.ndarray, c: np.ndarray, rows: slice, xb_rows: Callable[[
             top = exp_shifted_by_mass(sub, np.log(a))  # the masses in the exponent: the largest term is 1
         total[low] = sub.sum(axis=1)
         c[low] = top
-    with np.errstate(divide="ignore"):  # empty cells contribute log(0) = -inf
-        logs[rows] = np.log(total * a[rows]) + c
+    logs[rows] = np.log(total) + c
 
 
 def _energy_from_logs(logs: np.ndarray, beta: float) -> float:
     r""":math:`\frac{1}{2\beta}\sum_i e^{\ell_i}` from the rows' logs :math:`\ell_i`, summed shifted by their largest."""
     top = logs.max()
     return float(np.exp(top) * np.sum(np.exp(logs - top)) / (2 * beta))
+
+
+def _log_energy_from_logs(logs: np.ndarray, beta: float) -> float:
+    r""":math:`\ln\big(\frac{1}{2\beta}\sum_i e^{\ell_i}\big)` (:math:`\beta>0`), finite where the energy itself overflows."""
+    top = float(logs.max())
+    if not np.isfinite(top):
+        return top  # no mass: ln 0
+    return top + float(np.log(np.sum(np.exp(logs - top)))) - float(np.log(2 * beta))
 
 
 def energies_from_row_logs(row_logs: np.ndarray, *, beta: float, weights: np.ndarray | None = None) -> np.ndarray:
@@ -94,12 +102,22 @@ def energies_from_row_logs(row_logs: np.ndarray, *, beta: float, weights: np.nda
     weights : (n,) array, optional
         Masses; default :math:`1/n`.
     """
+    return np.array([_energy_from_logs(logs, beta) for logs in _with_masses(row_logs, weights)])
+
+
+def log_energies_from_row_logs(row_logs: np.ndarray, *, beta: float, weights: np.ndarray | None = None) -> np.ndarray:
+    r""":math:`\ln E_h` from the heads' log row sums (:func:`energies_from_row_logs`; :math:`\beta>0`), shape ``(H,)``:
+    finite where :math:`E_h\sim e^{\beta}` exceeds the largest float (:math:`\beta\gtrsim700` for :math:`B_h=I`)."""
+    return np.array([_log_energy_from_logs(logs, beta) for logs in _with_masses(row_logs, weights)])
+
+
+def _with_masses(row_logs: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    r""":math:`\ln a_i+\ell^h_i` (:math:`-\infty` where :math:`a_i=0`: the row adds nothing)."""
     row_logs = np.asarray(row_logs, dtype=float)
     n = row_logs.shape[1]
     a = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=float)
-    with np.errstate(divide="ignore"):  # a_i = 0: the row adds nothing
-        log_a = np.log(a)
-    return np.array([_energy_from_logs(log_a + logs, beta) for logs in row_logs])
+    with np.errstate(divide="ignore"):
+        return np.log(a) + row_logs
 
 
 def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None,
@@ -152,44 +170,84 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
     >>> bool(np.isclose(e[0], (3 * np.e + 6) / 18))
     True
     """
+    x, a = _checked(x, heads, beta, weights)
+    if beta == 0:
+        xt = x.T
+        return np.array([0.5 * float(a @ (x @ heads.B[h] @ (xt @ a))) for h in range(heads.H)])
+    logs = energy_row_logs(x, heads, beta=beta, weights=a, threads=threads, backend=backend, tolerance=tolerance, flash=flash)
+    return energies_from_row_logs(logs, beta=beta, weights=a)
+
+
+def head_log_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None,
+                      threads: int | None = None, backend: str = "blas", tolerance: float = 1e-12, flash: bool = True) -> np.ndarray:
+    r""":math:`\ln E_h` for :math:`\beta>0`, shape ``(H,)``: the energies of :func:`head_energies` in the log domain.
+
+    .. math::
+
+        \ln E_h = \ln\sum_i e^{\ln a_i+\ell^h_i} - \ln 2\beta,\qquad \ell^h_i=\ln\sum_j a_j e^{\beta s^h_{ij}}
+
+    (the energy of Pendharkar, arXiv 2605.04279).  :math:`E_h` grows like :math:`e^{\beta\max s^h_{ij}}`: past
+    :math:`\beta\approx709` for :math:`B_h=I` it is ``inf`` in float64, its logarithm a number of the same rows' sums.
+    Options as :func:`head_energies`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from meanfield.heads import HeadStack
+    >>> x = np.eye(3)
+    >>> float(head_log_energies(x, HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]), beta=1024.0)[0]) > 1000
+    True
+    """
+    x, a = _checked(x, heads, beta, weights)
+    if not beta > 0:
+        raise ValueError(f"the log of the energy needs beta > 0, got {beta!r}")
+    logs = energy_row_logs(x, heads, beta=beta, weights=a, threads=threads, backend=backend, tolerance=tolerance, flash=flash)
+    return log_energies_from_row_logs(logs, beta=beta, weights=a)
+
+
+def _checked(x: np.ndarray, heads: HeadStack, beta: float, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     x = np.ascontiguousarray(x, dtype=float)
     if x.ndim != 2 or x.shape[1] != heads.d:  # scalar heads (B = λI) had returned the energy of another d without a word
         raise ValueError(f"x must have shape (n, {heads.d}) for heads of dimension {heads.d}, got {x.shape}")
     if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)) or not np.isfinite(beta):
         raise ValueError(f"beta must be a finite number, got {beta!r}")  # (a negative β is the energy's own continuation)
+    return x, np.ascontiguousarray(token_masses(x.shape[0], weights))  # the kernels' check of the masses: shape, finite, ≥ 0
+
+
+def energy_row_logs(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None,
+                    threads: int | None = None, backend: str = "blas", tolerance: float = 1e-12, flash: bool = True) -> np.ndarray:
+    r"""The heads' log row sums :math:`\ell^h_i=\ln\sum_j a_je^{\beta s^h_{ij}}`, shape ``(H, n)`` (:math:`\beta\ne0`).
+
+    What the attention kernels give as ``row_logs``: :math:`E_h=\frac1{2\beta}\sum_i a_ie^{\ell^h_i}`
+    (:func:`energies_from_row_logs`, :func:`log_energies_from_row_logs`).  :func:`head_energies` documents the options
+    and how the sums are made.
+    """
+    x, a = _checked(x, heads, beta, weights)
     n = x.shape[0]
-    a = np.ascontiguousarray(token_masses(n, weights))  # the kernels' check of the masses: shape, finite, ≥ 0
+    out = np.empty((heads.H, n))
     if beta > 0 and backend in ("auto", "harmonic", "local") and _sphere_rows(x, heads, beta, backend, tolerance):
-        return sphere_head_energies(x, heads, beta=beta, weights=a, tolerance=tolerance)
-    out = np.zeros(heads.H)
+        return sphere_head_row_logs(x, heads, beta=beta, weights=a, tolerance=tolerance)
     xt = np.ascontiguousarray(x.T)
     sums = flash_row_sums(x, heads, beta=beta, weights=a, threads=threads) if flash else None
     if sums is not None:  # the flash tiles' row sums, without their value products
-        logs = np.empty(n)
         for h, (total, shift) in enumerate(sums):
-            _row_logs(total, shift.copy(), slice(0, n), lambda idx, B=heads.B[h]: x[idx] @ B, xt, a, beta, logs)
-            out[h] = _energy_from_logs(logs, beta)
+            _row_logs(total, shift.copy(), slice(0, n), lambda idx, B=heads.B[h]: x[idx] @ B, xt, a, beta, out[h])
         return out
     rhs_t = np.ascontiguousarray(np.vstack([xt, np.ones((1, n))]))  # [x | 1]^T
     radius = float(np.sqrt(np.max(np.einsum("ij,ij->i", x, x)))) if n else 0.0
     block = block_rows(n, _BLOCK_ELEMENTS)
     jobs = [slice(s, min(n, s + block)) for s in range(0, n, block)]
     nthreads = max(1, min(threads or blas_threads(n, x.shape[1], heads.H, np.float64), len(jobs)))
-    logs = np.empty(n)
     with one_blas_thread():
         for h in range(heads.H):
             xb = x @ heads.B[h]
-            if beta == 0:
-                out[h] = 0.5 * float(a @ (xb @ (xt @ a)))
-                continue
             shift = abs(beta) * np.sqrt(np.einsum("ij,ij->i", xb, xb)) * radius
             lhs = np.ascontiguousarray(np.hstack([beta * xb, -shift[:, None]]))
 
-            def work(rows: slice, lhs=lhs, xb=xb, shift=shift) -> None:
+            def work(rows: slice, lhs=lhs, xb=xb, shift=shift, logs=out[h]) -> None:
                 _energy_rows(rows, lhs, rhs_t, xb, xt, a, shift, beta, logs)
 
             run_on_threads(work, jobs, nthreads)
-            out[h] = _energy_from_logs(logs, beta)
     return out
 
 

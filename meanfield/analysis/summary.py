@@ -250,13 +250,16 @@ def run_summary(run: Any) -> str:
         lines.append(f"steps:     {run.info['steps']} {section['solver']['method']} steps")
     if kind != "jko" and lines[-1].startswith("steps:"):
         lines[-1] += _sessions_note(run.info)
-    for key in SUMMARY_SERIES:
+    energy = run.diagnostics.get("energy")
+    overflowed = energy is not None and bool(np.any(np.isposinf(energy)))
+    for key in SUMMARY_SERIES + (("log_energy",) if overflowed else ()):  # ln E where E exceeds the floats
         series = run.diagnostics.get(key)
         if series is None or not len(series):
             continue
         finite = series[np.isfinite(series)]
         if finite.size:
-            lines.append(f"{key + ':':<14}{finite[0]:.6g} -> {finite[-1]:.6g}")
+            digits = 12 if key == "log_energy" else 6  # ln E ~ β: its changes are in the later digits
+            lines.append(f"{key + ':':<14}{finite[0]:.{digits}g} -> {finite[-1]:.{digits}g}")
     wall = run.info.get("wall_time")
     if isinstance(wall, (int, float)) and math.isfinite(wall):
         lines.append(f"wall time: {wall:.3g} s")

@@ -188,6 +188,7 @@ from meanfield.kernels.local import (
 __all__ = [
     "certified_head_sums",
     "sphere_head_energies",
+    "sphere_head_row_logs",
     "velocity_harmonic",
     "choose_sphere_method",
     "estimate_sphere_seconds",
@@ -1126,18 +1127,31 @@ def sphere_head_energies(
     -------
     (H,) array
     """
+    a = token_masses(np.shape(x)[0], weights)
+    out = np.zeros(heads.H)
+    for h, row_logs in enumerate(sphere_head_row_logs(x, heads, beta=beta, weights=a, tolerance=tolerance)):
+        with np.errstate(divide="ignore"):
+            logs = np.log(a) + row_logs
+        top = float(logs.max())
+        out[h] = np.exp(top) * float(np.sum(np.exp(logs - top))) / (2 * float(beta)) if np.isfinite(top) else 0.0
+    return out
+
+
+def sphere_head_row_logs(
+    x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None, tolerance: float = 1e-12,
+) -> np.ndarray:
+    r"""The log row sums :math:`\ell^h_i=m^h_i+\ln D^h_i` of :func:`sphere_head_energies`, shape ``(H, n)``
+    (:math:`-\infty` where :math:`D^h_i=0`): :math:`E_h=\frac1{2\beta}\sum_ia_ie^{\ell^h_i}`, also in the log domain
+    where :math:`E_h` overflows."""
     x = check_sphere_tokens(x, heads, "softmax", tolerance=tolerance)
     a = token_masses(x.shape[0], weights)
     beta = float(beta)
     if not beta > 0 or not np.isfinite(beta):
         raise ValueError(f"beta must be finite and > 0, got {beta}")
-    out = np.zeros(heads.H)
+    out = np.full((heads.H, x.shape[0]), -np.inf)
     for h, sums in enumerate(certified_head_sums(x, heads, beta, "softmax", a, float(tolerance))):
-        logs = np.full(x.shape[0], -np.inf)
-        positive = (a > 0) & (sums.den > 0)
-        logs[positive] = np.log(a[positive]) + sums.shift[positive] + np.log(sums.den[positive])
-        top = float(logs.max())
-        out[h] = np.exp(top) * float(np.sum(np.exp(logs - top))) / (2 * beta) if np.isfinite(top) else 0.0
+        positive = sums.den > 0
+        out[h, positive] = sums.shift[positive] + np.log(sums.den[positive])
     return out
 
 

@@ -145,3 +145,72 @@ def test_the_speed_tracker_shares_the_next_steps_first_evaluation():
         x = result.states[k]
         speed = np.max(np.linalg.norm(problem.model.velocity(x, t), axis=1))
         np.testing.assert_allclose(result.diagnostics["max_speed"][k], speed, rtol=1e-14, atol=0)
+
+
+def _numpy_log_energies(x: np.ndarray, B: np.ndarray, beta: float, a: np.ndarray) -> np.ndarray:
+    """ln E_h = logsumexp_ij(ln a_i + ln a_j + beta s_ij) - ln(2 beta), from the full score matrix (scipy's logsumexp)."""
+    from scipy.special import logsumexp
+
+    with np.errstate(divide="ignore"):
+        log_a = np.log(a)
+    return np.array([logsumexp(log_a[:, None] + log_a[None, :] + beta * (x @ Bh @ x.T)) - np.log(2 * beta) for Bh in B])
+
+
+@pytest.mark.parametrize("flash", [False, True], ids=["row blocks", "flash tiles"])
+def test_log_energies_where_the_energies_overflow(rng, flash, monkeypatch):
+    # at β = 1024 every E_h is inf (e^{β s} past the largest float); ln E_h is a number, from the same row sums
+    import meanfield.kernels.blas as blas_module
+    from meanfield.analysis.energy import head_log_energies
+
+    monkeypatch.setattr(blas_module, "FLASH_CPU", True)
+    n, d = 200, 4
+    x = sample_uniform(n, d, seed=5)
+    heads = _heads(rng, 2, d, scale=2.0)
+    a = rng.uniform(0.0, 2.0, n)
+    a[:5] = 0.0
+    for beta in (0.7, 4.0, 1024.0):
+        ref = _numpy_log_energies(x, heads.B, beta, a)
+        got = head_log_energies(x, heads, beta=beta, weights=a, flash=flash)
+        np.testing.assert_allclose(got, ref, rtol=1e-13, atol=0)
+        with np.errstate(over="ignore"):
+            energies = head_energies(x, heads, beta=beta, weights=a, flash=flash)
+        if beta < 100:
+            np.testing.assert_allclose(np.log(energies), got, rtol=1e-13)
+        else:
+            assert np.all(np.isposinf(energies))
+    with pytest.raises(ValueError, match="beta > 0"):
+        head_log_energies(x, heads, beta=-1.0)
+
+
+def test_log_energies_from_the_sphere_kernels_row_sums():
+    from meanfield.analysis.energy import head_log_energies
+    from meanfield.kernels.attention import SPHERE_DENSE_MAX_N
+
+    rng = np.random.default_rng(6)
+    n = 2 * SPHERE_DENSE_MAX_N
+    x = sample_uniform(n, 3, seed=3)
+    heads = HeadStack(B=np.stack([np.eye(3), rng.standard_normal((3, 3))]), V=np.eye(3)[None].repeat(2, 0))
+    a = rng.uniform(0.5, 1.5, n)
+    ref = _numpy_log_energies(x, heads.B, 1024.0, a)
+    for backend in ("harmonic", "local"):
+        np.testing.assert_allclose(head_log_energies(x, heads, beta=1024.0, weights=a, backend=backend, tolerance=1e-12),
+                                   ref, rtol=1e-13, atol=0)
+
+
+def test_the_energy_tracker_records_the_log_energy_and_the_summary_shows_it_where_the_energy_overflows():
+    import meanfield as mf
+
+    cool = mf.simulate({"model": {"beta": 4.0}, "init": {"n": 40}, "solver": {"t_final": 0.1, "save_every": 0.05}})
+    np.testing.assert_allclose(cool.diagnostics["log_energy"], np.log(cool.diagnostics["energy"]), rtol=1e-14)
+    assert "log_energy" not in cool.summary()
+    cold = mf.simulate({"model": {"beta": 1024.0}, "init": {"n": 40}, "solver": {"t_final": 0.1, "save_every": 0.05}})
+    assert np.all(np.isposinf(cold.diagnostics["energy"]))
+    for k in range(cold.frames):
+        x = cold.frame(k)
+        ref = _numpy_log_energies(x, np.eye(3)[None], 1024.0, np.full(40, 1 / 40))[0]
+        np.testing.assert_allclose(cold.diagnostics["log_energy"][k], ref, rtol=1e-13)
+    assert np.all(np.diff(cold.diagnostics["log_energy"]) >= 0)  # ascent: the energy grows
+    assert "log_energy:" in cold.summary()
+    mean = mf.simulate({"model": {"beta": 2.0, "num_heads": 3, "combine": "mean"}, "init": {"n": 30},
+                        "solver": {"t_final": 0.05, "save_every": 0.05}})
+    np.testing.assert_allclose(mean.diagnostics["log_energy"], np.log(mean.diagnostics["energy"]), rtol=1e-14)
