@@ -158,7 +158,14 @@ def find_minilm(*, key: str = "CHECKPOINT") -> Path:
 def resolve_checkpoint_path(path: str | Path, *, key: str = "CHECKPOINT", base: Path | None = None) -> Path:
     """The ``.safetensors`` file meant by ``path``: a file, a folder with ``model.safetensors``, or ``minilm``.
 
-    Relative paths are taken relative to ``base`` (a config file's folder) when given.
+    A folder without ``model.safetensors`` that holds exactly one other ``*.safetensors`` file stands for that
+    file.  Relative paths are taken relative to ``base`` (a config file's folder) when given.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``key``: a path that does not exist, a folder with no ``.safetensors`` file or with several
+        (listed) and no ``model.safetensors``, or ``minilm`` when the model is not installed.
     """
     text = str(path).strip()
     if not text:
@@ -175,6 +182,10 @@ def resolve_checkpoint_path(path: str | Path, *, key: str = "CHECKPOINT", base: 
         found = sorted(p.glob("*.safetensors"))
         if len(found) == 1:
             return found[0]
+        if found:  # (it had said "no model.safetensors" and not which files it had found instead)
+            names = ", ".join(f.name for f in found)
+            raise ConfigError(key, f"no {_SAFETENSORS_NAME} in folder {p}, and {len(found)} other .safetensors files "
+                                   f"({names}); give the file itself")
         raise ConfigError(key, f"no {_SAFETENSORS_NAME} in folder {p}")
     if not p.exists():
         raise ConfigError(key, f"checkpoint not found: {p} (give a .safetensors file, a folder holding {_SAFETENSORS_NAME}, or 'minilm')")
@@ -187,14 +198,15 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _weight(name: str, tensor: np.ndarray) -> np.ndarray:
+def _weight(name: str, tensor: np.ndarray, *, path: Path) -> np.ndarray:
     """A stored weight as read-only float64, refused unless it is floating point and finite (an int, bool or NaN
-    tensor had been cast silently, or failed later as a head "that must be finite")."""
+    tensor had been cast silently, or failed later as a head "that must be finite").  Messages name the file
+    ``path`` and the tensor (the file had not been named: with two checkpoints in a config, which one was unclear)."""
     if tensor.dtype.kind != "f":
-        raise ConfigError("CHECKPOINT", f"tensor {name!r} is of type {tensor.dtype}; weights are floating point")
+        raise ConfigError("CHECKPOINT", f"{path}: tensor {name!r} is of type {tensor.dtype}; weights are floating point")
     out = _read_only(tensor)
     if not np.all(np.isfinite(out)):
-        raise ConfigError("CHECKPOINT", f"tensor {name!r} holds non-finite values (NaN or inf)")
+        raise ConfigError("CHECKPOINT", f"{path}: tensor {name!r} holds non-finite values (NaN or inf)")
     return out
 
 
@@ -439,13 +451,23 @@ def _safetensors() -> Any:
     return safe_open
 
 
+#: safetensors data types that the NumPy API reads (BF16 and the F8 types it cannot)
+_NUMPY_DTYPES = frozenset({"BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "F32", "F64"})
+
+
 def _read_tensors(path: Path, names: Sequence[str], *, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
     safe_open = _safetensors()
     out: dict[str, np.ndarray] = {}
     try:
         with safe_open(str(path), framework="np") as f:
             for name in names:
-                out[name] = _weight(name, f.get_tensor(name) if rows is None else _read_rows(f, name, np.asarray(rows)))
+                dtype = f.get_slice(name).get_dtype()
+                if dtype not in _NUMPY_DTYPES:  # bfloat16 (common in Hugging Face exports) or float8: NumPy has no such type
+                    raise ConfigError("CHECKPOINT", f"{path}: tensor {name!r} is stored as {dtype}, which NumPy cannot "
+                                                    "read; convert the checkpoint to float32 (e.g. with torch: load it, "
+                                                    "call .float() on every tensor and save it again)")
+                out[name] = _weight(name, f.get_tensor(name) if rows is None else _read_rows(f, name, np.asarray(rows)),
+                                    path=path)
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - a broken or unsupported file is bad input
@@ -560,9 +582,11 @@ def _load_cached(path: str, mtime_ns: int, size: int, config_stamp: tuple[int, i
         hidden = config.get("hidden_size")
         if hidden is not None and hidden != d:
             raise ConfigError("CHECKPOINT", f"{p}: config.json says hidden_size={hidden} but the weights have d={d}")
-        if d % H:
-            raise ConfigError("num_heads" if num_heads is not None else "CHECKPOINT",
-                              f"d={d} is not a multiple of {'num_heads' if num_heads is not None else 'num_attention_heads in config.json'}={H}")
+        if d % H:  # (the file had not been named)
+            if num_heads is not None:
+                raise ConfigError("num_heads", f"{p}: d={d} is not a multiple of num_heads={H}")
+            raise ConfigError("CHECKPOINT", f"{p.parent / 'config.json'}: num_attention_heads = {H} does not divide "
+                                            f"d = {d}, the width of the weights in {p.name}")
         vecs = {k: (t[n] if n in t else _read_only(np.zeros(d))) for k, n in biases.items()}
         for k, v in vecs.items():
             if v.shape != (d,):

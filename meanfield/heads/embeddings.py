@@ -173,13 +173,16 @@ def embed_sentence(sentence: str, checkpoint: Checkpoint, *, key: str = "sentenc
         "embeddings.LayerNorm.bias",
     ]
     missing = [name for name in need if not checkpoint.has(name)]
-    if missing:
-        raise ConfigError(key, f"{checkpoint.path} lacks {', '.join(checkpoint.prefix + m for m in missing)}")
+    if missing:  # the checkpoint's fault (it had been blamed on the sentence)
+        raise ConfigError("CHECKPOINT", f"{checkpoint.path} lacks {', '.join(checkpoint.prefix + m for m in missing)}")
     checkpoint.check_embeddings()  # the checkpoint's own fault: CHECKPOINT, named by the caller as its option or key
     tokens, ids = tokenize(sentence, checkpoint, key=key)
     word_shape = checkpoint.shape("embeddings.word_embeddings.weight")
-    if int(ids.max()) >= word_shape[0]:
-        raise ConfigError(key, f"token id {int(ids.max())} is outside the word-embedding table ({word_shape[0]} rows)")
+    if int(ids.max()) >= word_shape[0]:  # the checkpoint's fault, not the sentence's (it had been blamed on the sentence)
+        raise ConfigError("CHECKPOINT", f"{checkpoint.tokenizer_path} gives token id {int(ids.max())} (for "
+                                        f"{tokens[int(np.argmax(ids))]!r}), but the word-embedding table "
+                                        f"{checkpoint.prefix + 'embeddings.word_embeddings.weight'!r} of {checkpoint.path} "
+                                        f"has {word_shape[0]} rows; the tokenizer and the weights do not belong together")
     n = ids.size
     e = checkpoint.tensor("embeddings.word_embeddings.weight", rows=ids) + checkpoint.tensor(
         "embeddings.position_embeddings.weight", rows=np.arange(n)
