@@ -536,7 +536,11 @@ def _load_cached(path: str, mtime_ns: int, size: int, config_stamp: tuple[int, i
     prefixes = [n[: -len(_QUERY_SUFFIX)] for n in names if n.endswith(_QUERY_SUFFIX)]
     if not prefixes:
         raise ConfigError("CHECKPOINT", f"{p} is not a BERT-style checkpoint: no tensor named '[prefix]{_QUERY_SUFFIX}'")
-    prefix = sorted(prefixes, key=len)[0]
+    if len(prefixes) > 1:  # (the shortest prefix had been taken without a word: a teacher and a student, one analysed)
+        listed = " and ".join(repr(x) for x in sorted(prefixes, key=lambda x: (len(x), x)))
+        raise ConfigError("CHECKPOINT", f"{p} holds {len(prefixes)} encoders, under the prefixes {listed}; give a file "
+                                        "with one (save the tensors of the one you mean to a file of their own)")
+    prefix = prefixes[0]
     pattern = re.compile(re.escape(prefix) + r"encoder\.layer\.(\d+)\.attention\.self\.query\.weight$")
     indices = sorted(int(m.group(1)) for n in names if (m := pattern.match(n)))
     if indices != list(range(len(indices))):

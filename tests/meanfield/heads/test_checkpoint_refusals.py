@@ -193,6 +193,12 @@ def test_the_loader_names_the_file_of_a_bad_tensor(broken: Path, name: str) -> N
     assert err.value.key == "CHECKPOINT" and str(broken / name / named) in err.value.message and words in err.value.message
 
 
+def test_a_file_with_two_encoders_is_refused_naming_both(broken: Path) -> None:
+    # the shorter prefix ('student.') had been taken without a word
+    with pytest.raises(ConfigError, match="holds 2 encoders, under the prefixes 'student.' and 'teacher.bert.'"):
+        load_checkpoint(broken / "two_encoders")
+
+
 @pytest.mark.parametrize("name", ["words_too_few", "no_words"])
 def test_a_word_table_that_does_not_fit_is_blamed_on_the_checkpoint(broken: Path, name: str, capsys) -> None:
     # it had been blamed on the sentence ("--sentence: token id 9 is outside the word-embedding table (6 rows)")
