@@ -351,9 +351,10 @@ class Checkpoint:
         return float(value)
 
     def check_embeddings(self, *, key: str = "CHECKPOINT") -> None:
-        """The embedding tables fit BERT's scheme: word (V, d) and position (P, d) tables, LayerNorm (d,), a
+        """The embedding tables fit BERT's scheme: word (V, d) and position (P ≥ 3, d) tables, LayerNorm (d,), a
         token-type table (T ≥ 1, d) where there is one, and absolute positions from row 0 (``model_type`` BERT:
-        RoBERTa-family files have BERT's tensor names but start their positions after the padding index).
+        RoBERTa-family files have BERT's tensor names but start their positions after the padding index;
+        ``position_embedding_type`` absolute: a relative-position BERT stores a position table but does not add it).
 
         Raises
         ------
@@ -364,6 +365,11 @@ class Checkpoint:
         if model_type != "bert":
             raise ConfigError(key, f"{self.path}: model_type = {model_type!r}; the embeddings are read as BERT's (positions "
                                    "from row 0), which that family does not use")
+        positions = self.config.get("position_embedding_type", "absolute")
+        if positions != "absolute":  # (the position table had been added anyway: tokens the model's first layer never reads)
+            raise ConfigError(key, f"{self.folder / 'config.json'}: position_embedding_type = {positions!r}; only 'absolute' "
+                                   "is implemented (a relative-position BERT does not add its position table to the "
+                                   "embeddings, and its scores hold a position term the heads do not)")
         d = self.d
         tables = {"embeddings.word_embeddings.weight": None, "embeddings.position_embeddings.weight": None,
                   "embeddings.LayerNorm.weight": (d,), "embeddings.LayerNorm.bias": (d,)}
@@ -375,6 +381,10 @@ class Checkpoint:
             if not fits:
                 raise ConfigError(key, f"{self.path}: tensor {self.prefix + name!r} has shape {got}; expected "
                                        f"{shape if shape is not None else f'(rows ≥ 1, {d})'} for d = {d}")
+        rows = self.shape("embeddings.position_embeddings.weight")[0]
+        if rows < 3:  # (2 rows had cut every sentence to [CLS] [SEP] and blamed the text; 1 row failed on reading it)
+            raise ConfigError(key, f"{self.path}: tensor {self.prefix + 'embeddings.position_embeddings.weight'!r} has "
+                                   f"{rows} rows; a sentence needs at least 3 positions ([CLS], a word, [SEP])")
         self.layer_norm_eps  # noqa: B018 - checked: a bad value is named here, before any work
 
     def layer(self, index: int, *, key: str = "layer") -> AttentionLayer:

@@ -199,6 +199,16 @@ def test_a_file_with_two_encoders_is_refused_naming_both(broken: Path) -> None:
         load_checkpoint(broken / "two_encoders")
 
 
+def test_sentence_embeddings_of_a_relative_position_bert_are_refused(broken: Path) -> None:
+    # its position table had been added to the tokens (the model does not add it), without a word
+    ckpt = load_checkpoint(broken / "relative_positions")
+    with pytest.raises(ConfigError, match="position_embedding_type = 'relative_key'; only 'absolute'") as err:
+        embed_sentence(SENTENCE, ckpt)
+    assert err.value.key == "CHECKPOINT" and str(broken / "relative_positions" / CONFIG) in err.value.message
+    with pytest.raises(ConfigError, match="has 2 rows; a sentence needs at least 3 positions"):  # (had blamed the text)
+        embed_sentence(SENTENCE, load_checkpoint(broken / "two_positions"))
+
+
 @pytest.mark.parametrize("name", ["words_too_few", "no_words"])
 def test_a_word_table_that_does_not_fit_is_blamed_on_the_checkpoint(broken: Path, name: str, capsys) -> None:
     # it had been blamed on the sentence ("--sentence: token id 9 is outside the word-embedding table (6 rows)")
