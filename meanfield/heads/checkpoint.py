@@ -609,7 +609,8 @@ def _load_cached(path: str, mtime_ns: int, size: int, config_stamp: tuple[int, i
     return Checkpoint(path=p, prefix=prefix, layers=tuple(layers), config=config, names=names)
 
 
-def load_checkpoint(path: str | Path, *, num_heads: int | None = None, key: str = "CHECKPOINT", base: Path | None = None) -> Checkpoint:
+def load_checkpoint(path: str | Path, *, num_heads: int | None = None, key: str = "CHECKPOINT", base: Path | None = None,
+                    embeddings_only: bool = False) -> Checkpoint:
     r"""Read every layer's :math:`W_q, W_k, W_v, W_O` (and biases) from a BERT-style ``.safetensors``.
 
     .. math::
@@ -632,6 +633,10 @@ def load_checkpoint(path: str | Path, *, num_heads: int | None = None, key: str 
         Name used in error messages (``"model.heads"`` from a config).
     base : Path, optional
         Folder that relative paths are taken from.
+    embeddings_only : bool
+        The caller reads the embedding tables alone (:mod:`meanfield.heads.embeddings`), which do not depend on
+        how a layer splits into heads: a checkpoint with no head count (no ``config.json`` with
+        ``num_attention_heads``, no ``num_heads``) is then read as one head per layer instead of refused.
 
     Returns
     -------
@@ -645,6 +650,8 @@ def load_checkpoint(path: str | Path, *, num_heads: int | None = None, key: str 
     """
     p = resolve_checkpoint_path(path, key=key, base=base).resolve()
     try:
+        if embeddings_only and num_heads is None and _read_config(p.parent).get("num_attention_heads") is None:
+            num_heads = 1  # (a sentence on a checkpoint without config.json had been refused for want of a head count)
         return _load_cached(*_file_stamp(p), num_heads)
     except ConfigError as exc:
         if key != "CHECKPOINT" and exc.key in ("CHECKPOINT", "num_heads"):

@@ -221,29 +221,33 @@ def tokens_from_config(cfg: dict[str, Any], *, base: Path | None = None) -> np.n
     """Initial tokens of ``[init] kind = "sentence"``: keys ``sentence`` and ``checkpoint``.
 
     ``init.checkpoint`` (a path or ``"minilm"``) defaults to the checkpoint of
-    ``model.heads = "checkpoint:PATH#..."``.  The tokens' dimension must equal ``model.d``.
+    ``model.heads = "checkpoint:PATH#..."``.  The tokens' dimension must equal ``model.d``.  The embeddings do not
+    need the number of heads: a checkpoint without ``config.json`` is read too.
 
     Raises
     ------
     ConfigError
-        Naming ``init.sentence``, ``init.checkpoint`` or ``model.d``.
+        Naming ``init.sentence``, ``model.d``, and for a fault of the checkpoint or its tokenizer the key that
+        named the checkpoint: ``init.checkpoint``, or ``model.heads`` when ``init.checkpoint`` is not given.
     """
     init, model = cfg["init"], cfg["model"]
     sentence = init.get("sentence")
     if not isinstance(sentence, str) or not sentence.strip():
         raise ConfigError("init.sentence", "kind='sentence' needs sentence = \"some text\"")
     source = init.get("checkpoint")
+    key, num_heads = "init.checkpoint", None
     if source is None:
         heads = model.get("heads")
         if not (isinstance(heads, str) and heads.startswith("checkpoint:")):
             raise ConfigError("init.checkpoint", "kind='sentence' needs checkpoint = PATH or 'minilm' (or model.heads = 'checkpoint:...')")
-        source = parse_checkpoint_spec(heads).path
-    ckpt = load_checkpoint(source, key="init.checkpoint", base=base)
+        spec = parse_checkpoint_spec(heads)  # (faults of this file had been named init.checkpoint, a key not given)
+        source, key, num_heads = spec.path, "model.heads", spec.num_heads
+    ckpt = load_checkpoint(source, num_heads=num_heads, key=key, base=base, embeddings_only=True)
     try:
         x = embed_sentence(sentence, ckpt, key="init.sentence").x
     except ConfigError as exc:  # a tensor of the checkpoint, or its tokenizer: the config's key for the checkpoint
         if exc.key == "CHECKPOINT":
-            raise ConfigError("init.checkpoint", exc.message) from None
+            raise ConfigError(key, exc.message) from None
         raise
     if x.shape[1] != model["d"]:
         raise ConfigError("model.d", f"the checkpoint's embeddings have d={x.shape[1]}, but model.d={model['d']}")

@@ -18,10 +18,12 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from meanfield.build import initial_tokens
 from meanfield.cli import main
+from meanfield.config import load_config
 from meanfield.errors import ConfigError
 from meanfield.heads.checkpoint import load_checkpoint, write_synthetic_checkpoint
-from meanfield.heads.embeddings import embed_sentence
+from meanfield.heads.embeddings import embed_sentence, sentence_tokens, tokens_from_config
 
 Q0 = "encoder.layer.0.attention.self.query.weight"
 K1 = "encoder.layer.1.attention.self.key.weight"
@@ -220,9 +222,31 @@ def test_a_word_table_that_does_not_fit_is_blamed_on_the_checkpoint(broken: Path
     assert "error: CHECKPOINT: " in capsys.readouterr().err
 
 
+def test_the_key_the_user_wrote_names_a_fault_of_the_embeddings(broken: Path) -> None:
+    # with init.checkpoint not given, a fault of model.heads' file had been named init.checkpoint
+    for given, key in ((False, "model.heads"), (True, "init.checkpoint")):
+        cfg = _sentence_config(broken / "roberta")
+        if given:
+            cfg["init"]["checkpoint"] = str(broken / "roberta")
+        with pytest.raises(ConfigError) as err:
+            tokens_from_config({"model": cfg["model"], "init": cfg["init"]})
+        assert err.value.key == key and "model_type = 'roberta'" in err.value.message
+
+
 def test_a_folder_with_several_other_safetensors_lists_them(broken: Path, tmp_path: Path) -> None:
     for name in ("b.safetensors", "a.safetensors"):
         shutil.copy(broken / "good" / SAFETENSORS, tmp_path / name)
     with pytest.raises(ConfigError, match=r"no model\.safetensors in folder .*, and 2 other \.safetensors files "
                                           r"\(a\.safetensors, b\.safetensors\)"):
         load_checkpoint(tmp_path)
+
+
+def test_sentence_tokens_from_a_checkpoint_without_config_json(broken: Path) -> None:
+    # the embeddings had asked for num_heads (under init.checkpoint, which has no such option), given in model.heads
+    expected = sentence_tokens(SENTENCE, broken / "good")
+    cfg = _sentence_config(broken / "no_config")
+    cfg["model"]["heads"] += "&num_heads=2"
+    np.testing.assert_array_equal(initial_tokens(load_config(cfg)), expected)
+    cfg = _sentence_config(broken / "good")  # and init.checkpoint without config.json: the head count is not needed
+    cfg["init"]["checkpoint"] = str(broken / "no_config")
+    np.testing.assert_array_equal(initial_tokens(load_config(cfg)), expected)
