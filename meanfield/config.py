@@ -459,6 +459,7 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         if base is not None and spec.path.lower() != "minilm" and not Path(spec.path).expanduser().is_absolute():  # (~/ck had
             # become <config folder>/~/ck)
             model["heads"] = f"checkpoint:{base / spec.path}#{heads.rpartition('#')[2]}"
+        _checkpoint_heads_checks(model)
     _authors_checks(cfg, on_grid=on_grid)
     _mask_checks(cfg, on_grid=on_grid)
     _graded_checks(cfg)
@@ -483,6 +484,11 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         checkpoint = init["checkpoint"]
         if checkpoint and base is not None and checkpoint.lower() != "minilm" and not Path(checkpoint).expanduser().is_absolute():
             init["checkpoint"] = str(base / checkpoint)
+        from meanfield.heads.embeddings import tokens_from_config  # the checkpoint, its tokenizer and the sentence:
+        # refused here, before any file (a sweep had written its folder and failed every case, each twice)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConfigNote)  # (a sentence cut to the positions: noted once, when it is built)
+            tokens_from_config(cfg)
     if init["kind"] == "file":
         if not init["path"]:
             raise ConfigError("init.path", "kind='file' needs path = \"x0.npy\"")
@@ -543,6 +549,26 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         from meanfield.heads.schedules import SCHEDULES
 
         SCHEDULES["layers"](cfg, None)  # raises ConfigError when no head has a random matrix
+
+
+def _checkpoint_heads_checks(model: dict[str, Any]) -> None:
+    """``model.heads = "checkpoint:PATH#layer=L…"``: the file is read (the loader caches it), and its layer, its heads
+    and its ``d`` are checked, so that a missing, broken or mismatched checkpoint is refused while the config is
+    resolved, before any file is written.
+
+    (Resolution had only parsed the reference: ``meanfield sweep`` wrote its folder and then failed every case,
+    each twice, with exit status 1.)
+    """
+    from meanfield.heads.checkpoint import load_checkpoint, parse_checkpoint_spec
+
+    spec = parse_checkpoint_spec(model["heads"])
+    ckpt = load_checkpoint(spec.path, num_heads=spec.num_heads, key="model.heads")
+    layer = ckpt.layer(spec.layer, key="model.heads")
+    for h in spec.heads or ():
+        if not h < layer.num_heads:
+            raise ConfigError("model.heads", f"head {h} does not exist; layer {spec.layer} has heads 0..{layer.num_heads - 1}")
+    if ckpt.d != model["d"]:
+        raise ConfigError("model.d", f"the checkpoint's heads act in d={ckpt.d}, but model.d={model['d']}")
 
 
 def _source_run_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping[str, Any]) -> None:

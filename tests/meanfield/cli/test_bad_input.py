@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import h5py
@@ -407,6 +408,40 @@ def test_output_folders_that_are_files_are_refused(tmp_path, capsys):
     ):
         status, err = _run(argv, capsys)
         assert status == 2 and option in err, (argv, err)
+
+
+@pytest.mark.parametrize("damage", ["missing", "nan", "layer 5", "sentence"])
+def test_a_sweep_over_a_missing_or_broken_checkpoint_exits_2_before_its_folder(tmp_path, capsys, damage):
+    # config resolution had only parsed model.heads = "checkpoint:...": the sweep wrote --out, ran every case, failed
+    # each twice on the same error and exited 1 (and --dry-run listed the cases, exit 0)
+    from safetensors.numpy import load_file, save_file
+
+    from meanfield.heads.checkpoint import write_synthetic_checkpoint
+
+    path = write_synthetic_checkpoint(tmp_path / "ck", d=8, num_layers=2, num_heads=2)
+    key, layer, named = "model.heads", 1, str(path)
+    if damage == "missing":
+        shutil.rmtree(path.parent)
+        named = str(path.parent)
+    elif damage == "nan":
+        tensors = load_file(str(path))
+        tensors["encoder.layer.1.attention.self.key.weight"][2, 3] = np.nan
+        save_file(tensors, str(path))
+    elif damage == "layer 5":
+        layer, named = 5, "layer 5 does not exist"
+    else:  # the word table the sentence is read from
+        tensors = load_file(str(path))
+        del tensors["embeddings.word_embeddings.weight"]
+        save_file(tensors, str(path))
+    base = tmp_path / "base.toml"
+    base.write_text(f'[model]\nd = 8\nheads = "checkpoint:{path.parent}#layer={layer}"\n'
+                    '[init]\nkind = "sentence"\nsentence = "the cat sat"\n[solver]\nt_final = 0.1\nsave_every = 0.05\n')
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'base = "{base}"\n[grid]\n"model.beta" = [1.0, 2.0]\n')
+    for extra in ([], ["--dry-run"]):
+        status, err = _run(["sweep", str(sweep), "--out", str(tmp_path / "out"), "--workers", "0", "--quiet", *extra], capsys)
+        assert status == 2 and f"{key}: " in err and named in err, err
+        assert not (tmp_path / "out").exists()
 
 
 def test_an_empty_sentence_is_refused(tmp_path, capsys):

@@ -244,7 +244,10 @@ def test_config_and_build_accept_checkpoint_heads(bert: tuple[Path, dict]) -> No
     cfg = load_config({"model": {"d": D, "beta": 0.5, "heads": f"checkpoint:{folder}#layer=1"}, "init": {"n": 4}})
     heads = build_heads(cfg)
     np.testing.assert_allclose(heads[1].B, _expected_head(t, 1, 1)[0].T @ _expected_head(t, 1, 1)[1], rtol=1e-14, atol=1e-14)
-    cfg = load_config({"model": {"d": 5, "heads": f"checkpoint:{folder}#layer=1"}, "init": {"n": 4}})
+    with pytest.raises(ConfigError) as err:  # refused as the config is resolved (it had waited for build_heads)
+        load_config({"model": {"d": 5, "heads": f"checkpoint:{folder}#layer=1"}, "init": {"n": 4}})
+    assert err.value.key == "model.d"
+    cfg["model"]["d"] = 5  # and a config that skipped resolution still by build_heads
     with pytest.raises(ConfigError) as err:
         build_heads(cfg)
     assert err.value.key == "model.d"

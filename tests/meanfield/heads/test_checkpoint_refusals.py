@@ -185,6 +185,31 @@ def _sentence_config(folder: Path) -> dict[str, Any]:
             "init": {"kind": "sentence", "sentence": SENTENCE}, "solver": {"t_final": 0.1, "save_every": 0.05}}
 
 
+def test_every_variant_is_listed(broken: Path) -> None:
+    assert set(REFUSALS) == {p.name for p in broken.iterdir()} - {"good"}
+    load_config(_sentence_config(broken / "good"))  # the undamaged file resolves
+
+
+@pytest.mark.parametrize(("name", "named", "words"), [(k, *v) for k, v in REFUSALS.items()], ids=list(REFUSALS))
+def test_a_broken_checkpoint_is_refused_naming_the_key_the_file_and_the_tensor(broken: Path, name: str, named: str,
+                                                                                words: str) -> None:
+    # resolution had only parsed model.heads: a broken file was found by the run, after the output was opened
+    folder = broken / name
+    with pytest.raises(ConfigError) as err:
+        load_config(_sentence_config(folder))
+    assert err.value.key == "model.heads"  # the key written (init.checkpoint, not given, had been named for the embeddings)
+    assert str(folder / named) in err.value.message and words in err.value.message, err.value.message
+
+
+@pytest.mark.parametrize("name", ["nan_W_k", "relative_positions", "words_too_few", "no_words"])
+def test_a_broken_init_checkpoint_is_named_as_init_checkpoint(broken: Path, name: str) -> None:
+    cfg = _sentence_config(broken / "good")
+    cfg["init"]["checkpoint"] = str(broken / name)
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    assert err.value.key == "init.checkpoint" and str(broken / name) in err.value.message
+
+
 @pytest.mark.parametrize("name", ["nan_W_k", "int_W_k", "bf16_W_k", "heads_3"])
 def test_the_loader_names_the_file_of_a_bad_tensor(broken: Path, name: str) -> None:
     # "tensor '…' holds non-finite values" had not said in which file; bfloat16 had been "data type 'bfloat16' not
@@ -250,3 +275,13 @@ def test_sentence_tokens_from_a_checkpoint_without_config_json(broken: Path) -> 
     cfg = _sentence_config(broken / "good")  # and init.checkpoint without config.json: the head count is not needed
     cfg["init"]["checkpoint"] = str(broken / "no_config")
     np.testing.assert_array_equal(initial_tokens(load_config(cfg)), expected)
+
+
+def test_simulate_refuses_a_broken_sentence_checkpoint_before_writing(broken: Path, tmp_path: Path, capsys) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(f'[model]\nd = 8\nheads = "checkpoint:{broken / "good"}#layer=1"\n'
+                      f'[init]\nkind = "sentence"\nsentence = "{SENTENCE}"\ncheckpoint = "{broken / "words_too_few"}"\n')
+    assert main(["simulate", str(config), "-o", str(tmp_path / "o.h5"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "error: init.checkpoint: " in err and str(broken / "words_too_few" / TOKENIZER) in err  # (had blamed the sentence)
+    assert not (tmp_path / "o.h5").exists()
