@@ -48,8 +48,10 @@ quarter of the budget, and proxies a box only where the rounding of the cancelli
 about :math:`10^{-15}\Lambda^3e^{U+\omega}` (:math:`\Lambda` the Lebesgue constant of the
 Chebyshev points), stays below another quarter, and where :math:`\prod_d p_d` is at most a
 :data:`PROXY_GAIN`-th of its points (:data:`PROXY_MIN_POINTS` at least).  A heavy cell whose
-box is too wide is split into four along its tangents, up to :data:`MAX_DEPTH` times (smaller
-boxes, smaller :math:`U`); what qualifies nowhere is summed point by point, as before.
+box is too wide first sheds its outliers (a token in transit in a cluster's cell would otherwise
+widen the cluster's box past any proxy), which are tried apart, or else is split into four along
+its tangents where a quarter's own box shows the split can pay, up to :data:`MAX_DEPTH` times
+(smaller boxes, smaller :math:`U`); what qualifies nowhere is summed point by point, as before.
 Spread-out tokens never qualify (a cell holds 16 points); a cluster of half a million tokens of
 radius :math:`5\cdot10^{-4}` at :math:`\beta = 1024` becomes about 2300 nodes.  The
 bound is a worst case: measured errors are far below it (``tests``).
@@ -101,6 +103,8 @@ PROXY_MIN_ROWS = 2048
 PROXY_MIN_CANDIDATES = 4096
 #: most times a heavy cell's box is split into four
 MAX_DEPTH = 10
+#: a box too wide for a proxy sheds the points farther from its median point than this many times their median distance
+_TRIM = 8.0
 #: relative rounding of one term of the proxy sums, before the Lebesgue constants and e^{U+ω}
 _ROUNDING = 1e-15
 
@@ -282,32 +286,92 @@ class _Box:
     frame: np.ndarray
 
 
+@dataclass
+class _Part:
+    """Some points of one cell and the box about them in their own frame; ``points`` is None where it takes no proxy."""
+
+    idx: np.ndarray
+    coords: np.ndarray
+    middle: np.ndarray
+    half: np.ndarray
+    points: tuple[int, int, int] | None
+    frame: np.ndarray
+
+
+def _measure(y: np.ndarray, wy: np.ndarray, idx: np.ndarray, *, qmax: float, tolerance: float) -> _Part | None:
+    """The box about the points ``idx`` and its proxy's Chebyshev points per axis (None: too few points, no mass)."""
+    if idx.size < PROXY_MIN_POINTS:
+        return None
+    mass = wy[3, idx]
+    total = float(mass.sum())
+    mean = wy[:3, idx].sum(axis=1)
+    norm = float(np.linalg.norm(mean))
+    if not total > 0 or not norm > 0:
+        return None
+    frame = _frame(mean / norm)
+    coords = y[idx] @ frame.T  # (count, 3): along the mean direction and the two tangents
+    lo, hi = coords.min(axis=0), coords.max(axis=0)
+    half, middle = 0.5 * (hi - lo), 0.5 * (hi + lo)
+    centroid = (mass @ coords) / total
+    offset = qmax * float(np.linalg.norm(centroid - middle))  # Jensen: the box's sum is ≥ M e^{q·ȳ}
+    points = _points_per_axis(qmax * half, offset, tolerance)
+    if points is not None and math.prod(points) * PROXY_GAIN > idx.size:
+        points = None
+    return _Part(idx, coords, middle, half, points, frame)
+
+
+def _core(coords: np.ndarray) -> np.ndarray:
+    """The points within :data:`_TRIM` times the median distance of the median point, along the tangents (a mask)."""
+    centre = np.median(coords[:, 1:], axis=0)
+    dist = np.hypot(coords[:, 1] - centre[0], coords[:, 2] - centre[1])
+    return dist <= _TRIM * float(np.median(dist))
+
+
+def _may_pay(part: _Part | None, *, qmax: float, tolerance: float) -> bool:
+    """Whether a measured box takes a proxy, or the average quarter of it could (:func:`_children_may_qualify`)."""
+    if part is None:
+        return False
+    return part.points is not None or _children_may_qualify(qmax * part.half, part.idx.size, tolerance)
+
+
 def _split_or_proxy(y: np.ndarray, wy: np.ndarray, cell: int, idx: np.ndarray, *, qmax: float, tolerance: float,
                     boxes: list[_Box]) -> None:
-    """Proxy the points ``idx`` of one cell, splitting their box into four along its tangents where it is too wide;
-    the boxes that qualify are appended to ``boxes``, the other points stay as they are."""
-    stack = [(idx, 0)]
+    """Proxy the points ``idx`` of one cell; the boxes that qualify are appended to ``boxes``, the other points stay as
+    they are.
+
+    A box too wide for a proxy first sheds its outliers (:func:`_core`: a token in transit beside a
+    cluster, in the same grid cell, would otherwise widen the cluster's box past any proxy), which
+    are measured apart; with none to shed, it is split into four along its tangents where one of
+    the quarters, measured, takes a proxy or may after a further split.
+    """
+    def measure(points: np.ndarray) -> _Part | None:
+        return _measure(y, wy, points, qmax=qmax, tolerance=tolerance)
+
+    stack = [(measure(idx), 0)]
     while stack:
         part, depth = stack.pop()
-        mass = wy[3, part]
-        mean = wy[:3, part].sum(axis=1)
-        norm = float(np.linalg.norm(mean))
-        if part.size < PROXY_MIN_POINTS or not float(mass.sum()) > 0 or not norm > 0:
+        if part is None:
             continue
-        frame = _frame(mean / norm)
-        coords = y[part] @ frame.T  # (count, 3): along the mean direction and the two tangents
-        lo, hi = coords.min(axis=0), coords.max(axis=0)
-        half, middle = 0.5 * (hi - lo), 0.5 * (hi + lo)
-        centroid = (mass @ coords) / float(mass.sum())
-        offset = qmax * float(np.linalg.norm(centroid - middle))  # Jensen: the box's sum is ≥ M e^{q·ȳ}
-        points = _points_per_axis(qmax * half, offset, tolerance)
-        if points is not None and math.prod(points) * PROXY_GAIN <= part.size:
-            local = np.where(half > 0, (coords - middle) / np.where(half > 0, half, 1.0), 0.0)
-            boxes.append(_Box(cell, part, local, middle, half, points, frame))
-        elif depth < MAX_DEPTH and part.size >= 4 * PROXY_MIN_POINTS and _children_may_qualify(qmax * half, part.size, tolerance):
-            quarter = (coords[:, 1] > middle[1]).astype(np.int64) * 2 + (coords[:, 2] > middle[2])
-            for k in range(4):
-                stack.append((part[quarter == k], depth + 1))
+        if part.points is not None:
+            local = np.where(part.half > 0, (part.coords - part.middle) / np.where(part.half > 0, part.half, 1.0), 0.0)
+            boxes.append(_Box(cell, part.idx, local, part.middle, part.half, part.points, part.frame))
+            continue
+        if depth >= MAX_DEPTH:
+            continue
+        inner = _core(part.coords)
+        kept = int(np.count_nonzero(inner))
+        if PROXY_MIN_POINTS <= kept < part.idx.size:
+            stack.append((measure(part.idx[~inner]), depth + 1))
+            stack.append((measure(part.idx[inner]), depth + 1))
+            continue
+        if part.idx.size < 4 * PROXY_MIN_POINTS:
+            continue
+        quarter = (part.coords[:, 1] > part.middle[1]).astype(np.int64) * 2 + (part.coords[:, 2] > part.middle[2])
+        children = [measure(part.idx[quarter == k]) for k in range(4)]
+        if _children_may_qualify(qmax * part.half, part.idx.size, tolerance) or any(
+            _may_pay(child, qmax=qmax, tolerance=tolerance) for child in children
+        ):
+            stack.extend((child, depth + 1) for child in children)
 
 
 def build_proxies(
@@ -321,8 +385,8 @@ def build_proxies(
 ) -> ClusterProxies:
     r"""The proxies of the compact, heavy parts of the cells of a point grid (module docstring).
 
-    A heavy cell whose box is too wide for a proxy is split into four along its tangents, up to
-    :data:`MAX_DEPTH` times; what qualifies nowhere keeps its points.
+    A heavy cell whose box is too wide for a proxy sheds its outliers, or else is split into four
+    along its tangents, up to :data:`MAX_DEPTH` times; what qualifies nowhere keeps its points.
 
     Parameters
     ----------

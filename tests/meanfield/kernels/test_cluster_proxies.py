@@ -106,6 +106,37 @@ def test_proxy_sums_match_direct_sums(rng, tolerance):
         assert np.max(np.abs(approx - direct)) <= max(tolerance, 1e-12) * direct[3]
 
 
+@pytest.mark.parametrize("trim", [True, False])
+def test_a_stray_token_beside_each_cluster_keeps_the_cluster_proxied(rng, built, monkeypatch, trim):
+    # one token per cluster moved into the cluster's grid cell, as far from it as the cell allows (a token in
+    # transit): it widened the cell's box past any proxy, and the split was decided on guessed quarter widths,
+    # so every point of both clusters was summed one by one. The box now sheds the stray (trim), and without
+    # that the split is decided on the quarters' real boxes: either keeps the clusters proxied.
+    if not trim:
+        monkeypatch.setattr(proxies_module, "_TRIM", np.inf)
+    n = 8000
+    x = tight_clusters(n, 1e-4, seed=3)
+    g, side, _, _ = SphereSources(x, np.ones(n)).grid
+
+    def cell(p):
+        return np.clip(np.floor((p + 1.0) / g).astype(np.int64), 0, side - 1)
+
+    picks = np.random.default_rng(0)
+    for i in (0, n - 1):  # the first and the last token: one in each cluster
+        centre = x[i].copy()
+        candidates = centre + 0.6 * g * picks.standard_normal((4000, 3))
+        candidates /= np.linalg.norm(candidates, axis=1, keepdims=True)
+        candidates = candidates[np.all(cell(candidates) == cell(centre), axis=1)]
+        x[i] = candidates[np.argmax(np.linalg.norm(candidates - centre, axis=1))]
+        assert np.linalg.norm(x[i] - centre) > 0.5 * g
+    a = rng.random(n) + 0.05
+    H = HeadStack(B=CLUSTER_B[None], V=CLUSTER_V[None])
+    tol = 1e-10
+    v = velocity_local(x, H, beta=1024.0, weights=a, tolerance=tol)
+    assert built and built[-1].points >= 0.99 * n
+    assert np.max(row_errors(v, velocity_numpy(x, H, beta=1024.0, weights=a))) <= 4 * tol
+
+
 def test_spread_points_get_no_proxies():
     x = sample_uniform(50000, 3, seed=1)
     src = SphereSources(x, np.full(x.shape[0], 1.0 / x.shape[0]))
