@@ -24,8 +24,13 @@ the exact decomposition
 which is what makes the forward-Euler step of the scheme positive under
 :math:`\Delta t\le \min_e |T_{c,e}|/(\ell_e u_e^+)` (and, sharper, under
 :math:`\Delta t\le m_c/\sum_e \ell_e u_e^+ r_{c,e}`): the outflow of a cell is
-paid from its own sub-triangles.  The expansion point :math:`p_c` lies within
-:math:`O(h^3)` of the centroid, so the reconstruction is second-order accurate.
+paid from its own sub-triangles.  The expansion point :math:`p_c`, a convex
+combination of unit vectors, lies inside the ball: it differs from the centroid
+:math:`q_c` by :math:`O(h^2)` along :math:`q_c` and by :math:`O(h^3)` tangentially.
+Since :math:`g_c` is tangent at :math:`q_c`, :math:`g_c\cdot(p_c-q_c)=O(h^3)|g_c|`, and the
+reconstruction is second-order accurate: in :math:`L^1`, and in the max-norm without the
+limiter; the Barth–Jespersen limiter clips smooth extrema, where the max-norm error of
+the face values falls to first order (the textbook behaviour of such limiters).
 
 **Gradient.**  For cell :math:`i` with neighbours :math:`j`, the displacements
 :math:`d_{ij} = P^\perp_{q_i}(q_j - q_i)` are expressed in a tangent basis
