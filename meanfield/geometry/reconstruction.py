@@ -354,9 +354,21 @@ class LinearReconstruction:
         to the side of its centroid errs by :math:`O(h)` per cut cell.  This is the
         weight :math:`p=\rho_0(\langle x,e\rangle>0)` of :math:`\Pi_\sharp\rho_0` for a
         grid measure (Theorem 1 of Alcalde, Bungert, Riedl and Roith, arXiv 2605.10931).
+
+        Raises
+        ------
+        ValueError
+            If ``normal`` is not three finite numbers, or is zero or subnormal (no direction to
+            cut along: it had given a mass of 0).
         """
         mesh = self.mesh
         n = np.asarray(normal, dtype=float)
+        if n.shape != (3,) or not np.all(np.isfinite(n)):
+            raise ValueError(f"half_space_mass: the normal must be three finite numbers, got {normal!r}")
+        scale = float(np.max(np.abs(n)))
+        if not scale >= np.finfo(float).tiny:
+            raise ValueError(f"half_space_mass: the normal {normal!r} is zero or subnormal: it has no direction")
+        n = n / scale  # no overflow in the norm of a huge normal
         n = n / np.linalg.norm(n)
         slopes, weights = self._positive_density(mass)
         a = mesh.vertices[mesh.edge_vertices[:, 0]]

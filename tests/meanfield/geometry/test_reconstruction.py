@@ -160,6 +160,22 @@ def test_half_space_mass_splits_a_uniform_density_exactly(rng):
                                    rtol=0, atol=1e-13)
 
 
+@pytest.mark.parametrize("normal", [np.zeros(3), [np.nan, 0.0, 1.0], [0.0, np.inf, 1.0], [0.0, 0.0, 1e-320], [1.0, 0.0]])
+def test_half_space_mass_refuses_a_normal_with_no_direction(normal):
+    """A zero, non-finite or subnormal normal had given a mass of 0 (NaN comparisons, or 0/0), as if the half-sphere
+    were empty."""
+    msh = fibonacci_mesh(500)
+    with pytest.raises(ValueError, match="normal"):
+        reconstruction_of(msh).half_space_mass(msh.areas.copy(), normal)
+
+
+def test_half_space_mass_of_a_huge_normal_is_that_of_its_direction():
+    msh = fibonacci_mesh(500)
+    rec, mass = reconstruction_of(msh), msh.areas.copy()
+    assert rec.half_space_mass(mass, [1e308, 1e308, 0.0]) == pytest.approx(rec.half_space_mass(mass, [1.0, 1.0, 0.0]),
+                                                                          rel=1e-14)
+
+
 def test_half_space_mass_of_a_vmf_density_converges_at_second_order():
     r"""vMF(u, κ = 6) on {⟨x, n⟩ > 0}: p = κ/(2 sinh κ) ∫_0^{π/2} e^{κ cos α cos θ} I₀(κ sin α sin θ) sin θ dθ."""
     from scipy.special import i0
