@@ -208,7 +208,9 @@ def head_from_spec(
     q_val, k_val = spec.get("Q", "identity"), spec.get("K", "identity")
     if k is not None:
         for name, value in (("Q", q_val), ("K", k_val)):
-            if not ((value in RANDOM_VALUES and value != "goe") or isinstance(value, (list, tuple)) or (isinstance(value, str) and value.startswith("file:"))) and k != d:
+            # the square ones: 'identity', a number, 'goe' (a value that is none of the known ones is named by _matrix)
+            square = value in ("identity", "goe") or (isinstance(value, (int, float)) and not isinstance(value, bool))
+            if square and k != d:
                 raise ConfigError(f"{key}.k", f"k={k} rows, but {name} = {value!r} is a {d}×{d} matrix; use 'random', a list of rows or a file")
     Q = _matrix(q_val, key=f"{key}.Q", d=d, rows=k, rng=rng, base=base)
     K = _matrix(k_val, key=f"{key}.K", d=d, rows=Q.shape[0] if k_val in RANDOM_VALUES or k is not None else None, rng=rng, base=base)

@@ -274,3 +274,15 @@ def test_gpt2_heads_run_layer_by_layer_from_the_cli(tmp_path):
     # each layer's value matrices are a fresh N(0, 0.02²) draw: 3 layers × 3 heads × 64 entries
     V = h5py.File(out, "r")["weights/V"][()]
     np.testing.assert_allclose(V.std(), 0.02, rtol=5 * math.sqrt(1 / (2 * V.size)))
+
+
+def test_a_typo_in_q_or_k_with_k_rows_is_named_as_the_typo():
+    # with k set, an unknown value had been taken for a d×d matrix: "model.heads[0].k: k=4 rows, but K = 'goee' is a
+    # 16×16 matrix" (data/layers_gpt2.toml sets k = 4)
+    for q, k_value, key, words in (("gpt2", "goee", "model.heads[0].K", "unknown value 'goee'"),
+                                   ("bogus", "gpt2", "model.heads[0].Q", "unknown value 'bogus'"),
+                                   ("identity", "gpt2", "model.heads[0].k", "k=4 rows, but Q = 'identity' is a 16×16"),
+                                   (2.0, "gpt2", "model.heads[0].k", "k=4 rows, but Q = 2.0 is a 16×16")):
+        with pytest.raises(ConfigError) as err:
+            load_config({"model": {"d": 16, "heads": [{"Q": q, "K": k_value, "V": "gpt2", "k": 4}]}, "init": {"n": 4}})
+        assert err.value.key == key and words in err.value.message, err.value
