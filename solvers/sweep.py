@@ -75,7 +75,9 @@ Faults
 ------
 A case that raises (``RunFailed``: NaN/Inf, …) or whose worker dies is re-run
 ``retries`` times (default once, from scratch) and then recorded as
-``failed`` with its errors; the sweep goes on.  A killed sweep continues with
+``failed`` with its errors; the sweep goes on.  A case that fails on bad input
+(:class:`~meanfield.errors.ConfigError`, which fails the same way every time) is
+recorded at once.  A killed sweep continues with
 ``resume=True``: cases already in the ledger are skipped (failed ones too,
 unless ``retry_failed=True``); a case that finished on a worker after the
 driver was killed is taken from its ``cases/<hash>.json`` without running
@@ -722,6 +724,8 @@ def _run_case_locked(task: Mapping[str, Any], path: Path, record: dict[str, Any]
         record.update(status="ok", error="", scalars=scalars)
     except Exception as exc:  # a failed case is recorded, not raised
         record.update(status="failed", error=f"{type(exc).__name__}: {exc}", scalars=_scalars_of_failed(path))
+        # bad input fails the same way every time: not run again (a checkpoint that could not be read had been)
+        record["retry"] = not isinstance(exc, ConfigError)
         record.setdefault("resumed_frames", 0)
     record["wall_time"] = time.perf_counter() - started
     if record["status"] == "ok":  # beside the run: found by --resume if the driver dies before the ledger hears of it
@@ -968,7 +972,13 @@ def _csv_cell(value: Any) -> Any:
 # --------------------------------------------------------------------------- #
 # executors
 # --------------------------------------------------------------------------- #
+def _should_retry(record: Mapping[str, Any], attempt: int, retries: int) -> bool:
+    """Whether a case's attempt is run again: it failed, attempts are left, and its error was not bad input."""
+    return record["status"] != "ok" and attempt <= retries and bool(record.get("retry", True))
+
+
 def _finish(record: dict[str, Any], attempt: int, errors: list[str]) -> dict[str, Any]:
+    record.pop("retry", None)
     record["attempts"] = attempt
     if record["status"] != "ok":
         record["error"] = " | ".join(f"attempt {k + 1}: {e}" for k, e in enumerate([*errors, record["error"]]))
@@ -997,7 +1007,7 @@ def _synchronous(tasks: list[dict[str, Any]], retries: int) -> Iterator[dict[str
         errors: list[str] = []
         for attempt in range(1, retries + 2):
             record = run_case({**task, "attempt": attempt, "resume_partial": task["resume_partial"] and attempt == 1})
-            if record["status"] == "ok" or attempt == retries + 1:
+            if not _should_retry(record, attempt, retries):
                 yield _finish(record, attempt, errors)
                 break
             errors.append(record["error"])
@@ -1059,7 +1069,7 @@ def _dask(client: Any, tasks: list[dict[str, Any]], retries: int, *, cap: int | 
             except Exception as exc:  # the worker died or the task could not run
                 record = _lost_record(payload, exc)
             future.release()
-            if record["status"] != "ok" and attempt <= retries:
+            if _should_retry(record, attempt, retries):
                 submit(payload, attempt + 1, [*errors, record["error"]])
                 continue
             yield _finish(record, attempt, errors)

@@ -298,6 +298,27 @@ def test_failing_case_is_retried_once_then_recorded_and_the_rest_complete(tmp_pa
     assert frames >= 1 and rows[1]["frames"] == frames and rows[1]["t_last"] == t_last  # had been empty
 
 
+def test_a_case_failing_on_bad_input_is_not_run_again(tmp_path, monkeypatch):
+    # a ConfigError fails the same way every time: it had been retried like a NaN (an unreadable checkpoint: twice)
+    import meanfield.solvers.sweep as sweep_module
+    from meanfield.errors import ConfigError
+
+    _base(tmp_path)
+    calls = []
+
+    def failing(config, path, *, resume_partial):
+        calls.append(config["model"]["beta"])
+        if config["model"]["beta"] == 1.0:
+            raise ConfigError("init.path", "x0.npy: file not found")
+        raise RuntimeError("a worker's disk went away")
+
+    monkeypatch.setattr(sweep_module, "_simulate_case", failing)
+    sweep = {"base": "base.toml", "cases": [{"model.beta": 1.0}, {"model.beta": 2.0}]}
+    rows = run_sweep(load_sweep(sweep, base_dir=tmp_path), tmp_path / "out", workers=0, quiet=True)
+    assert calls == [1.0, 2.0, 2.0] and [r["attempts"] for r in rows] == [1, 2]
+    assert rows[0]["error"] == "attempt 1: ConfigError: init.path: x0.npy: file not found" and "retry" not in rows[0]
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_resume_skips_finished_cases_and_retry_failed_reruns_only_failures(tmp_path, monkeypatch):
     _base(tmp_path)
