@@ -87,6 +87,7 @@ import importlib.util
 import json
 import math
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -97,7 +98,7 @@ import numpy as np
 from scipy.linalg import subspace_angles
 
 from meanfield.kernels.jit import one_blas_thread
-from meanfield.errors import ConfigError
+from meanfield.errors import ConfigError, ConfigNote
 from meanfield.heads import Head
 
 __all__ = [
@@ -747,9 +748,15 @@ def heads_from_checkpoint_spec(spec: str, *, key: str = "model.heads", base: Pat
     parsed = parse_checkpoint_spec(spec, key=key)
     ckpt = load_checkpoint(parsed.path, num_heads=parsed.num_heads, key=key, base=base)
     try:
-        return ckpt.heads(parsed.layer, parsed.heads)
+        heads = ckpt.heads(parsed.layer, parsed.heads)
     except ConfigError as exc:
         raise ConfigError(key, exc.message) from None
+    positions = ckpt.config.get("position_embedding_type", "absolute")
+    if positions != "absolute":  # the model adds a score term of j − i that the heads' x_iᵀB_hx_j leave out
+        warnings.warn(f"{key}: {ckpt.folder / 'config.json'} has position_embedding_type = {positions!r}: the model adds "
+                      "a relative-position term to each score, which the mean-field heads x_iᵀB_hx_j leave out",
+                      ConfigNote, stacklevel=2)
+    return heads
 
 
 # --------------------------------------------------------------------------- #

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,19 @@ def test_sentence_embeddings_of_a_relative_position_bert_are_refused(broken: Pat
     assert err.value.key == "CHECKPOINT" and str(broken / "relative_positions" / CONFIG) in err.value.message
     with pytest.raises(ConfigError, match="has 2 rows; a sentence needs at least 3 positions"):  # (had blamed the text)
         embed_sentence(SENTENCE, load_checkpoint(broken / "two_positions"))
+
+
+def test_heads_of_a_relative_position_bert_come_with_a_note(broken: Path) -> None:
+    # the heads were taken without a word that the model's scores have a relative-position term they leave out
+    from meanfield.errors import ConfigNote
+    from meanfield.heads.checkpoint import heads_from_checkpoint_spec
+
+    with pytest.warns(ConfigNote, match="position_embedding_type = 'relative_key': the model adds a relative-position"):
+        heads = heads_from_checkpoint_spec(f"checkpoint:{broken / 'relative_positions'}#layer=0")
+    assert len(heads) >= 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigNote)
+        heads_from_checkpoint_spec(f"checkpoint:{broken / 'good'}#layer=0")  # an absolute-position BERT: no note
 
 
 @pytest.mark.parametrize("name", ["words_too_few", "no_words"])
