@@ -120,7 +120,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
-from meanfield.analysis.energy import energy_theta
+from meanfield.analysis.energy import energies_from_row_logs, energy_theta
 from meanfield.config import JKO_TOL_RANGE, check_mask
 from meanfield.errors import ConfigError, RunFailed
 from meanfield.heads import HeadStack
@@ -321,9 +321,8 @@ def check_gradient_structure(model: Model, *, t: float = 0.0) -> None:
 
 def _energy(x: np.ndarray, heads: HeadStack, beta: float, a: np.ndarray, fld: MobilityField | None = None) -> float:
     r""":math:`E(\mu,t)=\sum_hw_hE_h`; from a mobility field at the atoms themselves: :math:`\frac1{2\beta}\sum_ia_i/\hat b_i`."""
-    if beta > 0 and fld is not None:
-        top = float(np.max(-fld.log_b))
-        return float(math.exp(top) * np.sum(a * np.exp(-fld.log_b - top)) / (2 * beta))
+    if beta > 0 and fld is not None:  # the pooled row sums: ln Σ_h w_h Z_h(x_i) = -ln b̂_i
+        return float(energies_from_row_logs(-fld.log_b[None, :], beta=beta, weights=a)[0])
     with np.errstate(over="ignore"):
         return energy_theta(x, heads, beta=beta, weights=a)
 
@@ -576,8 +575,7 @@ class ParticleJKOStepper:
                 method = "lbfgs-frozen"
         dist = geodesic_distance(x, y)
         transport = float(np.sum(a * dist * dist * np.exp(-log_bf)))
-        tangent = project_tangent(x, fld.flux)
-        slope2 = float(np.sum(a * np.sum(tangent * tangent, axis=1) * np.exp(-fld.log_b)))
+        slope2 = fld.slope_squared(a)
         energy_end = _energy(x, heads1, beta, a, fld)
         key = x.tobytes() + a.tobytes() + heads1.B.tobytes() + heads1.w.tobytes()
         self._cache.put(key, fld)
@@ -876,7 +874,9 @@ class EnergyDissipationTracker:
 
     Keys: ``energy_theta`` (:math:`E(\mu_t,t)`), ``slope2`` (:math:`|\partial E|^2`),
     ``metric_speed2`` (:math:`|\dot\mu|_m^2=\int\|\dot x\|^2/\hat b\,d\mu`, with the
-    model's own velocity), ``dE_dt_explicit`` (:math:`\partial_tE`) and
+    model's own velocity: the attention kernel's, whose tangent part keeps the round-off of a token's own term, about
+    :math:`10^{-16}e^{\beta(1-\cos\theta)}` of it for the nearest atom at angle :math:`\theta`, where ``slope2``
+    projects that term apart), ``dE_dt_explicit`` (:math:`\partial_tE`) and
     ``authors_G2`` (:func:`meanfield.analysis.mobility.authors_slope_squared`).  For the
     pooled flow :math:`|\dot\mu|_m^2=|\partial E|^2` and
     :math:`\tfrac{d}{dt}E=|\partial E|^2+\partial_tE` (ascent).
@@ -905,10 +905,8 @@ class EnergyDissipationTracker:
             x, a = self.mesh.points, np.asarray(state, dtype=float)
         with np.errstate(over="ignore"):
             fld = mobility_field(x, heads, beta=beta, weights=a)
-            inv_b = np.exp(-fld.log_b)
             slope2 = fld.slope_squared(a)
-            vel = self.model.velocity(x, t, weights=a)
-            speed2 = float(np.sum(a * np.sum(vel * vel, axis=1) * inv_b))
+            speed2 = fld.metric_speed_squared(self.model.velocity(x, t, weights=a), a)
             dB, _ = schedule_derivative(self.model.heads, t)
             dEdt = energy_time_derivative(x, heads, dB, beta=beta, weights=a)
             g2 = authors_slope_squared(x, heads, beta=beta, weights=a)
@@ -1001,6 +999,10 @@ class JKOSolver:
         return RunSetup(model, stepper, problem.initial, state_name, static, trackers, info=info)
 
 
+#: the largest β·max_h‖B_h‖_op the JKO scheme takes: e^{this} is the largest float (its energies and mobilities are floats)
+JKO_MAX_EXPONENT = float(np.log(np.finfo(float).max))
+
+
 def _check_model(model: Model) -> None:
     try:
         check_gradient_structure(model)
@@ -1011,6 +1013,16 @@ def _check_model(model: Model) -> None:
             "model.attention",
             f"the JKO scheme is the gradient flow whose PDE is the 'pooled' kind (Massucco et al., arXiv 2605.18870); "
             f"got {model.attention!r} (softmax is accepted only with one head, where it coincides with pooled)",
+        )
+    heads = model.heads.at(0.0)
+    largest = max(float(np.linalg.norm(heads.B[h], 2)) for h in range(heads.H))
+    if model.beta * largest > JKO_MAX_EXPONENT:  # the step's objective and metric, and its energies, had been inf or nan
+        raise ConfigError(
+            "model.beta",
+            f"β·max‖B_h‖ = {model.beta * largest:.4g} at t = 0: the JKO scheme works with the energy and the mobility "
+            f"1/b̂ as floats, which grow like e^(β⟨x, By⟩) and pass the largest float from β·max‖B_h‖ ≈ "
+            f"{JKO_MAX_EXPONENT:.0f}; run this temperature with solver.kind = \"particle\" (its velocity is the same "
+            f"pooled flow, in log scale)",
         )
 
 

@@ -34,6 +34,8 @@ __all__ = ["head_energies", "head_log_energies", "energy_row_logs", "energies_fr
 _BLOCK_ELEMENTS = 1 << 18
 
 
+#: the log of the largest float
+_LOG_FLOAT_MAX = float(np.log(np.finfo(float).max))
 #: a shifted row sum below this means the Cauchy–Schwarz shift overshot: the row is redone with its maximum
 _UNDERFLOW = 1e-200
 
@@ -70,9 +72,16 @@ def _row_logs(total: np.ndarray, c: np.ndarray, rows: slice, xb_rows: Callable[[
 
 
 def _energy_from_logs(logs: np.ndarray, beta: float) -> float:
-    r""":math:`\frac{1}{2\beta}\sum_i e^{\ell_i}` from the rows' logs :math:`\ell_i`, summed shifted by their largest."""
-    top = logs.max()
-    return float(np.exp(top) * np.sum(np.exp(logs - top)) / (2 * beta))
+    r""":math:`\frac{1}{2\beta}\sum_i e^{\ell_i}` from the rows' logs :math:`\ell_i`, summed shifted by their largest.
+
+    :math:`e^{\max\ell}` is taken whole where it is a float (one rounding), else with :math:`\ln|2\beta|` taken off
+    first: energies up to the largest float past :math:`\max\ell\approx709.8` (they had read ``inf`` there)."""
+    top = float(logs.max())
+    total = float(np.sum(np.exp(logs - top)))
+    if top + np.log(total) < _LOG_FLOAT_MAX:  # (total ≥ 1)
+        return float(np.exp(top) * total / (2 * beta))
+    with np.errstate(over="ignore"):
+        return float(np.copysign(np.exp(top - np.log(abs(2 * beta))), beta) * total)
 
 
 def _log_energy_from_logs(logs: np.ndarray, beta: float) -> float:
@@ -148,7 +157,7 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
     backend : str
         The model's attention backend.  Where it is (or ``"auto"`` picks) ``"harmonic"`` or
         ``"local"`` on :math:`S^2`, the energies come from those kernels' certified row sums
-        (:func:`meanfield.kernels.harmonic.sphere_head_energies`, relative accuracy
+        (:func:`meanfield.kernels.harmonic.sphere_head_row_logs`, relative accuracy
         ``tolerance``) at the cost of one velocity evaluation, instead of the dense
         :math:`O(n^2)` pass; any other value: the dense pass.
     tolerance : float

@@ -187,7 +187,6 @@ from meanfield.kernels.local import (
 
 __all__ = [
     "certified_head_sums",
-    "sphere_head_energies",
     "sphere_head_row_logs",
     "velocity_harmonic",
     "choose_sphere_method",
@@ -1097,19 +1096,20 @@ def _restore_masses(sums: list[HeadSums], exponent: int) -> None:
             head_sums.shift += exponent * np.log(2.0)
 
 
-def sphere_head_energies(
+def sphere_head_row_logs(
     x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None, tolerance: float = 1e-12,
 ) -> np.ndarray:
-    r"""Per-head energies on :math:`S^2` from the harmonic row sums: no :math:`O(n^2)` pass.
+    r"""The heads' log row sums on :math:`S^2` from the harmonic row sums, shape ``(H, n)``: no :math:`O(n^2)` pass.
 
     .. math::
 
-        E_h = \frac1{2\beta}\sum_i a_i\,e^{m^h_i}D^h_i,\qquad D^h_i e^{m^h_i}=\sum_j a_je^{\beta s^h_{ij}}
+        \ell^h_i=m^h_i+\ln D^h_i,\qquad D^h_i e^{m^h_i}=\sum_j a_je^{\beta s^h_{ij}}
 
-    (the energy of Pendharkar, arXiv 2605.04279, as :func:`meanfield.analysis.energy.head_energies`
-    defines it), with the row sums of :func:`certified_head_sums`: each to relative
-    ``tolerance``, so each :math:`E_h`, a sum of positive terms, is too.  The
-    velocity's own transform cost, once per frame.
+    (:math:`-\infty` where :math:`D^h_i=0`), with the row sums of :func:`certified_head_sums`, each to relative
+    ``tolerance``: the energies :math:`E_h=\frac1{2\beta}\sum_ia_ie^{\ell^h_i}` of Pendharkar (arXiv 2605.04279), sums of
+    positive terms, are too (:func:`meanfield.analysis.energy.energies_from_row_logs`).  The velocity's own transform
+    cost, once per frame.  The tokens are taken as unit vectors: tokens :math:`\delta` off the sphere give relative
+    errors of about :math:`\beta\delta`.
 
     Parameters
     ----------
@@ -1122,27 +1122,7 @@ def sphere_head_energies(
         Masses (default :math:`1/n`).
     tolerance : float
         Relative accuracy of each row sum.
-
-    Returns
-    -------
-    (H,) array
     """
-    a = token_masses(np.shape(x)[0], weights)
-    out = np.zeros(heads.H)
-    for h, row_logs in enumerate(sphere_head_row_logs(x, heads, beta=beta, weights=a, tolerance=tolerance)):
-        with np.errstate(divide="ignore"):
-            logs = np.log(a) + row_logs
-        top = float(logs.max())
-        out[h] = np.exp(top) * float(np.sum(np.exp(logs - top))) / (2 * float(beta)) if np.isfinite(top) else 0.0
-    return out
-
-
-def sphere_head_row_logs(
-    x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None, tolerance: float = 1e-12,
-) -> np.ndarray:
-    r"""The log row sums :math:`\ell^h_i=m^h_i+\ln D^h_i` of :func:`sphere_head_energies`, shape ``(H, n)``
-    (:math:`-\infty` where :math:`D^h_i=0`): :math:`E_h=\frac1{2\beta}\sum_ia_ie^{\ell^h_i}`, also in the log domain
-    where :math:`E_h` overflows."""
     x = check_sphere_tokens(x, heads, "softmax", tolerance=tolerance)
     a = token_masses(x.shape[0], weights)
     beta = float(beta)

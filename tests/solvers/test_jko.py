@@ -554,3 +554,20 @@ def test_a_stalled_grid_picard_iteration_is_halved_until_its_change_reaches_tol(
     assert report.residual <= 1e-14 + 1e-12 and stepper.halvings > 0
     # each accepted substep's last Picard change is within tol: a step at the accepted mass moves it by less
     np.testing.assert_allclose(m.sum(), m0.sum(), rtol=1e-13)
+
+
+def test_a_temperature_past_the_floats_is_refused_before_any_file(tmp_path):
+    # at β = 1024 (B = I) the scheme's energies and mobilities are past the largest float: its runs had "completed"
+    # with inf energies and nan speeds, or failed with OverflowError from the energy tracker
+    import meanfield as mf
+    from meanfield.errors import ConfigError
+
+    out = tmp_path / "cold.h5"
+    config = {"model": {"beta": 1024.0, "attention": "pooled"}, "init": {"n": 16},
+              "solver": {"kind": "jko", "tau": 0.01, "t_final": 0.05}}
+    with pytest.raises(ConfigError, match="pass the largest float from β·max‖B_h‖ ≈ 710") as err:
+        mf.simulate(config, out=out)
+    assert err.value.key == "model.beta" and not out.exists()
+    config["model"]["beta"] = 650.0
+    run = mf.simulate(config)
+    assert np.all(np.isfinite(run.diagnostics["energy_theta"])) and np.all(np.isfinite(run.diagnostics["slope2"]))

@@ -61,3 +61,59 @@ def test_tangent_flux_is_the_projected_flux_where_no_term_dominates():
     apart = mobility_field(x, heads, beta=1.5, y=x.copy(), weights=masses)  # atoms given apart: no own term
     np.testing.assert_allclose(apart.flux, field.flux, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(apart.tangent_flux, field.tangent_flux, rtol=1e-12, atol=1e-14)
+
+
+def test_slopes_stay_numbers_where_the_tangent_flux_squared_underflows():
+    # two tokens 60° apart at β = 1024: the tangent flux is 4e-223 (its square 0) and 1/b̂ ~ e^1024, the slope 0.375
+    # exactly (each token: a_i·|P⊥∇|²/Z_i = 0.1875/(1 + e^{-β/2})); both slopes had read nan (0 · inf), and a tracer
+    # had made G² nan where the metric slope was right
+    from meanfield.analysis.mobility import authors_slope_squared, metric_slope_squared
+
+    x = np.array([[1.0, 0.0, 0.0], [0.5, np.sqrt(0.75), 0.0], [0.0, 0.0, 1.0]])
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    masses = np.array([0.5, 0.5, 0.0])
+    for slope in (metric_slope_squared, authors_slope_squared):
+        np.testing.assert_allclose(slope(x, heads, beta=1024.0, weights=masses), 0.375, rtol=1e-12)
+        np.testing.assert_allclose(slope(x[:2], heads, beta=1024.0), 0.375, rtol=1e-12)
+
+
+def test_repeated_atoms_are_one_atom_of_their_summed_mass():
+    # the first point three times: a copy's term had cancelled as another atom's, 1e30 times the slope at β = 500
+    # (60-digit mpmath sum over the 8 atoms)
+    from meanfield.analysis.mobility import authors_slope_squared, metric_slope_squared, mobility_field
+
+    x = _POINTS / np.linalg.norm(_POINTS, axis=1, keepdims=True)
+    repeated = np.vstack([x, x[[0, 0]]])
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    for slope in (metric_slope_squared, authors_slope_squared):
+        np.testing.assert_allclose(slope(repeated, heads, beta=500.0), 1.1723159455618483285e184, rtol=1e-12)
+    field = mobility_field(repeated, heads, beta=2.0)
+    np.testing.assert_array_equal(field.tangent_flux[6], field.tangent_flux[0])
+    np.testing.assert_allclose(field.flux, mobility_field(repeated, heads, beta=2.0, y=repeated.copy()).flux, rtol=1e-13)
+
+
+def test_overflowing_rates_and_bounds_are_signed_infinities():
+    # heads past float's range with opposite signs had summed inf - inf = nan; lipschitz_bound had raised OverflowError
+    from meanfield.analysis.mobility import energy_time_derivative, lipschitz_bound
+
+    x = np.array([[1.0, 0.0, 0.0], [0.5, np.sqrt(0.75), 0.0]])
+    two = HeadStack(B=np.stack([np.eye(3)] * 2), V=np.stack([np.eye(3)] * 2), w=np.array([0.5, 0.5]))
+    assert energy_time_derivative(x, two, np.stack([np.eye(3), -2 * np.eye(3)]), beta=1024.0) == -np.inf
+    assert energy_time_derivative(x, two, np.stack([3 * np.eye(3), -2 * np.eye(3)]), beta=1024.0) == np.inf
+    rate = energy_time_derivative(x, two, np.stack([np.eye(3), -2 * np.eye(3)]), beta=2.0)
+    exact = -0.5 * 0.5 * np.sum(np.exp(2.0 * (x @ x.T)) * (x @ x.T)) / 4  # Σ_h w_h/2 ΣΣ a a e^{βs} s·(1 - 2)
+    np.testing.assert_allclose(rate, exact, rtol=1e-14)
+    assert lipschitz_bound(two, beta=1024.0) == np.inf
+
+
+def test_energies_up_to_the_largest_float():
+    # exp(max ℓ) had overflowed before the division by 2β: inf in a band of ln(2β) below the float limit
+    from meanfield.analysis.energy import head_energies, head_log_energies
+
+    x = np.array([[1.0, 0.0, 0.0], [0.5, np.sqrt(0.75), 0.0]])
+    for exponent in (709.0, 710.5, 714.0):
+        heads = HeadStack(B=(exponent / 1024.0) * np.eye(3)[None], V=np.eye(3)[None])
+        exact = (0.25 * 2 * np.exp(exponent - np.log(2048.0))) * (1 + np.exp(-exponent / 2))  # (1/2β) Σ a a e^{βs}
+        # (an exponent of ~710 carries ~710 ε of rounding, in the reference as in the sums)
+        np.testing.assert_allclose(head_energies(x, heads, beta=1024.0), exact, rtol=4e-13)
+        np.testing.assert_allclose(np.exp(head_log_energies(x, heads, beta=1024.0)), exact, rtol=4e-13)

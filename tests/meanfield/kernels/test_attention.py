@@ -131,7 +131,7 @@ def test_bad_input():
 def test_tolerance_head_types_and_zero_pooled_weights_are_checked():
     from meanfield.analysis.energy import head_energies
     from meanfield.heads import identity
-    from meanfield.kernels.harmonic import sphere_head_energies, velocity_harmonic
+    from meanfield.kernels.harmonic import sphere_head_row_logs, velocity_harmonic
     from meanfield.kernels.local import velocity_local
 
     x = sample_uniform(40, 3, seed=0)
@@ -140,7 +140,7 @@ def test_tolerance_head_types_and_zero_pooled_weights_are_checked():
         for call in (lambda: attention_velocity(x, heads, beta=4.0, backend="harmonic", tolerance=tolerance),
                      lambda: velocity_harmonic(x, heads, beta=4.0, tolerance=tolerance),
                      lambda: velocity_local(x, heads, beta=4.0, tolerance=tolerance),
-                     lambda: sphere_head_energies(x, heads, beta=4.0, tolerance=tolerance)):
+                     lambda: sphere_head_row_logs(x, heads, beta=4.0, tolerance=tolerance)):
             with pytest.raises(ValueError, match="tolerance must be a number in \\(0, 1\\)"):
                 call()
     # a Head (as Model takes it) had failed on heads.H; anything else is named
