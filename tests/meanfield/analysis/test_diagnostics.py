@@ -383,6 +383,7 @@ def test_cli_diagnose_writes_csv_and_png(multihead_run, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "energy_monotone           yes" in out
     assert "dominance_aggregate" in out and "max_thm11_residual" in out
+    assert "are nan" not in out  # (in Thm 11's setting the residuals are numbers)
     with csv_path.open() as handle:
         rows = list(csv.reader(handle))
     assert rows[0] == diag.series_names(2)
@@ -478,6 +479,27 @@ def test_diagnose_refuses_a_flow_it_does_not_follow(key, value, tmp_path, capsys
     capsys.readouterr()
     assert main(["diagnose", str(out)]) == 2
     assert key in capsys.readouterr().err
+
+
+def test_the_thm11_and_split_residuals_are_nan_outside_the_setting_in_the_table_and_the_csv(tmp_path, capsys):
+    # the default softmax run had shown thm11_residual 5.87 … 20.8 and split_residual 0.85 … 0.95 beside
+    # "max_thm11_residual n/a": a theorem that seemed to fail by 2000 %, outside the setting where it holds
+    import meanfield as mf
+
+    out, table = tmp_path / "run.h5", tmp_path / "d.csv"
+    mf.simulate({"init": {"n": 12}, "solver": {"t_final": 0.4, "save_every": 0.1}}, out=out)
+    report = mf.load(out).diagnose()
+    assert report.verdicts["gradient_flow_setting"] is False
+    for key in ("thm11_residual", "split_residual"):
+        assert report.series[key].shape == report.series["t"].shape and np.all(np.isnan(report.series[key]))
+    assert np.all(np.isfinite(report.series["kinetic"]))  # (the other series are untouched)
+    assert "thm11_residual and split_residual are nan" in report.text()
+    assert main(["diagnose", str(out), "--quiet", "--csv", str(table)]) == 0
+    printed = capsys.readouterr().out
+    assert "thm11_residual and split_residual are nan" in printed
+    with table.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 5 and all(r["thm11_residual"] == "nan" and r["split_residual"] == "nan" for r in rows)
 
 
 def test_diagnose_refuses_noisy_tokens_of_a_run_without_config():
