@@ -1205,14 +1205,17 @@ class Diagnosis:
 
 
 def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1,
-             on_frame: Callable[[], None] | None = None) -> Diagnosis:
-    """The :class:`Diagnosis` of a particle :class:`meanfield.Run` (``on_frame`` is called after each frame: a
-    progress bar's update).
+             on_frame: Callable[[], None] | None = None, on_start: Callable[[int], None] | None = None) -> Diagnosis:
+    """The :class:`Diagnosis` of a particle :class:`meanfield.Run`.
+
+    ``on_start`` is called once, with the number of frames to read, after every check of the run has passed, and
+    ``on_frame`` after each frame: a progress bar's start and update (a refused run draws no bar).
 
     Raises
     ------
     ConfigError
-        A grid run, a run without frames, or one without a config.
+        A grid run, a run without frames, or one without a config; a flow the diagnostics do not follow (see
+        :func:`diagnose_run`).
     """
     from meanfield.errors import ConfigError
 
@@ -1228,6 +1231,9 @@ def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1
         raise ConfigError(key, f"frame {bad[0]} (t = {run.t[bad[0]]:.6g}) is not finite (NaN or inf): the {what} was "
                                "altered or damaged")
     model = run.model
+    _check_diagnosable(run, model)  # (before on_start: the refusals had come after a progress bar at 0 %)
+    if on_start is not None:
+        on_start(int(strided_frames(run.frames, stride).size))
     series = diagnose_run(run, tol=tol, fd_points=fd_points, stride=stride, on_frame=on_frame)
     heads = _stack_at(model.heads, float(run.t[0]))
     n = int(run.shape[0])

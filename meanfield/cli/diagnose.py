@@ -8,11 +8,13 @@ every dE_h/dt), and the largest residuals of the identities of Thms 11 and 27.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import math
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -84,14 +86,21 @@ def main(args: argparse.Namespace) -> int:
     picture_path(args.plot, "--plot")
     table_path(args.csv, "--csv")
     run = load(args.run, key="OUT.h5")
-    from meanfield.analysis.diagnostics import diagnose, strided_frames
+    from meanfield.analysis.diagnostics import diagnose
     from tqdm import tqdm
 
-    with np.errstate(over="ignore", invalid="ignore"), \
-            tqdm(total=len(strided_frames(run.frames, stride)), disable=args.quiet, desc="diagnose", unit="frame", file=sys.stderr) as bar:
+    with np.errstate(over="ignore", invalid="ignore"), contextlib.ExitStack() as stack:
         # (an energy past the largest float: said below, not as a warning; the bar: the diagnostics of a run can take
-        # 80 times as long as the run, and had printed nothing until the end)
-        diagnosis = diagnose(run, tol=tol, stride=stride, fd_points=fd_points, on_frame=bar.update)
+        # 80 times as long as the run, and had printed nothing until the end; it starts once the run is accepted, as a
+        # refused one had drawn it at 0 % before its message)
+        bars: list[Any] = []
+
+        def start(total: int) -> None:
+            bars.append(stack.enter_context(tqdm(total=total, disable=args.quiet, desc="diagnose", unit="frame",
+                                                 file=sys.stderr)))
+
+        diagnosis = diagnose(run, tol=tol, stride=stride, fd_points=fd_points, on_start=start,
+                             on_frame=lambda: bars[0].update())
     energy = diagnosis.series.get("energy")
     if energy is not None and energy.size and not np.isfinite(energy).any() and run.config is not None:
         beta = run.config["model"]["beta"]
