@@ -723,6 +723,9 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
         law = f"model.attention = {source.attention!r}" + (f" with model.mask = {source.mask!r}" if source.mask != "none" else "")
         notes.append(f"Theorem 1 of arXiv 2605.10931 and its rate √(log(β+1)/β) are for unmasked softmax attention; this "
                      f"run has {law}: t_min and W2_min are measured, not the theorem's")
+    incomplete = incomplete_run_note(run)
+    if incomplete:  # (an interrupted sweep run had read as a whole curve: a minimum or window past its end cut off unsaid)
+        notes.append(incomplete)
     on_grid = run.kind == "grid" and source.d == 3  # cells: the mesh's criterion (the particles' had been applied to them)
     resolution = run_resolution_warning(source.size, source.beta, source.d, cells=on_grid)
     if resolution and not zero:
@@ -735,6 +738,23 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
         if check["cores"]:  # below the cells before t_min: what W2 says while they were resolved
             notes.append(resolved_range_text({**summary, **check}))
     return Concentration(curves, summary, report, heading, notes, doubts, cores)
+
+
+def incomplete_run_note(run: Any) -> str:
+    """A sentence for a run that ends before its ``t_final`` (status interrupted, failed, stopped or running), naming
+    its status and the time range it has no frame for; ``""`` for a completed run or one whose ``t_final`` is unknown."""
+    status = str(getattr(run, "status", "completed") or "completed")
+    solver = {**(run.info.get("solver_options") or {}), **((run.config or {}).get("solver") or {})}  # (mf.solve runs: the info)
+    t_final = solver.get("t_final")
+    if status == "completed" or run.frames == 0 or not isinstance(t_final, (int, float)):
+        return ""
+    t_last = float(run.t[-1])
+    if not t_last < float(t_final):
+        return ""
+    reason = run.stop_reason if run.stop_reason and run.stop_reason != status else ""
+    return (f"the run is {status}{f' ({reason})' if reason else ''}: its last frame is at t = {t_last:.6g} of "
+            f"t_final = {float(t_final):.6g}, so t in ({t_last:.6g}, {float(t_final):.6g}] is missing and t_min, W2_min "
+            f"and the window are those of t ≤ {t_last:.6g}")
 
 
 def grid_core_resolution(run: Any, *, source: RunSource | None = None) -> CoreResolution:

@@ -347,11 +347,33 @@ def test_cli_analyse_run(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture)
     out = capsys.readouterr()
     assert "t_min" in out.out and "W2_min" in out.out and "metastable window" in out.out
     assert "under-resolved" not in out.err  # 200 ≥ 10·16
+    assert "is missing" not in out.out  # (a completed run)
     assert run_cli(["concentration", str(plain), "--csv", str(tmp_path / "b.csv")]) == 0
     a = np.genfromtxt(tmp_path / "a.csv", delimiter=",", names=True)
     b = np.genfromtxt(tmp_path / "b.csv", delimiter=",", names=True)
     np.testing.assert_allclose(b["w2_target"], a["w2_target"], rtol=1e-8)  # recomputed from frames = tracked
     assert (tmp_path / "a.png").stat().st_size > 0
+
+
+def test_an_interrupted_run_says_its_status_and_the_time_it_has_no_frame_for(tmp_path: Path, run_cli, capsys) -> None:
+    # an interrupted sweep run (t = 8.6 of 12) had printed its table, t_min and window as a whole curve's: a minimum or
+    # a window past its last frame would have been cut off unsaid
+    import meanfield as mf
+
+    def interrupt(t, x):
+        if t >= 0.5:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "cut.h5"
+    with pytest.raises(KeyboardInterrupt):
+        mf.simulate(DEFAULT_CONCENTRATION_CONFIG, out=out, trackers=[interrupt], t_final=1.0, save_every=0.25,
+                    **{"init.n": 40})
+    run = load(out)
+    assert run.status == "interrupted" and run.t[-1] == 0.25
+    note = "the run is interrupted: its last frame is at t = 0.25 of t_final = 1, so t in (0.25, 1] is missing"
+    assert note in run.concentration().text()
+    assert run_cli(["concentration", str(out)]) == 0
+    assert f"note: {note}" in capsys.readouterr().out
 
 
 def test_cli_under_resolution_warning(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture) -> None:
