@@ -207,7 +207,13 @@ def _sweep(args: argparse.Namespace) -> int:
             ((b, *row) for b, c in zip(sweep.betas, sweep.curves)
              for row in zip(c["t"], c["w2_target"], c["v_eigenspace_distance"], c["e_eigenspace_distance"])),
         )
-        print(f"wrote {len(sweep.files)} runs and {curves_csv}")
+        written = len(sweep.files) - len(sweep.read)  # (--resume over finished runs had said "wrote 4 runs", having read them)
+        if not sweep.read:
+            print(f"wrote {written} runs and {curves_csv}")
+        elif not written:
+            print(f"read {len(sweep.read)} finished runs (nothing to resume) and wrote {curves_csv}")
+        else:
+            print(f"wrote {written} runs, read {len(sweep.read)} finished ones, and wrote {curves_csv}")
     if args.plot:
         from meanfield.plotting.curves import plot_sweep
 

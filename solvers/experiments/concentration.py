@@ -117,7 +117,9 @@ class BetaSweep:
         :math:`\log W_{2,\min}\approx a\log\sqrt{\log(\beta+1)/\beta}+b`: ``slope``, ``intercept``, ``r2``.
     solver : str
     files : list of str
-        HDF5 runs written (empty without ``out_dir``).
+        HDF5 runs of ``out_dir``, written or read (empty without ``out_dir``).
+    read : list of str
+        Those of ``files`` that ``resume`` found finished and only read (nothing written to them).
     refinement : int
         Size of the finer run of each β over the coarser (refined sweeps).
     coarse_curves : list of dict
@@ -133,6 +135,7 @@ class BetaSweep:
     files: list[str] = field(default_factory=list)
     refinement: int = REFINEMENT
     coarse_curves: list[dict[str, NDArray[np.float64]]] = field(default_factory=list)
+    read: list[str] = field(default_factory=list)
 
     @property
     def under_resolved(self) -> bool:
@@ -444,6 +447,7 @@ def sweep_beta(
     coarse_curves: list[dict[str, NDArray[np.float64]]] = []
     summaries: list[dict[str, Any]] = []
     files: list[str] = []
+    read: list[str] = []
     for beta in values:
         first = int(size) if size is not None else (sweep_size(beta, spacing=constants[float(beta)]) if spacing is not None else resolution_size(base))
         sizes = [first, int(refinement) * first] if refine else [first]
@@ -460,6 +464,8 @@ def sweep_beta(
                 # the core check reads the frames: from the file, or (without one) from memory
                 result = simulate_config(case, out, quiet=quiet, keep_states=check_cores and out is None,
                                          resume=resume and out is not None and out.exists())
+            if out is not None and result.info.get("already_complete"):
+                read.append(str(out))
             curve = {"t": result.t, **{key: result.diagnostics[key] for key in ("w2_target", "v_eigenspace_distance", "e_eigenspace_distance")}}
             summary_k = concentration_summary(curve["t"], curve["w2_target"], threshold=threshold)
             summary_k["cells"] = int(result.info.get("cells", n))  # a graded mesh has more cells than grid.cells
@@ -505,7 +511,7 @@ def sweep_beta(
     fit_tmin = linear_fit(np.log(values), t_min)
     fit_w2min = linear_fit(np.log(concentration_rate(values)), np.log(np.maximum(w_min, 1e-300)))
     return BetaSweep(values, curves, summaries, fit_tmin, fit_w2min, base["solver"]["kind"], files, refinement=int(refinement),
-                     coarse_curves=coarse_curves)
+                     coarse_curves=coarse_curves, read=read)
 
 
 # ----------------------------------------------------------------------------- cost

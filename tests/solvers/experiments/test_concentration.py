@@ -714,6 +714,9 @@ def test_a_sweep_is_resumed_not_replaced_and_its_betas_and_tables_cannot_collide
     assert "--out" in err and "beta_4.h5, beta_16.h5 of an earlier sweep: --resume continues it" in err
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("beta_*.h5")} == stamps
     assert cli.main([*sweep, "--set", "solver.t_final=1", "--resume", "--csv", str(tmp_path / "resumed.csv")]) == 0
+    assert f"wrote 2 runs and {tmp_path / 'runs' / 'curves.csv'}" in capsys.readouterr().out  # extended in place
+    assert cli.main([*sweep, "--set", "solver.t_final=1", "--resume"]) == 0  # every run finished: read, not written
+    assert f"read 2 finished runs (nothing to resume) and wrote {tmp_path / 'runs' / 'curves.csv'}" in capsys.readouterr().out
     fresh = [*sweep[:-1], str(tmp_path / "fresh")]
     assert cli.main([*fresh, "--set", "solver.t_final=1", "--csv", str(tmp_path / "fresh.csv")]) == 0
     resumed, straight = (np.genfromtxt(tmp_path / f"{name}.csv", delimiter=",", names=True) for name in ("resumed", "fresh"))
