@@ -41,6 +41,7 @@ import numpy as np
 from meanfield.geometry.mesh import SphericalMesh
 from meanfield.geometry.sphere import geodesic_distance
 from meanfield.noise import NoiseSchedule, geometric_em_step, interval_generator
+from meanfield.solvers.particle_stepper import fail_if_not_finite
 from meanfield.solvers.signals import check
 
 __all__ = ["NoisyParticleStepper", "LaplaceBeltrami"]
@@ -101,7 +102,8 @@ class NoisyParticleStepper:
             t = t0 + k * h
             drift = self.base.stage_field(x, t)  # the tracker's evaluation of this frame, if kept (ParticleStepper.field)
             x = geometric_em_step(x, drift, h, self.noise.gamma_at(t), rng.standard_normal(x.shape))
-        self.stats["steps"] += steps
+            self.stats["steps"] += 1
+            fail_if_not_finite(x, t + h)
         return x
 
 

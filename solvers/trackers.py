@@ -140,7 +140,10 @@ class SphereTracker:
 
 @dataclass
 class FiniteTracker:
-    """Stops the run with a clear error at the first NaN/Inf (the frame is kept)."""
+    """Stops the run with a clear error at the first saved frame with NaN/Inf (that frame is not committed: the file ends
+    at the frame before).  The particle steppers check the state after every step too
+    (:func:`~meanfield.solvers.particle_stepper.fail_if_not_finite`), the grid stepper its velocities and masses, so a
+    run of theirs stops at the step where it happened; this check is the one of every other stepper and of a frame."""
 
     name: str = "finite"
 

@@ -192,7 +192,26 @@ def test_nan_stops_the_run_keeps_frames_and_exits_1(tmp_path, capsys):
     assert np.all(np.isfinite(x)) and np.allclose(np.linalg.norm(x, axis=-1), 1.0, atol=1e-9)
     from meanfield.io.runfile import _failed_its_checks
 
-    assert run.stop_reason.startswith("NaN/Inf in the state") and not _failed_its_checks(run.stop_reason, float(run.t[-1]))
+    # B = I at β = 900 overflows at the first step (t = 0.05), which the run names (the frame check had said t = 0.5)
+    assert "NaN/Inf in the state after the step to t=0.05 " in run.stop_reason
+    assert not _failed_its_checks(run.stop_reason, float(run.t[-1]))
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_a_state_that_goes_nan_stops_the_run_at_that_step_not_at_the_next_frame(noisy):
+    # the NaN had been seen at the next saved frame only: B = I at β = 720 overflows at the first step, and the run had
+    # taken 9 more steps on NaN before the frame at t = 0.25 failed its check (12 in a review's run at dt = 0.0192)
+    import meanfield as mf
+    from meanfield.errors import RunFailed
+    from meanfield.noise import NoiseSchedule
+
+    model = Model(d=3, beta=720.0, attention="unnormalized", backend="numpy")
+    solver = ParticleSolver(method="euler" if noisy else "rk4", dt=0.025, noise=NoiseSchedule(gamma=1.0, seed=0) if noisy else None)
+    with pytest.raises(RunFailed) as caught:
+        mf.solve(Problem(model, sample_uniform(8, 3, seed=0)), solver, t_final=1.0, save_every=0.25)
+    run = caught.value.run
+    assert run.info["steps"] == 1 and run.t.tolist() == [0.0]  # one step, not 10; the frame at t = 0 kept
+    assert "NaN/Inf in the state after the step to t=0.025 (" in run.stop_reason
 
 
 def test_steady_state_tracker_stops(tmp_path):
