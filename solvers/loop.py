@@ -195,7 +195,7 @@ def run_loop(
                 earlier = next(iter(first))
                 by = (f"the tracker {earlier.name!r} before it records" if len(first) == 1 and getattr(earlier, "from_caller", False)
                       else "the run's own trackers record")
-                raise TrackerError(f"the tracker {tracker.name!r} returns {', '.join(map(repr, taken))}, which {by}; "
+                raise TrackerError(f"the tracker {tracker.name!r} at t={t:.6g} returns {', '.join(map(repr, taken))}, which {by}; "
                                    "give its values other names")
 
         for tracker in trackers:

@@ -164,7 +164,7 @@ def test_your_own_trackers_record_scalars_and_can_stop_a_run():
     (lambda t, x: 1 / 0, "raised ZeroDivisionError"),  # had been blamed on numbers out of floating-point range
     (lambda t, x: 1.0, "returned a float"),  # had been a TypeError about iteration
     (lambda t, x: {"v": "text"}, "'v' = 'text'"),
-    (lambda t, x: {"energy": -1.0}, "'energy', which the run's own trackers record"),  # had replaced the energy on disk
+    (lambda t, x: {"energy": -1.0}, "at t=0 returns 'energy', which the run's own trackers record"),  # had replaced the energy on disk; named no time
 ])
 def test_your_own_trackers_are_named_when_they_go_wrong(tracker, says, tmp_path):
     out = tmp_path / "r.h5"
@@ -225,13 +225,13 @@ def test_a_callers_stoprun_values_are_checked_and_two_callers_names_are_told_apa
     def second(t, x):
         return {"a": 2.0}
 
-    with pytest.raises(mf.TrackerError, match="the tracker 'second' returns 'a', which the tracker 'first' before it records"):
+    with pytest.raises(mf.TrackerError, match="the tracker 'second' at t=0 returns 'a', which the tracker 'first' before it records"):
         mf.solve(problem, solver, t_final=0.5, trackers=[first, second])
 
     def stops(t, x):
         raise StopRun("enough", values={"a": 1.0})
 
-    with pytest.raises(mf.TrackerError, match="the tracker 'second' returns 'a', which the tracker 'stops' before it records"):
+    with pytest.raises(mf.TrackerError, match="the tracker 'second' at t=0 returns 'a', which the tracker 'stops' before it records"):
         mf.solve(problem, solver, t_final=0.5, trackers=[stops, second])  # (a KeyError had named no one)
 
 
