@@ -459,7 +459,11 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         if base is not None and spec.path.lower() != "minilm" and not Path(spec.path).expanduser().is_absolute():  # (~/ck had
             # become <config folder>/~/ck)
             model["heads"] = f"checkpoint:{base / spec.path}#{heads.rpartition('#')[2]}"
-        _checkpoint_heads_checks(model)
+        _check_unshifted_overflow(cfg, _checkpoint_heads_checks(model))
+    else:  # the default head, B = I (each of model.num_heads)
+        from meanfield.heads import identity
+
+        _check_unshifted_overflow(cfg, [identity(d)])
     _authors_checks(cfg, on_grid=on_grid)
     _mask_checks(cfg, on_grid=on_grid)
     _graded_checks(cfg)
@@ -551,9 +555,9 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         SCHEDULES["layers"](cfg, None)  # raises ConfigError when no head has a random matrix
 
 
-def _checkpoint_heads_checks(model: dict[str, Any]) -> None:
+def _checkpoint_heads_checks(model: dict[str, Any]) -> list[Any]:
     """``model.heads = "checkpoint:PATH#layer=L…"``: the file is read (the loader caches it), and its layer, its heads
-    and its ``d`` are checked, so that a missing, broken or mismatched checkpoint is refused while the config is
+    and its ``d`` are checked (the heads are returned), so that a missing, broken or mismatched checkpoint is refused while the config is
     resolved, before any file is written.
 
     (Resolution had only parsed the reference: ``meanfield sweep`` wrote its folder and then failed every case,
@@ -569,6 +573,7 @@ def _checkpoint_heads_checks(model: dict[str, Any]) -> None:
             raise ConfigError("model.heads", f"head {h} does not exist; layer {spec.layer} has heads 0..{layer.num_heads - 1}")
     if ckpt.d != model["d"]:
         raise ConfigError("model.d", f"the checkpoint's heads act in d={ckpt.d}, but model.d={model['d']}")
+    return layer.heads(spec.heads)
 
 
 def _source_run_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping[str, Any]) -> None:
@@ -629,10 +634,11 @@ def _check_unshifted_overflow(cfg: dict[str, Any], heads: list[Any]) -> None:
 
     exponent = unshifted_exponent(model["beta"], [head.B for head in heads])
     top = exponent / model["beta"]
-    if jko and exponent > EXP_OVERFLOW - math.log(2.0 * len(heads) * max(model["beta"], 1.0)) - 1.0:
+    if jko and exponent > EXP_OVERFLOW:  # (meanfield.solvers.jko refuses the same β for mf.solve)
         raise ConfigError("model.beta", f"{model['beta']:g} with a head of ‖B‖₂ = {top:.3g}: the JKO scheme minimises the energy "
-                                        f"(1/2β) Σ a_i a_j e^(β⟨x_i, B x_j⟩), which leaves float64 above β‖B‖₂ ≈ 709 (here "
-                                        f"{exponent:.3g}); the particle solver runs this β (solver.kind = 'particle')")
+                                        f"(1/2β) Σ a_i a_j e^(β⟨x_i, B x_j⟩) with mobilities up to e^(β‖B‖₂), which leave "
+                                        f"float64 above β‖B‖₂ ≈ 709 (here {exponent:.4g}); the particle solver runs this β "
+                                        "(solver.kind = 'particle')")
     if exponent > EXP_OVERFLOW:  # (a JKO run past this was refused above: unnormalized attention only)
         warnings.warn(f"model.beta = {model['beta']:g} with a head of ‖B‖₂ = {top:.3g}: unnormalized attention takes e^(β⟨x, B y⟩) "
                       f"unshifted, which exceeds float64 above β⟨x, B y⟩ = 709; the run stops on NaN/Inf where the "

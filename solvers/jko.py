@@ -130,7 +130,7 @@ from meanfield.analysis.mobility import (
     energy_time_derivative,
     mobility_field,
 )
-from meanfield.model import Model
+from meanfield.model import EXP_OVERFLOW, Model
 from meanfield.heads.schedules import head_structure, schedule_derivative
 from meanfield.geometry.sphere import exp_map, geodesic_distance, log_map, project_tangent
 from meanfield.solvers.signals import check
@@ -999,8 +999,9 @@ class JKOSolver:
         return RunSetup(model, stepper, problem.initial, state_name, static, trackers, info=info)
 
 
-#: the largest β·max_h‖B_h‖_op the JKO scheme takes: e^{this} is the largest float (its energies and mobilities are floats)
-JKO_MAX_EXPONENT = float(np.log(np.finfo(float).max))
+#: the largest β·max_h‖B_h‖_op the JKO scheme takes: e^{this} is the largest float (its energies and mobilities are
+#: floats); the config refuses the same (``meanfield.config``), this is the check of :func:`meanfield.solve`
+JKO_MAX_EXPONENT = EXP_OVERFLOW
 
 
 def _check_model(model: Model) -> None:

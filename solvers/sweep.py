@@ -77,7 +77,7 @@ A case that raises (``RunFailed``: NaN/Inf, …) or whose worker dies is re-run
 ``retries`` times (default once, from scratch) and then recorded as
 ``failed`` with its errors; the sweep goes on.  A case that fails on bad input
 (:class:`~meanfield.errors.ConfigError`, which fails the same way every time) is
-recorded at once.  A killed sweep continues with
+recorded at once, unless it came from an ``OSError`` (a disk or a file system).  A killed sweep continues with
 ``resume=True``: cases already in the ledger are skipped (failed ones too,
 unless ``retry_failed=True``); a case that finished on a worker after the
 driver was killed is taken from its ``cases/<hash>.json`` without running
@@ -724,8 +724,9 @@ def _run_case_locked(task: Mapping[str, Any], path: Path, record: dict[str, Any]
         record.update(status="ok", error="", scalars=scalars)
     except Exception as exc:  # a failed case is recorded, not raised
         record.update(status="failed", error=f"{type(exc).__name__}: {exc}", scalars=_scalars_of_failed(path))
-        # bad input fails the same way every time: not run again (a checkpoint that could not be read had been)
-        record["retry"] = not isinstance(exc, ConfigError)
+        # bad input fails the same way every time: not run again (a checkpoint that could not be read had been); a
+        # ConfigError over an OSError (a full or flaky disk, a file system that did not answer) is tried again
+        record["retry"] = not isinstance(exc, ConfigError) or isinstance(exc.__cause__ or exc.__context__, OSError)
         record.setdefault("resumed_frames", 0)
     record["wall_time"] = time.perf_counter() - started
     if record["status"] == "ok":  # beside the run: found by --resume if the driver dies before the ledger hears of it

@@ -117,6 +117,8 @@ def energies_from_row_logs(row_logs: np.ndarray, *, beta: float, weights: np.nda
 def log_energies_from_row_logs(row_logs: np.ndarray, *, beta: float, weights: np.ndarray | None = None) -> np.ndarray:
     r""":math:`\ln E_h` from the heads' log row sums (:func:`energies_from_row_logs`; :math:`\beta>0`), shape ``(H,)``:
     finite where :math:`E_h\sim e^{\beta}` exceeds the largest float (:math:`\beta\gtrsim700` for :math:`B_h=I`)."""
+    if not beta > 0:
+        raise ValueError(f"the log of the energy needs beta > 0, got {beta!r}")
     return np.array([_log_energy_from_logs(logs, beta) for logs in _with_masses(row_logs, weights)])
 
 

@@ -190,7 +190,12 @@ def _log_domain_sum(weights: np.ndarray, vectors: np.ndarray, log_factors: np.nd
     :math:`e^{f_i}` overflows, where their product is a float); rows with :math:`a_i\|u_i\|=0` add nothing."""
     a = np.asarray(weights, dtype=float)
     top = np.max(np.abs(vectors), axis=1) if vectors.shape[1] else np.zeros(vectors.shape[0])
-    live = (a > 0) & (top > 0)
+    with_mass = a > 0
+    if np.any(np.isnan(top[with_mass])) or np.any(np.isnan(log_factors[with_mass])):
+        return math.nan  # a broken velocity is not a row at rest
+    if np.any(np.isposinf(top[with_mass])):
+        return math.inf
+    live = with_mass & (top > 0)
     if not np.any(live):
         return 0.0
     unit = vectors[live] / top[live, None]

@@ -993,6 +993,15 @@ class RunReader:
             damaged += _damaged(*self._read(lambda f, start=start: self._states(f, slice(start, min(self.frames, start + step)))))
         return damaged
 
+    def checksummed_frames(self) -> int:
+        """How many of the committed frames have a checksum (frames written before checksums, and files without any,
+        have none)."""
+        def count(f: h5py.File) -> int:
+            sums = _member(f, CHECKSUM)
+            return 0 if sums is None else int(np.count_nonzero(np.asarray(sums[: self.frames]) >= 0))
+
+        return self._read(count)
+
     def named_frames(self, frames: list[int]) -> str:
         """``frame 7 (t = 1.4)`` or ``frames 3 (t = 0.6), 7 (t = 1.4)``."""
         return _frames_named(frames, self.times())

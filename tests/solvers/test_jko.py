@@ -565,9 +565,16 @@ def test_a_temperature_past_the_floats_is_refused_before_any_file(tmp_path):
     out = tmp_path / "cold.h5"
     config = {"model": {"beta": 1024.0, "attention": "pooled"}, "init": {"n": 16},
               "solver": {"kind": "jko", "tau": 0.01, "t_final": 0.05}}
-    with pytest.raises(ConfigError, match="pass the largest float from β·max‖B_h‖ ≈ 710") as err:
-        mf.simulate(config, out=out)
-    assert err.value.key == "model.beta" and not out.exists()
+    for heads in ({}, {"heads": [{"Q": "identity", "K": "identity", "V": "identity"}]}):  # the default head and a list
+        with pytest.raises(ConfigError, match="leave float64 above β‖B‖₂ ≈ 709") as err:
+            mf.simulate({**config, "model": {**config["model"], **heads}}, out=out)
+        assert err.value.key == "model.beta" and not out.exists()
+    from meanfield.model import Model
+    from meanfield.solvers.jko import JKOSolver
+    from meanfield.solvers.problem import Problem
+
+    with pytest.raises(ConfigError, match="pass the largest float from β·max‖B_h‖ ≈ 710"):  # mf.solve's own check
+        mf.solve(Problem(Model(d=3, beta=1024.0, attention="pooled"), np.eye(3)), JKOSolver(tau=0.01), t_final=0.05)
     config["model"]["beta"] = 650.0
     run = mf.simulate(config)
     assert np.all(np.isfinite(run.diagnostics["energy_theta"])) and np.all(np.isfinite(run.diagnostics["slope2"]))

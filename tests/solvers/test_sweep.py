@@ -310,12 +310,17 @@ def test_a_case_failing_on_bad_input_is_not_run_again(tmp_path, monkeypatch):
         calls.append(config["model"]["beta"])
         if config["model"]["beta"] == 1.0:
             raise ConfigError("init.path", "x0.npy: file not found")
-        raise RuntimeError("a worker's disk went away")
+        if config["model"]["beta"] == 2.0:
+            raise RuntimeError("a worker's disk went away")
+        try:
+            raise OSError(28, "No space left on device")
+        except OSError as exc:
+            raise ConfigError("OUT.h5", f"cannot write {path}: {exc.strerror}") from None
 
     monkeypatch.setattr(sweep_module, "_simulate_case", failing)
-    sweep = {"base": "base.toml", "cases": [{"model.beta": 1.0}, {"model.beta": 2.0}]}
+    sweep = {"base": "base.toml", "cases": [{"model.beta": 1.0}, {"model.beta": 2.0}, {"model.beta": 3.0}]}
     rows = run_sweep(load_sweep(sweep, base_dir=tmp_path), tmp_path / "out", workers=0, quiet=True)
-    assert calls == [1.0, 2.0, 2.0] and [r["attempts"] for r in rows] == [1, 2]
+    assert calls == [1.0, 2.0, 2.0, 3.0, 3.0] and [r["attempts"] for r in rows] == [1, 2, 2]  # (a full disk: again)
     assert rows[0]["error"] == "attempt 1: ConfigError: init.path: x0.npy: file not found" and "retry" not in rows[0]
 
 

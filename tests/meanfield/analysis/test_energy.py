@@ -180,6 +180,10 @@ def test_log_energies_where_the_energies_overflow(rng, flash, monkeypatch):
             assert np.all(np.isposinf(energies))
     with pytest.raises(ValueError, match="beta > 0"):
         head_log_energies(x, heads, beta=-1.0)
+    from meanfield.analysis.energy import energy_row_logs, log_energies_from_row_logs
+
+    with pytest.raises(ValueError, match="beta > 0"):  # (it had given nan)
+        log_energies_from_row_logs(energy_row_logs(x, heads, beta=-2.0), beta=-2.0)
 
 
 def test_log_energies_from_the_sphere_kernels_row_sums():

@@ -117,3 +117,20 @@ def test_energies_up_to_the_largest_float():
         # (an exponent of ~710 carries ~710 ε of rounding, in the reference as in the sums)
         np.testing.assert_allclose(head_energies(x, heads, beta=1024.0), exact, rtol=4e-13)
         np.testing.assert_allclose(np.exp(head_log_energies(x, heads, beta=1024.0)), exact, rtol=4e-13)
+
+
+def test_a_broken_velocity_is_not_a_token_at_rest():
+    # a NaN row had been skipped as a row at rest (all NaN: 0.0), an infinite one had given nan
+    from meanfield.analysis.mobility import mobility_field
+
+    x = _POINTS / np.linalg.norm(_POINTS, axis=1, keepdims=True)
+    field = mobility_field(x, HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]), beta=2.0)
+    a = np.full(6, 1 / 6)
+    velocity = field.tangent_flux.copy()
+    assert field.metric_speed_squared(velocity, a) == field.slope_squared(a) > 0
+    velocity[2, 1] = np.nan
+    assert np.isnan(field.metric_speed_squared(velocity, a))
+    velocity[2, 1] = np.inf
+    assert field.metric_speed_squared(velocity, a) == np.inf
+    velocity[2, 1] = np.nan
+    assert field.metric_speed_squared(velocity, np.array([1, 1, 0, 1, 1, 1]) / 5) > 0  # a tracer's row adds nothing

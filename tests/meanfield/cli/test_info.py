@@ -36,6 +36,24 @@ def test_check_names_every_damaged_frame_where_the_summary_reads_the_last_only(s
     assert "2 of its 3 frames do not match" in err and "frames 0 (t = 0), 1 (t = 0.1)" in err
     assert main(["info", str(small_run), "--check", "--follow"]) == 2
     assert "error: --check" in capsys.readouterr().err
+    with h5py.File(small_run, "r+") as f:  # frames written before checksums: not checked, and said so
+        f["checksum"][:2] = -1
+    assert main(["info", str(small_run), "--check"]) == 0
+    assert "checksums: 1 frames match theirs; 2 written before checksums were not checked" in capsys.readouterr().out
+    with h5py.File(small_run, "r+") as f:
+        del f["checksum"]
+    assert main(["info", str(small_run), "--check"]) == 0
+    assert "checksums: none in" in capsys.readouterr().out  # (it had said "all 3 frames match")
+
+
+def test_follow_lines_give_the_log_energy_where_the_energy_is_past_the_floats(tmp_path: Path, capsys) -> None:
+    from meanfield.cli.info import _frame_line
+
+    cold = mf.simulate({"model": {"beta": 1024.0}, "init": {"n": 12}, "solver": {"t_final": 0.1, "save_every": 0.1}})
+    line = _frame_line(1, float(cold.t[1]), dict(cold.diagnostics))
+    assert "  energy =" not in line and f"log_energy = {cold.diagnostics['log_energy'][1]:.12g}" in line
+    warm = mf.simulate(_SMALL)
+    assert "log_energy" not in _frame_line(1, float(warm.t[1]), dict(warm.diagnostics))
 
 
 def test_plot_of_a_file_it_cannot_draw_exits_2_without_a_traceback(small_run: Path, tmp_path: Path, capsys) -> None:
