@@ -485,7 +485,7 @@ def _energy_time_derivative(x: np.ndarray, heads: HeadStack, dB: np.ndarray, *, 
         heads_parts.append((top, heads.w[h] * 0.5 * sum(s * math.exp(c - top) for c, s in parts)))
     # the heads added at their largest shift: heads past float's range with opposite signs had given inf - inf = nan
     top = max((c for c, s in heads_parts if s != 0.0), default=0.0)
-    scaled = sum(s * math.exp(c - top) for c, s in heads_parts)
+    scaled = sum(s * math.exp(c - top) for c, s in heads_parts if s != 0.0)  # (a head of sum 0 may lie above top)
     if scaled == 0.0:
         return 0.0
     log_size = top + math.log(abs(scaled))  # e^top past float's range: ±inf, as the other slopes give
