@@ -86,9 +86,10 @@ from typing import Any
 import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
+from scipy.special import logsumexp
 
 from meanfield.kernels.inputs import block_rows, check_tokens, token_masses
-from meanfield.analysis.energy import head_energies
+from meanfield.analysis.energy import energies_from_row_logs, energy_row_logs, head_energies, log_energies_from_row_logs
 from meanfield.heads import HeadStack
 from meanfield.model import DIRECTIONS, ConstantHeads
 
@@ -618,7 +619,8 @@ class FrameDiagnostics:
 def series_names(H: int) -> list[str]:
     """Names of the series produced for ``H`` heads, in the order :func:`diagnose_trajectory` returns them.
 
-    ``t``; ``energy``, ``energy_h{h}``; ``dEdt``, ``dEdt_h{h}`` (chain rule);
+    ``t``; ``energy``, ``energy_h{h}``, ``log_energy`` (:math:`\ln` ``energy``, a number where the energy passes the
+    largest float; NaN for :math:`\beta\le0`); ``dEdt``, ``dEdt_h{h}`` (chain rule);
     ``kinetic`` (:math:`\\sum_ia_i\\|\\dot x_i\\|^2`); ``thm11_residual``;
     ``self_power_h{h}``, ``cross_sum_h{h}``, ``shadow_sum_h{h}`` (sums over
     :math:`h'\\ne h`), ``head_power_h{h}``, ``split_residual``;
@@ -630,7 +632,7 @@ def series_names(H: int) -> list[str]:
     ``max_gap``, ``one_minus_gamma``, ``n_clusters``.
     """
     hs = range(H)
-    names = ["t", "energy", *[f"energy_h{h}" for h in hs], "dEdt", *[f"dEdt_h{h}" for h in hs], "kinetic", "thm11_residual"]
+    names = ["t", "energy", *[f"energy_h{h}" for h in hs], "log_energy", "dEdt", *[f"dEdt_h{h}" for h in hs], "kinetic", "thm11_residual"]
     for stem in ("self_power", "cross_sum", "shadow_sum", "head_power"):
         names += [f"{stem}_h{h}" for h in hs]
     names.append("split_residual")
@@ -652,6 +654,7 @@ def _ratio(num: float, den: float, *, scale: float = 0.0) -> float:
 def _assemble(
     *,
     energies: np.ndarray,
+    log_energy: float,
     rates: np.ndarray,
     kinetic: float,
     split: Mapping[str, np.ndarray],
@@ -663,6 +666,7 @@ def _assemble(
     H = energies.size
     s: dict[str, float] = {"energy": float(energies.sum())}
     s.update({f"energy_h{h}": float(energies[h]) for h in range(H)})
+    s["log_energy"] = float(log_energy)
     s["dEdt"] = float(rates.sum())
     s.update({f"dEdt_h{h}": float(rates[h]) for h in range(H)})
     s["kinetic"] = float(kinetic)
@@ -750,13 +754,20 @@ def frame_diagnostics(
     xdot = token_velocity(f, x, direction=direction)
     a = _masses(x.shape[0], weights)
     with np.errstate(over="ignore"):
-        energies = share * head_energies(x, heads, beta=beta, weights=a)
+        if beta > 0:  # one score pass for the energies and their log (a number where they pass the floats)
+            logs = energy_row_logs(x, heads, beta=beta, weights=a)
+            energies = share * energies_from_row_logs(logs, beta=beta, weights=a)
+            log_energy = float(logsumexp(log_energies_from_row_logs(logs, beta=beta, weights=a))) + math.log(share)
+        else:
+            energies = share * head_energies(x, heads, beta=beta, weights=a)
+            log_energy = math.nan
     rates = share * energy_rates(x, xdot, heads, beta=beta, weights=a)
     split = power_split(f, x, direction=direction, weights=a)
     ent, ent_rate = entropy_and_production(x, xdot, heads, beta=beta, weights=a)
     kinetic = float(np.einsum("nd,nd->n", xdot, xdot) @ a)
     scalars = _assemble(
         energies=energies,
+        log_energy=log_energy,
         rates=rates,
         kinetic=kinetic,
         split=split,
@@ -849,8 +860,11 @@ def frame_diagnostics_dense(
         "n_clusters": float(count),
     }
     kinetic = float(np.sum(a * np.sum(xdot * xdot, axis=1)))
+    log_energy = (float(logsumexp([logsumexp(beta * (x @ B @ x.T), b=aa) for B in heads.B])) - math.log(2 * beta)
+                  if beta > 0 else math.nan)
     scalars = _assemble(
         energies=energies,
+        log_energy=log_energy,
         rates=rates,
         kinetic=kinetic,
         split=split,
@@ -1077,8 +1091,8 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
       transport parts, at the frame's heads, and Thm 11 (fixed heads) does not apply;
     * ``gradient_flow_setting``: the Thm 11 setting (:func:`gradient_flow_setting`), with fixed heads;
     * ``energy_monotone``: :math:`E_{\mathrm{multi}}` non-decreasing (ascent) or
-      non-increasing (descent) between frames, up to :math:`10^{-12}\max|E|` (n/a with one frame, or an energy
-      that is not a float at some frame);
+      non-increasing (descent) between frames, up to :math:`10^{-12}\max|E|` (from ``log_energy`` where the energy
+      passes the largest float; n/a with one frame);
     * ``dominance_per_token``: Condition 8 held for every token, head and frame;
     * ``dominance_aggregate``: every :math:`\sigma\,dE_h/dt\ge0` at every frame, a rate at the round-off level of the
       frame's energies (:math:`10^3\varepsilon\max_h|E_h|`, as the margins take it) counting as 0 (n/a where a rate is
@@ -1091,10 +1105,15 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
     """
     sigma = _sign(direction)
     energy = np.asarray(series["energy"], dtype=float)
+    log_energy = np.asarray(series.get("log_energy", np.full(energy.size, math.nan)), dtype=float)
     with np.errstate(invalid="ignore", over="ignore"):
         if energy.size > 1 and np.all(np.isfinite(energy)):
             steps = sigma * np.diff(energy)
             monotone: bool | None = bool(np.all(steps >= -1e-12 * max(float(np.max(np.abs(energy))), 1e-300)))
+        elif energy.size > 1 and np.all(np.isfinite(log_energy)):  # past the floats: the same test on ln E
+            # ΔE ≥ -1e-12 max E  ⇔  Δ ln E ≥ ln(1 - 1e-12 max E / E), about -1e-12 e^(ln max E - ln E)
+            tolerance = 1e-12 * np.exp(float(np.max(log_energy)) - log_energy[:-1])
+            monotone = bool(np.all(sigma * np.diff(log_energy) >= -tolerance))
         else:
             monotone = None
         fractions = np.stack([series[f"dominance_fraction_h{h}"] for h in range(H)])

@@ -105,7 +105,8 @@ def main(args: argparse.Namespace) -> int:
     if energy is not None and energy.size and not np.isfinite(energy).any() and run.config is not None:
         beta = run.config["model"]["beta"]
         warnings.warn(f"the energy is not a float at any frame (β = {beta:g}: e^(β⟨x, By⟩) passes the largest float "
-                      "from β⟨x, By⟩ ≈ 709), so dEdt, the Theorem 11 and split residuals and the aggregate margin are nan",
+                      "from β⟨x, By⟩ ≈ 709), so dEdt, the Theorem 11 and split residuals and the aggregate margin are nan; "
+                      "log_energy is its logarithm, and energy_monotone is read from it",
                       ConfigNote, stacklevel=2)
     frames = diagnosis.series["t"].size
     if frames < fd_points:

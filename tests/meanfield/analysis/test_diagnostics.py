@@ -643,3 +643,22 @@ def test_the_thm11_residual_leaves_out_frames_at_rest_where_it_is_the_rounding_o
     assert kinetic[-1] < 1e-11  # at rest
     assert report.verdicts["gradient_flow_setting"] and report.verdicts["max_thm11_residual"] < 1e-3
     assert np.isnan(report.series["thm11_residual"][-1])
+
+
+def test_energy_monotone_is_read_from_the_log_energy_past_the_floats():
+    # at β = 800 every energy is inf: the verdict had read n/a; ln E (from the same row sums) decides it
+    from scipy.special import logsumexp
+
+    import meanfield as mf
+
+    run = mf.simulate({"model": {"beta": 800.0}, "init": {"n": 16}, "solver": {"t_final": 0.2, "save_every": 0.1}})
+    with np.errstate(over="ignore", invalid="ignore"):
+        diagnosis = run.diagnose()
+    assert np.all(np.isposinf(diagnosis.series["energy"]))
+    for k in range(run.frames):
+        x = run.frame(k)
+        exact = logsumexp(800.0 * (x @ x.T)) - 2 * math.log(16) - math.log(1600.0)
+        np.testing.assert_allclose(diagnosis.series["log_energy"][k], exact, rtol=1e-13)
+    assert diagnosis.verdicts["energy_monotone"] is True
+    falling = dict(diagnosis.series, log_energy=diagnosis.series["log_energy"][::-1].copy())
+    assert diag.verdicts(falling, direction="ascent", H=1, n=16, gradient_flow=True)["energy_monotone"] is False
