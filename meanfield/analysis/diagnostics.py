@@ -619,8 +619,8 @@ class FrameDiagnostics:
 def series_names(H: int) -> list[str]:
     """Names of the series produced for ``H`` heads, in the order :func:`diagnose_trajectory` returns them.
 
-    ``t``; ``energy``, ``energy_h{h}``, ``log_energy`` (:math:`\ln` ``energy``, a number where the energy passes the
-    largest float; NaN for :math:`\beta\le0`); ``dEdt``, ``dEdt_h{h}`` (chain rule);
+    ``t``; ``energy``, ``energy_h{h}``, ``log_energy`` (:math:`\\ln` ``energy``, a number where the energy passes the
+    largest float; NaN for :math:`\\beta\\le0`); ``dEdt``, ``dEdt_h{h}`` (chain rule);
     ``kinetic`` (:math:`\\sum_ia_i\\|\\dot x_i\\|^2`); ``thm11_residual``;
     ``self_power_h{h}``, ``cross_sum_h{h}``, ``shadow_sum_h{h}`` (sums over
     :math:`h'\\ne h`), ``head_power_h{h}``, ``split_residual``;
