@@ -96,11 +96,8 @@ def w2_weighted_reduced(
 def _quantised(x: np.ndarray, a: np.ndarray, mesh: SphericalMesh) -> tuple[np.ndarray, np.ndarray, float]:
     """:func:`~meanfield.geometry.mesh.coarsen` of atoms of positive mass, and the root-mean-square geodesic distance of
     the atoms to their cell's atom (a bound on the W2 between the two)."""
-    points, mass = coarsen(x, a, mesh)
-    cell = mesh.cell_of(x)
-    atom = np.empty((mesh.N, 3))
-    atom[np.unique(cell)] = points  # (coarsen keeps the cells with mass in their order; every atom here has mass)
-    distance = np.arccos(np.clip(np.einsum("ij,ij->i", x, atom[cell]), -1.0, 1.0))
+    points, mass, atoms = coarsen(x, a, mesh, return_atoms=True)  # (every atom here has mass: its cell has an atom)
+    distance = np.arccos(np.clip(np.einsum("ij,ij->i", x, points[atoms]), -1.0, 1.0))
     return points, mass, float(np.sqrt(np.sum(a * distance**2) / np.sum(a)))
 
 

@@ -639,8 +639,8 @@ def to_weighted_points(mesh: SphericalMesh, mass: np.ndarray) -> tuple[np.ndarra
 
 
 def coarsen(
-    x: np.ndarray, weights: np.ndarray, target: SphericalMesh
-) -> tuple[np.ndarray, np.ndarray]:
+    x: np.ndarray, weights: np.ndarray, target: SphericalMesh, *, return_atoms: bool = False
+) -> tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Quantise weighted atoms on the cells of a coarser mesh, keeping barycentres.
 
     .. math::
@@ -655,6 +655,8 @@ def coarsen(
     Returns
     -------
     points : (k, 3) array, weights : (k,) array
+    atoms : (n,) int array, with ``return_atoms``
+        The row of ``points`` that stands for each of ``x`` (its cell's atom; -1 where that cell holds no mass).
     """
     x, w = _particle_weights(x, weights)
     cell = target.cell_of(x)
@@ -664,6 +666,8 @@ def coarsen(
     bary = bary[keep]
     norm = np.linalg.norm(bary, axis=1, keepdims=True)
     pts = np.where(norm > 1e-300, bary / np.where(norm > 1e-300, norm, 1.0), target.points[keep])
+    if return_atoms:
+        return pts, mass[keep], np.where(keep, np.cumsum(keep) - 1, -1)[cell]
     return pts, mass[keep]
 
 

@@ -183,6 +183,19 @@ def test_to_weighted_points_and_coarsen():
     cp, cw = M.coarsen(msh.points, m0, M.fibonacci_mesh(100))
     assert abs(cw.sum() - 1.0) < 1e-13 and len(cp) <= 100
     np.testing.assert_allclose(np.linalg.norm(cp, axis=1), 1.0)
+    masses = m0.copy()
+    masses[:400] = 0.0  # cells of the coarse mesh that hold no mass have no atom
+    target = M.fibonacci_mesh(100)
+    cp, cw, atoms = M.coarsen(msh.points, masses, target, return_atoms=True)
+    cells = target.cell_of(msh.points)
+    for k in range(800):  # each point's atom is the barycentre of the points of its cell, or -1 for a cell without mass
+        mates = (cells == cells[k]) & (masses > 0)
+        if not mates.any():
+            assert atoms[k] == -1
+            continue
+        centre = masses[mates] @ msh.points[mates]
+        np.testing.assert_allclose(cp[atoms[k]], centre / np.linalg.norm(centre), rtol=0, atol=1e-14)
+        assert cw[atoms[k]] == pytest.approx(masses[mates].sum(), rel=1e-13)
 
 
 def test_sample_mass_follows_the_cells():
