@@ -209,6 +209,24 @@ def _without_isotropic_part(M: np.ndarray) -> np.ndarray:
     return M - (np.trace(M) / M.shape[0]) * np.eye(M.shape[0])
 
 
+def _shifted_sums(xr: np.ndarray, B: np.ndarray, yt: np.ndarray, av: np.ndarray, values: np.ndarray, *, beta: float,
+                  own: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    r"""One head's sums over the atoms for a block of rows, shifted by each row's largest score :math:`c_i`:
+    :math:`c_i`, :math:`\sum_j a_je^{\beta x_i^\top By_j-c_i}`, the same sum of ``values`` rows with the own terms
+    (``own``: the block's rows and their own columns) left out, and those own terms' weights apart (None without)."""
+    z = (beta * (xr @ B)) @ yt
+    c = z.max(axis=1)
+    z -= c[:, None]
+    np.exp(z, out=z)
+    z *= av
+    den = z.sum(axis=1)
+    own_weight = None
+    if own is not None:  # the own terms are left out of the product and added apart
+        own_weight = z[own].copy()
+        z[own] = 0.0
+    return c, den, z @ values, own_weight
+
+
 def _mobility_field(
     x: np.ndarray, heads: HeadStack, *, beta: float, y: np.ndarray | None, weights: np.ndarray | None
 ) -> MobilityField:
@@ -243,17 +261,11 @@ def _mobility_field(
             own_cols = own_column[start + with_own]
         nums, own_weights, shifts = [], [], []
         for h in range(H):
-            z = (beta * (xr @ heads.B[h])) @ yt
-            c = z.max(axis=1)
-            z -= c[:, None]
-            np.exp(z, out=z)
-            z *= av
-            den = z.sum(axis=1)
+            c, den, num, own_weight = _shifted_sums(xr, heads.B[h], yt, av, keys[h], beta=beta,
+                                                    own=(with_own, own_cols) if own else None)
             log_Z[h, rows] = c + np.log(den)
-            if own:  # the own terms are left out of the product and added apart
-                own_weights.append(z[with_own, own_cols].copy())
-                z[with_own, own_cols] = 0.0
-            nums.append(z @ keys[h])  # scaled by e^{-c}
+            own_weights.append(own_weight)
+            nums.append(num)  # scaled by e^{-c}
             shifts.append(c)
         # combine heads: log sum_h w_h Z_h by log-sum-exp; flux = sum_h w_h e^{c_h} num_h / that
         log_terms = log_w[:, None] + log_Z[:, rows]
@@ -413,6 +425,7 @@ def _softmax_tangent_rows(x: np.ndarray, rows: np.ndarray, heads: HeadStack, *, 
     """
     live = weights > 0
     xs, av = x[live], weights[live]
+    xst = np.ascontiguousarray(xs.T)
     own_cols = (np.cumsum(live) - 1)[rows]
     here = np.arange(rows.size)
     xr = x[rows]
@@ -423,15 +436,9 @@ def _softmax_tangent_rows(x: np.ndarray, rows: np.ndarray, heads: HeadStack, *, 
         own_tangent = project_tangent(xr, xr @ _without_isotropic_part(heads.V[h]).T)
         for start in range(0, rows.size, block):
             part = slice(start, min(rows.size, start + block))
-            z = (beta * (xr[part] @ heads.B[h])) @ xs.T
-            z -= z.max(axis=1)[:, None]
-            np.exp(z, out=z)
-            z *= av
-            den = z.sum(axis=1)
-            own = z[here[part] - start, own_cols[part]].copy()
-            z[here[part] - start, own_cols[part]] = 0.0
-            others = project_tangent(xr[part], z @ values)
-            tangent[part] += (others + own[:, None] * own_tangent[part]) / den[:, None]
+            _, den, num, own = _shifted_sums(xr[part], heads.B[h], xst, av, values, beta=beta,
+                                             own=(here[part] - start, own_cols[part]))
+            tangent[part] += (project_tangent(xr[part], num) + own[:, None] * own_tangent[part]) / den[:, None]
     return tangent
 
 
