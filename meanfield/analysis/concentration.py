@@ -744,7 +744,9 @@ def incomplete_run_note(run: Any) -> str:
     """A sentence for a run that ends before its ``t_final`` (status interrupted, failed, stopped or running), naming
     its status and the time range it has no frame for; ``""`` for a completed run or one whose ``t_final`` is unknown."""
     status = str(getattr(run, "status", "completed") or "completed")
-    solver = {**(run.info.get("solver_options") or {}), **((run.config or {}).get("solver") or {})}  # (mf.solve runs: the info)
+    from meanfield.io.runfile import solver_settings  # local: h5py
+
+    solver = solver_settings(run.config, run.info)
     t_final = solver.get("t_final")
     if status == "completed" or run.frames == 0 or not isinstance(t_final, (int, float)):
         return ""

@@ -1062,7 +1062,9 @@ def _check_diagnosable(run: Any, model: Any) -> None:
     if getattr(model, "mask", "none") != "none":
         raise ConfigError("model.mask", f"this run has mask = {model.mask!r}; the diagnostics of Pendharkar (arXiv 2605.04279) "
                                         "are those of full attention, whose flow is not the masked one")
-    solver = {**(run.info.get("solver_options") or {}), **((run.config or {}).get("solver") or {})}  # (mf.solve runs: the info)
+    from meanfield.io.runfile import solver_settings  # local: h5py
+
+    solver = solver_settings(run.config, run.info)
     if solver.get("kind", run.info.get("solver")) == "zero-temperature":
         raise ConfigError("solver.kind", "this run follows the zero-temperature flow (each token towards its top score, "
                                          "β → ∞); the diagnostics of Pendharkar (arXiv 2605.04279) are those of the flow "

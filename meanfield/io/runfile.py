@@ -55,7 +55,7 @@ from meanfield.io.signature import HDF5_SIGNATURE, file_head
 
 T = TypeVar("T")
 
-__all__ = ["RunWriter", "RunReader", "open_run_file", "read_run_file", "read_config", "run_status", "last_frame", "STATE_NAMES",
+__all__ = ["RunWriter", "RunReader", "open_run_file", "read_run_file", "read_config", "run_status", "solver_settings", "last_frame", "STATE_NAMES",
            "COMMITTED", "CHECKSUM", "DamagedFrameWarning", "frame_checksum"]
 
 #: dataset that holds the evolving state, by solver family
@@ -1051,6 +1051,12 @@ def _frames_named(frames: list[int], times: np.ndarray) -> str:
     """``frame 7 (t = 1.4)`` or ``frames 3 (t = 0.6), 7 (t = 1.4)``."""
     named = ", ".join(f"{k} (t = {times[k]:.6g})" for k in frames)
     return f"frame {named}" if len(frames) == 1 else f"frames {named}"
+
+
+def solver_settings(config: Mapping[str, Any] | None, info: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's ``[solver]`` settings: its config's section over ``info["solver_options"]``, which is all a run of
+    :func:`meanfield.solve` (no config) has."""
+    return {**(info.get("solver_options") or {}), **((config or {}).get("solver") or {})}
 
 
 def run_status(path: str | Path) -> tuple[str, str]:
