@@ -7,15 +7,13 @@ returns a dict of scalars to record (or ``None``); it raises
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy.special import logsumexp
 
-from meanfield.analysis.energy import energies_from_row_logs, energy_row_logs, head_energies, log_energies_from_row_logs
+from meanfield.analysis.energy import energies_from_row_logs, energy_row_logs, head_energies, log_total_energy
 from meanfield.analysis.mobility import authors_slope_squared, metric_slope_squared
 from meanfield.model import Model
 from meanfield.geometry.sphere import sphere_error
@@ -77,8 +75,7 @@ class EnergyTracker:
         out = {"energy": total, "energy_theta": float(stack.w @ energies)}
         out.update({f"energy_h{h}": float(e) for h, e in enumerate(energies)})
         if beta > 0:  # ln of the energy: a number where the energy (~e^β) overflows
-            log_heads = log_energies_from_row_logs(logs, beta=beta, weights=weights)
-            out["log_energy"] = float(logsumexp(log_heads) - (math.log(stack.H) if mean else 0.0))
+            out["log_energy"] = log_total_energy(logs, beta=beta, weights=weights, share=1.0 / stack.H if mean else 1.0)
         return out
 
 

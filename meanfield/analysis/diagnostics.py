@@ -89,7 +89,7 @@ from scipy.sparse.csgraph import connected_components
 from scipy.special import logsumexp
 
 from meanfield.kernels.inputs import block_rows, check_tokens, token_masses
-from meanfield.analysis.energy import energies_from_row_logs, energy_row_logs, head_energies, log_energies_from_row_logs
+from meanfield.analysis.energy import energies_from_row_logs, energy_row_logs, head_energies, log_total_energy
 from meanfield.heads import HeadStack
 from meanfield.model import DIRECTIONS, ConstantHeads
 
@@ -757,7 +757,7 @@ def frame_diagnostics(
         if beta > 0:  # one score pass for the energies and their log (a number where they pass the floats)
             logs = energy_row_logs(x, heads, beta=beta, weights=a)
             energies = share * energies_from_row_logs(logs, beta=beta, weights=a)
-            log_energy = float(logsumexp(log_energies_from_row_logs(logs, beta=beta, weights=a))) + math.log(share)
+            log_energy = log_total_energy(logs, beta=beta, weights=a, share=share)
         else:
             energies = share * head_energies(x, heads, beta=beta, weights=a)
             log_energy = math.nan

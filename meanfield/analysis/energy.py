@@ -17,9 +17,11 @@ a kernel call per evaluation on the tiles, one on the row blocks).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
+from scipy.special import logsumexp
 
 from meanfield.heads import HeadStack
 from meanfield.kernels.blas import blas_threads, exp_scores, exp_shifted_by_mass, flash_row_sums, run_on_threads, thread_buffer
@@ -28,7 +30,7 @@ from meanfield.kernels.harmonic import sphere_head_row_logs
 from meanfield.kernels.jit import one_blas_thread
 
 __all__ = ["head_energies", "head_log_energies", "energy_row_logs", "energies_from_row_logs", "log_energies_from_row_logs",
-           "energy_multi", "energy_theta"]
+           "log_total_energy", "energy_multi", "energy_theta"]
 
 #: scores per row block (2 MiB of float64 per thread)
 _BLOCK_ELEMENTS = 1 << 18
@@ -120,6 +122,13 @@ def log_energies_from_row_logs(row_logs: np.ndarray, *, beta: float, weights: np
     if not beta > 0:
         raise ValueError(f"the log of the energy needs beta > 0, got {beta!r}")
     return np.array([_log_energy_from_logs(logs, beta) for logs in _with_masses(row_logs, weights)])
+
+
+def log_total_energy(row_logs: np.ndarray, *, beta: float, weights: np.ndarray | None = None, share: float = 1.0) -> float:
+    r""":math:`\ln\big(s\sum_hE_h\big)` from the heads' log row sums (:math:`\beta>0`; ``share`` :math:`s`: 1 for the
+    sum over the heads, :math:`1/H` for their mean, ``model.combine = "mean"``): the ``log_energy`` the energy tracker
+    and :mod:`meanfield.analysis.diagnostics` record, a number where the energy passes the largest float."""
+    return float(logsumexp(log_energies_from_row_logs(row_logs, beta=beta, weights=weights))) + math.log(share)
 
 
 def _with_masses(row_logs: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
