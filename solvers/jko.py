@@ -130,7 +130,7 @@ from meanfield.analysis.mobility import (
     energy_time_derivative,
     mobility_field,
 )
-from meanfield.model import EXP_OVERFLOW, Model
+from meanfield.model import EXP_OVERFLOW, Model, unshifted_exponent
 from meanfield.heads.schedules import head_structure, schedule_derivative
 from meanfield.geometry.sphere import exp_map, geodesic_distance, log_map, project_tangent
 from meanfield.solvers.signals import check
@@ -1015,12 +1015,11 @@ def _check_model(model: Model) -> None:
             f"the JKO scheme is the gradient flow whose PDE is the 'pooled' kind (Massucco et al., arXiv 2605.18870); "
             f"got {model.attention!r} (softmax is accepted only with one head, where it coincides with pooled)",
         )
-    heads = model.heads.at(0.0)
-    largest = max(float(np.linalg.norm(heads.B[h], 2)) for h in range(heads.H))
-    if model.beta * largest > JKO_MAX_EXPONENT:  # the step's objective and metric, and its energies, had been inf or nan
+    exponent = unshifted_exponent(model.beta, model.heads.at(0.0).B)  # (the config's check of the same, for mf.solve)
+    if exponent > JKO_MAX_EXPONENT:  # the step's objective and metric, and its energies, had been inf or nan
         raise ConfigError(
             "model.beta",
-            f"β·max‖B_h‖ = {model.beta * largest:.4g} at t = 0: the JKO scheme works with the energy and the mobility "
+            f"β·max‖B_h‖ = {exponent:.4g} at t = 0: the JKO scheme works with the energy and the mobility "
             f"1/b̂ as floats, which grow like e^(β⟨x, By⟩) and pass the largest float from β·max‖B_h‖ ≈ "
             f"{JKO_MAX_EXPONENT:.0f}; run this temperature with solver.kind = \"particle\" (its velocity is the same "
             f"pooled flow, in log scale)",
