@@ -30,14 +30,14 @@ from meanfield.kernels.harmonic import sphere_head_row_logs
 from meanfield.kernels.jit import one_blas_thread
 
 __all__ = ["head_energies", "head_log_energies", "energy_row_logs", "energies_from_row_logs", "log_energies_from_row_logs",
-           "log_total_energy", "energy_multi", "energy_theta"]
+           "log_total_energy", "energy_multi", "energy_theta", "LOG_FLOAT_MAX"]
 
 #: scores per row block (2 MiB of float64 per thread)
 _BLOCK_ELEMENTS = 1 << 18
 
 
-#: the log of the largest float
-_LOG_FLOAT_MAX = float(np.log(np.finfo(float).max))
+#: the log of the largest float: e^x is a float below it
+LOG_FLOAT_MAX = float(np.log(np.finfo(float).max))
 #: a shifted row sum below this means the Cauchy–Schwarz shift overshot: the row is redone with its maximum
 _UNDERFLOW = 1e-200
 
@@ -80,7 +80,7 @@ def _energy_from_logs(logs: np.ndarray, beta: float) -> float:
     first: energies up to the largest float past :math:`\max\ell\approx709.8` (they had read ``inf`` there)."""
     top = float(logs.max())
     total = float(np.sum(np.exp(logs - top)))
-    if top + np.log(total) < _LOG_FLOAT_MAX:  # (total ≥ 1)
+    if top + np.log(total) < LOG_FLOAT_MAX:  # (total ≥ 1)
         return float(np.exp(top) * total / (2 * beta))
     with np.errstate(over="ignore"):
         return float(np.copysign(np.exp(top - np.log(abs(2 * beta))), beta) * total)

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
+from meanfield.analysis.energy import LOG_FLOAT_MAX
 from meanfield.kernels.jit import one_blas_thread
 from meanfield.kernels.attention import attention_velocity
 from meanfield.kernels.inputs import token_masses
@@ -320,8 +321,6 @@ def energy_gradient(
     return mobility_field(x, heads, beta=beta, y=y, weights=weights).gradient
 
 
-#: the log of the largest float
-_LOG_FLOAT_MAX = math.log(np.finfo(float).max)
 
 
 def metric_slope_squared(
@@ -496,7 +495,7 @@ def _energy_time_derivative(x: np.ndarray, heads: HeadStack, dB: np.ndarray, *, 
     if scaled == 0.0:
         return 0.0
     log_size = top + math.log(abs(scaled))  # e^top past float's range: ±inf, as the other slopes give
-    return math.copysign(math.exp(log_size) if log_size < _LOG_FLOAT_MAX else math.inf, scaled)
+    return math.copysign(math.exp(log_size) if log_size < LOG_FLOAT_MAX else math.inf, scaled)
 
 
 def weighted_transport_cost(
@@ -543,6 +542,6 @@ def lipschitz_bound(heads: HeadStack, *, beta: float) -> float:
     :math:`(M+2\beta M^2)e^{\beta M}`.  The bound is far from sharp.
     """
     M = max(float(np.linalg.norm(heads.B[h], 2)) for h in range(heads.H))
-    if beta * M > _LOG_FLOAT_MAX:  # e^{βM} past the largest float (math.exp had raised OverflowError)
+    if beta * M > LOG_FLOAT_MAX:  # e^{βM} past the largest float (math.exp had raised OverflowError)
         return math.inf
     return 2 * M + beta * M * M + (M + 2 * beta * M * M) * math.exp(beta * M)
