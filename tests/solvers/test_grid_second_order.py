@@ -80,15 +80,18 @@ def test_second_order_against_the_axisymmetric_reference(reference):
     assert second[-1] < first[-1] / 30, (second, first)
 
 
-def test_second_order_on_graded_meshes_against_the_axisymmetric_reference(reference):
+@pytest.mark.parametrize("grading", [0.25, 1000.0])
+def test_second_order_on_graded_meshes_against_the_axisymmetric_reference(reference, grading):
     """Fine caps (F = 4, R = 0.3) at both poles of the axis inside Fibonacci meshes of 250, 1000 and 4000 cells:
-    the order in the coarse spacing stays >= 1.8 (2.1 measured) and the error within 2x the uniform mesh's."""
+    the order in the coarse spacing stays >= 1.8 (2.1 measured) and the error within 2x the uniform mesh's.  An
+    abrupt grading (1000: the fine caps meet the coarse mesh in one ring, neighbouring areas up to 11x apart) keeps
+    them too (2.0 measured; L1 error at 4000 within 9 % of the default grading's)."""
     from meanfield.geometry.graded import graded_mesh
 
     sizes = [250, 1000, 4000]
     errors = []
     for N in sizes:
-        mesh = graded_mesh(N, [[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]], radius=0.3, factor=4.0)
+        mesh = graded_mesh(N, [[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]], radius=0.3, factor=4.0, grading=grading)
         m0 = initial_mass(mesh, "vmf", mean=[0.0, 0.0, 1.0], kappa=KAPPA)
         stepper = G.GridStepper(identity_model(), mesh, order=2, backend="fused")
         m = stepper.advance(m0, 0.0, T)
