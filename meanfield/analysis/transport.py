@@ -64,6 +64,9 @@ COSTS: tuple[str, ...] = ("geodesic", "chordal")
 METHODS: tuple[str, ...] = ("exact", "sinkhorn", "sliced")
 #: Largest accepted deviation ``| ||x|| - 1 |`` of an input point.
 SPHERE_TOL: float = 1e-6
+#: Points whose ``| ||x|| - 1 |`` is at most this (rounding: ``x / np.linalg.norm(x)`` gives 2.2e-16) are used as
+#: given, not divided by their norm again (which would move them by an ulp, 1e-8 relative at a distance of 1e-8).
+UNIT_AS_GIVEN: float = 1e-15
 #: Relative tolerance on ``sum(a) == sum(b)``.
 MASS_RTOL: float = 1e-9
 
@@ -93,7 +96,11 @@ _SSW_BATCH = 4_000_000  # projected values per call to POT in the sliced method
 # validation
 # ----------------------------------------------------------------------------
 def _points(x: ArrayLike, name: str) -> NDArray[np.float64]:
-    """Validate points on the sphere and return them renormalised."""
+    """Validate points on the sphere and return them renormalised (a new array).
+
+    Rows already unit to rounding (``| ||x|| - 1 | <=`` :data:`UNIT_AS_GIVEN`, as ``x / np.linalg.norm(x)`` makes
+    them) are kept as given: dividing by the norm would move each by about an ulp, 1e-8 of a distance of 1e-8, and
+    the costs of close pairs come from the rows' differences."""
     arr = _float_array(x, name)
     if arr.ndim != 2:
         raise ValueError(
@@ -116,7 +123,10 @@ def _points(x: ArrayLike, name: str) -> NDArray[np.float64]:
             f"{name} is not on the unit sphere: row {worst} has norm "
             f"{norms[worst]:.12g}, | ||x|| - 1 | = {dev[worst]:.3g} > {SPHERE_TOL:g} "
             f"({int(np.count_nonzero(dev > SPHERE_TOL))} of {arr.shape[0]} rows are off)")
-    return arr / norms[:, None]
+    out = arr.copy()
+    off = dev > UNIT_AS_GIVEN
+    out[off] /= norms[off, None]
+    return out
 
 
 def _weights(w: ArrayLike | None, n: int, name: str) -> NDArray[np.float64]:
@@ -316,7 +326,8 @@ def cost_matrix(x: ArrayLike, y: ArrayLike, *, cost: str = "geodesic",
         c(x, y) = \arccos\,\mathrm{clip}(\langle x, y\rangle, -1, 1)
         \ \text{(geodesic)}, \qquad c(x, y) = \|x - y\| \ \text{(chordal)}.
 
-    Points are renormalised to unit norm first.  The matrix is built from the
+    Points are renormalised to unit norm first, except those unit to rounding
+    already (``UNIT_AS_GIVEN``), which are used as given.  The matrix is built from the
     Gram matrix :math:`g_{ij} = \langle x_i, y_j\rangle` (one GEMM) with the
     transform applied in place by a compiled pass over rows: ``acos`` by
     fdlibm's rational approximation, the chord as :math:`\max(2 - 2g, 0)`.
@@ -333,7 +344,8 @@ def cost_matrix(x: ArrayLike, y: ArrayLike, *, cost: str = "geodesic",
 
     tiny distances keep their relative accuracy, the squared costs are
     accurate to about ``1e-13`` relative and the geodesic to ``1e-14`` rad
-    everywhere.  Costs :math:`O(nmd)` time and one
+    everywhere (for points off the sphere by more than rounding, relative to
+    their renormalised copies, which are an ulp from the exact quotients).  Costs :math:`O(nmd)` time and one
     :math:`n \times m` array.
 
     Parameters

@@ -81,21 +81,25 @@ def test_cost_matrix_small_angles_are_accurate():
 
 
 def _unit(z: np.ndarray) -> np.ndarray:
-    """Rows renormalised exactly as :func:`w2` does, so that the slow reference sees the same points."""
+    """Rows normalised as a user would (unit to rounding)."""
     return z / np.sqrt(np.einsum("ij,ij->i", z, z))[:, None]
 
 
 def _slow_costs(x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
-    """Independent pairwise costs, one pair at a time (np.linalg.norm, np.arccos, np.arctan2),
-    between the points as :func:`w2` renormalises them."""
-    x, y = _unit(x), _unit(y)
+    """Independent pairwise costs, one pair at a time (norms, arccos, arctan2), between the exact quotients
+    x/||x||, y/||y||, without forming them: ||x/|x| -+ y/|y|||^2 = (||x -+ y||^2 - (|x| - |y|)^2) / (|x| |y|), in
+    extended precision where the platform has it (a rounded quotient would be an ulp off, 1e-8 of a distance 1e-8)."""
+    x, y = np.asarray(x, dtype=np.longdouble), np.asarray(y, dtype=np.longdouble)
+    nx, ny = np.sqrt((x * x).sum(axis=1)), np.sqrt((y * y).sum(axis=1))
     n, m = x.shape[0], y.shape[0]
     chord2, acos, atan = np.empty((n, m)), np.empty((n, m)), np.empty((n, m))
     for i in range(n):
         for j in range(m):
-            dm, dp = np.linalg.norm(x[i] - y[j]), np.linalg.norm(x[i] + y[j])
+            radial, scale = (nx[i] - ny[j]) ** 2, nx[i] * ny[j]
+            dm = np.sqrt(max(((x[i] - y[j]) ** 2).sum() - radial, 0.0) / scale)
+            dp = np.sqrt(max(((x[i] + y[j]) ** 2).sum() - radial, 0.0) / scale)
             chord2[i, j] = dm * dm
-            acos[i, j] = np.arccos(np.clip(np.dot(x[i], y[j]), -1.0, 1.0))
+            acos[i, j] = np.arccos(np.clip(np.dot(x[i], y[j]) / scale, -1.0, 1.0))
             atan[i, j] = 2.0 * np.arctan2(dm, dp)  # stable at both ends
     return {"chordal": chord2, "arccos": acos, "geodesic": atan**2}
 
@@ -156,6 +160,33 @@ def test_w2_of_clouds_1e8_apart_keeps_relative_accuracy(rng, cost):
     np.testing.assert_allclose(w2(x, y, cost=cost), expected, rtol=1e-10, atol=0)
     np.testing.assert_allclose(w2(x, -y, cost=cost), np.sqrt(_slow_costs(x, -y)[cost][
         linear_sum_assignment(_slow_costs(x, -y)[cost])].mean()), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("cost", COSTS)
+def test_costs_of_pairs_1e8_apart_are_those_of_the_users_points_to_round_off(rng, cost):
+    # points normalised the usual way (x / np.linalg.norm(x)), 1e-8 apart: their distance is fixed by them to a few
+    # 1e-16 (the exact quotients x/||x|| against the floats), and renormalising them again had moved each by an ulp,
+    # 7e-9 relative in the squared cost; the reference is 40-digit arithmetic on the exact quotients
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 40
+    x = rng.standard_normal((40, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    step = rng.standard_normal((40, 3))
+    step -= np.einsum("ij,ij->i", step, x)[:, None] * x
+    y = np.cos(1e-8) * x + np.sin(1e-8) * step / np.linalg.norm(step, axis=1, keepdims=True)
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    got = np.diag(cost_matrix(x, y, cost=cost))
+
+    def unit(v):
+        v = [mpmath.mpf(float(c)) for c in v]
+        norm = mpmath.sqrt(sum(c * c for c in v))
+        return [c / norm for c in v]
+
+    exact = []
+    for u, v in zip(x, y):
+        chord = mpmath.sqrt(sum((a - b) ** 2 for a, b in zip(unit(u), unit(v))))
+        exact.append(float(chord**2 if cost == "chordal" else (2 * mpmath.asin(chord / 2)) ** 2))
+    np.testing.assert_allclose(got, exact, rtol=2e-15, atol=0)
 
 
 def test_cost_matrix_large_block_matches_reference(rng):
