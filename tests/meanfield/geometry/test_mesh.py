@@ -309,6 +309,10 @@ def test_initial_mass_from_files(tmp_path):
     ("function", {"expr": "z - 2"}, "init.expr"),
     ("function", {"expr": "log(z - 2)"}, "init.expr"),
     ("function", {"expr": "0*x"}, "init.expr"),
+    # a complex value had been cut to its real part (with a NumPy warning) and the run went on: Re((-0.5)**(1/3))
+    # is +0.397, where the user means -0.794
+    ("function", {"expr": "2 + (-0.5)**(1/3)*z"}, "init.expr.*does not give a real number"),
+    ("function", {"expr": "(-1)**0.5 + 2 + x"}, "init.expr.*does not give a real number"),
     ("function", {}, "init.expr"),
     ("function", {"f": "not callable"}, "init.f"),
     ("cube", {}, "init.kind"),
