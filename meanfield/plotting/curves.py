@@ -14,7 +14,22 @@ from matplotlib.figure import Figure
 
 from meanfield.plotting.canvas import new_figure, save
 
-__all__ = ["plot_concentration", "plot_sweep", "plot_convergence", "plot_diagnostics"]
+__all__ = ["plot_concentration", "plot_sweep", "plot_convergence", "plot_diagnostics", "shown_energy"]
+
+
+def shown_energy(diagnostics: Mapping[str, Any] | None, frames: int) -> tuple[str, np.ndarray] | None:
+    r"""The energy series a run's figure draws: ``("energy", E)``, or ``("log_energy", ln E)`` where E passed the floats.
+
+    At low temperature :math:`E \sim e^{\beta}/(2\beta)` is ``inf`` from :math:`\beta \approx 709` (``B = I``),
+    and the energy panel had been left out (the largest speed drawn instead); the energy tracker's ``log_energy``
+    holds :math:`\ln E` from the same sums.  ``None`` where neither has a finite value over ``frames`` frames.
+    """
+    series = {k: np.asarray(diagnostics[k], dtype=float) for k in ("energy", "log_energy")
+              if diagnostics and k in diagnostics and np.shape(diagnostics[k]) == (frames,)}
+    energy, logs = series.get("energy"), series.get("log_energy")
+    if energy is not None and (np.isfinite(energy).all() or logs is None or not np.isfinite(logs).any()):
+        return ("energy", energy) if np.isfinite(energy).any() else None
+    return ("log_energy", logs) if logs is not None and np.isfinite(logs).any() else None
 
 
 def plot_concentration(curves: dict[str, np.ndarray], summary: dict[str, Any], path: str | Path | None = None, *, title: str = "") -> Figure:

@@ -33,6 +33,7 @@ from matplotlib.figure import Figure
 
 from meanfield.geometry.mesh import SphericalMesh
 from meanfield.plotting.canvas import check_frames, check_picture_path, facing_rotation, facing_view, save, save_animation
+from meanfield.plotting.curves import shown_energy
 
 __all__ = [
     "plot_density",
@@ -533,12 +534,14 @@ def plot_grid_run(
     check_frames(masses, t, name="masses", masses=True)
     check_map_options({"log": log})
     picks = sorted({int(round(k)) for k in np.linspace(0, len(t) - 1, min(frames, len(t)))})
-    labels = {"energy": "interaction energy E", "w2_target": "W₂ to Π♯ρ₀", "max_speed": "largest speed max |X|",
-              "mass_error": "mass error |Σm(t) − Σm(0)|"}  # (the bottom row's order)
+    labels = {"energy": "interaction energy E", "log_energy": "ln E (E past the largest float)", "w2_target": "W₂ to Π♯ρ₀",
+              "max_speed": "largest speed max |X|", "mass_error": "mass error |Σm(t) − Σm(0)|"}  # (the bottom row's order)
     diagnostics = diagnostics or {}
-    diags = {k: np.asarray(diagnostics[k], dtype=float) for k in labels
-             if k in diagnostics and len(diagnostics[k]) == len(t)
-             and np.isfinite(np.asarray(diagnostics[k], dtype=float)).any()}  # (an overflowed energy: left out)
+    energy = shown_energy(diagnostics, len(t))  # (ln E where the energy overflowed)
+    diags = dict([energy] if energy else [])
+    diags.update({k: np.asarray(diagnostics[k], dtype=float) for k in ("w2_target", "max_speed", "mass_error")
+                  if k in diagnostics and len(diagnostics[k]) == len(t)
+                  and np.isfinite(np.asarray(diagnostics[k], dtype=float)).any()})
     rho = np.concatenate([masses[k] / mesh.areas for k in picks])
     norm = _norm(rho, vmin=None, vmax=None, log=log)
     rotation = facing_rotation(mesh.points, masses[picks[-1]])

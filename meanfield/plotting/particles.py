@@ -21,6 +21,7 @@ from matplotlib.animation import FuncAnimation
 from meanfield.plotting.canvas import (
     check_frames, check_picture_path, draw_points, draw_sphere, facing_view, marker_areas, new_figure, rotation_to, save, save_animation,
 )
+from meanfield.plotting.curves import shown_energy
 
 __all__ = [
     "plot_particle_run",
@@ -130,9 +131,10 @@ def plot_particle_run(
     check_frames(x, t, name="x")
     weights = _token_weights(weights, x.shape[1])
     picks = _picks(len(t), snapshots)
-    # the first series with a finite value (an energy past the largest float, β⟨x, By⟩ > 709, had left an empty panel)
-    key = next((k for k in ("energy", "energy_theta", "rayleigh", "max_speed")
-                if diagnostics and k in diagnostics and np.isfinite(np.asarray(diagnostics[k], dtype=float)).any()), None)
+    # the energy (ln E past the largest float, β⟨x, By⟩ > 709), else the first other series with a finite value
+    energy = shown_energy(diagnostics, len(t))
+    key = energy[0] if energy else next((k for k in ("energy_theta", "rayleigh", "max_speed") if diagnostics and k in diagnostics
+                                         and np.isfinite(np.asarray(diagnostics[k], dtype=float)).any()), None)
     cols = len(picks) + (1 if key else 0)
     fig = new_figure(figsize=(max(3.3 * cols, 7.5), 4.4))  # (room for two title lines, a panel title and the time axis)
     rotation = rotation_to(facing_view(x[picks[-1]], weights))
@@ -145,7 +147,8 @@ def plot_particle_run(
     if key:
         ax = fig.add_subplot(1, cols, cols)
         ax.plot(t, diagnostics[key], color="C3", marker="." if len(t) < 3 else None)  # (one frame: a point, not nothing)
-        labels = {"energy": "interaction energy $E$", "energy_theta": r"energy $E(\mu_t, t)$",
+        labels = {"energy": "interaction energy $E$", "log_energy": r"$\ln E$ (E past the largest float)",
+                  "energy_theta": r"energy $E(\mu_t, t)$",
                   "rayleigh": r"mean $x^\top S x$", "max_speed": r"largest speed $\max_i |\dot x_i|$"}
         ax.set_xlabel("time t")
         ax.set_ylabel(labels[key])

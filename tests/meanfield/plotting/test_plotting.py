@@ -301,6 +301,30 @@ def test_an_overflowed_energy_gives_its_panel_to_the_speed_and_empty_cells_are_g
     assert "grey: no mass" in fig._suptitle.get_text()  # noqa: SLF001
 
 
+def test_an_energy_past_the_floats_is_drawn_as_its_log():
+    # at beta = 1024 the energy is inf at every frame; the tracker's ln E had been ignored and the speed drawn instead
+    import meanfield as mf
+
+    run = mf.solve(mf.Problem(mf.Model(d=3, beta=1024.0), sample_uniform(12, 3, seed=3)), mf.ParticleSolver(dt=1e-3),
+                   t_final=0.004, save_every=0.002)
+    assert np.isinf(run.diagnostics["energy"]).all() and np.isfinite(run.diagnostics["log_energy"]).all()
+    panel = run.plot().axes[-1]
+    assert panel.get_ylabel().startswith(r"$\ln E$")
+    np.testing.assert_array_equal(panel.lines[0].get_ydata(), run.diagnostics["log_energy"])
+    t = np.array([0.0, 0.5])
+    partly = {"energy": np.array([2.0, np.inf]), "log_energy": np.log([2.0, 1e310]), "max_speed": np.ones(2)}
+    assert particles.plot_particle_run(t, np.stack([sample_uniform(20, 3, seed=1)] * 2),
+                                       diagnostics=partly).axes[-1].get_ylabel().startswith(r"$\ln E$")
+    msh = M.fibonacci_mesh(200)
+    uniform = np.full((2, msh.N), 1.0 / msh.N)
+    fig = density.plot_grid_run(msh, t, uniform, diagnostics=partly)
+    panels = [ax.get_ylabel() for ax in fig.axes if ax.get_xlabel() == "time t"]
+    assert panels == ["ln E (E past the largest float)", "largest speed max |X|"]
+    finite = {"energy": np.array([2.0, 3.0]), "log_energy": np.log([2.0, 3.0])}  # a finite energy is drawn as itself
+    assert "interaction energy" in particles.plot_particle_run(t, np.stack([sample_uniform(20, 3, seed=1)] * 2),
+                                                               diagnostics=finite).axes[-1].get_ylabel()
+
+
 @pytest.mark.parametrize("snapshots", [1, 2, 4, 6])
 def test_the_run_pictures_time_label_lies_on_the_canvas(snapshots):
     # with the energy panel square, the "time t" label had been drawn 4-6 px below the canvas
