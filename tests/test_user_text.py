@@ -19,7 +19,8 @@ USER_FILES = sorted(
     + sorted((ROOT / "data").glob("*.toml"))
 )
 #: internal shorthand for the papers ("seed 000", "seed-002", "seed004_…", "Seed 004:")
-SEED_NUMBER = re.compile(r"\bseeds?[ _-]?0{2}[024]", re.IGNORECASE)
+SEED_NUMBER = re.compile(r"\bseeds?[ _-]?0{2}[024]|\bthe seeds?(?:'s?|\s+(?:states?|says|summary|summaries|paper))\b",
+                         re.IGNORECASE)  # (and "the seed's", "the seed states": the papers' summaries)
 #: a repository path a text may name (relative to the repository root)
 REPO_PATH = re.compile(r"(?<![\w/.])((?:data|figures|meanfield|solvers|tests)/[\w./-]*\w)")
 #: paths that name what a run writes, not a file of the repository
@@ -98,7 +99,9 @@ def test_no_string_of_the_sources_holds_an_invalid_escape(path: Path) -> None:
 
 def test_the_checks_above_can_fail(tmp_path: Path) -> None:
     assert SEED_NUMBER.search("see seed 002, Thm 1") and SEED_NUMBER.search("Seed-004 figures") and SEED_NUMBER.search("seed004_model")
+    assert SEED_NUMBER.search("where the seed's statement invites") and SEED_NUMBER.search("The seed states super-additivity")
     assert not SEED_NUMBER.search("init.seed = 0 and seeds 0, 1, 2")
+    assert not SEED_NUMBER.search("the first seed's run; every seed's path; the seed of the increments; the seeds' spread")
     assert REPO_PATH.findall("run data/nothing.toml and figures/x.py.") == ["data/nothing.toml", "figures/x.py"]
     assert MARKUP.search("the :math:`\\beta` of ``x``")
     assert CONTROL.search("E = \frac1{2\beta}") and not CONTROL.search(r"E = \frac1{2\beta}\tab")

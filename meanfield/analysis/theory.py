@@ -1,7 +1,7 @@
 r"""Closed forms of Pendharkar (arXiv 2605.04279) (multi-head gradient-flow structure), pure NumPy/SciPy.
 
 Nothing here runs a particle or grid solver: these are the formulas the solvers
-are checked against, each with an independent numerical twin where the seed's
+are checked against, each with an independent numerical twin where the paper's
 statement invites one.
 
 Contents, by theorem of Pendharkar (arXiv 2605.04279):
@@ -271,7 +271,7 @@ def beta_star(H: float, n: float, alpha: float) -> float:
 
     the second form using :math:`1-c^{*2}=(H-1)c^*` (evaluated: no cancellation).
     It is the solution of :math:`c(\beta)=c^*(H)` (:func:`head_cosine`).  In the
-    seed's convention per-head monotonicity (radial dominance, Condition 8) holds for
+    paper's convention per-head monotonicity (radial dominance, Condition 8) holds for
     :math:`\beta<\beta^*`, i.e. while :math:`c(\beta)<c^*(H)`.
 
     The value is returned as is; callers interpret it:
@@ -773,7 +773,7 @@ def superadditivity_gain(lambdas: ArrayLike, *, beta: float, n: float) -> float:
 
     By Jensen, :math:`G\ge0` when all :math:`\lambda_h` lie where :math:`\varphi`
     is convex (:math:`\lambda>\lambda_c`) and :math:`G\le0` when all lie in the
-    concave region :math:`(0,\lambda_c)`; the seed states super-additivity for
+    concave region :math:`(0,\lambda_c)`; Pendharkar states super-additivity for
     mean strength :math:`\bar\lambda>\lambda_c` with small enough spread.
 
     Computed as the sum of the heads' Taylor remainders (the second form: :math:`\sum_h(\lambda_h-\mu)=0`), not as

@@ -115,7 +115,7 @@ def block_configuration(
       :math:`c(\beta)=e^{\alpha\beta}/\sqrt{e^{2\alpha\beta}+n-1}` (:func:`meanfield.analysis.theory.head_cosine`);
       its cosine with :math:`x_i` itself is :math:`w_h c(\beta)`.
 
-    The seed's summary leaves the Thm 19 configuration open; scalar heads
+    Thm 19 of Pendharkar (arXiv 2605.04279) leaves its configuration open; scalar heads
     :math:`B_h=\alpha I` acting on the *same* space are not it (identical heads
     give :math:`\Pi_h = H\sum_i a_i\|P^\perp u_i\|^2\ge0` for every :math:`\beta`).
     This block configuration is the orthogonal-head version of "scalar heads,
@@ -566,7 +566,7 @@ def clustering_time(
         :math:`T=\infty`, ``clustered = False``.
     ``"equiangular"``
         :math:`\langle x_i,x_j\rangle=\gamma_0=d^{-1/2}` (the typical overlap of
-        random tokens in dimension :math:`d`, the seed's linearised regime);
+        random tokens in dimension :math:`d`, the linearised regime of Pendharkar's Thm 25);
         needs :math:`n\le d`.
 
     ``x0`` (an ``(n, d)`` array) replaces the sampled tokens.
@@ -700,7 +700,7 @@ def clustering_time_experiment(
     :math:`n` on log–log axes (:func:`meanfield.analysis.theory.fit_power_law`; exponent 1
     for :math:`T\propto n`) and against :math:`\log d` (:math:`T\approx c\log d+e`);
     each fit uses the finite medians only and is ``nan`` when fewer than two
-    distinct abscissae remain.  The seed's scalings come from the linearisation at
+    distinct abscissae remain.  Pendharkar's scalings come from the linearisation at
     :math:`\gamma=0` and are upper bounds: softmax clustering from random tokens
     is typically much faster than :math:`O(n)` (the drive grows with :math:`(n-1)\gamma`).
 
