@@ -79,8 +79,8 @@ from meanfield.kernels.fused import FUSED_KINDS, velocity_fused
 from meanfield.kernels.fused32 import velocity_fused32
 from meanfield.kernels.harmonic import choose_sphere_method, velocity_harmonic
 from meanfield.kernels.inputs import (
-    ATTENTION_KINDS, BLOCK_ELEMENTS, MASKS, as_head_stack, block_rows, check_tokens, check_tolerance, is_causal, is_temperature, masses_near_one,
-    token_masses,
+    ATTENTION_KINDS, BLOCK_ELEMENTS, MASKS, MASS_RANGE, as_head_stack, block_rows, check_pooled_weights, check_tokens, check_tolerance,
+    is_causal, is_temperature, masses_in_range, scale_back, token_masses,
 )
 from meanfield.kernels.reference import velocity_numpy
 from meanfield.kernels.local import SPHERE_KINDS, SPHERE_TOLERANCE, velocity_local
@@ -93,6 +93,7 @@ __all__ = [
     "FUSED_MAX_D",
     "FLASH_SMALL_D_MIN_PAIRS",
     "BLOCK_ELEMENTS",
+    "MASS_RANGE",
     "attention_velocity",
     "velocity_numpy",
     "velocity_blas",
@@ -171,27 +172,6 @@ ROWS_MAX_ND = 512
 FUSED_POOLED_MAX_N = 384
 
 
-#: token masses whose total lies outside [2^-MASS_RANGE, 2^MASS_RANGE] are brought to a total of about 1 before any
-#: kernel runs (:func:`_masses_in_range`)
-MASS_RANGE = 60
-
-
-def _masses_in_range(weights: np.ndarray | None, kind: str) -> tuple[np.ndarray | None, int, float]:
-    """Masses for the kernels, the power of two ``k`` they were divided by, and the factor that takes their velocity
-    back: masses whose total leaves :math:`[2^{-60}, 2^{60}]` are brought to a total near 1 by
-    :func:`~meanfield.kernels.inputs.masses_near_one` (in float32 relu's 1e-46 had given v ≡ 0 and softmax's 1e37
-    NaN; in float64 the local kernel's softmax was NaN for subnormal masses).  Softmax and pooled attention do not
-    depend on the masses' scale (factor 1); unnormalized and relu are linear in them.  Masses in the range are
-    left as they are, so their velocities keep their bits."""
-    if weights is None:
-        return None, 0, 1.0
-    total = float(np.abs(np.asarray(weights, dtype=float)).sum())
-    if not (math.isfinite(total) and total > 0) or 2.0**-MASS_RANGE <= total <= 2.0**MASS_RANGE:
-        return weights, 0, 1.0
-    a, exponent = masses_near_one(weights)
-    return a, exponent, (1.0 if kind in ("softmax", "pooled") else math.ldexp(1.0, exponent))
-
-
 def attention_velocity(
     x: np.ndarray,
     heads: HeadStack,
@@ -217,7 +197,10 @@ def attention_velocity(
         Inverse temperature :math:`\beta\ge 0`.
     kind : {"softmax", "unnormalized", "relu", "pooled"}
     weights : (n,) array, optional
-        Masses :math:`a_j` of the tokens (default :math:`1/n`).
+        Masses :math:`a_j` of the tokens (default :math:`1/n`): finite and ≥ 0, of any scale (a total outside
+        :math:`[2^{-60}, 2^{60}]` is divided by a power of two before the kernel runs,
+        :func:`~meanfield.kernels.inputs.masses_in_range`).  Softmax and pooled do not depend on it; the unnormalized
+        and relu velocities scale with it, and where they leave the float range their entries are :math:`\pm\infty`.
     backend : {"auto", "blas", "fused", "harmonic", "local", "numba", "numpy"}
         ``"auto"``: on :math:`S^2` with more than :data:`SPHERE_DENSE_MAX_N` unit
         tokens and an exponential law, the fastest of ``"harmonic"``,
@@ -272,8 +255,7 @@ def attention_velocity(
         raise ValueError(f"beta must be a finite number ≥ 0, got {beta!r}")  # NaN or inf had given NaN velocities silently
     heads = as_head_stack(heads)  # a Head had failed on heads.H
     check_tolerance(tolerance)
-    if kind == "pooled" and not np.any(heads.w > 0):  # 0/0: NaN from most kernels, 0 from one
-        raise ValueError(f"pooled attention weighs the heads by w, and every w is 0: {heads.w.tolist()}")
+    check_pooled_weights(heads, kind)  # (every kernel's check_tokens too; here before any choice of kernel)
     if backend in TOLERANCE_BACKENDS:
         x = _float32_tokens_on_the_sphere(x, heads, kind)
     if backend == "auto":
@@ -295,13 +277,13 @@ def attention_velocity(
         raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
     if precision == "float32" and backend not in ("fused", "blas"):
         raise ValueError("precision='float32' is available with backend='fused', 'blas' or 'auto' only")
-    weights, exponent, back = _masses_in_range(weights, kind)
+    weights, exponent, back = masses_in_range(weights, kind)
     if precision == "float32":
         if backend == "fused":
             v = velocity_fused32(x, heads, beta=beta, kind=kind, weights=weights, mask=mask)
         else:
             v = velocity_blas(x, heads, beta=beta, kind=kind, weights=weights, precision=precision, mask=mask)
-        return v if back == 1.0 else v * back
+        return scale_back(v, back)
     logs = {"row_logs": row_logs} if row_logs is not None and backend in ROW_LOG_BACKENDS else {}
     shifted = bool(exponent and logs and kind != "relu" and not is_causal(mask))
     if shifted:  # the kernels fill the log sums of the masses divided by 2^k: into a NaN buffer, to tell which heads they filled
@@ -316,7 +298,7 @@ def attention_velocity(
         scratch = logs["row_logs"]
         filled = ~np.isnan(scratch).all(axis=1)
         row_logs[filled] = scratch[filled] + exponent * math.log(2.0)
-    return v if back == 1.0 else v * back
+    return scale_back(v, back)
 
 
 def _dense_backend(heads: HeadStack, kind: str, precision: str, *, n: int = 0, mask: str = "none",

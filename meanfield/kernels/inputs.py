@@ -7,8 +7,9 @@ import numpy as np
 
 from meanfield.heads.head import HeadStack
 
-__all__ = ["ATTENTION_KINDS", "MASKS", "NORMALISED_KINDS", "BLOCK_ELEMENTS", "token_masses", "check_tokens", "check_tolerance",
-           "as_head_stack", "block_rows", "is_causal", "is_temperature", "masses_near_one"]
+__all__ = ["ATTENTION_KINDS", "MASKS", "NORMALISED_KINDS", "BLOCK_ELEMENTS", "MASS_RANGE", "token_masses", "check_tokens",
+           "check_tolerance", "check_pooled_weights", "as_head_stack", "block_rows", "is_causal", "is_temperature",
+           "masses_near_one", "masses_in_range", "scale_back"]
 
 #: names of the velocity laws (see :mod:`meanfield.kernels.attention`)
 ATTENTION_KINDS: tuple[str, ...] = ("softmax", "unnormalized", "relu", "pooled")
@@ -20,6 +21,9 @@ MASKS: tuple[str, ...] = ("none", "causal")
 NORMALISED_KINDS: tuple[str, ...] = ("softmax", "pooled")
 #: largest ``block × n`` score buffer per thread (elements): 4 MiB of float64 (fastest in `meanfield bench`)
 BLOCK_ELEMENTS = 1 << 19
+#: token masses whose total lies outside [2^-MASS_RANGE, 2^MASS_RANGE] are brought to a total of about 1 before a
+#: kernel runs (:func:`masses_in_range`)
+MASS_RANGE = 60
 
 
 def is_temperature(beta: object) -> bool:
@@ -61,15 +65,25 @@ def check_tokens(x: np.ndarray, heads: HeadStack, kind: str, *, beta: object = N
     inverse temperature (each kernel's own entry checks it: a string had been a numba TypingError, NaN NaN velocities).
 
     (NaN tokens are not refused here: a run whose state turns NaN mid-step must reach its finiteness check, which
-    keeps its frames and names the time.)"""
+    keeps its frames and names the time.)  Pooled attention with every head weight 0 is refused
+    (:func:`check_pooled_weights`)."""
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; choose from {ATTENTION_KINDS}")
     if beta is not None and not is_temperature(beta):
         raise ValueError(f"beta must be a finite number ≥ 0, got {beta!r}")
+    check_pooled_weights(heads, kind)
     x = np.ascontiguousarray(x, dtype=float)
     if x.ndim != 2 or x.shape[1] != heads.d:
         raise ValueError(f"x must have shape (n, {heads.d}), got {x.shape}")
     return x
+
+
+def check_pooled_weights(heads: HeadStack, kind: str) -> None:
+    r"""Refuse pooled attention whose head weights ``w`` are all 0: its velocity divides by :math:`\sum_h w_h(\dots)`,
+    0/0 (the direct kernels had returned NaN, or 0, where :func:`~meanfield.kernels.attention.attention_velocity`
+    refused it)."""
+    if kind == "pooled" and not np.any(heads.w > 0):
+        raise ValueError(f"pooled attention weighs the heads by w, and every w is 0: {heads.w.tolist()}")
 
 
 def check_tolerance(tolerance: object) -> float:
@@ -106,16 +120,60 @@ def is_causal(mask: str) -> bool:
     return mask == "causal"
 
 
-def masses_near_one(weights: np.ndarray) -> tuple[np.ndarray, int]:
+def masses_near_one(weights: np.ndarray, *, keep_within: int | None = None) -> tuple[np.ndarray, int]:
     r"""``(a / 2^k, k)`` with :math:`2^k` the power of two nearest the masses' total :math:`\sum_j |a_j|`, so the
-    returned masses total about 1 (``k = 0`` when the total is zero or not finite).
+    returned masses total about 1 (``k = 0`` when the masses are all zero, or one is not finite).
 
     A power of two divides exactly, so a kernel that is linear in the masses multiplies its result by :math:`2^k`
-    (or adds :math:`k\log 2` to a log row sum) and loses nothing; one that divides by the row's mass, as softmax does,
-    needs nothing back.  Masses of total 1e-200 had squared to zero in the harmonic kernel's size checks, and 1e-46
-    or 1e37 left float32's range.
+    (:func:`scale_back`, or adds :math:`k\log 2` to a log row sum) and loses nothing; one that divides by the row's
+    mass, as softmax does, needs nothing back.  Masses of total 1e-200 had squared to zero in the harmonic kernel's
+    size checks, and 1e-46 or 1e37 left float32's range.
+
+    The total is taken as :math:`2^e\sum_j |a_j|/2^e` with :math:`2^e` from the largest mass, which cannot overflow:
+    finite masses whose sum overflows (37 masses of 1e308) had been left as they were, and every kernel's softmax
+    had been NaN.  Where the masses span more than the float range (one of 1e308 beside one of 1e-300), those below
+    :math:`2^{k-1074}` become 0.
+
+    Parameters
+    ----------
+    weights : (n,) array
+        Finite masses.
+    keep_within : int, optional
+        Leave masses whose total lies in :math:`[2^{-r}, 2^r]` as they are (``k = 0``), so that their velocities
+        keep their bits (:func:`masses_in_range`).
     """
     a = np.asarray(weights, dtype=float)
-    total = float(np.abs(a).sum())
-    exponent = round(math.log2(total)) if 0.0 < total < math.inf else 0
+    size = np.abs(a)
+    top = float(size.max()) if size.size else 0.0
+    if not 0.0 < top < math.inf:  # all zero, or an inf or NaN mass (the kernels' check of the masses names it)
+        return a, 0
+    _, e = math.frexp(top)  # top = f 2^e, 1/2 ≤ f < 1: the scaled total lies in [1/2, n]
+    log2_total = e + math.log2(float(np.ldexp(size, -e).sum()))
+    if keep_within is not None and -keep_within <= log2_total <= keep_within:
+        return a, 0
+    exponent = round(log2_total)
     return (np.ldexp(a, -exponent) if exponent else a), exponent
+
+
+def masses_in_range(weights: np.ndarray | None, kind: str) -> tuple[np.ndarray | None, int, int]:
+    r"""Masses for the kernels, the power of two ``k`` they were divided by, and the power of two that takes their
+    velocity back (:func:`scale_back`): masses whose total leaves :math:`[2^{-60}, 2^{60}]` (:data:`MASS_RANGE`) are
+    brought to a total near 1 by :func:`masses_near_one` (in float32 relu's 1e-46 had given v ≡ 0 and softmax's 1e37
+    NaN; in float64 the local kernel's softmax was NaN for subnormal masses, the row kernel's wrong, and every kernel's
+    NaN for masses whose sum overflows).  Softmax and pooled attention do not depend on the masses' scale (0: nothing
+    back); unnormalized and relu are linear in them (``k``).  Masses in the range are left as they are, so their
+    velocities keep their bits."""
+    if weights is None:
+        return None, 0, 0
+    a, exponent = masses_near_one(weights, keep_within=MASS_RANGE)
+    if not exponent:
+        return weights, 0, 0
+    return a, exponent, (0 if kind in NORMALISED_KINDS else exponent)
+
+
+def scale_back(v: np.ndarray, exponent: int) -> np.ndarray:
+    r""":math:`2^k v`, exactly where it is finite: a velocity of masses divided by :math:`2^k`
+    (:func:`masses_in_range`) taken back.  Where the true velocity leaves the float range (unnormalized or relu
+    attention of masses near the largest float), its entries are :math:`\pm\infty`, as float arithmetic gives them
+    (with NumPy's overflow warning), not NaN."""
+    return np.ldexp(v, exponent) if exponent else v

@@ -15,7 +15,7 @@ import numpy as np
 from numba import prange as numba_prange
 
 from meanfield.heads.head import HeadStack
-from meanfield.kernels.inputs import check_tokens, is_causal, token_masses
+from meanfield.kernels.inputs import check_tokens, is_causal, masses_in_range, scale_back, token_masses
 from meanfield.kernels.jit import kernel_threads, pjit
 
 __all__ = ["velocity_numba"]
@@ -136,15 +136,21 @@ def velocity_numba(
     weights: np.ndarray | None = None,
     mask: str = "none",
 ) -> np.ndarray:
-    """Fused numba kernel, parallel over rows, :math:`O(n\\,d)` memory.
+    r"""Fused numba kernel, parallel over rows, :math:`O(n\,d)` memory.
 
     Same parameters and result as :func:`velocity_numpy` (``mask="causal"``: row
-    :math:`i` loops over :math:`j\\le i`, half the pairs).  Softmax and pooled
-    rows use the exact row maximum (two passes over the row).
+    :math:`i` loops over :math:`j\le i`, half the pairs).  Softmax and pooled
+    rows use the exact row maximum (two passes over the row).  Masses whose total
+    leaves :math:`[2^{-60}, 2^{60}]` are divided by a power of two first
+    (:func:`~meanfield.kernels.inputs.masses_in_range`, as :func:`~meanfield.kernels.attention.attention_velocity`
+    does): the products :math:`a_je^{\beta s_{ij}-c_i}` of subnormal masses had lost their digits (softmax wrong by
+    100 %, pooled NaN at masses of 5e-324), and masses whose sum overflows had given NaN.
     """
     x = check_tokens(x, heads, kind, beta=beta)
     causal = is_causal(mask)
     a = token_masses(x.shape[0], weights, kind=kind, causal=causal)
+    a, _, back = masses_in_range(a, kind)
     pairs = float(x.shape[0]) ** 2 * heads.H * (0.5 if causal else 1.0)
     with kernel_threads(pairs):
-        return _numba_kernel(x, heads.B, heads.V, heads.w, np.ascontiguousarray(a), float(beta), _MODES[kind], causal)
+        v = _numba_kernel(x, heads.B, heads.V, heads.w, np.ascontiguousarray(a), float(beta), _MODES[kind], causal)
+    return scale_back(v, back)

@@ -862,3 +862,86 @@ def test_auto_runs_the_row_kernel_on_a_few_tokens_for_the_float64_laws_the_fused
     wide = HeadStack(B=np.eye(64)[None], V=np.eye(64)[None])
     assert attention._dense_backend(wide, "pooled", "float64", n=8) == "numba"
     assert attention._dense_backend(wide, "pooled", "float64", n=9) == "blas"  # n d > ROWS_MAX_ND
+
+
+def _small_tokens(n=37, d=3, seed=0):
+    x = np.random.default_rng(seed).standard_normal((n, d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_masses_whose_sum_overflows_are_rescaled_without_overflow():
+    # the total had been taken as sum |a|, inf for 37 masses of 1e308: the masses were left as they were (found in review)
+    from meanfield.kernels.inputs import MASS_RANGE, masses_in_range, masses_near_one
+
+    a = np.full(37, 1e308)
+    scaled, k = masses_near_one(a)
+    assert 2.0**-0.5 <= scaled.sum() <= 2.0**0.5 and k == round(math.log2(37) + math.log2(1e308)) == 1028
+    np.testing.assert_array_equal(np.ldexp(scaled, k), a)
+    same, k0, back = masses_in_range(np.full(37, 1e-3), "relu")  # in [2^-60, 2^60]: kept, bits and all
+    assert k0 == back == 0 and np.array_equal(same, np.full(37, 1e-3))
+    assert masses_in_range(a, "softmax")[1:] == (k, 0) and masses_in_range(a, "relu")[1:] == (k, k)
+    assert MASS_RANGE == 60
+
+
+@pytest.mark.parametrize(("backend", "precision"), [("auto", "float64"), ("numba", "float64"), ("numpy", "float64"),
+                                                    ("blas", "float64"), ("fused", "float64"), ("fused", "float32"),
+                                                    ("blas", "float32")])
+@pytest.mark.parametrize("kind", ["softmax", "pooled"])
+def test_normalised_laws_of_masses_whose_sum_overflows_are_those_of_uniform_masses(backend, precision, kind):
+    # every backend and precision had returned all NaN for 37 masses of 1e308 (each finite; found in review)
+    x = _small_tokens()
+    heads = HeadStack(B=np.random.default_rng(1).standard_normal((2, 3, 3)), V=np.eye(3)[None].repeat(2, axis=0))
+    v = attention_velocity(x, heads, beta=2.0, kind=kind, weights=np.full(37, 1e308), backend=backend, precision=precision)
+    uniform = attention_velocity(x, heads, beta=2.0, kind=kind, backend=backend, precision=precision)
+    np.testing.assert_allclose(v, uniform, rtol=0, atol=(1e-6 if precision == "float32" else 1e-14) * np.abs(uniform).max())
+
+
+@pytest.mark.parametrize("kind", ["unnormalized", "relu"])
+def test_linear_laws_of_masses_whose_sum_overflows_are_inf_where_their_value_is(kind):
+    # they scale with the masses: their entries past the float range had been NaN, the others too
+    x = _small_tokens()
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    with np.errstate(over="ignore"):
+        v = attention_velocity(x, heads, beta=2.0, kind=kind, weights=np.full(37, 1e308), backend="numpy")
+    exact = velocity_numpy(x, heads, beta=2.0, kind=kind, weights=np.full(37, 1.0))  # × 1e308 is the true value
+    assert not np.isnan(v).any() and np.isinf(v).any()
+    finite = np.isfinite(v)
+    np.testing.assert_allclose(v[finite] / 1e308, exact[finite], rtol=1e-13)
+    assert np.all(np.abs(exact[~finite]) > np.finfo(float).max / 1e308) and np.array_equal(np.sign(v[~finite]), np.sign(exact[~finite]))
+
+
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+@pytest.mark.parametrize("scale", [5e-324, 1e-315, 1e308])
+def test_the_row_kernel_called_directly_rescales_the_masses_as_attention_velocity_does(kind, scale):
+    # its products a_j e^{βs - c} of subnormal masses had lost their digits: softmax wrong by 100 %, pooled NaN at
+    # 5e-324, 1e-8 at 1e-315; masses summing past the float range NaN (found in review)
+    x = _small_tokens()
+    gen = np.random.default_rng(1)
+    heads = HeadStack(B=gen.standard_normal((2, 3, 3)), V=gen.standard_normal((2, 3, 3)))
+    a = np.full(37, scale)
+    with np.errstate(over="ignore"):
+        v = velocity_numba(x, heads, beta=2.0, kind=kind, weights=a)
+        ref = velocity_numpy(x, heads, beta=2.0, kind=kind, weights=a / scale if scale > 1 else a)
+    if scale > 1 and kind in ("unnormalized", "relu"):  # linear in the masses: 37e308 overflows, as it truly does
+        assert not np.isnan(v).any()
+        finite = np.isfinite(v)
+        np.testing.assert_allclose(v[finite] / scale, ref[finite], rtol=1e-12)
+        return
+    if kind in ("unnormalized", "relu"):  # a subnormal true value, to its rounding (2^-1074 apart)
+        ref = velocity_numpy(x, heads, beta=2.0, kind=kind, weights=np.ones(37)) * scale
+    np.testing.assert_allclose(v, ref, rtol=0, atol=1e-12 * np.abs(ref).max() + 2.0**-1073)
+
+
+@pytest.mark.parametrize("entry", ["numba", "numpy", "blas", "fused", "fused32"])
+def test_every_direct_kernel_refuses_pooled_heads_whose_weights_are_all_zero(entry):
+    # attention_velocity and velocity_fused refused them; velocity_numba, _numpy and _blas returned NaN (found in review)
+    from meanfield.kernels.fused import velocity_fused
+    from meanfield.kernels.fused32 import velocity_fused32
+
+    kernel = {"numba": velocity_numba, "numpy": velocity_numpy, "blas": velocity_blas, "fused": velocity_fused,
+              "fused32": velocity_fused32}[entry]
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None], w=[0.0])
+    with pytest.raises(ValueError, match="every w is 0"):
+        kernel(_small_tokens(), heads, beta=1.0, kind="pooled")
+    assert np.isfinite(kernel(_small_tokens(), heads, beta=1.0, kind="softmax")).all()  # (w is pooled's only)
+
