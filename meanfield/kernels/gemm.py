@@ -21,7 +21,8 @@ compiled code as an integer (:func:`_fortran_gemm`), so that the kernels stay in
 cache (an address frozen into cached machine code would be wrong in the next process).
 Row-major arrays are column-major transposes, so :math:`C = \operatorname{op}(A)\operatorname{op}(B)`
 is computed as :math:`C^\top = \operatorname{op}(B)^\top \operatorname{op}(A)^\top` in Fortran's
-convention; every operand needs unit stride along its rows (any row stride).
+convention; every operand needs unit stride along its rows, and a row stride at least its row's length (a padded
+row, as the kernels' slices of wider buffers have, is fine; a reversed or broadcast view is refused).
 
 BLAS threads: the library is held to one thread with the others in
 :func:`meanfield.kernels.jit.one_blas_thread` (threadpoolctl sees SciPy's OpenBLAS, which this
@@ -32,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.extending import get_cython_function_address, intrinsic
+from numba.extending import get_cython_function_address, intrinsic, overload
 
 from meanfield.kernels.jit import jit
 
@@ -67,14 +68,44 @@ def _fortran_gemm(typingctx, address, transa, transb, m, n, k, alpha, a, lda, b,
     return signature, codegen
 
 
+def _one_float_dtype(a, b, c):  # type: ignore[no-untyped-def]
+    """Whether ``a``, ``b`` and ``c`` have one dtype, float32 or float64 (in compiled code: numba compares no dtypes)."""
+    return a.dtype == b.dtype == c.dtype and a.dtype in (np.float32, np.float64)
+
+
+@overload(_one_float_dtype)
+def _one_float_dtype_typed(a, b, c):  # type: ignore[no-untyped-def]
+    same = a.dtype == b.dtype == c.dtype and a.dtype in (types.float32, types.float64)  # known from the types
+    return lambda a, b, c: same
+
+
+@jit
+def _leading_dimension(shape, strides, size):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """BLAS's leading dimension of a row-major operand (its row stride in elements), or -1 where BLAS cannot take it:
+    a row stride that is not a multiple of ``size``, or, with more than one row, below the row's length (zero or
+    negative: a broadcast or reversed view, which OpenBLAS had refused only by a message on stdout, leaving ``c``)."""
+    if shape[0] <= 1:
+        return max(1, shape[1])  # one row: its stride is never used
+    if strides[0] % size != 0 or strides[0] < max(1, shape[1]) * size:
+        return -1
+    return strides[0] // size
+
+
 @jit
 def gemm_into(a, b, c, accumulate, transpose_a, transpose_b, address):  # pragma: no cover - compiled
     r"""``c ← op(a) @ op(b)`` (``accumulate``: ``c ← op(a) @ op(b) + c``), ``op(a) = aᵀ`` if ``transpose_a``, ``op(b) = bᵀ`` if ``transpose_b``.
 
     ``a`` is (m, k), or (k, m) with ``transpose_a``; ``b`` (k, n), or (n, k) with ``transpose_b``;
-    ``c`` (m, n); all of the same float dtype, each with unit stride along its rows.
-    ``address`` is :func:`gemm_address` of that dtype.
+    ``c`` (m, n); all of the same float dtype (float32 or float64), each with unit stride along its rows and a row
+    stride of at least its row's length.  ``address`` is :func:`gemm_address` of that dtype.
+
+    Raises
+    ------
+    ValueError
+        Shapes that do not match, mixed or non-float dtypes, or strides that BLAS cannot take.
     """
+    if not _one_float_dtype(a, b, c):
+        raise ValueError("gemm_into: a, b and c must have one dtype, float32 or float64 (mixed dtypes had been read as c's)")
     m, n = c.shape
     k = b.shape[1] if transpose_b else b.shape[0]
     size = c.itemsize
@@ -90,9 +121,15 @@ def gemm_into(a, b, c, accumulate, transpose_a, transpose_b, address):  # pragma
     ints[2] = n
     ints[3] = m
     ints[4] = k
-    ints[5] = max(1, b.strides[0] // size)
-    ints[6] = max(1, a.strides[0] // size)
-    ints[7] = max(1, c.strides[0] // size)
+    ldb = _leading_dimension(b.shape, b.strides, size)
+    lda = _leading_dimension(a.shape, a.strides, size)
+    ldc = _leading_dimension(c.shape, c.strides, size)
+    if lda < 0 or ldb < 0 or ldc < 0:
+        raise ValueError("gemm_into: every operand needs a row stride of at least its row's length, in whole elements "
+                         "(not a reversed or broadcast view); pass a copy")
+    ints[5] = ldb
+    ints[6] = lda
+    ints[7] = ldc
     scalars = np.empty(2, c.dtype)
     scalars[0] = 1.0
     scalars[1] = 1.0 if accumulate else 0.0

@@ -79,3 +79,26 @@ def test_a_call_after_the_buffers_are_released_makes_them_in_sight_of_the_trace_
     assert whole > 4 * warm and whole > 1024 * 64 * 8  # at least the operands of one head
     release_buffers()
     np.testing.assert_array_equal(velocity_blas(x, heads, beta=4.0), first)
+
+
+@pytest.mark.parametrize("case", ["broadcast rows", "reversed rows", "mixed dtypes", "mixed dtypes, one column", "integers"])
+def test_gemm_into_refuses_what_blas_cannot_take(rng, case):
+    # OpenBLAS had printed "parameter number 10 had an illegal value" and left c as it was, without an exception;
+    # a float32 a of one column had been read as float64 (found in review)
+    a, b, c = rng.standard_normal((3, 4)), rng.standard_normal((4, 5)), np.full((3, 5), 7.0)
+    if case == "broadcast rows":
+        a, words = np.broadcast_to(a[:1], (3, 4)), "row stride"
+    elif case == "reversed rows":
+        a, words = a[::-1], "row stride"
+    elif case == "mixed dtypes":
+        a, words = a.astype(np.float32), "one dtype"
+    elif case == "mixed dtypes, one column":
+        a, b, words = rng.standard_normal((3, 1)).astype(np.float32), b[:1], "one dtype"
+    else:
+        a, words = np.ones((3, 4), dtype=np.int64), "one dtype"
+    with pytest.raises(ValueError, match=words):
+        gemm_into(a, b, c, False, False, False, gemm_address(np.float64))
+    np.testing.assert_array_equal(c, 7.0)
+    one = np.zeros((1, 5))  # a single row's stride is never used (any, even 0, is taken)
+    gemm_into(np.broadcast_to(a[:1].astype(float), (1, a.shape[1])), b, one, False, False, False, gemm_address(np.float64))
+    np.testing.assert_allclose(one, a[:1].astype(float) @ b, rtol=1e-13)
