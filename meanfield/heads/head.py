@@ -30,7 +30,7 @@ import numpy as np
 from meanfield.errors import ConfigError
 from meanfield.heads.ensembles import ENSEMBLES, draw
 
-__all__ = ["Head", "HeadStack", "head_from_spec", "heads_from_config", "stack_heads", "identity", "scalar", "random_head", "RANDOM_VALUES", "is_random", "replicate_specs"]
+__all__ = ["Head", "HeadStack", "NonFiniteHeads", "head_from_spec", "heads_from_config", "stack_heads", "identity", "scalar", "random_head", "RANDOM_VALUES", "is_random", "replicate_specs"]
 
 #: config strings whose matrix is drawn at random from the head's seed
 RANDOM_VALUES = ("random", *ENSEMBLES)
@@ -86,12 +86,18 @@ class Head:
         return cls(Q=root, K=np.sign(lam) * root if lam != 0 else root * 0, V=lam * np.eye(d))
 
 
+class NonFiniteHeads(ValueError):
+    """A :class:`HeadStack` of matrices that are not finite (a ``ValueError``; :func:`~meanfield.heads.schedules.weight_path`
+    tells it from the other refusals, to name the first time a schedule's heads leave the finite numbers)."""
+
+
 @dataclass(frozen=True)
 class HeadStack:
     r"""The arrays the kernels consume: ``B`` (H, d, d), ``V`` (H, d, d), head weights ``w`` (H,).
 
     ``w`` are the masses of the law of the weights :math:`\Theta=\sum_h w_h\delta_{\theta_h}`
-    (default :math:`1/H`); only the ``pooled`` attention kind uses them.
+    (default :math:`1/H`); only the ``pooled`` attention kind uses them.  ``B``, ``V`` and ``w`` must be finite
+    (:class:`NonFiniteHeads`, a ``ValueError``, names the field).
     """
 
     B: np.ndarray
@@ -103,6 +109,10 @@ class HeadStack:
         V = np.ascontiguousarray(self.V, dtype=float)
         if B.ndim != 3 or B.shape != V.shape or B.shape[1] != B.shape[2] or B.shape[0] < 1 or B.shape[1] < 1:
             raise ValueError(f"HeadStack needs B and V of equal shape (H, d, d) with H ≥ 1, got {B.shape} and {V.shape}")
+        for name, matrices in (("B", B), ("V", V)):  # (every kernel had returned NaN velocities without a word)
+            if not np.all(np.isfinite(matrices)):
+                heads = np.flatnonzero(~np.isfinite(matrices).reshape(matrices.shape[0], -1).all(axis=1)).tolist()
+                raise NonFiniteHeads(f"HeadStack {name} must be finite; head(s) {heads} hold NaN or inf")
         w = np.full(B.shape[0], 1.0 / B.shape[0]) if self.w is None else np.asarray(self.w, dtype=float)
         if w.shape != (B.shape[0],):  # the kernels read w[h] for every head (compiled ones without a bounds check)
             raise ValueError(f"HeadStack needs one weight per head, w of shape ({B.shape[0]},), got {w.shape}")

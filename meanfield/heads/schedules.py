@@ -99,6 +99,7 @@ import numpy as np
 
 from meanfield.errors import ConfigError, ConfigNote
 from meanfield.heads import Head, HeadStack, stack_heads
+from meanfield.heads.head import NonFiniteHeads
 from meanfield.model import ConstantHeads, HeadSchedule
 
 __all__ = [
@@ -1006,15 +1007,24 @@ def schedule_step(schedule: HeadSchedule | None) -> float:
 
 
 def weight_path(schedule: HeadSchedule, times: Sequence[float] | np.ndarray) -> dict[str, np.ndarray]:
-    """The heads of ``schedule`` at ``times``: ``t`` (T,), ``B`` (T, H, d, d), ``V`` (T, H, d, d), ``w`` (H,)."""
+    """The heads of ``schedule`` at ``times``: ``t`` (T,), ``B`` (T, H, d, d), ``V`` (T, H, d, d), ``w`` (H,).
+
+    From the first time at which the heads leave the finite numbers (:class:`~meanfield.heads.head.NonFiniteHeads`)
+    on, ``B`` and ``V`` are NaN, so that the caller can name that time (a path's first time must be finite)."""
     t = np.asarray(times, dtype=float).reshape(-1)
-    stacks = [schedule.at(float(s)) for s in t]
-    return {
-        "t": t,
-        "B": np.stack([s.B for s in stacks]),
-        "V": np.stack([s.V for s in stacks]),
-        "w": stacks[0].w.copy(),
-    }
+    stacks: list[HeadStack] = []
+    for s in t:
+        try:
+            stacks.append(schedule.at(float(s)))
+        except NonFiniteHeads:
+            if not stacks:
+                raise
+            break
+    B = np.full((t.size, *stacks[0].B.shape), np.nan)
+    V = np.full_like(B, np.nan)
+    B[:len(stacks)] = [s.B for s in stacks]
+    V[:len(stacks)] = [s.V for s in stacks]
+    return {"t": t, "B": B, "V": V, "w": stacks[0].w.copy()}
 
 
 def weights_static(schedule: HeadSchedule, t_final: float, *, dt: float = 0.01) -> dict[str, np.ndarray]:

@@ -415,3 +415,22 @@ def test_heads_whose_score_matrix_overflows_exit_2_naming_the_head(schedule, val
     status, err, made = _simulate(tmp_path, capsys, f"weights.schedule={schedule}",
                                   f"model.heads=[{{Q=1e200, K=1e200, V={value}}}]", config=OU)
     assert status == 2 and f"error: {key}: the score matrix QᵀK" in err and "Traceback" not in err and not made, err
+
+
+def test_heads_that_are_not_finite_are_refused_and_a_path_is_nan_from_where_they_leave_the_finite_numbers():
+    # HeadStack had taken inf and NaN matrices, and every kernel then returned NaN velocities without a word (Head
+    # refused them; found in review); a weight path still names the first time its heads are not finite
+    with pytest.raises(ValueError, match=r"HeadStack B must be finite; head\(s\) \[1\]"):
+        HeadStack(B=np.stack([np.eye(3), np.full((3, 3), np.inf)]), V=np.ones((2, 3, 3)))
+    with pytest.raises(ValueError, match="HeadStack V must be finite"):
+        HeadStack(B=np.eye(3)[None], V=np.full((1, 3, 3), np.nan))
+
+    class Blowup:  # heads of entries 1 / (1 - t), past the float range from t = 1 on
+        def at(self, t: float) -> HeadStack:
+            return HeadStack(B=np.full((1, 3, 3), 1.0 / (1.0 - t) if t < 1.0 else math.inf), V=np.eye(3)[None])
+
+    path = weight_path(Blowup(), [0.0, 0.5, 1.0, 1.5])
+    np.testing.assert_array_equal(path["B"][:2, 0], [np.ones((3, 3)), np.full((3, 3), 2.0)])
+    assert np.isnan(path["B"][2:]).all() and np.isnan(path["V"][2:]).all() and np.isfinite(path["V"][:2]).all()
+    with pytest.raises(ValueError, match="must be finite"):  # (a path's first heads must be finite)
+        weight_path(Blowup(), [1.0, 2.0])
