@@ -53,3 +53,29 @@ def test_the_users_own_malloc_settings_stand(monkeypatch):
 
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
     assert keep_freed_memory() is False
+
+
+@pytest.mark.parametrize("value", [2**32, 2**70, -1, 2**31, True, 1.5, "32"])
+def test_a_threshold_past_mallopts_int_is_refused(value):
+    # ctypes had wrapped 2**32 to 0 (every block then mmapped, the opposite of the intent) and returned True
+    from meanfield.allocator import keep_freed_memory
+
+    for name in ("mmap_threshold", "trim_threshold"):
+        with pytest.raises(ValueError, match=name):
+            keep_freed_memory(**{name: value})
+
+
+def test_only_malloc_tunables_count_as_the_users_malloc_settings(monkeypatch):
+    # any GLIBC_TUNABLES, e.g. glibc.cpu.hwcaps, had turned keep_freed_memory off, though the docstring spoke of malloc's
+    from meanfield.allocator import _USER_SETTINGS, _users_malloc_settings
+
+    for name in _USER_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    assert not _users_malloc_settings()
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.cpu.hwcaps=-AVX512F")
+    assert not _users_malloc_settings()
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.cpu.hwcaps=-AVX512F:glibc.malloc.trim_threshold=65536")
+    assert _users_malloc_settings()
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert _users_malloc_settings()
