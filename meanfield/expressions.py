@@ -4,11 +4,23 @@ An expression is parsed with :mod:`ast` and checked before it is compiled: only
 arithmetic, comparisons, conditional expressions, real numbers, the declared
 variables and calls of the NumPy functions of :data:`EXPR_NAMES` (``exp``,
 ``cos``, ``where``, …; ``pi`` and ``e`` are numbers) are allowed; no strings,
-tuples, attributes, keywords, shifts or builtins.  A power is taken in floating
+tuples, attributes, keywords, shifts, matrix products or builtins.  ``&`` and
+``|`` join conditions only (``(t > 0) & (t < 1)``, the "and" of NumPy arrays);
+``~``, ``^`` and bit operations on numbers are refused.  A power is taken in floating
 point (its exponent is made a float), so ``10**10**10`` overflows at once
 instead of computing an integer of ten billion digits.  It is then evaluated
 with NumPy, so a variable may be an array; a value that is not a real number
 or array (``where(t > 0)``, a complex ``(-1)**0.5``) is refused.
+
+A variable given as a Python number is evaluated as a ``numpy.float64``, so that
+a scalar gives what an array of it gives: IEEE arithmetic, without errors, so
+``1/t`` at ``t = 0`` is ``inf`` and ``t**0.5`` at ``t = -1`` is ``nan`` (a Python
+float had raised ``ZeroDivisionError`` for one and given a complex number for the
+other, refused, where ``numpy.float64(0.0)`` gave ``inf``).  Non-finite values are
+returned: each caller checks its own range (``noise.anneal_expr`` > 0 and finite,
+``weights.target`` finite along the path).
+Arithmetic of constants alone stays Python's: ``1/0`` is an error, ``(-1)**0.5``
+is complex and refused.
 
 Examples
 --------
@@ -50,8 +62,21 @@ EXPR_NODES = (
     ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Call, ast.Name, ast.Load,
     ast.Constant, ast.operator, ast.unaryop, ast.boolop, ast.cmpop,
 )
-#: operators refused although :data:`EXPR_NODES` admits ``ast.operator``: ``1 << 10**12`` builds a huge integer
-_REFUSED_OPERATORS = (ast.LShift, ast.RShift)
+#: operators refused although :data:`EXPR_NODES` admits ``ast.operator``: ``1 << 10**12`` builds a huge integer;
+#: ``@`` and ``^`` had passed the parser and failed at evaluation (or, on integers, given a bit pattern)
+_REFUSED_OPERATORS = (ast.LShift, ast.RShift, ast.MatMult, ast.BitXor, ast.Invert)
+#: how a refused operator is written, for its message
+_OPERATOR_SYMBOLS = {ast.LShift: "<<", ast.RShift: ">>", ast.MatMult: "@", ast.BitXor: "^", ast.Invert: "~",
+                     ast.BitAnd: "&", ast.BitOr: "|"}
+#: operators that join conditions only (``(t > 0) & (t < 1)``: ``and`` fails on arrays); ``3 & 1`` had given 1
+_CONDITION_OPERATORS = (ast.BitAnd, ast.BitOr)
+
+
+def _is_condition(node: ast.AST) -> bool:
+    """Whether ``node`` is a comparison, or comparisons joined by ``&`` / ``|``."""
+    if isinstance(node, ast.Compare):
+        return True
+    return isinstance(node, ast.BinOp) and isinstance(node.op, _CONDITION_OPERATORS) and _is_condition(node.left) and _is_condition(node.right)
 
 
 class _FloatExponent(ast.NodeTransformer):
@@ -70,6 +95,13 @@ def _real(value: Any) -> bool:
     if isinstance(value, np.ndarray):
         return value.dtype.kind in "biuf"
     return isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating))
+
+
+def _as_numpy(value: Any) -> Any:
+    """A Python or NumPy real scalar as a ``numpy.float64`` (arrays and anything else as given)."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+        return np.float64(value)
+    return value
 
 
 def check_expression(expr: Any, *, variables: Sequence[str], key: str, what: str = "an expression") -> Any:
@@ -97,8 +129,16 @@ def check_expression(expr: Any, *, variables: Sequence[str], key: str, what: str
         raise ConfigError(key, f"cannot parse {expr!r}: it is nested too deeply") from None
     called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     for node in ast.walk(tree):
-        if not isinstance(node, EXPR_NODES) or isinstance(node, _REFUSED_OPERATORS):
+        if isinstance(node, _REFUSED_OPERATORS):
+            raise ConfigError(key, f"{type(node).__name__} is not allowed in {what} ({_OPERATOR_SYMBOLS[type(node)]!r}); only "
+                                   "arithmetic (+ - * / // % **), comparisons, & and | of comparisons and calls of the allowed "
+                                   "functions are")
+        if not isinstance(node, EXPR_NODES):
             raise ConfigError(key, f"{type(node).__name__} is not allowed in {what}")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, _CONDITION_OPERATORS) and not _is_condition(node):
+            symbol = _OPERATOR_SYMBOLS[type(node.op)]
+            raise ConfigError(key, f"{symbol!r} joins comparisons only in {what}, e.g. (t > 0) {symbol} (t < 1); "
+                                   f"it is no bit operation on numbers")
         if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):  # str, bytes, ..., None, 1j
             raise ConfigError(key, f"{node.value!r} is not allowed in {what}; only real numbers are")
         if isinstance(node, ast.Constant) and isinstance(node.value, int) and abs(node.value) > sys.float_info.max:
@@ -129,14 +169,16 @@ def check_expression(expr: Any, *, variables: Sequence[str], key: str, what: str
 def compile_expression(expr: str, *, variables: Sequence[str], key: str, what: str = "an expression") -> Callable[..., Any]:
     """A checked expression as a function of its variables (keyword arguments, scalars or arrays).
 
-    The function raises :class:`ConfigError` naming ``key`` where the evaluation fails (an overflowing power,
-    a call with the wrong number of arguments) or gives anything but a real number or array.
+    A scalar variable is evaluated as a ``numpy.float64`` (as an element of an array would be: ``1/t`` at
+    ``t = 0`` is ``inf``, see the module's docstring); non-finite results are returned for the caller to check.
+    The function raises :class:`ConfigError` naming ``key`` where the evaluation fails (an overflowing power of
+    constants, ``1/0``, a call with the wrong number of arguments) or gives anything but a real number or array.
     """
     code = check_expression(expr, variables=variables, key=key, what=what)
 
     def f(**values: Any) -> Any:
         env = dict(EXPR_NAMES)
-        env.update(values)
+        env.update({name: _as_numpy(value) for name, value in values.items()})
         with np.errstate(all="ignore"):
             try:
                 value = eval(code, {"__builtins__": {}}, env)  # noqa: S307 - checked AST, no builtins

@@ -27,9 +27,9 @@ MASS_RANGE = 60
 
 
 def is_temperature(beta: object) -> bool:
-    """Whether ``beta`` is an inverse temperature: a finite real number ≥ 0 (a string or a bool is not)."""
-    if isinstance(beta, (str, bytes, bool)):
-        return False
+    """Whether ``beta`` is an inverse temperature: a finite real number ≥ 0 (a string or a bool, NumPy's too, is not)."""
+    if isinstance(beta, (str, bytes, bool, np.bool_)) or (isinstance(beta, np.ndarray) and beta.dtype.kind == "b"):
+        return False  # (np.True_ had been taken as β = 1)
     try:
         value = float(beta)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -65,14 +65,18 @@ def check_tokens(x: np.ndarray, heads: HeadStack, kind: str, *, beta: object = N
     inverse temperature (each kernel's own entry checks it: a string had been a numba TypingError, NaN NaN velocities).
 
     (NaN tokens are not refused here: a run whose state turns NaN mid-step must reach its finiteness check, which
-    keeps its frames and names the time.)  Pooled attention with every head weight 0 is refused
+    keeps its frames and names the time.)  Complex, object or string tokens are refused (complex ones had lost their
+    imaginary parts with a mere ``ComplexWarning``), and pooled attention with every head weight 0
     (:func:`check_pooled_weights`)."""
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"unknown attention kind {kind!r}; choose from {ATTENTION_KINDS}")
     if beta is not None and not is_temperature(beta):
         raise ValueError(f"beta must be a finite number ≥ 0, got {beta!r}")
     check_pooled_weights(heads, kind)
-    x = np.ascontiguousarray(x, dtype=float)
+    given = np.asarray(x)
+    if given.dtype.kind not in "biuf":
+        raise ValueError(f"x (the tokens) must be an array of real numbers, got dtype {given.dtype}")
+    x = np.ascontiguousarray(given, dtype=float)
     if x.ndim != 2 or x.shape[1] != heads.d:
         raise ValueError(f"x must have shape (n, {heads.d}), got {x.shape}")
     return x

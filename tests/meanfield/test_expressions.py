@@ -22,9 +22,16 @@ BAD = [
     ("pi(2)", "is not a function"),
     ("t(2)", "is not a function"),
     ("1 << 40", "LShift is not allowed"),
+    # bit operations and matrix products had passed the parser: "3 & 1" gave 1, "~1" -2, "t @ t" failed at evaluation
+    ("3 & 1", "joins comparisons only"),
+    ("(t > 0) | 1", "joins comparisons only"),
+    ("~1", "Invert is not allowed"),
+    ("~(t > 0)", "Invert is not allowed"),
+    ("t ^ t", "BitXor is not allowed"),
+    ("t @ t", "MatMult is not allowed"),
     ("10**10**10", "overflows"),
     ("9**9**9**9", "overflows"),
-    ("((t < 1) + (t < 1))**((t < 1) + (t < 1))**100", "overflows"),  # integers from comparisons
+    ("((1 < 2) + (1 < 2))**((1 < 2) + (1 < 2))**100", "overflows"),  # integers from comparisons of constants
     ("0x" + "f" * 400, "past the floating-point range"),
     ("(-1)**0.5", "does not give a real number"),
     ("-" * 100000 + "1", "cannot parse"),
@@ -47,6 +54,7 @@ def test_a_bad_expression_is_a_config_error_naming_the_key(expr, words):
     ("clip(t, 0, 0.25)", 0.25),
     ("arctan2(t, 1) + maximum(t, 0)", np.arctan2(0.5, 1) + 0.5),
     ("(t < 1) & (t > 0)", 1.0),
+    ("(t > 1) | (t < 0) & (t < 2)", 0.0),
 ])
 def test_good_expressions_keep_their_values(expr, value):
     out = compile_expression(expr, variables=("t", "phi"), key="k")(t=0.5, phi=np.zeros(3))
@@ -62,3 +70,14 @@ def test_a_bad_noise_schedule_expression_names_its_key(expr):
 
     with pytest.raises(ConfigError, match="^noise.anneal_expr: "):
         NoiseSchedule(gamma=1.0, anneal="expression", anneal_expr=expr, t_check=1.0)
+
+
+@pytest.mark.parametrize(("expr", "at"), [("1/t", 0.0), ("t**0.5", -1.0), ("log(t)", 0.0), ("(t < 1) + (t < 1)", 0.0),
+                                          ("exp(t)", 1000.0), ("t // 0", 1.0)])
+def test_a_variable_gives_the_same_value_as_a_python_float_a_numpy_float_and_an_array(expr, at):
+    # 1/t at t = 0.0 had been a ConfigError (float division by zero) and inf at np.float64(0.0); t**0.5 at -1.0 a
+    # complex number, refused, and nan at np.float64(-1.0); (t < 1) + (t < 1) 2 and True (found in review)
+    f = compile_expression(expr, variables=("t",), key="k")
+    values = [f(t=at), f(t=np.float64(at)), f(t=np.array([at]))[0]]
+    assert len({repr(float(v)) for v in values}) == 1, values
+    assert isinstance(values[0], np.generic)

@@ -945,3 +945,18 @@ def test_every_direct_kernel_refuses_pooled_heads_whose_weights_are_all_zero(ent
         kernel(_small_tokens(), heads, beta=1.0, kind="pooled")
     assert np.isfinite(kernel(_small_tokens(), heads, beta=1.0, kind="softmax")).all()  # (w is pooled's only)
 
+
+@pytest.mark.parametrize("backend", ["numpy", "numba", "blas", "fused"])
+def test_a_numpy_bool_temperature_and_complex_or_object_tokens_are_refused(backend):
+    # np.True_ had been taken as beta = 1 (a bool was refused); complex tokens had lost their imaginary parts with only
+    # a ComplexWarning, object arrays had been cast (found in review)
+    from meanfield.kernels.inputs import is_temperature
+
+    assert not is_temperature(np.True_) and not is_temperature(np.array(False)) and is_temperature(np.float64(1.0))
+    x = _small_tokens(5)
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    with pytest.raises(ValueError, match="beta"):
+        attention_velocity(x, heads, beta=np.True_, backend=backend)
+    for bad in (x + 1e-3j, x.astype(object), x.astype(str)):
+        with pytest.raises(ValueError, match="x \\(the tokens\\) must be an array of real numbers"):
+            attention_velocity(bad, heads, beta=1.0, backend=backend)
