@@ -662,3 +662,35 @@ def test_energy_monotone_is_read_from_the_log_energy_past_the_floats():
     assert diagnosis.verdicts["energy_monotone"] is True
     falling = dict(diagnosis.series, log_energy=diagnosis.series["log_energy"][::-1].copy())
     assert diag.verdicts(falling, direction="ascent", H=1, n=16, gradient_flow=True)["energy_monotone"] is False
+
+
+@pytest.mark.parametrize("direction", ["ascent", "descent"])
+def test_condition_8_per_token_against_a_loop_over_tokens_and_heads(rng, direction):
+    # Condition 8 (radial dominance) per token: m^h_i = ||P⊥ f^h_i||² − Σ_{h'≠h} |a^h_i a^{h'}_i| with a^h_i = <f^h_i, x_i>,
+    # and the head powers Π_h, here from head outputs summed term by term (no package kernel) with unequal masses
+    n, d, H, beta = 9, 4, 3, 1.3
+    x = normalize(rng.standard_normal((n, d)))
+    B, V = rng.standard_normal((H, d, d)), rng.standard_normal((H, d, d))
+    masses = rng.uniform(0.5, 2.0, n)
+    masses /= masses.sum()
+    f = np.zeros((H, n, d))
+    for h in range(H):
+        for i in range(n):
+            for j in range(n):
+                f[h, i] += masses[j] * math.exp(beta * x[i] @ B[h] @ x[j]) * (V[h] @ x[j])
+    np.testing.assert_allclose(diag.head_outputs(x, HeadStack(B=B, V=V), beta=beta, kind="unnormalized", weights=masses),
+                               f, rtol=1e-13, atol=1e-15)
+    margins, powers = np.zeros((H, n)), np.zeros(H)
+    sigma = 1.0 if direction == "ascent" else -1.0
+    for h in range(H):
+        for i in range(n):
+            radial = [f[k, i] @ x[i] for k in range(H)]
+            tangent = f[h, i] - radial[h] * x[i]
+            margins[h, i] = tangent @ tangent - sum(abs(radial[h] * radial[k]) for k in range(H) if k != h)
+            powers[h] += sigma * masses[i] * (tangent @ tangent + sum(f[h, i] @ f[k, i] - radial[h] * radial[k]
+                                                                     for k in range(H) if k != h))
+    split = diag.power_split(f, x, direction=direction, weights=masses)
+    assert 0 < np.mean(margins >= 0) < 1  # both signs occur, so the fractions are informative
+    np.testing.assert_array_equal(split["dominance_fraction"], np.mean(margins >= 0, axis=1))
+    np.testing.assert_allclose(split["dominance_margin"], margins.min(axis=1), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(split["power"], powers, rtol=1e-12, atol=1e-14)
