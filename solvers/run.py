@@ -273,13 +273,37 @@ def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.nd
         with h5py.File(path, "r") as f:
             group = f["diagnostics"]
             restore({name: float(group[name][frames - 1]) for name in group if group[name].shape[0] >= frames})
+    rest = _remaining_times(reader.times()[:frames], times)
+    if rest is None:
+        raise ConfigError("--resume", f"{path} holds {frames} frames ending at t={t_last}, which do not match the save times")
+    return rest, state, frames
+
+
+def _remaining_times(stored: np.ndarray, times: np.ndarray) -> np.ndarray | None:
+    """The save times ``--resume`` still has to take after the committed frames at ``stored``: ``times`` from the last
+    one on (which starts the list); ``None`` when the frames are not those of this run.
+
+    The frames must hold every save time up to their last one, and may hold others between them: the ``t_final`` of
+    earlier sessions that were not save times (extending a run that ended at 0.05 with ``save_every = 0.1`` continues
+    from a frame at 0.05). The config's ``t_final`` cannot tell them apart: an extending session stores the new one
+    before its first frame, and an extension interrupted there had been refused for frames "off the save times".
+    """
+    if len(stored) == 0 or np.any(np.diff(stored) <= 0):
+        return None
+    t_last = float(stored[-1])
     tol = 1e-12 * max(1.0, abs(t_last))
-    done = times[times <= t_last + tol]
-    if len(done) == frames and math.isclose(done[-1], t_last, rel_tol=0, abs_tol=tol):
-        return times[len(done) - 1 :], state, frames  # an interrupted run: the rest of its own save times
-    if len(done) == frames - 1 and math.isclose(t_last, reader.config["solver"]["t_final"], rel_tol=0, abs_tol=tol):
-        return np.concatenate([[t_last], times[len(done):]]), state, frames  # extending a finished run past its last frame
-    raise ConfigError("--resume", f"{path} holds {frames} frames ending at t={t_last}, which do not match the save times")
+    # save_times' own distance within which a t_final replaces a save time (a float32 t_final = 0.3 is 0.30000001)
+    near = max(1e-9 * max(1.0, abs(t_last)), 1e-6 * (float(times[1] - times[0]) if len(times) > 1 else 0.0))
+    if not math.isclose(stored[0], times[0], rel_tol=0, abs_tol=tol):
+        return None
+    done = times[times <= t_last + near]
+    at = np.clip(np.searchsorted(stored, done), 1, len(stored) - 1) if len(stored) > 1 else np.zeros(len(done), dtype=int)
+    gap = np.minimum(np.abs(stored[at] - done), np.abs(stored[np.maximum(at - 1, 0)] - done))
+    if np.any(gap > near):  # a save time without its frame
+        return None
+    if math.isclose(done[-1], t_last, rel_tol=0, abs_tol=tol):
+        return times[len(done) - 1 :]  # the last frame is a save time: the rest of them, as the uninterrupted run
+    return np.concatenate([[t_last], times[len(done):]])  # it is an earlier t_final: on from it to the next save time
 
 
 def _check_source_is_not_output(cfg: dict[str, Any], out: Path) -> None:

@@ -165,6 +165,54 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
     np.testing.assert_array_equal(a.x[-1], b.x[-1])
 
 
+@pytest.mark.parametrize("signalled_at", [0.05, 0.1])
+def test_an_extension_interrupted_in_its_first_interval_resumes_to_the_uninterrupted_extension(tmp_path, monkeypatch, signalled_at):
+    # a run finished at t_final = 0.05 (not a save time), extended to 0.3: the extension stores t_final = 0.3 at once,
+    # and a SIGINT before its first new frame (0.05) or after it (0.1) had left a file every --resume refused for
+    # frames "off the save times" (it compared the last frame with the stored t_final, already the new one)
+    from meanfield.errors import RunInterrupted
+    from meanfield.solvers.particle_stepper import ParticleStepper
+
+    solver = {"method": "rk4", "dt": 0.01, "save_every": 0.1}
+    short = load_config({"init": {"n": 8, "seed": 1}, "solver": {**solver, "t_final": 0.05}})
+    longer = load_config({"init": {"n": 8, "seed": 1}, "solver": {**solver, "t_final": 0.3}})
+    for name in ("full.h5", "part.h5"):
+        simulate_config(short, tmp_path / name, quiet=True)
+    simulate_config(longer, tmp_path / "full.h5", resume=True, quiet=True)
+    advance = ParticleStepper.advance
+
+    def interrupted(self, state, t0, t1):  # a real SIGINT, through the run's handler, as the interval starts
+        if t0 == signalled_at:
+            os.kill(os.getpid(), signal.SIGINT)
+        return advance(self, state, t0, t1)
+
+    monkeypatch.setattr(ParticleStepper, "advance", interrupted)
+    with pytest.raises(RunInterrupted, match="--resume continues"):
+        simulate_config(longer, tmp_path / "part.h5", resume=True, quiet=True)
+    monkeypatch.setattr(ParticleStepper, "advance", advance)
+    assert list(load(tmp_path / "part.h5").t) == ([0.0, 0.05] if signalled_at == 0.05 else [0.0, 0.05, 0.1])
+    resumed = simulate_config(longer, tmp_path / "part.h5", resume=True, quiet=True)
+    assert resumed.status == "completed"
+    a, b = load(tmp_path / "full.h5"), load(tmp_path / "part.h5")
+    np.testing.assert_array_equal(a.t, [0.0, 0.05, 0.1, 0.2, 0.3])
+    np.testing.assert_array_equal(a.t, b.t)
+    np.testing.assert_array_equal(a.x, b.x)  # bit for bit
+    for name, values in a.diagnostics.items():
+        np.testing.assert_array_equal(values, b.diagnostics[name], err_msg=name)
+
+
+def test_resume_takes_earlier_t_finals_between_the_save_times_and_refuses_a_missing_save_time():
+    from meanfield.solvers.run import _remaining_times
+
+    times = np.array([0.0, 0.1, 0.2, 0.3])
+    np.testing.assert_array_equal(_remaining_times(np.array([0.0, 0.05, 0.07, 0.1]), times), [0.1, 0.2, 0.3])
+    np.testing.assert_array_equal(_remaining_times(np.array([0.0, 0.05, 0.07]), times), [0.07, 0.1, 0.2, 0.3])
+    np.testing.assert_array_equal(_remaining_times(np.array([0.0, 0.1 + 1e-9]), times), [0.1 + 1e-9, 0.2, 0.3])  # it replaced 0.1
+    assert _remaining_times(np.array([0.0, 0.2]), times) is None  # no frame at 0.1
+    assert _remaining_times(np.array([0.01, 0.1]), times) is None  # another start
+    assert _remaining_times(np.array([0.0, 0.1, 0.1]), times) is None
+
+
 def test_resume_refuses_another_config(tmp_path, capsys):
     _, path = small_config(tmp_path, t_final=1.0)
     out = tmp_path / "o.h5"
