@@ -409,32 +409,35 @@ def simulate_config(
     status, reason = "failed", "the run stopped before its first frame"
     result: RunResult | None = None
     tracker_error: TrackerError | None = None
-    try:
-        with interruptible(), one_blas_thread():  # trackers' products too: threaded BLAS only contends with our threads
-            result = run_loop(
-                setup.stepper,
-                state,
-                times,
-                trackers=setup.trackers,
-                write=writer.append if writer is not None else None,
-                progress=progress,
-                keep_states=keep_states,
-                record_first=record_first,
-            )
-        tracker_error = result.info.pop("tracker_error", None)
-        result.info.update(whole_run_counters(earlier, result.info | setup.info() | {"sessions": 1, "unrecorded_sessions": 0}))
-        reason = result.info["stop_reason"]
-        status = "interrupted" if result.info["interrupted"] else final_status(result.info["failed"], reason)
-    except KeyboardInterrupt:  # raised inside a tracker or by a second Ctrl-C: the frames so far can be resumed
-        status, reason = "interrupted", "interrupted"
-        raise
-    except BaseException as exc:
-        reason = f"{type(exc).__name__}: {exc}"
-        raise
-    finally:
-        progress.close()
-        if writer is not None:
-            writer.finish(status, stop_reason=reason, info=_jsonable_info(result.info) if result is not None else None)
+    # the file is closed inside interruptible(): a signal after the loop's last check (while the last frame was
+    # tracked or written) leaves the run its status and file, then acts (signals.py), rather than being dropped
+    with interruptible():
+        try:
+            with one_blas_thread():  # trackers' products too: threaded BLAS only contends with our threads
+                result = run_loop(
+                    setup.stepper,
+                    state,
+                    times,
+                    trackers=setup.trackers,
+                    write=writer.append if writer is not None else None,
+                    progress=progress,
+                    keep_states=keep_states,
+                    record_first=record_first,
+                )
+            tracker_error = result.info.pop("tracker_error", None)
+            result.info.update(whole_run_counters(earlier, result.info | setup.info() | {"sessions": 1, "unrecorded_sessions": 0}))
+            reason = result.info["stop_reason"]
+            status = "interrupted" if result.info["interrupted"] else final_status(result.info["failed"], reason)
+        except KeyboardInterrupt:  # raised inside a tracker or by a second Ctrl-C: the frames so far can be resumed
+            status, reason = "interrupted", "interrupted"
+            raise
+        except BaseException as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            progress.close()
+            if writer is not None:
+                writer.finish(status, stop_reason=reason, info=_jsonable_info(result.info) if result is not None else None)
     kept_older = writer is not None and writer.kept_older  # no frame committed: the file there is an older run's
     if writer is not None and not kept_older and not writer.discarded:
         run = Run.load(out_path)

@@ -6,6 +6,14 @@ steppers and the run loop call :func:`check` between steps and stop with
 kernel (where it would surface as numba's ``SystemError``), and the writer gets
 to close its file.  A second signal of the same kind while the first is handled
 restores the default behaviour (a user insisting on Ctrl-C gets it).
+
+A signal that no :func:`check` answered (it came after the last one: while the
+last frame was tracked or written, or the file closed) is not dropped: once the
+context exits, with the handlers it found put back, the signal is raised again
+and takes its usual effect (``KeyboardInterrupt`` for Ctrl-C, the end of the
+process for a default SIGTERM), so that a script running one run after another
+stops.  Callers keep their file-closing code inside the context: the run keeps
+the status it ended with, and its file is closed before the signal acts.
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ from typing import Any
 __all__ = ["Interrupted", "interruptible", "check", "requested"]
 
 _requested: list[str] = []
+_answered: list[bool] = []  # a check() raised Interrupted for the request (the run ended on it)
 
 
 class Interrupted(Exception):
@@ -36,12 +45,16 @@ def requested() -> str | None:
 def check() -> None:
     """Raise :class:`Interrupted` when a signal asked the run to stop (cheap: call it every step)."""
     if _requested:
+        _answered.append(True)
         raise Interrupted(f"interrupted by {_requested[0]}")
 
 
 @contextmanager
 def interruptible() -> Iterator[None]:
-    """Turn SIGINT and SIGTERM into a request to stop at the next step (main thread only; elsewhere a no-op)."""
+    """Turn SIGINT and SIGTERM into a request to stop at the next step (main thread only; elsewhere a no-op).
+
+    A request no :func:`check` answered is raised again when the context exits without an exception (see the module).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -57,9 +70,16 @@ def interruptible() -> Iterator[None]:
     for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.signal(sig, handler)
     _requested.clear()
+    _answered.clear()
     try:
         yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        # (it had been cleared with the rest: a Ctrl-C while the last frame was written ended the run "completed", and
+        # a script looping over runs went on with the next one)
+        unanswered = _requested[0] if _requested and not _answered else None
         _requested.clear()
+        _answered.clear()
+    if unanswered is not None:  # (not reached while an exception leaves the context: the caller stops with it anyway)
+        signal.raise_signal(signal.Signals[unanswered])

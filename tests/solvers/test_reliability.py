@@ -748,3 +748,32 @@ def test_a_truncated_copy_of_a_closed_run_is_named_at_once(tmp_path):
     done = subprocess.run([sys.executable, "-m", "meanfield", "info", str(cut)], capture_output=True, text=True, env=ENV,
                           timeout=60)
     assert done.returncode == 2 and "is truncated" in done.stderr, done.stderr
+
+
+def test_a_signal_while_the_last_frame_is_written_is_delivered_once_the_file_is_closed(tmp_path):
+    # a Ctrl-C that lands after the loop's last check (the last frame's trackers, its write) had been dropped: the run
+    # ended "completed", the flag was cleared, and a script looping over runs went on with the next one
+    def signal_on_the_last_frame(signum):
+        def tracker(t, x):
+            if t == 0.5:
+                os.kill(os.getpid(), signum)
+
+        return tracker
+
+    small = {"init": {"n": 8}, "solver": {"t_final": 0.5, "save_every": 0.1}}
+    with pytest.raises(KeyboardInterrupt):
+        mf.simulate(small, trackers=[signal_on_the_last_frame(signal.SIGINT)])
+    with pytest.raises(KeyboardInterrupt):
+        mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3, seed=0)), mf.ParticleSolver(dt=0.05),
+                 t_final=0.5, save_every=0.1, trackers=[signal_on_the_last_frame(signal.SIGINT)])
+    out, seen = tmp_path / "r.h5", []
+
+    def caller_handler(signum, frame):  # the caller's own SIGTERM handler gets the signal, after the file was closed
+        seen.append(mf.load(out).status)
+
+    previous = signal.signal(signal.SIGTERM, caller_handler)
+    try:
+        run = mf.simulate(small, out=out, trackers=[signal_on_the_last_frame(signal.SIGTERM)])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert seen == ["completed"] and run.status == "completed" and run.frames == 6
