@@ -89,6 +89,10 @@ class NoisyParticleStepper:
     def field(self, x: np.ndarray, t: float) -> np.ndarray:
         return self.base.field(x, t)
 
+    def taken_step(self) -> float | None:
+        """The largest step since the last call (:meth:`ParticleStepper.taken_step`)."""
+        return self.base.taken_step()
+
     def advance(self, state: np.ndarray, t0: float, t1: float) -> np.ndarray:
         """Integrate from ``t0`` to exactly ``t1`` with the increments of the interval's stream."""
         if t1 <= t0:
@@ -96,6 +100,7 @@ class NoisyParticleStepper:
         x = np.asarray(state, dtype=float)
         steps = max(1, math.ceil((t1 - t0) / self.dt - 1e-9))
         h = (t1 - t0) / steps
+        self.base.record_step(h)
         rng = interval_generator(self.noise.seed, t0)
         for k in range(steps):
             check()

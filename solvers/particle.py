@@ -105,7 +105,8 @@ class ParticleSolver:
         trackers: list[Tracker] = [FiniteTracker(), SphereTracker()]
         if speed:
             fixed = None if self.method == "rk45" else self.dt  # a fixed step too long for the field is warned of
-            trackers.append(SteadyStateTracker(stepper.field, tol=steady_tol, step=fixed))  # shares the next step's first evaluation
+            # (it shares the next step's first evaluation; the step it checks is the one taken, not dt)
+            trackers.append(SteadyStateTracker(stepper.field, tol=steady_tol, step=fixed, taken=stepper.taken_step))
         if energy:  # after the speed: the energy from the row sums of its evaluation, where the kernel took them
             field_of = stepper.base if isinstance(stepper, NoisyParticleStepper) else stepper  # the noisy steps' drift is the base's field
             shared = field_of.kept_row_logs if speed else None

@@ -92,6 +92,7 @@ class ParticleStepper:
         self.atol = float(atol)
         self.weights = weights
         self.stats: dict[str, int] = {"steps": 0, "rejected": 0, "evaluations": 0}
+        self._largest_step: float | None = None  # of the fixed steps since taken_step() was last called
         self._last: tuple[Any, float, np.ndarray, np.ndarray, np.ndarray | None] | None = None
 
     #: the field is the model's velocity, so its evaluation's row sums are the model's (a subclass integrating
@@ -174,12 +175,23 @@ class ParticleStepper:
             return y
         steps = max(1, math.ceil((t1 - t0) / self.dt - 1e-9))
         h = (t1 - t0) / steps
+        self.record_step(h)
         for k in range(steps):
             check()
             y = self.scheme.step(self.stage_field, y, t0 + k * h, h, retract=retract)
             self.stats["steps"] += 1
             fail_if_not_finite(y, t0 + (k + 1) * h)
         return y
+
+    def record_step(self, h: float) -> None:
+        """Note a fixed step of length ``h`` (:meth:`taken_step`)."""
+        self._largest_step = h if self._largest_step is None else max(self._largest_step, h)
+
+    def taken_step(self) -> float | None:
+        """The largest fixed step taken since the last call (``None``: none); the speed tracker's step-size warning
+        reads it (the steps are at most ``dt``, and a shorter save interval makes them shorter)."""
+        h, self._largest_step = self._largest_step, None
+        return h
 
     def _advance_pieces(self, x: np.ndarray, pieces: list[tuple[float, float, Any]]) -> np.ndarray:
         """Integrate each piece ``(a, b, heads)`` with the heads held constant on it (every RK stage sees them)."""

@@ -7,6 +7,7 @@ returns a dict of scalars to record (or ``None``); it raises
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -25,6 +26,7 @@ __all__ = [
     "SphereTracker",
     "FiniteTracker",
     "SteadyStateTracker",
+    "largest_speed",
     "ProgressTracker",
     "CallbackTracker",
 ]
@@ -154,13 +156,34 @@ class FiniteTracker:
 MAX_STEP_ANGLE = 0.5
 
 
+def largest_speed(velocity: np.ndarray) -> float:
+    r""":math:`\max_i\|v_i\|` of the rows of ``velocity``, finite wherever the entries are.
+
+    The norm is taken of the rows scaled by the largest entry where that entry is beyond :math:`10^{\pm 150}` (the squares
+    of ``np.linalg.norm`` overflowed: a velocity of 4.7e289 had been recorded as ``inf``, with NumPy's overflow warning
+    on the command line); in range, it is ``np.linalg.norm``'s, to the bit.
+    """
+    v = np.asarray(velocity)
+    if v.size == 0:
+        return 0.0
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        top = float(np.max(np.abs(v)))
+        if not math.isfinite(top) or top == 0.0 or 1e-150 < top < 1e150:
+            return float(np.max(np.linalg.norm(v, axis=-1)))
+        return top * float(np.max(np.linalg.norm(v / top, axis=-1)))
+
+
 @dataclass
 class SteadyStateTracker:
     r"""Stops when :math:`\max_i\|\dot x_i\|` falls below ``tol`` (records the speed).
 
     With ``step`` (a fixed-step scheme's ``dt``) it warns once where a step would move a token by more than
-    :data:`MAX_STEP_ANGLE` radians, :math:`\Delta t\max_i\|\dot x_i\|`: ``unnormalized`` attention at β = 10 had
-    moved tokens tens of radians a step at dt = 0.1, the run completing as if nothing were wrong.
+    :data:`MAX_STEP_ANGLE` radians, :math:`h\max_i\|\dot x_i\|`: ``unnormalized`` attention at β = 10 had
+    moved tokens tens of radians a step at dt = 0.1, the run completing as if nothing were wrong.  ``taken``, where
+    given, returns the largest step :math:`h` the stepper took since it was last called (``None``: none): a frame's
+    speed is then checked at the next frame, against the step taken from it (a save interval shorter than ``dt``
+    shortens the steps: ``dt = 10`` with ``save_every = 0.1`` takes steps of 0.1, and had been warned of as steps of 10).
+    Without it the step is ``step``.
     """
 
     velocity: Callable[[np.ndarray, float], np.ndarray]
@@ -168,21 +191,40 @@ class SteadyStateTracker:
     name: str = "steady"
     step: float | None = None
     warned: bool = False
+    taken: Callable[[], float | None] | None = None
+    _before: tuple[float, float] | None = field(default=None, init=False, repr=False)  # the last frame's (t, speed)
 
     def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
-        speed = float(np.max(np.linalg.norm(self.velocity(state, t), axis=-1)))
-        if self.step is not None and not self.warned and self.step * speed > MAX_STEP_ANGLE:
-            import warnings
-
-            from meanfield.errors import MeanfieldWarning
-
-            self.warned = True
-            warnings.warn(f"at t = {t:.6g} a step of solver.dt = {self.step:g} moves tokens by up to {self.step * speed:.3g} "
-                          f"rad (max |dx/dt| = {speed:.3g}): far outside the Runge–Kutta step's accuracy; a solver.dt "
-                          f"below {MAX_STEP_ANGLE / speed:.2g}", MeanfieldWarning, stacklevel=2)
+        speed = largest_speed(self.velocity(state, t))
+        if self.taken is None:
+            self._warn_of_step(t, speed, self.step)
+        else:
+            h, before = self.taken(), self._before
+            if before is not None and h is not None:
+                self._warn_of_step(before[0], before[1], h)
+            self._before = (t, speed)
         if self.tol > 0 and speed < self.tol:
             raise StopRun(f"steady state at t={t:.6g}: max |dx/dt| = {speed:.3g} < {self.tol:g}", values={"max_speed": speed})
         return {"max_speed": speed}
+
+    def _warn_of_step(self, t: float, speed: float, h: float | None) -> None:
+        """Warn once where a step ``h`` from the frame at ``t`` moves a token by more than :data:`MAX_STEP_ANGLE`."""
+        if self.step is None or h is None or self.warned or not h * speed > MAX_STEP_ANGLE:
+            return
+        import warnings
+
+        from meanfield.errors import MeanfieldWarning
+
+        self.warned = True
+        step = f"solver.dt = {self.step:g}" if h == self.step else f"{h:g} (solver.dt = {self.step:g})"
+        moved, advice = h * speed, MAX_STEP_ANGLE / speed
+        if math.isfinite(moved) and advice > 0:
+            what = (f"moves tokens by up to {moved:.3g} rad (max |dx/dt| = {speed:.3g}): far outside the Runge–Kutta step's "
+                    f"accuracy; a solver.dt below {advice:.2g}")
+        else:  # (an infinite speed had advised "a solver.dt below 0")
+            what = (f"has a field out of floating-point range (max |dx/dt| = {speed:.3g}): no step size helps "
+                    "(a smaller model.beta, or normalized attention)")
+        warnings.warn(f"at t = {t:.6g} a step of {step} {what}", MeanfieldWarning, stacklevel=3)
 
 
 @dataclass

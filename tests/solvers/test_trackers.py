@@ -148,3 +148,43 @@ def test_a_scalar_named_dot_is_refused_like_an_empty_name(name, tmp_path):
     problem = mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3, seed=0))
     with pytest.raises(TrackerError, match="names are non-empty strings without '/', other than '.' and '..'"):
         mf.solve(problem, mf.ParticleSolver(dt=0.05), t_final=0.1, save_every=0.1, trackers=[lambda t, x: {name: 1.0}])
+
+
+def test_the_speed_of_a_finite_velocity_is_finite_and_an_infinite_one_gives_no_step_advice():
+    # np.linalg.norm squares the entries: a velocity of 4.7e289 (unnormalized attention, β = 705) had been recorded as
+    # max_speed = inf, with NumPy's overflow warning, and the step warning had advised "a solver.dt below 0"
+    import warnings
+
+    import meanfield as mf
+    from meanfield.solvers.trackers import SteadyStateTracker, largest_speed
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert largest_speed(np.full((2, 3), 1e300)) == pytest.approx(np.sqrt(3) * 1e300, rel=1e-15)
+        assert largest_speed(np.full((2, 3), 1e-300)) == pytest.approx(np.sqrt(3) * 1e-300, rel=1e-15)
+        v = np.random.default_rng(0).standard_normal((5, 3))
+        assert largest_speed(v) == np.max(np.linalg.norm(v, axis=-1))  # in range: the same bits
+        model = mf.Model(d=3, beta=705.0, attention="unnormalized")
+        x0 = mf.sample_uniform(8, 3, seed=0)
+        assert np.isfinite(model.velocity(x0, 0.0)).all()
+        with pytest.raises(mf.RunFailed) as failed:
+            mf.solve(mf.Problem(model, x0), mf.ParticleSolver(dt=0.02), t_final=0.1)
+        assert np.isfinite(failed.value.run.diagnostics["max_speed"]).all()
+    tracker = SteadyStateTracker(lambda x, t: np.full((2, 3), np.inf), step=0.1)
+    with pytest.warns(mf.MeanfieldWarning, match="out of floating-point range") as caught:
+        tracker(0.0, np.zeros((2, 3)))
+    assert "below 0" not in str(caught[0].message)
+
+
+def test_the_step_warning_takes_the_step_taken_not_dt():
+    # dt = 10 with save_every = 0.1 takes steps of 0.1 (0.026 rad at β = 4): it had been warned of as steps of 10
+    import warnings
+
+    import meanfield as mf
+
+    problem = mf.Problem(mf.Model(d=3, beta=4.0), mf.sample_uniform(8, 3, seed=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", mf.MeanfieldWarning)
+        mf.solve(problem, mf.ParticleSolver(dt=10.0), t_final=0.3, save_every=0.1)
+    with pytest.warns(mf.MeanfieldWarning, match=r"at t = 0 a step of solver.dt = 10 moves tokens by up to 2.\d+ rad"):
+        mf.solve(problem, mf.ParticleSolver(dt=10.0), t_final=20.0, save_every=10.0)
