@@ -151,7 +151,8 @@ class DormandPrince(ExplicitRK):
             check()
             h = min(h, t1 - t)
             x_new, k_new, error = self.attempt(f, x, t, h, k1, retract=retract, rtol=rtol, atol=atol)
-            if not np.isfinite(error):
+            if not np.isfinite(error):  # a NaN/Inf of the field: no smaller step removes it (it had been rejected
+                _fail_if_not_finite(x_new, k_new, t + h)  # ~20 times, then reported as a step size below 1e-14)
                 error = np.inf
             factor = 5.0 if error == 0 else min(5.0, max(0.2, 0.9 * error ** (-1 / 5)))
             if error <= 1.0:
@@ -164,8 +165,17 @@ class DormandPrince(ExplicitRK):
                 rejected += 1
                 h = h * factor
                 if h < h_min:  # only a rejected step can stall; a tiny last step is fine
-                    raise RunFailed(f"rk45 step size fell below {h_min:g} at t={t:.6g} (NaN/Inf or a stiff field)")
+                    raise RunFailed(f"rk45 step size fell below {h_min:g} at t={t:.6g} (a stiff field)")
         return x, {"accepted": accepted, "rejected": rejected}
+
+
+def _fail_if_not_finite(x: np.ndarray, k: np.ndarray, t: float) -> None:
+    """:class:`~meanfield.errors.RunFailed` naming the NaN/Inf of a trial step to ``t``: in its state ``x``, or in the field
+    ``k`` there (the fixed-step schemes' message, :func:`~meanfield.solvers.particle_stepper.fail_if_not_finite`)."""
+    for what, values in (("state after the step", x), ("field at the state after the step", k)):
+        bad = int(np.count_nonzero(~np.isfinite(values)))
+        if bad:
+            raise RunFailed(f"NaN/Inf in the {what} to t={t:.6g} ({bad} entries)")
 
 
 #: integrators by name

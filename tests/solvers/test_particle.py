@@ -213,6 +213,25 @@ def test_resume_takes_earlier_t_finals_between_the_save_times_and_refuses_a_miss
     assert _remaining_times(np.array([0.0, 0.1, 0.1]), times) is None
 
 
+@pytest.mark.parametrize("method", ["rk4", "rk45"])
+def test_a_field_that_turns_nan_is_named_at_the_step_by_every_scheme(method):
+    # rk45 had rejected its trial steps ~20 times and reported "rk45 step size fell below 1e-14"
+    import dataclasses
+
+    from meanfield.errors import RunFailed
+
+    @dataclasses.dataclass(frozen=True)
+    class TurnsNaN(Model):
+        def velocity(self, x, t, **kw):
+            v = super().velocity(x, t, **kw)
+            return np.where(t >= 0.25, np.nan, v)
+
+    with pytest.raises(RunFailed, match=r"after t=0.2: NaN/Inf in the state after the step to t=0.2\d* \(\d+ entries\)") as failed:
+        solve(Problem(TurnsNaN(d=3, beta=2.0), sample_uniform(8, 3, seed=0)), ParticleSolver(method=method, dt=0.05),
+              t_final=0.5, save_every=0.1, energy=False, speed=False)
+    assert "step size" not in str(failed.value) and list(failed.value.run.t) == [0.0, 0.1, 0.2]
+
+
 def test_resume_refuses_another_config(tmp_path, capsys):
     _, path = small_config(tmp_path, t_final=1.0)
     out = tmp_path / "o.h5"
@@ -274,13 +293,13 @@ def test_steady_state_tracker_stops(tmp_path):
 
 
 def test_solver_failures_keep_frames_and_reason(tmp_path, capsys):
-    # rk45 whose step size collapses on NaN: a failed run (exit 1), not a traceback
+    # rk45 meeting NaN: a failed run (exit 1) naming the step, not a traceback (nor a step size collapsed on the NaN)
     _, path = small_config(tmp_path, t_final=2.0, method="rk45")
     out = tmp_path / "rk45.h5"
     status = main(["simulate", str(path), "-o", str(out), "--quiet", "--set", "model.attention=unnormalized", "--set", "model.beta=900"])
     assert status == 1
     run = load(out)
-    assert run.status == "failed" and "rk45" in run.stop_reason
+    assert run.status == "failed" and "NaN/Inf in the state after the step to t=0.05 " in run.stop_reason
     assert np.all(np.isfinite(run.x[0]))
     # resuming a failed run is refused, with the reason
     status = main(["simulate", str(path), "-o", str(out), "--quiet", "--resume", "--set", "model.attention=unnormalized", "--set", "model.beta=900"])
