@@ -127,13 +127,15 @@ def save_times(t_start: float, t_final: float, save_every: float) -> np.ndarray:
 
     Computed from integers so that a resumed run sees the same floats.  A ``t_final`` within a
     millionth of the interval of the last save time replaces it rather than adding a frame
-    (a float32 ``t_final = 0.3`` is 0.30000001: it had added a frame 1.2e-8 after the one at 0.3).
+    (a float32 ``t_final = 0.3`` is 0.30000001: it had added a frame 1.2e-8 after the one at 0.3).  The first save
+    time is never replaced: a ``t_final`` that close to ``t_start`` follows it (``t_final = 1e-12`` had relabelled the
+    initial state as the frame at t = 1e-12, with no frame at t = 0 and no step taken).
     """
     if save_every <= 0:
         raise ValueError("save_every must be positive")
     count = int(math.floor((t_final - t_start) / save_every + 1e-9))
     times = np.minimum(t_start + save_every * np.arange(count + 1), t_final)
-    if t_final - times[-1] > max(1e-9 * max(1.0, abs(t_final)), 1e-6 * save_every):
+    if t_final - times[-1] > max(1e-9 * max(1.0, abs(t_final)), 1e-6 * save_every) or (len(times) == 1 and t_final > times[0]):
         times = np.append(times, t_final)
     else:
         times[-1] = t_final  # within round-off of t_final: land on it exactly

@@ -330,6 +330,19 @@ def test_a_float32_t_final_replaces_the_last_frame_rather_than_adding_one():
     np.testing.assert_allclose(run.t, [0.0, 0.1, 0.2, float(np.float32(0.3))], rtol=0, atol=1e-15)
 
 
+def test_a_t_final_just_after_the_start_keeps_the_initial_frame_and_steps_to_it(tmp_path):
+    # t_final = 1e-12 (or <= 1e-6 save_every) had replaced the frame at t = 0 by the initial state labelled t = 1e-12
+    from meanfield.solvers.loop import save_times
+
+    for start, t_final in ((0.0, 1e-12), (0.0, 1e-7), (2.0, 2.0 + 1e-9)):
+        np.testing.assert_array_equal(save_times(start, t_final, 0.1), [start, t_final])
+    np.testing.assert_array_equal(save_times(0.0, 0.0, 0.1), [0.0])
+    x0 = sample_uniform(8, 3, seed=0)
+    run = solve(Problem(Model(d=3, beta=4.0), x0), ParticleSolver(dt=0.05), t_final=1e-7, save_every=0.1)
+    np.testing.assert_array_equal(run.t, [0.0, 1e-7])
+    assert np.array_equal(run.states[0], x0) and not np.array_equal(run.states[1], x0) and run.info["steps"] == 1
+
+
 @pytest.mark.parametrize("name", sorted(INTEGRATORS))
 def test_tableaux_satisfy_their_order_conditions(name):
     """Butcher order conditions up to min(order, 4), and row sums c_i = Σ_j a_ij."""
