@@ -126,7 +126,8 @@ def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> 
     if not frames <= MAX_FRAMES:
         raise ConfigError(
             "solver.t_final" if far else "solver.save_every",
-            f"{solver['save_every']:g} saves {frames:.3g} frames up to t_final = {solver['t_final']:g}; "
+            # (it had read "solver.t_final: 0.25 saves …", the 0.25 being save_every's)
+            f"save_every = {solver['save_every']:g} saves {frames:.3g} frames up to t_final = {solver['t_final']:g}; "
             f"the limit is {MAX_FRAMES:.0e} (save less often)",
         )
     steps, points = _steps(solver, cfg.get("grid")), _weight_path_points(cfg)

@@ -528,3 +528,11 @@ def test_an_output_in_a_folder_that_refuses_files_is_refused_before_the_work(tmp
     assert main(["diagnose", str(out), "--csv", "/proc/x.csv", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "error: --csv: cannot write into /proc" in err and "nan" not in err
+
+
+def test_too_many_frames_quote_save_every_as_save_every(tmp_path, capsys):
+    # "solver.t_final: 0.25 saves 4e+300 frames …" had quoted save_every's value as if it were t_final's
+    argv = ["simulate", str(DEFAULT), "-o", str(tmp_path / "r.h5"), "--quiet", "--set", "solver.t_final=1e300",
+            "--set", "solver.save_every=0.25"]
+    status, err = _run(argv, capsys)
+    assert status == 2 and "solver.t_final: save_every = 0.25 saves 4e+300 frames up to t_final = 1e+300" in _one_line(err)
