@@ -46,7 +46,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last committed frame "
                                                           "(with the same --set options)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=main, interrupted="interrupted; saved frames are kept")
+    from meanfield.cli.simulate import BEFORE_THE_RUN
+
+    p.set_defaults(func=main, interrupted=BEFORE_THE_RUN)  # (it had said "saved frames are kept" with no file written)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -69,7 +71,13 @@ def main(args: argparse.Namespace) -> int:
     if not args.resume:
         check_output(args.out, overwrite=True, key="--out")
     started = time.perf_counter()
-    run = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet)
+    try:
+        run = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet)
+    except KeyboardInterrupt:  # (a stop between steps is a RunInterrupted, with its own message)
+        from meanfield.cli.simulate import interrupt_left
+
+        args.interrupted = interrupt_left(args.out, cfg)
+        raise
     if run.info.get("already_complete"):
         from meanfield.cli.simulate import nothing_to_resume
 

@@ -28,7 +28,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT.h5")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--plot", metavar="F.png", help="also draw the run (a .gif, or a video such as .mp4 where ffmpeg is found, makes an animation)")
-    p.set_defaults(func=main, interrupted="interrupted; saved frames are kept, --resume continues")
+    # (before the run: a signal in the imports or the setup had been told "saved frames are kept" with no file written)
+    p.set_defaults(func=main, interrupted=BEFORE_THE_RUN)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -43,7 +44,11 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("-o", f"{args.out} is the config file itself; give the run its own file, such as run.h5")
     cfg = load_config_noted(args.config, args.overrides)
     check_output(args.out, overwrite=args.overwrite, resume=args.resume)
-    run = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite, out_key="-o")
+    try:
+        run = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite, out_key="-o")
+    except KeyboardInterrupt:  # (a stop between steps is a RunInterrupted, with its own message)
+        args.interrupted = interrupt_left(args.out, cfg)
+        raise
     if run.info.get("already_complete"):
         print(nothing_to_resume(run, args.out))
         return 0
@@ -71,6 +76,33 @@ def draw(run: object, path: str) -> None:
         run.animate(path)  # type: ignore[attr-defined]
     else:
         run.plot(path)  # type: ignore[attr-defined]
+
+
+#: what ``simulate`` and ``run`` say of an interrupt before the run started (nothing of it is on disk)
+BEFORE_THE_RUN = "interrupted before the first frame was saved; nothing was written"
+
+
+def interrupt_left(out: str, cfg: dict[str, Any]) -> str:
+    """What a ``KeyboardInterrupt`` out of the run (in its setup, a second Ctrl-C, a signal after its last step) left in
+    ``out``: this run's committed frames, or nothing of it (no file, or an older run's file left as it was)."""
+    import json
+
+    from meanfield.io.runfile import RunReader
+
+    def without_t_final(config: dict[str, Any]) -> str:  # (--resume may extend t_final: the same run)
+        return json.dumps({**config, "solver": {k: v for k, v in config.get("solver", {}).items() if k != "t_final"}}, sort_keys=True)
+
+    try:
+        reader = RunReader(out, key="-o")
+        frames, status, ours = reader.frames, reader.status, without_t_final(reader.config) == without_t_final(cfg)
+    except (ConfigError, OSError, ValueError, KeyError):  # no file, none readable: nothing of this run
+        return BEFORE_THE_RUN
+    if not frames or not ours:
+        return BEFORE_THE_RUN + (f" ({out} holds an older run, left as it was)" if frames else "")
+    saved = f"{frames} frame{'' if frames == 1 else 's'} saved in {out}"
+    if status in ("completed", "stopped", "failed"):  # the signal came after the last step: the run ended first
+        return f"interrupted after the run ended ({status}; {saved})"
+    return f"interrupted; {saved}, --resume continues"
 
 
 def nothing_to_resume(run: Any, out: str) -> str:

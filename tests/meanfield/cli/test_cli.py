@@ -220,6 +220,47 @@ def test_an_interrupt_says_what_each_command_left(tmp_path, capsys, monkeypatch)
     assert capsys.readouterr().err.strip() == "meanfield bench: interrupted; nothing was written"
 
 
+def test_an_interrupt_of_simulate_or_run_says_what_was_saved(tmp_path, capsys, monkeypatch):
+    # an interrupt in the setup (before the loop's own handler) had been told "interrupted; saved frames are kept"
+    # with no file written; a second Ctrl-C in the loop leaves frames, and a Ctrl-C on the last frame a finished run
+    import signal
+
+    import meanfield.solvers.run as run_module
+    from meanfield.io.runfile import RunWriter
+
+    root = Path(__file__).resolve().parents[3]
+    out = tmp_path / "r.h5"
+    sets = ["--quiet", "--set", "init.n=8", "--set", "solver.t_final=0.3", "--set", "solver.save_every=0.1"]
+    simulate = ["simulate", str(root / "data" / "default.toml"), "-o", str(out), *sets]
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(run_module, "setup_run", interrupt)
+        for argv in (simulate, ["run", "--out", str(out), "--plot", str(tmp_path / "r.png"), *sets]):
+            assert main(argv) == 1
+            assert capsys.readouterr().err.strip().endswith("interrupted before the first frame was saved; nothing was written")
+            assert not out.exists()
+    append = RunWriter.append
+
+    def interrupted_at(when, how):
+        def write(self, t, state, diagnostics=None):
+            append(self, t, state, diagnostics)
+            if t == when:
+                how()
+        return write
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RunWriter, "append", interrupted_at(0.1, interrupt))  # as a second Ctrl-C does
+        assert main(simulate) == 1
+        assert capsys.readouterr().err.strip().endswith(f"interrupted; 2 frames saved in {out}, --resume continues")
+    with monkeypatch.context() as patch:
+        patch.setattr(RunWriter, "append", interrupted_at(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)))
+        assert main([*simulate, "--resume"]) == 1
+        assert capsys.readouterr().err.strip().endswith(f"interrupted after the run ended (completed; 4 frames saved in {out})")
+
+
 def test_bench_names_the_blas_its_numbers_depend_on(capsys, monkeypatch):
     # plain bench had named no BLAS library (its absolute numbers depend on it), and --compare had shown BLAS's own
     # default threads as if the kernels ran on them
