@@ -74,12 +74,14 @@ def simulate(
     Parameters
     ----------
     source : path, mapping or None
-        A TOML file, a config mapping (raw or resolved), or nothing (the defaults).
+        A TOML file, a config mapping (raw or resolved), or nothing: the defaults, or with ``resume=True`` the
+        config stored in ``out`` (so ``simulate(out="run.h5", resume=True, t_final=8)`` extends that run).
     out : path, optional
         Write the run to this HDF5 file, exactly as the CLI does; the returned
         run then reads its frames from there.
     resume : bool
-        Continue the run stored in ``out``.
+        Continue the run stored in ``out`` (its config, when ``source`` is not given; overrides such as a later
+        ``t_final`` apply on top).
     overwrite : bool
         Replace an existing ``out`` (refused otherwise).
     progress : bool
@@ -119,11 +121,13 @@ def simulate(
             raise ConfigError(name, f"expected True or False, got {flag!r}")
     if not (callable(trackers) or (isinstance(trackers, Iterable) and not isinstance(trackers, (str, bytes, Mapping)))):
         raise ConfigError("trackers", f"expected a callable or a sequence of callables, got {type(trackers).__name__}")
-    cfg = _load(source, values=overrides, source_key="source")
     if out is not None and not isinstance(out, (str, os.PathLike)):
         raise ConfigError("out", f"expected a path (str or os.PathLike), got {type(out).__name__}")
     if resume and out is None:
         raise ConfigError("resume", "resume=True continues the run stored in out; give out=PATH")
+    if resume and source is None and Path(out).is_file():  # the run's own config (the defaults had been refused)
+        source = _stored_config(out)
+    cfg = _load(source, values=overrides, source_key="source")
     if callable(trackers):
         trackers = [trackers]  # one callable: the only tracker
     if out is not None:
@@ -134,6 +138,17 @@ def simulate(
         if exc.key in _KEYWORDS:
             raise ConfigError(_KEYWORDS[exc.key], exc.message) from None
         raise
+
+
+def _stored_config(out: str | os.PathLike[str]) -> dict[str, Any]:
+    """The resolved config a run file holds, for ``resume=True`` without a source (a file that cannot be read: named
+    as ``out``)."""
+    from meanfield.io.runfile import read_config
+
+    try:
+        return read_config(out)
+    except ConfigError as exc:
+        raise ConfigError("out", exc.message) from None
 
 
 #: the command line's names of :func:`simulate`'s keywords, in the messages of the code they share

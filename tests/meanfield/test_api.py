@@ -293,6 +293,21 @@ def test_simulate_refuses_to_overwrite_and_resume_says_when_there_is_nothing_to_
     assert "already complete" in capsys.readouterr().out
 
 
+def test_resume_without_a_source_continues_the_run_stored_in_out(tmp_path):
+    # the defaults had been taken as the source, and the stored run refused for every key it had set
+    settings = {"beta": 9.0, "save_every": 0.25, "init.n": 24, "init.seed": 5}
+    straight = mf.simulate(None, out=tmp_path / "straight.h5", t_final=1.0, **settings)
+    mf.simulate(None, out=tmp_path / "r.h5", t_final=0.5, **settings)
+    extended = mf.simulate(out=tmp_path / "r.h5", resume=True, t_final=1.0)
+    assert extended.config["model"]["beta"] == 9.0 and extended.frames == straight.frames == 5
+    np.testing.assert_array_equal(extended.states, straight.states)
+    with pytest.raises(mf.ConfigError, match="^model.beta: "):  # an override that changes the run is still refused
+        mf.simulate(out=tmp_path / "r.h5", resume=True, t_final=2.0, beta=4.0)
+    (tmp_path / "junk.h5").write_bytes(b"not a run")
+    with pytest.raises(mf.ConfigError, match="^out: "):
+        mf.simulate(out=tmp_path / "junk.h5", resume=True)
+
+
 def test_a_run_stopped_at_a_steady_state_has_nothing_to_resume_and_meanfield_run_resumes(tmp_path, capsys):
     # each --resume of a run stopped at a steady state had taken one more frame; an interrupted `meanfield run` had been
     # told "--resume continues", which run did not take
