@@ -831,7 +831,9 @@ def read_toml(path: str | Path, *, key: str = "CONFIG") -> dict[str, Any]:
     """Parse a TOML file; a missing, unreadable, binary or malformed file is a :class:`ConfigError` naming it."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(key, f"file not found: {path}")
+        from meanfield.example_configs import example_hint
+
+        raise ConfigError(key, f"file not found: {path}{example_hint(path)}")
     if path.is_dir():
         raise ConfigError(key, f"{path} is a folder, not a TOML file")
     try:

@@ -6,23 +6,9 @@ import os
 from pathlib import Path
 
 from meanfield.errors import ConfigError
+from meanfield.example_configs import example_files
 
 __all__ = ["add_parser", "example_files", "main"]
-
-
-def example_files() -> list[Path]:
-    """The example configs shipped with the package (``data/*.toml`` of the repository).
-
-    An installed wheel carries them in the package's ``examples`` folder; a source checkout has them in ``data/``.
-    """
-    import meanfield
-
-    here = Path(meanfield.__file__).resolve().parent
-    for folder in (here / "examples", here.parent / "data"):
-        found = sorted(folder.glob("*.toml"))
-        if found:
-            return found
-    return []
 
 
 def _beside_each_other(text: bytes, names: list[str]) -> bytes:

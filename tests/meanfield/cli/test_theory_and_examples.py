@@ -52,6 +52,20 @@ def test_examples_help_names_every_file_it_copies(capsys):
     assert "nothing is copied unless --overwrite" in text  # it had said existing files are kept (the others copied)
 
 
+def test_an_example_config_missing_where_it_is_named_points_to_meanfield_examples(tmp_path, monkeypatch, capsys):
+    # outside the repository data/default.toml does not exist: the message had said only "file not found"
+    import meanfield as mf
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(mf.ConfigError, match=r"^source: file not found: data/default.toml \(default.toml is one of the "
+                                             r"example configurations: `meanfield examples DIR` copies them"):
+        mf.simulate("data/default.toml")
+    assert main(["simulate", "data/concentration.toml", "-o", "x.h5"]) == 2
+    assert "`meanfield examples DIR`" in capsys.readouterr().err and not (tmp_path / "x.h5").exists()
+    with pytest.raises(mf.ConfigError, match=r"^source: file not found: mine.toml$"):  # any other name: no hint
+        mf.simulate("mine.toml")
+
+
 @pytest.mark.parametrize(
     ("lambdas", "beta", "n", "gain"),
     [  # 60-digit mpmath values of Σφ(λ_h) - Hφ(Λ/H)
