@@ -90,6 +90,28 @@ class _FloatExponent(ast.NodeTransformer):
         return node
 
 
+class _NumericConditions(ast.NodeTransformer):
+    """A condition used as a number (``(t > 1) + (t > 2)``, ``-(t > 1)``) → ``condition * 1.0``: NumPy's booleans
+    add as "or" and refuse ``-``, so with ``t`` a NumPy number (or an array) the count had read 1 and the difference
+    had failed; as operands of ``&``, ``|``, ``where`` or ``if`` the conditions stay booleans."""
+
+    @staticmethod
+    def _number(node: ast.AST) -> ast.AST:
+        return ast.BinOp(left=node, op=ast.Mult(), right=ast.Constant(1.0)) if _is_condition(node) else node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if not isinstance(node.op, _CONDITION_OPERATORS):
+            node.left, node.right = self._number(node.left), self._number(node.right)
+        return node
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, (ast.USub, ast.UAdd)):
+            node.operand = self._number(node.operand)
+        return node
+
+
 def _real(value: Any) -> bool:
     """Whether ``value`` is a real number or an array of real numbers (what an expression must give)."""
     if isinstance(value, np.ndarray):
@@ -159,7 +181,7 @@ def check_expression(expr: Any, *, variables: Sequence[str], key: str, what: str
         if isinstance(node, ast.Call) and node.func.id in EXPR_ARITY and len(node.args) != EXPR_ARITY[node.func.id]:
             count = EXPR_ARITY[node.func.id]
             raise ConfigError(key, f"{node.func.id}() takes {count} argument{'s' if count > 1 else ''}, got {len(node.args)}")
-    tree = ast.fix_missing_locations(_FloatExponent().visit(tree))
+    tree = ast.fix_missing_locations(_FloatExponent().visit(_NumericConditions().visit(tree)))
     try:
         return compile(tree, f"<{key}>", "eval")
     except (RecursionError, MemoryError):

@@ -81,3 +81,18 @@ def test_a_variable_gives_the_same_value_as_a_python_float_a_numpy_float_and_an_
     values = [f(t=at), f(t=np.float64(at)), f(t=np.array([at]))[0]]
     assert len({repr(float(v)) for v in values}) == 1, values
     assert isinstance(values[0], np.generic)
+
+
+@pytest.mark.parametrize(("expr", "values"), [
+    ("(t > 1) + (t > 2)", [0.0, 1.0, 2.0]),  # a count of conditions: NumPy's booleans had added as "or" (1 at t = 3)
+    ("(t > 1) - (t > 2)", [0.0, 1.0, 0.0]),  # NumPy refuses to subtract booleans
+    ("-(t > 1)", [0.0, -1.0, -1.0]),
+    ("gamma * ((t > 1) + (t > 2) + 1)", [2.0, 4.0, 6.0]),  # an anneal_expr: 3γ at t = 3 had been 2γ
+    ("((t > 0) & (t < 5)) * 2", [2.0, 2.0, 2.0]),  # & of conditions still joins them
+    ("where((t > 2) | (t < 1), 1, 2)", [1.0, 2.0, 1.0]),
+])
+def test_conditions_used_as_numbers_count_as_0_and_1_for_scalars_and_arrays(expr, values):
+    f = compile_expression(expr, variables=("t", "gamma"), key="k")
+    times = [0.5, 1.5, 3.0]
+    np.testing.assert_array_equal([float(f(t=t, gamma=2.0)) for t in times], values)  # (weights.target: one t at a time)
+    np.testing.assert_array_equal(np.broadcast_to(f(t=np.array(times), gamma=2.0), (3,)), values)
