@@ -37,12 +37,17 @@ def is_temperature(beta: object) -> bool:
     return bool(np.isfinite(value) and value >= 0)
 
 
-def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False, kind: str | None = None, causal: bool = False) -> np.ndarray:
+def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False, kind: str | None = None, causal: bool = False,
+                 rescaled: bool = False) -> np.ndarray:
     r"""Token masses :math:`a_j`: :math:`1/n` by default, else checked (shape ``(n,)``, finite, ≥ 0 or > 0).
 
     With ``kind`` a normalised law (``"softmax"``, ``"pooled"``), every row's sum of masses must be
     positive, or its velocity is 0/0: the masses must not all be zero, and under the causal mask,
     where token :math:`i` sees only :math:`j \le i`, the first token's mass must be positive.
+
+    With ``kind`` given (a kernel's entry), masses whose total passes the largest float are refused, unless the
+    caller divides them by a power of two itself (``rescaled``, :func:`masses_in_range`): the kernels' sums had
+    been NaN, or finite and wrong (:func:`~meanfield.kernels.attention.attention_velocity` rescales such masses).
     """
     if weights is None:
         return np.full(n, 1.0 / n) if n > 0 else np.zeros(0)  # no tokens: no masses (every kernel returns an empty velocity)
@@ -57,6 +62,13 @@ def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False, 
                              "normalises each row by the mass it sees, and the first row sees only its own)")
         if not np.any(a > 0.0):
             raise ValueError(f"weights (token masses) are all zero: {kind} attention normalises by their sum")
+    if kind is not None and not rescaled:
+        with np.errstate(over="ignore"):
+            total = float(np.sum(a))
+        if not math.isfinite(total):
+            raise ValueError(f"weights (token masses): their total passes the largest float (largest mass {a.max():.3g}, "
+                             f"n = {n}); attention_velocity divides such masses by a power of two, or divide them by a "
+                             "common factor")
     return a
 
 

@@ -144,11 +144,12 @@ def velocity_numba(
     leaves :math:`[2^{-60}, 2^{60}]` are divided by a power of two first
     (:func:`~meanfield.kernels.inputs.masses_in_range`, as :func:`~meanfield.kernels.attention.attention_velocity`
     does): the products :math:`a_je^{\beta s_{ij}-c_i}` of subnormal masses had lost their digits (softmax wrong by
-    100 %, pooled NaN at masses of 5e-324), and masses whose sum overflows had given NaN.
+    100 %, pooled NaN at masses of 5e-324), and masses whose sum overflows had given NaN (which
+    :func:`velocity_numpy` refuses).
     """
     x = check_tokens(x, heads, kind, beta=beta)
     causal = is_causal(mask)
-    a = token_masses(x.shape[0], weights, kind=kind, causal=causal)
+    a = token_masses(x.shape[0], weights, kind=kind, causal=causal, rescaled=True)
     a, _, back = masses_in_range(a, kind)
     pairs = float(x.shape[0]) ** 2 * heads.H * (0.5 if causal else 1.0)
     with kernel_threads(pairs):

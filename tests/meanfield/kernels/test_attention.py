@@ -960,3 +960,22 @@ def test_a_numpy_bool_temperature_and_complex_or_object_tokens_are_refused(backe
     for bad in (x + 1e-3j, x.astype(object), x.astype(str)):
         with pytest.raises(ValueError, match="x \\(the tokens\\) must be an array of real numbers"):
             attention_velocity(bad, heads, beta=1.0, backend=backend)
+
+
+@pytest.mark.parametrize("entry", ["numpy", "blas", "fused", "fused32", "harmonic", "local"])
+def test_the_other_direct_entries_refuse_masses_whose_sum_overflows(entry):
+    # they do not rescale the masses (attention_velocity and the row kernel do): softmax had been NaN, or finite and
+    # wrong (0 and -1.08 where the velocity is -0.07 and 0.4), without a word (found in review)
+    from meanfield.kernels.fused import velocity_fused
+    from meanfield.kernels.fused32 import velocity_fused32
+    from meanfield.kernels.harmonic import velocity_harmonic
+    from meanfield.kernels.local import velocity_local
+
+    call = {"numpy": velocity_numpy, "blas": velocity_blas, "fused": velocity_fused, "fused32": velocity_fused32,
+            "harmonic": velocity_harmonic, "local": velocity_local}[entry]
+    x = _small_tokens()
+    heads = HeadStack(B=np.random.default_rng(1).standard_normal((2, 3, 3)), V=np.eye(3)[None].repeat(2, axis=0))
+    with pytest.raises(ValueError, match=r"^weights \(token masses\): their total passes the largest float .*"
+                                         r"attention_velocity divides such masses"):
+        call(x, heads, beta=2.0, kind="softmax", weights=np.full(37, 1e308))
+    call(x, heads, beta=2.0, kind="softmax", weights=np.full(37, 1e306))  # a total of 3.7e307 is taken
