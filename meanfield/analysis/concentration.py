@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -45,7 +46,7 @@ from meanfield.analysis.projection import (
     value_projector,
 )
 from meanfield.build import build_heads
-from meanfield.errors import ConfigError
+from meanfield.errors import ConfigError, MeanfieldWarning
 from meanfield.io.token_masses import stored_token_masses
 
 __all__ = [
@@ -586,7 +587,8 @@ class Concentration:
         What a reader must know to read the numbers (a trivial target); part of :meth:`text`.
     warnings : list of str
         Doubts about the run itself (too few particles for this β, cluster cores below the grid's
-        cells); the CLI prints them on stderr.
+        cells): ``warning:`` lines of :meth:`text`, and a :class:`~meanfield.errors.MeanfieldWarning` each when
+        :func:`run_concentration` builds the analysis; the CLI prints them on stderr.
     cores : CoreResolution or None
         For grid runs with ``dim E = 1``: the clusters' r.m.s. radii against the spacing of the cells
         at their centres (:mod:`meanfield.analysis.core_resolution`).
@@ -646,9 +648,17 @@ class Concentration:
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # noqa: ARG002 - IPython's hook: a notebook cell shows the text
         printer.text(self.text())
 
-    def text(self) -> str:
-        """Everything ``meanfield concentration`` prints on standard output."""
-        return "\n".join([self.heading, *(f"note: {note}" for note in self.notes), self.table(), self.window_text()])
+    def text(self, *, cli: bool = False) -> str:
+        """The heading, the notes, the warnings, the table and the window: what ``meanfield concentration`` prints.
+
+        Parameters
+        ----------
+        cli : bool
+            The command's standard output: without the ``warning:`` lines (it prints them on stderr).
+        """
+        doubts = [] if cli else [f"warning: {doubt}" for doubt in self.warnings]
+        return "\n".join([self.heading, *(f"note: {note}" for note in self.notes), *doubts, self.table(),
+                          self.window_text()])
 
     def rows(self) -> list[list[float]]:
         """One row per frame: ``t, w2_target, v_eigenspace_distance, e_eigenspace_distance``."""
@@ -737,6 +747,8 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
         check = core_check(run, summary, cores=cores, w2=curves["w2_target"])
         if check["cores"]:  # below the cells before t_min: what W2 says while they were resolved
             notes.append(resolved_range_text({**summary, **check}))
+    for doubt in doubts:  # (they had been left to the CLI: a notebook's under-resolved W2_min had read as a fine one)
+        warnings.warn(doubt, MeanfieldWarning, stacklevel=3)
     return Concentration(curves, summary, report, heading, notes, doubts, cores)
 
 

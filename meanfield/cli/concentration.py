@@ -126,9 +126,7 @@ def _analyse(args: argparse.Namespace) -> int:
         finally:  # also when the analysis stops: a damaged frame's warning says why (it had been held back)
             for item in caught:
                 print(f"warning: {item.message}", file=sys.stderr)
-    print(result.text())
-    for doubt in result.warnings:
-        print(f"warning: {doubt}", file=sys.stderr)
+    print(result.text(cli=True))  # its warnings: caught above, as the analysis warns of them (MeanfieldWarning)
     if args.csv:
         _write_csv(args.csv, ["t", "w2_target", "v_eigenspace_distance", "e_eigenspace_distance"], result.rows())
         print(f"wrote {args.csv}")

@@ -576,7 +576,9 @@ def test_concentration_and_diagnosis_show_what_the_commands_print(tmp_path, caps
         shown._repr_pretty_(printer, False)
         assert printer.parts == [shown.text()] and str(shown) == shown.text()
     assert main(["concentration", str(out)]) == 0
-    assert analysis.text().splitlines()[1] in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert analysis.text(cli=True).splitlines()[1] in printed.out  # (its warnings on stderr, not in the text)
+    assert all(f"warning: {doubt}" in printed.err and doubt not in printed.out for doubt in analysis.warnings)
 
 
 def test_concentration_of_a_run_of_solve_reads_the_head_from_its_model():

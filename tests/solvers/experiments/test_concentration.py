@@ -380,7 +380,22 @@ def test_cli_under_resolution_warning(tmp_path: Path, run_cli, capsys: pytest.Ca
     cfg = load_config(DEFAULT_CONCENTRATION_CONFIG, ["init.n=40", "solver.t_final=0.5", "solver.save_every=0.25"])
     simulate_config(cfg, tmp_path / "r.h5", quiet=True)
     assert run_cli(["concentration", str(tmp_path / "r.h5")]) == 0
-    assert "under-resolved: n = 40 < 10·β^((d-1)/2) = 160" in capsys.readouterr().err
+    out = capsys.readouterr()
+    assert out.err.count("under-resolved: n = 40 < 10·β^((d-1)/2) = 160") == 1  # once, on stderr only
+    assert "under-resolved" not in out.out
+
+
+def test_the_python_analysis_shows_its_warnings(tmp_path: Path) -> None:
+    # run.concentration() had left "under-resolved" to the CLI: print(c) and the notebook's repr showed W2_min as a
+    # fine number, and no warning was raised
+    from meanfield.errors import MeanfieldWarning
+
+    cfg = load_config(DEFAULT_CONCENTRATION_CONFIG, ["init.n=40", "solver.t_final=0.5", "solver.save_every=0.25"])
+    simulate_config(cfg, tmp_path / "r.h5", quiet=True)
+    with pytest.warns(MeanfieldWarning, match=r"^under-resolved: n = 40 < 10·β\^\(\(d-1\)/2\) = 160"):
+        c = load(tmp_path / "r.h5").concentration()
+    assert "warning: under-resolved: n = 40" in c.text() and "warning: under-resolved" in str(c)
+    assert "under-resolved" not in c.text(cli=True)
 
 
 def test_cli_exit_codes(tmp_path: Path, run_cli, capsys: pytest.CaptureFixture) -> None:
