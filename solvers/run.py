@@ -229,7 +229,7 @@ def _check_resumable(stored: dict[str, Any], cfg: dict[str, Any], path: Path) ->
         raise ConfigError(f"{section}.{key}", f"{what}; cannot resume with another config{also}")
     before, now = stored["solver"]["t_final"], cfg["solver"]["t_final"]
     if now < before:
-        raise ConfigError("solver.t_final", f"{path} runs to t_final = {before:g}; --resume only extends a run (got {now:g})")
+        raise ConfigError("solver.t_final", f"{path} runs to t_final = {before:g}; resuming only extends a run (got {now:g})")
 
 
 def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, int] | None:

@@ -351,17 +351,24 @@ def concentration_summary(
     return out
 
 
-def open_window_note(summary: Mapping[str, Any]) -> str:
+def open_window_note(summary: Mapping[str, Any], *, option: str = "--threshold") -> str:
     r"""What an open end of the window (W2 below the threshold at the last frame) means for a curve of
     :func:`concentration_summary`: run longer, or, where W2 has come back more than halfway from its minimum to the
     threshold, give a lower threshold — the late plateau of the terminal phase (near :math:`E_V`, about π/4 on the
     default head) lies below :math:`2W_{2,\min}` at small β, and such a window had been "extended" over the whole
-    terminal phase, with the advice to run longer."""
+    terminal phase, with the advice to run longer.  ``option`` names where a threshold is given (the CLI's
+    ``--threshold``; the Python text names :meth:`meanfield.Run.concentration`'s argument).
+
+    A window open at its start too (the threshold above :math:`W_2(0)`) is none: a longer run cannot give it a start."""
     w_min, theta, final = summary["w2_min"], summary["threshold"], summary["w2_final"]
+    if summary["open_start"]:  # (it had read "[≤0, 6≥]", "run longer")
+        where = "above" if theta > summary["w2_initial"] else "at"
+        return (f"threshold {theta:.4g} {where} W2(0) = {summary['w2_initial']:.4g}: no window (W2 is below the threshold "
+                f"from the first frame; a threshold below {summary['w2_initial']:.4g} ({option}) gives one a start)")
     if not summary["min_at_end"] and final - w_min > 0.5 * (theta - w_min):
         return (f"W2 has come back from W2_min = {w_min:.4g} to {final:.4g} at the last frame, still below the threshold "
                 f"{theta:.4g}: where it levels off there (the terminal phase, near E_V) the window never closes at this "
-                f"threshold; a threshold below {final:.4g} (--threshold) ends it")
+                f"threshold; a threshold below {final:.4g} ({option}) ends it")
     return "W2 is still below the threshold at the last frame: the window may extend further (run longer)"
 
 
@@ -624,20 +631,22 @@ class Concentration:
         lines += [f"{t[i]:10.4g} {w[i]:14.6g} {v[i]:10.4g}" for i in picks]
         return "\n".join(lines)
 
-    def window_text(self) -> str:
-        """``t_min``, ``W2_min`` and the metastable window, in words."""
+    def window_text(self, *, cli: bool = False) -> str:
+        """``t_min``, ``W2_min`` and the metastable window, in words (``cli``: naming the command's ``--threshold``)."""
         s = self.summary
         lines = [f"t_min  = {s['t_min']:.6g}", f"W2_min = {s['w2_min']:.6g}"]
         if s["t_first_min"] < s["t_min"]:  # an earlier dip (a flat bottom tied with the minimum is the minimum)
             lines.append(f"first local minimum: W2 = {s['w2_first_min']:.6g} at t = {s['t_first_min']:.6g}")
+        option = "--threshold" if cli else "run.concentration(threshold=…)"
         if np.isnan(s["t_a"]):
             lines.append(f"window: none (threshold {s['threshold']:.4g} < W2_min)")
+        elif s["open_start"]:  # below the threshold from t = 0: no window (it had read "[≤0, 6≥]" and "run longer")
+            lines.append(f"metastable window: none ({open_window_note(s, option=option)})")
         else:
-            start = "[≤" if s["open_start"] else "["
             end = "≥]" if s["open_end"] else "]"
-            lines.append(f"metastable window (W2 ≤ {s['threshold']:.4g}): {start}{s['t_a']:.4g}, {s['t_b']:.4g}{end}  (length {s['window_length']:.4g})")
+            lines.append(f"metastable window (W2 ≤ {s['threshold']:.4g}): [{s['t_a']:.4g}, {s['t_b']:.4g}{end}  (length {s['window_length']:.4g})")
             if s["open_end"]:
-                lines.append(f"note: {open_window_note(s)}")
+                lines.append(f"note: {open_window_note(s, option=option)}")
         if s["min_at_end"]:
             lines.append("note: the minimum is at the last frame (W2 still falling): run longer to see t_min")
         return "\n".join(lines)
@@ -654,11 +663,12 @@ class Concentration:
         Parameters
         ----------
         cli : bool
-            The command's standard output: without the ``warning:`` lines (it prints them on stderr).
+            The command's standard output: without the ``warning:`` lines (it prints them on stderr), and naming its
+            options (``--threshold``) where the text otherwise names :meth:`meanfield.Run.concentration`'s arguments.
         """
         doubts = [] if cli else [f"warning: {doubt}" for doubt in self.warnings]
         return "\n".join([self.heading, *(f"note: {note}" for note in self.notes), *doubts, self.table(),
-                          self.window_text()])
+                          self.window_text(cli=cli)])
 
     def rows(self) -> list[list[float]]:
         """One row per frame: ``t, w2_target, v_eigenspace_distance, e_eigenspace_distance``."""

@@ -39,7 +39,7 @@ def plot_concentration(curves: dict[str, np.ndarray], summary: dict[str, Any], p
     t = curves["t"]
     ax.semilogy(t, curves["w2_target"], color="C0", label=r"$W_2(\rho_t,\Pi_\sharp\rho_0)$")
     ax.semilogy(t, np.maximum(curves["v_eigenspace_distance"], 1e-16), color="C3", ls="--", label=r"dist to $E_V$ (Conj. 1)")
-    if not np.isnan(summary["t_a"]):
+    if not np.isnan(summary["t_a"]) and not summary.get("open_start", False):  # (below θ from t = 0: no window)
         ax.axvspan(summary["t_a"], summary["t_b"], color="C0", alpha=0.12, label="metastable window")
     ax.plot([summary["t_min"]], [summary["w2_min"]], "o", color="C0")
     ax.set_xlabel("time t")

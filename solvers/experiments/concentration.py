@@ -153,8 +153,10 @@ class BetaSweep:
             end = "*" if s["min_at_end"] else " "
             if math.isnan(s["t_a"]):
                 window = "none"
+            elif s["open_start"]:  # below the threshold from the first frame: no window (the note below says so)
+                window = "none (θ ≥ W2(0))"
             else:
-                window = f"[{'≤' if s['open_start'] else ''}{s['t_a']:.3g}, {'≥' if s['open_end'] else ''}{s['t_b']:.3g}]"
+                window = f"[{s['t_a']:.3g}, {'≥' if s['open_end'] else ''}{s['t_b']:.3g}]"
             change = f" {s['n_coarse']:8d} {100 * s['dw2_min']:+7.2f}% {s['dt_min']:+7.3g}" if "dw2_min" in s else ""
             mesh = f" {s.get('cells', s['n']):7d}" if graded else ""
             lines.append(
@@ -168,8 +170,8 @@ class BetaSweep:
         lines.append(f"fit log W2_min = {b['slope']:.4g}·log √(log(β+1)/β) + {b['intercept']:.4g}"
                      f"{r_squared_label(b, undefined=no_r2)}")
         for s in self.summaries:
-            if s["open_end"]:
-                lines.append(f"≥ β = {s['beta']:g}: {open_window_note(s)}")
+            if s["open_end"] or s["open_start"]:
+                lines.append(f"{'' if s['open_start'] else '≥ '}β = {s['beta']:g}: {open_window_note(s)}")
         if refined:
             lines.append(f"n: the finer run ({self.refinement}× the coarser's cells or particles, spacing "
                          f"÷{math.sqrt(self.refinement):.3g}); "

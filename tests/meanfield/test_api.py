@@ -515,6 +515,15 @@ def test_a_loaded_run_refuses_frames_of_a_file_written_over_it(tmp_path):
     assert same.x.shape == (2, 4, 4)
 
 
+def test_resuming_to_an_earlier_t_final_from_python_names_no_cli_flag(tmp_path):
+    # "--resume only extends a run" had named the CLI's flag in a notebook's mf.simulate(resume=True)
+    out = tmp_path / "r.h5"
+    mf.simulate(out=out, t_final=0.2, save_every=0.1, **{"init.n": 4})
+    with pytest.raises(mf.ConfigError, match="^solver.t_final: .*resuming only extends a run") as error:
+        mf.simulate(out=out, resume=True, t_final=0.1, save_every=0.1, **{"init.n": 4})
+    assert "--" not in str(error.value)
+
+
 def test_a_run_gives_the_state_saved_at_a_time_and_names_the_frames_around_another(tmp_path):
     out = tmp_path / "at.h5"
     made = mf.simulate(out=out, t_final=0.7, save_every=0.1, **{"init.n": 8, "solver.dt": 0.05})

@@ -856,6 +856,24 @@ def test_a_window_left_open_by_the_terminal_plateau_says_so_rather_than_run_long
     assert falling["open_end"] and "(run longer)" in open_window_note(falling)
 
 
+def test_a_threshold_above_the_first_w2_gives_no_window_and_python_text_names_no_cli_option() -> None:
+    # 2·W2_min above W2(0) had read "metastable window (W2 ≤ 1.2): [≤0, 5≥]" with "run longer", which cannot help; the
+    # Python text had named the CLI's --threshold
+    from meanfield.analysis.concentration import Concentration
+
+    t = np.linspace(0.0, 5.0, 6)
+    above = concentration_summary(t, [1.0, 0.7, 0.6, 0.62, 0.65, 0.7])
+    assert above["open_start"] and above["threshold"] == 1.2
+    text = Concentration({}, above, None, "run").window_text()
+    assert "metastable window: none (threshold 1.2 above W2(0) = 1: no window" in text
+    assert "[≤" not in text and "run longer" not in text and "--threshold" not in text
+    assert "run.concentration(threshold=…)" in text
+    assert "(--threshold)" in Concentration({}, above, None, "run").window_text(cli=True)
+    plateau = concentration_summary(np.linspace(0.0, 10.0, 11), [1.0, 0.7, 0.5, 0.45, 0.6, 0.75, 0.79, 0.8, 0.8, 0.8, 0.8])
+    text = Concentration({}, plateau, None, "run").window_text()
+    assert "a threshold below 0.8 (run.concentration(threshold=…)) ends it" in text and "--threshold" not in text
+
+
 def test_a_run_of_another_attention_law_is_noted_as_outside_the_theorem() -> None:
     import meanfield as mf
 
