@@ -17,19 +17,32 @@ from meanfield.plotting.canvas import new_figure, save
 __all__ = ["plot_concentration", "plot_sweep", "plot_convergence", "plot_diagnostics", "shown_energy"]
 
 
-def shown_energy(diagnostics: Mapping[str, Any] | None, frames: int) -> tuple[str, np.ndarray] | None:
+def shown_energy(diagnostics: Mapping[str, Any] | None, frames: int, *,
+                 attention: str | None = None) -> tuple[str, np.ndarray] | None:
     r"""The energy series a run's figure draws: ``("energy", E)``, or ``("log_energy", ln E)`` where E passed the floats.
 
     At low temperature :math:`E \sim e^{\beta}/(2\beta)` is ``inf`` from :math:`\beta \approx 709` (``B = I``),
     and the energy panel had been left out (the largest speed drawn instead); the energy tracker's ``log_energy``
     holds :math:`\ln E` from the same sums.  ``None`` where neither has a finite value over ``frames`` frames.
+
+    On a run of ``attention = "pooled"`` the flow's energy is :math:`E(\mu,t)=\sum_hw_hE_h` (Massucco et al.,
+    arXiv 2605.18870), the tracker's ``energy_theta``, while its ``energy`` is :math:`\sum_hE_h` (:math:`H` times
+    it for equal weights; it had been drawn as "interaction energy E"): ``("energy_theta", E_Θ)`` where it is finite
+    at every frame, else the sum under its own name, ``("energy_sum", Σ_h E_h)`` or ``("log_energy_sum", ln Σ_h E_h)``.
     """
-    series = {k: np.asarray(diagnostics[k], dtype=float) for k in ("energy", "log_energy")
+    series = {k: np.asarray(diagnostics[k], dtype=float) for k in ("energy", "log_energy", "energy_theta")
               if diagnostics and k in diagnostics and np.shape(diagnostics[k]) == (frames,)}
+    theta = series.get("energy_theta")
+    if attention == "pooled" and theta is not None and np.isfinite(theta).all():
+        return "energy_theta", theta
     energy, logs = series.get("energy"), series.get("log_energy")
     if energy is not None and (np.isfinite(energy).all() or logs is None or not np.isfinite(logs).any()):
-        return ("energy", energy) if np.isfinite(energy).any() else None
-    return ("log_energy", logs) if logs is not None and np.isfinite(logs).any() else None
+        shown = ("energy", energy) if np.isfinite(energy).any() else None
+    else:
+        shown = ("log_energy", logs) if logs is not None and np.isfinite(logs).any() else None
+    if shown is not None and attention == "pooled":  # the sum over the heads, not the flow's energy: said so
+        return f"{shown[0]}_sum", shown[1]
+    return shown
 
 
 def plot_concentration(curves: dict[str, np.ndarray], summary: dict[str, Any], path: str | Path | None = None, *, title: str = "") -> Figure:

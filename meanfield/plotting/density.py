@@ -514,6 +514,7 @@ def plot_grid_run(
     log: bool = True,
     title: str = "",
     dpi: int = 110,
+    attention: str | None = None,
 ) -> Figure:
     r"""Summary figure of a grid run.
 
@@ -521,7 +522,9 @@ def plot_grid_run(
     times (first, …, last) on one colour scale (logarithmic by default), with a
     colour bar, the sphere turned so that the final mass sits in the middle of
     the map; bottom: every recorded series of the energy, W₂ to the target, largest speed and mass error against time,
-    one panel each (they had been as many as the maps: one map showed the energy alone).
+    one panel each (they had been as many as the maps: one map showed the energy alone).  ``attention``: the run's
+    ``model.attention`` (a ``pooled`` run's energy is ``energy_theta``, :math:`\sum_hw_hE_h`:
+    :func:`~meanfield.plotting.curves.shown_energy`).
 
     Returns
     -------
@@ -534,10 +537,12 @@ def plot_grid_run(
     check_frames(masses, t, name="masses", masses=True)
     check_map_options({"log": log})
     picks = sorted({int(round(k)) for k in np.linspace(0, len(t) - 1, min(frames, len(t)))})
-    labels = {"energy": "interaction energy E", "log_energy": "ln E (E past the largest float)", "w2_target": "W₂ to Π♯ρ₀",
+    labels = {"energy": "interaction energy E", "log_energy": "ln E (E past the largest float)",
+              "energy_theta": "energy E(μ_t, t) = Σ_h w_h E_h", "energy_sum": "Σ_h E_h (not the flow's Σ_h w_h E_h)",
+              "log_energy_sum": "ln Σ_h E_h (past the largest float)", "w2_target": "W₂ to Π♯ρ₀",
               "max_speed": "largest speed max |X|", "mass_error": "mass error |Σm(t) − Σm(0)|"}  # (the bottom row's order)
     diagnostics = diagnostics or {}
-    energy = shown_energy(diagnostics, len(t))  # (ln E where the energy overflowed)
+    energy = shown_energy(diagnostics, len(t), attention=attention)  # (ln E where the energy overflowed)
     diags = dict([energy] if energy else [])
     diags.update({k: np.asarray(diagnostics[k], dtype=float) for k in ("w2_target", "max_speed", "mass_error")
                   if k in diagnostics and len(diagnostics[k]) == len(t)

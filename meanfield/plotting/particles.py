@@ -106,8 +106,9 @@ def plot_particle_run(
     weights: np.ndarray | None = None,
     title: str = "",
     dpi: int = 110,
+    attention: str | None = None,
 ) -> Any:
-    """The cloud on S² at ``snapshots`` times, one view for all (facing the final cloud), and the energy.
+    r"""The cloud on S² at ``snapshots`` times, one view for all (facing the final cloud), and the energy.
 
     Tokens keep their colour (their index) from panel to panel; front-hemisphere
     tokens are solid, back-hemisphere ones faint.
@@ -117,9 +118,11 @@ def plot_particle_run(
     t : (T,) array
     x : (T, n, 3) array
     diagnostics : dict of (T,) arrays, optional
-        ``energy`` is drawn when present, else ``max_speed``.
+        The energy is drawn when present (:func:`~meanfield.plotting.curves.shown_energy`), else ``max_speed``.
     weights : (n,) array, optional
         Token masses: marker areas proportional to them, and the view faces the mass.
+    attention : str, optional
+        The run's ``model.attention``: a ``pooled`` run's energy is ``energy_theta``, :math:`\sum_hw_hE_h`.
 
     Returns
     -------
@@ -132,9 +135,10 @@ def plot_particle_run(
     weights = _token_weights(weights, x.shape[1])
     picks = _picks(len(t), snapshots)
     # the energy (ln E past the largest float, β⟨x, By⟩ > 709), else the first other series with a finite value
-    energy = shown_energy(diagnostics, len(t))
+    energy = shown_energy(diagnostics, len(t), attention=attention)
     key = energy[0] if energy else next((k for k in ("energy_theta", "rayleigh", "max_speed") if diagnostics and k in diagnostics
                                          and np.isfinite(np.asarray(diagnostics[k], dtype=float)).any()), None)
+    shown = energy[1] if energy else diagnostics[key] if key else None
     cols = len(picks) + (1 if key else 0)
     fig = new_figure(figsize=(max(3.3 * cols, 7.5), 4.4))  # (room for two title lines, a panel title and the time axis)
     rotation = rotation_to(facing_view(x[picks[-1]], weights))
@@ -146,9 +150,11 @@ def plot_particle_run(
         ax.set_title(f"t = {t[index]:.3g}", fontsize=10)
     if key:
         ax = fig.add_subplot(1, cols, cols)
-        ax.plot(t, diagnostics[key], color="C3", marker="." if len(t) < 3 else None)  # (one frame: a point, not nothing)
+        ax.plot(t, shown, color="C3", marker="." if len(t) < 3 else None)  # (one frame: a point, not nothing)
         labels = {"energy": "interaction energy $E$", "log_energy": r"$\ln E$ (E past the largest float)",
-                  "energy_theta": r"energy $E(\mu_t, t)$",
+                  "energy_theta": r"energy $E(\mu_t, t)=\sum_h w_hE_h$",
+                  "energy_sum": r"$\sum_h E_h$ (not the flow's $\sum_h w_hE_h$)",
+                  "log_energy_sum": r"$\ln\sum_h E_h$ (past the largest float)",
                   "rayleigh": r"mean $x^\top S x$", "max_speed": r"largest speed $\max_i |\dot x_i|$"}
         ax.set_xlabel("time t")
         ax.set_ylabel(labels[key])

@@ -35,6 +35,14 @@ def run_title(run: Any) -> str:
     return f"{m['attention']} attention{norm}, {beta}, {size}, {s['kind']} solver"
 
 
+def _attention(run: Any) -> str | None:
+    """The run's ``model.attention`` (its config's, or a solve() run's model's); ``None`` where it has neither."""
+    if run.config is not None:
+        return run.config["model"].get("attention")
+    model = run._model  # noqa: SLF001
+    return None if model is None else model.attention
+
+
 def _cells(run: Any, cfg: dict[str, Any]) -> int:
     """The mesh's cells (a graded mesh has more than grid.cells): the run's stored cell points, one per cell (no mesh
     is built for a title)."""
@@ -96,11 +104,13 @@ def plot_run(run: Any, path: str | Path | None = None, **options: Any) -> Any:
     if run.kind == "grid":
         if "snapshots" in options:
             options["frames"] = options.pop("snapshots")
-        return plot_grid_run(run.mesh(), run.t, run.mass, path, diagnostics=run.diagnostics, title=title, **options)
+        return plot_grid_run(run.mesh(), run.t, run.mass, path, diagnostics=run.diagnostics, title=title,
+                             attention=_attention(run), **options)
     x = token_directions(run.x)  # the tokens r·θ of Pre-LN and Peri-LN (meanfield.normalization) by their directions θ
     weights = run.token_masses  # token masses (a run continued from a grid frame): drawn by mass
     if run.shape[1] == 3:
-        return plot_particle_run(run.t, x, path, diagnostics=run.diagnostics, title=title, weights=weights, **options)
+        return plot_particle_run(run.t, x, path, diagnostics=run.diagnostics, title=title, weights=weights,
+                                 attention=_attention(run), **options)
     return plot_high_dim_run(run.t, x, path, diagnostics=run.diagnostics, title=title, weights=weights, **options)
 
 

@@ -325,6 +325,30 @@ def test_an_energy_past_the_floats_is_drawn_as_its_log():
                                                                diagnostics=finite).axes[-1].get_ylabel()
 
 
+def test_a_pooled_run_draws_the_flows_energy_not_the_sum_over_heads():
+    # on a pooled run the figure had drawn energy = Σ_h E_h (4× the flow's Σ_h w_h E_h here) as "interaction energy E"
+    import meanfield as mf
+
+    root = Path(__file__).resolve().parents[3]
+    run = mf.simulate(root / "data/oscillating_heads.toml", t_final=0.2, save_every=0.1, **{"init.n": 12})
+    assert np.allclose(run.diagnostics["energy"], 4 * run.diagnostics["energy_theta"])
+    panel = run.plot().axes[-1]
+    np.testing.assert_array_equal(panel.lines[0].get_ydata(), run.diagnostics["energy_theta"])
+    assert panel.get_ylabel() == r"energy $E(\mu_t, t)=\sum_h w_hE_h$"
+    t = np.array([0.0, 0.5])
+    both = {"energy": np.array([4.0, 3.0]), "energy_theta": np.array([1.0, 0.75]), "log_energy": np.log([4.0, 3.0])}
+    assert curves.shown_energy(both, 2)[0] == "energy"  # another law: the sum (or mean) is its energy
+    assert curves.shown_energy(both, 2, attention="pooled")[0] == "energy_theta"
+    past = {"energy": np.full(2, np.inf), "energy_theta": np.full(2, np.inf), "log_energy": np.log([2.0, 1e310])}
+    key, series = curves.shown_energy(past, 2, attention="pooled")  # ln Σ_h E_h, named as the sum over the heads
+    assert key == "log_energy_sum" and np.array_equal(series, past["log_energy"])
+    msh = M.fibonacci_mesh(120)
+    fig = density.plot_grid_run(msh, t, np.full((2, msh.N), 1.0 / msh.N), diagnostics=both, attention="pooled")
+    assert [ax.get_ylabel() for ax in fig.axes if ax.get_xlabel() == "time t"] == ["energy E(μ_t, t) = Σ_h w_h E_h"]
+    fig = particles.plot_particle_run(t, np.stack([sample_uniform(20, 3, seed=1)] * 2), diagnostics=past, attention="pooled")
+    assert fig.axes[-1].get_ylabel().startswith(r"$\ln\sum_h E_h$")
+
+
 @pytest.mark.parametrize("snapshots", [1, 2, 4, 6])
 def test_the_run_pictures_time_label_lies_on_the_canvas(snapshots):
     # with the energy panel square, the "time t" label had been drawn 4-6 px below the canvas
