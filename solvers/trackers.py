@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from meanfield.analysis.energy import energies_from_row_logs, energy_row_logs, head_energies, log_total_energy
-from meanfield.analysis.mobility import authors_slope_squared, metric_slope_squared
+from meanfield.analysis.mobility import authors_slope_squared, energy_time_derivative, metric_slope_squared
+from meanfield.heads.schedules import schedule_derivative
 from meanfield.model import Model
 from meanfield.geometry.sphere import sphere_error
 from meanfield.solvers.loop import StopRun
@@ -99,7 +100,13 @@ class SlopeTracker:
     divides by the mean of the per-head mobilities, so it is neither :math:`|\partial E|^2` nor the
     dissipation of the mean-over-heads flow.
 
-    Keys: ``authors_G2`` and ``slope2``.  With ``points`` the state is a grid measure (cell masses
+    Also ``dE_dt_explicit``, :math:`\partial_tE(\mu,t)` at fixed :math:`\mu` of :math:`E=\sum_hw_hE_h`
+    (:func:`meanfield.analysis.mobility.energy_time_derivative`), the term of the energy–dissipation identity the
+    other trackers leave out (the JKO scheme's own tracker had been the only one to record it): on a ``pooled`` run
+    with :math:`V_h=B_h`, :math:`\tfrac{d}{dt}\,` ``energy_theta`` :math:`=\pm` ``slope2`` :math:`+` ``dE_dt_explicit``
+    (+ for ascent, − for descent).
+
+    Keys: ``authors_G2``, ``slope2`` and ``dE_dt_explicit``.  With ``points`` the state is a grid measure (cell masses
     at those points).  Added by :func:`meanfield.solvers.run.setup_run` whenever the heads are
     time-dependent.
     """
@@ -120,7 +127,9 @@ class SlopeTracker:
         with np.errstate(over="ignore"):
             slope2 = metric_slope_squared(x, heads, beta=beta, weights=a)
             g2 = authors_slope_squared(x, heads, beta=beta, weights=a)
-        return {"authors_G2": g2, "slope2": slope2}
+            dB, _ = schedule_derivative(self.model.heads, t)
+            dEdt = energy_time_derivative(x, heads, dB, beta=beta, weights=a)
+        return {"authors_G2": g2, "slope2": slope2, "dE_dt_explicit": dEdt}
 
 
 @dataclass
