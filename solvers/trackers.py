@@ -182,6 +182,13 @@ def largest_speed(velocity: np.ndarray) -> float:
         return top * float(np.max(np.linalg.norm(v / top, axis=-1)))
 
 
+def _rounded_down(value: float) -> float:
+    """``value`` > 0 cut to two significant digits (0.0195 to 0.019): advice below a bound stays below it (``:.2g`` had
+    rounded 0.0195 up to the 0.02 in use)."""
+    unit = 10.0 ** (math.floor(math.log10(value)) - 1)
+    return math.floor(value / unit) * unit
+
+
 @dataclass
 class SteadyStateTracker:
     r"""Stops when :math:`\max_i\|\dot x_i\|` falls below ``tol`` (records the speed).
@@ -229,7 +236,7 @@ class SteadyStateTracker:
         moved, advice = h * speed, MAX_STEP_ANGLE / speed
         if math.isfinite(moved) and advice > 0:
             what = (f"moves tokens by up to {moved:.3g} rad (max |dx/dt| = {speed:.3g}): far outside the Runge–Kutta step's "
-                    f"accuracy; a solver.dt below {advice:.2g}")
+                    f"accuracy; a solver.dt below {_rounded_down(advice):.2g}")
         else:  # (an infinite speed had advised "a solver.dt below 0")
             what = (f"has a field out of floating-point range (max |dx/dt| = {speed:.3g}): no step size helps "
                     "(a smaller model.beta, or normalized attention)")

@@ -176,6 +176,18 @@ def test_the_speed_of_a_finite_velocity_is_finite_and_an_infinite_one_gives_no_s
     assert "below 0" not in str(caught[0].message)
 
 
+def test_the_step_advice_is_below_the_step_in_use():
+    # the bound 0.5/25.6 = 0.0195 had been printed with :.2g as "a solver.dt below 0.02", the dt in use
+    import meanfield as mf
+    from meanfield.solvers.trackers import SteadyStateTracker
+
+    speed = 25.6 / np.sqrt(3.0)  # rows of norm 25.6
+    tracker = SteadyStateTracker(lambda x, t: np.full((2, 3), speed), step=0.02)
+    with pytest.warns(mf.MeanfieldWarning, match="moves tokens by up to 0.512 rad") as caught:
+        tracker(0.0, np.zeros((2, 3)))
+    assert str(caught[0].message).endswith("a solver.dt below 0.019")
+
+
 def test_the_step_warning_takes_the_step_taken_not_dt():
     # dt = 10 with save_every = 0.1 takes steps of 0.1 (0.026 rad at β = 4): it had been warned of as steps of 10
     import warnings
