@@ -16,7 +16,7 @@ The names below load on first use, so ``import meanfield`` stays cheap:
   :func:`sample_uniform`, :func:`sample_vmf`, :func:`sample_equiangular`,
   :func:`sample_orthogonal`, and :func:`mesh` for a spherical grid;
 * analysis: :func:`w2` (Wasserstein distances on the sphere), :mod:`theory`
-  (the closed forms), :class:`ConfigError`, :class:`RunFailed`, :class:`TrackerError`;
+  (the closed forms), :class:`ConfigError`, :class:`RunFailed`, :class:`TrackerError`, :class:`RunInterrupted`;
 * :func:`keep_freed_memory`: freed arrays reused rather than fresh pages faulted in at
   every step (what the ``meanfield`` command does for its own process).
 """
@@ -55,6 +55,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ConfigError": ("meanfield.errors", "ConfigError"),
     "RunFailed": ("meanfield.errors", "RunFailed"),
     "TrackerError": ("meanfield.errors", "TrackerError"),
+    "RunInterrupted": ("meanfield.errors", "RunInterrupted"),
     "ConfigNote": ("meanfield.errors", "ConfigNote"),
     "MeanfieldWarning": ("meanfield.errors", "MeanfieldWarning"),
     "DamagedFrameWarning": ("meanfield.io.runfile", "DamagedFrameWarning"),
