@@ -28,7 +28,7 @@ so :math:`\log Z_h`, :math:`\log\hat b` and the product
 :math:`Z_h` itself would.
 
 The own slope diagnostic of Massucco et al. (arXiv 2605.18870) (the authors' public code) is
-:func:`authors_slope_squared`, :math:`G^2=\mathrm{mean}_i\,\|P^\perp v_i\|^2/\mathrm{mean}_h(n/N_{h,i})`.
+:func:`authors_slope_squared`, :math:`G^2=\mathrm{mean}_i\big[\|P^\perp v_i\|^2/\mathrm{mean}_h(n/N_{h,i})\big]`.
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ The drift term plus the Itô term plus :math:`M_T` is :math:`\int\partial_tE`, t
 dependence of the energy through the weights (for deterministic weights, :math:`\sigma=0`, it is
 the drift term alone).
 
-The authors' diagnostic :math:`G^2=\frac1n\sum_i\|\dot x_i\|^2/\frac1H\sum_h n/N_{h,i}`
+The authors' diagnostic :math:`G^2=\frac1n\sum_i\big[\|\dot x_i\|^2/\frac1H\sum_h n/N_{h,i}\big]`
 divides by the mean of the per-head mobilities: it is the dissipation for one head, not for
 heterogeneous heads.  :func:`energy_balance` reports the balance with either term, so the
 residual with :math:`\int G^2` (which does not close) stands beside the residual with the true
