@@ -395,12 +395,14 @@ class Run:
 
     # ------------------------------------------------------------------ pictures
     def plot(self, path: str | Path | None = None, **options: Any) -> Any:
-        """A summary figure: the cloud (or density) at a few times and the energy; saved when ``path`` is given.
+        """A summary figure: the cloud (or density) at a few times and, on S², the energy; saved when ``path`` is given.
 
-        Particles on S² are drawn on the sphere, front and back told apart; for
+        Particles on S² are drawn on the sphere, front and back told apart, beside the energy against time; for
         ``d > 3`` the cloud is shown in its principal-component plane with the
-        histogram of :math:`\\langle x_i,x_j\\rangle` over time.  A grid density is
-        drawn on a log colour scale, the sphere turned to face the mass.  Token masses scale the markers.
+        histogram of :math:`\\langle x_i,x_j\\rangle` over time, and no energy panel.  A grid density is
+        drawn on a log colour scale, the sphere turned to face the mass, above the energy and the other tracked series.
+        The energy is ``energy`` (``energy_theta``, :math:`\\sum_hw_hE_h`, on a ``pooled`` run: the flow's).
+        Token masses scale the markers.
 
         Options (keyword-only): ``snapshots`` (how many times are drawn), ``title``, ``dpi``; grids also ``log``
         (the colour scale).
