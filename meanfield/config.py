@@ -18,7 +18,7 @@ import math
 import os
 import tomllib
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -240,8 +240,11 @@ def _check_value(spec: Key, value: Any, key: str) -> Any:
     return value
 
 
-def resolve(raw: Mapping[str, Any], *, base: Path | None = None) -> dict[str, Any]:
+def resolve(raw: Mapping[str, Any], *, base: Path | None = None, switched_from: Collection[str] = ()) -> dict[str, Any]:
     """Validate a raw config mapping and fill in every default.
+
+    ``switched_from``: the ``[solver]`` keys a file set for the solver kind an override switched away from
+    (:func:`load_config`); they are not noted as unused by the new kind.
 
     Raises
     ------
@@ -269,7 +272,7 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None) -> dict[str, An
         resolved[section] = out
     _integrator_for_kind(resolved["solver"], given="method" in raw.get("solver", {}))
     _noise_checks(resolved, method_given="method" in raw.get("solver", {}))
-    _unused_solver_keys(resolved["solver"], given=raw.get("solver", {}))
+    _unused_solver_keys(resolved["solver"], given={k: v for k, v in raw.get("solver", {}).items() if k not in switched_from})
     _unused_weights_keys(resolved["weights"], given=raw.get("weights", {}))
     _unused_grid_keys(resolved["grid"], given=raw.get("grid", {}))
     _icosahedral_size_note(resolved)
@@ -886,14 +889,25 @@ def load_config(
         base = source.resolve().parent
     else:
         raise ConfigError(source_key, f"expected a TOML path, a mapping or None, got {type(source).__name__}")
+    source_solver = dict(raw["solver"]) if isinstance(raw.get("solver"), Mapping) else {}
+    overridden: set[tuple[str, str]] = set()
     for assignment in overrides:
         apply_override(raw, assignment)
+        overridden.add(override_key(assignment.split("=", 1)[0].strip()))
     for name, value in (values or {}).items():
         section, key = override_key(name)
         if not isinstance(raw.setdefault(section, {}), Mapping):
             raise ConfigError(section, "expected a table")
         raw[section][key] = value
-    return resolve(raw, base=base)
+        overridden.add((section, key))
+    # the solver kind switched by an override (the README's --set solver.kind=jko on a file whose [solver] holds the
+    # particle solver's dt): the file's settings for its own kind are not noted as unused by the new one (it had been
+    # a note on every such run); an override's are
+    switched: tuple[str, ...] = ()
+    kind = SCHEMA["solver"]["kind"].default
+    if ("solver", "kind") in overridden and raw["solver"]["kind"] != source_solver.get("kind", kind):
+        switched = tuple(key for key in source_solver if ("solver", key) not in overridden)
+    return resolve(raw, base=base, switched_from=switched)
 
 
 def dumps(cfg: Mapping[str, Any]) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -225,6 +226,35 @@ def test_solver_keys_the_solver_does_not_read_get_a_note():
     assert notes('solver.kind="jko"', "solver.tau=0.1", "solver.dt=0.01") == []  # the default value: nothing to say
     assert notes("solver.clock_merge=0.01") == [
         "solver.clock_merge not used by the particle solver (it serves clock = 'gradient'); ignored"]
+
+
+def test_switching_a_files_solver_kind_does_not_note_the_files_own_solver_settings(tmp_path):
+    # --set solver.kind=jko on data/oscillating_heads.toml (the README's suggestion) had always noted "solver.dt not used
+    # by the jko solver": the file's dt is its particle solver's
+    import warnings as _warnings
+
+    import meanfield as mf
+    from meanfield.config import ConfigNote
+
+    data = Path(__file__).resolve().parents[2] / "data"
+
+    def notes(source, overrides=(), **values) -> list[str]:
+        with _warnings.catch_warnings(record=True) as caught:
+            _warnings.simplefilter("always")
+            cfg = load_config(source, list(overrides), values=values)
+        assert cfg["solver"]["kind"] == "jko"
+        return [str(w.message) for w in caught if issubclass(w.category, ConfigNote) and "not used" in str(w.message)]
+
+    assert notes(data / "oscillating_heads.toml", ["solver.kind=jko"]) == []
+    assert notes(data / "oscillating_heads.toml", **{"solver.kind": "jko"}) == []  # mf.simulate's keywords
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("error", ConfigNote)
+        mf.load_config(data / "oscillating_heads.toml", **{"solver.kind": "jko"})
+    assert notes(data / "oscillating_heads.toml", ["solver.kind=jko", "solver.dt=0.1"]) == [  # given with the switch
+        "solver.dt not used by the jko solver (its step is solver.tau); ignored"]
+    own = tmp_path / "jko.toml"  # a file that names the jko solver and a dt: its own dt is noted
+    own.write_text('[solver]\nkind = "jko"\ndt = 0.05\n')
+    assert notes(own) == ["solver.dt not used by the jko solver (its step is solver.tau); ignored"]
 
 
 def test_weights_keys_the_schedule_does_not_read_get_a_note_and_a_noise_seed_needs_gamma():
