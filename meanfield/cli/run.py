@@ -71,12 +71,13 @@ def main(args: argparse.Namespace) -> int:
     if not args.resume:
         check_output(args.out, overwrite=True, key="--out")
     started = time.perf_counter()
+    from meanfield.cli.simulate import file_stamp, interrupt_left
+
+    before = file_stamp(args.out)
     try:
         run = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet)
     except KeyboardInterrupt:  # (a stop between steps is a RunInterrupted, with its own message)
-        from meanfield.cli.simulate import interrupt_left
-
-        args.interrupted = interrupt_left(args.out, cfg)
+        args.interrupted = interrupt_left(args.out, cfg, before=before, resume=args.resume)
         raise
     if run.info.get("already_complete"):
         from meanfield.cli.simulate import nothing_to_resume

@@ -44,10 +44,11 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("-o", f"{args.out} is the config file itself; give the run its own file, such as run.h5")
     cfg = load_config_noted(args.config, args.overrides)
     check_output(args.out, overwrite=args.overwrite, resume=args.resume)
+    before = file_stamp(args.out)
     try:
         run = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite, out_key="-o")
     except KeyboardInterrupt:  # (a stop between steps is a RunInterrupted, with its own message)
-        args.interrupted = interrupt_left(args.out, cfg)
+        args.interrupted = interrupt_left(args.out, cfg, before=before, resume=args.resume)
         raise
     if run.info.get("already_complete"):
         print(nothing_to_resume(run, args.out))
@@ -82,9 +83,21 @@ def draw(run: object, path: str) -> None:
 BEFORE_THE_RUN = "interrupted before the first frame was saved; nothing was written"
 
 
-def interrupt_left(out: str, cfg: dict[str, Any]) -> str:
+def file_stamp(path: str) -> tuple[int, int, int] | None:
+    """``(inode, size, mtime_ns)`` of ``path``, ``None`` where there is none: whether the run touched it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def interrupt_left(out: str, cfg: dict[str, Any], *, before: tuple[int, int, int] | None = None, resume: bool = False) -> str:
     """What a ``KeyboardInterrupt`` out of the run (in its setup, a second Ctrl-C, a signal after its last step) left in
-    ``out``: this run's committed frames, or nothing of it (no file, or an older run's file left as it was)."""
+    ``out``: this run's committed frames, or nothing of it (no file, or an older run's file left as it was).
+    ``before``: :func:`file_stamp` of ``out`` before the run; a file the run never opened is an older run's, even of
+    the same config, or with ``resume`` the frames it was to continue (Ctrl-C in the setup of an ``--overwrite`` run,
+    or of an extending ``--resume``, had been told "after the run ended")."""
     import json
 
     from meanfield.io.runfile import RunReader
@@ -97,9 +110,12 @@ def interrupt_left(out: str, cfg: dict[str, Any]) -> str:
         frames, status, ours = reader.frames, reader.status, without_t_final(reader.config) == without_t_final(cfg)
     except (ConfigError, OSError, ValueError, KeyError):  # no file, none readable: nothing of this run
         return BEFORE_THE_RUN
-    if not frames or not ours:
-        return BEFORE_THE_RUN + (f" ({out} holds an older run, left as it was)" if frames else "")
+    untouched = before is not None and file_stamp(out) == before
     saved = f"{frames} frame{'' if frames == 1 else 's'} saved in {out}"
+    if untouched and resume and frames and ours:
+        return f"interrupted; {saved}, --resume continues"
+    if not frames or not ours or untouched:
+        return BEFORE_THE_RUN + (f" ({out} holds an older run, left as it was)" if frames else "")
     if status in ("completed", "stopped", "failed"):  # the signal came after the last step: the run ended first
         return f"interrupted after the run ended ({status}; {saved})"
     return f"interrupted; {saved}, --resume continues"

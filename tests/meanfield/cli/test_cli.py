@@ -259,6 +259,14 @@ def test_an_interrupt_of_simulate_or_run_says_what_was_saved(tmp_path, capsys, m
         patch.setattr(RunWriter, "append", interrupted_at(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)))
         assert main([*simulate, "--resume"]) == 1
         assert capsys.readouterr().err.strip().endswith(f"interrupted after the run ended (completed; 4 frames saved in {out})")
+    with monkeypatch.context() as patch:  # Ctrl-C in the setup of an --overwrite re-run: the file is the last run's
+        patch.setattr(run_module, "setup_run", interrupt)
+        for argv in ([*simulate, "--overwrite"], ["run", "--out", str(out), *sets]):
+            assert main(argv) == 1
+            assert capsys.readouterr().err.strip().endswith(f"interrupted before the first frame was saved; nothing was "
+                                                            f"written ({out} holds an older run, left as it was)")
+        assert main([*simulate, "--resume", "--set", "solver.t_final=0.5"]) == 1  # resumed: the frames are this run's
+        assert capsys.readouterr().err.strip().endswith(f"interrupted; 4 frames saved in {out}, --resume continues")
 
 
 def test_bench_names_the_blas_its_numbers_depend_on(capsys, monkeypatch):
