@@ -1,7 +1,9 @@
-"""Shared test fixtures: a seeded rng, the Agg backend, the ``slow`` marker, and the number of test processes."""
+"""Shared test fixtures: a seeded rng, the Agg backend, the ``slow`` marker, the number of test processes, and an
+interactive SIGINT."""
 from __future__ import annotations
 
 import os
+import signal
 
 import matplotlib
 import numpy as np
@@ -53,3 +55,12 @@ def _one_blas_thread():
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261130)
+
+
+@pytest.fixture
+def interactive_sigint():
+    """SIGINT as an interactive Python has it (``KeyboardInterrupt``): pytest-xdist's workers ignore it, and a signal
+    that a run re-raises once its file is closed is then ignored too."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

@@ -750,7 +750,7 @@ def test_a_truncated_copy_of_a_closed_run_is_named_at_once(tmp_path):
     assert done.returncode == 2 and "is truncated" in done.stderr, done.stderr
 
 
-def test_a_signal_while_the_last_frame_is_written_is_delivered_once_the_file_is_closed(tmp_path):
+def test_a_signal_while_the_last_frame_is_written_is_delivered_once_the_file_is_closed(tmp_path, interactive_sigint):
     # a Ctrl-C that lands after the loop's last check (the last frame's trackers, its write) had been dropped: the run
     # ended "completed", the flag was cleared, and a script looping over runs went on with the next one
     def signal_on_the_last_frame(signum):

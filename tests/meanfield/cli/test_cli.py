@@ -220,7 +220,7 @@ def test_an_interrupt_says_what_each_command_left(tmp_path, capsys, monkeypatch)
     assert capsys.readouterr().err.strip() == "meanfield bench: interrupted; nothing was written"
 
 
-def test_an_interrupt_of_simulate_or_run_says_what_was_saved(tmp_path, capsys, monkeypatch):
+def test_an_interrupt_of_simulate_or_run_says_what_was_saved(tmp_path, capsys, monkeypatch, interactive_sigint):
     # an interrupt in the setup (before the loop's own handler) had been told "interrupted; saved frames are kept"
     # with no file written; a second Ctrl-C in the loop leaves frames, and a Ctrl-C on the last frame a finished run
     import signal
