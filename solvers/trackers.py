@@ -104,7 +104,9 @@ class SlopeTracker:
     (:func:`meanfield.analysis.mobility.energy_time_derivative`), the term of the energy–dissipation identity the
     other trackers leave out (the JKO scheme's own tracker had been the only one to record it): on a ``pooled`` run
     with :math:`V_h=B_h`, :math:`\tfrac{d}{dt}\,` ``energy_theta`` :math:`=\pm` ``slope2`` :math:`+` ``dE_dt_explicit``
-    (+ for ascent, − for descent).
+    (+ for ascent, − for descent).  On a schedule with kinks (OU heads are piecewise linear in t, one kink every
+    ``weights.dt``) the value is the derivative after the time ``t``, and a quadrature of the frames' values does not
+    integrate :math:`\partial_tE`; for smooth schedules it closes the identity.
 
     Keys: ``authors_G2``, ``slope2`` and ``dE_dt_explicit``.  With ``points`` the state is a grid measure (cell masses
     at those points).  Added by :func:`meanfield.solvers.run.setup_run` whenever the heads are

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from meanfield.heads import HeadStack
 
@@ -134,3 +135,31 @@ def test_a_broken_velocity_is_not_a_token_at_rest():
     assert field.metric_speed_squared(velocity, a) == np.inf
     velocity[2, 1] = np.nan
     assert field.metric_speed_squared(velocity, np.array([1, 1, 0, 1, 1, 1]) / 5) > 0  # a tracer's row adds nothing
+
+
+@pytest.mark.parametrize(("n", "d", "beta"), [(6000, 3, 8.0), (4000, 3, 64.0), (700, 8, 4.0), (30, 3, 2.0)])
+def test_energy_time_derivative_from_the_kernels_row_sums_against_pair_sums(n, d, beta):
+    # one softmax kernel call per head (harmonic at n = 6000, local at 4000 on S²: linear in n), where the pair sums had
+    # doubled a time-dependent run's cost; the reference sums every pair here, in row blocks, at each row's maximum
+    from meanfield.analysis.mobility import energy_time_derivative
+    from meanfield.geometry.sphere import sample_uniform
+
+    rng = np.random.default_rng(n + d)
+    x = sample_uniform(n, d, seed=4)
+    sym = rng.standard_normal((2, d, d))
+    B = (sym + sym.transpose(0, 2, 1)) / 4
+    dB, w = rng.standard_normal((2, d, d)), np.array([0.3, 0.7])
+    a = rng.uniform(0.5, 2.0, n)
+    a /= a.sum()
+    logs, values = [], []
+    for h in range(2):
+        for start in range(0, n, 500):
+            z = beta * (x[start:start + 500] @ B[h] @ x.T)
+            top = z.max(axis=1)
+            sums = np.exp(z - top[:, None]) * ((x[start:start + 500] @ dB[h]) @ x.T) @ a
+            logs.append(top)
+            values.append(0.5 * w[h] * a[start:start + 500] * sums)
+    top = np.concatenate(logs).max()
+    exact = float(np.sum(np.concatenate(values) * np.exp(np.concatenate(logs) - top)) * np.exp(top))
+    got = energy_time_derivative(x, HeadStack(B=B, V=B.copy(), w=w), dB, beta=beta, weights=a)
+    np.testing.assert_allclose(got, exact, rtol=1e-11)
