@@ -1331,7 +1331,7 @@ def _velocity_blas(
 ) -> np.ndarray:
     """:func:`velocity_blas` on checked tokens, with BLAS already held to one thread (``row_logs`` as there, or ``None``)."""
     n, d = x.shape
-    a = token_masses(n, weights, kind=kind, causal=causal)
+    a = token_masses(n, weights, kind=kind, causal=causal, precision=np.dtype(dtype).name)
     if n == 0:
         return np.zeros((0, d))
     out = np.empty((n, d))  # each stage that finishes rows zeroes them first, in its own thread, where it adds into them

@@ -371,7 +371,7 @@ def velocity_fused32(
     x = check_tokens(x, heads, kind, beta=beta)
     causal = is_causal(mask)
     n, d = x.shape
-    a = token_masses(n, weights, kind=kind, causal=causal)
+    a = token_masses(n, weights, kind=kind, causal=causal, precision="float32")
     if n == 0:
         return np.zeros((0, d))
     beta = float(beta)

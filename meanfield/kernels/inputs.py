@@ -38,7 +38,7 @@ def is_temperature(beta: object) -> bool:
 
 
 def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False, kind: str | None = None, causal: bool = False,
-                 rescaled: bool = False) -> np.ndarray:
+                 rescaled: bool = False, precision: str = "float64") -> np.ndarray:
     r"""Token masses :math:`a_j`: :math:`1/n` by default, else checked (shape ``(n,)``, finite, ≥ 0 or > 0).
 
     With ``kind`` a normalised law (``"softmax"``, ``"pooled"``), every row's sum of masses must be
@@ -48,6 +48,7 @@ def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False, 
     With ``kind`` given (a kernel's entry), masses whose total passes the largest float are refused, unless the
     caller divides them by a power of two itself (``rescaled``, :func:`masses_in_range`): the kernels' sums had
     been NaN, or finite and wrong (:func:`~meanfield.kernels.attention.attention_velocity` rescales such masses).
+    The largest float is that of the kernel's ``precision`` (3.4e38 in float32).
     """
     if weights is None:
         return np.full(n, 1.0 / n) if n > 0 else np.zeros(0)  # no tokens: no masses (every kernel returns an empty velocity)
@@ -62,13 +63,13 @@ def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False, 
                              "normalises each row by the mass it sees, and the first row sees only its own)")
         if not np.any(a > 0.0):
             raise ValueError(f"weights (token masses) are all zero: {kind} attention normalises by their sum")
-    if kind is not None and not rescaled:
+    if kind is not None and not rescaled and n > 0:
         with np.errstate(over="ignore"):
             total = float(np.sum(a))
-        if not math.isfinite(total):
-            raise ValueError(f"weights (token masses): their total passes the largest float (largest mass {a.max():.3g}, "
-                             f"n = {n}); attention_velocity divides such masses by a power of two, or divide them by a "
-                             "common factor")
+        if not total <= float(np.finfo(precision).max):
+            raise ValueError(f"weights (token masses): their total passes the largest {precision} (largest mass "
+                             f"{a.max():.3g}, n = {n}); attention_velocity divides such masses by a power of two, or "
+                             "divide them by a common factor")
     return a
 
 

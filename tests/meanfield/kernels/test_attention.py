@@ -975,7 +975,24 @@ def test_the_other_direct_entries_refuse_masses_whose_sum_overflows(entry):
             "harmonic": velocity_harmonic, "local": velocity_local}[entry]
     x = _small_tokens()
     heads = HeadStack(B=np.random.default_rng(1).standard_normal((2, 3, 3)), V=np.eye(3)[None].repeat(2, axis=0))
-    with pytest.raises(ValueError, match=r"^weights \(token masses\): their total passes the largest float .*"
+    with pytest.raises(ValueError, match=r"^weights \(token masses\): their total passes the largest float(64|32) .*"
                                          r"attention_velocity divides such masses"):
         call(x, heads, beta=2.0, kind="softmax", weights=np.full(37, 1e308))
-    call(x, heads, beta=2.0, kind="softmax", weights=np.full(37, 1e306))  # a total of 3.7e307 is taken
+    if entry != "fused32":
+        call(x, heads, beta=2.0, kind="softmax", weights=np.full(37, 1e306))  # a total of 3.7e307 is taken
+
+
+@pytest.mark.parametrize("entry", ["fused32", "blas"])
+def test_the_float32_entries_refuse_masses_whose_sum_passes_float32(entry):
+    # a total between 3.4e38 and the float64 limit had given NaN rows (or rows 0.43 off) with an overflow warning only
+    from meanfield.kernels.fused32 import velocity_fused32
+
+    x = _small_tokens()
+    heads = HeadStack(B=np.random.default_rng(1).standard_normal((2, 3, 3)), V=np.eye(3)[None].repeat(2, axis=0))
+    call = velocity_fused32 if entry == "fused32" else (lambda *args, **kw: velocity_blas(*args, precision="float32", **kw))
+    with pytest.raises(ValueError, match=r"^weights \(token masses\): their total passes the largest float32 "):
+        call(x, heads, beta=2.0, kind="softmax", weights=np.full(37, 1e38))
+    v = call(x, heads, beta=2.0, kind="softmax", weights=np.full(37, 1e36))  # 3.7e37: taken, and right
+    np.testing.assert_allclose(v, attention_velocity(x, heads, beta=2.0, kind="softmax"), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(attention_velocity(x, heads, beta=2.0, weights=np.full(37, 1e38), precision="float32"),
+                               v, rtol=0, atol=1e-5)  # attention_velocity rescales them
