@@ -7,6 +7,7 @@ Everything else runs in-process (``workers=0``).
 from __future__ import annotations
 
 import csv
+import math
 import json
 import os
 import signal
@@ -867,3 +868,13 @@ def test_case_paths_are_absolute_for_the_workers_and_read_from_any_folder(tmp_pa
     assert [r["path"] for r in again] == [r["path"] for r in rows] == [f"cases/{r['hash']}.h5" for r in rows]
     _write_tables(tmp_path, [], ["model.beta"])  # nothing finished yet: the header, which pandas and csv can read
     assert (tmp_path / "results.csv").read_text().startswith("case,hash,model.beta,status,")
+
+
+def test_a_sweeps_window_length_is_none_where_w2_starts_below_the_threshold():
+    # the concentration text says "no window" there (a longer run cannot give it a start); the sweep had reported the
+    # whole run as its length
+    from meanfield.solvers.sweep import _concentration_scalars
+
+    t = np.linspace(0.0, 5.0, 6)
+    assert math.isnan(_concentration_scalars(t, np.array([1.0, 0.7, 0.6, 0.62, 0.65, 0.7]))["window_length"])
+    assert _concentration_scalars(t, np.array([1.0, 0.4, 0.2, 0.5, 0.9, 1.0]))["window_length"] > 0
