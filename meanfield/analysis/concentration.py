@@ -363,7 +363,8 @@ def open_window_note(summary: Mapping[str, Any], *, option: str = "--threshold")
     w_min, theta, final = summary["w2_min"], summary["threshold"], summary["w2_final"]
     if summary["open_start"]:  # (it had read "[≤0, 6≥]", "run longer")
         where = "above" if theta > summary["w2_initial"] else "at"
-        return (f"threshold {theta:.4g} {where} W2(0) = {summary['w2_initial']:.4g}: no window (W2 is below the threshold "
+        origin = " (2·W2_min)" if theta == 2.0 * w_min else ""  # the default: the user gave none
+        return (f"threshold {theta:.4g}{origin} {where} W2(0) = {summary['w2_initial']:.4g}: no window (W2 is below the threshold "
                 f"from the first frame; a threshold below {summary['w2_initial']:.4g} ({option}) gives one a start)")
     if not summary["min_at_end"] and final - w_min > 0.5 * (theta - w_min):
         return (f"W2 has come back from W2_min = {w_min:.4g} to {final:.4g} at the last frame, still below the threshold "

@@ -113,6 +113,8 @@ def interrupt_left(out: str, cfg: dict[str, Any], *, before: tuple[int, int, int
     untouched = before is not None and file_stamp(out) == before
     saved = f"{frames} frame{'' if frames == 1 else 's'} saved in {out}"
     if untouched and resume and frames and ours:
+        if status == "completed" and float(reader.times()[-1]) >= float(cfg["solver"]["t_final"]):
+            return f"interrupted before the run started; {out} is complete ({saved.split(' saved')[0]}), nothing to resume"
         return f"interrupted; {saved}, --resume continues"
     if not frames or not ours or untouched:
         return BEFORE_THE_RUN + (f" ({out} holds an older run, left as it was)" if frames else "")

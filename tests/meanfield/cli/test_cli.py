@@ -267,6 +267,9 @@ def test_an_interrupt_of_simulate_or_run_says_what_was_saved(tmp_path, capsys, m
                                                             f"written ({out} holds an older run, left as it was)")
         assert main([*simulate, "--resume", "--set", "solver.t_final=0.5"]) == 1  # resumed: the frames are this run's
         assert capsys.readouterr().err.strip().endswith(f"interrupted; 4 frames saved in {out}, --resume continues")
+        assert main([*simulate, "--resume"]) == 1  # the same t_final: complete already
+        assert capsys.readouterr().err.strip().endswith(f"interrupted before the run started; {out} is complete (4 frames), "
+                                                        "nothing to resume")
 
 
 def test_bench_names_the_blas_its_numbers_depend_on(capsys, monkeypatch):

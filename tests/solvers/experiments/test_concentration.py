@@ -865,7 +865,9 @@ def test_a_threshold_above_the_first_w2_gives_no_window_and_python_text_names_no
     above = concentration_summary(t, [1.0, 0.7, 0.6, 0.62, 0.65, 0.7])
     assert above["open_start"] and above["threshold"] == 1.2
     text = Concentration({}, above, None, "run").window_text()
-    assert "metastable window: none (threshold 1.2 above W2(0) = 1: no window" in text
+    assert "metastable window: none (threshold 1.2 (2·W2_min) above W2(0) = 1: no window" in text  # (the default's origin)
+    given = concentration_summary(t, [1.0, 0.7, 0.6, 0.62, 0.65, 0.7], threshold=1.1)
+    assert "none (threshold 1.1 above W2(0) = 1: no window" in Concentration({}, given, None, "run").window_text()
     assert "[≤" not in text and "run longer" not in text and "--threshold" not in text
     assert "run.concentration(threshold=…)" in text
     assert "(--threshold)" in Concentration({}, above, None, "run").window_text(cli=True)
