@@ -3,7 +3,7 @@ r"""The authors' G² plateau against the number of heads, OU and oscillating, in
 .. math::
 
     \overline{G^2}(H)=\operatorname{mean}_{t\ge T/2}G^2(t)\approx a\,H^{b},\qquad
-    G^2=\frac1n\sum_i\frac{\|\bar v_i\|^2}{\tfrac1H\sum_h n/N_{h,i}},\qquad
+    G^2=\frac1n\sum_i\frac{\|P^\perp_{x_i}\bar v_i\|^2}{\tfrac1H\sum_h n/N_{h,i}},\qquad
     N_{h,i}=\sum_j e^{x_i^\top D_h x_j}
 
 The experiments of Massucco, Del Grande, Carioni, Brune and Schönlieb as their public code runs

@@ -88,7 +88,7 @@ class SlopeTracker:
 
     .. math::
 
-        G^2 = \frac1n\sum_i \frac{\|v_i\|^2}{\sum_h w_h\,n/N_{h,i}},\qquad
+        G^2 = \frac1n\sum_i \frac{\|P^\perp_{x_i}v_i\|^2}{\sum_h w_h\,n/N_{h,i}},\qquad
         |\partial E|^2 = \int \frac{\|P^\perp_x\,\mathrm{flux}(x)\|^2}{\hat b(x)}\,d\mu(x),\qquad
         \hat b(x_i)=\Big(\sum_h w_h Z_h(x_i)\Big)^{-1}
 
