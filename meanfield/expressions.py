@@ -6,8 +6,10 @@ variables and calls of the NumPy functions of :data:`EXPR_NAMES` (``exp``,
 ``cos``, ``where``, …; ``pi`` and ``e`` are numbers) are allowed; no strings,
 tuples, attributes, keywords, shifts, matrix products or builtins.  ``&`` and
 ``|`` join conditions only (``(t > 0) & (t < 1)``, the "and" of NumPy arrays);
-``~``, ``^`` and bit operations on numbers are refused; a condition used as a
-number counts as 0 or 1 (``(t > 1) + (t > 2)`` is 2 at ``t = 3``).  A power is taken in floating
+``~``, ``^`` and bit operations on numbers are refused; a condition (a comparison,
+or comparisons joined by ``&`` or ``|``) that is an operand of ``+ - * / // % **``
+counts as 0 or 1 (``(t > 1) + (t > 2)`` is 2 at ``t = 3``); passed through a
+function first (``maximum(t > 1, t > 2)``) it stays a boolean.  A power is taken in floating
 point (its exponent is made a float), so ``10**10**10`` overflows at once
 instead of computing an integer of ten billion digits.  It is then evaluated
 with NumPy, so a variable may be an array; a value that is not a real number
