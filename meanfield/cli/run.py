@@ -71,7 +71,8 @@ def main(args: argparse.Namespace) -> int:
     if not args.resume:
         check_output(args.out, overwrite=True, key="--out")
     started = time.perf_counter()
-    from meanfield.cli.simulate import file_stamp, interrupt_left
+    from meanfield.cli.simulate import interrupt_left
+    from meanfield.io.runfile import file_stamp
 
     before = file_stamp(args.out)
     try:

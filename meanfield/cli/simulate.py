@@ -34,6 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from meanfield.io.output import check_output
+    from meanfield.io.runfile import file_stamp
     from meanfield.solvers.run import simulate_config
 
     picture_path(args.plot, "--plot", animation=True)
@@ -44,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("-o", f"{args.out} is the config file itself; give the run its own file, such as run.h5")
     cfg = load_config_noted(args.config, args.overrides)
     check_output(args.out, overwrite=args.overwrite, resume=args.resume)
-    before = file_stamp(args.out)
+    before = file_stamp(args.out)  # (whether the run opened the file: what an interrupt left)
     try:
         run = simulate_config(cfg, args.out, resume=args.resume, quiet=args.quiet, overwrite=args.overwrite, out_key="-o")
     except KeyboardInterrupt:  # (a stop between steps is a RunInterrupted, with its own message)
@@ -83,24 +84,15 @@ def draw(run: object, path: str) -> None:
 BEFORE_THE_RUN = "interrupted before the first frame was saved; nothing was written"
 
 
-def file_stamp(path: str) -> tuple[int, int, int] | None:
-    """``(inode, size, mtime_ns)`` of ``path``, ``None`` where there is none: whether the run touched it."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
-
-
 def interrupt_left(out: str, cfg: dict[str, Any], *, before: tuple[int, int, int] | None = None, resume: bool = False) -> str:
     """What a ``KeyboardInterrupt`` out of the run (in its setup, a second Ctrl-C, a signal after its last step) left in
     ``out``: this run's committed frames, or nothing of it (no file, or an older run's file left as it was).
-    ``before``: :func:`file_stamp` of ``out`` before the run; a file the run never opened is an older run's, even of
+    ``before``: :func:`~meanfield.io.runfile.file_stamp` of ``out`` before the run; a file the run never opened is an older run's, even of
     the same config, or with ``resume`` the frames it was to continue (Ctrl-C in the setup of an ``--overwrite`` run,
     or of an extending ``--resume``, had been told "after the run ended")."""
     import json
 
-    from meanfield.io.runfile import RunReader
+    from meanfield.io.runfile import RunReader, file_stamp
 
     def without_t_final(config: dict[str, Any]) -> str:  # (--resume may extend t_final: the same run)
         return json.dumps({**config, "solver": {k: v for k, v in config.get("solver", {}).items() if k != "t_final"}}, sort_keys=True)

@@ -56,7 +56,7 @@ from meanfield.io.signature import HDF5_SIGNATURE, file_head
 T = TypeVar("T")
 
 __all__ = ["RunWriter", "RunReader", "open_run_file", "read_run_file", "read_config", "run_status", "solver_settings", "last_frame", "STATE_NAMES",
-           "COMMITTED", "CHECKSUM", "DamagedFrameWarning", "frame_checksum"]
+           "COMMITTED", "CHECKSUM", "DamagedFrameWarning", "frame_checksum", "file_stamp"]
 
 #: dataset that holds the evolving state, by solver family
 STATE_NAMES = {"particle": "x", "grid": "mass"}
@@ -376,7 +376,8 @@ def _attribute(f: h5py.File, name: str, default: Any = None) -> Any:
         raise
 
 
-def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
+    """``(inode, size, mtime_ns)`` of ``path``, ``None`` where there is none: whether a file was replaced or written."""
     try:
         stat = os.stat(path)
     except OSError:
@@ -407,7 +408,7 @@ def read_run_file(path: str | Path, read: Callable[[h5py.File], T], *, key: str 
     path = Path(path)
     name = path if shown is None else shown
     for attempt in range(LIVE_READ_ATTEMPTS):
-        before = _file_stamp(path)
+        before = file_stamp(path)
         opened = False
         try:
             with open_run_file(path, key=key, shown=shown) as f:
@@ -416,7 +417,7 @@ def read_run_file(path: str | Path, read: Callable[[h5py.File], T], *, key: str 
         except (KeyError, OSError, RuntimeError, ConfigError) as exc:
             # open_run_file's verdicts are final (but a truncated look); read's may come from a half-updated header
             settled = isinstance(exc, ConfigError) and not opened and not isinstance(exc, _TruncatedRunFile)
-            if settled or not (writer_alive(path) or _file_stamp(path) != before):
+            if settled or not (writer_alive(path) or file_stamp(path) != before):
                 if isinstance(exc, (KeyError, OSError, RuntimeError)):  # no writer: the bytes themselves are bad (a
                     # KeyError or RuntimeError traceback, exit 1)
                     raise ConfigError(key, f"{name} is damaged: HDF5 cannot read it ({_reason(exc)})") from None
@@ -853,7 +854,7 @@ class RunReader:
         # the file was removed, or replaced by another one of that name in the new folder)
         self._file = self.path.absolute()
         self.key = key
-        stamp = _file_stamp(self._file)  # before the header: a file moved onto the name during the read is caught
+        stamp = file_stamp(self._file)  # before the header: a file moved onto the name during the read is caught
         self._inode: int | None = stamp[0] if stamp is not None else None
         self._read(self._header)
         if self.status == "running" and not writer_alive(self._file):
@@ -871,7 +872,7 @@ class RunReader:
         new file onto the name) would mix its frames with this one's header and times."""
         if self._inode is None:
             return
-        stamp = _file_stamp(self._file)
+        stamp = file_stamp(self._file)
         if stamp is None or stamp[0] != self._inode:
             raise ConfigError(self.key, f"{self.path} was {'removed' if stamp is None else 'replaced by another file'} "
                                         "since this run was loaded; load it again")
@@ -953,7 +954,7 @@ class RunReader:
         frames, states, sums = self._read(lambda f: self._states(f, index))
         damaged = _damaged(frames, states, sums)
         # said once per file version and frames (info had said it twice)
-        if damaged and (said := (str(self._file), tuple(damaged), _file_stamp(self._file))) not in _DAMAGE_SAID:
+        if damaged and (said := (str(self._file), tuple(damaged), file_stamp(self._file))) not in _DAMAGE_SAID:
             _DAMAGE_SAID.add(said)
             one = len(damaged) == 1
             warnings.warn(f"{self.path}: {_frames_named(damaged, self.times())} {'does' if one else 'do'} not match the "
