@@ -50,7 +50,7 @@ from meanfield.figures import script_main, write_rows
 ID = "noisy_l1_rate"
 PAPER = "2412.14813"
 THEOREM = "bifurcation from the uniform state"
-DESCRIPTION = "growth rate of the degree-1 mode around the uniform state of the noisy softmax transformer against the noise level γ: grid solver vs linear stability, sign change at γ_c = β/L(β)"
+DESCRIPTION = "growth rate of the degree-1 mode around the uniform state of the noisy softmax transformer against the inverse noise strength γ (noise γ⁻¹Δ: larger γ, less noise): grid solver vs linear stability, sign change at γ_c = β/L(β)"
 
 # ---- constants -----------------------------------------------------------
 BETA = 1.0

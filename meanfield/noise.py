@@ -1,4 +1,4 @@
-r"""Noisy tokens: the noise level :math:`\gamma(t)` and the geometric Euler–Maruyama step on :math:`S^{d-1}`.
+r"""Noisy tokens: the inverse noise strength :math:`\gamma(t)` and the geometric Euler–Maruyama step on :math:`S^{d-1}`.
 
 .. math::
 
@@ -105,7 +105,7 @@ def _positive(value: Any, key: str) -> float:
 
 @dataclass(frozen=True)
 class NoiseSchedule:
-    r"""The noise level :math:`\gamma(t)>0` of :math:`dx = P^\perp v\,dt+\sqrt{2/\gamma(t)}\,P^\perp\circ dW` (Stratonovich), and its seed.
+    r"""The inverse noise strength :math:`\gamma(t)>0` of :math:`dx = P^\perp v\,dt+\sqrt{2/\gamma(t)}\,P^\perp\circ dW` (Stratonovich), and its seed.
 
     Parameters
     ----------
