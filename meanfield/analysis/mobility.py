@@ -472,6 +472,8 @@ def energy_time_derivative(
     n = x.shape[0]
     a = token_masses(n, weights)
     dB = np.asarray(dB, dtype=float)
+    if not np.any(a > 0):  # no mass: no energy (the kernels refuse such masses for the softmax they are asked)
+        return 0.0
     parts = _kernel_head_parts(x, heads, dB, beta=beta, a=a)
     if parts is None:  # a kernel that gives no row sums (a few tokens): the pair sums
         with _blas_limit(x.shape[1]):
@@ -504,6 +506,8 @@ def _combined_heads(heads_parts: list[tuple[float, float]]) -> float:
     """The heads' ``(shift, scaled sum)`` added at their largest shift: heads past float's range with opposite signs
     had given inf - inf = nan; ±inf where the sum itself passes the floats, as the other slopes give."""
     top = max((c for c, s in heads_parts if s != 0.0), default=0.0)
+    if any(math.isnan(s) or math.isnan(c) for c, s in heads_parts):  # (NaN tokens or dB had read as ±inf)
+        return math.nan
     scaled = sum(s * math.exp(c - top) for c, s in heads_parts if s != 0.0)  # (a head of sum 0 may lie above top)
     if scaled == 0.0:
         return 0.0

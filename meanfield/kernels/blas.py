@@ -61,7 +61,7 @@ from meanfield.kernels.flash import (FLASH_CPU, FLASH_MAX_D, FLASH_MAX_D64, KEY_
 from meanfield.kernels.fused32 import exp32_nonpositive_scalar, float32_scaled_masses
 from meanfield.kernels.atomics import fetch_add
 from meanfield.kernels.gemm import gemm_address, gemm_into
-from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_tokens, is_causal, token_masses
+from meanfield.kernels.inputs import BLOCK_ELEMENTS, block_rows, check_float32_sums, check_tokens, is_causal, token_masses
 from meanfield.kernels.jit import jit, one_blas_thread, threads_for
 
 __all__ = ["velocity_blas", "flash_tiles", "flash_row_sums", "FlashSums", "thread_buffer", "release_buffers", "exp_block64", "exp_block32", "exp_scores", "NUMPY_EXP64", "run_on_threads", "identity_multiple", "exp_shifted_by_mass", "blas_threads"]
@@ -1334,6 +1334,8 @@ def _velocity_blas(
     a = token_masses(n, weights, kind=kind, causal=causal, precision=np.dtype(dtype).name)
     if n == 0:
         return np.zeros((0, d))
+    if dtype == np.float32:
+        check_float32_sums(a, x, heads, kind)
     out = np.empty((n, d))  # each stage that finishes rows zeroes them first, in its own thread, where it adds into them
     scale_B = [identity_multiple(b) for b in heads.B]
     scale_V = [identity_multiple(v) for v in heads.V]

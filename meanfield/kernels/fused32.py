@@ -57,7 +57,7 @@ import numpy as np
 from numba import prange, types
 
 from meanfield.heads import HeadStack
-from meanfield.kernels.inputs import check_tokens, is_causal, token_masses
+from meanfield.kernels.inputs import check_float32_sums, check_tokens, is_causal, token_masses
 from meanfield.kernels.fused import PREDICT_ROWS, _row_max, _scores
 from meanfield.kernels.jit import bitcast, jit, kernel_threads, pjit
 from meanfield.kernels.reference import velocity_numpy
@@ -374,6 +374,7 @@ def velocity_fused32(
     a = token_masses(n, weights, kind=kind, causal=causal, precision="float32")
     if n == 0:
         return np.zeros((0, d))
+    check_float32_sums(a, x, heads, kind)
     beta = float(beta)
     code = FUSED32_KINDS[kind]
     B = np.asarray(heads.B, dtype=float)

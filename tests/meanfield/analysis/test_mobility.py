@@ -138,7 +138,7 @@ def test_a_broken_velocity_is_not_a_token_at_rest():
 
 
 @pytest.mark.parametrize(("n", "d", "beta"), [(6000, 3, 8.0), (4000, 3, 64.0), (700, 8, 4.0), (30, 3, 2.0)])
-def test_energy_time_derivative_from_the_kernels_row_sums_against_pair_sums(n, d, beta):
+def test_energy_time_derivative_from_the_kernels_row_sums_against_pair_sums(n, d, beta, monkeypatch):
     # one softmax kernel call per head (harmonic at n = 6000, local at 4000 on S²: linear in n), where the pair sums had
     # doubled a time-dependent run's cost; the reference sums every pair here, in row blocks, at each row's maximum
     from meanfield.analysis.mobility import energy_time_derivative
@@ -161,5 +161,24 @@ def test_energy_time_derivative_from_the_kernels_row_sums_against_pair_sums(n, d
             values.append(0.5 * w[h] * a[start:start + 500] * sums)
     top = np.concatenate(logs).max()
     exact = float(np.sum(np.concatenate(values) * np.exp(np.concatenate(logs) - top)) * np.exp(top))
+    import meanfield.analysis.mobility as mobility
+
+    def no_pair_sums(*args, **kwargs):
+        raise AssertionError("the pair sums ran, not the kernels")
+
+    monkeypatch.setattr(mobility, "_energy_time_derivative", no_pair_sums)
     got = energy_time_derivative(x, HeadStack(B=B, V=B.copy(), w=w), dB, beta=beta, weights=a)
     np.testing.assert_allclose(got, exact, rtol=1e-11)
+
+
+def test_energy_time_derivative_of_nan_is_nan_and_of_no_mass_zero():
+    # NaN tokens or a NaN dB had read as +inf (the slopes give nan); masses all 0 had been refused by the softmax kernel
+    from meanfield.analysis.mobility import energy_time_derivative
+    from meanfield.geometry.sphere import sample_uniform
+
+    x, heads = sample_uniform(20, 3, seed=1), HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    assert np.isnan(energy_time_derivative(x, heads, np.full((1, 3, 3), np.nan), beta=2.0))
+    bad = x.copy()
+    bad[0] = np.nan
+    assert np.isnan(energy_time_derivative(bad, heads, np.eye(3)[None], beta=2.0))
+    assert energy_time_derivative(x, heads, np.eye(3)[None], beta=2.0, weights=np.zeros(20)) == 0.0

@@ -996,3 +996,9 @@ def test_the_float32_entries_refuse_masses_whose_sum_passes_float32(entry):
     np.testing.assert_allclose(v, attention_velocity(x, heads, beta=2.0, kind="softmax"), rtol=0, atol=1e-5)
     np.testing.assert_allclose(attention_velocity(x, heads, beta=2.0, weights=np.full(37, 1e38), precision="float32"),
                                v, rtol=0, atol=1e-5)  # attention_velocity rescales them
+    # the sums scale with ||V|| (relu: and its scores, ||B||): a total of 1e38 with V = 100 I had given inf, relu NaN
+    tokens, quarter = np.eye(3)[[0, 0, 1, 2]], np.full(4, 2.5e37)
+    for kind, stack in (("softmax", HeadStack(B=np.eye(3)[None], V=100 * np.eye(3)[None])),
+                        ("relu", HeadStack(B=10 * np.eye(3)[None], V=np.eye(3)[None]))):
+        with pytest.raises(ValueError, match=r"^weights \(token masses\): their float32 sums may pass the largest float32"):
+            call(tokens, stack, beta=1.0, kind=kind, weights=quarter)
