@@ -1334,7 +1334,7 @@ def _velocity_blas(
     a = token_masses(n, weights, kind=kind, causal=causal, precision=np.dtype(dtype).name)
     if n == 0:
         return np.zeros((0, d))
-    if dtype == np.float32:
+    if dtype == np.float32 and weights is not None:  # (the default masses 1/n total 1)
         check_float32_sums(a, x, heads, kind)
     out = np.empty((n, d))  # each stage that finishes rows zeroes them first, in its own thread, where it adds into them
     scale_B = [identity_multiple(b) for b in heads.B]
