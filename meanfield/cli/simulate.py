@@ -105,8 +105,12 @@ def interrupt_left(out: str, cfg: dict[str, Any], *, before: tuple[int, int, int
     untouched = before is not None and file_stamp(out) == before
     saved = f"{frames} frame{'' if frames == 1 else 's'} saved in {out}"
     if untouched and resume and frames and ours:
-        if status == "completed" and float(reader.times()[-1]) >= float(cfg["solver"]["t_final"]):
-            return f"interrupted before the run started; {out} is complete ({saved.split(' saved')[0]}), nothing to resume"
+        last, t_final = float(reader.times()[-1]), float(cfg["solver"]["t_final"])
+        count = saved.split(" saved")[0]
+        if status == "stopped":  # (a steady state, where the same config stops again)
+            return f"interrupted before the run started; {out} stopped at t = {last:g} ({count}), nothing to resume"
+        if status == "completed" and last >= t_final:
+            return f"interrupted before the run started; {out} is complete ({count}), nothing to resume"
         return f"interrupted; {saved}, --resume continues"
     if not frames or not ours or untouched:
         return BEFORE_THE_RUN + (f" ({out} holds an older run, left as it was)" if frames else "")

@@ -270,6 +270,14 @@ def test_an_interrupt_of_simulate_or_run_says_what_was_saved(tmp_path, capsys, m
         assert main([*simulate, "--resume"]) == 1  # the same t_final: complete already
         assert capsys.readouterr().err.strip().endswith(f"interrupted before the run started; {out} is complete (4 frames), "
                                                         "nothing to resume")
+    steady = [*simulate, "--set", "solver.steady_tol=100"]  # stops at its first frame, where it stops again
+    assert main([*steady, "--overwrite"]) == 0
+    capsys.readouterr()
+    with monkeypatch.context() as patch:
+        patch.setattr(run_module, "setup_run", interrupt)
+        assert main([*steady, "--resume"]) == 1
+        assert capsys.readouterr().err.strip().endswith(f"interrupted before the run started; {out} stopped at t = 0 "
+                                                        "(1 frame), nothing to resume")
 
 
 def test_bench_names_the_blas_its_numbers_depend_on(capsys, monkeypatch):
