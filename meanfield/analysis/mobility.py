@@ -474,17 +474,13 @@ def energy_time_derivative(
     dB = np.asarray(dB, dtype=float)
     if not np.any(a > 0):  # no mass: no energy (the kernels refuse such masses for the softmax they are asked)
         return 0.0
-    parts = _kernel_head_parts(x, heads, dB, beta=beta, a=a)
-    if parts is None:  # a kernel that gives no row sums (a few tokens): the pair sums
-        with _blas_limit(x.shape[1]):
-            return _energy_time_derivative(x, heads, dB, beta=beta, a=a)
-    return _combined_heads(parts)
+    return _combined_heads(_kernel_head_parts(x, heads, dB, beta=beta, a=a))
 
 
 def _kernel_head_parts(x: np.ndarray, heads: HeadStack, dB: np.ndarray, *, beta: float,
-                       a: np.ndarray) -> list[tuple[float, float]] | None:
-    r"""Per head ``(shift, scaled sum)`` of :math:`\partial_tE_h` from one softmax kernel call each (``None`` where the
-    kernel chosen fills no row sums)."""
+                       a: np.ndarray) -> list[tuple[float, float]]:
+    r"""Per head ``(shift, scaled sum)`` of :math:`\partial_tE_h` from one softmax kernel call each (``backend="auto"``
+    asked for ``row_logs`` takes a kernel that fills them; NaN tokens leave NaN sums, and a NaN result)."""
     n, d = x.shape
     identity = np.eye(d)[None]
     parts: list[tuple[float, float]] = []
@@ -494,8 +490,6 @@ def _kernel_head_parts(x: np.ndarray, heads: HeadStack, dB: np.ndarray, *, beta:
         logs = np.full((1, n), np.nan)
         mean = attention_velocity(x, HeadStack(B=heads.B[h:h + 1], V=identity), beta=beta, kind="softmax", weights=a,
                                   row_logs=logs)
-        if np.isnan(logs).any():
-            return None
         rate = np.einsum("ij,ij->i", x @ dB[h], mean)  # x_i^T dB_h m_h(x_i)
         shift = float(logs.max())
         parts.append((shift, float(heads.w[h] * 0.5 * np.sum(a * np.exp(logs[0] - shift) * rate))))
@@ -505,37 +499,14 @@ def _kernel_head_parts(x: np.ndarray, heads: HeadStack, dB: np.ndarray, *, beta:
 def _combined_heads(heads_parts: list[tuple[float, float]]) -> float:
     """The heads' ``(shift, scaled sum)`` added at their largest shift: heads past float's range with opposite signs
     had given inf - inf = nan; ±inf where the sum itself passes the floats, as the other slopes give."""
-    top = max((c for c, s in heads_parts if s != 0.0), default=0.0)
     if any(math.isnan(s) or math.isnan(c) for c, s in heads_parts):  # (NaN tokens or dB had read as ±inf)
         return math.nan
+    top = max((c for c, s in heads_parts if s != 0.0), default=0.0)
     scaled = sum(s * math.exp(c - top) for c, s in heads_parts if s != 0.0)  # (a head of sum 0 may lie above top)
     if scaled == 0.0:
         return 0.0
     log_size = top + math.log(abs(scaled))
     return math.copysign(math.exp(log_size) if log_size < LOG_FLOAT_MAX else math.inf, scaled)
-
-
-def _energy_time_derivative(x: np.ndarray, heads: HeadStack, dB: np.ndarray, *, beta: float, a: np.ndarray) -> float:
-    """The pair sums of :func:`energy_time_derivative`, in row blocks (the path of kernels without row sums, and a
-    test's reference)."""
-    n = x.shape[0]
-    heads_parts: list[tuple[float, float]] = []  # per head: (log-scale shift, signed scaled sum)
-    block = max(1, min(n, _BLOCK_ELEMENTS // max(n, 1)))
-    xt = np.ascontiguousarray(x.T)
-    for h in range(heads.H):
-        if heads.w[h] == 0 or not np.any(dB[h]):
-            continue
-        parts: list[tuple[float, float]] = []  # (log-scale shift, scaled sum)
-        for start in range(0, n, block):
-            rows = slice(start, min(n, start + block))
-            z = beta * ((x[rows] @ heads.B[h]) @ xt)
-            c = float(z.max())
-            kern = np.exp(z - c)
-            rate = (x[rows] @ dB[h]) @ xt
-            parts.append((c, float(a[rows] @ (kern * rate) @ a)))
-        top = max(c for c, _ in parts)
-        heads_parts.append((top, heads.w[h] * 0.5 * sum(s * math.exp(c - top) for c, s in parts)))
-    return _combined_heads(heads_parts)
 
 
 def weighted_transport_cost(

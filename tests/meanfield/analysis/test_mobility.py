@@ -163,12 +163,17 @@ def test_energy_time_derivative_from_the_kernels_row_sums_against_pair_sums(n, d
     exact = float(np.sum(np.concatenate(values) * np.exp(np.concatenate(logs) - top)) * np.exp(top))
     import meanfield.analysis.mobility as mobility
 
-    def no_pair_sums(*args, **kwargs):
-        raise AssertionError("the pair sums ran, not the kernels")
+    calls = []
 
-    monkeypatch.setattr(mobility, "_energy_time_derivative", no_pair_sums)
+    def kernel(*args, **kwargs):  # the kernels ran, once per head, and gave their row sums
+        calls.append(kwargs["row_logs"])
+        return mobility_kernel(*args, **kwargs)
+
+    mobility_kernel = mobility.attention_velocity
+    monkeypatch.setattr(mobility, "attention_velocity", kernel)
     got = energy_time_derivative(x, HeadStack(B=B, V=B.copy(), w=w), dB, beta=beta, weights=a)
     np.testing.assert_allclose(got, exact, rtol=1e-11)
+    assert len(calls) == 2 and all(np.isfinite(logs).all() for logs in calls)
 
 
 def test_energy_time_derivative_of_nan_is_nan_and_of_no_mass_zero():
