@@ -57,7 +57,7 @@ import numpy as np
 from numba import prange, types
 
 from meanfield.heads import HeadStack
-from meanfield.kernels.inputs import check_float32_sums, check_tokens, is_causal, token_masses
+from meanfield.kernels.inputs import check_float32_sums, check_tokens, float32_sums_bound, is_causal, token_masses
 from meanfield.kernels.fused import PREDICT_ROWS, _row_max, _scores
 from meanfield.kernels.jit import bitcast, jit, kernel_threads, pjit
 from meanfield.kernels.reference import velocity_numpy
@@ -103,17 +103,15 @@ FLOAT32_SCALE_DEPTH = 40.0
 def float32_mass_exponent(a: np.ndarray, heads: HeadStack, x_norm_max: float) -> int:
     r"""The power of two :math:`k \ge 0` the float32 kernels multiply the masses by, where their shifted scores may
     fall below -:data:`FLOAT32_SCALE_DEPTH`: the largest with
-    :math:`2^k\sum_j|a_j|\,\max(1, \max_h\|V_h\|_F)\max_j\|x_j\| \le 2^{60}`, a bound on every sum of the
-    kernels (each term :math:`e^{\beta s_{ij}-\sigma_i} \le 1` up to float32 round-off).  At most 120.
+    :math:`2^k` times :func:`~meanfield.kernels.inputs.float32_sums_bound` (a bound on every sum of the kernels) is at most
+    :math:`2^{60}`.  At most 120.
 
     A term near the flushed edge of the float32 ``exp`` (:math:`e^{-87}`) times a weight :math:`a_j` (about
     :math:`1/n`) is subnormal, and each subnormal product costs a microcode assist: the float32 kernels ran
     5–50× slower in the band of β where the scores reach that edge.  Scaled by :math:`2^k` (exact) those products
     stay normal; the kernels carry :math:`k\ln 2` in their shifts.
     """
-    flat = heads.V.reshape(heads.H, -1)
-    v_norm = math.sqrt(float(np.einsum("hk,hk->h", flat, flat).max()))  # scalar math: a few µs
-    bound = float(np.abs(a).sum()) * max(1.0, v_norm) * max(float(x_norm_max), 1e-300)
+    bound = float32_sums_bound(a, heads, x_norm_max, kind="softmax")
     if not math.isfinite(bound) or bound <= 0.0:
         return 0
     return min(120, max(0, math.floor(FLOAT32_SUMS_EXPONENT - math.log2(bound))))

@@ -9,7 +9,7 @@ from meanfield.heads.head import HeadStack
 
 __all__ = ["ATTENTION_KINDS", "MASKS", "NORMALISED_KINDS", "BLOCK_ELEMENTS", "MASS_RANGE", "token_masses", "check_tokens",
            "check_tolerance", "check_pooled_weights", "as_head_stack", "block_rows", "is_causal", "is_temperature",
-           "masses_near_one", "masses_in_range", "scale_back", "check_float32_sums"]
+           "masses_near_one", "masses_in_range", "scale_back", "check_float32_sums", "float32_sums_bound"]
 
 #: names of the velocity laws (see :mod:`meanfield.kernels.attention`)
 ATTENTION_KINDS: tuple[str, ...] = ("softmax", "unnormalized", "relu", "pooled")
@@ -73,23 +73,31 @@ def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False, 
     return a
 
 
-def check_float32_sums(a: np.ndarray, x: np.ndarray, heads: HeadStack, kind: str) -> None:
-    r"""Refuse masses whose float32 sums may overflow: every sum of the float32 kernels is at most
-    :math:`\sum_j|a_j|\,\max(1,\max_h\|V_h\|_F)\max_j\|x_j\|` (relu: times :math:`\max(1,\max_h\|B_h\|_F)\max_j\|x_j\|^2`,
-    its scores), which must stay below float32's largest value (a total of 1e38 with V = 100 I had given inf, relu
-    NaN).  :func:`~meanfield.kernels.attention.attention_velocity` brings the masses' total near 1 first."""
-    if a.size == 0:
-        return
+def float32_sums_bound(a: np.ndarray, heads: HeadStack, x_norm_max: float, *, kind: str) -> float:
+    r"""A bound on every sum of the float32 kernels, :math:`\sum_j|a_j|\,\max(1,\max_h\|V_h\|_F)\max(1,\max_j\|x_j\|)`
+    (relu: times :math:`\max(1,\max_h\|B_h\|_F)\max(1,\max_j\|x_j\|)^2`, its scores), each term
+    :math:`e^{\beta s_{ij}-\sigma_i} \le 1` up to round-off; ``x_norm_max`` is the tokens' largest norm.  May be inf."""
 
     def frobenius(m: np.ndarray) -> float:
         flat = m.reshape(m.shape[0], -1)
-        return math.sqrt(float(np.einsum("hk,hk->h", flat, flat).max()))
+        return math.sqrt(float(np.einsum("hk,hk->h", flat, flat).max()))  # scalar math: a few µs
 
-    radius = math.sqrt(float(np.einsum("ij,ij->i", x, x).max())) if x.size else 0.0
+    radius = max(1.0, float(x_norm_max))
     with np.errstate(over="ignore"):
-        bound = float(np.abs(a).sum()) * max(1.0, frobenius(heads.V)) * max(1.0, radius)
+        bound = float(np.abs(a).sum()) * max(1.0, frobenius(heads.V)) * radius
         if kind == "relu":
-            bound *= max(1.0, frobenius(heads.B)) * max(1.0, radius) ** 2
+            bound *= max(1.0, frobenius(heads.B)) * radius**2
+    return bound
+
+
+def check_float32_sums(a: np.ndarray, x: np.ndarray, heads: HeadStack, kind: str) -> None:
+    r"""Refuse masses whose float32 sums may overflow: :func:`float32_sums_bound` must stay below float32's largest
+    value (a total of 1e38 with V = 100 I had given inf, relu NaN).
+    :func:`~meanfield.kernels.attention.attention_velocity` brings the masses' total near 1 first."""
+    if a.size == 0:
+        return
+    radius = math.sqrt(float(np.einsum("ij,ij->i", x, x).max())) if x.size else 0.0
+    bound = float32_sums_bound(a, heads, radius, kind=kind)
     if not bound <= float(np.finfo(np.float32).max):
         raise ValueError(f"weights (token masses): their float32 sums may pass the largest float32 (masses of total "
                          f"{float(np.abs(a).sum()):.3g}, bound {bound:.3g}); attention_velocity divides such masses by a "

@@ -7,7 +7,7 @@ import pytest
 from meanfield.geometry.sphere import normalize, sample_uniform
 from meanfield.heads import HeadStack
 from meanfield.kernels.attention import attention_velocity
-from meanfield.kernels.fused32 import exp32_nonpositive, velocity_fused32
+from meanfield.kernels.fused32 import FLOAT32_SUMS_EXPONENT, exp32_nonpositive, velocity_fused32
 from meanfield.kernels.reference import velocity_numpy
 
 KINDS = ("softmax", "unnormalized", "pooled", "relu")
@@ -209,3 +209,17 @@ def test_masses_beyond_float32_range_give_the_float64_velocity_to_float32_accura
     low = attention_velocity(x, heads, beta=2.0, kind=kind, weights=a, backend=backend, precision="float32")
     assert np.all(np.isfinite(low))
     np.testing.assert_allclose(low, exact, rtol=0, atol=1e-6 * 3.0 * np.abs(exact).max())
+
+
+def test_mass_exponent_bounds_the_denominators_of_short_tokens_too(rng):
+    # the denominators Σ_j 2^k a_j e^{…} ≤ 2^k Σ_j a_j whatever the tokens' norms: the exponent's bound (one helper
+    # with the refusal's, float32_sums_bound) takes max(1, ‖x‖), so short tokens (‖x‖ = 1e-6) do not raise k past 2^60
+    from meanfield.kernels.fused32 import float32_mass_exponent
+    from meanfield.kernels.inputs import float32_sums_bound
+
+    heads = HeadStack(B=np.eye(3)[None], V=2.0 * np.eye(3)[None])
+    a = rng.uniform(0.5, 1.5, 50)
+    for radius in (1e-6, 1.0, 3.0):
+        k = float32_mass_exponent(a, heads, radius)
+        assert 2.0**k * a.sum() * max(1.0, np.linalg.norm(heads.V[0])) * max(1.0, radius) <= 2.0**FLOAT32_SUMS_EXPONENT
+        assert 2.0 ** (k + 1) * float32_sums_bound(a, heads, radius, kind="softmax") > 2.0**FLOAT32_SUMS_EXPONENT
