@@ -197,7 +197,7 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
     if beta == 0:
         xt = x.T
         return np.array([0.5 * float(a @ (x @ heads.B[h] @ (xt @ a))) for h in range(heads.H)])
-    logs = energy_row_logs(x, heads, beta=beta, weights=a, threads=threads, backend=backend, tolerance=tolerance, flash=flash)
+    logs = _checked_row_logs(x, a, heads, beta=beta, threads=threads, backend=backend, tolerance=tolerance, flash=flash)
     return energies_from_row_logs(logs, beta=beta, weights=a)
 
 
@@ -224,7 +224,7 @@ def head_log_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: 
     x, a = _checked(x, heads, beta, weights)
     if not beta > 0:
         raise ValueError(f"the log of the energy needs beta > 0, got {beta!r}")
-    logs = energy_row_logs(x, heads, beta=beta, weights=a, threads=threads, backend=backend, tolerance=tolerance, flash=flash)
+    logs = _checked_row_logs(x, a, heads, beta=beta, threads=threads, backend=backend, tolerance=tolerance, flash=flash)
     return log_energies_from_row_logs(logs, beta=beta, weights=a)
 
 
@@ -246,6 +246,12 @@ def energy_row_logs(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np
     and how the sums are made.
     """
     x, a = _checked(x, heads, beta, weights)
+    return _checked_row_logs(x, a, heads, beta=beta, threads=threads, backend=backend, tolerance=tolerance, flash=flash)
+
+
+def _checked_row_logs(x: np.ndarray, a: np.ndarray, heads: HeadStack, *, beta: float, threads: int | None, backend: str,
+                      tolerance: float, flash: bool) -> np.ndarray:
+    """:func:`energy_row_logs` of tokens and masses already checked by :func:`_checked` (a second check had cost a pass)."""
     n = x.shape[0]
     out = np.empty((heads.H, n))
     if beta > 0 and backend in ("auto", "harmonic", "local") and _sphere_rows(x, heads, beta, backend, tolerance):

@@ -218,3 +218,17 @@ def test_the_energy_tracker_records_the_log_energy_and_the_summary_shows_it_wher
     mean = mf.simulate({"model": {"beta": 2.0, "num_heads": 3, "combine": "mean"}, "init": {"n": 30},
                         "solver": {"t_final": 0.05, "save_every": 0.05}})
     np.testing.assert_allclose(mean.diagnostics["log_energy"], np.log(mean.diagnostics["energy"]), rtol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["head_energies", "head_log_energies", "energy_row_logs"])
+def test_the_masses_are_checked_once_per_call(name, monkeypatch):
+    # (head_energies and head_log_energies had checked them in their own entry and again in energy_row_logs: a pass)
+    import meanfield.analysis.energy as energy_module
+
+    calls = []
+    real = energy_module.token_masses
+    monkeypatch.setattr(energy_module, "token_masses", lambda *args, **kw: calls.append(1) or real(*args, **kw))
+    x = np.eye(3)
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    getattr(energy_module, name)(x, heads, beta=2.0, weights=np.array([0.2, 0.3, 0.5]))
+    assert len(calls) == 1
