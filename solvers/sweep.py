@@ -528,8 +528,7 @@ def _concentration_scalars(t: np.ndarray, w2: np.ndarray) -> dict[str, float]:
     return {
         "t_min": float(summary["t_min"]),
         "W2_min": float(summary["w2_min"]),
-        # (no window where W2 starts below the threshold, as the concentration text says; it had read the whole run)
-        "window_length": math.nan if summary["open_start"] else float(summary["window_length"]),
+        "window_length": float(summary["window_length"]),  # (NaN where there is none, also open at the start)
         "W2_final": float(summary["w2_final"]),
     }
 

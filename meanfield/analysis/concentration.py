@@ -286,7 +286,8 @@ def concentration_summary(
         ``t_min``, ``w2_min``, ``t_first_min``, ``w2_first_min`` (the first frame after the start
         lower than the next one and not higher than the previous one; the global minimum when the
         curve never rises after a fall), ``threshold``, ``t_a``, ``t_b``, ``window_length``
-        (NaN when the threshold is below the minimum), ``open_start``,
+        (NaN when the threshold is below the minimum; ``window_length`` NaN also where W2 is below the threshold from
+        the first frame, ``open_start``: no window, ``t_a`` the first frame's time), ``open_start``,
         ``open_end``, ``min_at_end`` (the curve was still falling: run longer),
         ``w2_initial``, ``w2_final``.
 
@@ -347,7 +348,8 @@ def concentration_summary(
         t_b, out["open_end"] = float(times[-1]), True
     else:
         t_b = crossing(hi, hi + 1)
-    out.update(t_a=t_a, t_b=t_b, window_length=t_b - t_a)
+    # (open at the start, the threshold above W2(0): no window, whose length the concentration CSV had given as the run's)
+    out.update(t_a=t_a, t_b=t_b, window_length=math.nan if out["open_start"] else t_b - t_a)
     return out
 
 

@@ -204,6 +204,7 @@ def test_summary_edge_cases() -> None:
     assert math.isnan(below["t_a"]) and math.isnan(below["window_length"])
     with_nan = concentration_summary(t, [np.nan, 0.3, 0.2, 0.3, 0.5])  # the NaN frame is ignored
     assert with_nan["t_min"] == 2.0 and with_nan["open_start"] is True
+    assert math.isnan(with_nan["window_length"])  # no window (the concentration CSV had given the run's length)
     np.testing.assert_allclose([with_nan["t_a"], with_nan["t_b"]], [1.0, 3.5], atol=1e-15)
 
 
