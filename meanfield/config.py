@@ -887,6 +887,8 @@ def load_config(
         source = Path(os.fspath(source))
         raw = read_toml(source, key=source_key)
         base = source.resolve().parent
+        if not raw:  # (an empty file, or one of comments, had run the defaults without a word)
+            warnings.warn(f"{source} sets no key: every setting is the built-in default", ConfigNote, stacklevel=3)
     else:
         raise ConfigError(source_key, f"expected a TOML path, a mapping or None, got {type(source).__name__}")
     source_solver = dict(raw["solver"]) if isinstance(raw.get("solver"), Mapping) else {}

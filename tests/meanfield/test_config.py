@@ -361,3 +361,21 @@ def test_backend_fused_in_float64_is_taken_for_exactly_the_laws_the_fused_kernel
         else:
             with pytest.raises(ConfigError, match="'fused' in float64 computes the softmax and pooled laws"):
                 load_config(values=values)
+
+
+def test_an_empty_file_notes_that_it_runs_the_defaults(tmp_path):
+    import warnings
+
+    from meanfield.config import ConfigNote
+
+    # (an empty file, or one of comments only, had run the built-in defaults without a word)
+    for text in ("", "# only a comment\n"):
+        path = tmp_path / "empty.toml"
+        path.write_text(text)
+        with pytest.warns(ConfigNote, match=r"empty\.toml sets no key: every setting is the built-in default"):
+            cfg = load_config(path)
+        assert cfg == load_config(None)
+    path.write_text("[model]\nbeta = 4.0\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigNote)
+        load_config(path)
