@@ -35,6 +35,7 @@ import numpy as np
 
 from meanfield.errors import RunFailed
 from meanfield.geometry.sphere import normalize
+from meanfield.io.token_masses import TOKEN_MASSES
 from meanfield.normalization import DEFAULT_NGPT_ALPHA, NormalizedDynamics, check_norm_options, polar
 from meanfield.solvers.loop import RunSetup, StopRun, Tracker
 from meanfield.solvers.particle_stepper import ParticleStepper, check_step_options
@@ -216,6 +217,10 @@ class NormalizedSolver:
             tracker = EnergyTracker(problem.model, weights=problem.weights)
             trackers.append(DirectionsTracker(tracker) if radial else tracker)
         if speed:
-            trackers.append(SteadyStateTracker(stepper.direction_velocity, tol=steady_tol))
-        # the scheme travels with the run (a run of mf.solve has no config that says it)
-        return RunSetup(problem.model, stepper, problem.initial, "x", {}, trackers, info=lambda: dict(stepper.stats, norm=self.norm))
+            # a fixed step that turns the directions too far is warned of, as under norm = "post" (pre and peri had been silent)
+            trackers.append(SteadyStateTracker(stepper.direction_velocity, tol=steady_tol,
+                                               step=None if self.method == "rk45" else self.dt, taken=stepper.taken_step))
+        # the token masses travel with the run, as the particle solver's (they had been dropped: run.token_masses None
+        # beside the weighted energy); the scheme too (a run of mf.solve has no config that says it)
+        static = {} if problem.weights is None else {TOKEN_MASSES: problem.weights}
+        return RunSetup(problem.model, stepper, problem.initial, "x", static, trackers, info=lambda: dict(stepper.stats, norm=self.norm))

@@ -7,6 +7,7 @@ tokens), closed forms for one token, an independent Cartesian integration of ẋ
 from __future__ import annotations
 
 import math
+import warnings
 
 import h5py
 import numpy as np
@@ -399,3 +400,25 @@ def test_the_steppers_field_is_its_own_evaluation(norm):
     y = np.c_[x, np.full(len(x), 1.5)] if setup.stepper.dynamics.radial else x  # (θ, r) for a radial scheme
     np.testing.assert_allclose(setup.stepper.field(y, 0.0), setup.stepper.evaluate(y, 0.0), rtol=0, atol=0)
     assert setup.stepper.kept_row_logs(0.0, y) is None
+
+
+@pytest.mark.parametrize("norm", ["pre", "peri", "ngpt"])
+def test_the_token_masses_travel_with_the_run_of_every_scheme(norm):
+    # (found in review) pre, peri and ngpt runs had dropped them: run.token_masses None beside the weighted energy
+    x0 = mf.sample_uniform(6, 3, seed=0)
+    masses = np.array([0.05, 0.05, 0.05, 0.05, 0.1, 0.7])
+    run = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), x0, weights=masses), mf.ParticleSolver(dt=0.05, norm=norm), t_final=0.2)
+    np.testing.assert_array_equal(run.token_masses, masses)
+    plain = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), x0), mf.ParticleSolver(dt=0.05, norm=norm), t_final=0.2)
+    assert plain.token_masses is None
+
+
+def test_a_step_too_long_for_the_directions_is_warned_of_under_pre_ln_too():
+    # (found in review) post warned that dt = 1 turns tokens by 1.85 rad a step; pre had been silent
+    x0 = mf.sample_uniform(16, 3, seed=0)
+    model = mf.Model(d=3, beta=1.0, heads=[mf.heads.scalar(8.0, 3)])
+    with pytest.warns(RuntimeWarning, match=r"a step of solver\.dt = 1 moves tokens by up to 1\.85 rad"):
+        mf.solve(mf.Problem(model, x0), mf.ParticleSolver(dt=1.0, method="euler", norm="pre"), t_final=2.0, save_every=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mf.solve(mf.Problem(model, x0), mf.ParticleSolver(dt=0.01, method="euler", norm="pre"), t_final=0.1, save_every=0.05)
