@@ -684,18 +684,24 @@ def _norm_checks(cfg: dict[str, Any]) -> None:
 
 
 def _kernel_width_note(cfg: dict[str, Any]) -> None:
-    r"""A note where the mesh is coarser than the kernel: a mean spacing :math:`\sqrt{4\pi/N}` above twice its width
-    :math:`\beta^{-1/2}`, where a grid run follows its cells more than the flow (the JKO grid variant at β = 256 on
-    50 cells had run to energies of 1e160 without a word)."""
+    r"""A note where the mesh is coarser than the kernel (:func:`kernel_width_message`; the JKO grid variant at β = 256
+    on 50 cells had run to energies of 1e160 without a word)."""
     from meanfield.geometry.grid_config import cells_of_grid  # local: the geometry imports numpy and scipy
 
-    beta = float(cfg["model"]["beta"])
-    cells = cells_of_grid(cfg["grid"])
+    message = kernel_width_message(float(cfg["model"]["beta"]), cells_of_grid(cfg["grid"]), key="grid.cells")
+    if message is not None:
+        warnings.warn(message, ConfigNote, stacklevel=4)
+
+
+def kernel_width_message(beta: float, cells: int, *, key: str, mesh: str = "the mesh's") -> str | None:
+    r"""What to say where a mesh of ``cells`` cells is coarser than the kernel: a mean spacing :math:`\sqrt{4\pi/N}`
+    above twice its width :math:`\beta^{-1/2}`, where a grid run follows its cells more than the flow; ``None`` where it
+    is not (a mesh near the kernel's width is the user's choice) or :math:`\beta \le 0`.  ``key`` names where the cells are given."""
     spacing = math.sqrt(4 * math.pi / cells)
-    if spacing > 2.0 * beta ** -0.5:  # at least twice as wide: a mesh near the kernel's width is the user's choice
-        warnings.warn(f"the mesh's {cells} cells are {spacing:.3g} apart, wider than the kernel (β^(-1/2) = {beta ** -0.5:.3g} "
-                      f"at β = {beta:g}): the grid does not resolve this flow; about {math.ceil(4 * math.pi * beta)} cells do "
-                      "(grid.cells)", ConfigNote, stacklevel=4)
+    if not beta > 0 or not spacing > 2.0 * beta ** -0.5:  # (β = 0: no kernel width)
+        return None
+    return (f"{mesh} {cells} cells are {spacing:.3g} apart, wider than the kernel (β^(-1/2) = {beta ** -0.5:.3g} at "
+            f"β = {beta:g}): the grid does not resolve this flow; about {math.ceil(4 * math.pi * beta)} cells do ({key})")
 
 
 def mask_refusal(kind: str, *, on_grid: bool) -> str | None:

@@ -305,6 +305,45 @@ def test_observed_orders():
     assert math.isnan(refinement.observed_orders(h, [1.0, 0.0, 1.0])[1])
 
 
+@pytest.mark.parametrize("cells", [[250, 500, 2000], [250, 1000, 2000], [1000, 1500, 4000], [250, 500, 1000, 2000]])
+@pytest.mark.parametrize("p", [1.0, 2.0, 0.3, -0.5])
+def test_successive_orders_take_each_steps_own_ratio(cells, p):
+    # u_h = u + C h^p: the distances between successive meshes are |C| |h_k^p − h_{k+1}^p|; the plain log-ratio had
+    # read −0.54 (p = 1) and 0.83 (p = 2) on 250, 500, 2000 cells
+    h = np.sqrt(4.0 * np.pi / np.array(cells, dtype=float))
+    distances = 0.3 * np.abs(h[:-1] ** p - h[1:] ** p)
+    orders = refinement.successive_orders(h, distances)
+    assert math.isnan(orders[0])
+    np.testing.assert_allclose(orders[1:], p, rtol=0, atol=1e-10)
+    if len(set(np.round(h[:-1] / h[1:], 12))) == 1:  # one ratio: the log-ratio itself
+        np.testing.assert_allclose(orders[1:], refinement.observed_orders(h[:-1], distances)[1:], rtol=1e-12)
+
+
+def test_orders_of_round_off_are_nan():
+    h = [1.0, 0.5, 0.25]
+    assert all(math.isnan(p) for p in refinement.observed_orders(h, [1e-17, 3e-17, 1e-17], floor=1e-13))
+    assert math.isnan(refinement.successive_orders(h, [1e-17, 3e-17], floor=1e-13)[1])
+    assert refinement.observed_orders([], []) == [] and refinement.successive_orders([1.0], []) == []
+
+
+def test_a_first_order_study_on_unequal_refinements_reads_order_one():
+    # 100, 200, 800 cells (×2 then ×4): L1_next's plain log-ratio had read −0.28 for the upwind scheme
+    from meanfield.solvers.grid import GridSolver
+
+    rows = refinement.convergence_study(identity_model(beta=2.0), "vmf", {"kappa": 2.0, "mean": [1.0, 0.0, 0.0]},
+                                        cells=[100, 200, 800], t_final=0.25, solver=GridSolver(order=1))
+    assert 0.8 < rows[1]["order_successive"] < 1.5
+
+
+def test_the_library_study_refuses_what_the_cli_refuses():
+    # (found in review) a reference coarser than a study mesh had read order −0.11, one mesh an all-NaN row
+    model = identity_model(beta=2.0)
+    with pytest.raises(ValueError, match=r"reference_cells must be finer than every study mesh \(the finest has 1000 cells\)"):
+        refinement.convergence_study(model, "vmf", {"kappa": 2.0}, cells=[250, 1000], reference_cells=500, t_final=0.1)
+    with pytest.raises(ValueError, match=r"give one mesh: give at least two sizes, or one and reference_cells"):
+        refinement.convergence_study(model, "vmf", {"kappa": 2.0}, cells=[250], t_final=0.1)
+
+
 def test_refinement_study_quick():
     model = identity_model(beta=4.0)
     rows = refinement.convergence_study(model, "vmf", {"kappa": 2.0, "mean": [1.0, 0.0, 0.0]}, cells=[250, 500, 1000],
@@ -702,3 +741,15 @@ def test_grid_solver_options_are_refused_where_they_are_given(bad, name):
 
     with pytest.raises(ValueError, match=name):
         mf.GridSolver(**bad)
+
+
+def test_the_mesh_width_note_of_a_study_names_its_coarsest_mesh_and_cells(tmp_path, recwarn):
+    # (found in review) with --cells given, the note had spoken of the config's grid.cells (2000), never run
+    from meanfield.errors import ConfigNote
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[model]\nbeta = 800.0\n[solver]\nkind = "grid"\nt_final = 0.01\n[grid]\ncells = 2000\n')
+    assert _cli([str(cfg), "--cells", "100,200,400", "--quiet"]) == 0
+    notes = [str(w.message) for w in recwarn if issubclass(w.category, ConfigNote)]
+    assert not any("the mesh's 2000 cells" in note for note in notes), notes
+    assert any(note.startswith("the coarsest study mesh's 100 cells are 0.354 apart") and "(--cells)" in note for note in notes), notes
