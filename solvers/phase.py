@@ -72,7 +72,7 @@ import numpy as np
 
 from meanfield.config import SCHEMA, config_hash, load_config
 from meanfield.errors import ConfigError, ConfigNote, RunFailed
-from meanfield.resources import memory_shortfall
+from meanfield.resources import MAX_FRAMES, MAX_STEPS, memory_shortfall
 from meanfield.geometry.sphere import normalize, project_tangent
 from meanfield.kernels.batched import BATCHED_KINDS, velocity_batched, velocity_batched_numpy
 from meanfield.kernels.jit import one_blas_thread
@@ -368,7 +368,8 @@ def check_phase_config(cfg: Mapping[str, Any]) -> None:
     ConfigError
         Naming the key: attention other than softmax/unnormalized, a solver other
         than the particle one with a fixed-step method, time-dependent heads,
-        noise, another normalisation than tokens on the sphere, a mask, or fewer than 2 tokens.
+        noise, another normalisation than tokens on the sphere, a mask, fewer than 2 tokens, or ``phase.times`` past the
+        limits of :mod:`meanfield.resources` (steps of ``solver.dt``, frames).
     """
     model, solver = cfg["model"], cfg["solver"]
     if model["attention"] not in BATCHED_KINDS:
@@ -398,6 +399,14 @@ def check_phase_config(cfg: Mapping[str, Any]) -> None:
                                           "reparametrises one run")
     if model.get("precision", "float64") != "float64":
         raise ConfigError("model.precision", "a phase diagram's batched kernel runs in float64")
+    given_times = cfg["phase"]["times"]
+    if given_times:  # the diagram runs to its last time, not t_final (1e20 had run for ever, its folder made)
+        steps = float(max(given_times)) / float(solver["dt"])
+        if not steps <= MAX_STEPS:
+            raise ConfigError("phase.times", f"the last time {max(given_times):g} takes {steps:.3g} steps of solver.dt = "
+                                             f"{solver['dt']:g}; the limit is {MAX_STEPS:.0e} steps")
+        if len(given_times) > MAX_FRAMES:
+            raise ConfigError("phase.times", f"{len(given_times)} times; the limit is {MAX_FRAMES:.0e}")
     batch = min(int(cfg["phase"]["batch"]), int(cfg["phase"]["samples"]) * len(cfg["phase"]["betas"]))
     short = memory_shortfall(PHASE_BYTES_PER_PAIR * batch * float(cfg["init"]["n"]) ** 2)  # its pair tables
     if short:  # (the memory had been read twice, for the test and for the words)

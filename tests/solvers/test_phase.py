@@ -323,6 +323,7 @@ def test_cli_end_to_end_writes_the_table_and_the_picture_and_resumes(tiny, tmp_p
     ('solver.clock="gradient"', "solver.clock"),  # had been ignored
     ('model.precision="float32"', "model.precision"),  # had run in float64
     ("phase.batch=100000000 --set phase.samples=100000000 --set init.n=64", "phase.batch"),  # 9 TiB of pair tables
+    ("phase.times=[0.0, 1e20]", "phase.times"),  # 5e21 steps: it had run for ever, its folder made
 ])
 def test_bad_input_exits_2_naming_the_key_before_any_file(tiny, tmp_path, capsys, override, key):
     out = tmp_path / "never"
