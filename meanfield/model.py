@@ -14,6 +14,7 @@ through a schedule: any object with ``at(t) -> HeadStack`` (see
 """
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Protocol
@@ -26,7 +27,7 @@ from meanfield.heads.head import Head, HeadStack
 from meanfield.kernels.attention import ATTENTION_KINDS, BACKENDS, DEFAULT_TOLERANCE, MASKS, TOLERANCE_BACKENDS, attention_velocity
 from meanfield.kernels.inputs import as_head_stack, check_tolerance, is_temperature
 
-__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "EXP_OVERFLOW", "unshifted_exponent",
+__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "VALUE_BOUND_LIMIT", "value_bound", "EXP_OVERFLOW", "unshifted_exponent",
            "ScoreOverflowError", "UnshiftedOverflowWarning"]
 
 DIRECTIONS = ("ascent", "descent")
@@ -37,6 +38,18 @@ COMBINES = ("sum", "mean")
 SCORE_BOUND_LIMIT = 1e306
 #: :math:`e^x` overflows float64 above this x (ln 1.8e308)
 EXP_OVERFLOW = 709.78
+#: the largest ‖V_h‖_F taken: the velocities (at most ‖V_h‖ for unit tokens and normalised attention), the Runge–Kutta
+#: stages' sums of them and the squared norms that put a step's tokens back on the sphere stay finite in float64
+#: (V = 1e308 had run to NaN after its first frame, 1e299 too; 1e150 runs, warning of its steps)
+VALUE_BOUND_LIMIT = 1e150
+
+
+def value_bound(V: np.ndarray) -> float:
+    r""":math:`\max_h\|V_h\|_F` of ``V`` (``(H, d, d)``), computed without overflow (it is inf only past the floats)."""
+    top = max((float(np.max(np.abs(v))) for v in np.asarray(V)), default=0.0)
+    if top == 0.0 or not math.isfinite(top):
+        return top
+    return top * max(float(np.linalg.norm(np.asarray(v) / top)) for v in np.asarray(V))
 
 
 def unshifted_exponent(beta: float, B: np.ndarray) -> float:
@@ -171,6 +184,10 @@ class Model:
             raise TypeError(f"heads must be a HeadStack, a Head, a list of Heads or a schedule with at(t), got {type(heads).__name__}")
         if isinstance(heads, ConstantHeads):  # (a time-dependent schedule is not bounded here: its heads change with t)
             bound = float(self.beta) * max(float(np.linalg.norm(B)) for B in heads.at(0.0).B)  # ≥ β max |⟨x, B y⟩|, |x| = |y| = 1
+            size = value_bound(heads.at(0.0).V)
+            if not size <= VALUE_BOUND_LIMIT:
+                raise ValueError(f"the heads' values V_h make the velocities overflow: ‖V_h‖_F = {size:.3g} (at most "
+                                 f"{VALUE_BOUND_LIMIT:.0e})")
             if not bound <= SCORE_BOUND_LIMIT:
                 raise ScoreOverflowError(f"beta = {self.beta!r} makes the scores β⟨x, B_h y⟩ overflow: β‖B_h‖_F = {bound:.3g} "
                                          f"(at most {SCORE_BOUND_LIMIT:.0e}; at that temperature the softmax is already an argmax)")

@@ -127,6 +127,17 @@ def score_and_value(Q: ArrayLike, K: ArrayLike, V: ArrayLike) -> tuple[NDArray[n
     return B, Va @ B.T
 
 
+def _below_overflow(S: NDArray[np.float64]) -> tuple[NDArray[np.float64], int]:
+    r"""``(2^-k S, k)``: a matrix with entries past :math:`2^{500}` divided by a power of two (exactly), so that
+    :math:`S+S^\top` and :math:`\|S\|` stay finite (V = 1e308 had overflowed them: LinAlgError); ``(S, 0)`` otherwise.
+    Eigenvectors and ratios are the same; eigenvalues are multiplied back by :math:`2^k`."""
+    top = float(np.max(np.abs(S))) if S.size else 0.0
+    if not top > 2.0**500:
+        return S, 0
+    exponent = int(np.frexp(top)[1])
+    return np.ldexp(S, -exponent), exponent
+
+
 def _cluster_top(values: NDArray[np.float64], tol: float) -> tuple[int, float]:
     """Multiplicity of the largest of decreasing ``values`` and the gap to the next distinct one."""
     top = values[0]
@@ -177,15 +188,27 @@ def check_assumptions(
     Returns
     -------
     AssumptionReport
+
+    Raises
+    ------
+    ConfigError
+        (key ``model.heads``) where :math:`B` or :math:`S` is not finite.
     """
-    B, S = score_and_value(Q, K, V)
+    with np.errstate(over="ignore", invalid="ignore"):
+        B, S = score_and_value(Q, K, V)
+    if not (np.all(np.isfinite(B)) and np.all(np.isfinite(S))):  # (V = 1e308 had been LinAlgError's traceback)
+        raise ConfigError("model.heads", "B = QᵀK or S = VBᵀ is not finite (Q, K or V too large: their products pass the "
+                                         f"largest float; largest entries {np.max(np.abs(Q)):.3g}, {np.max(np.abs(K)):.3g}, "
+                                         f"{np.max(np.abs(V)):.3g})")
     with np.errstate(divide="ignore", invalid="ignore"):
         cond = float(np.linalg.cond(B))
     if not np.isfinite(cond):
         cond = math.inf
-    norm_S = float(np.linalg.norm(S))
-    defect = float(np.linalg.norm(S - S.T) / norm_S) if norm_S > 0 else 0.0
-    eigenvalues = np.linalg.eigvalsh(0.5 * (S + S.T))[::-1].copy()
+    S_in, exponent = _below_overflow(S)
+    norm_S = float(np.linalg.norm(S_in))
+    defect = float(np.linalg.norm(S_in - S_in.T) / norm_S) if norm_S > 0 else 0.0
+    with np.errstate(over="ignore"):
+        eigenvalues = np.ldexp(np.linalg.eigvalsh(0.5 * (S_in + S_in.T))[::-1], exponent)
     scale = max(1.0, float(np.max(np.abs(eigenvalues))))
     dim_E, gap = _cluster_top(eigenvalues, mult_tol * scale)
     failures = []
@@ -257,8 +280,10 @@ def dominant_eigenspace(S: ArrayLike, *, tol: float = MULT_TOL) -> tuple[NDArray
     Sa = np.asarray(S, dtype=float)
     if Sa.ndim != 2 or Sa.shape[0] != Sa.shape[1] or not np.all(np.isfinite(Sa)):
         raise ValueError(f"S must be a finite square matrix, got shape {Sa.shape}")
-    values, vectors = np.linalg.eigh(0.5 * (Sa + Sa.T))
-    values, vectors = values[::-1], vectors[:, ::-1]
+    S_in, exponent = _below_overflow(Sa)
+    values, vectors = np.linalg.eigh(0.5 * (S_in + S_in.T))
+    with np.errstate(over="ignore"):
+        values, vectors = np.ldexp(values[::-1], exponent), vectors[:, ::-1]
     scale = max(1.0, float(np.max(np.abs(values))))
     k, _ = _cluster_top(values, tol * scale)
     return vectors[:, :k].copy(), values.copy()
@@ -492,6 +517,7 @@ def value_projector(V: ArrayLike, *, which: str = "magnitude", tol: float = 1e-6
     Va = np.asarray(V, dtype=float)
     if which not in ("magnitude", "real"):
         raise ValueError(f"which must be 'magnitude' or 'real', got {which!r}")
+    Va, _ = _below_overflow(Va)  # (the projector is that of 2^-k V)
     if np.allclose(Va, Va.T, rtol=0, atol=1e-14 * max(1.0, float(np.abs(Va).max()))):
         values, vectors = np.linalg.eigh(0.5 * (Va + Va.T))
         key = np.abs(values) if which == "magnitude" else values

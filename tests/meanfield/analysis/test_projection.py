@@ -296,3 +296,17 @@ def test_pushforward_target_refuses_a_matrix_that_is_not_an_orthogonal_projector
     x0 = np.array([[0.6, 0.8, 0.0], [-0.6, 0.0, 0.8]])
     with pytest.raises(ValueError, match="orthogonal projector"):
         pushforward_target(x0, bad)
+
+
+def test_the_assumption_check_takes_values_near_the_largest_float():
+    # (found by a fuzz) V = 1e308: S + Sᵀ and ‖S‖ had overflowed, numpy's LinAlgError as a traceback; the check is
+    # that of V / 2^k, its eigenvalues multiplied back
+    eye = np.eye(3)
+    V = np.diag([1.0, 0.5, 0.25])
+    small = check_assumptions(eye, eye, V)
+    large = check_assumptions(eye, eye, 1e308 * V)
+    assert large.ok and large.dim_E == small.dim_E == 1
+    np.testing.assert_allclose(large.eigenvalues, 1e308 * np.asarray(small.eigenvalues), rtol=1e-15)
+    np.testing.assert_allclose(dominant_projector(1e308 * V), dominant_projector(V), atol=0)
+    with pytest.raises(ConfigError, match=r"model\.heads: B = QᵀK or S = VBᵀ is not finite"):
+        check_assumptions(1e200 * eye, 1e200 * eye, V)
