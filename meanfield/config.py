@@ -136,7 +136,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "expr": Key((str,), None, None, "kind='function' (grid): density as an expression in x, y, z"),
         "sentence": Key((str,), None, None, "kind='sentence': text whose token embeddings (word + position, LayerNorm, normalised) are the initial tokens"),
         "centers": Key((list, str), "octahedron", None, "kind='clusters': 'octahedron' (the 2d vertices ±e_i) or a list of unit vectors of length d"),
-        "spread": Key(NUM, 0.05, _at_least(0), "kind='clusters': Gaussian σ of the noise added to the chosen center before normalisation"),
+        "spread": Key(NUM, 0.05, _between(0, 1e6), "kind='clusters': Gaussian σ of the noise added to the chosen center before normalisation (at most 1e6: far past 1 the points are uniform already; 1e160 had overflowed)"),
         "checkpoint": Key((str,), None, None, "kind='sentence': checkpoint for tokenizer and embeddings (PATH or 'minilm'; default: that of model.heads)"),
     },
     "solver": {
@@ -234,7 +234,7 @@ def _check_value(spec: Key, value: Any, key: str) -> Any:
     if not isinstance(value, spec.types):
         raise ConfigError(key, f"expected {_type_name(spec.types)}, got {type(value).__name__} {value!r}")
     if spec.types == NUM:
-        value = float(value)
+        value = float(value) + 0.0  # (-0.0 is 0: init.spread = -0.0 had been NumPy's "scale < 0", named init.kind)
     if spec.check is not None:
         spec.check(value, key)
     return value
@@ -275,6 +275,7 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None, switched_from: 
     _unused_solver_keys(resolved["solver"], given={k: v for k, v in raw.get("solver", {}).items() if k not in switched_from})
     _unused_weights_keys(resolved["weights"], given=raw.get("weights", {}))
     _unused_grid_keys(resolved["grid"], given=raw.get("grid", {}))
+    _unused_init_keys(resolved["init"], given=raw.get("init", {}))
     _icosahedral_size_note(resolved)
     _cfl_note(resolved)
     if isinstance(resolved["model"]["heads"], list) and not resolved["model"]["heads"] and "heads" in raw.get("model", {}):
@@ -366,6 +367,29 @@ def _unused_grid_keys(grid: dict[str, Any], *, given: Mapping[str, Any]) -> None
     _note_unused("grid", unused, f"the {grid['family']} mesh (they refine grid.family = 'graded')")
 
 
+#: the ``[init]`` keys of one kind each initial measure reads (kind, n and seed aside; init.time, init.min_mass and
+#: init.symmetry outside kind = 'run' are refused in the cross-checks)
+INIT_KEYS_USED = {
+    "uniform": (), "fibonacci": (), "orthogonal": (),
+    "vmf": ("mean", "kappa"),
+    "equiangular": ("gamma",),
+    "clusters": ("centers", "spread"),
+    "file": ("path",),
+    "mixture": ("components",),
+    "function": ("expr",),
+    "sentence": ("sentence", "checkpoint"),
+    "run": ("path", "time", "min_mass", "symmetry"),
+}
+
+
+def _unused_init_keys(init: dict[str, Any], *, given: Mapping[str, Any]) -> None:
+    """Note the ``[init]`` keys of another kind, set away from their defaults (``init.path`` given and the kind
+    forgotten had run uniform tokens without a word)."""
+    kind = init["kind"]
+    used = set(INIT_KEYS_USED[kind]) | {"kind", "n", "seed", "time", "min_mass", "symmetry"}
+    _note_unused("init", _unused_keys("init", init, given=given, used=used), f"init.kind = {kind!r}")
+
+
 def _cfl_note(cfg: dict[str, Any]) -> None:
     """Say that a grid run's ``solver.cfl`` above 1 has steps rejected and halved (it had been taken without a word,
     costing more work than cfl = 1)."""
@@ -447,6 +471,13 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
                 raise ConfigError(f"model.heads[{index}]", "expected a table with keys Q, K, V")
         built = heads_from_config(heads, d=d, seed=model["seed"], base=base)  # raises ConfigError naming the key
         _check_unshifted_overflow(cfg, built)
+        from meanfield.model import VALUE_BOUND_LIMIT, value_bound  # local: the model module imports NumPy
+
+        for index, head in enumerate(built):  # (V = 1e308 had run to NaN, exit 1, a file written)
+            size = value_bound(head.V[None])
+            if not size <= VALUE_BOUND_LIMIT:
+                raise ConfigError(f"model.heads[{index}].V", f"‖V‖_F = {size:.3g} makes the velocities overflow (at most "
+                                                             f"{VALUE_BOUND_LIMIT:.0e})")
         if base is not None:  # store `file:` matrices by absolute path, so runs and sweeps find them anywhere
             for spec in heads:
                 for name in ("Q", "K", "V"):
@@ -792,9 +823,12 @@ def _authors_checks(cfg: dict[str, Any], *, on_grid: bool) -> None:
 
 def _parse_value(text: str) -> Any:
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        parsed = tomllib.loads(f"v = {text}")
     except tomllib.TOMLDecodeError:
         return text  # a bare word: a string
+    if set(parsed) != {"v"}:  # (a value with a newline and more TOML after it had set the value, the rest dropped)
+        raise ConfigError("--set", f"one key per --set: {text!r} holds more than a value (a newline, then more TOML)")
+    return parsed["v"]
 
 
 def override_key(name: str) -> tuple[str, str]:
@@ -836,6 +870,10 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     raw.setdefault(section, {})[key] = _parse_value(text.strip())
 
 
+#: the largest config file read (a config is a few kB; a file past this is another file given by mistake)
+CONFIG_MAX_BYTES = 16 * 2**20
+
+
 def read_toml(path: str | Path, *, key: str = "CONFIG") -> dict[str, Any]:
     """Parse a TOML file; a missing, unreadable, binary or malformed file is a :class:`ConfigError` naming it."""
     path = Path(path)
@@ -845,14 +883,18 @@ def read_toml(path: str | Path, *, key: str = "CONFIG") -> dict[str, Any]:
         raise ConfigError(key, f"file not found: {path}{example_hint(path)}")
     if path.is_dir():
         raise ConfigError(key, f"{path} is a folder, not a TOML file")
-    try:
-        data = path.read_bytes()
+    try:  # the signature first, then at most CONFIG_MAX_BYTES (a run of 400 MB had been read whole, /dev/zero for ever)
+        with open(path, "rb") as fh:
+            data = fh.read(len(HDF5_SIGNATURE))
+            if data.startswith(HDF5_SIGNATURE[:4]):
+                raise ConfigError(key, f"{path} is an HDF5 file (a run?), not a TOML config; 'meanfield info {path}' reads runs")
+            data += fh.read(CONFIG_MAX_BYTES + 1 - len(data))
     except OSError as exc:
         raise ConfigError(key, f"cannot read {path}: {exc.strerror or exc}") from None
-    if data.startswith(HDF5_SIGNATURE[:4]):
-        raise ConfigError(key, f"{path} is an HDF5 file (a run?), not a TOML config; 'meanfield info {path}' reads runs")
+    if len(data) > CONFIG_MAX_BYTES:
+        raise ConfigError(key, f"{path} is larger than {CONFIG_MAX_BYTES // 2**20} MiB: not a TOML config")
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # (a byte-order mark, as some editors write, had been "Invalid statement")
     except UnicodeDecodeError as exc:
         raise ConfigError(key, f"{path} is not a UTF-8 text file (byte {exc.start} cannot be decoded)") from None
     try:

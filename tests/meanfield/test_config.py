@@ -379,3 +379,65 @@ def test_an_empty_file_notes_that_it_runs_the_defaults(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConfigNote)
         load_config(path)
+
+
+def test_keys_of_another_init_kind_are_noted(tmp_path):
+    # (found by a fuzz) init.path given and the kind forgotten had run uniform tokens without a word
+    import warnings
+
+    from meanfield.config import ConfigNote
+
+    with pytest.warns(ConfigNote, match=r"init\.path not used by init\.kind = 'uniform'; ignored"):
+        load_config(None, ["init.path=x0.npy"])
+    with pytest.warns(ConfigNote, match=r"init\.kappa, init\.spread not used by init\.kind = 'equiangular'; ignored"):
+        load_config(None, ["init.kind=equiangular", "init.n=3", "init.gamma=0.5", "init.kappa=9.0", "init.spread=0.2"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigNote)
+        load_config(None, ["init.kind=vmf", "init.kappa=9.0", "init.mean=[0.0, 0.0, 1.0]"])
+        load_config(None, ["init.kind=clusters", "init.spread=0.2", "init.kappa=4.0"])  # kappa at its default: not noted
+
+
+def test_an_override_holds_one_value(tmp_path):
+    # (found by a fuzz) "--set 'init.n=8<newline>init.seed=5'" had set n = 8 and dropped the rest without a word
+    with pytest.raises(ConfigError, match=r"one key per --set"):
+        load_config(None, ["init.n=8\ninit.seed=5"])
+    assert load_config(None, ["init.n=8\n"])["init"]["n"] == 8
+
+
+def test_a_config_is_read_with_a_byte_order_mark_and_within_a_size(tmp_path):
+    # (found by a fuzz) a BOM had been "Invalid statement"; /dev/zero had been read for ever, a run read whole
+    import meanfield.config as config_module
+
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf[model]\nbeta = 2.0\n")
+    assert load_config(path)["model"]["beta"] == 2.0
+    big = tmp_path / "big.toml"
+    big.write_text("# " + "x" * 2000 + "\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(config_module, "CONFIG_MAX_BYTES", 1000)
+        with pytest.raises(ConfigError, match=r"big\.toml is larger than 0 MiB: not a TOML config"):
+            load_config(big)
+    with pytest.raises(ConfigError, match=r"zero is larger than 16 MiB"):
+        load_config("/dev/zero")
+
+
+def test_init_spread_is_bounded_and_minus_zero_is_zero():
+    # (found by a fuzz) spread = 1e160 overflowed the sampler (a traceback); -0.0 was NumPy's "scale < 0" under init.kind
+    with pytest.raises(ConfigError, match=r"init\.spread: must lie in \[0, 1e\+06\]"):
+        load_config(None, ["init.kind=clusters", "init.spread=1e160"])
+    cfg = load_config(None, ["init.kind=clusters", "init.spread=-0.0"])
+    assert cfg["init"]["spread"] == 0.0 and str(cfg["init"]["spread"]) == "0.0"
+    from meanfield.build import initial_tokens
+
+    assert np.all(np.isfinite(initial_tokens(cfg)))
+
+
+def test_values_whose_velocities_overflow_are_refused_naming_the_head():
+    # (found by a fuzz) V = 1e308 (and 1e299) had run to NaN after the first frame, exit 1, a file written
+    import meanfield as mf
+
+    with pytest.raises(ConfigError, match=r"model\.heads\[1\]\.V: ‖V‖_F = 1\.73e\+299 makes the velocities overflow"):
+        load_config(None, ["model.heads=[{V='identity'}, {V=1e299}]"])
+    assert load_config(None, ["model.heads=[{V=1e149}]"])["model"]["heads"][0]["V"] == 1e149
+    with pytest.raises(ValueError, match=r"‖V_h‖_F = 1\.73e\+151"):
+        mf.Model(d=3, beta=1.0, heads=[mf.heads.Head(Q=np.eye(3), K=np.eye(3), V=1e151 * np.eye(3))])
