@@ -99,6 +99,8 @@ def initial_tokens(cfg: dict[str, Any]) -> np.ndarray:
             return sample(kind, n, d, centers=init["centers"], spread=float(init["spread"]), seed=seed)
         if kind == "file":
             return sample(kind, None, d, path=str(Path(init["path"])))
+    except ConfigError:
+        raise  # names its key already
     except ValueError as exc:
         raise ConfigError(f"init.{'path' if kind == 'file' else 'kind'}", str(exc)) from None
     raise ConfigError("init.kind", f"{kind!r} is not a particle initial measure")

@@ -539,9 +539,9 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         if not on_grid:
             from meanfield.io.arrays import load_npy
 
-            tokens = load_npy(path, "init.path", mmap=True)
-            if tokens.ndim != 2:
-                raise ConfigError("init.path", f"{path} holds an array of shape {tokens.shape}, not (n, d) tokens")
+            tokens = load_npy(path, "init.path", mmap=True, real=True)
+            if tokens.ndim != 2 or tokens.shape[0] == 0:
+                raise ConfigError("init.path", f"{path} holds an array of shape {tokens.shape}, not (n, d) tokens with n >= 1")
             rows = int(tokens.shape[0])
             if init_given.get("n") is not None and init_given["n"] != rows:
                 raise ConfigError("init.n", f"n={init_given['n']} but {path} holds {rows} tokens")

@@ -43,7 +43,8 @@ from scipy.spatial import SphericalVoronoi, cKDTree
 from meanfield.errors import ConfigError
 from meanfield.expressions import EXPR_NAMES, EXPR_NODES, compile_expression
 from meanfield.geometry.cache import cached_mesh
-from meanfield.geometry.sphere import fibonacci_points
+from meanfield.geometry.sphere import fibonacci_points, unit_rows
+from meanfield.io.arrays import load_npy
 
 __all__ = [
     "SphericalMesh",
@@ -859,11 +860,11 @@ def _init_file(mesh: SphericalMesh, *, path: str | Path | None = None, width: fl
     path = Path(path)
     if not path.exists():
         raise ConfigError("init.path", f"file not found: {path}")
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except Exception as exc:  # noqa: BLE001
-        raise ConfigError("init.path", f"cannot read {path}: {exc}") from None
-    arr = np.asarray(arr, dtype=float)
+    # the shared reader: an HDF5 or text file had been called "pickled data" (with NumPy's advice to unpickle it),
+    # complex masses had lost their imaginary part and strings had failed in the cast to float
+    arr = np.asarray(load_npy(path, "init.path", real=True), dtype=float)
+    if arr.size == 0:
+        raise ConfigError("init.path", f"{path} holds an empty array (shape {arr.shape}): no masses or points")
     if not np.all(np.isfinite(arr)):
         raise ConfigError("init.path", f"{path} contains non-finite values")
     if arr.ndim == 1:
@@ -882,15 +883,13 @@ def _init_file(mesh: SphericalMesh, *, path: str | Path | None = None, width: fl
         rho = (arr / arr.sum()) / source.areas
         return _normalised(mesh, lambda x: rho[source.cell_of(x)], "init.path")
     if arr.ndim == 2 and arr.shape[1] in (3, 4):
-        x = arr[:, :3]
-        norms = np.linalg.norm(x, axis=1)
+        x, norms = unit_rows(arr[:, :3])  # (a point of 1e-200s had been called zero, one of 1e200s become 0)
         if np.any(norms == 0):
-            raise ConfigError("init.path", f"{path}: a point is zero")
+            raise ConfigError("init.path", f"{path}: point {int(np.argmin(norms))} is zero and cannot be put on the sphere")
         w = arr[:, 3] if arr.shape[1] == 4 else None
         if w is not None and (np.any(w < 0) or not w.sum() > 0):
             raise ConfigError("init.path", f"{path}: weights (column 4) must be >= 0 with a positive total")
         w = None if w is None else w / w.sum()
-        x = x / norms[:, None]
         mass = deposit(mesh, x, w) if width is None else deposit_smooth(mesh, x, w, width=float(width))
         return mass / mass.sum()
     raise ConfigError("init.path", f"{path}: expected (N,) cell masses, (n, 3) points or (n, 4) weighted points, got shape {arr.shape}")

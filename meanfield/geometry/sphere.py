@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from meanfield.io.arrays import load_npy
 from meanfield.kernels.jit import jit
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "sample_equiangular",
     "sample_orthogonal",
     "load_points",
+    "unit_rows",
     "SAMPLERS",
     "sample",
     "sample_clusters",
@@ -324,28 +326,65 @@ def sample_orthogonal(n: int, d: int, *, seed: int | None = 0) -> np.ndarray:
 def load_points(path: str | Path, *, d: int | None = None, n: int | None = None) -> np.ndarray:
     """Tokens from a ``.npy`` file holding an ``(n, d)`` array; rows are normalised.
 
-    Raises ``ValueError`` on a wrong shape, a zero row, or non-finite values.
+    Raises ``ValueError`` on a wrong shape (``n = 0`` too), a zero row, or non-finite values, and
+    :class:`~meanfield.errors.ConfigError` (a ``ValueError`` naming ``init.path``) where the file is not a ``.npy``
+    file or its entries are not real numbers (:func:`~meanfield.io.arrays.load_npy`).
     """
-    x = np.load(Path(path), allow_pickle=False)
-    if x.ndim != 2:
-        raise ValueError(f"{path}: expected an (n, d) array, got shape {x.shape}")
+    x = load_npy(Path(path), "init.path", real=True)
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(f"{path}: expected an (n, d) array with n >= 1, got shape {x.shape}")
     if d is not None and x.shape[1] != d:
         raise ValueError(f"{path}: expected points in dimension d={d}, got shape {x.shape}")
     if n is not None and x.shape[0] != n:
         raise ValueError(f"{path}: expected n={n} points, got {x.shape[0]}")
     if not np.all(np.isfinite(x)):
         raise ValueError(f"{path}: contains non-finite values")
-    x = x.astype(float)  # float64 from here (a float32 file's norms had warned of an overflow in the comparison below)
-    scale = np.max(np.abs(x), axis=1) if x.size else np.zeros(x.shape[0])
-    if np.any(scale == 0):
-        raise ValueError(f"{path}: row {int(np.argmin(scale))} is zero and cannot be put on the sphere")
-    with np.errstate(over="ignore", under="ignore"):
+    # float64 (a float32 file's norms had warned of an overflow), rows whose squares under- or overflow scaled first
+    # (a row of 1e-200s had been called zero, one of 1e200s become 0)
+    units, norms = unit_rows(x)
+    if np.any(norms == 0):
+        raise ValueError(f"{path}: row {int(np.argmin(norms))} is zero and cannot be put on the sphere")
+    return units
+
+
+def unit_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""The rows of ``x`` divided by their norms, and those norms, neither of them lost to under- or overflow.
+
+    A row whose norm leaves :math:`[10^{-150}, 10^{150}]` as computed (its squares under- or overflow: a row of
+    1e-200s has norm 0, one of 1e200s norm ∞) is scaled by its largest entry :math:`s` first,
+    :math:`\|x\| = s\,\|x/s\|`; the other rows are divided by :math:`\|x\|` as they are (bit for bit as
+    ``x / np.linalg.norm(x, axis=1, keepdims=True)``).
+
+    Parameters
+    ----------
+    x : (n, d) array
+        Real numbers (cast to float64).
+
+    Returns
+    -------
+    units : (n, d) float64 array
+        The unit rows; NaN rows where a row is zero or not finite.
+    norms : (n,) float64 array
+        The rows' norms: 0 for a zero row, NaN for a row that is not finite (∞ beyond float64's largest number).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> units, norms = unit_rows(np.array([[3e-200, 4e-200], [0.0, 0.0]]))
+    >>> units[0].tolist(), norms[1]
+    ([0.6, 0.8], 0.0)
+    """
+    x = np.array(x, dtype=float)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         norms = np.linalg.norm(x, axis=1)
-    # rows whose squares under- or overflow are scaled first (a row of 1e-200s had been called zero, one of 1e200s become 0)
-    far = ~((norms > 1e-150) & (norms < 1e150))
-    x[far] /= scale[far, None]
-    norms[far] = np.linalg.norm(x[far], axis=1)
-    return x / norms[:, None]
+        divisors = norms.copy()
+        far = ~((norms > 1e-150) & (norms < 1e150))  # (NaN too)
+        if np.any(far):
+            scale = np.max(np.abs(x[far]), axis=1, initial=0.0)
+            x[far] /= scale[:, None]  # a zero row becomes NaN, a row with ∞ or NaN too
+            divisors[far] = np.linalg.norm(x[far], axis=1)
+            norms[far] = np.where(scale == 0, 0.0, scale * divisors[far])
+        return x / divisors[:, None], norms
 
 
 def fibonacci_points(n: int) -> np.ndarray:

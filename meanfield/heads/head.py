@@ -168,7 +168,7 @@ def _matrix(value: Any, *, key: str, d: int, rows: int | None, rng: np.random.Ge
                 raise ConfigError(key, f"file not found: {path}")
             from meanfield.io.arrays import load_npy
 
-            return _check_matrix(load_npy(path, key), key=key, d=d, rows=rows)
+            return _check_matrix(load_npy(path, key, real=True), key=key, d=d, rows=rows)
         raise ConfigError(key, f"unknown value {value!r}; expected 'identity', a number, a list of rows, 'random', "
                                f"an ensemble ({', '.join(repr(e) for e in ENSEMBLES)}) or 'file:PATH.npy'")
     if isinstance(value, (list, tuple)):
@@ -181,8 +181,6 @@ def _matrix(value: Any, *, key: str, d: int, rows: int | None, rng: np.random.Ge
 
 
 def _check_matrix(mat: np.ndarray, *, key: str, d: int, rows: int | None) -> np.ndarray:
-    if mat.dtype.kind not in "biuf":  # strings had raised from np.isfinite, complex lost its imaginary part
-        raise ConfigError(key, f"expected a matrix of real numbers, got entries of type {mat.dtype}")
     if mat.ndim != 2 or mat.shape[1] != d or mat.shape[0] < 1 or (rows is not None and mat.shape[0] != rows):
         got = "×".join(str(s) for s in mat.shape) if mat.ndim else "a scalar"
         want_rows = rows if rows is not None else (mat.shape[0] if mat.ndim == 2 else "k")

@@ -127,6 +127,19 @@ def test_a_file_that_is_not_npy_is_named_as_such(tmp_path):
         load_config({"init": {"kind": "file", "path": str(flat)}})
 
 
+@pytest.mark.parametrize("array, words", [
+    (np.eye(3) * (1 + 1j), "complex128, not real numbers"),  # had lost its imaginary part with a ComplexWarning
+    (np.array([["a", "b", "c"]] * 4), "not real numbers"),  # had been a TypeError traceback
+    (np.zeros((0, 3)), r"shape \(0, 3\), not \(n, d\) tokens with n >= 1"),  # had been a ValueError traceback
+], ids=["complex", "strings", "empty"])
+def test_token_files_of_no_real_numbers_or_no_tokens_are_refused(tmp_path, array, words):
+    path = tmp_path / "x0.npy"
+    np.save(path, array)
+    with pytest.raises(ConfigError, match=words) as info:
+        load_config({"init": {"kind": "file", "path": str(path)}})
+    assert info.value.key == "init.path"
+
+
 def test_head_specs(tmp_path):
     np.save(tmp_path / "q.npy", np.arange(6.0).reshape(2, 3))
     head = head_from_spec({"Q": f"file:{tmp_path / 'q.npy'}", "K": "random", "V": "aligned"}, d=3, seed=1)

@@ -294,6 +294,32 @@ def test_initial_mass_from_files(tmp_path):
         M.initial_mass(msh, "file", path=tmp_path / "missing.npy")
 
 
+def test_initial_mass_files_are_read_as_the_token_files_are(tmp_path):
+    # the grid had called np.load itself: an HDF5 file had been "pickled data" (with NumPy's advice to unpickle it),
+    # complex masses had lost their imaginary part, strings had failed in the cast to float
+    msh = M.fibonacci_mesh(300)
+    path = tmp_path / "m.npy"
+    path.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(100))
+    with pytest.raises(ConfigError, match="not a NumPy .npy file") as info:
+        M.initial_mass(msh, "file", path=path)
+    assert "pickle" not in str(info.value)
+    for array, words in ((np.ones(300) * (1 + 1j), "complex128, not real numbers"), (np.array(["a"] * 300), "not real numbers"),
+                         (np.zeros((0, 3)), "empty array")):
+        np.save(path, array)
+        with pytest.raises(ConfigError, match=f"init.path: .*{words}"):
+            M.initial_mass(msh, "file", path=path)
+    # points whose squares leave float64 are put on the sphere (1e-200s had been "zero", 1e200s had become 0)
+    pts = M.sample_initial("vmf", 500, kappa=3.0, seed=1)
+    np.save(path, pts)
+    expected = M.initial_mass(msh, "file", path=path)
+    for scale in (1e-200, 1e200):
+        np.save(path, pts * scale)
+        np.testing.assert_allclose(M.initial_mass(msh, "file", path=path), expected, rtol=0, atol=1e-15)
+    np.save(path, np.vstack([pts, np.zeros((1, 3))]))
+    with pytest.raises(ConfigError, match="point 500 is zero"):
+        M.initial_mass(msh, "file", path=path)
+
+
 @pytest.mark.parametrize("kind,params,key", [
     ("vmf", {"kappa": -1.0}, "init.kappa"),
     ("vmf", {"mean": [1, 0]}, "init.mean"),

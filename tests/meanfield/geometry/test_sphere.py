@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
+from meanfield.errors import ConfigError
 from meanfield.geometry import sphere
 
 
@@ -84,6 +85,31 @@ def test_load_points(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a float32 file had warned of an overflow in a cast
         assert sphere.load_points(path).dtype == np.float64
+
+
+def test_load_points_refuses_entries_that_are_no_real_numbers_and_no_rows(tmp_path):
+    # complex tokens had lost their imaginary part, strings and (0, d) arrays had been tracebacks of the run
+    path = tmp_path / "x0.npy"
+    for array, words in ((np.eye(3) * (1 + 1j), "complex128, not real numbers"), (np.array([["a"] * 3] * 2), "not real numbers"),
+                         (np.zeros((0, 3)), "n >= 1")):
+        np.save(path, array)
+        with pytest.raises(ValueError, match=words):
+            sphere.load_points(path)
+    path.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(100))  # (NumPy: "pickled data")
+    with pytest.raises(ConfigError, match="not a NumPy .npy file") as info:
+        sphere.load_points(path)
+    assert info.value.key == "init.path"
+
+
+def test_unit_rows_neither_underflow_nor_overflow():
+    x = np.array([[3.0, 4.0], [3e-200, 4e-200], [3e200, 4e200], [0.0, 0.0], [np.nan, 1.0], [1.5e308, 1.5e308]])
+    units, norms = sphere.unit_rows(x)
+    np.testing.assert_allclose(units[:3], [[0.6, 0.8]] * 3, rtol=0, atol=2e-16)
+    np.testing.assert_allclose(norms[:3], [5.0, 5e-200, 5e200], rtol=1e-15)
+    assert norms[3] == 0 and np.all(np.isnan(units[3:5])) and np.isnan(norms[4])
+    assert np.isinf(norms[5]) and np.allclose(units[5], [2 ** -0.5] * 2)  # beyond float64: the direction still
+    plain = np.random.default_rng(0).standard_normal((20, 5))
+    np.testing.assert_array_equal(sphere.unit_rows(plain)[0], plain / np.linalg.norm(plain, axis=1, keepdims=True))
 
 
 def test_sampler_registry_is_complete():
