@@ -114,6 +114,7 @@ def simulate(
     ((3, 32, 3), [0.0, 0.25, 0.5])
     """
     from meanfield.io.output import check_output
+    from meanfield.io.source_frame import DamagedSource, damaged_source_of
     from meanfield.solvers.run import simulate_config
 
     for name, flag in (("resume", resume), ("overwrite", overwrite), ("progress", progress)):
@@ -127,7 +128,10 @@ def simulate(
         raise ConfigError("resume", "resume=True continues the run stored in out; give out=PATH")
     if resume and source is None and Path(out).is_file():  # the run's own config (the defaults had been refused)
         source = _stored_config(out)
-    cfg = _load(source, values=overrides, source_key="source")
+    try:
+        cfg = _load(source, values=overrides, source_key="source")
+    except DamagedSource as exc:  # the source of the run to resume: restore it (resume=True takes no other init.time)
+        raise damaged_source_of(exc, out) if resume else exc from None
     if callable(trackers):
         trackers = [trackers]  # one callable: the only tracker
     if out is not None:

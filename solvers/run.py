@@ -306,16 +306,18 @@ def _remaining_times(stored: np.ndarray, times: np.ndarray) -> np.ndarray | None
     return np.concatenate([[t_last], times[len(done):]])  # it is an earlier t_final: on from it to the next save time
 
 
-def _check_source_is_not_output(cfg: dict[str, Any], out: Path) -> None:
+def _check_source_is_not_output(cfg: dict[str, Any], out: Path, *, out_key: str = "out") -> None:
     """A run started from a stored frame (``init.kind = "run"``) cannot write into the file it starts from: that file
-    would be replaced (``--overwrite``) or extended with a chain that loops back on itself (``--resume``)."""
+    would be replaced (``--overwrite``) or extended with a chain that loops back on itself (``--resume``).  ``out_key``
+    names the output as the caller took it (``-o``, or :func:`meanfield.simulate`'s ``out``)."""
     init = cfg.get("init", {})
     if init.get("kind") != "run" or not init.get("path"):
         return
     source = Path(init["path"])
     same = source.exists() and out.exists() and os.path.samefile(source, out)
     if same or source.resolve() == out.resolve():
-        raise ConfigError("init.path", f"{source} is also the output -o {out}: a run cannot start from the file it writes; "
+        output = f"{out_key} {out}" if out_key.startswith("-") else f"{out_key} = {str(out)!r}"  # (-o had been named in the API)
+        raise ConfigError("init.path", f"{source} is also the output {output}: a run cannot start from the file it writes; "
                                        "give another output")
 
 
@@ -371,7 +373,7 @@ def simulate_config(
     """
     solver = cfg["solver"]
     if out is not None:
-        _check_source_is_not_output(cfg, Path(out))
+        _check_source_is_not_output(cfg, Path(out), out_key=out_key)
     times = save_times(start_time(cfg), solver["t_final"], solver["save_every"])
     setup = setup_run(cfg, trackers=trackers)
     state = setup.state

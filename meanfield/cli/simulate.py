@@ -35,6 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     from meanfield.io.output import check_output
     from meanfield.io.runfile import file_stamp
+    from meanfield.io.source_frame import DamagedSource, damaged_source_of
     from meanfield.solvers.run import simulate_config
 
     picture_path(args.plot, "--plot", animation=True)
@@ -43,7 +44,10 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("--overwrite", "and --resume contradict each other: --resume continues OUT.h5, --overwrite replaces it")
     if args.config and os.path.exists(args.out) and os.path.exists(args.config) and os.path.samefile(args.out, args.config):
         raise ConfigError("-o", f"{args.out} is the config file itself; give the run its own file, such as run.h5")
-    cfg = load_config_noted(args.config, args.overrides)
+    try:
+        cfg = load_config_noted(args.config, args.overrides)
+    except DamagedSource as exc:  # the source of the run to resume: restore it (--resume takes no other init.time)
+        raise damaged_source_of(exc, args.out) if args.resume else exc from None
     check_output(args.out, overwrite=args.overwrite, resume=args.resume)
     before = file_stamp(args.out)  # (whether the run opened the file: what an interrupt left)
     try:

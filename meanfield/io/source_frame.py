@@ -30,10 +30,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from meanfield.errors import ConfigError, MeanfieldWarning
+from meanfield.geometry.sphere import unit_rows
+from meanfield.io.arrays import REAL_KINDS
 from meanfield.io.runfile import RunReader, read_run_file
 from meanfield.io.token_masses import TOKEN_MASSES, stored_token_masses
 
-__all__ = ["SourceFrame", "origin_run", "chain_symmetrised", "read_source_frame", "source_tokens", "start_time", "SOURCE_DIGEST",
+__all__ = ["SourceFrame", "DamagedSource", "damaged_source_of", "origin_run", "chain_symmetrised", "read_source_frame", "source_tokens", "start_time", "SOURCE_DIGEST",
            "stored_source_digest", "check_source_unchanged", "weighted_source"]
 
 #: the static dataset of a run started from a stored frame that holds the SHA-256 of that frame (tokens and masses as
@@ -82,6 +84,49 @@ class SourceFrame:
     sampling_floor: float = 0.0
 
 
+class DamagedSource(ConfigError):
+    """A source frame whose content cannot be taken: bytes that no longer match their checksum, numbers that are not
+    finite, tokens that cannot be put on the sphere, token or cell masses that are no masses.
+
+    Parameters
+    ----------
+    key : str
+        The config key the error names (``init.path``).
+    path : path
+        The source file.
+    damage : str
+        What is wrong, without advice (``the frame at t = 1 is not finite``).
+    advice : str
+        What to do, for a run to be started from the file; a run that continued it already cannot pick another frame
+        (:meth:`continued` says so instead).
+    """
+
+    def __init__(self, key: str, path: str | Path, damage: str, advice: str = "") -> None:
+        self.path, self.damage = Path(path), damage
+        super().__init__(key, f"{path}: {damage}" + (f"; {advice}" if advice else ""))
+
+    def continued(self, run: str | Path) -> ConfigError:
+        """The error for the run ``run`` that started from the file (``--resume``, the analysis): the file it started
+        from is damaged and is to be restored; another frame (``init.time``) is no way out there."""
+        return ConfigError(self.key, f"{self.path}, which {run} started from, is damaged: {self.damage}; restore that "
+                                     "file as it was (from a backup or a copy)")
+
+
+def damaged_source_of(error: DamagedSource, run: str | Path) -> ConfigError:
+    """``error`` as :meth:`DamagedSource.continued` where the run file ``run`` started from its file (its stored
+    ``init.path``: ``--resume`` of ``run`` read the damaged source while resolving the config); ``error`` otherwise
+    (``run`` missing, unreadable, or started from another file)."""
+    from meanfield.io.runfile import read_config
+
+    try:
+        init = read_config(run).get("init") or {}
+    except (ConfigError, OSError):
+        return error
+    if init.get("kind") == "run" and isinstance(init.get("path"), str) and Path(init["path"]).resolve() == error.path.resolve():
+        return error.continued(run)
+    return error
+
+
 def _frame_index(times: NDArray[np.float64], time: float | None, path: Path) -> int:
     """The index of the frame at ``time`` (the last committed frame when ``None``)."""
     if time is None:
@@ -114,9 +159,11 @@ def read_source_frame(path: str | Path, time: float | None = None, *, key: str =
     Raises
     ------
     ConfigError
-        Not a run, no committed frame, no frame at ``time`` (naming ``init.time``), a frame that is
-        not finite, tokens off the sphere (``model.norm`` other than ``"post"``), or save times that
-        count the gradient clock instead of the physical time.
+        Not a run, no committed frame, no frame at ``time`` (naming ``init.time``), tokens off the sphere
+        (``model.norm`` other than ``"post"``), or save times that count the gradient clock instead of the physical
+        time; a :class:`DamagedSource` for a frame whose bytes changed since it was written, or whose content is
+        not what a run writes: numbers that are not finite, a token that is zero or (of a particle run) off the
+        sphere, masses that are no masses.
     """
     path = Path(path)
     reader = RunReader(path, key=key)
@@ -133,39 +180,71 @@ def read_source_frame(path: str | Path, time: float | None = None, *, key: str =
     index = _frame_index(times, time, path)
     state, intact = reader.checked_state(index)
     if not intact:  # as --resume refuses it (a run had started from it with a warning)
-        raise ConfigError(key, f"{path}: the frame at t = {times[index]:.6g} does not match the checksum written with it: "
-                               "its bytes changed on disk after it was committed; start from another frame (init.time)")
-    if not np.all(np.isfinite(state)):
-        raise ConfigError(key, f"{path}: the frame at t = {times[index]:.6g} is not finite")
+        raise DamagedSource(key, path, f"the frame at t = {times[index]:.6g} does not match the checksum written with it: "
+                                       "its bytes changed on disk after it was committed", "start from another frame (init.time)")
+    when = f"the frame at t = {times[index]:.6g}"
+    if _real(state) is None or not np.all(np.isfinite(state)):
+        raise DamagedSource(key, path, f"{when} is not finite")
     static = reader.static()
     if reader.state_name == "mass":
         if "points" not in static:
             raise ConfigError(key, f"{path} is a grid run without its cell points ('points' dataset)")
-        tokens = np.asarray(static["points"], dtype=float)
+        tokens = _real(static["points"])
+        if tokens is None or tokens.ndim != 2 or not np.all(np.isfinite(tokens)):  # (not in the frame's checksum)
+            raise DamagedSource(key, path, "its cell points ('points' dataset) are not an (N, d) array of finite numbers")
         mass = np.asarray(state, dtype=float)
         if mass.shape != (tokens.shape[0],) or np.any(mass < 0) or not mass.sum() > 0:
-            raise ConfigError(key, f"{path}: the frame at t = {times[index]:.6g} is not {tokens.shape[0]} "
-                                   "non-negative cell masses with a positive total")
+            raise DamagedSource(key, path, f"{when} is not {tokens.shape[0]} non-negative cell masses with a positive total")
         weights: NDArray[np.float64] | None = mass / mass.sum()
         kind = "grid"
     else:
         tokens = np.asarray(state, dtype=float)
         stored = stored_token_masses(static)
         if stored is not None:
-            stored = np.asarray(stored, dtype=float)
-            if stored.shape != (tokens.shape[0],) or not np.all(np.isfinite(stored)) or np.any(stored < 0) or not stored.sum() > 0:
-                raise ConfigError(key, f"{path}: its token masses ('{TOKEN_MASSES}') are not {tokens.shape[0]} finite non-negative "
-                                       "numbers with a positive total")
+            stored = _real(stored)  # (masses stored as strings had failed in the cast to float with a traceback)
+            if (stored is None or stored.shape != (tokens.shape[0],) or not np.all(np.isfinite(stored)) or np.any(stored < 0)
+                    or not stored.sum() > 0):
+                raise DamagedSource(key, path, f"its token masses ('{TOKEN_MASSES}') are not {tokens.shape[0]} finite "
+                                               "non-negative numbers with a positive total")
         elif warn and (source := weighted_source(reader.config)) is not None:
             # its tokens carried masses that the file lost: they would go on with equal masses 1/n, another measure
             warnings.warn(f"{path} continues {source}, but holds no token masses ('{TOKEN_MASSES}' dataset): the file lost "
                           "them; the run starts from its tokens with equal masses 1/n", MeanfieldWarning, stacklevel=2)
         weights = None if stored is None else stored / float(np.sum(stored))
         kind = "particle"
-    tokens = tokens / np.linalg.norm(tokens, axis=1, keepdims=True)
+    tokens = _unit_tokens(tokens, path=path, key=key, when=when, grid=kind == "grid")
     digest = hashlib.sha256(tokens.tobytes() + (b"" if weights is None else weights.tobytes())).digest()
     return SourceFrame(path=path, time=float(times[index]), index=index, tokens=tokens, weights=weights, kind=kind,
                        digest=np.frombuffer(digest, dtype=np.uint8).copy())
+
+
+def _real(values: Any) -> NDArray[np.float64] | None:
+    """``values`` as float64, ``None`` where they are not real numbers (strings, complex numbers, objects)."""
+    array = np.asarray(values)
+    return array.astype(float) if array.dtype.kind in REAL_KINDS else None
+
+
+#: how far from 1 the norm of a particle source's token may be: a run with ``model.norm = "post"`` writes unit tokens
+#: (to round-off, float32 runs too), so a token further off is not one a run wrote (an edited or foreign file)
+SPHERE_TOLERANCE = 1e-6
+
+
+def _unit_tokens(tokens: NDArray[np.float64], *, path: Path, key: str, when: str, grid: bool) -> NDArray[np.float64]:
+    """A source frame's tokens (a grid run's cell points) divided by their norms, computed without under- or overflow
+    (:func:`~meanfield.geometry.sphere.unit_rows`); a :class:`DamagedSource` naming ``key``, the token and the frame where one
+    cannot be put on the sphere (zero), or, of a particle run, lies off it."""
+    units, norms = unit_rows(tokens)
+    zero = np.flatnonzero(norms == 0)  # (the tokens are finite: their scaled norms are too, or ∞ beyond float64's range)
+    if zero.size:
+        what = f"cell point {int(zero[0])} ('points' dataset)" if grid else f"token {int(zero[0])} of {when}"
+        raise DamagedSource(key, path, f"{what} is zero and cannot be put on the sphere")
+    off = np.flatnonzero(~(np.abs(norms - 1.0) <= SPHERE_TOLERANCE))
+    if not grid and off.size:  # a grid's points are the cells' centroids or generators: put on the sphere as they are
+        i = int(off[0])
+        raise DamagedSource(key, path, f"token {i} of {when} has norm {norms[i]:.6g} (tokens off the sphere: {off.size} of "
+                                       f"{norms.size}), and a run with model.norm = 'post' writes unit tokens: the file was "
+                                       "changed after meanfield wrote it, or written by another program")
+    return units
 
 
 def weighted_source(config: Mapping[str, Any] | None) -> str | None:
@@ -265,9 +344,13 @@ def check_source_unchanged(run: str | Path, init: dict[str, Any], recorded: NDAr
         return
     source = Path(init["path"])
     if now is None:
-        if not source.exists():
-            raise ConfigError("init.path", f"{source}, which {run} started from, is missing")
-        now = read_source_frame(source, init.get("time")).digest
+        if not source.exists():  # (a continued run re-reads its source on --resume and in the analysis)
+            raise ConfigError("init.path", f"{source}, which {run} started from, is missing; the run reads it again on "
+                                           "--resume and in its analysis: restore the file at that path")
+        try:
+            now = read_source_frame(source, init.get("time")).digest
+        except DamagedSource as exc:  # (not "start from another frame": the run took this one)
+            raise exc.continued(run) from None
     if not np.array_equal(now, recorded):
         raise ConfigError("init.path", f"{source} has changed since {run} started from it (its frame at t = "
                                        f"{init.get('time')} is not the one the run took): the run would go on, or be "

@@ -1,6 +1,8 @@
 """``init.kind = "run"``: a particle run that starts from a frame of a stored run (particle or grid)."""
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -279,3 +281,123 @@ def test_a_continued_run_that_lost_its_token_masses_warns_and_one_that_never_had
         warnings.simplefilter("error")
         assert mf.load(uniform).token_masses is None
         assert source_tokens(uniform).weights is None
+
+
+def _edited_copy(run: Path, out: Path, edit) -> Path:
+    """A copy of ``run`` whose last frame (or static arrays) ``edit(file)`` changed, the frame's checksum updated: only
+    the content is wrong."""
+    import shutil
+
+    import h5py
+
+    from meanfield.io.runfile import frame_checksum
+
+    shutil.copy(run, out)
+    with h5py.File(out, "a") as f:
+        edit(f)
+        name = "x" if "x" in f else "mass"
+        last = int(f["committed_frames"][0]) - 1
+        f["checksum"][last] = frame_checksum(f[name][last])
+    return out
+
+
+def _token_row(values):
+    def edit(f):
+        x = f["x"][-1]
+        x[3] = values
+        f["x"][-1] = x
+    return edit
+
+
+def _replaced(name, value):
+    def edit(f):
+        array = value(f[name][()]) if callable(value) else value
+        if name in f:
+            del f[name]
+        f.create_dataset(name, data=array)
+    return edit
+
+
+def _with_row(row, value):
+    def change(points):
+        points[row] = value
+        return points
+    return change
+
+
+@pytest.mark.parametrize("edit, words", [
+    (_token_row(0.0), "token 3 of the frame at t = 1 is zero"),
+    (_token_row([3e-200, 4e-200, 0.0]), "token 3 of the frame at t = 1 has norm 5e-200"),  # squares underflow
+    (_token_row([3e200, 4e200, 0.0]), "token 3 of the frame at t = 1 has norm 5e\\+200"),  # squares overflow
+    (_token_row([2.0, 0.0, 0.0]), "token 3 of the frame at t = 1 has norm 2 "),  # finite, off the sphere
+    (_replaced("token_masses", np.array([b"a"] * 48)), "token masses"),  # strings: a cast to float had failed
+], ids=["zero", "tiny", "huge", "off", "string-masses"])
+def test_a_source_whose_tokens_cannot_be_put_on_the_sphere_exits_2_before_any_file(
+        particle_run, tmp_path, capsys, edit, words):
+    # each had ended in a traceback (exit 1): NaN tokens from the division by their norms, or a cast of strings
+    source = _edited_copy(particle_run, tmp_path / "source.h5", edit)
+    out = tmp_path / "out.h5"
+    args = ["simulate", str(CONCENTRATION), "-o", str(out), "--quiet", "--set", 'init.kind="run"',
+            "--set", f'init.path="{source}"', "--set", "solver.t_final=1.25"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "init.path" in err and "Traceback" not in err
+    assert re.search(words, err), err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("point, words", [
+    (np.nan, "its cell points .* finite"), (0.0, "cell point 5 .* is zero"),
+])
+def test_a_grid_source_whose_cell_points_cannot_be_put_on_the_sphere_is_bad_input(grid_run, tmp_path, point, words):
+    # the static points are in no checksum: NaN or zero points had given NaN tokens and a traceback
+    source = _edited_copy(grid_run, tmp_path / "grid.h5", _replaced("points", _with_row(5, point)))
+    with pytest.raises(mf.ConfigError, match=f"init.path: .*grid.h5: {words}"):
+        mf.simulate(CONCENTRATION, **{**STEPS, "init.kind": "run", "init.path": str(source)})
+
+
+def test_a_damaged_source_of_a_continued_run_is_to_be_restored_not_left_for_another_frame(particle_run, tmp_path, capsys):
+    # --resume and the analysis had advised "start from another frame (init.time)", which --resume refuses
+    import shutil
+
+    import h5py
+
+    source, run = tmp_path / "A.h5", tmp_path / "B.h5"
+    shutil.copy(particle_run, source)
+    settings = {**PARTICLES, "init.kind": "run", "init.path": str(source), "track.concentration": False,
+                "solver.t_final": 1.25}
+    mf.simulate(CONCENTRATION, out=run, **settings)
+    with h5py.File(source, "a") as f:  # one token's bytes flipped, the checksum as it was
+        x = f["x"][-1]
+        x[3] = -x[3]
+        f["x"][-1] = x
+    with pytest.raises(mf.ConfigError, match="start from another frame"):  # a new run may pick another frame
+        mf.simulate(CONCENTRATION, **settings)
+    damaged = "A.h5, which .*B.h5 started from, is damaged: the frame at t = 1 does not match the checksum"
+    with pytest.raises(mf.ConfigError, match=f"init.path: .*{damaged}.*restore") as info:
+        mf.simulate(CONCENTRATION, out=run, resume=True, **{**settings, "solver.t_final": 1.5})
+    assert "init.time" not in str(info.value)
+    with pytest.raises(mf.ConfigError, match=damaged) as info:
+        mf.simulate(out=run, resume=True)  # (the run's own config)
+    assert "init.time" not in str(info.value)
+    args = ["simulate", str(CONCENTRATION), "-o", str(run), "--resume", "--quiet"]
+    for key, value in settings.items():
+        args += ["--set", f"{key}={json.dumps(value)}"]
+    for argv in (args, ["concentration", str(run)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert re.search(damaged, err) and "init.time" not in err, err
+    source.unlink()  # gone: where to put it back
+    with pytest.raises(mf.ConfigError, match="A.h5, which .*B.h5 started from, is missing; .*restore the file at that path"):
+        concentration_curves(mf.load(run))
+
+
+def test_the_api_names_out_where_the_source_is_the_output(particle_run, tmp_path):
+    # the message had named the command line's -o
+    import shutil
+
+    source = shutil.copy(particle_run, tmp_path / "x.h5")
+    with pytest.raises(mf.ConfigError, match=r"x.h5 is also the output out = '.*x.h5'") as info:
+        mf.simulate(CONCENTRATION, out=source, overwrite=True, **{**STEPS, "init.kind": "run", "init.path": str(source),
+                                                                   "solver.t_final": 1.25})
+    assert " -o " not in str(info.value)
