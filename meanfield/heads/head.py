@@ -212,6 +212,12 @@ def head_from_spec(
     k = spec.get("k")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise ConfigError(f"{key}.k", f"expected a positive integer, got {k!r}")
+    if k is not None:  # Q and K of k rows, and their random draws (k = 1e12 had been NumPy's allocation error)
+        from meanfield.resources import memory_shortfall
+
+        short = memory_shortfall(8.0 * 3 * float(k) * d)
+        if short:
+            raise ConfigError(f"{key}.k", f"Q and K of k = {k} rows of d = {d} {short}")
     rng = np.random.default_rng(head_seed) if layer == 0 else np.random.default_rng([head_seed, int(layer)])
     q_val, k_val = spec.get("Q", "identity"), spec.get("K", "identity")
     if k is not None:

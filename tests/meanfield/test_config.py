@@ -454,3 +454,12 @@ def test_values_whose_velocities_overflow_are_refused_naming_the_head():
     assert load_config(None, ["model.heads=[{V=1e149}]"])["model"]["heads"][0]["V"] == 1e149
     with pytest.raises(ValueError, match=r"‖V_h‖_F = 1\.73e\+151"):
         mf.Model(d=3, beta=1.0, heads=[mf.heads.Head(Q=np.eye(3), K=np.eye(3), V=1e151 * np.eye(3))])
+
+
+def test_heads_too_many_or_too_tall_for_the_memory_are_named():
+    # (found by a fuzz) k = 1e12 random rows had been NumPy's allocation error (a traceback); num_heads = 1e8 had been
+    # blamed on model.d
+    with pytest.raises(ConfigError, match=r"model\.heads\[0\]\.k: Q and K of k = 1000000000000 rows of d = 3 needs about"):
+        load_config(None, ["model.heads=[{Q='random', K='random', k=1000000000000}]"])
+    with pytest.raises(ConfigError, match=r"model\.num_heads: 100000000 heads of 3×3 need about"):
+        load_config(None, ["model.num_heads=100000000"])
