@@ -89,7 +89,7 @@ def _when_readable(path: str, read, interval: float):  # type: ignore[no-untyped
         try:
             return read()
         except _LIVE_READ_ERRORS:
-            if _not_hdf5(path) or os.path.isdir(path):
+            if _not_hdf5(path) or (os.path.exists(path) and not os.path.isfile(path)):  # (a folder, a pipe, a device)
                 raise
             # a writer that holds the name before its first frame (the file is made beside it, and moved there with
             # that frame) is waited for, and a name nobody holds yet for a while
