@@ -5,6 +5,11 @@ for the whole run by the process that writes ``OUT.h5``; the kernel releases it
 when that process dies, however it dies.  A second writer fails at once; a
 reader asks whether a writer holds it, to tell a running file from one whose
 writer was killed.
+
+The lock belongs to the file, not to the name it is given: symlinks are followed
+(``link.h5 -> real.h5`` and ``real.h5`` share ``.real.h5.lock``).  A hard link is
+another name of the same file that no path tells apart; the run file's own
+``writer`` attribute guards it (:class:`meanfield.io.runfile.RunWriter`).
 """
 from __future__ import annotations
 
@@ -19,8 +24,16 @@ __all__ = ["WriterLock", "lock_path", "writer_alive"]
 
 
 def lock_path(path: str | Path) -> Path:
-    """The hidden lock file of a run file: ``dir/.name.lock``."""
+    """The hidden lock file of a run file: ``dir/.name.lock`` beside the file ``path`` names, symlinks followed.
+
+    A symlink and its target therefore share one lock (each had had its own: a second writer through the link was
+    not refused).  A symlink loop, which no file is behind, keeps the name as it is given.
+    """
     path = Path(path)
+    try:
+        path = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+        path = path.absolute()
     return path.with_name(f".{path.name}.lock")
 
 
@@ -38,7 +51,7 @@ class WriterLock:
     Parameters
     ----------
     path : path-like
-        The run file (the lock is :func:`lock_path` of it).
+        The run file (the lock is :func:`lock_path` of it: a symlink's target's).
     key : str
         The option named in the error (``-o``).
     """
@@ -99,7 +112,8 @@ class WriterLock:
 
 
 def writer_alive(path: str | Path) -> bool:
-    """Whether some process holds the writer lock of the run file ``path`` now."""
+    """Whether some process holds the writer lock of the run file ``path`` now (symlinks followed: any name of the
+    file asks the same lock)."""
     lock = lock_path(path)
     try:
         fd = os.open(lock, os.O_RDONLY)

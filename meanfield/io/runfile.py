@@ -437,7 +437,10 @@ class RunWriter:
     Parameters
     ----------
     path : path-like
-        Output file.
+        Output file.  A symlink is written through, as the shell's ``>`` does: the run goes to the file it names (a new
+        file is made beside the target and moved onto it), the link stays a link (it had been replaced by a regular
+        file, the target left as it was); :func:`meanfield.io.output.check_output` refuses a link to a device or to
+        a process's open file (``/dev/stdout``).
     config : mapping
         Resolved config, stored as the JSON attribute ``config``.
     state_name : {"x", "mass"}
@@ -464,7 +467,9 @@ class RunWriter:
     Raises
     ------
     ConfigError
-        Another process writes ``path`` (nothing is touched then).
+        Another process writes ``path`` (nothing is touched then): under this name or a symlink's (the lock), or,
+        with ``resume``, under another hard link (the file's ``writer`` attribute names a process of this machine
+        that has the file open).
     """
 
     def __init__(
@@ -482,6 +487,7 @@ class RunWriter:
         key: str = "out",
     ) -> None:
         self.path = Path(path)
+        self.target = _followed(self.path)  # the file itself: a new file is made and moved there, not onto a symlink
         self.provisional_info = dict(info) if info else None
         self.resume_frames = resume_frames
         self.state_name = state_name
@@ -523,13 +529,13 @@ class RunWriter:
         Until then ``path`` is untouched (an old file stays whole, a kill leaves nothing behind
         under that name), and afterwards the file is in SWMR mode, which readers can always open.
         """
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.target.parent.mkdir(parents=True, exist_ok=True)
         arrays = sum(np.asarray(value).nbytes for value in (static or {}).values())
-        free, (short, _) = _room(self.path)
+        free, (short, _) = _room(self.target)
         if free is not None and free < SPACE_RESERVE + arrays:  # HDF5 must never meet a full disk
             raise StorageFailed(f"{short} for a new run file {self.path} ({free} bytes left, its arrays written once "
                                 f"take {arrays}); nothing was written")
-        self.pending = self.path.with_name(f".{self.path.name}.new")
+        self.pending = self.target.with_name(f".{self.target.name}.new")
         try:
             f = h5py.File(self.pending, "w", libver="latest")
         except OSError as exc:
@@ -565,14 +571,20 @@ class RunWriter:
             raise ConfigError("--resume", f"{self.path} changed while this run started (another run wrote it: {reader.frames} "
                                           f"committed frames, not {self.resume_frames}); resume again")
         arrays = sum(np.asarray(value).nbytes for value in (static or {}).values()) + 8 * reader.frames  # (checksums)
-        free, (short, remedy) = _room(self.path, written=self.path)
+        free, (short, remedy) = _room(self.target, written=self.target)
         if free is not None and free < SPACE_RESERVE + arrays:  # HDF5 must never meet a full disk: it had left the file
             raise StorageFailed(f"{short} to resume {self.path} ({free} bytes left, at least "  # unreadable
                                 f"{SPACE_RESERVE + arrays} needed); the file is unchanged: {remedy} and resume again")
         try:
             f = h5py.File(self.path, "a", libver="latest")
         except OSError:  # a writer killed in SWMR mode leaves the file marked open: copy what is committed
-            _rebuild(reader, self.path)
+            pid = _live_writer(self.target, reader.writer)
+            if pid is not None:  # a writer alive under another name of the file (a hard link), which the lock of this
+                # name cannot see: the rebuild had detached this name into a copy and run on in it, two runs diverging
+                raise ConfigError("-o", f"{self.path} is being written by another meanfield process (pid {pid} on "
+                                        f"{socket.gethostname()}, under another name of the file: a hard link); wait for "
+                                        "it to finish, or write to another file")
+            _rebuild(reader, self.target)
             f = h5py.File(self.path, "a", libver="latest")
         try:
             frames = reader.frames
@@ -621,7 +633,7 @@ class RunWriter:
         if self.broken:
             raise StorageFailed(self.broken)
         state = np.asarray(state)
-        free, (short, remedy) = _room(self.path, written=self.pending or self.path)
+        free, (short, remedy) = _room(self.target, written=self.pending or self.target)
         if free is not None and free < SPACE_RESERVE + 2 * state.nbytes:  # HDF5 must never meet a full disk
             self.broken = (f"{short} for frame {self.count} of {self.path} ({free} bytes left); the "
                            f"{self.count} committed frames are intact: {remedy} and continue with --resume")
@@ -682,7 +694,7 @@ class RunWriter:
     def _publish(self) -> None:
         """Move a new file onto its path (atomically; the open file stays valid)."""
         if self.pending is not None:
-            os.replace(self.pending, self.path)
+            os.replace(self.pending, self.target)
             self.pending = None
 
     def finish(self, status: str, *, stop_reason: str = "", info: Mapping[str, Any] | None = None) -> None:
@@ -690,7 +702,7 @@ class RunWriter:
         a frame refused before any write for lack of space leaves the file whole, and its status is recorded in the
         space kept free for it)."""
         try:
-            free, (short, _) = _room(self.path, written=self.pending or self.path)
+            free, (short, _) = _room(self.target, written=self.pending or self.target)
             if free is not None and free < STATUS_RESERVE:  # the disk filled up since (another process): HDF5 must not meet it
                 self.damaged = True  # the file stays as its last commit left it: a killed run's, which --resume continues
                 self.broken = f"{short} to record the status of {self.path}"
@@ -734,8 +746,55 @@ class RunWriter:
             self.finish("failed" if exc[0] else "stopped", stop_reason="the writer was closed early")
 
 
+def _followed(path: Path) -> Path:
+    """``path`` with its symlinks followed (the file a run writes); a symlink loop stays as it is (opening it fails)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # (RuntimeError: a loop, before Python 3.13)
+        return path
+
+
+def _live_writer(path: Path, writer: str) -> int | None:
+    """The pid of a process of this machine that ``writer`` (the file's attribute) names and that has the file open.
+
+    The lock is taken on a name; a hard link is another name of the same file, so before ``--resume`` rebuilds a
+    file that HDF5 reports open for writing, this asks the file itself.  A pid that runs but does not have the file
+    open is another program that got the number after the writer died (not a writer); where the open files of a
+    process cannot be listed (no ``/proc``, another user's process) a running pid is taken for the writer.
+    """
+    try:
+        held = os.stat(path)
+    except OSError:
+        return None
+    match = re.fullmatch(r"pid (\d+) on (.+)", writer)
+    if match is None or match[2] != socket.gethostname():
+        return None
+    pid = int(match[1])
+    try:
+        os.kill(pid, 0)
+    except PermissionError:  # running, as another user
+        pass
+    except (OSError, OverflowError):
+        return None
+    try:
+        descriptors = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return pid
+    for descriptor in descriptors:
+        try:
+            opened = os.stat(descriptor)
+        except OSError:
+            continue
+        if (opened.st_dev, opened.st_ino) == (held.st_dev, held.st_ino):
+            return pid
+    return None
+
+
 def _rebuild(reader: RunReader, path: Path) -> None:
     """Replace ``path`` by a clean copy of its committed frames (atomically, through a temporary file).
+
+    ``path`` is the file itself, not a symlink to it (the caller follows links: a link had been replaced by the copy).
+    The caller makes sure no process writes the file under another name (:func:`_live_writer`).
 
     The copy is made only where the disk holds it, and read back against the file before it replaces it: on a
     nearly full disk HDF5 had dropped the copy's writes without an error, and the partial copy, moved over the
@@ -841,6 +900,8 @@ class RunReader:
         The resolved config stored with the run, as it is stored (what ``--resume`` compares; :meth:`Run.load
         <meanfield.run.Run.load>` fills in the keys added to the config since it was written).
     status, stop_reason : str
+    writer : str
+        Who wrote the file last: ``"pid N on HOST"`` (empty in files written before it was recorded).
     info : dict
         The counters the last session that finished recorded (those of every session before it added in).
     state_name : {"x", "mass"}
@@ -859,7 +920,8 @@ class RunReader:
         self._read(self._header)
         if self.status == "running" and not writer_alive(self._file):
             self._read(self._header)  # the writer may have closed the file since the first read: a second one tells
-            if self.status == "running" and not writer_alive(self._file):
+            if (self.status == "running" and not writer_alive(self._file)
+                    and _live_writer(self._file, self.writer) is None):  # (a writer under another hard link of the file)
                 self.status = "interrupted"
                 self.stop_reason = "the writer stopped without closing the file (killed, or the machine went down)"
 
@@ -900,6 +962,7 @@ class RunReader:
         threads = _attribute(f, "threads")
         self.threads = int(threads) if isinstance(threads, (int, np.integer)) and not isinstance(threads, bool) else None
         self.stop_reason = str(_attribute(f, "stop_reason", ""))
+        self.writer = str(_attribute(f, "writer", ""))
         try:
             self.info = json.loads(_attribute(f, "info", "{}"))
         except (TypeError, ValueError):

@@ -3,12 +3,104 @@ without locks."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from meanfield.errors import ConfigError
+from meanfield.io.lock import lock_path, writer_alive
+from meanfield.io.runfile import RunReader, RunWriter
 from meanfield.io.signature import file_head, is_hdf5
+
+CONFIG = {"model": {"d": 3}, "solver": {"kind": "particle"}}
+SHAPE = (4, 3)
+
+#: a writer in another process: one committed frame, then it holds the file open until its stdin closes ("hold"), or
+#: it dies without closing the file, as a killed writer does ("die")
+WRITER = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    from meanfield.io.runfile import RunWriter
+    writer = RunWriter(sys.argv[1], config={"model": {"d": 3}, "solver": {"kind": "particle"}}, state_name="x",
+                       state_shape=(4, 3))
+    writer.append(0.0, np.zeros((4, 3)))
+    if sys.argv[2] == "die":
+        os._exit(0)
+    print("ready", flush=True)
+    sys.stdin.read()
+    writer.finish("completed")
+""")
+
+
+def _writer(path: Path, mode: str) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", WRITER, str(path), mode], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    if mode == "hold":
+        assert process.stdout.readline() == "ready\n"
+    else:
+        assert process.wait(timeout=60) == 0
+    return process
+
+
+def _append(path: Path, *, resume: bool, t: float) -> None:
+    writer = RunWriter(path, config=CONFIG, state_name="x", state_shape=SHAPE, resume=resume)
+    writer.append(t, np.full(SHAPE, t))
+    writer.finish("completed")
+
+
+def test_a_symlink_to_a_run_being_written_shares_its_lock(tmp_path):
+    # the lock had been keyed on the name: through a symlink a live run read as "interrupted", and a second writer
+    # (--resume -o LINK) was let in, rebuilt the live file into a copy that replaced the link, and ran on in that fork
+    real, link = tmp_path / "real.h5", tmp_path / "link.h5"
+    link.symlink_to(real.name)
+    assert lock_path(link) == lock_path(real) == tmp_path / ".real.h5.lock"
+    writer = RunWriter(real, config=CONFIG, state_name="x", state_shape=SHAPE)
+    try:
+        writer.append(0.0, np.ones(SHAPE))
+        assert writer_alive(link) and RunReader(link).status == "running"
+        for resume in (True, False):
+            with pytest.raises(ConfigError, match="being written by another meanfield process") as info:
+                RunWriter(link, config=CONFIG, state_name="x", state_shape=SHAPE, resume=resume)
+            assert info.value.key == "-o"
+        assert link.is_symlink()
+    finally:
+        writer.finish("completed")
+    assert RunReader(link).frames == 1
+
+
+def test_resume_through_a_hard_link_of_a_live_run_is_refused(tmp_path):
+    # a hard link is another name no lock on names sees: the rebuild of --resume had detached it into a copy and run
+    # on in it, two runs diverging; the file's writer attribute names a live process that has the file open
+    real, hard = tmp_path / "real.h5", tmp_path / "hard.h5"
+    process = _writer(real, "hold")
+    try:
+        os.link(real, hard)
+        assert RunReader(hard).status == "running"  # (it had said "interrupted")
+        with pytest.raises(ConfigError, match=f"pid {process.pid} .*hard link") as info:
+            RunWriter(hard, config=CONFIG, state_name="x", state_shape=SHAPE, resume=True)
+        assert info.value.key == "-o" and hard.samefile(real)
+    finally:
+        process.communicate("")
+    assert RunReader(real).status == "completed" and hard.samefile(real)
+
+
+def test_resume_and_overwrite_through_a_symlink_write_its_target(tmp_path):
+    # a killed writer's file resumed through a link had been rebuilt onto the link's name (a regular file with the
+    # new frames, the target left "interrupted"); an --overwrite through it had replaced the link by a regular file
+    real, link = tmp_path / "killed.h5", tmp_path / "link.h5"
+    _writer(real, "die")
+    link.symlink_to(real.name)
+    assert RunReader(link).status == "interrupted"
+    _append(link, resume=True, t=1.0)
+    assert link.is_symlink() and RunReader(real).frames == 2 and RunReader(real).status == "completed"
+    _append(link, resume=False, t=5.0)
+    assert link.is_symlink() and RunReader(real).times().tolist() == [5.0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["killed.h5", "link.h5"]  # no lock, no .new left
 
 
 def test_a_pipe_is_never_opened_to_read_its_signature(tmp_path):
