@@ -13,6 +13,8 @@ another name of the same file that no path tells apart; the run file's own
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import os
 import socket
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from meanfield.errors import ConfigError
 
-__all__ = ["WriterLock", "lock_path", "writer_alive"]
+__all__ = ["WriterLock", "lock_path", "writer_alive", "writer_state"]
 
 
 def lock_path(path: str | Path) -> Path:
@@ -40,7 +42,7 @@ def lock_path(path: str | Path) -> Path:
 def _holder(lock: Path) -> str:
     try:
         text = lock.read_text().strip()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return ""
     return f" (pid {text})" if text else ""
 
@@ -54,6 +56,12 @@ class WriterLock:
         The run file (the lock is :func:`lock_path` of it: a symlink's target's).
     key : str
         The option named in the error (``-o``).
+
+    Notes
+    -----
+    A lock file of another user (a run of theirs killed in a shared folder) is opened read-only: ``flock`` works on
+    it all the same, only the note of who holds it is not written.  A file system without ``flock`` is refused
+    (:class:`ConfigError`): a run there could not be told from a second writer.
     """
 
     def __init__(self, path: str | Path, *, key: str = "-o") -> None:
@@ -62,13 +70,45 @@ class WriterLock:
         self.key = key
         self.fd: int | None = None
 
+    def _lock_error(self, exc: OSError) -> ConfigError:
+        """What is wrong with the lock file (a folder, a dangling symlink, a name too long) or with its folder."""
+        reason = exc.strerror or str(exc)
+        if os.path.islink(self.lock) and not os.path.exists(self.lock):
+            with contextlib.suppress(OSError):
+                reason = f"a symlink to {os.readlink(self.lock)}, which does not exist"
+        if exc.errno == errno.ENAMETOOLONG:
+            return ConfigError(self.key, f"cannot write {self.path}: the name of its lock file {self.lock.name} is too "
+                                         f"long ({reason}); give the run a shorter name")
+        if os.path.lexists(self.lock):
+            return ConfigError(self.key, f"cannot open the lock file {self.lock} ({reason}); remove it if no run "
+                                         f"writes {self.path.name}")
+        # a folder where no file can be made (/proc, a read-only mount): the output, not the lock
+        return ConfigError(self.key, f"cannot write {self.path}: {reason} ({self.lock.parent})")
+
+    def _open(self) -> tuple[int, bool]:
+        """A descriptor of the lock file, and whether this call made the file."""
+        self.lock.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(100):
+            try:
+                return os.open(self.lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+            except FileExistsError:
+                pass
+            try:
+                return os.open(self.lock, os.O_RDWR), False
+            except FileNotFoundError:
+                if os.path.islink(self.lock):  # a dangling symlink: no file will appear there
+                    raise
+                # removed by a writer that was finishing since we looked: make it again
+            except PermissionError:  # another user's lock file (or an immutable one): flock works on a read-only fd
+                return os.open(self.lock, os.O_RDONLY), False
+        raise OSError(errno.EAGAIN, "the lock file kept disappearing", str(self.lock))
+
     def acquire(self) -> WriterLock:
-        """Take the lock, or raise :class:`ConfigError` when another process writes the file."""
+        """Take the lock, or raise :class:`ConfigError` when another process writes the file or it cannot be locked."""
         try:
-            self.lock.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:  # a folder where no file can be made (/proc, a read-only mount): the output, not the lock
-            raise ConfigError(self.key, f"cannot write {self.path}: {exc.strerror or exc} ({self.lock.parent})") from None
+            fd, made = self._open()
+        except OSError as exc:
+            raise self._lock_error(exc) from None
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -78,18 +118,31 @@ class WriterLock:
                     self.key, f"{self.path} is being written by another meanfield process{_holder(self.lock)}; "
                     "wait for it to finish, or write to another file"
                 ) from None
+            except OSError as exc:  # no flock on this file system (NFS without lockd, some FUSE/SMB mounts)
+                os.close(fd)
+                if made:  # (it had stayed behind, and the traceback had left the descriptor open)
+                    try:
+                        os.unlink(self.lock)
+                    except OSError:
+                        pass
+                raise ConfigError(self.key, f"cannot lock {self.lock} on this file system ({exc.strerror or exc}): a "
+                                            f"second writer of {self.path} could not be refused; write the run to a "
+                                            "local disk") from None
             try:  # the file we locked may have been removed by a writer that was finishing: lock the current one
                 if os.fstat(fd).st_ino == os.stat(self.lock).st_ino:
                     break
             except FileNotFoundError:
                 pass
             os.close(fd)
-            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd, made = self._open()
+            except OSError as exc:
+                raise self._lock_error(exc) from None
         try:  # who holds it, for the message of a second writer; the flock alone is the lock
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()} on {socket.gethostname()}".encode())
-        except OSError:  # a full disk: the run file's own check then says so (this had been a traceback, the lock left behind)
-            pass
+        except OSError:  # a full disk: the run file's own check then says so (this had been a traceback, the lock left
+            pass  # behind); or a lock file opened read-only
         self.fd = fd
         return self
 
@@ -99,7 +152,7 @@ class WriterLock:
             return
         try:
             os.unlink(self.lock)
-        except FileNotFoundError:
+        except OSError:  # gone, or another user's in a sticky folder: the flock, let go below, is the lock
             pass
         os.close(self.fd)
         self.fd = None
@@ -111,9 +164,12 @@ class WriterLock:
         self.release()
 
 
-def writer_alive(path: str | Path) -> bool:
-    """Whether some process holds the writer lock of the run file ``path`` now (symlinks followed: any name of the
-    file asks the same lock)."""
+def writer_state(path: str | Path) -> bool | None:
+    """Whether some process holds the writer lock of the run file ``path`` now; ``None`` where it cannot be told.
+
+    Symlinks are followed (any name of the file asks the same lock).  ``None``: the lock file exists but its file
+    system offers no ``flock`` (a run written on one machine and read over NFS on another).
+    """
     lock = lock_path(path)
     try:
         fd = os.open(lock, os.O_RDONLY)
@@ -123,8 +179,19 @@ def writer_alive(path: str | Path) -> bool:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
+    except OSError:  # ENOLCK, EOPNOTSUPP, ENOSYS, …: had escaped as a traceback from mf.load and info
+        return None
     else:
         fcntl.flock(fd, fcntl.LOCK_UN)
         return False
     finally:
         os.close(fd)
+
+
+def writer_alive(path: str | Path) -> bool:
+    """Whether some process holds the writer lock of the run file ``path`` now (symlinks followed).
+
+    False also where it cannot be told (:func:`writer_state` is ``None``): no error is raised for a file system
+    without ``flock``.
+    """
+    return writer_state(path) is True

@@ -50,7 +50,7 @@ import h5py
 import numpy as np
 
 from meanfield.errors import ConfigError, MeanfieldWarning, StorageFailed
-from meanfield.io.lock import WriterLock, writer_alive
+from meanfield.io.lock import WriterLock, writer_alive, writer_state
 from meanfield.io.signature import HDF5_SIGNATURE, file_head
 
 T = TypeVar("T")
@@ -920,10 +920,13 @@ class RunReader:
         self._read(self._header)
         if self.status == "running" and not writer_alive(self._file):
             self._read(self._header)  # the writer may have closed the file since the first read: a second one tells
-            if (self.status == "running" and not writer_alive(self._file)
+            if (self.status == "running" and not (alive := writer_state(self._file))
                     and _live_writer(self._file, self.writer) is None):  # (a writer under another hard link of the file)
                 self.status = "interrupted"
                 self.stop_reason = "the writer stopped without closing the file (killed, or the machine went down)"
+                if alive is None:  # a file system without flock (a file read over NFS): its lock cannot be asked
+                    self.stop_reason += ("; or it writes the file still: this file system offers no locks, so a live "
+                                         "writer cannot be told from a killed one")
 
     def _read(self, read: Callable[[h5py.File], T]) -> T:
         self._check_same_file()

@@ -2,6 +2,8 @@
 without locks."""
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import subprocess
 import sys
@@ -13,7 +15,8 @@ import numpy as np
 import pytest
 
 from meanfield.errors import ConfigError
-from meanfield.io.lock import lock_path, writer_alive
+from meanfield.io import lock
+from meanfield.io.lock import WriterLock, lock_path, writer_alive, writer_state
 from meanfield.io.runfile import RunReader, RunWriter
 from meanfield.io.signature import file_head, is_hdf5
 
@@ -51,6 +54,10 @@ def _append(path: Path, *, resume: bool, t: float) -> None:
     writer = RunWriter(path, config=CONFIG, state_name="x", state_shape=SHAPE, resume=resume)
     writer.append(t, np.full(SHAPE, t))
     writer.finish("completed")
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
 
 
 def test_a_symlink_to_a_run_being_written_shares_its_lock(tmp_path):
@@ -132,3 +139,66 @@ def test_a_pipe_is_never_opened_to_read_its_signature(tmp_path):
     if hung:  # let the blocked open go (a writer appears), so that the thread ends
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
     assert not hung and answers == [False, str(fifo), "done"]
+
+
+def _no_locks(monkeypatch) -> None:
+    def flock(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+
+
+def test_a_file_system_without_locks_is_named_not_a_traceback(tmp_path, monkeypatch):
+    # NFS without lockd: flock's OSError had escaped (a traceback, exit 1) with the descriptor open and the lock file
+    # left behind, and mf.load of a killed run had raised it too
+    killed = tmp_path / "killed.h5"
+    _writer(killed, "die")
+    out = tmp_path / "nfs.h5"
+    before = _open_descriptors()
+    _no_locks(monkeypatch)
+    with pytest.raises(ConfigError, match=r"cannot lock .*\.nfs\.h5\.lock on this file system \(No locks available\)") as info:
+        WriterLock(out).acquire()
+    assert info.value.key == "-o" and not lock_path(out).exists() and _open_descriptors() == before
+    lock_path(out).write_text("")  # a lock file this writer did not make stays
+    with pytest.raises(ConfigError, match="cannot lock"):
+        WriterLock(out).acquire()
+    assert lock_path(out).exists() and _open_descriptors() == before
+    lock_path(killed).write_text("")  # (a writer killed on another machine leaves its lock file)
+    assert writer_state(killed) is None and not writer_alive(killed)
+    reader = RunReader(killed)
+    assert reader.status == "interrupted" and "offers no locks" in reader.stop_reason
+
+
+def test_errors_about_the_lock_file_name_it(tmp_path, monkeypatch):
+    # they had named the run file ("cannot write d.h5: Is a directory (.)"), which did not exist
+    (tmp_path / ".d.h5.lock").mkdir()
+    (tmp_path / ".e.h5.lock").symlink_to(tmp_path / "nowhere" / "x")
+    for name, reason in (("d.h5", "Is a directory"), ("e.h5", "a symlink to .*nowhere/x, which does not exist")):
+        with pytest.raises(ConfigError, match=rf"cannot open the lock file .*\.{name}\.lock \({reason}\); remove it if no run writes {name}"):
+            WriterLock(tmp_path / name).acquire()
+    with pytest.raises(ConfigError, match=r"its lock file \.a+\.h5\.lock is too long"):
+        WriterLock(tmp_path / ("a" * 250 + ".h5")).acquire()
+
+
+def test_a_lock_file_of_another_user_is_locked_read_only(tmp_path, monkeypatch):
+    # a run of another user killed in a shared folder leaves their 0644 lock file: nobody else could write the run
+    # ("cannot write r.h5: Permission denied"); flock works on a descriptor opened read-only
+    out = tmp_path / "r.h5"
+    lock_path(out).write_text("999 on elsewhere")
+    opened = os.open
+
+    def open_as_another_user(path, flags, *args):  # (root passes every permission check)
+        if Path(path) == lock_path(out) and flags & (os.O_WRONLY | os.O_RDWR) and not flags & os.O_EXCL:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return opened(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", open_as_another_user)
+    with WriterLock(out):
+        assert writer_alive(out)
+        with pytest.raises(ConfigError, match="being written by another meanfield process"):
+            WriterLock(out).acquire()
+    assert not writer_alive(out)
+    monkeypatch.setattr(lock.os, "unlink", lambda path: (_ for _ in ()).throw(PermissionError(errno.EPERM, "not yours")))
+    with WriterLock(out):  # a lock file that cannot be removed (a sticky folder) is let go all the same
+        pass
+    assert not writer_alive(out)
