@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -18,16 +19,29 @@ def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = Fa
                  options: tuple[str, str] = ("--overwrite", "--resume")) -> Path:
     """Say what is wrong with ``path`` as the output of a run, before anything is computed or written.
 
-    A folder, a path under a file, a folder without write permission, or an
-    existing file (unless ``overwrite``, or ``resume`` on a meanfield run) is a
-    :class:`ConfigError` naming ``key``; ``options`` are the names the messages give the two
+    A folder, a path under a file, a folder without write permission, an existing file that is not a regular one (a
+    device, a pipe, a socket, a process's open file such as ``/dev/stdout``: ``overwrite`` had replaced it by a
+    regular file, ``/dev/null`` too when run as root), or an existing file (unless ``overwrite``, or ``resume`` on a
+    meanfield run) is a :class:`ConfigError` naming ``key``; ``options`` are the names the messages give the two
     switches (the Python API's ``("overwrite=True", "resume=True")``).
+
+    A symlink is followed: the file it names is checked, and the run writes that file through the link (as the
+    shell's ``>`` does; the link stays a link, see :class:`meanfield.io.runfile.RunWriter`).
     """
     replace, resume_option = options
     path = Path(path)
     if path.is_dir():
         raise ConfigError(key, f"{path} is a folder; give a file name such as {path / 'run.h5'}")
     check_parent(path, key)
+    if (path.exists() and not path.is_file()) or _an_open_file(path):
+        raise ConfigError(key, f"{path} is not a regular file (a device, a pipe, or a process's open file such as "
+                               "/dev/stdout); give the run a file of its own")
+    if path.is_symlink():  # written through: the target's folder is where the file is made
+        try:
+            target = path.resolve()
+        except (OSError, RuntimeError):  # (RuntimeError: a loop, before Python 3.13)
+            raise ConfigError(key, f"{path} is a symlink that leads to no file (a loop of links)") from None
+        check_parent(target, key)
     if path.exists():
         if resume:
             from meanfield.io.runfile import RunReader
@@ -40,6 +54,27 @@ def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = Fa
         elif not os.access(path, os.W_OK):
             raise ConfigError(key, f"{path} is read-only; cannot overwrite it")
     return path
+
+
+#: the folders of a process's open files (``/dev/stdout`` is a symlink to ``/proc/self/fd/1``)
+_OPEN_FILES = re.compile(r"/proc/[^/]+(/task/[^/]+)?/fd")
+
+
+def _an_open_file(path: Path) -> bool:
+    """Whether ``path`` is a symlink that leads through a process's open file (``/proc/PID/fd/N``): a pipe, a
+    terminal, or a regular file that ``>`` redirected; in each case not a run's place (the run had replaced it)."""
+    current = os.path.abspath(path)
+    for _ in range(40):  # (the kernel's own bound on a chain of symlinks)
+        folder = os.path.realpath(os.path.dirname(current))
+        if _OPEN_FILES.fullmatch(folder):
+            return True
+        if not os.path.islink(current):
+            return False
+        try:
+            current = os.path.join(folder, os.readlink(current))  # (an absolute target replaces the folder)
+        except OSError:
+            return False
+    return False
 
 
 def check_parent(path: str | Path, key: str) -> None:

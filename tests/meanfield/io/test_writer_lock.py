@@ -17,6 +17,7 @@ import pytest
 from meanfield.errors import ConfigError
 from meanfield.io import lock
 from meanfield.io.lock import WriterLock, lock_path, writer_alive, writer_state
+from meanfield.io.output import check_output
 from meanfield.io.runfile import RunReader, RunWriter
 from meanfield.io.signature import file_head, is_hdf5
 
@@ -105,9 +106,36 @@ def test_resume_and_overwrite_through_a_symlink_write_its_target(tmp_path):
     assert RunReader(link).status == "interrupted"
     _append(link, resume=True, t=1.0)
     assert link.is_symlink() and RunReader(real).frames == 2 and RunReader(real).status == "completed"
+    check_output(link, overwrite=True)
     _append(link, resume=False, t=5.0)
     assert link.is_symlink() and RunReader(real).times().tolist() == [5.0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["killed.h5", "link.h5"]  # no lock, no .new left
+
+
+def test_an_existing_file_that_is_not_a_regular_one_is_never_replaced(tmp_path):
+    # --overwrite had replaced a FIFO, a device (as root -o /dev/null --overwrite: the machine's null device) and the
+    # file behind /dev/stdout by an HDF5 file
+    fifo = tmp_path / "fifo.h5"
+    os.mkfifo(fifo)
+    read, write = os.pipe()
+    try:
+        links = {}
+        for name, target in (("stdout.h5", "/proc/self/fd/1"), ("pipe.h5", f"/proc/self/fd/{read}"), ("fifo-link.h5", fifo)):
+            links[name] = tmp_path / name
+            links[name].symlink_to(target)
+        for path in (fifo, *links.values()):
+            for resume in (False, True):
+                with pytest.raises(ConfigError, match="not a regular file") as info:
+                    check_output(path, overwrite=True, resume=resume, key="out")
+                assert info.value.key == "out" and str(path) in str(info.value)
+    finally:
+        os.close(read)
+        os.close(write)
+    assert fifo.is_fifo() and all(link.is_symlink() for link in links.values())
+    regular = tmp_path / "regular.h5"
+    regular.write_bytes(b"")
+    (tmp_path / "regular-link.h5").symlink_to(regular)
+    assert check_output(tmp_path / "regular-link.h5", overwrite=True) == tmp_path / "regular-link.h5"
 
 
 def test_a_pipe_is_never_opened_to_read_its_signature(tmp_path):
