@@ -99,16 +99,42 @@ def memory_estimate(cfg: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def _steps(solver: Mapping[str, Any], grid: Mapping[str, Any] | None = None) -> tuple[str, float] | None:
-    """The key and number of steps a fixed-step solver takes to ``t_final`` (the grid: at least t_final / grid.dt_max)."""
+def _steps(solver: Mapping[str, Any], grid: Mapping[str, Any] | None = None,
+           noise: Mapping[str, Any] | None = None) -> tuple[str, float] | None:
+    """The key and number of steps a fixed-step solver takes to ``t_final`` (the grid: at least t_final / grid.dt_max,
+    and with noise at least :func:`_grid_diffusion_steps`)."""
     span = float(solver["t_final"])
     if solver["kind"] == "jko":
         return "solver.tau", span / float(solver["tau"])
     if solver["kind"] in ("particle", "zero-temperature") and solver["method"] != "rk45":
         return "solver.dt", span / float(solver["dt"])
-    if solver["kind"] == "grid" and grid and float(grid.get("dt_max") or 0.0) > 0:
-        return "grid.dt_max", span / float(grid["dt_max"])
-    return None
+    if solver["kind"] != "grid" or not grid:
+        return None
+    counts = [("grid.dt_max", span / float(grid["dt_max"]))] if float(grid.get("dt_max") or 0.0) > 0 else []
+    if (diffusion := _grid_diffusion_steps(solver, grid, noise)) is not None:
+        counts.append(diffusion)
+    return max(counts, key=lambda item: item[1], default=None)
+
+
+def _grid_diffusion_steps(solver: Mapping[str, Any], grid: Mapping[str, Any],
+                          noise: Mapping[str, Any] | None) -> tuple[str, float] | None:
+    r"""The key of the least :math:`\gamma` and at least the steps of the grid's diffusion to ``t_final``: its step is at
+    most about :math:`\mathrm{cfl}\,\gamma\,h^2` (the Laplace–Beltrami term's
+    :math:`\gamma^{-1}\sum_j\ell_{ij}/\delta_{ij}\approx 4/(\gamma h^2)` in the CFL rule), :math:`h^2=4\pi/N` of the
+    coarse cells; ``None`` without noise or with a :math:`\gamma(t)` given by an expression (the least of a constant,
+    linear or exponential one is taken: ``noise.gamma`` or ``noise.gamma_final``).  :math:`\gamma = 10^{-300}` had
+    run to the step floor after its first frame."""
+    gamma = (noise or {}).get("gamma")
+    if gamma is None:
+        return None
+    key, anneal = "noise.gamma", noise.get("anneal", "none")
+    if anneal in ("linear", "exponential") and noise.get("gamma_final") is not None:
+        if float(noise["gamma_final"]) < float(gamma):
+            key, gamma = "noise.gamma_final", noise["gamma_final"]
+    elif anneal != "none":
+        return None
+    h2 = 4.0 * math.pi / float(grid["cells"])
+    return key, float(solver["t_final"]) / (float(solver["cfl"]) * float(gamma) * h2)
 
 
 def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> None:
@@ -130,8 +156,9 @@ def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> 
             f"save_every = {solver['save_every']:g} saves {frames:.3g} frames up to t_final = {solver['t_final']:g}; "
             f"the limit is {MAX_FRAMES:.0e} (save less often)",
         )
-    steps, points = _steps(solver, cfg.get("grid")), _weight_path_points(cfg)
-    counts = ([(*steps, "")] if steps is not None else []) + ([("weights.dt", points, " of the weight path")] if points is not None else [])
+    steps, points = _steps(solver, cfg.get("grid"), cfg.get("noise")), _weight_path_points(cfg)
+    counts = ([(*steps, " of its diffusion (each at most about cfl·γ·4π/grid.cells)" if steps[0].startswith("noise.") else "")]
+              if steps is not None else []) + ([("weights.dt", points, " of the weight path")] if points is not None else [])
     for key, count, what in counts:
         if not count <= MAX_STEPS:
             section, name = key.split(".")
