@@ -5,6 +5,7 @@ module knows nothing about time stepping.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -57,9 +58,42 @@ def build_model(cfg: dict[str, Any], *, schedule: HeadSchedule | None = None) ->
         with warnings.catch_warnings():
             if isinstance(cfg["model"]["heads"], list):  # the config's check gave this as its own note, once (heads
                 warnings.simplefilter("ignore", UnshiftedOverflowWarning)  # given as tables; the default head and
-            return _model(cfg, schedule)  # a checkpoint's get the Model's warning: they had got neither)
+            model = _model(cfg, schedule)  # a checkpoint's get the Model's warning: they had got neither)
     except ScoreOverflowError as exc:
         raise ConfigError("model.beta", str(exc)) from None
+    _check_path_bounds(cfg, model)
+    return model
+
+
+def _check_path_bounds(cfg: dict[str, Any], model: Model) -> None:
+    r"""Refuse an oscillating or OU weight path whose heads leave the bounds of constant ones (:data:`SCORE_BOUND_LIMIT`
+    on :math:`\beta\|B_h(t)\|_F`, :data:`VALUE_BOUND_LIMIT` on :math:`\|V_h(t)\|_F`): they move by at most
+    :math:`A\sqrt d` (oscillating), or by 40 standard deviations of the OU entries, :math:`40\,d\,s` with
+    :math:`s^2=\sigma^2(1-e^{-2\kappa T})/2\kappa` (:math:`\sigma^2T` at :math:`\kappa=0`); any other path by its heads
+    at :math:`t=0` (the Model checks constant heads).  An amplitude or a σ of 1e300, and β = 1e308 under the SDE of
+    Massucco et al., had run to NaN after the first frame, exit 1, a file written."""
+    from meanfield.heads.schedules import OscillatingSchedule, OUSchedule
+    from meanfield.model import SCORE_BOUND_LIMIT, VALUE_BOUND_LIMIT, value_bound
+
+    schedule = model.heads
+    if isinstance(schedule, ConstantHeads):
+        return  # (checked by the Model)
+    if isinstance(schedule, OscillatingSchedule):
+        key, centre, spread = "weights.amplitude", schedule.mean, schedule.amplitude * math.sqrt(schedule.mean.d)
+    elif isinstance(schedule, OUSchedule):
+        span, kappa = float(cfg["solver"]["t_final"]), schedule.kappa
+        deviation = schedule.sigma * math.sqrt(-math.expm1(-2.0 * kappa * span) / (2.0 * kappa) if kappa > 0 else span)
+        key, centre, spread = "weights.sigma", schedule.mean, 40.0 * schedule.mean.d * deviation
+    else:  # another path (layers, relaxation, the authors' SDE): its first heads
+        key, centre, spread = "model.beta", schedule.at(0.0), 0.0
+    with np.errstate(over="ignore"):
+        scores = float(model.beta) * (value_bound(centre.B) + spread)
+        values = value_bound(centre.V) + spread
+    if not (scores <= SCORE_BOUND_LIMIT and values <= VALUE_BOUND_LIMIT):
+        given = cfg[key.split(".")[0]][key.split(".")[1]]
+        raise ConfigError(key, f"{given:g} makes the heads' scores or velocities overflow: β‖B_h(t)‖_F up to {scores:.3g} "
+                               f"(at most {SCORE_BOUND_LIMIT:.0e}), ‖V_h(t)‖_F up to {values:.3g} (at most "
+                               f"{VALUE_BOUND_LIMIT:.0e})")
 
 
 def _model(cfg: dict[str, Any], schedule: HeadSchedule | None) -> Model:

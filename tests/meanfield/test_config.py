@@ -463,3 +463,33 @@ def test_heads_too_many_or_too_tall_for_the_memory_are_named():
         load_config(None, ["model.heads=[{Q='random', K='random', k=1000000000000}]"])
     with pytest.raises(ConfigError, match=r"model\.num_heads: 100000000 heads of 3×3 need about"):
         load_config(None, ["model.num_heads=100000000"])
+
+
+def test_a_grid_diffusion_too_slow_to_end_is_refused_naming_noise_gamma():
+    # (found by a fuzz) γ = 1e-300 on the grid had run to the step floor after its first frame, exit 1, a file written;
+    # the grid's diffusion step is at most about cfl·γ·4π/N (measured: 1321 steps where this says at least 318, at
+    # γ = 1 on 2000 cells to t = 1)
+    from meanfield.resources import _grid_diffusion_steps
+
+    with pytest.raises(ConfigError, match=r"noise\.gamma: 1e-300 takes 3\.18e\+303 steps of its diffusion"):
+        load_config(None, ["solver.kind=grid", "noise.gamma=1e-300"])
+    cfg = load_config(None, ["solver.kind=grid", "noise.gamma=1.0", "solver.t_final=1.0"])
+    assert _grid_diffusion_steps(cfg["solver"], cfg["grid"], cfg["noise"]) == ("noise.gamma", pytest.approx(2000 / (0.5 * 4 * np.pi)))
+    with pytest.raises(ConfigError, match=r"noise\.gamma_final: 1e-300 takes .* steps of its diffusion"):  # annealed
+        load_config(None, ["solver.kind=grid", "noise.gamma=1.0", "noise.anneal=linear", "noise.gamma_final=1e-300",
+                           "noise.duration=1.0"])
+
+
+@pytest.mark.parametrize("config, override, key", [
+    ("oscillating_heads.toml", "weights.amplitude=1e300", "weights.amplitude"),
+    ("ou_heads.toml", "weights.sigma=1e300", "weights.sigma"),
+    ("massucco_ou.toml", "model.beta=1e308", "model.beta"),
+])
+def test_weight_paths_whose_heads_overflow_are_refused_before_the_run(config, override, key):
+    # (found by a fuzz) each had run to NaN after the first frame, exit 1, a file written
+    from meanfield.build import build_model
+
+    data = Path(__file__).resolve().parents[2] / "data"
+    with pytest.raises(ConfigError, match=rf"{key}: .* makes the heads' scores or velocities overflow"):
+        build_model(load_config(data / config, [override, "solver.t_final=0.05"]))
+    build_model(load_config(data / config, ["solver.t_final=0.05"]))  # the file's own path is within the bounds
