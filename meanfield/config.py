@@ -653,7 +653,8 @@ def _source_run_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Ma
 def _check_unshifted_overflow(cfg: dict[str, Any], heads: list[Any]) -> None:
     r"""Note an unnormalized-attention run whose terms :math:`e^{\beta\langle x, B_h y\rangle}` leave float64 where
     tokens reach the top singular directions of a head: it takes them as they are (softmax shifts them by the row's
-    largest).  The run stops there on NaN/Inf, its frames kept.
+    largest).  The run stops there on NaN/Inf, its frames kept.  A note too where the terms stay finite but the
+    velocity, up to :math:`e^{\beta\|B_h\|_2}\|V_h\|_F`, passes :data:`~meanfield.model.VELOCITY_EXPONENT_LIMIT`.
 
     The JKO scheme (either variant) is refused instead: its step minimises the energy itself, which it evaluates
     at the start, and uniform tokens come near enough the top directions for it to overflow at once (an
@@ -664,7 +665,7 @@ def _check_unshifted_overflow(cfg: dict[str, Any], heads: list[Any]) -> None:
     unshifted = model["attention"] == "unnormalized" or jko
     if not unshifted or not heads or model["beta"] == 0:
         return
-    from meanfield.model import EXP_OVERFLOW, unshifted_exponent  # local: the model module imports NumPy
+    from meanfield.model import EXP_OVERFLOW, VELOCITY_EXPONENT_LIMIT, unshifted_exponent, unshifted_velocity_exponent
 
     exponent = unshifted_exponent(model["beta"], [head.B for head in heads])
     top = exponent / model["beta"]
@@ -677,6 +678,13 @@ def _check_unshifted_overflow(cfg: dict[str, Any], heads: list[Any]) -> None:
         warnings.warn(f"model.beta = {model['beta']:g} with a head of ‖B‖₂ = {top:.3g}: unnormalized attention takes e^(β⟨x, B y⟩) "
                       f"unshifted, which exceeds float64 above β⟨x, B y⟩ = 709; the run stops on NaN/Inf where the "
                       f"tokens get there (β‖B‖₂ = {exponent:.3g})", ConfigNote, stacklevel=4)
+        return
+    velocity = unshifted_velocity_exponent(model["beta"], [head.B for head in heads], [head.V for head in heads])
+    if velocity > VELOCITY_EXPONENT_LIMIT and not jko:  # (β = 600 with V = 1e140, and with V = I, had run to NaN without a word)
+        warnings.warn(f"model.beta = {model['beta']:g}: unnormalized attention takes e^(β⟨x, B y⟩) unshifted, and its "
+                      f"velocity, up to e^(β‖B_h‖₂)‖V_h‖_F = e^{velocity:.4g}, passes e^{VELOCITY_EXPONENT_LIMIT:.4g}, past which "
+                      "a step's tokens cannot be put back on the sphere; the run stops on NaN/Inf where the tokens get "
+                      "near a head's top singular directions (scale V_h or β down)", ConfigNote, stacklevel=4)
 
 
 def _graded_checks(cfg: dict[str, Any]) -> None:

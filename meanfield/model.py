@@ -27,7 +27,7 @@ from meanfield.heads.head import Head, HeadStack
 from meanfield.kernels.attention import ATTENTION_KINDS, BACKENDS, DEFAULT_TOLERANCE, MASKS, TOLERANCE_BACKENDS, attention_velocity
 from meanfield.kernels.inputs import as_head_stack, check_tolerance, is_temperature
 
-__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "VALUE_BOUND_LIMIT", "value_bound", "EXP_OVERFLOW", "unshifted_exponent",
+__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "VALUE_BOUND_LIMIT", "VELOCITY_EXPONENT_LIMIT", "value_bound", "unshifted_velocity_exponent", "EXP_OVERFLOW", "unshifted_exponent",
            "ScoreOverflowError", "UnshiftedOverflowWarning"]
 
 DIRECTIONS = ("ascent", "descent")
@@ -50,6 +50,20 @@ def value_bound(V: np.ndarray) -> float:
     if top == 0.0 or not math.isfinite(top):
         return top
     return top * max(float(np.linalg.norm(np.asarray(v) / top)) for v in np.asarray(V))
+
+
+#: the largest exponent of an unnormalized velocity, :math:`\ln` of :data:`VALUE_BOUND_LIMIT` (about 345): past it a
+#: step's tokens x + dt·v can no longer be put back on the sphere through their squared norms
+VELOCITY_EXPONENT_LIMIT = math.log(VALUE_BOUND_LIMIT)
+
+
+def unshifted_velocity_exponent(beta: float, B: np.ndarray, V: np.ndarray) -> float:
+    r"""The largest exponent :math:`\max_h\bigl(\beta\|B_h\|_2+\ln\max(1,\|V_h\|_F)\bigr)` of the unnormalized
+    velocity :math:`\sum_j a_je^{\beta\langle x, B_h y_j\rangle}V_hy_j` where tokens reach a head's top singular
+    directions; above :data:`VELOCITY_EXPONENT_LIMIT` the run stops on NaN/Inf there (β = 600 with V = I had, without a
+    word: the terms themselves stay below float64's largest up to :data:`EXP_OVERFLOW`)."""
+    return max(float(beta) * float(np.linalg.norm(b, 2)) + math.log(max(1.0, float(np.linalg.norm(v))))
+               for b, v in zip(np.asarray(B), np.asarray(V)))
 
 
 def unshifted_exponent(beta: float, B: np.ndarray) -> float:
@@ -198,6 +212,12 @@ class Model:
                                   f"unshifted and exceed float64 above β⟨x, B_h y⟩ = 709, here up to β‖B_h‖₂ = {top:.3g}; "
                                   f"the velocity is NaN/Inf where tokens come near a head's top singular directions "
                                   f"(softmax attention shifts its scores and has no such limit)", UnshiftedOverflowWarning,
+                                  stacklevel=3)
+                elif (speed := unshifted_velocity_exponent(self.beta, heads.at(0.0).B, heads.at(0.0).V)) > VELOCITY_EXPONENT_LIMIT:
+                    warnings.warn(f"beta = {self.beta!r} with unnormalized attention: its velocity, up to "
+                                  f"e^(β‖B_h‖₂)‖V_h‖_F = e^{speed:.4g}, passes e^{VELOCITY_EXPONENT_LIMIT:.4g}, past which a "
+                                  "step's tokens cannot be put back on the sphere: the run stops on NaN/Inf where tokens "
+                                  "come near a head's top singular directions (scale V_h or β down)", UnshiftedOverflowWarning,
                                   stacklevel=3)
         object.__setattr__(self, "heads", heads)
 

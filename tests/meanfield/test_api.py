@@ -465,9 +465,15 @@ def test_a_direct_model_whose_unshifted_terms_overflow_warns_once_and_a_config_o
     with np.errstate(over="ignore", invalid="ignore"):  # what the warning announces: the top direction leaves float64
         v = model.ambient_velocity(np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]), 0.0)
     assert not np.all(np.isfinite(v))
+    # 700 < 709.78: the terms stay floats, but a velocity of e^700 puts a step's tokens past the floats' squares
+    with pytest.warns(UnshiftedOverflowWarning, match=r"its velocity, up to e\^\(β‖B_h‖₂\)‖V_h‖_F = e\^700\.5, passes e\^345\.4"):
+        model = mf.Model(d=3, beta=350.0, heads=heads, attention="unnormalized")
+    x = np.array([[1.0, 0.0, 0.0], [0.6, 0.8, 0.0]])  # what it announces: a step there leaves the floats
+    with pytest.raises(mf.RunFailed, match="tokens left the sphere|NaN/Inf"), np.errstate(over="ignore", invalid="ignore"):
+        mf.solve(mf.Problem(model, x), mf.ParticleSolver(dt=0.01, method="euler"), t_final=0.01, energy=False, speed=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        mf.Model(d=3, beta=350.0, heads=heads, attention="unnormalized")  # 700 < 709.78
+        mf.Model(d=3, beta=170.0, heads=heads, attention="unnormalized")  # e^340 < e^345.4
         mf.Model(d=3, beta=400.0, heads=heads)  # softmax shifts its scores
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
