@@ -944,7 +944,9 @@ def load_config(
         raw = read_toml(source, key=source_key)
         base = source.resolve().parent
         if not raw:  # (an empty file, or one of comments, had run the defaults without a word)
-            warnings.warn(f"{source} sets no key: every setting is the built-in default", ConfigNote, stacklevel=3)
+            overrides = list(overrides)  # (an iterator: read here and below)
+            rest = "every other setting" if overrides or values else "every setting"
+            warnings.warn(f"{source} sets no key: {rest} is the built-in default", ConfigNote, stacklevel=3)
     else:
         raise ConfigError(source_key, f"expected a TOML path, a mapping or None, got {type(source).__name__}")
     source_solver = dict(raw["solver"]) if isinstance(raw.get("solver"), Mapping) else {}

@@ -178,9 +178,11 @@ def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> 
                 "grid.cells": f"{value} cells",
                 "weights.dt": f"the weight path of {points or 0:.3g} points (t_final / weights.dt) for {_heads(cfg)} heads of "
                               f"{cfg['model']['d']}×{cfg['model']['d']}"}[key]
-        if key == "model.d" and cfg["model"].get("num_heads") is not None and _heads(cfg) > 1:  # (it had named model.d
-            # for model.num_heads = 1e8 heads of 3×3)
-            key, what = "model.num_heads", f"{_heads(cfg)} heads of {value}×{value}"
+        heads = _heads(cfg)
+        if (key == "model.d" and cfg["model"].get("num_heads") is not None and heads > 1
+                and total - estimate[key] * (1.0 - 1.0 / heads) <= limit):  # one head fits: their number is what grows
+            # (it had named model.d for model.num_heads = 1e8 heads of 3×3)
+            key, what = "model.num_heads", f"{heads} heads of {value}×{value}"
         if key == "grid.cells" and cfg["grid"].get("family") == "icosahedral":
             what = f"the icosahedral mesh of grid.cells = {value} has {estimate[key] / _CELL_BYTES:.0f} cells (10·4^L + 2), which"
         if key == "grid.cells" and cfg["grid"].get("family") == "graded":  # the refinement, not grid.cells, may be what grows

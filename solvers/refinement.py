@@ -235,7 +235,7 @@ def observed_orders(h: Sequence[float], errors: Sequence[float], *, floor: float
     for k in range(1, len(h)):
         e0, e1 = errors[k - 1], errors[k]
         if e0 > floor and e1 > floor and math.isfinite(e0) and math.isfinite(e1) and h[k - 1] != h[k]:
-            out.append(math.log(e0 / e1) / math.log(h[k - 1] / h[k]))
+            out.append((math.log(e0) - math.log(e1)) / math.log(h[k - 1] / h[k]))  # (e0/e1 may under- or overflow)
         else:
             out.append(math.nan)
     return out
@@ -278,7 +278,7 @@ def successive_orders(h: Sequence[float], differences: Sequence[float], *, floor
         if not (d0 > floor and d1 > floor and math.isfinite(d0) and math.isfinite(d1) and a > 0 and b > 0):
             out.append(math.nan)
             continue
-        target = math.log(d0 / d1)
+        target = math.log(d0) - math.log(d1)  # (the ratio may under- or overflow: 1e-300 / 1e300)
 
         def gap(p: float, a: float = a, b: float = b, target: float = target) -> float:
             return (p * b + _log_expm1_ratio(p * a, p * b) if p != 0.0 else math.log(a / b)) - target  # (its limit at 0)

@@ -217,7 +217,7 @@ def head_from_spec(
 
         short = memory_shortfall(8.0 * 3 * float(k) * d)
         if short:
-            raise ConfigError(f"{key}.k", f"Q and K of k = {k} rows of d = {d} {short}")
+            raise ConfigError(f"{key}.k", f"Q and K of k = {k} rows of d = {d}: {short}")
     rng = np.random.default_rng(head_seed) if layer == 0 else np.random.default_rng([head_seed, int(layer)])
     q_val, k_val = spec.get("Q", "identity"), spec.get("K", "identity")
     if k is not None:

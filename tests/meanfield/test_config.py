@@ -392,6 +392,10 @@ def test_an_empty_file_notes_that_it_runs_the_defaults(tmp_path):
         with pytest.warns(ConfigNote, match=r"empty\.toml sets no key: every setting is the built-in default"):
             cfg = load_config(path)
         assert cfg == load_config(None)
+    with pytest.warns(ConfigNote, match=r"empty\.toml sets no key: every other setting is the built-in default"):
+        assert load_config(path, iter(["model.beta=9.0"]))["model"]["beta"] == 9.0  # (it had said "every setting")
+    with pytest.warns(ConfigNote, match=r"every other setting is the built-in default"):
+        assert load_config(path, values={"init.n": 10})["init"]["n"] == 10
     path.write_text("[model]\nbeta = 4.0\n")
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConfigNote)
@@ -463,10 +467,12 @@ def test_values_whose_velocities_overflow_are_refused_naming_the_head():
 def test_heads_too_many_or_too_tall_for_the_memory_are_named():
     # (found by a fuzz) k = 1e12 random rows had been NumPy's allocation error (a traceback); num_heads = 1e8 had been
     # blamed on model.d
-    with pytest.raises(ConfigError, match=r"model\.heads\[0\]\.k: Q and K of k = 1000000000000 rows of d = 3 needs about"):
+    with pytest.raises(ConfigError, match=r"model\.heads\[0\]\.k: Q and K of k = 1000000000000 rows of d = 3: needs about"):
         load_config(None, ["model.heads=[{Q='random', K='random', k=1000000000000}]"])
     with pytest.raises(ConfigError, match=r"model\.num_heads: 100000000 heads of 3×3 need about"):
         load_config(None, ["model.num_heads=100000000"])
+    with pytest.raises(ConfigError, match=r"^model\.d: d = 100000"):  # one head alone does not fit: fewer cannot help
+        load_config(None, ["model.d=100000", "model.num_heads=2", "init.n=4"])
 
 
 def test_a_grid_diffusion_too_slow_to_end_is_refused_naming_noise_gamma():

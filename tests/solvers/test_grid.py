@@ -324,6 +324,9 @@ def test_orders_of_round_off_are_nan():
     assert all(math.isnan(p) for p in refinement.observed_orders(h, [1e-17, 3e-17, 1e-17], floor=1e-13))
     assert math.isnan(refinement.successive_orders(h, [1e-17, 3e-17], floor=1e-13)[1])
     assert refinement.observed_orders([], []) == [] and refinement.successive_orders([1.0], []) == []
+    # errors whose ratio underflows (1e-300 / 1e300) had been "math domain error"
+    np.testing.assert_allclose(refinement.observed_orders([1.0, 0.5], [1e-300, 1e300])[1], -600 * np.log2(10), rtol=1e-12)
+    np.testing.assert_allclose(refinement.successive_orders([1.0, 0.5, 0.25], [1e-300, 1e300])[1], -600 * np.log2(10), rtol=1e-9)
 
 
 def test_a_first_order_study_on_unequal_refinements_reads_order_one():
