@@ -154,7 +154,10 @@ def distinct_outputs(**outputs: str | None) -> None:
         if value is None:
             continue
         option = f"-{name}" if len(name) == 1 else f"--{name}"
-        path = Path(value).resolve()
+        try:
+            path = Path(value).resolve()
+        except (OSError, RuntimeError):  # a loop of symlinks (RuntimeError before Python 3.13): the output's own check
+            raise ConfigError(option, f"{value} is a symlink that leads to no file (a loop of links)") from None
         for earlier, other in seen.items():
             if path == earlier or (path.exists() and earlier.exists() and os.path.samefile(path, earlier)):
                 raise ConfigError(option, f"{value} is also the output {other}; give each output its own file")

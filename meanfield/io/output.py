@@ -41,6 +41,8 @@ def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = Fa
             target = path.resolve()
         except (OSError, RuntimeError):  # (RuntimeError: a loop, before Python 3.13)
             raise ConfigError(key, f"{path} is a symlink that leads to no file (a loop of links)") from None
+        if not target.parent.is_dir():  # as the shell's > (the run had made the missing folders wherever the link led)
+            raise ConfigError(key, f"{path} is a symlink to {target}, whose folder {target.parent} does not exist")
         check_parent(target, key)
     if path.exists():
         if resume:

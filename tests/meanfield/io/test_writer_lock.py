@@ -230,3 +230,21 @@ def test_a_lock_file_of_another_user_is_locked_read_only(tmp_path, monkeypatch):
     with WriterLock(out):  # a lock file that cannot be removed (a sticky folder) is let go all the same
         pass
     assert not writer_alive(out)
+
+
+def test_a_symlink_loop_or_a_link_into_no_folder_is_refused_by_the_command(tmp_path, capsys, monkeypatch):
+    # (found in review) a loop had been a RuntimeError traceback from the command's check of its outputs; a link into a
+    # missing folder had made that folder wherever the link led (the shell's > fails there)
+    from meanfield.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    os.symlink("loop2", "loop1")
+    os.symlink("loop1", "loop2")
+    config = Path(__file__).resolve().parents[3] / "data" / "default.toml"
+    assert main(["simulate", str(config), "-o", "loop1", "--quiet"]) == 2
+    assert "loop1 is a symlink that leads to no file (a loop of links)" in capsys.readouterr().err
+    missing = tmp_path / "nowhere" / "deeper"
+    os.symlink(missing / "x.h5", "bad.h5")
+    assert main(["simulate", str(config), "-o", "bad.h5", "--quiet"]) == 2
+    assert f"whose folder {missing} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "nowhere").exists()
