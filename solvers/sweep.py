@@ -389,6 +389,7 @@ def load_sweep(source: str | Path | Mapping[str, Any], *, base_dir: str | Path |
 
     cases: list[SweepCase] = []
     seen: dict[str, int] = {}
+    notes: dict[str, list[int]] = {}
     grid_points = list(itertools.product(*grid.values())) if grid else [()]
     for table in case_tables:
         for point in grid_points:
@@ -398,14 +399,25 @@ def load_sweep(source: str | Path | Mapping[str, Any], *, base_dir: str | Path |
             overrides = tuple(f"{key}={_toml_value(value, key)}" for key, value in values.items())
             where = f"sweep case {index}: " + ", ".join(f"{k}={_cell(v)}" for k, v in params.items()) if params else f"sweep case {index}"
             try:
-                cfg = load_config(base, overrides)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    cfg = load_config(base, overrides)
             except ConfigError as exc:
                 raise ConfigError(exc.key, f"{exc.message} ({where})") from None
+            for item in caught:  # the notes once each, with their cases, below (a sweep over init.kind × seeds had
+                # printed one identical line per case); other warnings as they came
+                if issubclass(item.category, ConfigNote):
+                    notes.setdefault(str(item.message), []).append(index)
+                else:
+                    warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
             digest = config_hash(cfg)
             if digest in seen:
                 raise ConfigError("cases", f"cases {seen[digest]} and {index} resolve to the same config (hash {digest}); remove one")
             seen[digest] = index
             cases.append(SweepCase(index, params, overrides, cfg, digest))
+    for message, indices in notes.items():
+        which = "every case" if len(indices) == len(cases) else f"case{'s' * (len(indices) > 1)} {_ranges(indices)}"
+        warnings.warn(f"{message} ({which})", ConfigNote, stacklevel=2)
 
     definition = {
         "source": str(path.resolve()) if path is not None else None,
@@ -512,6 +524,17 @@ def _simulate_case(cfg: dict[str, Any], path: Path, *, resume_partial: bool) -> 
 def _last_finite(series: np.ndarray) -> float:
     finite = np.flatnonzero(np.isfinite(series))
     return float(series[finite[-1]]) if finite.size else math.nan
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    """Increasing case indices in runs: ``[0, 1, 2, 5, 7, 8]`` → ``"0–2, 5, 7–8"``."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs)
 
 
 def _concentration_scalars(t: np.ndarray, w2: np.ndarray) -> dict[str, float]:

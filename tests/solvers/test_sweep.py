@@ -7,8 +7,8 @@ Everything else runs in-process (``workers=0``).
 from __future__ import annotations
 
 import csv
-import math
 import json
+import math
 import os
 import signal
 import subprocess
@@ -16,6 +16,7 @@ import sys
 import time
 import tomllib
 import uuid
+import warnings
 from pathlib import Path
 
 import h5py
@@ -878,3 +879,25 @@ def test_a_sweeps_window_length_is_none_where_w2_starts_below_the_threshold():
     t = np.linspace(0.0, 5.0, 6)
     assert math.isnan(_concentration_scalars(t, np.array([1.0, 0.7, 0.6, 0.62, 0.65, 0.7]))["window_length"])
     assert _concentration_scalars(t, np.array([1.0, 0.4, 0.2, 0.5, 0.9, 1.0]))["window_length"] > 0
+
+
+def test_a_note_of_several_cases_is_given_once_with_its_cases(tmp_path):
+    # (found in review) a sweep over init.kind × seeds had printed the same note once per case, without naming it
+    from meanfield.errors import ConfigNote
+
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('base = {init = {kind = "vmf", kappa = 8.0, n = 8}, solver = {t_final = 0.1}}\n'
+                     '[grid]\n"init.kind" = ["vmf", "uniform"]\n"init.seed" = [0, 1, 2, 3]\n')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        spec = load_sweep(sweep)
+    notes = [str(w.message) for w in caught if issubclass(w.category, ConfigNote)]
+    assert notes == ["init.kappa not used by init.kind = 'uniform'; ignored (cases 4–7)"]
+    assert len(spec.cases) == 8
+    sweep.write_text('base = {init = {kind = "uniform", kappa = 8.0, n = 8}, solver = {t_final = 0.1}}\n'
+                     '[grid]\n"init.seed" = [0, 1]\n')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_sweep(sweep)
+    assert [str(w.message) for w in caught if issubclass(w.category, ConfigNote)] == [
+        "init.kappa not used by init.kind = 'uniform'; ignored (every case)"]
