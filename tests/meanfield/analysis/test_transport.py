@@ -650,3 +650,21 @@ def test_sinkhorn_holds_three_cost_sized_arrays_at_most():
     tracemalloc.stop()
     assert peak <= 3.3 * 8 * 500 * 500, peak / (8 * 500 * 500)
     assert np.isfinite(value) and value > 0  # (its value: within the stated bias of the exact W2, tests above)
+
+
+def test_sinkhorn_divergence_keeps_to_the_epsilons_it_can_compute():
+    # (found by a fuzz) ε = 1e-18 had read 3e10 (every W2 here is at most π), ε = 1e7 had stopped at zero potentials
+    # (marginals right to the tolerance for any of them: the self terms 0, the divergence 1.73 where about 0.590) and
+    # ε = 1e17 had read 0, each with converged = True
+    from meanfield.geometry.sphere import sample_uniform
+
+    x, y = sample_uniform(10, 3, seed=0), sample_uniform(8, 3, seed=1)
+    exact = w2(x, y)
+    small = w2(x, y, method="sinkhorn", epsilon=1e-12)
+    assert abs(small - exact) < 1e-4 and small <= exact
+    limit = w2(x, y, method="sinkhorn", epsilon=1e5)  # the energy distance's limit, reached well before 1e6 × the cost
+    np.testing.assert_allclose(w2(x, y, method="sinkhorn", epsilon=1e6), limit, rtol=1e-5)
+    np.testing.assert_allclose(limit, 0.59012, rtol=1e-5)
+    for eps, words in ((1e-18, "below 1e-13 of the largest cost"), (1e17, "above 1e\\+06 times the largest cost")):
+        with pytest.raises(ValueError, match=f"epsilon = .* is {words}"):
+            w2(x, y, method="sinkhorn", epsilon=eps)
