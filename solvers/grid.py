@@ -71,6 +71,7 @@ from meanfield.errors import ConfigError, RunFailed
 from meanfield.geometry.grid_config import mesh_of_grid
 from meanfield.geometry.mesh import SphericalMesh
 from meanfield.geometry.reconstruction import LIMITERS, LinearReconstruction
+from meanfield.kernels.attention import BACKENDS
 from meanfield.model import Model
 from meanfield.solvers.signals import check
 from meanfield.solvers.loop import RunSetup, StopRun, Tracker
@@ -232,6 +233,10 @@ def muscl_rate(mesh: SphericalMesh, faces: np.ndarray, u: np.ndarray) -> tuple[n
 # ----------------------------------------------------------------------------- the stepper
 
 
+#: the velocity kernels a :class:`GridSolver` may name (``None``: the model's)
+GRID_BACKENDS = ("auto", *BACKENDS)
+
+
 def check_grid_options(*, method: Any, cfl: Any, dt_max: Any, order: Any, limiter: Any) -> None:
     """The grid scheme's options, checked where they are given (:class:`GridSolver` had taken ``method=0.5`` or
     ``cfl=-1`` and refused them only inside :func:`meanfield.solve`)."""
@@ -242,8 +247,9 @@ def check_grid_options(*, method: Any, cfl: Any, dt_max: Any, order: Any, limite
     if not isinstance(method, str) or method not in GRID_METHODS:
         raise ValueError(f"unknown grid method {method!r}; choose from {sorted(GRID_METHODS)}")
     check_positive(cfl=cfl)
-    if dt_max is not None and not (isinstance(dt_max, (int, float, np.integer, np.floating)) and dt_max > 0):
-        raise ValueError(f"dt_max must be positive, got {dt_max!r}")  # (inf: no limit but the CFL condition)
+    if dt_max is not None and not (isinstance(dt_max, (int, float, np.integer, np.floating))
+                                   and not isinstance(dt_max, (bool, np.bool_)) and dt_max > 0):
+        raise ValueError(f"dt_max must be positive, got {dt_max!r}")  # (inf: no limit but the CFL condition; True had been 1)
 
 
 class GridStepper:
@@ -574,7 +580,7 @@ class GridSolver:
         CFL number (steps whose stages would make a cell negative are rejected and halved).
     dt_max : float, optional
         Largest step (default: the CFL condition and the save times alone).
-    backend : {"blas", "numba", "fused", "harmonic", "numpy"}, optional
+    backend : {"auto", "blas", "fused", "harmonic", "local", "numba", "numpy"}, optional
         Attention kernel of the velocity quadrature (default: the model's).
     order : {2, 1}
         Spatial order (:class:`GridStepper`).
@@ -605,6 +611,9 @@ class GridSolver:
     def __post_init__(self) -> None:
         check_noise_option(self.noise)
         check_grid_options(method=self.method, cfl=self.cfl, dt_max=self.dt_max, order=self.order, limiter=self.limiter)
+        if self.backend is not None and not (isinstance(self.backend, str) and self.backend in GRID_BACKENDS):
+            # ("" or {} had run with the default backend)
+            raise ValueError(f"backend must be one of {GRID_BACKENDS} (or None: the model's), got {self.backend!r}")
 
     def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:
         """Stepper and trackers: mass and positivity (always), the energies, the largest speed."""

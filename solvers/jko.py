@@ -111,6 +111,7 @@ Examples
 """
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -124,6 +125,7 @@ from meanfield.analysis.energy import energies_from_row_logs, energy_theta
 from meanfield.config import JKO_TOL_RANGE, check_mask
 from meanfield.errors import ConfigError, RunFailed
 from meanfield.heads import HeadStack
+from meanfield.io.token_masses import TOKEN_MASSES
 from meanfield.analysis.mobility import (
     MobilityField,
     authors_slope_squared,
@@ -966,6 +968,16 @@ class JKOSolver:
         if self.mobility not in MOBILITIES:
             raise ValueError(f"mobility must be one of {MOBILITIES}, got {self.mobility!r}")
         check_tol(self.tol)  # the config's bounds (tol=1e-16 had run ten halvings for 14 s before failing)
+        if not isinstance(self.keep_reports, (bool, np.bool_)):  # ("False", a string, had kept them)
+            raise TypeError(f"keep_reports must be True or False, got {self.keep_reports!r}")
+        if not isinstance(self.options, Mapping):
+            raise TypeError(f"options must be a mapping of the steppers' keywords, got {type(self.options).__name__}")
+        given_apart = {"tau", "mobility", "tol", "keep_reports", "weights"}  # (the solver's own, and the problem's)
+        known = {name for stepper in (ParticleJKOStepper, GridJKOStepper)
+                 for name, p in inspect.signature(stepper).parameters.items() if p.kind is p.KEYWORD_ONLY} - given_apart
+        unknown = sorted(set(self.options) - known)
+        if unknown:  # (they had been refused at solve(), as the steppers' unexpected keywords, options not named)
+            raise ValueError(f"options: unknown {', '.join(map(repr, unknown))}; the steppers take {', '.join(sorted(known))}")
 
     def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:  # noqa: ARG002
         """Stepper and trackers: the JKO step reports, finite values and the sphere (tokens) or the mass (grid), energies."""
@@ -978,7 +990,8 @@ class JKOSolver:
             trackers: list[Tracker] = [FiniteTracker(), SphereTracker(), JKOTracker(stepper)]
             if energy:
                 trackers += [EnergyTracker(model, weights=problem.weights), EnergyDissipationTracker(model, weights=problem.weights)]
-            state_name, static = "x", {}
+            # the token masses travel with the run, as the particle solver's (they had been dropped: run.token_masses None)
+            state_name, static = "x", {} if problem.weights is None else {TOKEN_MASSES: problem.weights}
         else:
             from meanfield.solvers.grid import GridEnergyTracker, MassTracker
 

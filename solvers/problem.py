@@ -88,11 +88,15 @@ class Problem:
         if not (isinstance(getattr(self.model, "d", None), (int, np.integer)) and callable(getattr(self.model, "velocity", None))):
             raise TypeError(f"model must be a meanfield.Model (or have d and velocity), got {type(self.model).__name__}")
         try:  # a copy: the run must not share the caller's array (a tracker's edit at t = 0 had reached it)
-            complex_input = bool(np.iscomplexobj(self.initial) or np.iscomplexobj(self.weights))
+            complex_input = bool(np.iscomplexobj(self.initial))
             state = np.array(self.initial, dtype=complex if complex_input else float)
         except (TypeError, ValueError):  # a ragged list had given NumPy's words, without naming initial
             raise ValueError(f"initial must be an array of numbers (tokens (n, d), or a grid's cell masses (N,)), "
                              f"got {type(self.initial).__name__} {self.initial!r:.60}") from None
+        try:  # (ragged weights had been blamed on initial)
+            complex_input = complex_input or bool(np.iscomplexobj(self.weights))
+        except (TypeError, ValueError):
+            raise ValueError(f"weights must be an array of numbers, got {type(self.weights).__name__} {self.weights!r:.60}") from None
         if complex_input:  # (their imaginary parts had been dropped)
             raise TypeError("initial and weights must be real numbers, got complex ones")
         if self.mesh is None:
@@ -260,10 +264,15 @@ def solve(
         raise ValueError(f"need finite times with t_final >= t_start, got t_start={t_start!r}, t_final={t_final!r}")
     if save_every is not None and not (np.isfinite(save_every) and save_every > 0):
         raise ValueError(f"save_every must be a positive finite number (or None: the end only), got {save_every!r}")
-    step = getattr(solver, "dt", None) if getattr(solver, "method", "rk45") != "rk45" else None  # a fixed step
-    if step is not None and (float(t_final) - float(t_start)) / float(step) > MAX_STEPS:
-        raise ValueError(f"dt = {step:g} takes {(float(t_final) - float(t_start)) / float(step):.3g} steps to t_final = {t_final:g}; "
-                         f"the limit is {MAX_STEPS:.0e} steps (the config's too)")
+    # a fixed step: dt, or the JKO scheme's tau (whose τ = 1e-12 had run for ever)
+    name, step = "dt", getattr(solver, "dt", None)
+    if step is None:
+        name, step = "tau", getattr(solver, "tau", None)
+    elif getattr(solver, "method", "rk45") == "rk45":  # adaptive steps
+        step = None
+    if step is not None and not (float(t_final) - float(t_start)) / float(step) <= MAX_STEPS:
+        raise ValueError(f"{name} = {step:g} takes {(float(t_final) - float(t_start)) / float(step):.3g} steps to t_final = "
+                         f"{t_final:g}; the limit is {MAX_STEPS:.0e} steps (the config's too)")
     if save_every and (float(t_final) - float(t_start)) / float(save_every) > MAX_FRAMES:  # (a raw MemoryError of 7 GiB)
         raise ValueError(f"save_every = {save_every:g} saves {(float(t_final) - float(t_start)) / float(save_every):.3g} frames "
                          f"up to t_final = {t_final:g}; the limit is {MAX_FRAMES:.0e} frames (the config's too)")

@@ -607,3 +607,43 @@ def test_a_temperature_past_the_floats_is_refused_before_any_file(tmp_path):
     config["model"]["beta"] = 650.0
     run = mf.simulate(config)
     assert np.all(np.isfinite(run.diagnostics["energy_theta"])) and np.all(np.isfinite(run.diagnostics["slope2"]))
+
+
+def test_a_tau_past_the_step_limit_is_refused_before_the_run():
+    # (found by a fuzz) solve() had checked only a solver's dt: tau = 1e-12 had run for ever, 1e-320 failed on an
+    # integer conversion
+    import meanfield as mf
+
+    problem = mf.Problem(mf.Model(d=3, beta=4.0, attention="pooled"), mf.sample_uniform(10, 3, seed=0))
+    for tau, steps in ((1e-12, "1e\\+11"), (1e-320, "inf")):
+        with pytest.raises(ValueError, match=rf"tau = .* takes {steps} steps to t_final = 0.1; the limit is 1e\+08 steps"):
+            mf.solve(problem, mf.JKOSolver(tau=tau), t_final=0.1)
+
+
+def test_ragged_weights_are_named_not_the_tokens():
+    import meanfield as mf
+
+    with pytest.raises(ValueError, match=r"^weights must be an array of numbers, got list \[1\.0, \[2\.0\]\]"):
+        mf.Problem(mf.Model(d=3, beta=4.0), mf.sample_uniform(10, 3), weights=[1.0, [2.0]])
+
+
+def test_the_solver_options_are_checked_where_they_are_given_and_the_masses_kept():
+    # (found by a fuzz) keep_reports="False" had kept the reports, options=None and unknown options failed inside
+    # solve() without naming options, GridSolver(backend="") ran the default and dt_max=True ran as 1; a weighted JKO
+    # run had dropped its token masses (run.token_masses None)
+    import meanfield as mf
+
+    with pytest.raises(TypeError, match=r"keep_reports must be True or False, got 'False'"):
+        mf.JKOSolver(keep_reports="False")
+    with pytest.raises(TypeError, match=r"options must be a mapping"):
+        mf.JKOSolver(options=None)
+    with pytest.raises(ValueError, match=r"options: unknown 'nonsense'; the steppers take .*max_iter"):
+        mf.JKOSolver(options={"nonsense": 1})
+    mf.JKOSolver(options={"max_iter": 10})
+    with pytest.raises(ValueError, match=r"backend must be one of \('auto', 'blas'"):
+        mf.GridSolver(backend="")
+    with pytest.raises(ValueError, match=r"dt_max must be positive, got True"):
+        mf.GridSolver(dt_max=True)
+    masses = np.array([0.05, 0.05, 0.05, 0.05, 0.1, 0.7])
+    problem = mf.Problem(mf.Model(d=3, beta=1.0, attention="pooled"), mf.sample_uniform(6, 3, seed=0), weights=masses)
+    np.testing.assert_array_equal(mf.solve(problem, mf.JKOSolver(tau=0.05), t_final=0.1).token_masses, masses)
