@@ -39,6 +39,7 @@ from numpy.typing import NDArray
 
 from meanfield.config import check_mask
 from meanfield.errors import ConfigError
+from meanfield.io.token_masses import TOKEN_MASSES
 from meanfield.model import Model
 from meanfield.analysis.projection import COND_MAX
 from meanfield.geometry.sphere import project_tangent
@@ -79,7 +80,8 @@ class ZeroTemperatureField:
 
 @dataclass
 class RayleighTracker:
-    r"""Records the mean Rayleigh quotient :math:`\frac1n\sum_i x_i^\top Sx_i` (``rayleigh``).
+    r"""Records the mean Rayleigh quotient :math:`\frac1n\sum_i x_i^\top Sx_i` (``rayleigh``); with token masses
+    ``weights``, their weighted mean :math:`\sum_i a_ix_i^\top Sx_i/\sum_ia_i`.
 
     For symmetric ``S`` it is a Lyapunov function of the zero-temperature flow:
     :math:`\frac{d}{dt}x^\top Sx = 2\sigma\|P^\perp_x Sx\|^2/\|B^\top x\|`
@@ -88,9 +90,10 @@ class RayleighTracker:
 
     field: ZeroTemperatureField
     name: str = "rayleigh"
+    weights: np.ndarray | None = None
 
     def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:  # noqa: ARG002
-        return {"rayleigh": float(np.mean(self.field.rayleigh(state)))}
+        return {"rayleigh": float(np.average(self.field.rayleigh(state), weights=self.weights))}
 
 
 def field_of(model: Model) -> ZeroTemperatureField:
@@ -158,7 +161,10 @@ class ZeroTemperatureSolver:
         stepper = ParticleStepper(field, method=self.method, dt=self.dt, rtol=self.rtol, atol=self.atol)  # type: ignore[arg-type]
         trackers: list[Tracker] = [FiniteTracker(), SphereTracker()]
         if energy:
-            trackers.append(RayleighTracker(field))
+            trackers.append(RayleighTracker(field, weights=problem.weights))
         if speed:
             trackers.append(SteadyStateTracker(field.velocity, tol=steady_tol))
-        return RunSetup(problem.model, stepper, problem.initial, "x", {}, trackers, info=lambda: dict(stepper.stats))
+        # the token masses travel with the run, as the particle solver's (they had been dropped: run.token_masses None,
+        # and the concentration of the run measured with equal masses); each token's flow is its own
+        static = {} if problem.weights is None else {TOKEN_MASSES: problem.weights}
+        return RunSetup(problem.model, stepper, problem.initial, "x", static, trackers, info=lambda: dict(stepper.stats))

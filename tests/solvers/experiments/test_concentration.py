@@ -886,3 +886,18 @@ def test_a_run_of_another_attention_law_is_noted_as_outside_the_theorem() -> Non
                        mf.ParticleSolver(dt=0.1), t_final=1.0, save_every=0.5)
         notes = " ".join(run.concentration().notes)
         assert ("are for unmasked softmax attention; this run has model.attention = 'relu'" in notes) == (attention == "relu")
+
+
+def test_a_weighted_zero_temperature_run_keeps_its_masses_and_weighs_its_rayleigh_quotient():
+    # (found in review) the zero-temperature solver had dropped the token masses (run.token_masses None, the run's
+    # concentration measured with equal masses) and recorded the unweighted mean Rayleigh quotient
+    import meanfield as mf
+
+    x0 = mf.sample_uniform(6, 3, seed=0)
+    masses = np.array([0.05, 0.05, 0.05, 0.05, 0.1, 0.7])
+    S = np.diag([1.0, 0.5, 0.2])
+    model = mf.Model(d=3, beta=4.0, attention="softmax", heads=mf.heads.Head(Q=np.eye(3), K=np.eye(3), V=S))
+    run = mf.solve(mf.Problem(model, x0, weights=masses), mf.ZeroTemperatureSolver(dt=0.05), t_final=0.2)
+    np.testing.assert_array_equal(run.token_masses, masses)
+    expected = sum(a * x @ S @ x for a, x in zip(masses, x0))  # a loop over the tokens
+    np.testing.assert_allclose(run.diagnostics["rayleigh"][0], expected, rtol=1e-14)
