@@ -397,7 +397,7 @@ def simulate_config(
             record_first = False
             earlier = dict(reader.info or {})
             writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape,
-                               static=setup.static, resume=True, resume_frames=frames, info=_unrecorded(earlier))
+                               static=setup.static, resume=True, resume_frames=frames, info=_unrecorded(earlier), key=out_key)
     if out_path is not None and resume and not out_path.exists():
         warnings.warn(f"{out_path} does not exist (a run killed before its first frame leaves none); "
                       "starting the run afresh", ConfigNote, stacklevel=2)

@@ -496,7 +496,8 @@ class RunWriter:
         self.pending: Path | None = None
         self.kept_older = False  # finish() left an older file of that name in place: this run committed no frame
         self.discarded = False  # finish() removed the new file: its first frame failed inside HDF5, nothing was saved
-        self.lock = WriterLock(self.path).acquire()
+        self.key = key
+        self.lock = WriterLock(self.path, key=key).acquire()  # (its messages had named -o to the Python API too)
         try:
             if not resume and not replace and self.path.exists():  # another run wrote it since the caller looked
                 raise ConfigError(key, f"{self.path} was written by another run while this one started; it is left as it "
@@ -581,7 +582,7 @@ class RunWriter:
             pid = _live_writer(self.target, reader.writer)
             if pid is not None:  # a writer alive under another name of the file (a hard link), which the lock of this
                 # name cannot see: the rebuild had detached this name into a copy and run on in it, two runs diverging
-                raise ConfigError("-o", f"{self.path} is being written by another meanfield process (pid {pid} on "
+                raise ConfigError(self.key, f"{self.path} is being written by another meanfield process (pid {pid} on "
                                         f"{socket.gethostname()}, under another name of the file: a hard link); wait for "
                                         "it to finish, or write to another file")
             _rebuild(reader, self.target)

@@ -73,8 +73,8 @@ def test_a_symlink_to_a_run_being_written_shares_its_lock(tmp_path):
         assert writer_alive(link) and RunReader(link).status == "running"
         for resume in (True, False):
             with pytest.raises(ConfigError, match="being written by another meanfield process") as info:
-                RunWriter(link, config=CONFIG, state_name="x", state_shape=SHAPE, resume=resume)
-            assert info.value.key == "-o"
+                RunWriter(link, config=CONFIG, state_name="x", state_shape=SHAPE, resume=resume, key="-o")
+            assert info.value.key == "-o"  # the caller's option (the Python API's "out")
         assert link.is_symlink()
     finally:
         writer.finish("completed")
@@ -91,7 +91,7 @@ def test_resume_through_a_hard_link_of_a_live_run_is_refused(tmp_path):
         assert RunReader(hard).status == "running"  # (it had said "interrupted")
         with pytest.raises(ConfigError, match=f"pid {process.pid} .*hard link") as info:
             RunWriter(hard, config=CONFIG, state_name="x", state_shape=SHAPE, resume=True)
-        assert info.value.key == "-o" and hard.samefile(real)
+        assert info.value.key == "out" and hard.samefile(real)  # the default key, the Python API's (it had named -o)
     finally:
         process.communicate("")
     assert RunReader(real).status == "completed" and hard.samefile(real)
