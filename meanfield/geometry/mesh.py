@@ -745,9 +745,9 @@ def _unit_mean(mean: Any, key: str) -> np.ndarray:
         m = np.asarray(mean, dtype=float)
     except (TypeError, ValueError):
         raise ConfigError(key, f"expected a vector of 3 numbers, got {mean!r}") from None
-    if m.shape != (3,) or not np.all(np.isfinite(m)) or np.linalg.norm(m) == 0:
+    if m.shape != (3,) or not np.all(np.isfinite(m)) or not np.any(m):
         raise ConfigError(key, f"expected a non-zero finite vector of 3 numbers, got {mean!r}")
-    return m / np.linalg.norm(m)
+    return unit_rows(m[None, :])[0][0]  # (the norm of [0, 0, 1e155] had overflowed, that of [0, 0, 1e-200] underflowed to 0)
 
 
 def _kappa(kappa: Any, key: str) -> float:

@@ -232,7 +232,7 @@ def sample_vmf(
     Parameters
     ----------
     mean : (d,) array, optional
-        Mean direction (normalised here); default the last basis vector.
+        Mean direction, a non-zero finite vector of any scale (normalised here); default the last basis vector.
     kappa : float
         Concentration, ``κ = 0`` is uniform.
 
@@ -250,9 +250,11 @@ def sample_vmf(
         mu[-1] = 1.0
     else:
         mu = np.asarray(mean, dtype=float)
-        if mu.shape != (d,) or not np.all(np.isfinite(mu)) or np.linalg.norm(mu) == 0:
+        if mu.shape != (d,) or not np.all(np.isfinite(mu)) or not np.any(mu):
             raise ValueError(f"mean must be a non-zero finite vector of length d={d}, got {mean!r}")
-        mu = mu / np.linalg.norm(mu)
+        # scaled by its largest entry where its norm under- or overflows (unit_rows): the norm of [0, 0, 1e155] had
+        # overflowed to inf and the mean become 0 (a uniform sample), and that of [0, 0, 1e-200] underflowed to 0 (refused)
+        mu = unit_rows(mu[None, :])[0][0]
     if kappa < 0 or not np.isfinite(kappa):
         raise ValueError(f"kappa must be finite and >= 0, got {kappa}")
     if kappa == 0:
