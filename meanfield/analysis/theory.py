@@ -89,6 +89,8 @@ __all__ = [
 # --------------------------------------------------------------------------- #
 def _finite(value: float, key: str) -> float:
     try:
+        if np.iscomplexobj(value):  # float() of a NumPy complex had dropped the imaginary part with a warning
+            raise TypeError
         x = float(value)
     except (TypeError, ValueError):
         raise ConfigError(key, f"must be a real number, got {value!r}") from None
@@ -107,6 +109,8 @@ def _reals(value: ArrayLike, key: str) -> NDArray[np.float64]:
     """``value`` as a float array, finite: a ``ConfigError`` naming ``key`` otherwise (NumPy's own error named nothing,
     and NaN had passed through to a NaN result)."""
     try:
+        if np.iscomplexobj(value):  # a complex array had lost its imaginary part with a mere ComplexWarning
+            raise TypeError
         x = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         raise ConfigError(key, f"must be real numbers, got {value!r}") from None
@@ -1033,9 +1037,12 @@ def equiangular_entropy(gamma: ArrayLike, *, lam: float, beta: float, n: float) 
 # --------------------------------------------------------------------------- #
 def _stack(Bs: Sequence[ArrayLike] | NDArray[np.float64]) -> NDArray[np.float64]:
     try:
-        B = np.asarray(Bs, dtype=float)
+        complex_input = np.iscomplexobj(Bs)  # (the imaginary parts had been dropped with a mere ComplexWarning)
+        B = np.asarray(Bs, dtype=float) if not complex_input else np.zeros(0)
     except (TypeError, ValueError):
         raise ConfigError("Bs", "matrices must all have the same shape") from None
+    if complex_input:
+        raise ConfigError("Bs", "must be real numbers, got complex ones")
     if B.ndim != 3:
         raise ConfigError("Bs", f"expected H matrices of shape (d, d), got an array of shape {B.shape}")
     if B.shape[1] != B.shape[2]:

@@ -742,9 +742,11 @@ def _unit_mean(mean: Any, key: str) -> np.ndarray:
     if mean is None:
         return np.array([0.0, 0.0, 1.0])
     try:
+        if np.iscomplexobj(mean):  # (its imaginary part had been dropped with a ComplexWarning)
+            raise TypeError
         m = np.asarray(mean, dtype=float)
-    except (TypeError, ValueError):
-        raise ConfigError(key, f"expected a vector of 3 numbers, got {mean!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(key, f"expected a vector of 3 real numbers, got {mean!r}") from None
     if m.shape != (3,) or not np.all(np.isfinite(m)) or not np.any(m):
         raise ConfigError(key, f"expected a non-zero finite vector of 3 numbers, got {mean!r}")
     return unit_rows(m[None, :])[0][0]  # (the norm of [0, 0, 1e155] had overflowed, that of [0, 0, 1e-200] underflowed to 0)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from meanfield.checks import real_array
 from meanfield.io.arrays import load_npy
 from meanfield.kernels.jit import jit
 
@@ -249,7 +250,7 @@ def sample_vmf(
         mu = np.zeros(d)
         mu[-1] = 1.0
     else:
-        mu = np.asarray(mean, dtype=float)
+        mu = real_array("mean", mean)  # (a complex mean had lost its imaginary part with a ComplexWarning)
         if mu.shape != (d,) or not np.all(np.isfinite(mu)) or not np.any(mu):
             raise ValueError(f"mean must be a non-zero finite vector of length d={d}, got {mean!r}")
         # scaled by its largest entry where its norm under- or overflows (unit_rows): the norm of [0, 0, 1e155] had
@@ -446,7 +447,7 @@ def cluster_centers(centers: str | Any, d: int) -> np.ndarray:
             raise ValueError(f"centers must be 'octahedron' or a list of unit vectors, got {centers!r}")
         eye = np.eye(d)
         return np.concatenate([eye, -eye])
-    c = np.asarray(centers, dtype=float)
+    c = real_array("centers", centers)
     if c.ndim != 2 or c.shape[1] != d or c.shape[0] < 1:
         raise ValueError(f"centers must be a list of vectors of length d={d}, got shape {c.shape}")
     if not np.all(np.isfinite(c)):

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from meanfield.checks import real_array, real_number
 from meanfield.errors import ConfigError
 from meanfield.heads.ensembles import ENSEMBLES, draw
 
@@ -58,7 +59,8 @@ class Head:
     V: np.ndarray
 
     def __post_init__(self) -> None:
-        Q, K, V = (np.asarray(m, dtype=float) for m in (self.Q, self.K, self.V))
+        # (complex matrices had lost their imaginary parts with a mere ComplexWarning)
+        Q, K, V = (real_array(name, m) for name, m in (("Q", self.Q), ("K", self.K), ("V", self.V)))
         if V.ndim != 2 or V.shape[0] != V.shape[1] or V.shape[0] < 1:
             raise ValueError(f"a head's V is a d×d matrix, got shape {V.shape}")
         d = V.shape[0]
@@ -81,7 +83,10 @@ class Head:
 
     @classmethod
     def scalar(cls, lam: float, d: int) -> Head:
-        r"""Scalar value-aligned head :math:`B=V=\lambda I` (with :math:`Q=\sqrt{|\lambda|}I`, :math:`K=\pm Q`)."""
+        r"""Scalar value-aligned head :math:`B=V=\lambda I` (with :math:`Q=\sqrt{|\lambda|}I`, :math:`K=\pm Q`).
+
+        ``lam`` is a finite real number (a complex one had been taken by its modulus)."""
+        lam = real_number("lam", lam)
         root = np.sqrt(abs(lam)) * np.eye(d)
         return cls(Q=root, K=np.sign(lam) * root if lam != 0 else root * 0, V=lam * np.eye(d))
 
@@ -105,15 +110,15 @@ class HeadStack:
     w: np.ndarray = field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
-        B = np.ascontiguousarray(self.B, dtype=float)
-        V = np.ascontiguousarray(self.V, dtype=float)
+        B = np.ascontiguousarray(real_array("B", self.B))  # (complex ones had been cast with a ComplexWarning)
+        V = np.ascontiguousarray(real_array("V", self.V))
         if B.ndim != 3 or B.shape != V.shape or B.shape[1] != B.shape[2] or B.shape[0] < 1 or B.shape[1] < 1:
             raise ValueError(f"HeadStack needs B and V of equal shape (H, d, d) with H ≥ 1, got {B.shape} and {V.shape}")
         for name, matrices in (("B", B), ("V", V)):  # (every kernel had returned NaN velocities without a word)
             if not np.all(np.isfinite(matrices)):
                 heads = np.flatnonzero(~np.isfinite(matrices).reshape(matrices.shape[0], -1).all(axis=1)).tolist()
                 raise NonFiniteHeads(f"HeadStack {name} must be finite; head(s) {heads} hold NaN or inf")
-        w = np.full(B.shape[0], 1.0 / B.shape[0]) if self.w is None else np.asarray(self.w, dtype=float)
+        w = np.full(B.shape[0], 1.0 / B.shape[0]) if self.w is None else real_array("w", self.w)
         if w.shape != (B.shape[0],):  # the kernels read w[h] for every head (compiled ones without a bounds check)
             raise ValueError(f"HeadStack needs one weight per head, w of shape ({B.shape[0]},), got {w.shape}")
         if not np.all(np.isfinite(w)) or np.any(w < 0):
@@ -138,7 +143,7 @@ def stack_heads(heads: Sequence[Head], weights: Sequence[float] | None = None) -
     return HeadStack(
         B=np.stack([h.B for h in heads]),
         V=np.stack([h.V for h in heads]),
-        w=None if weights is None else np.asarray(weights, dtype=float),
+        w=None if weights is None else real_array("weights", weights),
     )
 
 

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from meanfield.checks import real_array
 from meanfield.heads.head import HeadStack
 
 __all__ = ["ATTENTION_KINDS", "MASKS", "NORMALISED_KINDS", "BLOCK_ELEMENTS", "MASS_RANGE", "token_masses", "check_tokens",
@@ -52,7 +53,7 @@ def token_masses(n: int, weights: np.ndarray | None, *, positive: bool = False, 
     """
     if weights is None:
         return np.full(n, 1.0 / n) if n > 0 else np.zeros(0)  # no tokens: no masses (every kernel returns an empty velocity)
-    a = np.asarray(weights, dtype=float)
+    a = real_array("weights", weights)  # (complex masses had lost their imaginary parts with a ComplexWarning)
     if a.shape != (n,):
         raise ValueError(f"weights must have shape ({n},), got {a.shape}")
     if not np.all(np.isfinite(a)) or np.any(a <= 0 if positive else a < 0):
@@ -190,7 +191,7 @@ def masses_near_one(weights: np.ndarray, *, keep_within: int | None = None) -> t
         Leave masses whose total lies in :math:`[2^{-r}, 2^r]` as they are (``k = 0``), so that their velocities
         keep their bits (:func:`masses_in_range`).
     """
-    a = np.asarray(weights, dtype=float)
+    a = real_array("weights", weights)  # (called before token_masses checks them: complex ones had been cast)
     size = np.abs(a)
     top = float(size.max()) if size.size else 0.0
     if not 0.0 < top < math.inf:  # all zero, or an inf or NaN mass (the kernels' check of the masses names it)
