@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["real_array", "real_number"]
+__all__ = ["real_array", "real_number", "check_int", "check_seed"]
 
 
 def _shown(value: Any) -> str:
@@ -67,3 +67,17 @@ def real_number(name: str, value: Any, *, minimum: float | None = None, positive
         raise ValueError(f"{name} must be >= {minimum:g}, got {_shown(value)}")
     return number
 
+
+def check_int(name: str, value: Any, *, minimum: int) -> int:
+    """``value`` as an int, an integer (Python's or NumPy's, not a bool) ≥ ``minimum``: a ValueError naming ``name``
+    otherwise."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {_shown(value)}")
+    return int(value)
+
+
+def check_seed(value: Any, name: str = "seed") -> int | None:
+    """A random seed: ``None`` (fresh entropy) or an integer ≥ 0 (NumPy's ``SeedSequence`` errors had named nothing)."""
+    if value is None:
+        return None
+    return check_int(name, value, minimum=0)

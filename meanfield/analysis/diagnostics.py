@@ -1234,12 +1234,20 @@ def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1
 
     Raises
     ------
+    ValueError
+        ``tol`` not a finite number ≥ 0, ``stride`` not an integer ≥ 1, or ``fd_points`` not an odd integer ≥ 3.
     ConfigError
         A grid run, a run without frames, or one without a config; a flow the diagnostics do not follow (see
         :func:`diagnose_run`).
     """
+    from meanfield.checks import check_int, real_number
     from meanfield.errors import ConfigError
 
+    # (stride=2.5 had been an IndexError of NumPy's, tol=None a TypeError of '>=', fd_points=5.0 'an integer is required')
+    real_number("tol", tol, minimum=0.0)
+    check_int("stride", stride, minimum=1)
+    if check_int("fd_points", fd_points, minimum=3) % 2 == 0:
+        raise ValueError(f"fd_points must be an odd integer >= 3, got {fd_points!r}")
     key, what = run.error_names
     if run.kind != "particle":
         raise ConfigError(key, "diagnose needs a particle run (tokens 'x'); this is a grid run")

@@ -221,7 +221,10 @@ def c_star(H: ArrayLike) -> float | NDArray[np.float64]:
         raise ConfigError("H", f"the number of heads must be finite and >= 1, got {H!r}")
     a = h - 1.0
     r = np.hypot(a, 2.0)  # (a * a overflowed above H ≈ 1.3e154, and c* came out 0)
-    return _out(np.where(a <= 1.0, (r - a) / 2.0, 2.0 / (r + a)))
+    # 2/(r + a) as 1/(r/2 + a/2), the same float (halving is exact): r + a overflowed above H ≈ 9e307, c* came out 0
+    # and beta_star(1e308, ...) had been 'math domain error'
+    half = np.hypot(a / 2.0, 1.0)
+    return _out(np.where(a <= 1.0, (r - a) / 2.0, 1.0 / (half + a / 2.0)))
 
 
 def head_cosine(beta: ArrayLike, *, n: float, alpha: float) -> float | NDArray[np.float64]:

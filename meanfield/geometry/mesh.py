@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.spatial import SphericalVoronoi, cKDTree
 
+from meanfield.checks import check_seed
 from meanfield.errors import ConfigError
 from meanfield.expressions import EXPR_NAMES, EXPR_NODES, compile_expression
 from meanfield.geometry.cache import cached_mesh
@@ -755,7 +756,10 @@ def _unit_mean(mean: Any, key: str) -> np.ndarray:
 def _kappa(kappa: Any, key: str) -> float:
     if isinstance(kappa, bool) or not isinstance(kappa, (int, float, np.floating, np.integer)):
         raise ConfigError(key, f"expected a number, got {kappa!r}")
-    k = float(kappa)
+    try:
+        k = float(kappa)
+    except OverflowError:  # an integer beyond float64 (10**400)
+        k = math.inf
     if not math.isfinite(k) or k < 0:
         raise ConfigError(key, f"must be finite and >= 0, got {kappa!r}")
     return k
@@ -964,10 +968,11 @@ def initial_mass(mesh: SphericalMesh, kind: str, **params: Any) -> np.ndarray:
     >>> round(float(m.sum()), 12)
     1.0
     """
-    try:
-        builder = INITIAL_DENSITIES[kind]
-    except KeyError:
-        raise ConfigError("init.kind", f"unknown grid density {kind!r}; choose from {sorted(INITIAL_DENSITIES)}") from None
+    if not isinstance(mesh, SphericalMesh):  # (None had been an AttributeError on 'fan_quadrature')
+        raise TypeError(f"mesh must be a SphericalMesh (meanfield.mesh(...)), got {type(mesh).__name__}")
+    builder = INITIAL_DENSITIES.get(kind) if isinstance(kind, str) else None  # (a dict had been 'unhashable type')
+    if builder is None:
+        raise ConfigError("init.kind", f"unknown grid density {kind!r}; choose from {sorted(INITIAL_DENSITIES)}")
     given = {k: v for k, v in params.items() if v is not None}
     for name in given:
         if name not in _PARAMS[kind]:
@@ -987,7 +992,7 @@ def sample_initial(kind: str, n: int, *, seed: int | None = 0, **params: Any) ->
     from meanfield.geometry.sphere import sample_uniform, sample_vmf
 
     given = {k: v for k, v in params.items() if v is not None}
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     if kind == "uniform":
         return sample_uniform(n, 3, seed=rng.integers(2**63))
     if kind == "vmf":

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.checks import real_array
+from meanfield.checks import check_seed, real_array, real_number
 from meanfield.io.arrays import load_npy
 from meanfield.kernels.jit import jit
 
@@ -218,7 +218,7 @@ def sample_uniform(n: int, d: int, *, seed: int | None = 0) -> np.ndarray:
     ((1000, 3), True)
     """
     check_sample_size(n, d)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     return normalize(rng.standard_normal((n, d)))
 
 
@@ -232,10 +232,15 @@ def sample_vmf(
 
     Parameters
     ----------
+    n, d : int
+        Points, on :math:`S^{d-1}`.
     mean : (d,) array, optional
         Mean direction, a non-zero finite vector of any scale (normalised here); default the last basis vector.
     kappa : float
-        Concentration, ``κ = 0`` is uniform.
+        Concentration, ``κ = 0`` is uniform; any finite ``κ ≥ 0`` (past about :math:`10^{32}` every point is the mean
+        to float64's precision).
+    seed : int, optional
+        ``≥ 0``, or ``None`` for fresh entropy.
 
     Examples
     --------
@@ -245,7 +250,8 @@ def sample_vmf(
     True
     """
     check_sample_size(n, d)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
+    kappa = real_number("kappa", kappa, minimum=0.0)  # (None had been a TypeError, 1e308 an OverflowError)
     if mean is None:
         mu = np.zeros(d)
         mu[-1] = 1.0
@@ -256,22 +262,30 @@ def sample_vmf(
         # scaled by its largest entry where its norm under- or overflows (unit_rows): the norm of [0, 0, 1e155] had
         # overflowed to inf and the mean become 0 (a uniform sample), and that of [0, 0, 1e-200] underflowed to 0 (refused)
         mu = unit_rows(mu[None, :])[0][0]
-    if kappa < 0 or not np.isfinite(kappa):
-        raise ValueError(f"kappa must be finite and >= 0, got {kappa}")
     if kappa == 0:
         return sample_uniform(n, d, seed=rng.integers(2**63))
-    # Wood (1994): sample w = <mu, x>.
-    b = (d - 1) / (2 * kappa + np.sqrt(4 * kappa**2 + (d - 1) ** 2))
-    x0 = (1 - b) / (1 + b)
-    c = kappa * x0 + (d - 1) * np.log(1 - x0**2)
+    # Wood (1994): sample w = <mu, x>.  Its test  κw + (d-1) log(1 - x0 w) - c ≥ log u,  c = κx0 + (d-1) log(1 - x0²),
+    # is taken in the exact form  κ(w - x0) + (d-1) log((1 - x0 w)/(1 - x0²)) ≥ log u  with
+    # w - x0 = 2b(1 - 2z)/((1 + b)(1 - (1 - b)z))  and  (1 - x0 w)/(1 - x0²) = (1 + b)/(2(1 - (1 - b)z)):  every term
+    # stays O(1) (κb ≈ (d-1)/4).  κ ≥ 1e16 had made 1 - x0² round to 0 and the loop reject for ever (a hang), and
+    # κ > 1.3e154 had overflowed κ².
+    half = (d - 1) / 2
+    if kappa < 1e150:  # (the draws of every κ that had worked are kept bit for bit)
+        b = (d - 1) / (2 * kappa + np.sqrt(4 * kappa**2 + (d - 1) ** 2))
+    else:  # the same b = r / (1 + √(1 + r²)), r = (d-1)/(2κ), with no κ² to overflow
+        ratio = half / kappa
+        b = ratio / (1 + math.hypot(1.0, ratio))
+    kb = kappa * b
     w = np.empty(n)
     filled = 0
     while filled < n:
         m = 2 * (n - filled) + 16
-        z = rng.beta((d - 1) / 2, (d - 1) / 2, size=m)
-        cand = (1 - (1 + b) * z) / (1 - (1 - b) * z)
+        z = rng.beta(half, half, size=m)
         u = rng.uniform(size=m)
-        ok = kappa * cand + (d - 1) * np.log(1 - x0 * cand) - c >= np.log(u)
+        with np.errstate(divide="ignore", invalid="ignore"):  # z = 1 where b rounds away: NaN, rejected
+            below = 1 - (1 - b) * z
+            cand = (1 - (1 + b) * z) / below
+            ok = 2 * kb * (1 - 2 * z) / ((1 + b) * below) + (d - 1) * np.log((1 + b) / (2 * below)) >= np.log(u)
         take = cand[ok][: n - filled]
         w[filled : filled + take.size] = take
         filled += take.size
@@ -298,6 +312,8 @@ def sample_equiangular(n: int, d: int, *, gamma: float, seed: int | None = 0) ->
     True
     """
     check_sample_size(n, d)
+    check_seed(seed)
+    gamma = real_number("gamma", gamma)  # (None had been a TypeError of '<')
     if n > d:
         raise ValueError(f"equiangular tokens need n <= d, got n={n}, d={d}")
     lower = -1.0 / (n - 1) if n > 1 else -1.0
@@ -321,6 +337,7 @@ def sample_orthogonal(n: int, d: int, *, seed: int | None = 0) -> np.ndarray:
     True
     """
     check_sample_size(n, d)
+    check_seed(seed)
     if n > d:
         raise ValueError(f"orthogonal tokens need n <= d, got n={n}, d={d}")
     return _random_orthogonal(d, seed)[:n].copy()
@@ -418,6 +435,7 @@ def sample_fibonacci(n: int, d: int, *, seed: int | None = 0) -> np.ndarray:
     rotation, for spreads over rotations.
     """
     check_sample_size(n, d)
+    check_seed(seed)
     if d != 3:
         raise ValueError(f"kind='fibonacci' places points on S² (d = 3), got d={d}")
     x = fibonacci_points(n)
@@ -482,10 +500,9 @@ def sample_clusters(n: int, d: int, *, centers: str | Any = "octahedron", spread
     seed : int
     """
     check_sample_size(n, d)
-    if not (spread >= 0 and math.isfinite(spread)):
-        raise ValueError(f"spread must be finite and >= 0, got {spread!r}")
+    spread = real_number("spread", spread, minimum=0.0)
     c = cluster_centers(centers, d)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     index = rng.choice(c.shape[0], n)
     noise = rng.normal(0.0, spread, (n, d))
     x = c[index] + noise
@@ -516,7 +533,9 @@ def sample(kind: str, n: int | None, d: int, **params: Any) -> np.ndarray:
     (10, 3)
     """
     try:
-        sampler = SAMPLERS[kind]
+        sampler = SAMPLERS[kind] if isinstance(kind, str) else None  # (a dict had been 'unhashable type')
+        if sampler is None:
+            raise KeyError(kind)
     except KeyError:
         raise ValueError(f"unknown initial measure {kind!r}; choose from {sorted(SAMPLERS)}") from None
     return sampler(n, d, **params)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.checks import real_array, real_number
+from meanfield.checks import check_int, real_array, real_number
 from meanfield.errors import ConfigError
 from meanfield.heads.ensembles import ENSEMBLES, draw
 
@@ -86,7 +86,7 @@ class Head:
         r"""Scalar value-aligned head :math:`B=V=\lambda I` (with :math:`Q=\sqrt{|\lambda|}I`, :math:`K=\pm Q`).
 
         ``lam`` is a finite real number (a complex one had been taken by its modulus)."""
-        lam = real_number("lam", lam)
+        lam, d = real_number("lam", lam), check_int("d", d, minimum=1)  # (True had been a ufunc loop error)
         root = np.sqrt(abs(lam)) * np.eye(d)
         return cls(Q=root, K=np.sign(lam) * root if lam != 0 else root * 0, V=lam * np.eye(d))
 
@@ -138,8 +138,13 @@ class HeadStack:
 
 def stack_heads(heads: Sequence[Head], weights: Sequence[float] | None = None) -> HeadStack:
     """Stack heads into the arrays the attention kernels use."""
+    if isinstance(heads, (str, bytes, Head, Mapping)) or not isinstance(heads, Sequence):  # (a str had been an AttributeError)
+        raise TypeError(f"heads must be a list of Head objects, got {type(heads).__name__}")
     if not heads:
         raise ValueError("at least one head is needed")
+    for index, head in enumerate(heads):
+        if not isinstance(head, Head):
+            raise TypeError(f"heads[{index}] must be a Head, got {type(head).__name__}")
     return HeadStack(
         B=np.stack([h.B for h in heads]),
         V=np.stack([h.V for h in heads]),
@@ -208,6 +213,9 @@ def head_from_spec(
     (the independent redraw of layer :math:`k` of ``weights.schedule = "layers"``).
     """
     allowed = {"Q", "K", "V", "seed", "k"}
+    if not isinstance(spec, Mapping):  # (None had been "'NoneType' object is not iterable")
+        raise ConfigError(key, f"expected a table of {sorted(allowed)}, got {type(spec).__name__}")
+    d = check_int("d", d, minimum=1)
     for name in spec:
         if name not in allowed:
             raise ConfigError(f"{key}.{name}", f"unknown key; allowed keys are {sorted(allowed)}")
@@ -289,6 +297,7 @@ def replicate_specs(specs: Sequence[Mapping[str, Any]] | None, num_heads: int | 
 
 def identity(d: int) -> Head:
     """The identity head :math:`Q = K = V = I_d` (the clustering model of Geshkovski et al.)."""
+    d = check_int("d", d, minimum=1)  # (2.5, "3" and -1 had been NumPy's errors)
     return Head(Q=np.eye(d), K=np.eye(d), V=np.eye(d))
 
 
@@ -302,6 +311,7 @@ def random_head(d: int, *, k: int | None = None, seed: int = 0, aligned: bool = 
 
     The same draw as ``Q = K = V = "random"`` with ``seed`` in a config.
     """
+    d = check_int("d", d, minimum=1)  # (None and NaN had been Python's errors)
     spec: dict[str, Any] = {"Q": "random", "K": "random", "V": "aligned" if aligned else "random", "seed": seed}
     if k is not None:
         spec["k"] = k

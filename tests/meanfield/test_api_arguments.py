@@ -57,3 +57,79 @@ def test_complex_numbers_are_refused_naming_the_argument(name: str) -> None:
             _COMPLEX_CALLS[name]()
     message = str(caught.value)
     assert message.startswith(name.strip()) and "real" in message, message
+
+
+_BAD_ARGUMENTS = [  # NumPy's or Python's own errors, or AttributeErrors, had named nothing
+    ("d", lambda: mf.heads.identity(2.5)),
+    ("d", lambda: mf.heads.identity("3")),
+    ("d", lambda: mf.heads.identity(-1)),
+    ("lam", lambda: mf.heads.scalar(True, 3)),
+    ("lam", lambda: mf.heads.scalar(None, 3)),
+    ("d", lambda: mf.heads.scalar(1.0, 0)),
+    ("d", lambda: mf.heads.random_head(None)),
+    ("d", lambda: mf.heads.random_head(float("nan"))),
+    ("heads", lambda: mf.heads.stack_heads("abc")),
+    ("heads[0]", lambda: mf.heads.stack_heads([1])),
+    ("Q", lambda: mf.heads.Head(Q="abc", K=np.eye(3), V=np.eye(3))),
+    ("model.heads[0]", lambda: mf.heads.head_from_spec(None, d=3)),
+    ("d", lambda: mf.heads.head_from_spec({}, d=None)),
+    ("mesh", lambda: meshes.initial_mass(None, "vmf")),
+    ("init.kind", lambda: meshes.initial_mass(meshes.fibonacci_mesh(50), {})),
+    ("init.kappa", lambda: meshes.initial_mass(meshes.fibonacci_mesh(50), "vmf", kappa=10**400)),
+    ("kappa", lambda: mf.sample_vmf(5, 3, kappa=None)),
+    ("kappa", lambda: mf.sample_vmf(5, 3, kappa=10**400)),
+    ("gamma", lambda: mf.sample_equiangular(4, 4, gamma=None)),
+    ("spread", lambda: sphere.sample_clusters(4, 3, spread=None)),
+    ("unknown initial measure", lambda: mf.sample({}, 4, 3)),
+    ("seed", lambda: meshes.sample_initial("uniform", 4, seed="a")),
+]
+
+
+@pytest.mark.parametrize(("name", "call"), _BAD_ARGUMENTS, ids=[f"{i}-{n}" for i, (n, _) in enumerate(_BAD_ARGUMENTS)])
+def test_bad_arguments_are_refused_naming_them(name: str, call) -> None:
+    with pytest.raises((TypeError, ValueError)) as caught:
+        call()
+    assert str(caught.value).startswith(name), str(caught.value)
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "vmf", "orthogonal", "fibonacci", "clusters", "equiangular"])
+@pytest.mark.parametrize("seed", ["a", -1, 2.5, True])
+def test_every_sampler_checks_its_seed(sampler: str, seed: object) -> None:
+    params = {"gamma": 0.1} if sampler == "equiangular" else {}
+    n = 4 if sampler == "fibonacci" else 3
+    with pytest.raises(ValueError, match=r"^seed must be an integer >= 0, got"):
+        mf.sample(sampler, n, 3, seed=seed, **params)
+    mf.sample(sampler, n, 3, seed=np.int64(7), **params)  # NumPy's integers and None are seeds
+    mf.sample(sampler, n, 3, seed=None, **params)
+
+
+@pytest.mark.parametrize("kappa", [1e16, 1e20, 1e155, 1e308, 10**30])
+def test_a_vmf_sample_of_a_huge_kappa_is_its_mean(kappa: float) -> None:
+    # κ ≥ 1e16 had hung (1 - x0² rounded to 0 and every candidate was rejected), κ > 1.3e154 overflowed κ²
+    x = sphere.sample_vmf(50, 3, mean=[1.0, 0.0, 0.0], kappa=kappa, seed=0)
+    np.testing.assert_array_equal(x, np.tile([1.0, 0.0, 0.0], (50, 1)))
+
+
+def test_a_vmf_sample_of_an_ordinary_kappa_keeps_its_draws() -> None:
+    x = sphere.sample_vmf(4, 3, mean=[0.0, 0.6, 0.8], kappa=4.0, seed=3)
+    assert x[0].tolist() == [0.2923817106728964, 0.32577637530684156, 0.8991010446862614]  # bit for bit as before
+
+
+@pytest.mark.parametrize("H", [1e308, 1.7e308, 10**30])
+def test_beta_star_of_a_huge_head_count_is_a_number(H: float) -> None:
+    # c*(H) had overflowed to 0 above H ≈ 9e307 and beta_star been 'math domain error'
+    assert mf.theory.c_star(H) > 0
+    assert mf.theory.beta_star(H, 3, 0.5) == pytest.approx(mf.theory.beta_star_numeric(H, 3, 0.5), rel=1e-12)
+
+
+@pytest.fixture(scope="module")
+def small_run():
+    return mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), mf.sample_uniform(8, 3, seed=0)), mf.ParticleSolver(dt=0.05),
+                    t_final=0.3, save_every=0.05)
+
+
+@pytest.mark.parametrize(("option", "value"), [("stride", 2.5), ("stride", 0), ("tol", None), ("tol", float("nan")),
+                                               ("tol", -1.0), ("fd_points", 5.0), ("fd_points", 4), ("fd_points", 1)])
+def test_diagnose_checks_its_options(small_run, option: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"^{option} must be"):
+        small_run.diagnose(**{option: value})
