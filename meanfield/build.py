@@ -66,34 +66,43 @@ def build_model(cfg: dict[str, Any], *, schedule: HeadSchedule | None = None) ->
 
 
 def _check_path_bounds(cfg: dict[str, Any], model: Model) -> None:
-    r"""Refuse an oscillating or OU weight path whose heads leave the bounds of constant ones (:data:`SCORE_BOUND_LIMIT`
-    on :math:`\beta\|B_h(t)\|_F`, :data:`VALUE_BOUND_LIMIT` on :math:`\|V_h(t)\|_F`): they move by at most
-    :math:`A\sqrt d` (oscillating), or by 40 standard deviations of the OU entries, :math:`40\,d\,s` with
-    :math:`s^2=\sigma^2(1-e^{-2\kappa T})/2\kappa` (:math:`\sigma^2T` at :math:`\kappa=0`); any other path by its heads
-    at :math:`t=0` (the Model checks constant heads).  An amplitude or a σ of 1e300, and β = 1e308 under the SDE of
-    Massucco et al., had run to NaN after the first frame, exit 1, a file written."""
-    from meanfield.heads.schedules import OscillatingSchedule, OUSchedule
+    r"""Refuse a weight path whose heads leave the bounds of constant ones (:data:`SCORE_BOUND_LIMIT` on
+    :math:`\beta\|B_h(t)\|_F`, :data:`VALUE_BOUND_LIMIT` on :math:`\|V_h(t)\|_F`).  Its first heads are checked (naming
+    ``model.beta``), then how far the path moves them: by at most :math:`A\sqrt d` (oscillating), or by 40 standard
+    deviations of the OU entries, :math:`40\,d\,s` with :math:`s^2=\sigma^2(1-e^{-2\kappa T})/2\kappa`
+    (:math:`\sigma^2T` at :math:`\kappa=0`; the SDE of Massucco et al. with its drift's rate, plus its OU mean), naming
+    ``weights.amplitude`` or ``weights.sigma``.  The Model checks constant heads.  An amplitude or a σ of 1e300, and
+    β = 1e308 under the authors' SDE, had run to NaN after the first frame, exit 1, a file written."""
+    from meanfield.heads.schedules import MatrixSDESchedule, OscillatingSchedule, OUSchedule
     from meanfield.model import SCORE_BOUND_LIMIT, VALUE_BOUND_LIMIT, value_bound
 
     schedule = model.heads
     if isinstance(schedule, ConstantHeads):
-        return  # (checked by the Model)
+        return
+    # the heads the path starts from: the configured ones of an oscillation or an OU path (an oscillation's heads at
+    # t = 0 already carry A sin φ_h), else the path's at t = 0
+    first = schedule.mean if isinstance(schedule, (OscillatingSchedule, OUSchedule)) else schedule.at(0.0)
+    key, spread = None, 0.0
     if isinstance(schedule, OscillatingSchedule):
-        key, centre, spread = "weights.amplitude", schedule.mean, schedule.amplitude * math.sqrt(schedule.mean.d)
-    elif isinstance(schedule, OUSchedule):
-        span, kappa = float(cfg["solver"]["t_final"]), schedule.kappa
+        key, spread = "weights.amplitude", schedule.amplitude * math.sqrt(first.d)
+    elif isinstance(schedule, (OUSchedule, MatrixSDESchedule)):  # (the authors' SDE: D_h(t) = B_h = V_h)
+        sde = isinstance(schedule, MatrixSDESchedule)
+        span = float(cfg["solver"]["t_final"])
+        kappa = (schedule.kappa if schedule.drift == "ou" else schedule.rate) if sde else schedule.kappa
         deviation = schedule.sigma * math.sqrt(-math.expm1(-2.0 * kappa * span) / (2.0 * kappa) if kappa > 0 else span)
-        key, centre, spread = "weights.sigma", schedule.mean, 40.0 * schedule.mean.d * deviation
-    else:  # another path (layers, relaxation, the authors' SDE): its first heads
-        key, centre, spread = "model.beta", schedule.at(0.0), 0.0
-    with np.errstate(over="ignore"):
-        scores = float(model.beta) * (value_bound(centre.B) + spread)
-        values = value_bound(centre.V) + spread
-    if not (scores <= SCORE_BOUND_LIMIT and values <= VALUE_BOUND_LIMIT):
-        given = cfg[key.split(".")[0]][key.split(".")[1]]
-        raise ConfigError(key, f"{given:g} makes the heads' scores or velocities overflow: β‖B_h(t)‖_F up to {scores:.3g} "
-                               f"(at most {SCORE_BOUND_LIMIT:.0e}), ‖V_h(t)‖_F up to {values:.3g} (at most "
-                               f"{VALUE_BOUND_LIMIT:.0e})")
+        mean = value_bound(schedule.mean_matrix) if sde and schedule.drift == "ou" else 0.0
+        key, spread = "weights.sigma", 40.0 * first.d * deviation + mean
+    for name, reach in (("model.beta", 0.0), (key, spread)):
+        if name is None:
+            continue
+        with np.errstate(over="ignore"):
+            scores = float(model.beta) * (value_bound(first.B) + reach)
+            values = value_bound(first.V) + reach
+        if not (scores <= SCORE_BOUND_LIMIT and values <= VALUE_BOUND_LIMIT):
+            given = cfg[name.split(".")[0]][name.split(".")[1]]
+            raise ConfigError(name, f"{given:g} makes the heads' scores or velocities overflow: β‖B_h(t)‖_F up to "
+                                    f"{scores:.3g} (at most {SCORE_BOUND_LIMIT:.0e}), ‖V_h(t)‖_F up to {values:.3g} (at "
+                                    f"most {VALUE_BOUND_LIMIT:.0e})")
 
 
 def _model(cfg: dict[str, Any], schedule: HeadSchedule | None) -> Model:

@@ -51,6 +51,8 @@ def real_number(name: str, value: Any, *, minimum: float | None = None, positive
     ValueError
         Naming ``name`` where ``value`` is no real number, not finite, below ``minimum`` or, with ``positive``, not > 0.
     """
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":  # a 0-d array is its number
+        value = value.item()
     if isinstance(value, (bool, np.bool_, str, bytes, complex, np.complexfloating)) or not isinstance(
         value, (int, float, np.integer, np.floating)
     ):
@@ -71,13 +73,19 @@ def real_number(name: str, value: Any, *, minimum: float | None = None, positive
 def check_int(name: str, value: Any, *, minimum: int) -> int:
     """``value`` as an int, an integer (Python's or NumPy's, not a bool) ≥ ``minimum``: a ValueError naming ``name``
     otherwise."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iu":  # a 0-d array is its number
+        value = value.item()
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {_shown(value)}")
     return int(value)
 
 
-def check_seed(value: Any, name: str = "seed") -> int | None:
-    """A random seed: ``None`` (fresh entropy) or an integer ≥ 0 (NumPy's ``SeedSequence`` errors had named nothing)."""
-    if value is None:
-        return None
+def check_seed(value: Any, name: str = "seed") -> Any:
+    """A random seed as NumPy's ``default_rng`` takes it: ``None`` (fresh entropy), an integer ≥ 0, a sequence of
+    them, a ``SeedSequence``, a ``BitGenerator`` or a ``Generator`` (NumPy's ``SeedSequence`` errors had named
+    nothing; a bool is refused)."""
+    if value is None or isinstance(value, (np.random.SeedSequence, np.random.BitGenerator, np.random.Generator)):
+        return value
+    if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim == 1):
+        return [check_int(f"{name}[{index}]", item, minimum=0) for index, item in enumerate(value)]
     return check_int(name, value, minimum=0)

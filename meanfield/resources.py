@@ -118,23 +118,39 @@ def _steps(solver: Mapping[str, Any], grid: Mapping[str, Any] | None = None,
 
 def _grid_diffusion_steps(solver: Mapping[str, Any], grid: Mapping[str, Any],
                           noise: Mapping[str, Any] | None) -> tuple[str, float] | None:
-    r"""The key of the least :math:`\gamma` and at least the steps of the grid's diffusion to ``t_final``: its step is at
-    most about :math:`\mathrm{cfl}\,\gamma\,h^2` (the Laplace–Beltrami term's
-    :math:`\gamma^{-1}\sum_j\ell_{ij}/\delta_{ij}\approx 4/(\gamma h^2)` in the CFL rule), :math:`h^2=4\pi/N` of the
-    coarse cells; ``None`` without noise or with a :math:`\gamma(t)` given by an expression (the least of a constant,
-    linear or exponential one is taken: ``noise.gamma`` or ``noise.gamma_final``).  :math:`\gamma = 10^{-300}` had
-    run to the step floor after its first frame."""
+    r"""The key that sets γ and at least the steps of the grid's diffusion to ``t_final``: its step is at most about
+    :math:`\mathrm{cfl}\,\gamma(t)\,h^2` (the Laplace–Beltrami term's :math:`\gamma^{-1}\sum_j\ell_{ij}/\delta_{ij}`
+    in the CFL rule, about :math:`4/(\gamma h^2)` on a Fibonacci mesh; this takes a quarter of it), :math:`h^2=4\pi/N`
+    of the coarse cells, so the steps are at least :math:`\int_0^T dt/\gamma(t)\,/(\mathrm{cfl}\,h^2)` (measured:
+    1321 steps where this says 318, at γ = 1 on 2000 cells to t = 1).  The integral in closed form for a constant,
+    linear, exponential or logarithmic γ(t); ``None`` without noise or with a γ(t) given by an expression.
+    γ = 1e-300 had run to the step floor after its first frame (the integral over the least γ had refused an
+    annealed run of 2113 steps)."""
     gamma = (noise or {}).get("gamma")
     if gamma is None:
         return None
-    key, anneal = "noise.gamma", noise.get("anneal", "none")
-    if anneal in ("linear", "exponential") and noise.get("gamma_final") is not None:
-        if float(noise["gamma_final"]) < float(gamma):
-            key, gamma = "noise.gamma_final", noise["gamma_final"]
-    elif anneal != "none":
+    span, g0 = float(solver["t_final"]), float(gamma)
+    anneal, final = noise.get("anneal", "none"), noise.get("gamma_final")
+    key = "noise.gamma"
+    if anneal == "none":
+        integral = span / g0
+    elif anneal == "linear" and final is not None and noise.get("duration") is not None:
+        gf, duration = float(final), float(noise["duration"])
+        reach = min(span, duration)
+        fraction = reach / duration
+        at = g0 * (1.0 - fraction) + gf * fraction  # (γ at the end of the anneal in the run: gf itself at fraction 1)
+        integral = (reach / g0 if gf == g0 else duration * math.log(at / g0) / (gf - g0)) + max(span - duration, 0.0) / gf
+        key = "noise.gamma_final" if gf < g0 else key
+    elif anneal == "exponential" and final is not None and noise.get("anneal_rate") is not None:
+        gf, rate = float(final), float(noise["anneal_rate"])
+        integral = span / gf + math.log((gf + (g0 - gf) * math.exp(-rate * span)) / g0) / (rate * gf)
+        key = "noise.gamma_final" if gf < g0 else key
+    elif anneal == "logarithmic" and noise.get("anneal_rate") is not None:  # γ grows: at least T/γ(T)
+        integral = span / (g0 * math.log(math.e + float(noise["anneal_rate"]) * span))
+    else:
         return None
     h2 = 4.0 * math.pi / float(grid["cells"])
-    return key, float(solver["t_final"]) / (float(solver["cfl"]) * float(gamma) * h2)
+    return key, integral / (float(solver["cfl"]) * h2)
 
 
 def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> None:

@@ -807,14 +807,6 @@ def _entropic_ot(a, b, C, eps: float, numItermax: int, stopThr: float,
     problems (``a = b``, ``C`` symmetric), on which alternating Sinkhorn stalls
     (:func:`_sinkhorn_updates`).
     """
-    top = float(C.max())
-    if eps < SINKHORN_MIN_RELATIVE_EPSILON * top:  # (1e-18 had given 3e10 where every W2 is at most π)
-        raise ValueError(f"epsilon = {eps:g} is below {SINKHORN_MIN_RELATIVE_EPSILON:g} of the largest cost ({top:.3g}): "
-                         "the potentials divided by it lose their digits; use method='exact'")
-    if eps > SINKHORN_MAX_RELATIVE_EPSILON * top > 0:  # (1e17 had given 0)
-        raise ValueError(f"epsilon = {eps:g} is above {SINKHORN_MAX_RELATIVE_EPSILON:g} times the largest cost ({top:.3g}): "
-                         "the terms e^((f + g − C)/ε) round to 1; the divergence has reached its limit (the energy "
-                         "distance) at a smaller epsilon")
     la, lb = np.log(a), np.log(b)
     f, g = np.zeros_like(a), np.zeros_like(b)
     niter, err = 0, np.inf
@@ -825,6 +817,18 @@ def _entropic_ot(a, b, C, eps: float, numItermax: int, stopThr: float,
     return _entropic_value(f, g, C, la, lb, eps), {"niter": niter, "err": err, "converged": bool(err < stopThr)}
 
 
+def _check_sinkhorn_epsilon(eps: float, top: float) -> None:
+    """Refuse an ε outside the range the log-domain potentials compute, relative to ``top``, the largest cost of the
+    three problems (each problem's own had refused a clustered measure's self term at the default ε)."""
+    if eps < SINKHORN_MIN_RELATIVE_EPSILON * top:  # (1e-18 had given 3e10 where every W2 is at most π)
+        raise ValueError(f"epsilon = {eps:g} is below {SINKHORN_MIN_RELATIVE_EPSILON:g} of the largest cost ({top:.3g}): "
+                         "the potentials divided by it lose their digits; use method='exact'")
+    if eps > SINKHORN_MAX_RELATIVE_EPSILON * top > 0:  # (1e17 had given 0)
+        raise ValueError(f"epsilon = {eps:g} is above {SINKHORN_MAX_RELATIVE_EPSILON:g} times the largest cost ({top:.3g}): "
+                         "the terms e^((f + g − C)/ε) round to 1; the divergence has reached its limit (the energy "
+                         "distance) at a smaller epsilon")
+
+
 def _sinkhorn(x, y, a, b, cost, eps, numItermax, stopThr, merge):
     if not (np.isfinite(eps) and eps > 0):
         raise ValueError(f"epsilon must be a positive finite number; got {eps!r}")
@@ -832,14 +836,13 @@ def _sinkhorn(x, y, a, b, cost, eps, numItermax, stopThr, merge):
     ym, bm, _, _ = _merge(y, b, merge)
     _check_pairs(max(xm.shape[0], ym.shape[0]), max(xm.shape[0], ym.shape[0]), _SINKHORN_COPIES, "sinkhorn")
     same = _same_measure(xm, am, ym, bm)
-    parts = {
-        "xx": _entropic_ot(am, am, _cost(xm, xm, cost), eps, numItermax, stopThr, True),
-    }
-    parts["yy"] = parts["xx"] if same else _entropic_ot(bm, bm, _cost(ym, ym, cost), eps,
-                                                        numItermax, stopThr, True)
+    pairs = {"xx": (xm, xm), "yy": (ym, ym), "xy": (xm, ym)}
+    if not same:  # the largest cost of the three, one matrix at a time (the divergence of a measure to itself is 0)
+        _check_sinkhorn_epsilon(eps, max(float(_cost(u, v, cost).max()) for u, v in pairs.values()))
+    parts = {"xx": _entropic_ot(am, am, _cost(xm, xm, cost), eps, numItermax, stopThr, True)}
     # identical measures: OT_eps(mu, mu) is the symmetric problem already solved
-    parts["xy"] = parts["xx"] if same else _entropic_ot(am, bm, _cost(xm, ym, cost), eps,
-                                                        numItermax, stopThr)
+    parts["yy"] = parts["xx"] if same else _entropic_ot(bm, bm, _cost(ym, ym, cost), eps, numItermax, stopThr, True)
+    parts["xy"] = parts["xx"] if same else _entropic_ot(am, bm, _cost(xm, ym, cost), eps, numItermax, stopThr)
     S = parts["xy"][0] - 0.5 * (parts["xx"][0] + parts["yy"][0])
     info = {
         "epsilon": eps,

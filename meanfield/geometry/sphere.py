@@ -237,8 +237,8 @@ def sample_vmf(
     mean : (d,) array, optional
         Mean direction, a non-zero finite vector of any scale (normalised here); default the last basis vector.
     kappa : float
-        Concentration, ``κ = 0`` is uniform; any finite ``κ ≥ 0`` (past about :math:`10^{32}` every point is the mean
-        to float64's precision).
+        Concentration, ``κ = 0`` is uniform; any finite ``κ ≥ 0`` (past about :math:`10^{16}` the points round to the
+        mean, their true spread :math:`\sqrt{2/\kappa}` below the resolution of :math:`1-\langle\mu,x\rangle`).
     seed : int, optional
         ``≥ 0``, or ``None`` for fresh entropy.
 

@@ -133,3 +133,15 @@ def small_run():
 def test_diagnose_checks_its_options(small_run, option: str, value: object) -> None:
     with pytest.raises(ValueError, match=f"^{option} must be"):
         small_run.diagnose(**{option: value})
+
+
+def test_numpy_idioms_are_taken_as_numbers_and_seeds():
+    # (found in review) a Generator, a SeedSequence or a list of ints as seed, and 0-d arrays as numbers, had become
+    # refusals with the argument checks; a bool seed and negative entries stay refused
+    assert mf.sample_uniform(2, 3, seed=np.random.default_rng(0)).shape == (2, 3)
+    np.testing.assert_array_equal(mf.sample_uniform(2, 3, seed=[1, 2]), mf.sample_uniform(2, 3, seed=np.random.SeedSequence([1, 2])))
+    assert mf.sample_vmf(2, 3, kappa=np.array(4.0)).shape == (2, 3)
+    assert mf.heads.identity(np.array(3)).Q.shape == (3, 3) and mf.heads.scalar(np.array(4.0), 3).V[0, 0] == 4.0
+    for bad, words in ((True, "seed must be an integer >= 0"), ([1, -2], r"seed\[1\] must be an integer >= 0")):
+        with pytest.raises(ValueError, match=words):
+            mf.sample_uniform(2, 3, seed=bad)

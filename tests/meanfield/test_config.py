@@ -314,6 +314,8 @@ def test_terms_that_leave_float64_unshifted_get_a_note():
     assert any("its velocity, up to e^(β‖B_h‖₂)‖V_h‖_F = e^600.5, passes e^345.4" in n
                for n in notes('model.attention="unnormalized"', "model.beta=300", head))
     assert not notes('model.attention="unnormalized"', "model.beta=150", head)
+    # the grid puts no tokens back on the sphere (it meets its step floor first): no such note there
+    assert not [n for n in notes('model.attention="unnormalized"', "model.beta=300", 'solver.kind="grid"', head) if "velocity" in n]
     assert not notes("model.beta=400", head)  # softmax shifts its terms
     # the JKO scheme minimises the energy itself: refused (an OverflowError in its first step had failed the run, exit 1)
     for variant in ("particle", "grid"):
@@ -485,6 +487,14 @@ def test_a_grid_diffusion_too_slow_to_end_is_refused_naming_noise_gamma():
         load_config(None, ["solver.kind=grid", "noise.gamma=1e-300"])
     cfg = load_config(None, ["solver.kind=grid", "noise.gamma=1.0", "solver.t_final=1.0"])
     assert _grid_diffusion_steps(cfg["solver"], cfg["grid"], cfg["noise"]) == ("noise.gamma", pytest.approx(2000 / (0.5 * 4 * np.pi)))
+    # an anneal counts the steps over γ(t): 1 → 1e-7 linearly over t_final = 1 on 200 cells takes 2113 steps (measured)
+    # and this says at least 513 (it had charged the whole run at the least γ: 3.18e8, refused)
+    annealed = ["solver.kind=grid", "grid.cells=200", "solver.t_final=1.0", "noise.gamma=1.0", "noise.anneal=linear",
+                "noise.gamma_final=1e-7", "noise.duration=1.0"]
+    cfg = load_config(None, annealed)
+    steps = _grid_diffusion_steps(cfg["solver"], cfg["grid"], cfg["noise"])[1]
+    np.testing.assert_allclose(steps, np.log(1e7) / (1 - 1e-7) * 200 / (0.5 * 4 * np.pi), rtol=1e-12)
+    assert steps < 2113
     with pytest.raises(ConfigError, match=r"noise\.gamma_final: 1e-300 takes .* steps of its diffusion"):  # annealed
         load_config(None, ["solver.kind=grid", "noise.gamma=1.0", "noise.anneal=linear", "noise.gamma_final=1e-300",
                            "noise.duration=1.0"])
@@ -494,6 +504,7 @@ def test_a_grid_diffusion_too_slow_to_end_is_refused_naming_noise_gamma():
     ("oscillating_heads.toml", "weights.amplitude=1e300", "weights.amplitude"),
     ("ou_heads.toml", "weights.sigma=1e300", "weights.sigma"),
     ("massucco_ou.toml", "model.beta=1e308", "model.beta"),
+    ("massucco_ou.toml", "weights.sigma=1e300", "weights.sigma"),  # the authors' SDE (it had been left out)
 ])
 def test_weight_paths_whose_heads_overflow_are_refused_before_the_run(config, override, key):
     # (found by a fuzz) each had run to NaN after the first frame, exit 1, a file written

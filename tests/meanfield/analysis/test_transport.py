@@ -668,3 +668,10 @@ def test_sinkhorn_divergence_keeps_to_the_epsilons_it_can_compute():
     for eps, words in ((1e-18, "below 1e-13 of the largest cost"), (1e17, "above 1e\\+06 times the largest cost")):
         with pytest.raises(ValueError, match=f"epsilon = .* is {words}"):
             w2(x, y, method="sinkhorn", epsilon=eps)
+    # the range is that of the largest cost of the three problems: a cluster's own costs of 1e-11 had refused the
+    # default ε for its self term (the concentration tracker's traceback); the divergence to itself is 0 at any ε
+    cluster = np.array([0.0, 0.0, 1.0]) + 1e-6 * np.random.default_rng(0).standard_normal((20, 3))
+    cluster /= np.linalg.norm(cluster, axis=1, keepdims=True)
+    exact = w2(cluster, y)
+    assert exact - 1e-2 < w2(cluster, y, method="sinkhorn", epsilon=1e-2) <= exact
+    assert w2(cluster, cluster, method="sinkhorn", epsilon=1e-2) == 0.0
