@@ -187,4 +187,4 @@ def from_name(name: str) -> ExplicitRK:
     try:
         return INTEGRATORS[name]()
     except KeyError:
-        raise ValueError(f"unknown integrator {name!r}; choose from {sorted(INTEGRATORS)}") from None
+        raise ValueError(f"method: unknown integrator {name!r}; choose from {sorted(INTEGRATORS)}") from None

@@ -125,6 +125,8 @@ class Problem:
                     w = w / w.max()
                 object.__setattr__(self, "weights", w / w.sum())
         else:
+            if not isinstance(self.mesh, SphericalMesh):  # ("abc" had been an AttributeError on 'N')
+                raise TypeError(f"mesh must be a SphericalMesh (meanfield.mesh(...)), got {type(self.mesh).__name__}")
             if self.model.d != 3:
                 raise ValueError(f"a grid measure lives on S² (d = 3), but the model has d = {self.model.d}")
             if self.weights is not None:

@@ -251,6 +251,8 @@ def attention_velocity(
     (64, 3)
     """
     is_causal(mask)  # an unknown mask is a ValueError before any work
+    if np.ndim(x) != 2:  # (None had been an IndexError of its shape)
+        raise ValueError(f"x (the tokens) must be an (n, d) array, got {type(x).__name__} of {np.ndim(x)} dimensions")
     if not is_temperature(beta):
         raise ValueError(f"beta must be a finite number ≥ 0, got {beta!r}")  # NaN or inf had given NaN velocities silently
     heads = as_head_stack(heads)  # a Head had failed on heads.H

@@ -145,3 +145,14 @@ def test_numpy_idioms_are_taken_as_numbers_and_seeds():
     for bad, words in ((True, "seed must be an integer >= 0"), ([1, -2], r"seed\[1\] must be an integer >= 0")):
         with pytest.raises(ValueError, match=words):
             mf.sample_uniform(2, 3, seed=bad)
+
+
+def test_a_mesh_tokens_and_a_method_that_are_no_such_thing_are_named():
+    # (found by a fuzz) mesh="abc" had been an AttributeError on 'N', velocity(None) an IndexError of its shape, and
+    # method="RK4" had not said which argument
+    with pytest.raises(TypeError, match=r"mesh must be a SphericalMesh .*got str"):
+        mf.Problem(mf.Model(d=3, beta=1.0), np.full(10, 0.1), mesh="abc")
+    with pytest.raises(ValueError, match=r"x \(the tokens\) must be an \(n, d\) array, got NoneType"):
+        mf.Model(d=3, beta=4.0).velocity(None, 0.0)
+    with pytest.raises(ValueError, match=r"^method: unknown integrator 'RK4'"):
+        mf.ParticleSolver(method="RK4")
