@@ -222,6 +222,11 @@ def sample_uniform(n: int, d: int, *, seed: int | None = 0) -> np.ndarray:
     return normalize(rng.standard_normal((n, d)))
 
 
+#: above this κ :func:`sample_vmf` builds its points from :math:`1-\langle\mu,x\rangle` carried exactly (below it, the
+#: config's range, from :math:`\langle\mu,x\rangle`, whose rounding is far below the spread there)
+VMF_ROUNDED_KAPPA = 1e12
+
+
 def sample_vmf(
     n: int, d: int, *, mean: np.ndarray | list[float] | None = None, kappa: float = 4.0, seed: int | None = 0
 ) -> np.ndarray:
@@ -237,8 +242,8 @@ def sample_vmf(
     mean : (d,) array, optional
         Mean direction, a non-zero finite vector of any scale (normalised here); default the last basis vector.
     kappa : float
-        Concentration, ``κ = 0`` is uniform; any finite ``κ ≥ 0`` (past about :math:`10^{16}` the points round to the
-        mean, their true spread :math:`\sqrt{2/\kappa}` below the resolution of :math:`1-\langle\mu,x\rangle`).
+        Concentration, ``κ = 0`` is uniform; any finite ``κ ≥ 0`` (the spread :math:`\sqrt{2/\kappa}` is kept until it
+        falls below float64's resolution of the unit vector, past about :math:`10^{32}`).
     seed : int, optional
         ``≥ 0``, or ``None`` for fresh entropy.
 
@@ -277,6 +282,7 @@ def sample_vmf(
         b = ratio / (1 + math.hypot(1.0, ratio))
     kb = kappa * b
     w = np.empty(n)
+    gap = np.empty(n)  # s = 1 - w, exactly: 2bz/(1 - (1 - b)z)
     filled = 0
     while filled < n:
         m = 2 * (n - filled) + 16
@@ -288,12 +294,16 @@ def sample_vmf(
             ok = 2 * kb * (1 - 2 * z) / ((1 + b) * below) + (d - 1) * np.log((1 + b) / (2 * below)) >= np.log(u)
         take = cand[ok][: n - filled]
         w[filled : filled + take.size] = take
+        gap[filled : filled + take.size] = (2 * b * z / below)[ok][: n - filled]
         filled += take.size
     # uniform direction orthogonal to mu
     v = rng.standard_normal((n, d))
     v -= np.outer(v @ mu, mu)
     v = normalize(v)
-    x = w[:, None] * mu[None, :] + np.sqrt(np.clip(1 - w**2, 0, None))[:, None] * v
+    if kappa <= VMF_ROUNDED_KAPPA:  # (the draws of the config's range, κ ≤ 1e12, kept bit for bit)
+        x = w[:, None] * mu[None, :] + np.sqrt(np.clip(1 - w**2, 0, None))[:, None] * v
+    else:  # 1 - w² = s(2 - s) from s itself: past κ ≈ 1e16 1 - w had rounded to 0, every point exactly the mean
+        x = (1 - gap)[:, None] * mu[None, :] + np.sqrt(gap * (2 - gap))[:, None] * v
     return normalize(x)
 
 

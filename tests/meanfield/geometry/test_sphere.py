@@ -140,3 +140,16 @@ def test_compiled_row_passes_match_numpy(rng, d):
     np.testing.assert_allclose(sphere.project_tangent(unit, np.asfortranarray(u), scale=-1.0), -tangent, rtol=0, atol=1e-14 * scale)
     np.testing.assert_allclose(sphere.normalize(x.astype(np.float32)), unit, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(sphere.project_tangent(unit[0], u[0]), tangent[0], rtol=0, atol=1e-14 * scale)  # one point, (d,)
+
+
+@pytest.mark.parametrize("kappa", [1e14, 1e20, 1e28])
+def test_vmf_keeps_its_spread_past_the_rounding_of_the_cosine(kappa):
+    # (found in review) past κ ≈ 1e16 the points had been built from ⟨μ, x⟩ rounded to 1: every point exactly the mean,
+    # where the spread √(2/κ) is representable; κ|P⊥x|²/2 follows Gamma((d-1)/2) (the tangent part is Gaussian)
+    from scipy import stats
+
+    for d in (3, 5):
+        x = sphere.sample_vmf(4000, d, kappa=kappa, seed=1)
+        tangent = np.sum(x[:, :-1] ** 2, axis=1)  # the mean is e_d
+        assert not np.any(tangent == 0)
+        assert stats.kstest(kappa * tangent / 2, stats.gamma((d - 1) / 2).cdf).pvalue > 1e-3
