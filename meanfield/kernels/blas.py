@@ -1334,23 +1334,23 @@ def _velocity_blas(
     a = token_masses(n, weights, kind=kind, causal=causal, precision=np.dtype(dtype).name)
     if n == 0:
         return np.zeros((0, d))
+    x_norms = _row_norms(x)  # (once: the float32 check, the flash tiles and the row blocks read them)
+    x_norm_max = float(x_norms.max())
     if dtype == np.float32 and weights is not None:  # (the default masses 1/n total 1)
-        check_float32_sums(a, x, heads, kind)
+        check_float32_sums(a, x_norm_max, heads, kind)
     out = np.empty((n, d))  # each stage that finishes rows zeroes them first, in its own thread, where it adds into them
     scale_B = [identity_multiple(b) for b in heads.B]
     scale_V = [identity_multiple(v) for v in heads.V]
     symmetric_scores = _symmetric_scores(heads, scale_B)
     if flash and FLASH_CPU and d <= (FLASH_MAX_D if dtype == np.float32 else FLASH_MAX_D64) and not causal and kind != "relu":
         tiles = flash_tiles(x, heads, beta, a, dtype, threads or blas_threads(n, d, heads.H, dtype), symmetric_scores, scale_B,
-                            scale_V, float(_row_norms(x).max()))
+                            scale_V, x_norm_max)
         _flash_velocity(out, x, heads, beta, kind, a, dtype, tiles, row_logs)
         return out
     symmetric = not causal and kind != "relu" and n >= 2 * TILE and symmetric_scores
     # rhs: [x | 1]ᵀ, so that [beta x B | -c] @ rhs = beta s - c (symmetric layout: _operand_rows).  The
     # operands live in buffers reused across calls (thread_buffer), filled row block by row block on the pool.
     width = d + 2 if symmetric else d + 1
-    x_norms = _row_norms(x)
-    x_norm_max = float(x_norms.max())
     a_ops, exponent = a, 0  # float32 masses scaled where the scores may run deep (|β s_ij| ≤ c_i ≤ β|B_h|_F max|x|²)
     if dtype == np.float32 and kind != "relu":
         a_ops, exponent = float32_scaled_masses(a, heads, x_norm_max, 2.0 * beta * max(float(np.linalg.norm(b)) for b in heads.B) * x_norm_max**2)

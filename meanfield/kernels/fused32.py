@@ -372,14 +372,14 @@ def velocity_fused32(
     a = token_masses(n, weights, kind=kind, causal=causal, precision="float32")
     if n == 0:
         return np.zeros((0, d))
+    xmax = float(np.sqrt(np.max(np.sum(x * x, axis=1))))
     if weights is not None:  # (the default masses 1/n total 1)
-        check_float32_sums(a, x, heads, kind)
+        check_float32_sums(a, xmax, heads, kind)
     beta = float(beta)
     code = FUSED32_KINDS[kind]
     B = np.asarray(heads.B, dtype=float)
     V = np.ascontiguousarray(heads.V, dtype=float)
     H = B.shape[0]
-    xmax = float(np.sqrt(np.max(np.sum(x * x, axis=1))))
     q = np.einsum("nl,hlk->hnk", x, B)  # B_hᵀ x_i, float64
     if code == 3:
         shift = np.zeros((H, n))

@@ -91,14 +91,14 @@ def float32_sums_bound(a: np.ndarray, heads: HeadStack, x_norm_max: float, *, ki
     return bound
 
 
-def check_float32_sums(a: np.ndarray, x: np.ndarray, heads: HeadStack, kind: str) -> None:
+def check_float32_sums(a: np.ndarray, x_norm_max: float, heads: HeadStack, kind: str) -> None:
     r"""Refuse masses whose float32 sums may overflow: :func:`float32_sums_bound` must stay below float32's largest
-    value (a total of 1e38 with V = 100 I had given inf, relu NaN).
-    :func:`~meanfield.kernels.attention.attention_velocity` brings the masses' total near 1 first."""
+    value (a total of 1e38 with V = 100 I had given inf, relu NaN); ``x_norm_max`` is the tokens' largest norm, which
+    the kernels compute anyway.  :func:`~meanfield.kernels.attention.attention_velocity` brings the masses' total near
+    1 first."""
     if a.size == 0:
         return
-    radius = math.sqrt(float(np.einsum("ij,ij->i", x, x).max())) if x.size else 0.0
-    bound = float32_sums_bound(a, heads, radius, kind=kind)
+    bound = float32_sums_bound(a, heads, x_norm_max, kind=kind)
     if not bound <= float(np.finfo(np.float32).max):
         raise ValueError(f"weights (token masses): their float32 sums may pass the largest float32 (masses of total "
                          f"{float(np.abs(a).sum()):.3g}, bound {bound:.3g}); attention_velocity divides such masses by a "
