@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from meanfield.errors import ConfigError
+from meanfield.io.lock import followed
 from meanfield.io.signature import is_hdf5
 
 __all__ = ["parse_int", "parse_float", "parse_float_list", "parse_int_list", "emit", "dump_json"]
@@ -154,10 +155,9 @@ def distinct_outputs(**outputs: str | None) -> None:
         if value is None:
             continue
         option = f"-{name}" if len(name) == 1 else f"--{name}"
-        try:
-            path = Path(value).resolve()
-        except (OSError, RuntimeError):  # a loop of symlinks (RuntimeError before Python 3.13): the output's own check
-            raise ConfigError(option, f"{value} is a symlink that leads to no file (a loop of links)") from None
+        path = followed(value)
+        if path is None:  # a loop of symlinks (check_output's words)
+            raise ConfigError(option, f"{value} is a symlink that leads to no file (a loop of links)")
         for earlier, other in seen.items():
             if path == earlier or (path.exists() and earlier.exists() and os.path.samefile(path, earlier)):
                 raise ConfigError(option, f"{value} is also the output {other}; give each output its own file")

@@ -22,7 +22,16 @@ from pathlib import Path
 
 from meanfield.errors import ConfigError
 
-__all__ = ["WriterLock", "lock_path", "writer_alive", "writer_state"]
+__all__ = ["WriterLock", "followed", "lock_path", "writer_alive", "writer_state"]
+
+
+def followed(path: str | Path) -> Path | None:
+    """``path`` absolute, its symlinks followed (the file it names, existing or not); ``None`` for a loop of symlinks,
+    behind which no file is (``resolve`` raises ``RuntimeError`` for one before Python 3.13, ``OSError`` after)."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):
+        return None
 
 
 def lock_path(path: str | Path) -> Path:
@@ -31,11 +40,7 @@ def lock_path(path: str | Path) -> Path:
     A symlink and its target therefore share one lock (each had had its own: a second writer through the link was
     not refused).  A symlink loop, which no file is behind, keeps the name as it is given.
     """
-    path = Path(path)
-    try:
-        path = path.resolve()
-    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
-        path = path.absolute()
+    path = followed(path) or Path(path).absolute()
     return path.with_name(f".{path.name}.lock")
 
 

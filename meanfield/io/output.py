@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from meanfield.errors import ConfigError
+from meanfield.io.lock import followed
 
 __all__ = ["check_output", "check_parent", "IMAGE_FORMATS"]
 
@@ -37,10 +38,9 @@ def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = Fa
         raise ConfigError(key, f"{path} is not a regular file (a device, a pipe, or a process's open file such as "
                                "/dev/stdout); give the run a file of its own")
     if path.is_symlink():  # written through: the target's folder is where the file is made
-        try:
-            target = path.resolve()
-        except (OSError, RuntimeError):  # (RuntimeError: a loop, before Python 3.13)
-            raise ConfigError(key, f"{path} is a symlink that leads to no file (a loop of links)") from None
+        target = followed(path)
+        if target is None:
+            raise ConfigError(key, f"{path} is a symlink that leads to no file (a loop of links)")
         if not target.parent.is_dir():  # as the shell's > (the run had made the missing folders wherever the link led)
             raise ConfigError(key, f"{path} is a symlink to {target}, whose folder {target.parent} does not exist")
         check_parent(target, key)

@@ -50,7 +50,7 @@ import h5py
 import numpy as np
 
 from meanfield.errors import ConfigError, MeanfieldWarning, StorageFailed
-from meanfield.io.lock import WriterLock, writer_alive, writer_state
+from meanfield.io.lock import WriterLock, followed, writer_alive, writer_state
 from meanfield.io.signature import HDF5_SIGNATURE, file_head
 
 T = TypeVar("T")
@@ -487,7 +487,8 @@ class RunWriter:
         key: str = "out",
     ) -> None:
         self.path = Path(path)
-        self.target = _followed(self.path)  # the file itself: a new file is made and moved there, not onto a symlink
+        # the file itself: a new file is made and moved there, not onto a symlink (a loop stays as it is: opening it fails)
+        self.target = followed(self.path) or self.path
         self.provisional_info = dict(info) if info else None
         self.resume_frames = resume_frames
         self.state_name = state_name
@@ -745,14 +746,6 @@ class RunWriter:
     def __exit__(self, *exc: object) -> None:
         if self.file.id.valid:
             self.finish("failed" if exc[0] else "stopped", stop_reason="the writer was closed early")
-
-
-def _followed(path: Path) -> Path:
-    """``path`` with its symlinks followed (the file a run writes); a symlink loop stays as it is (opening it fails)."""
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError):  # (RuntimeError: a loop, before Python 3.13)
-        return path
 
 
 def _live_writer(path: Path, writer: str) -> int | None:
