@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["real_array", "real_number", "check_int", "check_seed"]
+__all__ = ["real_array", "real_number", "check_int", "check_flag", "check_seed"]
 
 
 def _shown(value: Any) -> str:
@@ -78,6 +78,14 @@ def check_int(name: str, value: Any, *, minimum: int) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {_shown(value)}")
     return int(value)
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """``value`` as a bool: ``True`` or ``False`` (NumPy's too), a ValueError naming ``name`` otherwise (a string such
+    as ``"False"`` is true to Python, and had switched the option on)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {_shown(value)}")
+    return bool(value)
 
 
 def check_seed(value: Any, name: str = "seed") -> Any:

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from meanfield.checks import check_flag
 from meanfield.errors import RunFailed, RunInterrupted, TrackerError
 from meanfield.geometry.mesh import SphericalMesh
 from meanfield.geometry.sphere import normalize, sphere_error
@@ -256,8 +257,7 @@ def solve(
     if not (np.isfinite(steady_tol) and steady_tol >= 0):  # -1 had been taken (and never stopped a run)
         raise ValueError(f"steady_tol must be a finite number ≥ 0 (0: never stop early), got {steady_tol!r}")
     for name, flag in (("energy", energy), ("speed", speed), ("progress", progress)):
-        if not isinstance(flag, (bool, np.bool_)):  # a string had been true
-            raise ValueError(f"{name} must be True or False, got {flag!r}")
+        check_flag(name, flag)  # (a string had been true)
     if callable(trackers):
         trackers = [trackers]  # one callable: the only tracker (as mf.simulate takes it)
     if isinstance(trackers, (str, bytes)) or not isinstance(trackers, Iterable):

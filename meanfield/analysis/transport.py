@@ -46,6 +46,7 @@ import numpy as np
 import ot
 from numpy.typing import ArrayLike, NDArray
 
+from meanfield.checks import check_flag
 from meanfield.kernels.jit import kernel_threads, one_blas_thread, pjit
 
 __all__ = [
@@ -1141,6 +1142,7 @@ def w2(x: ArrayLike, y: ArrayLike, a: ArrayLike | None = None, b: ArrayLike | No
     """
     t0 = time.perf_counter()
     _check_cost(cost)
+    log = check_flag("log", log)  # (log="no", a string, had returned the pair)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
     opts = _resolve_options(method, options)

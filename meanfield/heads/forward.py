@@ -64,6 +64,7 @@ import numpy as np
 from scipy.special import erf
 from scipy.stats import wasserstein_distance
 
+from meanfield.checks import check_flag
 from meanfield.errors import ConfigError
 from meanfield.heads.checkpoint import AttentionLayer, Checkpoint, _file_stamp, load_checkpoint, write_synthetic_checkpoint
 from meanfield.heads.embeddings import layer_norm, load_tokenizer, tokenize
@@ -346,7 +347,7 @@ def encoder_forward(
     dh = d // H
     scale = 1.0 / math.sqrt(dh)
     hidden = [h]
-    probs = [] if attentions else None
+    probs = [] if check_flag("attentions", attentions) else None  # (a string had been true)
     key_mask = keep[:, None, None, :]
     with one_blas_thread():
         for layer in weights.layers:
@@ -564,7 +565,7 @@ class ForwardPass:
         :class:`~meanfield.errors.ConfigNote` saying so).
         """
         pooling = _pooling_mode(self.checkpoint.parent) if pooling is None else pooling
-        normalize = _normalized(self.checkpoint.parent) if normalize is None else normalize
+        normalize = _normalized(self.checkpoint.parent) if normalize is None else check_flag("normalize", normalize)
         longest = _max_seq_length(self.checkpoint.parent)
         if longest is not None and self.n > longest:  # (it had pooled all n tokens: another vector than the model's)
             import warnings
@@ -779,7 +780,7 @@ def encode(
     weights = encoder_weights(checkpoint)
     ckpt = weights.checkpoint
     pooling = _pooling_mode(ckpt.folder) if pooling is None else pooling  # (the files are read only for what is not given)
-    normalize = _normalized(ckpt.folder) if normalize is None else normalize
+    normalize = _normalized(ckpt.folder) if normalize is None else check_flag("normalize", normalize)
     if max_length is None:
         max_length = _max_length(ckpt)
     else:  # (0 and 1 had been ignored by the tokenizer, -1 an OverflowError, 2.5 a TypeError, too many named 'ids')

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.checks import check_int, real_array, real_number
+from meanfield.checks import check_flag, check_int, real_array, real_number
 from meanfield.errors import ConfigError
 from meanfield.heads.ensembles import ENSEMBLES, draw
 
@@ -312,6 +312,7 @@ def random_head(d: int, *, k: int | None = None, seed: int = 0, aligned: bool = 
     The same draw as ``Q = K = V = "random"`` with ``seed`` in a config.
     """
     d = check_int("d", d, minimum=1)  # (None and NaN had been Python's errors)
+    aligned = check_flag("aligned", aligned)  # (the string "False" had aligned V)
     spec: dict[str, Any] = {"Q": "random", "K": "random", "V": "aligned" if aligned else "random", "seed": seed}
     if k is not None:
         spec["k"] = k

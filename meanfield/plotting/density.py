@@ -31,6 +31,7 @@ from matplotlib import colors as mcolors
 from matplotlib.animation import FuncAnimation
 from matplotlib.figure import Figure
 
+from meanfield.checks import check_flag
 from meanfield.geometry.mesh import SphericalMesh
 from meanfield.plotting.canvas import check_frames, check_picture_path, facing_rotation, facing_view, save, save_animation
 from meanfield.plotting.curves import shown_energy
@@ -151,8 +152,8 @@ def check_map_options(options: dict[str, Any]) -> None:
         Naming the option and the value it got.
     """
     for name in ("log", "fixed_scale"):
-        if name in options and not isinstance(options[name], (bool, np.bool_)):
-            raise ValueError(f"{name} must be True or False, got {options[name]!r}")
+        if name in options:
+            check_flag(name, options[name])
     if "resolution" in options and options["resolution"] is not None:
         value = options["resolution"]
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 8:

@@ -159,3 +159,22 @@ def test_a_mesh_tokens_and_a_method_that_are_no_such_thing_are_named():
         mf.Model(d=3, beta=4.0).velocity(None, 0.0)
     with pytest.raises(ValueError, match=r"^method: unknown integrator 'RK4'"):
         mf.ParticleSolver(method="RK4")
+
+
+_STRING_FLAGS = {
+    "aligned": lambda: mf.heads.random_head(3, aligned="False"),
+    "log": lambda: mf.w2(sphere.sample_uniform(4, 3, seed=0), sphere.sample_uniform(4, 3, seed=1), log="no"),
+}
+
+
+@pytest.mark.parametrize("name", list(_STRING_FLAGS))
+def test_a_string_for_a_flag_is_refused_naming_it(name: str) -> None:
+    # a string is true to Python: aligned="False" had aligned V, log="no" had returned (value, log)
+    with pytest.raises(ValueError, match=f"^{name} must be True or False, got '"):
+        _STRING_FLAGS[name]()
+
+
+def test_numpy_bools_are_flags() -> None:
+    x, y = sphere.sample_uniform(4, 3, seed=0), sphere.sample_uniform(4, 3, seed=1)
+    assert mf.w2(x, y, log=np.False_) == mf.w2(x, y)
+    np.testing.assert_array_equal(mf.heads.random_head(3, aligned=np.True_).V, mf.heads.random_head(3, aligned=True).V)

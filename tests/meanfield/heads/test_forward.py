@@ -603,3 +603,13 @@ def test_max_seq_length_may_be_an_integral_float_or_absent(tmp_path: Path):
     assert _max_length(load_checkpoint(path)) == 256
     (folder / "sentence_bert_config.json").write_text(json.dumps({"do_lower_case": False}))
     assert _max_length(load_checkpoint(path)) == 512
+
+
+def test_string_flags_are_refused_naming_them(tiny: Path):
+    # a string is true to Python: attentions="no" had kept the probabilities, normalize="False" had normalized
+    with pytest.raises(ValueError, match="^attentions must be True or False, got 'no'"):
+        forward_pass("The cat sat .", tiny, attentions="no")
+    with pytest.raises(ValueError, match="^normalize must be True or False, got 'False'"):
+        encode("The cat sat .", tiny, normalize="False")
+    with pytest.raises(ValueError, match="^normalize must be True or False, got 1"):
+        forward_pass("The cat sat .", tiny).embedding(normalize=1)
