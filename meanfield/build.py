@@ -55,10 +55,9 @@ def build_model(cfg: dict[str, Any], *, schedule: HeadSchedule | None = None) ->
     """The :class:`~meanfield.model.Model` of a resolved config (a β whose scores overflow: ``ConfigError`` naming
     ``model.beta``)."""
     try:
-        with warnings.catch_warnings():
-            if isinstance(cfg["model"]["heads"], list):  # the config's check gave this as its own note, once (heads
-                warnings.simplefilter("ignore", UnshiftedOverflowWarning)  # given as tables; the default head and
-            model = _model(cfg, schedule)  # a checkpoint's get the Model's warning: they had got neither)
+        with warnings.catch_warnings():  # the config's check gave this as its own note, once, for the head tables, the
+            warnings.simplefilter("ignore", UnshiftedOverflowWarning)  # default head and a checkpoint's alike (the
+            model = _model(cfg, schedule)  # default head's had come twice; a grid run's velocity note is not the grid's)
     except ScoreOverflowError as exc:
         raise ConfigError("model.beta", str(exc)) from None
     _check_path_bounds(cfg, model)

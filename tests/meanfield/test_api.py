@@ -481,10 +481,14 @@ def test_a_direct_model_whose_unshifted_terms_overflow_warns_once_and_a_config_o
         build_model(cfg)  # the config's note said it already
     assert not [w for w in caught if issubclass(w.category, UnshiftedOverflowWarning)]
     assert [w for w in caught if issubclass(w.category, ConfigNote) and "unshifted" in str(w.message)]
-    # the default head (no [[model.heads]] table) gets no config note: the Model's warning speaks (it had got neither)
-    bare = mf.load_config(None, **{"model.attention": "unnormalized", "model.beta": 800.0})
-    with pytest.warns(UnshiftedOverflowWarning, match="β‖B_h‖₂ = 800"):
-        build_model(bare)
+    # the default head (no [[model.heads]] table): one message, the config's note (it had got neither, then both)
+    for beta, said in ((800.0, "β‖B‖₂ = 800"), (400.0, "e^400.5, passes e^345.4")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            build_model(mf.load_config(None, **{"model.attention": "unnormalized", "model.beta": beta}))
+        assert [str(w.message) for w in caught if issubclass(w.category, UnshiftedOverflowWarning)] == []
+        notes = [str(w.message) for w in caught if issubclass(w.category, ConfigNote) and "unshifted" in str(w.message)]
+        assert len(notes) == 1 and said in notes[0], notes
 
 
 def test_a_beta_whose_scores_overflow_is_refused_and_the_largest_taken_runs():
