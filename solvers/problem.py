@@ -39,7 +39,7 @@ from meanfield.checks import check_flag
 from meanfield.errors import RunFailed, RunInterrupted, TrackerError
 from meanfield.geometry.mesh import SphericalMesh
 from meanfield.geometry.sphere import normalize, sphere_error
-from meanfield.model import Model
+from meanfield.model import ConstantHeads, Model
 from meanfield.resources import MAX_FRAMES, MAX_STEPS
 from meanfield.kernels.jit import one_blas_thread
 from meanfield.run import Run
@@ -163,6 +163,32 @@ def run_status(failed: bool, stop_reason: str) -> str:
     return "completed" if stop_reason == "t_final" else "stopped"
 
 
+def record_weight_path(setup: RunSetup, t_final: float, *, dt: float = 0.01) -> None:
+    """The heads' path as the static arrays ``weights/t``, ``B``, ``V``, ``w`` of a run with time-dependent heads, so
+    that it can be replayed (:func:`meanfield.heads.schedules.weights_static`: an OU or SDE path on its own grid, another
+    schedule every ``dt``); nothing for constant heads, or where the solver stored its path already."""
+    if isinstance(setup.model.heads, ConstantHeads) or "weights/t" in setup.static:
+        return
+    from meanfield.heads.schedules import weights_static
+
+    with np.errstate(all="ignore"):  # a path that leaves the finite numbers is NaN from there (the config route names it)
+        setup.static.update(weights_static(setup.model.heads, t_final, dt=dt))
+
+
+def add_slope_tracker(setup: RunSetup, *, kind: str, weights: np.ndarray | None, callers: Sequence[Tracker] = ()) -> None:
+    r"""The tracker of :math:`G^2`, the metric slope and :math:`\partial_t E` (``authors_G2``, ``slope2``,
+    ``dE_dt_explicit``: :class:`~meanfield.solvers.trackers.SlopeTracker`, Massucco et al., arXiv 2605.18870) for
+    time-dependent heads; not for the zero-temperature solver, nor where the solver's own tracker records them (the JKO
+    scheme's) or the caller's (``callers``: :class:`~meanfield.solvers.jko.EnergyDissipationTracker`)."""
+    if isinstance(setup.model.heads, ConstantHeads) or kind == "zero-temperature" or any(
+            getattr(tracker, "name", "") in ("edi", "slope") for tracker in (*setup.trackers, *callers)):
+        return
+    from meanfield.solvers.trackers import SlopeTracker
+
+    points = setup.static.get("points") if setup.state_name == "mass" else None
+    setup.trackers.append(SlopeTracker(setup.model, weights=weights if points is None else None, points=points))
+
+
 def solver_options(solver: Any, kind: str, *, on_grid: bool, t_final: float) -> dict[str, Any]:
     """The solver's scalar options as a ``[solver]`` section (``kind``, ``t_final``, ``method``, ``dt`` …), a noise
     schedule as a ``[noise]`` one: what the summary of a :func:`solve` run shows in place of a config's."""
@@ -280,6 +306,9 @@ def solve(
                          f"up to t_final = {t_final:g}; the limit is {MAX_FRAMES:.0e} frames (the config's too)")
     callers = [CallbackTracker.of(tracker) for tracker in trackers]
     setup = solver.setup(problem, energy=energy, speed=speed or steady_tol > 0, steady_tol=steady_tol)
+    kind = getattr(solver, "kind", type(solver).__name__)  # the picture's title names it
+    record_weight_path(setup, float(t_final))  # time-dependent heads: their path and G², as a config's run records them
+    add_slope_tracker(setup, kind=kind, weights=problem.weights, callers=callers)
     span = float(t_final) - float(t_start)
     times = save_times(float(t_start), float(t_final), float(save_every) if save_every else (span or 1.0))
     bar = ProgressTracker(total=float(times[-1]), initial=float(times[0]), quiet=not progress)
@@ -289,7 +318,6 @@ def solve(
     finally:
         bar.close()
     tracker_error = result.info.pop("tracker_error", None)
-    kind = getattr(solver, "kind", type(solver).__name__)  # the picture's title names it
     result.info.update(setup.info(), solver=kind, solver_options=solver_options(solver, kind, on_grid=problem.on_grid, t_final=float(t_final)))
     status = "interrupted" if result.info["interrupted"] else run_status(result.info["failed"], result.info["stop_reason"])
     run = Run.from_states(

@@ -36,7 +36,7 @@ from meanfield.solvers import grid as grid_solver
 from meanfield.solvers import jko as jko_solver
 from meanfield.solvers.loop import RunResult, RunSetup, Tracker, run_loop, save_times
 from meanfield.solvers.particle import ParticleSolver
-from meanfield.solvers.problem import Problem, run_status as final_status
+from meanfield.solvers.problem import Problem, add_slope_tracker, record_weight_path, run_status as final_status
 from meanfield.solvers.signals import interruptible
 from meanfield.solvers.trackers import CallbackTracker, ProgressTracker
 from meanfield.solvers.zero_temperature import ZeroTemperatureSolver
@@ -160,19 +160,10 @@ def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSe
         from meanfield.analysis.landscape import gradient_clock
 
         gradient_clock(setup, clock=cfg["solver"]["clock"], merge=cfg["solver"]["clock_merge"], schedule=cfg["weights"]["schedule"], kind=cfg["solver"]["kind"])
-    if cfg["weights"]["schedule"] != "constant" and "weights/t" not in setup.static:
-        from meanfield.heads.schedules import weights_static  # the weight path, so that the run can be replayed
-
-        with np.errstate(all="ignore"):  # a path that leaves the finite numbers is named just below
-            setup.static.update(weights_static(setup.model.heads, cfg["solver"]["t_final"], dt=cfg["weights"]["dt"]))
-        _check_weight_path(setup.static, cfg["weights"])
-    if cfg["weights"]["schedule"] != "constant" and cfg["solver"]["kind"] != "zero-temperature" and not any(
-        getattr(t, "name", "") in ("edi", "slope") for t in setup.trackers
-    ):  # G² and the metric slope of time-dependent heads (the JKO's own tracker already records them)
-        from meanfield.solvers.trackers import SlopeTracker
-
-        points = setup.static.get("points") if setup.state_name == "mass" else None
-        setup.trackers.append(SlopeTracker(setup.model, weights=problem.weights if points is None else None, points=points))
+    if cfg["weights"]["schedule"] != "constant":  # the weight path, so that the run can be replayed, and G²
+        record_weight_path(setup, cfg["solver"]["t_final"], dt=cfg["weights"]["dt"])
+        _check_weight_path(setup.static, cfg["weights"])  # a path that leaves the finite numbers, named
+        add_slope_tracker(setup, kind=cfg["solver"]["kind"], weights=problem.weights)
     if cfg["track"]["concentration"]:
         setup.trackers.append(concentration_tracker(cfg, setup))
     setup.trackers.extend(CallbackTracker.of(tracker) for tracker in trackers)

@@ -109,8 +109,8 @@ class SlopeTracker:
     integrate :math:`\partial_tE`; for smooth schedules it closes the identity.
 
     Keys: ``authors_G2``, ``slope2`` and ``dE_dt_explicit``.  With ``points`` the state is a grid measure (cell masses
-    at those points).  Added by :func:`meanfield.solvers.run.setup_run` whenever the heads are
-    time-dependent.
+    at those points).  Added by :func:`meanfield.solvers.run.setup_run` and :func:`meanfield.solve` whenever the
+    heads are time-dependent (:func:`meanfield.solvers.problem.add_slope_tracker`).
     """
 
     model: Model

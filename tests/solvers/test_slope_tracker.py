@@ -87,3 +87,25 @@ def test_a_particle_run_records_the_explicit_time_derivative_of_its_energy():
     change = np.diff(run.diagnostics["energy_theta"])
     terms = -run.diagnostics["slope2"] + rate
     np.testing.assert_allclose(change, 0.125 * (terms[1:] + terms[:-1]), rtol=2e-2)
+
+
+def test_a_python_built_schedule_records_what_the_config_route_does():
+    # mf.solve with a MatrixSDESchedule built in Python had recorded neither G² nor the weight path; the config route did
+    import meanfield as mf
+    from meanfield.heads.schedules import MatrixSDESchedule, random_symmetric
+
+    H = 3
+    by_config = mf.simulate(DATA / "massucco_ou.toml", t_final=0.1, **{"model.num_heads": H, "init.n": 12})
+    schedule = MatrixSDESchedule(random_symmetric(H, 3, seed=52), drift="ou", dt=0.005, kappa=1.0,
+                                 mean=np.broadcast_to(np.eye(3), (H, 3, 3)).copy(), sigma=np.sqrt(2),
+                                 noise="symmetric", integrator="euler-maruyama", seed=2010)
+    model = mf.Model(d=3, beta=1.0, heads=schedule, direction="descent", combine="mean")
+    by_python = mf.solve(mf.Problem(model, by_config.x[0]), mf.ParticleSolver(method="euler", dt=0.005), t_final=0.1,
+                         save_every=by_config.config["solver"]["save_every"])
+    np.testing.assert_array_equal(by_python.x, by_config.x)  # the same recursion
+    for key in ("authors_G2", "slope2", "dE_dt_explicit"):
+        np.testing.assert_allclose(by_python.diagnostics[key], by_config.diagnostics[key], rtol=1e-13, atol=0)
+    for key in ("weights/t", "weights/B", "weights/V", "weights/w"):
+        np.testing.assert_array_equal(by_python.static[key], by_config.static[key])
+    constant = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), by_config.x[0]), mf.ParticleSolver(dt=0.05), t_final=0.1)
+    assert "authors_G2" not in constant.diagnostics and "weights/t" not in constant.static
