@@ -47,7 +47,11 @@ from meanfield.solvers.loop import RunSetup, Tracker, run_loop, save_times
 from meanfield.solvers.signals import interruptible
 from meanfield.solvers.trackers import CallbackTracker, ProgressTracker
 
-__all__ = ["Problem", "Solver", "solve", "run_status"]
+__all__ = ["Problem", "Solver", "solve", "run_status", "CELL_MASS_TOTAL_TOLERANCE"]
+
+#: the initial cell masses of a grid measure are normalised to total 1 where they are this close to it (float32
+#: masses: 1 ± N·6e-8), and refused farther off (density values given for masses)
+CELL_MASS_TOTAL_TOLERANCE = 1e-5
 
 
 @dataclass(frozen=True)
@@ -136,8 +140,13 @@ class Problem:
                 raise ValueError(f"initial cell masses must have shape ({self.mesh.N},), got {state.shape}")
             if not np.all(np.isfinite(state)) or np.any(state < 0):
                 raise ValueError("initial cell masses must be finite and non-negative")
-            if abs(state.sum() - 1.0) > 1e-9:
-                raise ValueError(f"initial cell masses must sum to 1, got {state.sum():.17g}")
+            total = float(state.sum())
+            if not abs(total - 1.0) <= CELL_MASS_TOTAL_TOLERANCE:
+                raise ValueError(f"initial cell masses must sum to 1 (within {CELL_MASS_TOTAL_TOLERANCE:g}), got {total:.17g}: "
+                                 "they are masses, not density values (masses = density × mesh.areas); divide them by "
+                                 "their sum to normalise")
+            if total != 1.0:  # float32 masses (1 + 2e-8) had been refused: normalised, as token weights are
+                state = state / total
         object.__setattr__(self, "initial", state)
 
     @property

@@ -756,3 +756,18 @@ def test_the_mesh_width_note_of_a_study_names_its_coarsest_mesh_and_cells(tmp_pa
     notes = [str(w.message) for w in recwarn if issubclass(w.category, ConfigNote)]
     assert not any("the mesh's 2000 cells" in note for note in notes), notes
     assert any(note.startswith("the coarsest study mesh's 100 cells are 0.354 apart") and "(--cells)" in note for note in notes), notes
+
+
+def test_float32_cell_masses_are_normalised_and_density_values_refused():
+    # float32 masses (total 1 + 2.4e-8) had been refused as not summing to 1, with no hint of the fix
+    import meanfield as mf
+
+    mesh = mf.mesh(300)
+    model = mf.Model(d=3, beta=4.0)
+    masses = (np.ones(300) / 300).astype(np.float32)
+    problem = mf.Problem(model, masses, mesh=mesh)
+    assert problem.initial.dtype == np.float64
+    np.testing.assert_allclose(problem.initial.sum(), 1.0, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(problem.initial, 1 / 300, rtol=1e-6, atol=0)
+    with pytest.raises(ValueError, match=r"must sum to 1 \(within 1e-05\), got 286\.4.*not density values"):
+        mf.Problem(model, np.full(300, 1.0 / mesh.areas.sum()) * 12.0, mesh=mesh)
