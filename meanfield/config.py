@@ -151,7 +151,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "cfl": Key(NUM, 0.5, _at_least(1e-6), "grid: CFL number (at least 1e-6: 1e-13 had run until a step fell below round-off, the file written)"),
         "tau": Key(NUM, 0.05, _at_least(0, strict=True), "jko: step τ"),
         "variant": Key((str,), "particle", _choice("particle", "grid"), "jko: particle or grid"),
-        "mobility": Key((str,), "frozen", _choice("frozen", "implicit"), "jko: mobility frozen at μ_k or iterated"),
+        "mobility": Key((str,), "frozen", _choice("frozen", "implicit"), "jko: mobility frozen at μ_k (frozen) or iterated to the new measure (implicit)"),
         "tol": Key(NUM, 1e-10, _between(*JKO_TOL_RANGE), "jko: inner-solver tolerance, a displacement in radians (particles) or an L¹ change of the cell masses (grid), between 1e-14 (its residual cannot go below round-off: a smaller one failed the run after ten halvings) and 1e-6 (a tolerance near one step's displacement τ‖v‖ had accepted steps that did not move)"),
         "clock": Key((str,), "time", _choice("time", "gradient"), "particle: what the save times count: physical time, or the gradient clock ds = ‖ẋ‖ dt (arc length in the mass metric; Geshkovski, Koubbi, Polyanskiy and Rigollet, arXiv 2410.06833), with the physical time in diagnostics clock_time"),
         "clock_merge": Key(NUM, 0.0, _at_least(0), "clock = 'gradient': tokens closer than this (geodesic) are identified after each step (0: 2·dt·√(2/min token mass), twice the distance at which an explicit step stalls a collapsing pair, at most 0.05·β^(-1/2); a note where that cap binds)"),

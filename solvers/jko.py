@@ -936,7 +936,7 @@ class JKOSolver:
     tau : float
         Step :math:`\tau`.
     mobility : {"frozen", "implicit"}
-        Mobility frozen at :math:`\mu_k`, or iterated to the new measure.
+        Mobility frozen at :math:`\mu_k` (``"frozen"``), or iterated to the new measure (``"implicit"``).
     tol : float
         Inner-solver tolerance.
     keep_reports : bool
