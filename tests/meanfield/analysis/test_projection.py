@@ -310,3 +310,29 @@ def test_the_assumption_check_takes_values_near_the_largest_float():
     np.testing.assert_allclose(dominant_projector(1e308 * V), dominant_projector(V), atol=0)
     with pytest.raises(ConfigError, match=r"model\.heads: B = QᵀK or S = VBᵀ is not finite"):
         check_assumptions(1e200 * eye, 1e200 * eye, V)
+
+
+def test_zero_temperature_flow_of_an_s_symmetric_to_round_off_is_the_closed_form(monkeypatch) -> None:
+    # S = V Bᵀ with V = B symmetric rounds apart from its transpose: a matrix exponential per token had been taken
+    import scipy.linalg
+
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(5, 5))
+    B = A + A.T
+    S = B @ B.T
+    S[0, 1] = np.nextafter(np.nextafter(S[0, 1], np.inf), np.inf)  # two ulps apart, as V Bᵀ's products can round
+    assert not np.array_equal(S, S.T)
+    x0 = rng.normal(size=(6, 5))
+    x0 /= np.linalg.norm(x0, axis=1, keepdims=True)
+    tau = np.linspace(0.0, 0.3, 6)
+    z = np.stack([scipy.linalg.expm(t * S) @ x for t, x in zip(tau, x0)])  # the independent reference
+    expected = z / np.linalg.norm(z, axis=1, keepdims=True)
+
+    def refused(*_args, **_kwargs):
+        raise AssertionError("a matrix exponential was taken for an S symmetric to round-off")
+
+    monkeypatch.setattr(scipy.linalg, "expm", refused)
+    np.testing.assert_allclose(zero_temperature_flow(x0, S, tau), expected, rtol=0, atol=1e-12)
+    skew = S + 1e-6 * np.triu(np.ones((5, 5)), 1)  # a truly non-symmetric S still takes the exponential
+    with pytest.raises(AssertionError, match="matrix exponential"):
+        zero_temperature_flow(x0, skew, tau)
