@@ -415,6 +415,50 @@ class Run:
 
         return plot_run(self, path, **options)
 
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write the run to an HDF5 run file, in the layout of ``meanfield simulate``.
+
+        :func:`meanfield.load` reads it back, and ``meanfield info``, ``diagnose`` and ``concentration`` take it as
+        they take a file of ``meanfield simulate``: its frames, diagnostics, static arrays (token masses, the grid's
+        cells, a weight path), status and config.  A run of :func:`meanfield.simulate` keeps its config; a run of
+        :func:`meanfield.solve` gets one made from its model and solver (:func:`meanfield.io.saved_run.config_of_solved_run`:
+        its heads as matrices, ``init.kind = "stored"``, the file's first frame; a new run starts from that frame
+        with ``init.kind = "run"``, ``init.path`` the file).  The file is written once the run is over: a run that
+        must survive a crash writes its frames as it goes, with :func:`meanfield.simulate` and ``out=``.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file (refused where it exists, unless ``overwrite``, which replaces only a run file).
+        overwrite : bool
+            Replace an existing run file.
+
+        Returns
+        -------
+        Path
+            The file written.
+
+        Raises
+        ------
+        ConfigError
+            A path that exists (without ``overwrite``), is a folder, is not a run file, or is this run's own file.
+        ValueError
+            A run of :func:`meanfield.solve` that no config describes: heads that change in time built in Python,
+            head weights other than ``1/H``, a graded or hand-made mesh.
+
+        Examples
+        --------
+        >>> import meanfield as mf
+        >>> model = mf.Model(d=3, beta=4.0, heads=mf.heads.identity(3))
+        >>> run = mf.solve(mf.Problem(model, mf.sample_uniform(16, 3, seed=0)), mf.ParticleSolver(dt=0.05), t_final=0.5)
+        >>> mf.load(run.save("solved.h5")).config["init"]["kind"]   # doctest: +SKIP
+        'stored'
+        """
+        from meanfield.io.saved_run import save_run
+
+        saved = save_run(self, path, overwrite=overwrite)
+        return saved
+
     def animate(self, path: str | Path | None = None, **options: Any) -> Any:
         """An animation of the saved frames; written as a GIF (or a video, where matplotlib finds ffmpeg) when ``path`` is given.
 

@@ -1,0 +1,120 @@
+"""``Run.save``: a run held in memory written as a run file that ``mf.load`` and the commands read as a file of
+``meanfield simulate`` (a run of ``mf.solve`` had no way to a file)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield.cli import main
+from meanfield.errors import ConfigError
+from meanfield.noise import NoiseSchedule
+
+B = np.diag([2.0, 1.0, 0.5])
+
+
+def _same_run(saved: mf.Run, run: mf.Run) -> None:
+    np.testing.assert_array_equal(saved.t, run.t)
+    np.testing.assert_array_equal(saved.states, run.states)
+    assert set(saved.diagnostics) == set(run.diagnostics)
+    for key, series in run.diagnostics.items():
+        np.testing.assert_array_equal(saved.diagnostics[key], series)
+    assert (saved.status, saved.stop_reason) == (run.status, run.stop_reason)
+
+
+def test_a_solved_particle_run_is_read_back_and_analysed_as_a_simulated_one(tmp_path: Path) -> None:
+    model = mf.Model(d=3, beta=8.0, heads=mf.heads.HeadStack(B=B[None], V=B[None]))
+    run = mf.solve(mf.Problem(model, mf.sample_uniform(64, 3, seed=0), weights=np.arange(1.0, 65.0)),
+                   mf.ParticleSolver(dt=0.02), t_final=0.5, save_every=0.25)
+    path = run.save(tmp_path / "solved.h5")
+    saved = mf.load(path)
+    _same_run(saved, run)
+    np.testing.assert_array_equal(saved.token_masses, run.token_masses)
+    np.testing.assert_array_equal(saved.model.heads.at(0.0).B, model.heads.at(0.0).B)  # rebuilt from the config
+    np.testing.assert_array_equal(saved.model.heads.at(0.0).V, model.heads.at(0.0).V)
+    assert saved.config["init"]["kind"] == "stored" and saved.config["solver"]["dt"] == 0.02
+    assert saved.config["solver"]["save_every"] == 0.25 and saved.config["solver"]["t_final"] == 0.5
+    np.testing.assert_array_equal(saved.concentration().curves["w2_target"], run.concentration().curves["w2_target"])
+    with h5py.File(path, "r") as f:  # the layout of meanfield simulate
+        assert {"t", "x", "token_masses", "diagnostics"} <= set(f) and "config" in f.attrs
+    assert main(["info", str(path)]) == 0
+    assert main(["concentration", str(path)]) == 0
+
+
+def test_the_saved_first_frame_starts_a_new_run_of_the_same_flow(tmp_path: Path) -> None:
+    model = mf.Model(d=3, beta=4.0)
+    run = mf.solve(mf.Problem(model, mf.sample_uniform(16, 3, seed=1)), mf.ParticleSolver(dt=0.05), t_final=0.2,
+                   save_every=0.1)
+    path = run.save(tmp_path / "solved.h5")
+    again = mf.simulate(mf.load(path).config, out=tmp_path / "again.h5", **{"init.kind": "run", "init.path": str(path),
+                                                                          "init.time": 0.0})
+    np.testing.assert_allclose(again.x, run.x, rtol=0, atol=1e-15)
+
+
+def test_grid_jko_zero_temperature_and_noisy_runs_are_saved(tmp_path: Path) -> None:
+    model = mf.Model(d=3, beta=4.0)
+    mesh = mf.mesh(200)
+    pooled = mf.Model(d=3, beta=1.0, attention="pooled", heads=mf.heads.identity(3))
+    x0 = mf.sample_uniform(16, 3, seed=1)
+    runs = {
+        "grid": mf.solve(mf.Problem(model, mf.initial_mass(mesh, "vmf", kappa=2.0), mesh=mesh), mf.GridSolver(),
+                         t_final=0.1, save_every=0.05),
+        "jko": mf.solve(mf.Problem(pooled, x0), mf.JKOSolver(tau=0.05), t_final=0.1),
+        "zero-temperature": mf.solve(mf.Problem(model, x0), mf.ZeroTemperatureSolver(), t_final=0.1),
+        "noisy": mf.solve(mf.Problem(model, x0), mf.ParticleSolver(dt=0.05, method="euler", noise=NoiseSchedule(gamma=2.0)),
+                          t_final=0.1),
+    }
+    for name, run in runs.items():
+        saved = mf.load(run.save(tmp_path / f"{name}.h5"))
+        _same_run(saved, run)
+        assert saved.config["solver"]["kind"] == run.info["solver"]
+        assert main(["info", str(tmp_path / f"{name}.h5")]) == 0
+    grid = mf.load(tmp_path / "grid.h5")
+    assert grid.config["grid"]["cells"] == 200 and grid.config["grid"]["order"] == 2
+    np.testing.assert_array_equal(grid.mesh().areas, mesh.areas)
+    assert mf.load(tmp_path / "noisy.h5").config["noise"]["gamma"] == 2.0
+
+
+def test_a_simulated_run_keeps_its_config(tmp_path: Path) -> None:
+    run = mf.simulate(t_final=0.2, save_every=0.1, **{"init.n": 16})
+    saved = mf.load(run.save(tmp_path / "simulated.h5"))
+    _same_run(saved, run)
+    assert saved.config == run.config
+
+
+def test_what_a_config_cannot_describe_is_refused_before_a_file_is_made(tmp_path: Path) -> None:
+    from meanfield.heads.schedules import OscillatingSchedule
+
+    x0 = mf.sample_uniform(8, 3, seed=0)
+    moving = mf.Model(d=3, beta=1.0, heads=OscillatingSchedule(mf.heads.HeadStack(B=B[None], V=B[None]), amplitude=0.5, omega=1.0))
+    run = mf.solve(mf.Problem(moving, x0), mf.ParticleSolver(dt=0.05), t_final=0.1)
+    with pytest.raises(ValueError, match="its heads change in time"):
+        run.save(tmp_path / "moving.h5")
+    weighted = mf.Model(d=3, beta=1.0, attention="pooled",
+                        heads=mf.heads.HeadStack(B=np.stack([B, B]), V=np.stack([B, B]), w=np.array([0.2, 0.8])))
+    run = mf.solve(mf.Problem(weighted, x0), mf.ParticleSolver(dt=0.05), t_final=0.1)
+    with pytest.raises(ValueError, match="head weights"):
+        run.save(tmp_path / "weighted.h5")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_path_that_is_taken_is_refused_and_only_a_run_file_replaced(tmp_path: Path) -> None:
+    run = mf.simulate(t_final=0.1, **{"init.n": 8})
+    path = run.save(tmp_path / "a.h5")
+    with pytest.raises(ConfigError, match="already exists; use overwrite=True"):
+        run.save(path)
+    assert run.save(path, overwrite=True) == path
+    with pytest.raises(ConfigError, match="is the file this run is read from"):
+        mf.load(path).save(path, overwrite=True)
+    notes = tmp_path / "notes.toml"
+    notes.write_text("beta = 1\n")
+    with pytest.raises(ConfigError, match="not a meanfield run"):
+        run.save(notes, overwrite=True)
+    assert notes.read_text() == "beta = 1\n"
+    with pytest.raises(ValueError, match="overwrite must be True or False"):
+        run.save(tmp_path / "b.h5", overwrite="no")
+    with pytest.raises(ConfigError, match="folder"):
+        run.save(tmp_path)
