@@ -26,7 +26,7 @@ from typing import Any
 from meanfield.errors import ConfigError, ConfigNote
 from meanfield.io.signature import HDF5_SIGNATURE
 
-__all__ = ["SCHEMA", "Key", "ConfigNote", "load_config", "read_toml", "resolve", "override_key", "apply_override", "config_hash", "dumps", "schema_markdown"]
+__all__ = ["SCHEMA", "Key", "ConfigNote", "load_config", "plain_value", "read_toml", "resolve", "override_key", "apply_override", "config_hash", "dumps", "schema_markdown"]
 
 
 @dataclass(frozen=True)
@@ -215,20 +215,45 @@ def _type_name(types: tuple[type, ...]) -> str:
     return " or ".join(names.get(t, t.__name__) for t in types)
 
 
-def _plain(value: Any) -> Any:
-    """NumPy scalars and arrays as the Python values a TOML file gives (``np.int64(8)`` from ``np.arange`` in a
-    notebook had been refused as "not an integer"; the config is stored as JSON, which takes no NumPy types)."""
-    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, list):
-        return [_plain(item) for item in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+def plain_value(value: Any, key: str) -> Any:
+    """A Python value as the value a TOML file gives: where Python input enters a config (:func:`load_config`'s
+    mapping and keyword values, :func:`resolve`, a sweep's mapping).
+
+    Tuples and NumPy arrays become lists (nested for a matrix; a 0-d array is its scalar), NumPy scalars Python
+    ones, mappings dicts, all the way down; strings stay strings.  The resolved config is then the one of the list
+    form, and JSON takes it (it is stored as JSON).  (``init.mean = (0, 0, 1)`` and ``model.heads`` as a tuple had
+    been refused as "expected a list", a sweep's ``np.logspace`` grid too, and its ``np.float64`` values had been
+    written to TOML as ``np.float64(1.0)``; ``np.int64(8)`` from ``np.arange`` had been "not an integer".)
+
+    Parameters
+    ----------
+    value : any
+        What the caller gave.
+    key : str
+        Where it is (``"model.heads[0].Q"``), for the error; ``""`` for a whole config, whose sections name themselves.
+
+    Raises
+    ------
+    ConfigError
+        For a NumPy array of Python objects or of records (its entries are no TOML values), naming ``key``.
+    """
+    if type(value).__module__.partition(".")[0] == "numpy" and hasattr(value, "tolist"):  # arrays and scalars
+        kind = getattr(getattr(value, "dtype", None), "kind", "")
+        if kind in ("O", "V"):  # (an object array's entries: anything, a ragged list's rows among them)
+            raise ConfigError(key or "config", f"expected numbers or strings, got a NumPy array of dtype {value.dtype} "
+                                               f"and shape {getattr(value, 'shape', ())} (give a numeric array or a list)")
+        return value.tolist()  # nested lists of Python scalars (a string array: of str)
+    if isinstance(value, (str, bytes)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [plain_value(item, f"{key}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, Mapping):
+        return {name: plain_value(item, f"{key}.{name}" if key else str(name)) for name, item in value.items()}
     return value
 
 
 def _check_value(spec: Key, value: Any, key: str) -> Any:
-    value = _plain(value)
+    value = plain_value(value, key)
     if isinstance(value, bool) and bool not in spec.types:
         raise ConfigError(key, f"expected {_type_name(spec.types)}, got {value!r}")
     if not isinstance(value, spec.types):
@@ -928,7 +953,9 @@ def load_config(
     overrides : iterable of str
         ``"section.key=value"`` assignments in TOML syntax (the CLI's ``--set``).
     values : mapping, optional
-        Python values by key: ``{"beta": 9, "init.n": 500}`` (bare keys when one section has them).
+        Python values by key: ``{"beta": 9, "init.n": 500}`` (bare keys when one section has them).  Here and in a
+        mapping ``source``, a tuple or a NumPy array stands for a TOML array and a NumPy scalar for a number
+        (:func:`plain_value`).
     source_key : str
         The name an error about ``source`` itself gives it: the CLI's ``CONFIG`` argument, the Python API's ``source``.
 
@@ -939,7 +966,7 @@ def load_config(
     if source is None:
         raw: dict[str, Any] = {}
     elif isinstance(source, Mapping):
-        raw = copy.deepcopy({k: dict(v) if isinstance(v, Mapping) else v for k, v in source.items()})
+        raw = plain_value(source, "")  # a copy: tuples and NumPy arrays as lists, NumPy scalars as Python's
     elif isinstance(source, (str, os.PathLike)):  # (a PurePosixPath had been refused)
         source = Path(os.fspath(source))
         raw = read_toml(source, key=source_key)
@@ -959,7 +986,7 @@ def load_config(
         section, key = override_key(name)
         if not isinstance(raw.setdefault(section, {}), Mapping):
             raise ConfigError(section, "expected a table")
-        raw[section][key] = value
+        raw[section][key] = plain_value(value, f"{section}.{key}")
         overridden.add((section, key))
     # the solver kind switched by an override (the README's --set solver.kind=jko on a file whose [solver] holds the
     # particle solver's dt): the file's settings for its own kind are not noted as unused by the new one (it had been

@@ -115,7 +115,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.config import SCHEMA, config_hash, load_config
+from meanfield.config import SCHEMA, config_hash, load_config, plain_value
 from meanfield.errors import ConfigError, ConfigNote
 from meanfield.io.lock import WriterLock
 
@@ -308,7 +308,8 @@ def load_sweep(source: str | Path | Mapping[str, Any], *, base_dir: str | Path |
     Parameters
     ----------
     source : path or mapping
-        Sweep file, or the same content as a dict.
+        Sweep file, or the same content as a dict (where the file has an array, a tuple or a NumPy array too,
+        such as ``{"grid": {"model.beta": np.logspace(0, 2, 5)}}``: :func:`meanfield.config.plain_value`).
     base_dir : path, optional
         Folder against which a relative ``base`` is taken when ``source`` is a
         mapping (default: the current directory; for a file: its folder).
@@ -327,7 +328,8 @@ def load_sweep(source: str | Path | Mapping[str, Any], *, base_dir: str | Path |
     """
     path: Path | None = None
     if isinstance(source, Mapping):
-        raw = dict(source)
+        raw = plain_value(source, "")  # a grid of np.logspace or a tuple is a list (it had been refused), NumPy scalars
+        # Python's (np.float64(1.0) had been written to the case's override as such, and refused)
         folder = Path(base_dir) if base_dir is not None else Path.cwd()
     else:
         path = Path(source)

@@ -802,3 +802,18 @@ def test_the_examples_of_every_exported_name_pass(tmp_path, monkeypatch):
     result = runner.summarize(verbose=False)
     assert {"solve", "load", "sample_uniform", "sample_vmf", "simulate"} <= set(shown), shown
     assert result.failed == 0 and result.attempted >= 20, result
+
+
+def test_keyword_overrides_take_tuples_and_arrays_where_the_config_takes_a_list():
+    # a notebook's (0, 0, 1.0) had been "init.mean: expected a list, got tuple", a tuple of heads "expected a list or a
+    # string" (while np.array([0, 0, 1.0]) was taken)
+    import json
+
+    vmf = {"t_final": 0.1, "init.n": 8, "init.kind": "vmf", "init.kappa": 3.0}
+    by_list = mf.simulate(**{"init.mean": [0.0, 0.0, 1.0]}, **vmf)
+    for mean in ((0, 0, 1.0), np.array([0, 0, 1.0])):
+        run = mf.simulate(**{"init.mean": mean}, **vmf)
+        assert run.config == by_list.config and json.dumps(run.config)
+        np.testing.assert_array_equal(run.x, by_list.x)
+    heads = mf.load_config({"model": {"heads": ({"Q": "identity"},)}}, t_final=0.1)
+    assert heads == mf.load_config({"model": {"heads": [{"Q": "identity"}]}}, t_final=0.1) and json.dumps(heads)

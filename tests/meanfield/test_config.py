@@ -514,3 +514,105 @@ def test_weight_paths_whose_heads_overflow_are_refused_before_the_run(config, ov
     with pytest.raises(ConfigError, match=rf"{key}: .* makes the heads' scores or velocities overflow"):
         build_model(load_config(data / config, [override, "solver.t_final=0.05"]))
     build_model(load_config(data / config, ["solver.t_final=0.05"]))  # the file's own path is within the bounds
+
+
+def _as_tuples(value):
+    """``value`` with every list a tuple (all the way down)."""
+    if isinstance(value, list):
+        return tuple(_as_tuples(item) for item in value)
+    if isinstance(value, dict):
+        return {k: _as_tuples(v) for k, v in value.items()}
+    return value
+
+
+def _python_types_only(value) -> bool:
+    if isinstance(value, dict):
+        return all(_python_types_only(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_python_types_only(v) for v in value)
+    return type(value) in (bool, int, float, str, type(None))
+
+
+#: configs with a TOML array at each place the schema takes one, and where in them it is
+ARRAY_CONFIGS = {  # (floats throughout: the array of [0, 0, 1.0] is one of floats, stored as [0.0, 0.0, 1.0])
+    "init.mean": ({"init": {"kind": "vmf", "mean": [0.0, 0.0, 1.0], "n": 8}}, ("init", "mean")),
+    "init.centers": ({"init": {"kind": "clusters", "centers": [[1.0, 0.0, 0.0], [0.0, -1.0, 0.0]], "n": 8}}, ("init", "centers")),
+    "model.heads[0].Q": ({"model": {"heads": [{"Q": [[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], "K": "identity",
+                                               "V": "aligned"}]}}, ("model", "heads", 0, "Q")),
+    "weights.target": ({"weights": {"schedule": "relaxation", "target": [[1.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 1.5]]},
+                        "model": {"heads": [{"Q": "identity", "K": "identity", "V": "aligned"}]}}, ("weights", "target")),
+    "weights.mean": ({"weights": {"schedule": "ou", "mean": [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 2.0]]}}, ("weights", "mean")),
+    "grid.refine_centres": ({"grid": {"family": "graded", "cells": 200, "refine_centres": [[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]]},
+                             "solver": {"kind": "grid", "t_final": 0.1}}, ("grid", "refine_centres")),
+    "phase.betas": ({"phase": {"betas": [1.0, 2.0, 4.0]}}, ("phase", "betas")),
+    "phase.times (integers)": ({"phase": {"times": [0, 1, 2]}}, ("phase", "times")),
+}
+
+
+@pytest.mark.parametrize("where", list(ARRAY_CONFIGS))
+def test_tuples_and_numpy_arrays_stand_for_toml_arrays_and_resolve_as_lists(where):
+    # a notebook's (0, 0, 1) or np.array had been refused as "expected a list, got tuple" where a list was taken (or
+    # kept as a tuple inside a head: another resolved config, and another hash, than the list's)
+    import json
+
+    raw, path = ARRAY_CONFIGS[where]
+    raw = {"solver": {"t_final": 0.1}, **raw}
+    listed = load_config(raw)
+
+    def replaced(new):
+        out = json.loads(json.dumps(raw))
+        *head, last = path
+        node = out
+        for step in head:
+            node = node[step]
+        node[last] = new(node[last])
+        return out
+
+    for form in (_as_tuples, np.asarray):
+        cfg = load_config(replaced(form))
+        assert cfg == listed and _python_types_only(cfg)
+        assert json.dumps(cfg, sort_keys=True) == json.dumps(listed, sort_keys=True)
+    section, key = path[:2]
+    if len(path) == 2:  # the same as a keyword value
+        assert load_config(raw, values={f"{section}.{key}": _as_tuples(raw[section][key])}) == listed
+        assert load_config(raw, values={f"{section}.{key}": np.asarray(raw[section][key])}) == listed
+
+
+def test_a_tuple_of_heads_and_numpy_scalars_inside_lists_are_plain_python():
+    import json
+
+    listed = load_config({"model": {"heads": [{"Q": "identity", "K": [[1, 0, 0], [0, 2, 0], [0, 0, 1]], "V": "aligned"}]}})
+    heads = ({"Q": "identity", "K": (np.array([1, 0, 0]), (0, np.int64(2), 0), [np.float64(0), 0, np.int32(1)]), "V": "aligned"},)
+    cfg = load_config({"model": {"heads": heads}})
+    assert cfg == listed and _python_types_only(cfg) and json.dumps(cfg)
+    cfg = load_config(None, values={"model.heads": heads, "phase.betas": (np.float64(1.0), np.float32(2.0)),
+                                    "track.energy": np.bool_(False), "beta": np.array(2.5)})
+    assert cfg["phase"]["betas"] == [1.0, 2.0] and cfg["track"]["energy"] is False and cfg["model"]["beta"] == 2.5
+    assert _python_types_only(cfg) and json.dumps(cfg)
+
+
+@pytest.mark.parametrize("value, words", [
+    ("001", r"init\.mean: expected a list, got str"),  # a string is no sequence of numbers
+    (np.array("001"), r"init\.mean: expected a list, got str"),
+    (np.array(1.0), r"init\.mean: expected a list, got float"),  # a 0-d array is its scalar
+    (np.array([0, 0, 1.0], dtype=object), r"init\.mean: expected numbers or strings, got a NumPy array of dtype object"),
+    (np.ones((1, 3)), r"init\.mean\[0\]: expected a number"),
+    (np.ones((1, 1, 3)), r"init\.mean\[0\]: expected a number"),
+    (((0, 1), (1,)), r"init\.mean\[0\]: expected a number"),
+    ((0, 0, 1.0, 0), r"init\.mean: expected a vector of length d=3"),
+])
+def test_arrays_and_strings_that_are_no_vector_are_refused_naming_the_key(value, words):
+    with pytest.raises(ConfigError, match=words):
+        load_config({"init": {"kind": "vmf", "n": 8}}, values={"init.mean": value})
+    with pytest.raises(ConfigError, match=words):
+        load_config({"init": {"kind": "vmf", "n": 8, "mean": value}})
+
+
+@pytest.mark.parametrize("Q, words", [
+    (np.ones((3, 3, 1)), r"model\.heads\[0\]\.Q: expected a k×3 matrix, got 3×3×1"),
+    (((1.0, 0, 0), (0, 1.0)), r"model\.heads\[0\]\.Q: expected a list of rows of numbers"),
+    (np.array([np.eye(3)[0], np.eye(3)[1][:2]], dtype=object), r"model\.heads\[0\]\.Q: expected numbers or strings, got a NumPy array of dtype object"),
+])
+def test_a_head_matrix_of_the_wrong_shape_is_refused_naming_it(Q, words):
+    with pytest.raises(ConfigError, match=words):
+        load_config({"model": {"heads": ({"Q": Q},)}})
