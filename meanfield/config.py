@@ -953,9 +953,9 @@ def load_config(
     overrides : iterable of str
         ``"section.key=value"`` assignments in TOML syntax (the CLI's ``--set``).
     values : mapping, optional
-        Python values by key: ``{"beta": 9, "init.n": 500}`` (bare keys when one section has them).  Here and in a
-        mapping ``source``, a tuple or a NumPy array stands for a TOML array and a NumPy scalar for a number
-        (:func:`plain_value`).
+        Python values by key: ``{"beta": 9, "init.n": 500}`` (bare keys when one section has them; one key given
+        twice, bare and dotted, is refused).  Here and in a mapping ``source``, a tuple or a NumPy array stands for a
+        TOML array and a NumPy scalar for a number (:func:`plain_value`).
     source_key : str
         The name an error about ``source`` itself gives it: the CLI's ``CONFIG`` argument, the Python API's ``source``.
 
@@ -982,8 +982,12 @@ def load_config(
     for assignment in overrides:
         apply_override(raw, assignment)
         overridden.add(override_key(assignment.split("=", 1)[0].strip()))
+    spelled: dict[tuple[str, str], str] = {}  # each key of ``values`` as the caller wrote it
     for name, value in (values or {}).items():
         section, key = override_key(name)
+        if (section, key) in spelled:  # beta=2 and **{"model.beta": 3}: the later keyword had won in silence
+            raise ConfigError(f"{section}.{key}", f"given twice, as {spelled[section, key]!r} and {name!r}; give it once")
+        spelled[section, key] = name
         if not isinstance(raw.setdefault(section, {}), Mapping):
             raise ConfigError(section, "expected a table")
         raw[section][key] = plain_value(value, f"{section}.{key}")

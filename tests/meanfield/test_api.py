@@ -817,3 +817,16 @@ def test_keyword_overrides_take_tuples_and_arrays_where_the_config_takes_a_list(
         np.testing.assert_array_equal(run.x, by_list.x)
     heads = mf.load_config({"model": {"heads": ({"Q": "identity"},)}}, t_final=0.1)
     assert heads == mf.load_config({"model": {"heads": [{"Q": "identity"}]}}, t_final=0.1) and json.dumps(heads)
+
+
+def test_a_key_given_bare_and_dotted_is_refused_before_anything_runs(tmp_path):
+    # beta=2 with **{"model.beta": 3} had run at β = 3, the other order at β = 2
+    with pytest.raises(mf.ConfigError, match=r"model\.beta: given twice, as 'beta' and 'model\.beta'"):
+        mf.load_config(beta=2, **{"model.beta": 3})
+    with pytest.raises(mf.ConfigError, match=r"model\.beta: given twice, as 'model\.beta' and 'beta'"):
+        mf.load_config(**{"model.beta": 3}, beta=2)
+    with pytest.raises(mf.ConfigError, match=r"solver\.t_final: given twice"):
+        mf.simulate(out=tmp_path / "run.h5", t_final=0.1, **{"solver.t_final": 0.2})
+    assert not (tmp_path / "run.h5").exists()
+    # a keyword over the source's value replaces it
+    assert mf.load_config({"model": {"beta": 2.0}}, beta=3)["model"]["beta"] == 3.0

@@ -616,3 +616,15 @@ def test_arrays_and_strings_that_are_no_vector_are_refused_naming_the_key(value,
 def test_a_head_matrix_of_the_wrong_shape_is_refused_naming_it(Q, words):
     with pytest.raises(ConfigError, match=words):
         load_config({"model": {"heads": ({"Q": Q},)}})
+
+
+def test_a_key_given_twice_as_keyword_values_is_refused_naming_both_spellings():
+    # beta=2 with **{"model.beta": 3}: the later keyword had won in silence, their order deciding
+    for values in ({"beta": 2, "model.beta": 3}, {"model.beta": 3, "beta": 2}):
+        with pytest.raises(ConfigError, match=r"model\.beta: given twice, as '(beta|model\.beta)' and '(model\.beta|beta)'"):
+            load_config(None, values=values)
+    with pytest.raises(ConfigError, match=r"solver\.t_final: given twice"):
+        load_config(None, values={"t_final": 1.0, "solver.t_final": 1.0})  # even with one value
+    # a keyword over the source's value, or over a --set, is an override: it replaces it
+    assert load_config({"model": {"beta": 2.0}}, values={"beta": 3})["model"]["beta"] == 3.0
+    assert load_config({"model": {"beta": 2.0}}, values={"model.beta": 3})["model"]["beta"] == 3.0
