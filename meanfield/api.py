@@ -6,7 +6,10 @@
 >>> mf.simulate("data/default.toml", out="run.h5"); mf.load("run.h5")    # doctest: +SKIP
 
 Overrides use the config's keys: bare (``beta``, ``t_final``) when one section
-has the key, dotted (``"init.seed"``) otherwise.
+has the key, dotted (``"init.seed"``) otherwise, each once (``beta`` and ``"model.beta"``
+together are refused).  Where TOML has an array, a tuple or a NumPy array does too
+(``**{"init.mean": (0, 0, 1.0)}``), and NumPy scalars are numbers: the resolved config
+holds lists and Python numbers (:func:`meanfield.config.plain_value`).
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ def load_config(source: str | Path | Mapping[str, Any] | None = None, /, **overr
     source : path, mapping or None
         A TOML file, a config mapping (raw or resolved), or nothing (the built-in defaults).
     **overrides
-        Config keys: bare where one section has the key (``beta=4.0``), dotted otherwise (``**{"init.n": 32}``).
+        Config keys: bare where one section has the key (``beta=4.0``), dotted otherwise (``**{"init.n": 32}``), each
+        once; an override replaces the source's value.  A tuple or a NumPy array stands for a TOML array.
 
     Returns
     -------
@@ -89,7 +93,7 @@ def simulate(
     trackers : sequence, or one callable
         Your own trackers (callables ``(t, state) -> dict | None``), run on every saved frame.
     **overrides
-        Config keys: ``beta=9``, ``t_final=5``, ``**{"init.seed": 3}``.
+        Config keys: ``beta=9``, ``t_final=5``, ``**{"init.seed": 3}``, as in :func:`load_config`.
 
     Returns
     -------
