@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 __all__ = [
     "new_figure",
+    "figure_and_axes",
     "save",
     "rotation_to",
     "facing_rotation",
@@ -35,6 +37,28 @@ __all__ = [
 def new_figure(*, figsize: tuple[float, float], layout: str | None = "constrained") -> Figure:
     """A figure outside pyplot's global state (safe in threads and Dask workers)."""
     return Figure(figsize=figsize, layout=layout)
+
+
+def figure_and_axes(ax: Axes | None, *, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    """The Axes a one-panel picture draws into, and the Figure it returns and saves: ``ax`` and the figure that holds
+    it (the top-level one where ``ax`` is in a subfigure), or, without ``ax``, a new figure (:func:`new_figure`) and
+    its one Axes.
+
+    Raises
+    ------
+    TypeError
+        Naming ``ax`` when it is given and is not a matplotlib Axes (an array of them from ``subplots`` included).
+    """
+    if ax is None:
+        fig = new_figure(figsize=figsize)
+        return fig, fig.add_subplot(1, 1, 1)
+    if not isinstance(ax, Axes):
+        hint = ": pick one panel, e.g. axes[0]" if isinstance(ax, (np.ndarray, list, tuple)) else ""
+        raise TypeError(f"ax must be a matplotlib Axes (e.g. fig.add_subplot()), got {type(ax).__name__}{hint}")
+    fig = ax.figure
+    while fig.figure is not fig:  # a subfigure's panel: its top-level figure is the one to save
+        fig = fig.figure
+    return fig, ax
 
 
 #: what an animation can be written as: a GIF always (Pillow), a video where matplotlib finds ffmpeg

@@ -1,6 +1,8 @@
 r"""Curves: the concentration analysis, the β family, refinement studies and the diagnostics of a run.
 
-Every function returns a :class:`matplotlib.figure.Figure` and saves it when given a path.
+Every function returns a :class:`matplotlib.figure.Figure` and saves it when given a path; the one-panel ones
+(:func:`plot_concentration`, :func:`plot_convergence`) draw into a given ``ax`` instead of a new figure, and return
+the figure that holds it.  Several runs in one figure: :func:`meanfield.plotting.compare`.
 """
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from meanfield.plotting.canvas import new_figure, save
+from meanfield.plotting.canvas import check_picture_path, figure_and_axes, new_figure, save
 
 __all__ = ["plot_concentration", "plot_sweep", "plot_convergence", "plot_diagnostics", "shown_energy"]
 
@@ -45,10 +48,15 @@ def shown_energy(diagnostics: Mapping[str, Any] | None, frames: int, *,
     return shown
 
 
-def plot_concentration(curves: dict[str, np.ndarray], summary: dict[str, Any], path: str | Path | None = None, *, title: str = "") -> Figure:
-    """W2(ρ_t, Π♯ρ₀) and the distance to E_V against t (log y), window shaded, t_min marked."""
-    fig = new_figure(figsize=(6.4, 4.2))
-    ax = fig.add_subplot(1, 1, 1)
+def plot_concentration(curves: dict[str, np.ndarray], summary: dict[str, Any], path: str | Path | None = None, *,
+                       title: str = "", ax: Axes | None = None) -> Figure:
+    """W2(ρ_t, Π♯ρ₀) and the distance to E_V against t (log y), window shaded, t_min marked.
+
+    ``ax``: a matplotlib Axes to draw into (a panel of your own figure) instead of a new figure; the figure that holds
+    it is returned (and saved, when ``path`` is given).
+    """
+    check_picture_path(path)  # (before anything is drawn into a given ax)
+    fig, ax = figure_and_axes(ax, figsize=(6.4, 4.2))
     t = curves["t"]
     ax.semilogy(t, curves["w2_target"], color="C0", label=r"$W_2(\rho_t,\Pi_\sharp\rho_0)$")
     ax.semilogy(t, np.maximum(curves["v_eigenspace_distance"], 1e-16), color="C3", ls="--", label=r"dist to $E_V$ (Conj. 1)")
@@ -169,14 +177,18 @@ def plot_sweep(sweep: Any, path: str | Path | None = None) -> Figure:
     return save(fig, path)
 
 
-def plot_convergence(rows: Sequence[dict[str, Any]], path: str | Path | None = None, *, title: str | None = None, dpi: int = 120) -> Figure:
+def plot_convergence(rows: Sequence[dict[str, Any]], path: str | Path | None = None, *, title: str | None = None, dpi: int = 120,
+                     ax: Axes | None = None) -> Figure:
     r"""Log–log plot of a refinement study (:func:`solvers.refinement.convergence_study`) against :math:`h`: the scheme's
     own errors (L1 and :math:`W_2` to the reference's reconstructed density on each row's cells) with a slope-2 guide,
     and :math:`W_2` between cell atoms (capped near order 1 by the quantisation) with a slope-1 guide.
 
-    (It had drawn the cell-atom :math:`W_2` alone, beside a slope-1 line: a second-order scheme read as first order.)"""
-    fig = new_figure(figsize=(6.2, 4.6))
-    ax = fig.add_subplot(111)
+    (It had drawn the cell-atom :math:`W_2` alone, beside a slope-1 line: a second-order scheme read as first order.)
+
+    ``ax``: a matplotlib Axes to draw into (a panel of your own figure) instead of a new figure; the figure that holds
+    it is returned (and saved, when ``path`` is given)."""
+    check_picture_path(path)  # (before anything is drawn into a given ax)
+    fig, ax = figure_and_axes(ax, figsize=(6.2, 4.6))
     plotted: set[float] = set()  # the h of the rows drawn (the reference row, all NaN, had stretched the axis)
     curves = (("l1_reference", "L1 to the reference density (the scheme's error)", "D", "C2", 2),
               ("w2_projected", "W2 to the reference density (the scheme's error)", "^", "C1", 2),
