@@ -115,14 +115,22 @@ def _sweep_points(ax: Any, x: np.ndarray, y: np.ndarray, mesh_value: np.ndarray,
     ax.legend(handles, labels, fontsize=8)
 
 
-def plot_sweep(sweep: Any, path: str | Path | None = None) -> Figure:
+def plot_sweep(sweep: Any, path: str | Path | None = None, *, title: str | None = None, dpi: int = 110) -> Figure:
     """Three panels: W2(t) per β (log–log); t_min against log β with its fit; W2_min against √(log(β+1)/β).
 
-    A minimum at the last frame (``min_at_end``: W2 still falling) is drawn as a triangle, ▷ where t_min is (at
-    least) and ▽ where W2_min is (at most), not as a minimum; the fits' R² is shown for three βs or more.
+    ``sweep``: a :class:`~meanfield.solvers.experiments.concentration.BetaSweep` (whose ``plot()`` calls this, as
+    ``meanfield concentration --sweep-beta … --plot`` does).  A minimum at the last frame (``min_at_end``: W2 still
+    falling) is drawn as a triangle, ▷ where t_min is (at least) and ▽ where W2_min is (at most), not as a minimum; the
+    fits' R² is shown for three βs or more.  ``title`` replaces the figure's title (default: what is concentrated and
+    the solver); ``dpi``: the saved file's resolution.
     """
     from meanfield.analysis.projection import concentration_rate
 
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"title must be a string, got {type(title).__name__}")
+    if isinstance(dpi, bool) or not isinstance(dpi, (int, float, np.integer, np.floating)) or not (math.isfinite(dpi) and dpi > 0):
+        raise ValueError(f"dpi must be a finite number > 0, got {dpi!r}")
+    check_picture_path(path)  # before anything is drawn
     fig = new_figure(figsize=(13.0, 4.2))
     ax1, ax2, ax3 = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
     colors = [f"C{k % 10}" for k in range(len(sweep.betas))]
@@ -173,8 +181,8 @@ def plot_sweep(sweep: Any, path: str | Path | None = None) -> Figure:
     ax3.set_xlabel(r"$\sqrt{\log(\beta+1)/\beta}$")
     ax3.set_ylabel(r"$W_{2,\min}$")
     ax3.grid(alpha=0.3, which="both")
-    fig.suptitle(f"concentration onto Π♯ρ₀, {sweep.solver} solver", fontsize=10)
-    return save(fig, path)
+    fig.suptitle(f"concentration onto Π♯ρ₀, {sweep.solver} solver" if title is None else title, fontsize=10)
+    return save(fig, path, dpi=dpi)
 
 
 def plot_convergence(rows: Sequence[dict[str, Any]], path: str | Path | None = None, *, title: str | None = None, dpi: int = 120,

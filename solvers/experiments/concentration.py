@@ -191,6 +191,33 @@ class BetaSweep:
                 lines.append(f"β = {s['beta']:g}: {resolved_range_text(s)}")
         return "\n".join(lines)
 
+    def plot(self, path: str | Path | None = None, *, title: str | None = None, dpi: int = 110) -> Any:
+        r"""The figure of ``meanfield concentration --sweep-beta … --plot``: :math:`W_2(\rho^\beta_t,\Pi_\sharp\rho_0)`
+        per β; :math:`t_{\min}` against :math:`\log\beta` with its fit; :math:`W_{2,\min}` against
+        :math:`\sqrt{\log(\beta+1)/\beta}` (:func:`meanfield.plotting.curves.plot_sweep`); saved when ``path`` is given.
+
+        Parameters
+        ----------
+        path : str or Path, optional
+            Write the figure there (a ``.png``, ``.pdf``, ``.svg`` …).
+        title : str, optional
+            Replaces the figure's title (default: what is concentrated and the solver).
+        dpi : int
+            Resolution of the saved file.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+
+        Examples
+        --------
+        >>> sweep = sweep_beta("data/concentration.toml", [4.0, 16.0], solver="particle")  # doctest: +SKIP
+        >>> fig = sweep.plot("sweep.png")                                                  # doctest: +SKIP
+        """
+        from meanfield.plotting.curves import plot_sweep
+
+        return plot_sweep(self, path, title=title, dpi=dpi)
+
 
 def parse_betas(betas: Sequence[float] | str) -> NDArray[np.float64]:
     """The β of a sweep, sorted: a sequence or ``"b1,b2,…"``, at least two distinct, each finite and > 0 (else ``--sweep-beta`` is named)."""

@@ -1,6 +1,8 @@
-"""Several runs in one figure (meanfield.plotting.compare), and the one-panel curves drawn into a given Axes."""
+"""Several runs in one figure (meanfield.plotting.compare), the one-panel curves drawn into a given Axes, and the β
+family's own figure (BetaSweep.plot)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
@@ -133,3 +135,26 @@ def test_one_panel_curves_draw_into_a_given_axes(tmp_path):
     with pytest.raises(TypeError, match="ax must be a matplotlib Axes"):
         curves.plot_concentration(concentration, summary, ax=fig)
 
+
+def test_beta_sweep_plot_is_the_cli_figure_and_writes_a_png(tmp_path):
+    from meanfield.solvers.experiments.concentration import sweep_beta
+
+    cfg = mf.load_config(ROOT / "data" / "concentration.toml", **{"init.n": 16, "solver.t_final": 0.5})
+    sweep = sweep_beta(cfg, [4.0, 16.0], solver="particle", quiet=True)
+    fig = sweep.plot()
+    assert isinstance(fig, Figure) and len(fig.axes) == 3  # W2(t) per β, t_min against log β, W2_min against the rate
+    drawn = [line for line in fig.axes[0].get_lines() if line.get_linestyle() != "None"]
+    for line, curve in zip(drawn, sweep.curves, strict=True):
+        keep = curve["t"] > 0  # (a log time axis)
+        np.testing.assert_allclose(line.get_ydata(), curve["w2_target"][keep], rtol=1e-15, atol=0)
+    assert fig.texts[0].get_text() == "concentration onto Π♯ρ₀, particle solver"
+    sweep.plot(tmp_path / "sweep.png", title="β family")
+    assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sweep.plot(title="β family").texts[0].get_text() == "β family"
+    with pytest.raises(ValueError, match="dpi"):
+        sweep.plot(dpi=-1)
+    with pytest.raises(TypeError, match="title"):
+        sweep.plot(title=3)
+    with pytest.raises(ValueError, match="path"):
+        sweep.plot(tmp_path / "sweep.csv")
+    assert not (tmp_path / "sweep.csv").exists() and math.isfinite(sweep.summaries[0]["w2_min"])
