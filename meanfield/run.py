@@ -474,14 +474,18 @@ class Run:
         return animate_run(self, path, **options)
 
     # ------------------------------------------------------------------ analysis
-    def concentration(self, *, threshold: float | None = None, policy: str | None = None) -> Any:
+    def concentration(self, *, threshold: float | None = None, policy: str | None = None, origin: Any = None) -> Any:
         """W2 to Π♯ρ₀ against t, with t_min, W2_min and the metastable window (what ``meanfield concentration`` prints).
 
+        ``origin`` is the initial measure ρ₀ whose Π♯ρ₀ is the target: a :class:`Run` (its first frame, with its
+        token masses or cell masses), an ``(n, d)`` token array, or a ``(tokens, masses)`` pair.  Give it for a run
+        continued with ``mf.solve(..., t_start=…)``, whose first frame is not ρ₀: without it W2 is measured against
+        Π♯ of that frame, with a :class:`~meanfield.errors.MeanfieldWarning`.
         See :func:`meanfield.analysis.concentration.run_concentration`.
         """
         from meanfield.analysis.concentration import run_concentration
 
-        return run_concentration(self, threshold=threshold, policy=policy)
+        return run_concentration(self, threshold=threshold, policy=policy, origin=origin)
 
     def diagnose(self, *, tol: float = 1e-3, stride: int = 1, fd_points: int = 5) -> Any:
         """Energies, radial shadows, dominance, entropy and clusters (what ``meanfield diagnose`` prints).

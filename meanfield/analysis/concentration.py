@@ -57,6 +57,8 @@ __all__ = [
     "concentration_summary",
     "concentration_curves",
     "origin_target",
+    "OriginMeasure",
+    "origin_measure",
     "open_window_note",
     "grid_core_resolution",
     "core_check",
@@ -361,12 +363,15 @@ def open_window_note(summary: Mapping[str, Any], *, option: str = "--threshold")
     terminal phase, with the advice to run longer.  ``option`` names where a threshold is given (the CLI's
     ``--threshold``; the Python text names :meth:`meanfield.Run.concentration`'s argument).
 
-    A window open at its start too (the threshold above :math:`W_2(0)`) is none: a longer run cannot give it a start."""
+    A window open at its start too (the threshold above :math:`W_2` at the first frame, :math:`W_2(0)` but for a
+    continued run) is none: a longer run cannot give it a start."""
     w_min, theta, final = summary["w2_min"], summary["threshold"], summary["w2_final"]
     if summary["open_start"]:  # (it had read "[≤0, 6≥]", "run longer")
         where = "above" if theta > summary["w2_initial"] else "at"
         origin = " (2·W2_min)" if theta == 2.0 * w_min else ""  # the default: the user gave none
-        return (f"threshold {theta:.4g}{origin} {where} W2(0) = {summary['w2_initial']:.4g}: no window (W2 is below the threshold "
+        t_first = summary.get("t_a", 0.0)  # open at the start: the first frame's time (not 0 for a continued run)
+        start = "W2(0)" if t_first == 0 else f"W2(t = {t_first:.4g})"
+        return (f"threshold {theta:.4g}{origin} {where} {start} = {summary['w2_initial']:.4g}: no window (W2 is below the threshold "
                 f"from the first frame; a threshold below {summary['w2_initial']:.4g} ({option}) gives one a start)")
     if not summary["min_at_end"] and final - w_min > 0.5 * (theta - w_min):
         return (f"W2 has come back from W2_min = {w_min:.4g} to {final:.4g} at the last frame, still below the threshold "
@@ -491,29 +496,46 @@ def run_source(run: Any) -> RunSource:
                      schedule=schedule, init=None, attention=model.attention, mask=model.mask)
 
 
-def concentration_curves(run: Any, *, policy: str | None = None, source: RunSource | None = None) -> dict[str, NDArray[np.float64]]:
+#: the curves of :func:`concentration_curves` besides ``t``: the diagnostics of :class:`ConcentrationTracker`
+CURVE_KEYS = ("w2_target", "v_eigenspace_distance", "e_eigenspace_distance")
+
+
+def tracked_curves(run: Any) -> bool:
+    """Whether ``run`` recorded the curves of :class:`ConcentrationTracker` at every frame (then they are read, not
+    recomputed, unless an ``origin`` is given)."""
+    return all(k in run.diagnostics and np.all(np.isfinite(run.diagnostics[k])) for k in CURVE_KEYS)
+
+
+def concentration_curves(
+    run: Any, *, policy: str | None = None, source: RunSource | None = None, origin: Any = None
+) -> dict[str, NDArray[np.float64]]:
     """``t``, ``w2_target``, ``v_eigenspace_distance``, ``e_eigenspace_distance`` of a :class:`meanfield.Run`.
 
     Uses the tracked diagnostics when the run recorded them and recomputes
     them from the saved frames otherwise (Π♯ρ₀ from the first frame, or, for a run started from a
     stored frame, ``init.kind = "run"``, from the first frame of the first run of the chain: :func:`origin_target`).
+    With ``origin`` (the initial measure ρ₀: a :class:`meanfield.Run`, an ``(n, d)`` token array or a
+    ``(tokens, masses)`` pair, :func:`origin_measure`) the curves are always recomputed, against Π♯ of ``origin``.
     Assumption 1 is checked with ``policy`` (default: the run's ``model.assumptions``; ``"check"`` for a run of
     :func:`meanfield.solve`, whose head comes from its model: :func:`run_source`; ``source``: that, when it is at hand).
     """
     source = run_source(run) if source is None else source
     enforce_assumptions(check_assumptions(source.Q, source.K, source.V), source.assumptions if policy is None else policy)
-    keys = ("w2_target", "v_eigenspace_distance", "e_eigenspace_distance")
+    keys = CURVE_KEYS
     t = np.asarray(run.t, dtype=float)
     if run.frames == 0:
         raise ConfigError("OUT.h5", "the run holds no frame yet")
-    if all(k in run.diagnostics and np.all(np.isfinite(run.diagnostics[k])) for k in keys):
+    given = None if origin is None else origin_measure(origin, d=source.d)
+    if given is None and tracked_curves(run):  # (with origin: the tracker's target was the run's own, recomputed)
         return {"t": t, **{k: np.asarray(run.diagnostics[k], dtype=float) for k in keys}}
     points = run.points if run.kind == "grid" else None
     weights = run.token_masses if run.kind == "particle" else None  # token masses (a continued grid run, mf.solve's)
     mesh = run.mesh() if run.kind == "grid" and source.reconstructs else None  # as the tracker (the JKO grid: atoms)
     tracker = tracker_from_head(source.Q, source.K, source.V, run.frame(0), weights=weights, points=points, mesh=mesh,
                                 method=source.w2_method, policy="skip")
-    if source.init is not None and source.init.get("kind") == "run":  # the first frame is the source's: Π♯ρ₀ is that of the chain's first run
+    if given is not None:  # ρ₀ given: Π♯ρ₀ is its pushforward (a continued run's first frame is not ρ₀)
+        tracker = replace(tracker, target=given.target(source.Q, source.K, source.V))
+    elif continues_stored_run(source):  # the first frame is the source's: Π♯ρ₀ is that of the chain's first run
         from meanfield.io.source_frame import SOURCE_DIGEST, check_source_unchanged
 
         digest = run.static.get(SOURCE_DIGEST)  # the source still holds the frame this run took (each link of the chain too)
@@ -574,6 +596,142 @@ def origin_target(path: Any, Q: ArrayLike, K: ArrayLike, V: ArrayLike, *, init: 
                    weights=np.concatenate([target.weights, target.weights]) / 2.0)
 
 
+def continues_stored_run(source: RunSource) -> bool:
+    r"""Whether the run of ``source`` started from a stored frame (``init.kind = "run"``): its config names the chain
+    whose first run holds :math:`\rho_0` (:func:`origin_target`)."""
+    return source.init is not None and source.init.get("kind") == "run"
+
+
+@dataclass(frozen=True)
+class OriginMeasure:
+    r"""The initial measure :math:`\rho_0` given as ``origin`` to :func:`run_concentration` (:func:`origin_measure`).
+
+    Attributes
+    ----------
+    state : (n, d) array or (N,) array
+        Tokens on :math:`S^{d-1}`, or the cell masses of a grid run's first frame.
+    weights : (n,) array or None
+        Token masses summing to 1 (``None``: ``1/n`` each; always ``None`` for cell masses).
+    points : (N, 3) array or None
+        The grid run's cell points (``None`` for tokens).
+    mesh : SphericalMesh or None
+        The grid run's mesh where its masses carry the linear reconstruction (second-order grid), as its own
+        tracker has it.
+    description : str
+        What the measure is, for the analysis' note ("the 128 tokens given", "the first frame (t = 0) of the run
+        given").
+    """
+
+    state: NDArray[np.float64]
+    weights: NDArray[np.float64] | None
+    points: NDArray[np.float64] | None
+    mesh: Any
+    description: str
+
+    def target(self, Q: ArrayLike, K: ArrayLike, V: ArrayLike) -> Pushforward:
+        r""":math:`\Pi_\sharp\rho_0` for the head ``(Q, K, V)``: the target of :func:`tracker_from_head` for this measure."""
+        return tracker_from_head(Q, K, V, self.state, weights=self.weights, points=self.points, mesh=self.mesh,
+                                 policy="skip").target
+
+
+def origin_measure(origin: Any, *, d: int) -> OriginMeasure:
+    r"""The initial measure :math:`\rho_0` named by ``origin``, checked (the ``origin`` of :func:`run_concentration`).
+
+    Parameters
+    ----------
+    origin : Run, (n, d) array-like, or (tokens, masses) tuple
+        A :class:`meanfield.Run`: its first frame, with its token masses (a grid run: its cell masses, on its mesh);
+        an ``(n, d)`` array of tokens on :math:`S^{d-1}`, each of mass ``1/n``; or a tuple ``(tokens, masses)`` of
+        such an array and its ``(n,)`` non-negative masses (normalised here).  A tuple of two items whose first is
+        2-D is read as ``(tokens, masses)``; anything else as an array of tokens.  An :class:`OriginMeasure` is
+        returned as it is.
+    d : int
+        The dimension of the analysed run.
+
+    Raises
+    ------
+    TypeError
+        ``origin`` holds complex numbers.
+    ValueError
+        Naming ``origin``: a run without frames, or not of dimension ``d``; tokens that are not numbers, not of
+        shape ``(n, d)``, not finite or off the unit sphere (by more than
+        :data:`meanfield.analysis.transport.SPHERE_TOL`); masses not of shape ``(n,)``, not finite, negative or
+        all zero.
+    """
+    from meanfield.analysis.transport import SPHERE_TOL
+    from meanfield.checks import real_array
+
+    if isinstance(origin, OriginMeasure):
+        dim = (origin.points if origin.points is not None else origin.state).shape[1]
+        if dim != d:
+            raise ValueError(f"origin is a measure on S^{dim - 1} (d = {dim}), but the analysed run has d = {d}")
+        return origin
+    if is_run(origin):
+        return run_origin_measure(origin, d=d)
+    masses: Any = None
+    if isinstance(origin, tuple) and len(origin) == 2:
+        try:
+            pair = np.ndim(origin[0]) == 2
+        except (TypeError, ValueError):  # ragged: refused below as an array
+            pair = False
+        if pair:
+            origin, masses = origin
+    tokens = real_array("origin", origin)
+    if tokens.ndim != 2 or tokens.shape[0] < 1 or tokens.shape[1] != d:
+        raise ValueError(f"origin must be tokens of shape (n, {d}) (the run's d = {d}), a (tokens, masses) pair or a Run; "
+                         f"got an array of shape {tokens.shape}")
+    if not np.all(np.isfinite(tokens)):
+        raise ValueError(f"origin has non-finite coordinates (first at row {int(np.argwhere(~np.isfinite(tokens))[0, 0])})")
+    with np.errstate(over="ignore"):
+        off = np.abs(np.linalg.norm(tokens, axis=1) - 1.0)
+    if not float(np.max(off)) <= SPHERE_TOL:
+        worst = int(np.argmax(off))
+        raise ValueError(f"origin must be tokens on the unit sphere: row {worst} has | ||x|| - 1 | = {off[worst]:.3g} > "
+                         f"{SPHERE_TOL:g} ({int(np.count_nonzero(off > SPHERE_TOL))} of {tokens.shape[0]} rows are off)")
+    weights = None
+    if masses is not None:
+        weights = real_array("origin masses", masses)
+        n = tokens.shape[0]
+        if weights.shape != (n,):
+            raise ValueError(f"origin masses must have shape ({n},) to match its {n} tokens, got {weights.shape}")
+        with np.errstate(over="ignore"):
+            total = float(np.sum(weights))
+        if not (np.all(np.isfinite(weights)) and np.all(weights >= 0) and total > 0 and math.isfinite(total)):
+            raise ValueError("origin masses must be finite and non-negative, not all zero, with a finite total")
+        weights = weights / total
+    what = f"the {tokens.shape[0]} tokens given" + (" with their masses" if weights is not None else "")
+    return OriginMeasure(state=tokens.copy(), weights=weights, points=None, mesh=None, description=what)
+
+
+def is_run(value: Any) -> bool:
+    """Whether ``value`` is a :class:`meanfield.Run` (by what it has: this module is imported by ``meanfield.run``)."""
+    return all(hasattr(value, name) for name in ("t", "kind", "frames", "frame", "static", "info", "config"))
+
+
+def run_origin_measure(origin: Any, *, d: int) -> OriginMeasure:
+    r"""The first frame of the :class:`meanfield.Run` ``origin`` as :math:`\rho_0` (:func:`origin_measure`)."""
+    from meanfield.geometry.grid_config import reconstructs_density
+
+    if origin.frames == 0:
+        raise ValueError("origin is a run without frames: ρ₀ is its first frame")
+    first = np.asarray(origin.frame(0), dtype=float)
+    when = f"the first frame (t = {float(origin.t[0]):.6g}) of the {origin.kind} run given"
+    if origin.kind == "particle":
+        measure = origin_measure((first, origin.token_masses) if origin.token_masses is not None else first, d=d)
+        return replace(measure, description=f"{when} ({first.shape[0]} tokens)")
+    if d != 3:
+        raise ValueError(f"origin is a grid run, on S² (d = 3), but the analysed run has d = {d}")
+    if not (np.all(np.isfinite(first)) and np.all(first >= 0) and first.sum() > 0):
+        raise ValueError("origin is a grid run whose first frame is no measure (cell masses not finite, negative or all zero)")
+    if origin.config is not None:
+        second_order = reconstructs_density(origin.config)
+    else:  # a run of mf.solve: its solver's record
+        second_order = str(origin.info.get("solver", "grid")) == "grid" and int(origin.info.get("order", 1)) == 2
+    mesh = origin.mesh() if second_order else None  # as the tracker of that run (the JKO grid: atoms)
+    return OriginMeasure(state=first, weights=None, points=np.asarray(origin.points, dtype=float), mesh=mesh,
+                         description=f"{when} ({first.shape[0]} cells)")
+
+
 #: at most this many rows of the W2 table are printed (the CSV has every frame)
 PRINT_ROWS = 41
 
@@ -602,6 +760,10 @@ class Concentration:
     cores : CoreResolution or None
         For grid runs with ``dim E = 1``: the clusters' r.m.s. radii against the spacing of the cells
         at their centres (:mod:`meanfield.analysis.core_resolution`).
+    target : str
+        The target's name in the head of :meth:`table`: ``"Π♯ρ0"``, or ``"Π♯ρ_2"`` where W2 is measured against
+        the pushforward of the run's first frame at t = 2, not of the flow's ρ₀ (a run of
+        :func:`meanfield.solve` continued with ``t_start = 2`` and analysed without ``origin``).
     """
 
     curves: dict[str, NDArray[np.float64]]
@@ -611,6 +773,7 @@ class Concentration:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     cores: Any = None
+    target: str = "Π♯ρ0"
 
     @property
     def trivial(self) -> bool:
@@ -630,7 +793,7 @@ class Concentration:
         t, w, v = self.curves["t"], self.curves["w2_target"], self.curves["v_eigenspace_distance"]
         step = max(1, int(np.ceil(len(t) / rows)))
         picks = sorted(set(range(0, len(t), step)) | {len(t) - 1, int(np.nanargmin(w))})
-        lines = [f"{'t':>10} {'W2(ρ_t,Π♯ρ0)':>14} {'dist(E_V)':>10}"]
+        lines = [f"{'t':>10} {f'W2(ρ_t,{self.target})':>14} {'dist(E_V)':>10}"]
         lines += [f"{t[i]:10.4g} {w[i]:14.6g} {v[i]:10.4g}" for i in picks]
         return "\n".join(lines)
 
@@ -685,8 +848,10 @@ class Concentration:
         return plot_concentration(self.curves, self.summary, path, title=self.heading)
 
 
-def run_concentration(run: Any, *, threshold: float | None = None, policy: str | None = None) -> Concentration:
-    """Concentration analysis of a :class:`meanfield.Run` (Theorem 1 of arXiv 2605.10931).
+def run_concentration(
+    run: Any, *, threshold: float | None = None, policy: str | None = None, origin: Any = None
+) -> Concentration:
+    r"""Concentration analysis of a :class:`meanfield.Run` (Theorem 1 of arXiv 2605.10931).
 
     Parameters
     ----------
@@ -698,11 +863,32 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
     policy : {"check", "warn", "skip"}, optional
         What to do when Assumption 1 fails (default: the run's ``model.assumptions``; ``"check"`` for a run
         of :func:`meanfield.solve`).
+    origin : Run, (n, d) array-like or (tokens, masses) tuple, optional
+        The initial measure :math:`\rho_0` of the flow, whose :math:`\Pi_\sharp\rho_0` is the target: a run (its
+        first frame, with its token masses; a grid run's cell masses on its mesh), tokens on the sphere (mass
+        ``1/n`` each) or tokens with their masses (:func:`origin_measure`).  W2 is then recomputed from the frames
+        against it (a tracked ``w2_target`` is not used).  For a run continued with
+        ``mf.solve(..., t_start=…)``: without ``origin`` its first frame stands for :math:`\rho_0`, with a
+        :class:`~meanfield.errors.MeanfieldWarning`.  Default: the run's first frame, or, for a run started from a
+        stored frame (``init.kind = "run"``), the first frame of the first run of its chain.
 
     Raises
     ------
     ConfigError
         More than one head; Assumption 1 fails under ``policy = "check"``; no frame.
+    ValueError, TypeError
+        ``origin`` is not a measure of the run's dimension on the sphere (the message names ``origin``).
+
+    Examples
+    --------
+    >>> import numpy as np, meanfield as mf
+    >>> B = np.diag([2.0, 1.0, 0.5])
+    >>> model = mf.Model(d=3, beta=8.0, heads=mf.heads.HeadStack(B=B[None], V=B[None]))
+    >>> x0 = mf.sample_uniform(128, 3, seed=0)
+    >>> half = mf.solve(mf.Problem(model, x0), mf.ParticleSolver(dt=0.05), t_final=1.0)
+    >>> rest = mf.solve(mf.Problem(model, half.final), mf.ParticleSolver(dt=0.05), t_start=1.0, t_final=2.0)
+    >>> rest.concentration(origin=x0).curves["w2_target"].shape  # W2 to Π♯ρ₀ of the flow from x0
+    (2,)
     """
     from meanfield.analysis.projection import ASSUMPTION_POLICIES, run_resolution_warning
 
@@ -713,18 +899,30 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
                 or not (math.isfinite(threshold) and threshold > 0):
             raise ConfigError("threshold", f"expected a finite W2 > 0 (or None: twice W2_min), got {threshold!r}")
     source = run_source(run)
+    given = None if origin is None else origin_measure(origin, d=source.d)  # refused before any W2 is computed
     if source.norm in ("pre", "peri"):  # as the config refuses track.concentration for these (it had been a traceback)
         raise ConfigError("model.norm", f"W2 to Π♯ρ₀ is measured on the sphere; the tokens of norm = {source.norm!r} have radii "
                                         "(the analysis takes norm = 'post' or 'ngpt')")
     policy = source.assumptions if policy is None else policy
     report = enforce_assumptions(check_assumptions(source.Q, source.K, source.V), policy)
-    curves = concentration_curves(run, policy="skip", source=source)  # the heads built once (a checkpoint's read once)
+    curves = concentration_curves(run, policy="skip", source=source, origin=given)  # the heads built once (a checkpoint's read once)
     summary = concentration_summary(curves["t"], curves["w2_target"], threshold=threshold)
     zero = source.solver == "zero-temperature"
     beta = "β = ∞ (zero temperature)" if zero else f"β = {source.beta:g}"
     where = f"{run.path}" if run.path is not None else "run"
     heading = f"run: {where}  ({source.solver} solver, {beta}, d = {source.d})"
     notes, doubts = [], []
+    target = "Π♯ρ0"
+    t_first = float(curves["t"][0])
+    if given is not None:
+        notes.append(f"Π♯ρ₀ is that of origin=: {given.description}")
+    elif t_first != 0.0 and not continues_stored_run(source) and not tracked_curves(run):
+        # a run of mf.solve continued with t_start: its first frame is not the flow's ρ₀ (W2 had read 0.05 where it was 0.27)
+        target = f"Π♯ρ_{t_first:.4g}"
+        doubts.append(f"this run starts at t = {t_first:.6g}, not 0 (mf.solve(..., t_start={t_first:.6g})?): W2 is measured "
+                      f"against Π♯ of its first frame, ρ at t = {t_first:.6g}, not of the flow's ρ₀ at t = 0; pass the "
+                      "measure the flow started from as run.concentration(origin=…): the run that began at t = 0, or "
+                      "its tokens (n, d), or (tokens, masses)")
     if source.w2_method != "exact":  # (sliced had printed 0.398 as W2_min where the exact value is 0.347)
         estimate = {"sliced": "the sliced distance (on data/concentration.toml 15 % below W2 at t = 0, 17 % above it at the "
                               "minimum)",
@@ -762,7 +960,7 @@ def run_concentration(run: Any, *, threshold: float | None = None, policy: str |
             notes.append(resolved_range_text({**summary, **check}))
     for doubt in doubts:  # (they had been left to the CLI: a notebook's under-resolved W2_min had read as a fine one)
         warnings.warn(doubt, MeanfieldWarning, stacklevel=3)
-    return Concentration(curves, summary, report, heading, notes, doubts, cores)
+    return Concentration(curves, summary, report, heading, notes, doubts, cores, target)
 
 
 def incomplete_run_note(run: Any) -> str:
