@@ -63,8 +63,7 @@ def load_config(source: str | Path | Mapping[str, Any] | None = None, /, **overr
 
 
 def simulate(
-    source: str | Path | Mapping[str, Any] | None = None,
-    /,
+    config: str | Path | Mapping[str, Any] | None = None,
     *,
     out: str | Path | None = None,
     resume: bool = False,
@@ -77,14 +76,14 @@ def simulate(
 
     Parameters
     ----------
-    source : path, mapping or None
+    config : path, mapping or None
         A TOML file, a config mapping (raw or resolved), or nothing: the defaults, or with ``resume=True`` the
         config stored in ``out`` (so ``simulate(out="run.h5", resume=True, t_final=8)`` extends that run).
     out : path, optional
         Write the run to this HDF5 file, exactly as the CLI does; the returned
         run then reads its frames from there.
     resume : bool
-        Continue the run stored in ``out`` (its config, when ``source`` is not given; overrides such as a later
+        Continue the run stored in ``out`` (its config, when ``config`` is not given; overrides such as a later
         ``t_final`` apply on top).
     overwrite : bool
         Replace an existing ``out`` (refused otherwise).
@@ -130,10 +129,11 @@ def simulate(
         raise ConfigError("out", f"expected a path (str or os.PathLike), got {type(out).__name__}")
     if resume and out is None:
         raise ConfigError("resume", "resume=True continues the run stored in out; give out=PATH")
+    source = config  # (given by name, config= had been taken for an unknown config key)
     if resume and source is None and Path(out).is_file():  # the run's own config (the defaults had been refused)
         source = _stored_config(out)
     try:
-        cfg = _load(source, values=overrides, source_key="source")
+        cfg = _load(source, values=overrides, source_key="config")
     except DamagedSource as exc:  # the source of the run to resume: restore it (resume=True takes no other init.time)
         raise damaged_source_of(exc, out) if resume else exc from None
     if callable(trackers):
@@ -154,9 +154,16 @@ def _stored_config(out: str | os.PathLike[str]) -> dict[str, Any]:
     from meanfield.io.runfile import read_config
 
     try:
-        return read_config(out)
+        stored = read_config(out)
     except ConfigError as exc:
         raise ConfigError("out", exc.message) from None
+    from meanfield.io.saved_run import STORED_INIT
+
+    if stored.get("init", {}).get("kind") == STORED_INIT:  # (the config's words had listed the init kinds)
+        raise ConfigError("resume", f"{out} holds a run of mf.solve saved by Run.save, whose model and solver are Python "
+                                    "objects: continue it with mf.solve(..., t_start=run.t[-1]) from mf.load(out).final, or "
+                                    "start a run from one of its frames with init.kind = 'run' and init.path = that file")
+    return stored
 
 
 #: the command line's names of :func:`simulate`'s keywords, in the messages of the code they share

@@ -274,11 +274,13 @@ def test_simulate_refuses_to_overwrite_and_resume_says_when_there_is_nothing_to_
         mf.simulate(None, out=out, **SMALL)
     with pytest.raises(mf.ConfigError, match="^path: file not found"):  # not the command line's OUT.h5
         mf.load(tmp_path / "nope.h5")
-    for call in (mf.simulate, mf.load_config):  # not the command line's CONFIG
-        with pytest.raises(mf.ConfigError, match="^source: file not found"):
+    for call, name in ((mf.simulate, "config"), (mf.load_config, "source")):  # not the command line's CONFIG
+        with pytest.raises(mf.ConfigError, match=f"^{name}: file not found"):
             call(tmp_path / "nope.toml")
-        with pytest.raises(mf.ConfigError, match="^source: expected a TOML path, a mapping or None, got int"):
+        with pytest.raises(mf.ConfigError, match=f"^{name}: expected a TOML path, a mapping or None, got int"):
             call(3)
+    with pytest.raises(mf.ConfigError, match="^config: file not found"):  # by name, as the one-page interface has it
+        mf.simulate(config=tmp_path / "nope.toml")
     assert main(["simulate", str(tmp_path / "nope.toml"), "-o", str(tmp_path / "n.h5"), "--quiet"]) == 2
     assert "CONFIG: file not found" in capsys.readouterr().err
     mf.simulate(None, out=out, overwrite=True, **SMALL)

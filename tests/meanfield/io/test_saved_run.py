@@ -118,3 +118,11 @@ def test_a_path_that_is_taken_is_refused_and_only_a_run_file_replaced(tmp_path: 
         run.save(tmp_path / "b.h5", overwrite="no")
     with pytest.raises(ConfigError, match="folder"):
         run.save(tmp_path)
+
+
+def test_resuming_a_saved_solve_run_says_how_to_continue_it(tmp_path: Path) -> None:
+    run = mf.solve(mf.Problem(mf.Model(d=3, beta=4.0), mf.sample_uniform(8, 3, seed=0)), mf.ParticleSolver(dt=0.05),
+                   t_final=0.1)
+    path = run.save(tmp_path / "solved.h5")
+    with pytest.raises(ConfigError, match=r"^resume: .* a run of mf.solve saved by Run.save.*t_start"):
+        mf.simulate(out=path, resume=True, t_final=0.2)
