@@ -9,6 +9,7 @@ from pathlib import Path
 
 from meanfield.errors import ConfigError
 from meanfield.io.lock import followed
+from meanfield.io.signature import is_hdf5
 
 __all__ = ["check_output", "check_parent", "IMAGE_FORMATS"]
 
@@ -23,7 +24,8 @@ def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = Fa
     A folder, a path under a file, a folder without write permission, an existing file that is not a regular one (a
     device, a pipe, a socket, a process's open file such as ``/dev/stdout``: ``overwrite`` had replaced it by a
     regular file, ``/dev/null`` too when run as root), or an existing file (unless ``overwrite``, or ``resume`` on a
-    meanfield run) is a :class:`ConfigError` naming ``key``; ``options`` are the names the messages give the two
+    meanfield run; with ``overwrite``, one that is not empty and not HDF5: a config, a picture, a table) is a
+    :class:`ConfigError` naming ``key``; ``options`` are the names the messages give the two
     switches (the Python API's ``("overwrite=True", "resume=True")``).
 
     A symlink is followed: the file it names is checked, and the run writes that file through the link (as the
@@ -55,6 +57,9 @@ def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = Fa
             raise ConfigError(key, f"{path} already exists; use {replace} to replace it (or {resume_option} to continue that run)")
         elif not os.access(path, os.W_OK):
             raise ConfigError(key, f"{path} is read-only; cannot overwrite it")
+        elif os.path.getsize(path) > 0 and not is_hdf5(path):  # (-o run.toml --overwrite had replaced a config by a run)
+            raise ConfigError(key, f"{path} is not an HDF5 file; {replace} replaces only a run file: give the run a "
+                                   "name of its own (e.g. run.h5)")
     return path
 
 

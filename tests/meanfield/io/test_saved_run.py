@@ -126,3 +126,17 @@ def test_resuming_a_saved_solve_run_says_how_to_continue_it(tmp_path: Path) -> N
     path = run.save(tmp_path / "solved.h5")
     with pytest.raises(ConfigError, match=r"^resume: .* a run of mf.solve saved by Run.save.*t_start"):
         mf.simulate(out=path, resume=True, t_final=0.2)
+
+
+@pytest.mark.parametrize("name", ["run.toml", "picture.png", "table.csv"])
+def test_overwrite_replaces_only_a_run_file(tmp_path: Path, capsys, name: str) -> None:
+    # simulate -o b.toml --overwrite had replaced a config by a run file (the --csv options refuse such names)
+    kept = tmp_path / name
+    kept.write_text("keep me\n")
+    cfg = str(Path(__file__).resolve().parents[3] / "data" / "default.toml")
+    assert main(["simulate", cfg, "-o", str(kept), "--overwrite", "--quiet", "--set", "solver.t_final=0.1"]) == 2
+    assert "is not an HDF5 file; --overwrite replaces only a run file" in capsys.readouterr().err
+    assert kept.read_text() == "keep me\n"
+    empty = tmp_path / "empty.h5"
+    empty.write_bytes(b"")  # (what a touch left: replaced)
+    assert main(["simulate", cfg, "-o", str(empty), "--overwrite", "--quiet", "--set", "solver.t_final=0.1"]) == 0
