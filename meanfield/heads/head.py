@@ -179,7 +179,8 @@ def _matrix(value: Any, *, key: str, d: int, rows: int | None, rng: np.random.Ge
             from meanfield.io.arrays import load_npy
 
             return _check_matrix(load_npy(path, key, real=True), key=key, d=d, rows=rows)
-        raise ConfigError(key, f"unknown value {value!r}; expected 'identity', a number, a list of rows, 'random', "
+        also = ", 'aligned' (V = QᵀK)" if key.endswith(".V") else ""  # (V's own value had been left out of V's list)
+        raise ConfigError(key, f"unknown value {value!r}; expected 'identity', a number, a list of rows, 'random'{also}, "
                                f"an ensemble ({', '.join(repr(e) for e in ENSEMBLES)}) or 'file:PATH.npy'")
     if isinstance(value, (list, tuple)):
         try:

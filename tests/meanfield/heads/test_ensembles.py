@@ -286,3 +286,12 @@ def test_a_typo_in_q_or_k_with_k_rows_is_named_as_the_typo():
         with pytest.raises(ConfigError) as err:
             load_config({"model": {"d": 16, "heads": [{"Q": q, "K": k_value, "V": "gpt2", "k": 4}]}, "init": {"n": 4}})
         assert err.value.key == key and words in err.value.message, err.value
+
+
+def test_an_unknown_value_of_v_lists_aligned_and_of_q_does_not():
+    # V's own value, 'aligned', had been left out of the values V's message listed
+    with pytest.raises(ConfigError, match=r"^model.heads\[0\].V: unknown value 'bogus'; expected .*'random', 'aligned' \(V = QᵀK\)"):
+        load_config({"model": {"heads": [{"V": "bogus"}]}})
+    with pytest.raises(ConfigError, match=r"^model.heads\[0\].Q: unknown value 'aligned'") as caught:
+        load_config({"model": {"heads": [{"Q": "aligned"}]}})
+    assert "'aligned'" not in str(caught.value).split("expected")[1]
