@@ -95,6 +95,9 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ConfigError("--cells", "give --cells or --spacing, not both")
     if not Path(args.path).exists():
         raise ConfigError("CONFIG.toml" if args.sweep_beta is not None else "OUT.h5", f"file not found: {args.path}")
+    if args.sweep_beta is None and Path(args.path).suffix.lower() == ".toml":  # (it had said only: not an HDF5 file)
+        raise ConfigError("OUT.h5", f"{args.path} is a config: the β family of a config is --sweep-beta B1,B2,… "
+                                    f"{args.path}; without it, give a run file")
     picture_path(args.plot, "--plot")
     table_path(args.csv, "--csv")
     folder_path(args.out, "--out")

@@ -155,7 +155,7 @@ def _check_frames(path: str) -> None:
         return
     damaged = reader.damaged_frames()
     if damaged:
-        raise ConfigError("OUT.h5", f"{path}: {len(damaged)} of its {reader.frames} frames do not match the checksums "
+        raise ConfigError("OUT.h5", f"{path}: {len(damaged)} of its {reader.frames} frames {'does' if len(damaged) == 1 else 'do'} not match the checksums "
                                     f"written with them ({reader.named_frames(damaged)}): their bytes changed on disk "
                                     "after they were committed")
     unchecked = reader.frames - checked

@@ -36,7 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("sweep", help="sweep file (TOML): base, [set], [grid] and/or [[cases]]")
+    p.add_argument("sweep", metavar="SWEEP.toml", help="sweep file (TOML): base, [set], [grid] and/or [[cases]]")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (cases/, ledger.jsonl, results.csv)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="address of a running Dask scheduler, e.g. tcp://node01:8786")
     p.add_argument("--workers", type=int, metavar="N", help="local worker processes (default: one per core; 0: run in this process)")

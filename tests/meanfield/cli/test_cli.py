@@ -317,3 +317,10 @@ def test_threads_is_taken_after_a_sub_command_too(capsys, monkeypatch):
     capsys.readouterr()
     assert main(["theory", "beta-star", "--threads", "0"]) == 2
     assert "--threads: must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_concentration_of_a_config_without_sweep_beta_points_to_it(tmp_path, capsys):
+    # it had said only that the config is not an HDF5 file
+    config = Path(__file__).resolve().parents[3] / "data" / "concentration.toml"
+    assert main(["concentration", str(config)]) == 2
+    assert f"OUT.h5: {config} is a config: the β family of a config is --sweep-beta" in capsys.readouterr().err
