@@ -57,12 +57,12 @@ def test_an_example_config_missing_where_it_is_named_points_to_meanfield_example
     import meanfield as mf
 
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(mf.ConfigError, match=r"^source: file not found: data/default.toml \(default.toml is one of the "
+    with pytest.raises(mf.ConfigError, match=r"^config: file not found: data/default.toml \(default.toml is one of the "
                                              r"example configurations: `meanfield examples DIR` copies them"):
         mf.simulate("data/default.toml")
     assert main(["simulate", "data/concentration.toml", "-o", "x.h5"]) == 2
     assert "`meanfield examples DIR`" in capsys.readouterr().err and not (tmp_path / "x.h5").exists()
-    with pytest.raises(mf.ConfigError, match=r"^source: file not found: mine.toml$"):  # any other name: no hint
+    with pytest.raises(mf.ConfigError, match=r"^config: file not found: mine.toml$"):  # any other name: no hint
         mf.simulate("mine.toml")
 
 
