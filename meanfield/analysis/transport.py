@@ -799,6 +799,142 @@ def _sinkhorn_updates(a, b, C, eps: float, f, g, numItermax: int, tol: float, *,
     return f, g, it + 1, err
 
 
+#: Sinkhorn iterations at an ε level before the dual potentials are polished by Newton's method (:func:`_newton_polish`):
+#: easy problems stop earlier and keep their values to the last digit; on nearly degenerate ones (20 vs 30 uniform
+#: points on S² at ε = 0.01) the marginal error had fallen 0.048 → 3.5e-4 in 100 iterations but only to 3.1e-6 in
+#: 10 000 (the default numItermax, 3.6 s and a warning), where Newton reaches the tolerance in about 5 steps (0.1 s)
+SINKHORN_ITERATIONS_BEFORE_NEWTON = 100
+#: Newton polishing only where the smaller side has at most this many atoms: a step costs O((n + m) min(n, m)²) and an
+#: (min, min) matrix (measured 0.5 s, about 10 Sinkhorn updates, at 1000 × 1000 on 2 cores; 32 MB at 2000); larger
+#: problems keep plain Sinkhorn
+SINKHORN_NEWTON_MAX_ATOMS = 2000
+#: Newton polishing only where ε is at least this times the largest cost: below, the exponents (f + g − C)/ε carry
+#: rounding errors of about 1e-16 max C / ε, the plan's entries are known to no better than 1e-8 relative and Newton
+#: cannot certify the default tolerance (at ε = 1e-13 max C it had taken 30 steps a level without reaching it)
+SINKHORN_NEWTON_MIN_RELATIVE_EPSILON = 1e-8
+#: Newton steps at one ε level at most (each with a backtracking line search on the dual) before Sinkhorn takes over
+_NEWTON_MAX_STEPS = 30
+#: Newton steps without a new smallest error after which Newton gives up (the error's rounding floor is reached)
+_NEWTON_STALL_STEPS = 5
+#: halvings of a Newton step before the line search gives up
+_NEWTON_MAX_HALVINGS = 30
+
+
+def _plan_into(out, a, b, C, eps: float, f, g) -> NDArray[np.float64]:
+    r"""The plan :math:`P_{ij} = a_ib_je^{(f_i + g_j - C_{ij})/\varepsilon}` written into ``out``, an (n, m) buffer.
+
+    The exponent is formed in place as :math:`(f_i + g_j - C_{ij})/\varepsilon + \log a_i + \log b_j` (no
+    rescaled copy of the cost); near the optimum it is at most about 0, and a far-off trial point whose exponent
+    overflows gives an infinite total mass, hence a dual of :math:`-\infty` that the line search rejects.
+    """
+    np.add.outer(f, g, out=out)
+    out -= C
+    out /= eps
+    out += np.log(a)[:, None]
+    out += np.log(b)[None, :]
+    np.exp(out, out=out)
+    return out
+
+
+def _dual_error(a, b, r, c, eps: float, scale: float) -> float:
+    r"""The stopping measure of :func:`_sinkhorn_updates` for a plan with row sums ``r`` and column sums ``c``.
+
+    The L2 violation of both marginals, :math:`\|r - a\| + \|c - b\|`, or, where larger, the change of the potentials
+    in one (averaged) Sinkhorn update relative to the largest cost, :math:`(\|a\,\varepsilon\log(r/a)\| +
+    \|b\,\varepsilon\log(c/b)\|)/\max C` (:math:`f - T_f(g) = \varepsilon\log(r/a)`).
+    """
+    with np.errstate(divide="ignore"):
+        change = float(np.linalg.norm(a * eps * np.log(r / a)) + np.linalg.norm(b * eps * np.log(c / b))) / scale
+    err = max(float(np.linalg.norm(r - a) + np.linalg.norm(c - b)), change)
+    return err if np.isfinite(err) else np.inf
+
+
+def _newton_polish(a, b, C, eps: float, f, g, max_steps: int, tol: float, *, symmetric: bool = False):
+    r"""Newton ascent on the concave dual of :math:`\min_P\langle C,P\rangle+\varepsilon\mathrm{KL}(P|a\otimes b)`.
+
+    .. math::
+
+        D(f, g) = \langle f, a\rangle + \langle g, b\rangle
+          - \varepsilon\sum_{ij} a_ib_j\big(e^{(f_i + g_j - C_{ij})/\varepsilon} - 1\big),
+
+    with gradient :math:`(a - P\mathbf 1,\ b - P^\top\mathbf 1)` and Hessian
+    :math:`-\tfrac1\varepsilon\big[\begin{smallmatrix}\mathrm{diag}(P\mathbf 1) & P\\ P^\top &
+    \mathrm{diag}(P^\top\mathbf 1)\end{smallmatrix}\big]`, singular along :math:`(\mathbf 1, -\mathbf 1)`.  The
+    Newton system is reduced to the Schur complement :math:`\mathrm{diag}(r) - P\,\mathrm{diag}(1/c)P^\top` on the
+    smaller side, whose null vector :math:`\mathbf 1` is pinned by adding :math:`\bar r\,\mathbf 1\mathbf 1^\top/n`
+    (the right-hand side sums to 0, so the step keeps the potentials' balance).  Symmetric problems (``a = b``,
+    ``C`` symmetric, ``g = f``) solve :math:`(\mathrm{diag}(r) + P)\,\delta f = \varepsilon(a - r)`, positive definite.
+    A backtracking (Armijo) line search on :math:`D` makes each step increase the dual (to its rounding).  Near the
+    optimum it converges quadratically where Sinkhorn's linear rate crawls on nearly degenerate problems.
+
+    Returns ``f, g, steps, err`` with ``err`` the measure of :func:`_dual_error`; the potentials are the last
+    accepted ones, at least as good in :math:`D` as those given.  Stops at ``err < tol``, after ``max_steps``, after
+    :data:`_NEWTON_STALL_STEPS` steps without a smaller error, or when a step finds no increase (the caller then goes
+    on with Sinkhorn).
+    """
+    if not symmetric and a.size > b.size:  # the Schur complement on the smaller side
+        g, f, steps, err = _newton_polish(b, a, C.T, eps, g, f, max_steps, tol)
+        return f, g, steps, err
+    n = a.size
+    scale = max(float(C.max()), float(np.finfo(float).tiny))
+    plan = np.empty(C.shape)
+    err, steps = np.inf, 0
+    best, since_best = np.inf, 0
+    with np.errstate(under="ignore", over="ignore", invalid="ignore"):
+        def dual(f_, g_) -> tuple[float, float]:  # the dual and the rounding of its sum
+            P = _plan_into(plan, a, b, C, eps, f_, g_)
+            mass = float(P.sum())
+            value = float(f_ @ a + g_ @ b) - eps * (mass - 1.0)
+            slack = 16.0 * np.finfo(float).eps * (abs(float(f_ @ a)) + abs(float(g_ @ b)) + eps * (mass + 1.0))
+            return (value if np.isfinite(value) else -np.inf), slack
+
+        D, slack = dual(f, g)
+        if not np.isfinite(D):
+            return f, g, 0, np.inf
+        for steps in range(max_steps + 1):
+            r, c = plan.sum(axis=1), plan.sum(axis=0)
+            err = _dual_error(a, b, r, c, eps, scale)
+            best, since_best = (err, 0) if err < best else (best, since_best + 1)
+            if err < tol or steps == max_steps or since_best >= _NEWTON_STALL_STEPS:
+                break
+            if not (np.all(r > 0) and np.all(c > 0)):  # a row or column of the plan underflowed: no Newton system
+                break
+            try:
+                if symmetric:
+                    H = plan.copy()
+                    H[np.diag_indices(n)] += r
+                    df = np.linalg.solve(H, eps * (a - r))
+                    dg = df
+                    slope = 2.0 * float((a - r) @ df)
+                else:
+                    root = np.sqrt(c)
+                    plan /= root[None, :]  # Q = P diag(c)^(-1/2): the Schur complement is diag(r) - Q Qᵀ
+                    S = plan @ plan.T
+                    S *= -1.0
+                    S[np.diag_indices(n)] += r
+                    S += float(r.sum()) / n**2  # pins the null vector 1 (eigenvalue mean(r))
+                    v = eps * (b - c)
+                    df = np.linalg.solve(S, eps * (a - r) - plan @ (v / root))
+                    dg = (v - root * (plan.T @ df)) / c
+                    slope = float((a - r) @ df + (b - c) @ dg)
+            except np.linalg.LinAlgError:
+                break
+            if not (np.all(np.isfinite(df)) and np.all(np.isfinite(dg)) and slope > 0):
+                break
+            t = 1.0
+            for _ in range(_NEWTON_MAX_HALVINGS):
+                f_try = f + t * df
+                g_try = f_try if symmetric else g + t * dg
+                D_try, slack_try = dual(f_try, g_try)  # (leaves the trial's plan in the buffer)
+                if D_try >= D + 1e-4 * t * slope - max(slack, slack_try):
+                    break
+                t *= 0.5
+            else:  # no increase along a direction of ascent: rounding has the last word
+                break
+            f, g, D, slack = f_try, g_try, D_try, slack_try
+    return f, g, steps, err
+
+
 def _entropic_ot(a, b, C, eps: float, numItermax: int, stopThr: float,
                  symmetric: bool = False):
     r""":math:`\min_P \langle C, P\rangle + \varepsilon\,\mathrm{KL}(P\,|\,a\otimes b)`.
@@ -806,16 +942,35 @@ def _entropic_ot(a, b, C, eps: float, numItermax: int, stopThr: float,
     Epsilon-scaling (:func:`_eps_schedule`), each level warm-started from the
     previous one; alternating log-domain updates, averaged on symmetric
     problems (``a = b``, ``C`` symmetric), on which alternating Sinkhorn stalls
-    (:func:`_sinkhorn_updates`).
+    (:func:`_sinkhorn_updates`).  A level that has not converged after
+    :data:`SINKHORN_ITERATIONS_BEFORE_NEWTON` updates is polished by Newton's method on the dual
+    (:func:`_newton_polish`) where the smaller side has at most :data:`SINKHORN_NEWTON_MAX_ATOMS` atoms and ε is at
+    least :data:`SINKHORN_NEWTON_MIN_RELATIVE_EPSILON` times the largest cost, then
+    Sinkhorn goes on if Newton has not reached the tolerance; Newton steps count against ``numItermax`` (per level)
+    like Sinkhorn updates.  The same stopping measure throughout: the marginals' L2 violation, or the potentials'
+    change in one update where larger.
     """
     la, lb = np.log(a), np.log(b)
     f, g = np.zeros_like(a), np.zeros_like(b)
-    niter, err = 0, np.inf
+    niter, newton, err = 0, 0, np.inf
+    small = min(a.size, b.size) <= SINKHORN_NEWTON_MAX_ATOMS
+    top = float(C.max())
     for e in _eps_schedule(eps, C):
         tol = stopThr if e == eps else max(stopThr, 1e-5)
-        f, g, k, err = _sinkhorn_updates(a, b, C, e, f, g, numItermax, tol, averaged=symmetric, symmetric=symmetric)
+        polish = small and e >= SINKHORN_NEWTON_MIN_RELATIVE_EPSILON * top
+        budget = min(numItermax, SINKHORN_ITERATIONS_BEFORE_NEWTON) if polish else numItermax
+        f, g, k, err = _sinkhorn_updates(a, b, C, e, f, g, budget, tol, averaged=symmetric, symmetric=symmetric)
         niter += k
-    return _entropic_value(f, g, C, la, lb, eps), {"niter": niter, "err": err, "converged": bool(err < stopThr)}
+        left = numItermax - k
+        if err < tol or left <= 0:
+            continue
+        f, g, k, err = _newton_polish(a, b, C, e, f, g, min(left, _NEWTON_MAX_STEPS), tol, symmetric=symmetric)
+        niter, newton, left = niter + k, newton + k, left - k
+        if err >= tol and left > 0:
+            f, g, k, err = _sinkhorn_updates(a, b, C, e, f, g, left, tol, averaged=symmetric, symmetric=symmetric)
+            niter += k
+    return _entropic_value(f, g, C, la, lb, eps), {"niter": niter, "newton_steps": newton, "err": err,
+                                                   "converged": bool(err < stopThr), "potentials": (f, g)}
 
 
 def _check_sinkhorn_epsilon(eps: float, top: float) -> None:
@@ -850,6 +1005,7 @@ def _sinkhorn(x, y, a, b, cost, eps, numItermax, stopThr, merge):
         "divergence": S,
         "ot_eps": {k: v[0] for k, v in parts.items()},
         "niter": {k: v[1]["niter"] for k, v in parts.items()},
+        "newton_steps": {k: v[1]["newton_steps"] for k, v in parts.items()},
         "err": {k: v[1]["err"] for k, v in parts.items()},
         "converged": all(v[1]["converged"] for v in parts.values()),
         "bias_bound": eps * max(_entropy(am), _entropy(bm)),
@@ -1022,13 +1178,20 @@ def w2(x: ArrayLike, y: ArrayLike, a: ArrayLike | None = None, b: ArrayLike | No
         [CRL20]_, versus :math:`O(\varepsilon\log(1/\varepsilon))` without
         debiasing.  Solver: epsilon-scaling (halving from :math:`\max C` to
         :math:`\varepsilon`, warm-started); :math:`\mathrm{OT}_\varepsilon(\mu,\nu)`
-        with POT's ``ot.sinkhorn(method="sinkhorn_log")``, the symmetric terms
+        by alternating log-domain Sinkhorn updates, the symmetric terms
         with the averaged update of [FSV19]_ (on which alternating Sinkhorn
-        stalls); identical inputs give exactly 0.  Options: ``epsilon``,
-        ``numItermax`` (10000 per level), ``stopThr`` (``1e-6``, L2 violation
+        stalls); a level not converged after 100 updates is finished by
+        Newton's method on the dual potentials (with a line search; where
+        the smaller side has at most 2000 atoms, ``SINKHORN_NEWTON_MAX_ATOMS``,
+        and :math:`\varepsilon \ge 10^{-8}\max C`),
+        on which nearly degenerate problems converge in a few steps where
+        Sinkhorn crawls; identical inputs give exactly 0.  Options: ``epsilon``,
+        ``numItermax`` (10000 per level, Sinkhorn updates and Newton steps),
+        ``stopThr`` (``1e-6``, L2 violation
         of the marginals; the resulting error is far below the bias bound),
         ``merge_duplicates``.  Memory and time are :math:`O(nm)` per
-        iteration; iterations grow when :math:`\varepsilon` is small compared
+        Sinkhorn iteration and :math:`O((n+m)\min(n,m)^2)` per Newton step;
+        iterations grow when :math:`\varepsilon` is small compared
         with the squared spacing of the points.  A ``RuntimeWarning`` is issued
         (and ``log["converged"]`` is False) when ``stopThr`` is not reached.
     ``"sliced"``
@@ -1094,8 +1257,8 @@ def w2(x: ArrayLike, y: ArrayLike, a: ArrayLike | None = None, b: ArrayLike | No
         (seconds) and method-specific entries: exact: ``"plan"`` ((n, m)),
         ``"w2_squared"``, ``"solver"``, ``"converged"``, ``"result_code"``,
         ``"merged_sizes"``; sinkhorn: ``"epsilon"``, ``"divergence"``,
-        ``"ot_eps"``, ``"bias_bound"``, ``"niter"``, ``"err"``,
-        ``"converged"``; sliced: ``"n_projections"``, ``"seed"``,
+        ``"ot_eps"``, ``"bias_bound"``, ``"niter"``, ``"newton_steps"``,
+        ``"err"``, ``"converged"``; sliced: ``"n_projections"``, ``"seed"``,
         ``"stderr"``, ``"stderr_squared"``, ``"projected_w2_squared"``
         ((L,), rad\ :sup:`2`), ``"projections"`` ((L, d, 2)).
     **options
