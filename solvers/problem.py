@@ -149,6 +149,15 @@ class Problem:
                 state = state / total
         object.__setattr__(self, "initial", state)
 
+    def __repr__(self) -> str:
+        """``Problem(Model(...), tokens (256, 3), masses uniform)``: shapes, not entries (a problem of 256 tokens had
+        printed every coordinate)."""
+        if self.mesh is None:
+            what = f"tokens {self.initial.shape}, masses {'uniform' if self.weights is None else 'given'}"
+        else:
+            what = f"cell masses on {self.mesh!r}"
+        return f"Problem({self.model!r}, {what})"
+
     @property
     def on_grid(self) -> bool:
         """Whether the measure is a density on a mesh (else a token cloud)."""

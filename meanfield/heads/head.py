@@ -127,6 +127,18 @@ class HeadStack:
         object.__setattr__(self, "V", V)
         object.__setattr__(self, "w", np.ascontiguousarray(w))
 
+    def __repr__(self) -> str:
+        """``HeadStack(H=4, d=64, B symmetric, V = B, w = 1/H)``: what the heads are, not their entries (``.B``, ``.V``,
+        ``.w``; four heads of d = 64 had printed 6 kB, filling a notebook cell)."""
+        said = [f"H={self.H}", f"d={self.d}"]
+        if np.array_equal(self.B, np.swapaxes(self.B, 1, 2)):
+            said.append("B symmetric")
+        if np.array_equal(self.V, self.B):
+            said.append("V = B")
+        uniform = np.allclose(self.w, 1.0 / self.H, rtol=1e-15, atol=0.0)
+        said.append("w = 1/H" if uniform else f"w = {np.array2string(self.w, precision=4, threshold=8)}")
+        return f"HeadStack({', '.join(said)})"
+
     @property
     def H(self) -> int:
         return int(self.B.shape[0])

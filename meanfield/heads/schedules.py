@@ -266,6 +266,10 @@ class OUSchedule:
             self.decay = 1.0
             self.noise = self.sigma * math.sqrt(self.dt)
 
+    def __repr__(self) -> str:
+        return (f"OUSchedule(H={self.mean.H}, d={self.mean.d}, kappa={self.kappa:g}, sigma={self.sigma:g}, dt={self.dt:g}, "
+                f"seed={self.seed})")
+
     @property
     def stationary_variance(self) -> float:
         r""":math:`\sigma^2/(2\kappa)` (``inf`` when :math:`\kappa=0`)."""
@@ -420,6 +424,9 @@ class OscillatingSchedule:
         if self.phases.shape != (H,):
             raise ValueError(f"phases must have shape ({H},), got {self.phases.shape}")
         self.structure = _structure(mean)
+
+    def __repr__(self) -> str:
+        return f"OscillatingSchedule(H={self.mean.H}, d={self.mean.d}, amplitude={self.amplitude:g}, omega={self.omega:g})"
 
     def _with(self, coef: np.ndarray, base_B: np.ndarray, base_V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         eye = np.eye(self.mean.d)
@@ -635,6 +642,12 @@ class MatrixSDESchedule:
         else:
             self._decay, self._exact_noise = 1.0, self.sigma * math.sqrt(self.dt)
 
+    def __repr__(self) -> str:
+        H, d = self.mean_matrix.shape[:2]
+        rate = f"kappa={self.kappa:g}" if self.drift == "ou" else f"rate={self.rate:g}"
+        return (f"MatrixSDESchedule(H={H}, d={d}, drift={self.drift!r}, {rate}, sigma={self.sigma:g}, noise={self.noise!r}, "
+                f"integrator={self.integrator!r}, dt={self.dt:g}, seed={self.seed})")
+
     def _xi(self) -> np.ndarray:
         Z = self._rng.standard_normal((self.H, self.d, self.d))
         if self.noise == "symmetric":
@@ -824,6 +837,10 @@ class LayerSchedule:
             self._draw = None
             self._cache = dict(enumerate(stacks))
 
+    def __repr__(self) -> str:
+        layers = "a layer drawn at every integer time" if self._draw is not None else f"{len(self._cache)} layers"
+        return f"LayerSchedule({layers})"
+
     @classmethod
     def from_specs(cls, specs: Sequence[Mapping[str, Any]] | None, *, d: int, seed: int = 0,
                    base: Path | None = None) -> LayerSchedule:
@@ -909,6 +926,10 @@ class PathSchedule:
         steps = np.diff(self.t)
         self._uniform = bool(self.t.size > 1 and self.t[0] == 0 and np.allclose(steps, steps[0], rtol=1e-12, atol=0))
         self._dt = float(steps[0]) if self.t.size > 1 else 0.0
+
+    def __repr__(self) -> str:
+        H, d = self.B.shape[1:3] if self.B.ndim == 4 else ("?", "?")
+        return f"PathSchedule(H={H}, d={d}, {self.t.size} times in [{self.t[0]:g}, {self.t[-1]:g}])"
 
     def _locate(self, t: float) -> tuple[int, float]:
         T = self.t.size

@@ -137,6 +137,13 @@ class BetaSweep:
     coarse_curves: list[dict[str, NDArray[np.float64]]] = field(default_factory=list)
     read: list[str] = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        """``BetaSweep(grid, β = [4, 16, 64], W2_min = [...], t_min = [...])``: the summary, not every curve."""
+        w2 = [float(item.get("w2_min", math.nan)) for item in self.summaries]
+        t_min = [float(item.get("t_min", math.nan)) for item in self.summaries]
+        return (f"BetaSweep({self.solver}, β = {[float(b) for b in self.betas]}, W2_min = {[round(v, 4) for v in w2]}, "
+                f"t_min = {[round(v, 3) for v in t_min]})")
+
     @property
     def under_resolved(self) -> bool:
         """Whether a β has too few particles or cells for its kernel width, or cluster cores below its cells before t_min."""
