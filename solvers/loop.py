@@ -191,8 +191,11 @@ def run_loop(
         owner: dict[str, Any] = {}  # the tracker that recorded each name
 
         def taken_by_another(tracker: Any, recorded: Mapping[str, float]) -> None:
-            if getattr(tracker, "from_caller", False) and not recorded.keys().isdisjoint(values):
-                taken = sorted(set(recorded).intersection(values))
+            if not getattr(tracker, "from_caller", False) or recorded.keys().isdisjoint(values):
+                return
+            # a built-in tracker that yields gives way (G² of time-dependent heads, which a caller's tracker may record)
+            taken = sorted(k for k in set(recorded).intersection(values) if not getattr(owner[k], "yields_to_caller", False))
+            if taken:
                 first = {id(owner[k]): owner[k] for k in taken}.values()
                 earlier = next(iter(first))
                 by = (f"the tracker {earlier.name!r} before it records" if len(first) == 1 and getattr(earlier, "from_caller", False)

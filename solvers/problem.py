@@ -52,6 +52,8 @@ __all__ = ["Problem", "Solver", "solve", "run_status", "CELL_MASS_TOTAL_TOLERANC
 #: the initial cell masses of a grid measure are normalised to total 1 where they are this close to it (float32
 #: masses: 1 ± N·6e-8), and refused farther off (density values given for masses)
 CELL_MASS_TOTAL_TOLERANCE = 1e-5
+#: cell masses whose total is this close to 1 are taken as they are (a grid run's frames: 1 ± a few ulps)
+CELL_MASS_ROUNDOFF = 1e-9
 
 
 @dataclass(frozen=True)
@@ -145,8 +147,8 @@ class Problem:
                 raise ValueError(f"initial cell masses must sum to 1 (within {CELL_MASS_TOTAL_TOLERANCE:g}), got {total:.17g}: "
                                  "they are masses, not density values (masses = density × mesh.areas); divide them by "
                                  "their sum to normalise")
-            if total != 1.0:  # float32 masses (1 + 2e-8) had been refused: normalised, as token weights are
-                state = state / total
+            if abs(total - 1.0) > CELL_MASS_ROUNDOFF:  # float32 masses (1 + 2e-8) had been refused: normalised, as
+                state = state / total  # token weights are; a total within round-off is kept bit for bit (continuations)
         object.__setattr__(self, "initial", state)
 
     def __repr__(self) -> str:
@@ -325,8 +327,7 @@ def solve(
     callers = [CallbackTracker.of(tracker) for tracker in trackers]
     setup = solver.setup(problem, energy=energy, speed=speed or steady_tol > 0, steady_tol=steady_tol)
     kind = getattr(solver, "kind", type(solver).__name__)  # the picture's title names it
-    record_weight_path(setup, float(t_final))  # time-dependent heads: their path and G², as a config's run records them
-    add_slope_tracker(setup, kind=kind, weights=problem.weights, callers=callers)
+    add_slope_tracker(setup, kind=kind, weights=problem.weights, callers=callers)  # time-dependent heads: G², as a config's run
     span = float(t_final) - float(t_start)
     times = save_times(float(t_start), float(t_final), float(save_every) if save_every else (span or 1.0))
     bar = ProgressTracker(total=float(times[-1]), initial=float(times[0]), quiet=not progress)

@@ -113,6 +113,9 @@ class SlopeTracker:
     heads are time-dependent (:func:`meanfield.solvers.problem.add_slope_tracker`).
     """
 
+    #: a caller's tracker that records the same names replaces these values (it had failed the run, a TrackerError,
+    #: since mf.solve adds this tracker for time-dependent heads)
+    yields_to_caller: ClassVar[bool] = True
     model: Model
     weights: np.ndarray | None = None
     points: np.ndarray | None = None
