@@ -29,7 +29,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -218,6 +218,8 @@ def solver_options(solver: Any, kind: str, *, on_grid: bool, t_final: float) -> 
             value = getattr(solver, item.name)
             if isinstance(value, (str, bool, int, float)):
                 options[item.name] = value
+            elif isinstance(value, Mapping) and value:  # the JKO scheme's stepper options (a saved run had lost them)
+                options[item.name] = {str(key): entry for key, entry in value.items()}
     if kind == "jko":
         options["variant"] = "grid" if on_grid else "particle"
     noise = getattr(solver, "noise", None)

@@ -79,9 +79,9 @@ def config_of_solved_run(run: Any) -> dict[str, Any]:
             raise _unsaved(f"its noise options {unknown}")
         cfg["noise"].update(noise)
     t = np.asarray(run.t, dtype=float)
-    options.pop("t_final", None)
+    t_final = float(options.pop("t_final", t[-1]))  # the one asked for (a run that stopped or failed ends before it)
     options.pop("keep_reports", None)  # (the JKO scheme's bookkeeping: run.info, not the run's numbers)
-    cfg["solver"].update(kind=kind, t_final=float(t[-1]),
+    cfg["solver"].update(kind=kind, t_final=t_final,
                          save_every=float(t[1] - t[0]) if t.size > 1 else cfg["solver"]["save_every"])
     for key, value in options.items():
         section = "grid" if key in ("order", "limiter", "dt_max") else "solver"
@@ -99,12 +99,15 @@ def config_of_solved_run(run: Any) -> dict[str, Any]:
 
 
 def save_run(run: Any, path: str | Path, *, overwrite: bool = False) -> Path:
-    """Write ``run`` to ``path`` (see :meth:`meanfield.Run.save`)."""
+    """Write ``run`` to ``path`` (see :meth:`meanfield.Run.save`): into a hidden file beside it, moved onto ``path``
+    once every frame is written, under the writer lock of ``path``; an error, a damaged frame of the source or an
+    interrupt leaves ``path`` as it was."""
     import os
 
     from meanfield.checks import check_flag
+    from meanfield.io.lock import WriterLock, followed
     from meanfield.io.output import check_output
-    from meanfield.io.runfile import RunWriter
+    from meanfield.io.runfile import DamagedFrameWarning, RunReader, RunWriter
 
     if not isinstance(path, (str, os.PathLike)):
         raise ConfigError("path", f"expected a file path (str or os.PathLike), got {type(path).__name__}")
@@ -114,26 +117,36 @@ def save_run(run: Any, path: str | Path, *, overwrite: bool = False) -> Path:
     config = run.config if run.config is not None else config_of_solved_run(run)
     target = Path(path)
     if target.exists() and not target.is_dir():
-        if run.path is not None and os.path.samefile(target, run.path):
+        if run.path is not None and Path(run.path).exists() and os.path.samefile(target, run.path):
             raise ConfigError("path", f"{target} is the file this run is read from; save it under another name")
         if not overwrite:
             raise ConfigError("path", f"{target} already exists; use overwrite=True to replace it")
-        if target.is_file():
-            from meanfield.io.runfile import RunReader
-
+        if target.is_file() and target.stat().st_size > 0:
             RunReader(target, key="path")  # only a run file is replaced (not a config, a picture or a table)
     check_output(target, overwrite=overwrite, key="path", options=("overwrite=True", "resume=True"))
-    info = json.loads(json.dumps(run.info, default=_plain))
-    writer = RunWriter(target, config=config, state_name=run.state_name, state_shape=tuple(run.shape),
-                       static=dict(run.static), info=info, replace=overwrite, key="path")
-    try:
-        for index, time in enumerate(run.t):
-            values = {name: float(series[index]) for name, series in run.diagnostics.items()}
-            writer.append(float(time), np.asarray(run.frame(index)), values)
-    except BaseException:
-        writer.finish("interrupted", stop_reason="Run.save did not finish", info=info)
-        raise
-    writer.finish(run.status, stop_reason=run.stop_reason, info=info)
+    info = json.loads(json.dumps({k: v for k, v in run.info.items() if k != "reports"}, default=_plain))  # (the JKO
+    final = followed(target) or target  # scheme's step reports stay in memory, as a file of meanfield simulate has them)
+    hidden = final.with_name(f".{final.name}.saving")
+    with WriterLock(target, key="path"):  # (another process writing path is refused before anything is made)
+        try:
+            writer = RunWriter(hidden, config=config, state_name=run.state_name, state_shape=tuple(run.shape),
+                               static=dict(run.static), info=info, replace=True, key="path")
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error", DamagedFrameWarning)  # (a damaged frame had got a fresh checksum)
+                    for index, time in enumerate(run.t):
+                        values = {name: float(series[index]) for name, series in run.diagnostics.items()}
+                        writer.append(float(time), np.asarray(run.frame(index)), values)
+            except DamagedFrameWarning as exc:
+                writer.finish("failed", stop_reason="damaged source frame", info=info)
+                raise ConfigError("run", f"{exc}; the run is not saved") from None
+            except BaseException:
+                writer.finish("interrupted", stop_reason="Run.save did not finish", info=info)
+                raise
+            writer.finish(run.status, stop_reason=run.stop_reason, info=info)
+            os.replace(hidden, final)
+        finally:
+            hidden.unlink(missing_ok=True)
     return target
 
 

@@ -35,7 +35,7 @@ SERIES_LABELS = {
     "log_energy": r"$\ln E$",
     "energy_theta": r"energy $E(\mu_t, t)=\sum_h w_hE_h$",
     "max_speed": r"largest speed $\max_i |\dot x_i|$",
-    "sphere_error": r"sphere error $\max_i\,\big|\,\|x_i\|-1\big|$",
+    "sphere_error": r"sphere error $\max_i\,|\,\|x_i\|-1\,|$",
     "w2_target": r"$W_2(\rho_t,\Pi_\sharp\rho_0)$ (rad)",
     "v_eigenspace_distance": r"distance to $E_V$ (rad)",
     "e_eigenspace_distance": r"distance to $E$ (rad)",

@@ -140,3 +140,68 @@ def test_overwrite_replaces_only_a_run_file(tmp_path: Path, capsys, name: str) -
     empty = tmp_path / "empty.h5"
     empty.write_bytes(b"")  # (what a touch left: replaced)
     assert main(["simulate", cfg, "-o", str(empty), "--overwrite", "--quiet", "--set", "solver.t_final=0.1"]) == 0
+
+
+def _flip_a_bit_of_frame(path: Path, frame: int) -> None:
+    with h5py.File(path, "r") as f:
+        offset = f["x"].id.get_chunk_info(frame).byte_offset
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)[0]
+        fh.seek(offset)
+        fh.write(bytes([byte ^ 1]))
+
+
+def test_a_damaged_frame_is_not_copied_and_the_target_is_left_as_it_was(tmp_path: Path) -> None:
+    # a damaged frame had got a fresh checksum in the copy, and a failed save had left a partial file at the target
+    source = tmp_path / "source.h5"
+    mf.simulate({"init": {"n": 8}, "solver": {"t_final": 0.5, "save_every": 0.25}}, out=source)
+    kept = tmp_path / "kept.h5"
+    mf.simulate(t_final=0.1, out=kept, **{"init.n": 4})
+    before = kept.read_bytes()
+    _flip_a_bit_of_frame(source, 1)
+    with pytest.raises(ConfigError, match=r"^run: .*frame 1 .*does not match the checksum.*the run is not saved"):
+        mf.load(source).save(kept, overwrite=True)
+    assert kept.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.h5", "source.h5"]  # no hidden file, no lock left
+
+
+def test_an_interrupted_save_leaves_the_target_whole(tmp_path: Path, monkeypatch) -> None:
+    run = mf.simulate(t_final=0.5, save_every=0.25, **{"init.n": 8})
+    target = run.save(tmp_path / "a.h5")
+    before = target.read_bytes()
+    calls = []
+
+    def interrupted(index: int) -> np.ndarray:
+        calls.append(index)
+        if index == 2:
+            raise KeyboardInterrupt
+        return run.states[index]
+
+    monkeypatch.setattr(run, "frame", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run.save(target, overwrite=True)
+    assert calls == [0, 1, 2] and target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.h5"]
+
+
+def test_jko_stepper_options_a_moved_source_and_an_empty_file(tmp_path: Path) -> None:
+    pooled = mf.Model(d=3, beta=1.0, attention="pooled", heads=mf.heads.identity(3))
+    mesh = mf.mesh(200)
+    run = mf.solve(mf.Problem(pooled, mf.initial_mass(mesh, "vmf", kappa=2.0), mesh=mesh),
+                   mf.JKOSolver(tau=0.05, options={"max_iter": 50}), t_final=0.05)
+    with pytest.raises(ValueError, match=r"its solver option options = \{'max_iter': 50\}"):  # (they had been dropped)
+        run.save(tmp_path / "jko.h5")
+    moved = mf.simulate(t_final=0.1, out=tmp_path / "m.h5", **{"init.n": 4})
+    other = tmp_path / "other.h5"
+    mf.simulate(t_final=0.1, out=other, **{"init.n": 4})
+    before = other.read_bytes()
+    (tmp_path / "m.h5").rename(tmp_path / "gone.h5")
+    # (samefile of a moved source had been a FileNotFoundError, and a save that failed had replaced the file by a stub)
+    with pytest.raises(ConfigError, match="was removed since this run was loaded"):
+        moved.save(other, overwrite=True)
+    assert other.read_bytes() == before and not (tmp_path / "m.h5").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    empty = tmp_path / "empty.h5"
+    empty.write_bytes(b"")
+    assert mf.load(tmp_path / "gone.h5").save(empty, overwrite=True) == empty  # as simulate --overwrite replaces it

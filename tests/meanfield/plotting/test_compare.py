@@ -158,3 +158,16 @@ def test_beta_sweep_plot_is_the_cli_figure_and_writes_a_png(tmp_path):
     with pytest.raises(ValueError, match="path"):
         sweep.plot(tmp_path / "sweep.csv")
     assert not (tmp_path / "sweep.csv").exists() and math.isfinite(sweep.summaries[0]["w2_min"])
+
+
+def test_every_series_label_renders():
+    # sphere_error's label had used \big, which matplotlib's mathtext refuses: compare(series="sphere_error") raised
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from meanfield.plotting.comparison import SERIES_LABELS
+
+    for label in SERIES_LABELS.values():
+        fig = Figure()
+        fig.text(0.5, 0.5, label)
+        FigureCanvasAgg(fig).draw()  # (mathtext parses the label here)
