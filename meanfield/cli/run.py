@@ -84,11 +84,11 @@ def main(args: argparse.Namespace) -> int:
         from meanfield.cli.simulate import nothing_to_resume
 
         print(nothing_to_resume(run, args.out))
-        return 0
-    print(run.summary())
+    else:
+        print(run.summary())
     from meanfield.cli.simulate import draw
 
-    draw(run, args.plot)
+    draw(run, args.plot)  # (also for a complete run: one interrupted while its picture was drawn had never got it)
     print(f"trajectory: {Path(args.out)}")
     print(f"picture:    {Path(args.plot)}")
     print(f"done in {time.perf_counter() - started:.1f} s")

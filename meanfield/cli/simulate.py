@@ -57,6 +57,9 @@ def main(args: argparse.Namespace) -> int:
         raise
     if run.info.get("already_complete"):
         print(nothing_to_resume(run, args.out))
+        if args.plot:  # (a run interrupted while its picture was drawn had never got it, --resume neither)
+            draw(run, args.plot)
+            print(f"wrote {args.plot}")
         return 0
     steps = run.info.get("jko_steps", run.info.get("grid_steps", run.info.get("steps", "?")))
     unit = "JKO steps" if cfg["solver"]["kind"] == "jko" else "steps"

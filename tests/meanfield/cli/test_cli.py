@@ -324,3 +324,19 @@ def test_concentration_of_a_config_without_sweep_beta_points_to_it(tmp_path, cap
     config = Path(__file__).resolve().parents[3] / "data" / "concentration.toml"
     assert main(["concentration", str(config)]) == 2
     assert f"OUT.h5: {config} is a config: the β family of a config is --sweep-beta" in capsys.readouterr().err
+
+
+def test_resume_of_a_complete_run_draws_its_picture(tmp_path, capsys):
+    # a run interrupted while its picture was drawn had never got it: --resume said "nothing to resume" and drew none
+    config = str(Path(__file__).resolve().parents[3] / "data" / "default.toml")
+    out, picture = tmp_path / "r.h5", tmp_path / "r.png"
+    sets = ["--set", "solver.t_final=0.1", "--set", "init.n=8", "--quiet"]
+    assert main(["simulate", config, "-o", str(out), *sets]) == 0
+    assert main(["simulate", config, "-o", str(out), "--resume", "--plot", str(picture), *sets]) == 0
+    assert "nothing to resume" in capsys.readouterr().out and picture.stat().st_size > 0
+    ran = tmp_path / "run.h5"
+    assert main(["run", "--out", str(ran), "--plot", str(tmp_path / "run.png"), "--set", "solver.t_final=0.1", "--quiet"]) == 0
+    (tmp_path / "run.png").unlink()
+    assert main(["run", "--out", str(ran), "--plot", str(tmp_path / "run.png"), "--set", "solver.t_final=0.1", "--quiet",
+                 "--resume"]) == 0
+    assert (tmp_path / "run.png").stat().st_size > 0
