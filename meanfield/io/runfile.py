@@ -84,6 +84,11 @@ def frame_checksum(state: np.ndarray) -> int:
 #: free bytes kept beyond two frames before a frame is written: a full disk is met by us, never by HDF5
 #: (a write that fails inside HDF5 leaves a file that its own close can crash on)
 SPACE_RESERVE = 1 << 20
+
+
+def _committed(count: int) -> str:
+    """``the 1 committed frame is`` / ``the 28 committed frames are``."""
+    return f"the {count} committed frame{'s are' if count != 1 else ' is'}"
 #: free bytes below which :meth:`RunWriter.finish` leaves the status unwritten: the space check keeps
 #: :data:`SPACE_RESERVE` for it, and only another process can have taken that (HDF5 meeting a full disk in its
 #: metadata flush had left the file unreadable, every committed frame lost)
@@ -535,8 +540,9 @@ class RunWriter:
         arrays = sum(np.asarray(value).nbytes for value in (static or {}).values())
         free, (short, _) = _room(self.target)
         if free is not None and free < SPACE_RESERVE + arrays:  # HDF5 must never meet a full disk
-            raise StorageFailed(f"{short} for a new run file {self.path} ({free} bytes left, its arrays written once "
-                                f"take {arrays}); nothing was written")
+            raise StorageFailed(f"{short} for a new run file {self.path} ({free} bytes left; its arrays written once "
+                                f"take {arrays}, and {SPACE_RESERVE >> 20} MiB are kept free so that HDF5 never meets a "
+                                "full disk); nothing was written")
         self.pending = self.target.with_name(f".{self.target.name}.new")
         try:
             f = h5py.File(self.pending, "w", libver="latest")
@@ -637,8 +643,9 @@ class RunWriter:
         state = np.asarray(state)
         free, (short, remedy) = _room(self.target, written=self.pending or self.target)
         if free is not None and free < SPACE_RESERVE + 2 * state.nbytes:  # HDF5 must never meet a full disk
-            self.broken = (f"{short} for frame {self.count} of {self.path} ({free} bytes left); the "
-                           f"{self.count} committed frames are intact: {remedy} and continue with --resume")
+            self.broken = (f"{short} for frame {self.count} of {self.path} ({free} bytes left, a frame needs "
+                           f"{2 * state.nbytes} and {SPACE_RESERVE >> 20} MiB kept free); {_committed(self.count)} "
+                           f"intact: {remedy} and continue with --resume")
             raise StorageFailed(self.broken)
         try:
             self._write(t, state, diagnostics or {})
@@ -646,7 +653,7 @@ class RunWriter:
             _detach_from_disk(self.file)  # before the frame's datasets are released (they flush as they go)
             self.damaged = True
             what, remedy = _no_space(exc) or (f"cannot write to {self.path} ({_reason(exc)})", "free some space")
-            kept = (f"the {self.count} committed frames are intact: {remedy} and continue with --resume" if self.count
+            kept = (f"{_committed(self.count)} intact: {remedy} and continue with --resume" if self.count
                     else f"no frame had been committed: {remedy} and run again")
             self.broken = f"{what} while writing frame {self.count} of {self.path}; {kept}"
             raise StorageFailed(self.broken) from None
