@@ -88,7 +88,8 @@ def draw(run: object, path: str) -> None:
 
 
 #: what ``simulate`` and ``run`` say of an interrupt before the run started (nothing of it is on disk)
-BEFORE_THE_RUN = "interrupted before the first frame was saved; nothing was written"
+#: what an interrupt before the run says (it had said "before the first frame was saved" to a --resume of many frames)
+BEFORE_THE_RUN = "interrupted before the run started; nothing was written"
 
 
 def interrupt_left(out: str, cfg: dict[str, Any], *, before: tuple[int, int, int] | None = None, resume: bool = False) -> str:

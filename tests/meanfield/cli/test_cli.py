@@ -240,7 +240,7 @@ def test_an_interrupt_of_simulate_or_run_says_what_was_saved(tmp_path, capsys, m
         patch.setattr(run_module, "setup_run", interrupt)
         for argv in (simulate, ["run", "--out", str(out), "--plot", str(tmp_path / "r.png"), *sets]):
             assert main(argv) == 1
-            assert capsys.readouterr().err.strip().endswith("interrupted before the first frame was saved; nothing was written")
+            assert capsys.readouterr().err.strip().endswith("interrupted before the run started; nothing was written")
             assert not out.exists()
     append = RunWriter.append
 
@@ -263,7 +263,7 @@ def test_an_interrupt_of_simulate_or_run_says_what_was_saved(tmp_path, capsys, m
         patch.setattr(run_module, "setup_run", interrupt)
         for argv in ([*simulate, "--overwrite"], ["run", "--out", str(out), *sets]):
             assert main(argv) == 1
-            assert capsys.readouterr().err.strip().endswith(f"interrupted before the first frame was saved; nothing was "
+            assert capsys.readouterr().err.strip().endswith(f"interrupted before the run started; nothing was "
                                                             f"written ({out} holds an older run, left as it was)")
         assert main([*simulate, "--resume", "--set", "solver.t_final=0.5"]) == 1  # resumed: the frames are this run's
         assert capsys.readouterr().err.strip().endswith(f"interrupted; 4 frames saved in {out}, --resume continues")
