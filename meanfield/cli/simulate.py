@@ -87,8 +87,8 @@ def draw(run: object, path: str) -> None:
         run.plot(path)  # type: ignore[attr-defined]
 
 
-#: what ``simulate`` and ``run`` say of an interrupt before the run started (nothing of it is on disk)
-#: what an interrupt before the run says (it had said "before the first frame was saved" to a --resume of many frames)
+#: what ``simulate`` and ``run`` say of an interrupt before the run started (nothing of it is on disk; it had said
+#: "before the first frame was saved" to a --resume of a file of many frames)
 BEFORE_THE_RUN = "interrupted before the run started; nothing was written"
 
 
