@@ -162,7 +162,7 @@ def _stored_config(out: str | os.PathLike[str]) -> dict[str, Any]:
     if stored.get("init", {}).get("kind") == STORED_INIT:  # (the config's words had listed the init kinds)
         raise ConfigError("resume", f"{out} holds a run of mf.solve saved by Run.save, whose model and solver are Python "
                                     "objects: continue it with mf.solve(..., t_start=run.t[-1]) from mf.load(out).final, or "
-                                    "start a run from one of its frames with init.kind = 'run' and init.path = that file")
+                                    "start a particle run from one of its frames with init.kind = 'run' and init.path = that file")
     return stored
 
 

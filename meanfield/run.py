@@ -422,7 +422,7 @@ class Run:
         they take a file of ``meanfield simulate``: its frames, diagnostics, static arrays (token masses, the grid's
         cells, a weight path), status and config.  A run of :func:`meanfield.simulate` keeps its config; a run of
         :func:`meanfield.solve` gets one made from its model and solver (:func:`meanfield.io.saved_run.config_of_solved_run`:
-        its heads as matrices, ``init.kind = "stored"``, the file's first frame; a new run starts from that frame
+        its heads as matrices, ``init.kind = "stored"``, the file's first frame; a particle run starts from that frame
         with ``init.kind = "run"``, ``init.path`` the file).  The file is written once the run is over: a run that
         must survive a crash writes its frames as it goes, with :func:`meanfield.simulate` and ``out=``.
 

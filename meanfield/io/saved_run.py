@@ -4,7 +4,7 @@
 :func:`meanfield.solve` with a config made from its model and solver (:func:`config_of_solved_run`), so that
 :func:`meanfield.load` and the commands that read run files (``meanfield info``, ``diagnose``, ``concentration``)
 take it as they take a file of ``meanfield simulate``.  Its ``init.kind`` is ``"stored"``: the initial measure is
-the file's own first frame (a new run starts from it with ``init.kind = "run"`` and ``init.path`` the file).
+the file's own first frame (a particle run starts from it with ``init.kind = "run"`` and ``init.path`` the file).
 """
 from __future__ import annotations
 
