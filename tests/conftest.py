@@ -64,3 +64,23 @@ def interactive_sigint():
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, previous)
+
+
+def _flip_lowest_bit(path, frame: int) -> None:
+    """Flip the lowest mantissa bit of the first token's first coordinate of ``frame`` in a run file: damage that no
+    norm check sees, only the frame's checksum."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        offset = f["x"].id.get_chunk_info(frame).byte_offset
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)[0]
+        fh.seek(offset)
+        fh.write(bytes([byte ^ 1]))
+
+
+@pytest.fixture
+def flip_lowest_bit():
+    """:func:`_flip_lowest_bit`: ``flip_lowest_bit(path, frame)`` damages one frame of a run file."""
+    return _flip_lowest_bit

@@ -576,18 +576,7 @@ def test_info_follow_waits_for_a_first_frame_and_stops_when_the_file_is_removed(
         proc.communicate()
 
 
-def _flip_lowest_bit(path: Path, frame: int) -> None:
-    """Flip the lowest mantissa bit of the first token's first coordinate of ``frame``: a change no norm check sees."""
-    with h5py.File(path, "r") as f:
-        offset = f["x"].id.get_chunk_info(frame).byte_offset
-    with open(path, "r+b") as fh:
-        fh.seek(offset)
-        byte = fh.read(1)[0]
-        fh.seek(offset)
-        fh.write(bytes([byte ^ 1]))
-
-
-def test_frames_whose_bytes_changed_on_disk_are_named_and_not_resumed_from(tmp_path):
+def test_frames_whose_bytes_changed_on_disk_are_named_and_not_resumed_from(tmp_path, flip_lowest_bit):
     # a last frame altered on disk (a bit flipped: still on the sphere, still finite) had been resumed from in silence
     from meanfield.cli import main
     from meanfield.io.runfile import CHECKSUM, DamagedFrameWarning
@@ -598,12 +587,12 @@ def test_frames_whose_bytes_changed_on_disk_are_named_and_not_resumed_from(tmp_p
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         intact = mf.load(out).x.copy()  # every frame matches its checksum: no warning
-    _flip_lowest_bit(out, 2)
+    flip_lowest_bit(out, 2)
     with pytest.warns(DamagedFrameWarning, match=r"frame 2 \(t = 0.5\) does not match the checksum written with it"):
         damaged = mf.load(out).x
     assert 0 < np.abs(damaged - intact).max() < 1e-15  # what no other check could have told
-    _flip_lowest_bit(out, 2)  # mended; now the last frame, where --resume would continue
-    _flip_lowest_bit(out, 4)
+    flip_lowest_bit(out, 2)  # mended; now the last frame, where --resume would continue
+    flip_lowest_bit(out, 4)
     before = out.read_bytes()
     longer = {**cfg, "solver": {**cfg["solver"], "t_final": 1.5}}
     with pytest.raises(mf.ConfigError, match=r"^resume: .*last committed frame 4 \(t = 1\) does not match the checksum.*"
@@ -621,7 +610,7 @@ def test_frames_whose_bytes_changed_on_disk_are_named_and_not_resumed_from(tmp_p
     assert main(["simulate", str(config), "-o", str(out), "--resume", "--quiet"]) == 2
     assert out.read_bytes() == before  # nothing touched
     # a file written before checksums resumes as before, and its new frames get them
-    _flip_lowest_bit(out, 4)
+    flip_lowest_bit(out, 4)
     with h5py.File(out, "a") as f:
         del f[CHECKSUM]
     mf.simulate(longer, out=out, resume=True)

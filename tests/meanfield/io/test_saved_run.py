@@ -142,24 +142,14 @@ def test_overwrite_replaces_only_a_run_file(tmp_path: Path, capsys, name: str) -
     assert main(["simulate", cfg, "-o", str(empty), "--overwrite", "--quiet", "--set", "solver.t_final=0.1"]) == 0
 
 
-def _flip_a_bit_of_frame(path: Path, frame: int) -> None:
-    with h5py.File(path, "r") as f:
-        offset = f["x"].id.get_chunk_info(frame).byte_offset
-    with open(path, "r+b") as fh:
-        fh.seek(offset)
-        byte = fh.read(1)[0]
-        fh.seek(offset)
-        fh.write(bytes([byte ^ 1]))
-
-
-def test_a_damaged_frame_is_not_copied_and_the_target_is_left_as_it_was(tmp_path: Path) -> None:
+def test_a_damaged_frame_is_not_copied_and_the_target_is_left_as_it_was(tmp_path: Path, flip_lowest_bit) -> None:
     # a damaged frame had got a fresh checksum in the copy, and a failed save had left a partial file at the target
     source = tmp_path / "source.h5"
     mf.simulate({"init": {"n": 8}, "solver": {"t_final": 0.5, "save_every": 0.25}}, out=source)
     kept = tmp_path / "kept.h5"
     mf.simulate(t_final=0.1, out=kept, **{"init.n": 4})
     before = kept.read_bytes()
-    _flip_a_bit_of_frame(source, 1)
+    flip_lowest_bit(source, 1)
     with pytest.raises(ConfigError, match=r"^run: .*frame 1 .*does not match the checksum.*the run is not saved"):
         mf.load(source).save(kept, overwrite=True)
     assert kept.read_bytes() == before
