@@ -46,8 +46,8 @@ def config_of_solved_run(run: Any) -> dict[str, Any]:
     """The resolved config of a run of :func:`meanfield.solve`, from its model, its solver's options and its frames.
 
     Every key the run used is its own: the model's (its heads as matrices), the solver's options, ``[noise]``, the
-    grid's cells, order and limiter; ``solver.t_final`` and ``save_every`` are those of its frames; ``init.kind`` is
-    :data:`STORED_INIT`.
+    grid's cells, order and limiter; ``solver.t_final`` is the one asked for, ``save_every`` the spacing of its frames;
+    ``init.kind`` is :data:`STORED_INIT`.
 
     Raises
     ------
