@@ -195,18 +195,21 @@ def record_weight_path(setup: RunSetup, t_final: float, *, dt: float = 0.01) -> 
         setup.static.update(weights_static(setup.model.heads, t_final, dt=dt))
 
 
-def add_slope_tracker(setup: RunSetup, *, kind: str, weights: np.ndarray | None, callers: Sequence[Tracker] = ()) -> None:
+def add_slope_tracker(setup: RunSetup, *, kind: str, weights: np.ndarray | None, callers: Sequence[Tracker] = (),
+                      yields: bool = False) -> None:
     r"""The tracker of :math:`G^2`, the metric slope and :math:`\partial_t E` (``authors_G2``, ``slope2``,
     ``dE_dt_explicit``: :class:`~meanfield.solvers.trackers.SlopeTracker`, Massucco et al., arXiv 2605.18870) for
     time-dependent heads; not for the zero-temperature solver, nor where the solver's own tracker records them (the JKO
-    scheme's) or the caller's (``callers``: :class:`~meanfield.solvers.jko.EnergyDissipationTracker`)."""
+    scheme's) or the caller's (``callers``: :class:`~meanfield.solvers.jko.EnergyDissipationTracker`).  With ``yields``
+    a caller's tracker that records the same names replaces its values (``SlopeTracker.yields_to_caller``)."""
     if isinstance(setup.model.heads, ConstantHeads) or kind == "zero-temperature" or any(
             getattr(tracker, "name", "") in ("edi", "slope") for tracker in (*setup.trackers, *callers)):
         return
     from meanfield.solvers.trackers import SlopeTracker
 
     points = setup.static.get("points") if setup.state_name == "mass" else None
-    setup.trackers.append(SlopeTracker(setup.model, weights=weights if points is None else None, points=points))
+    setup.trackers.append(SlopeTracker(setup.model, weights=weights if points is None else None, points=points,
+                                       yields_to_caller=yields))
 
 
 def solver_options(solver: Any, kind: str, *, on_grid: bool, t_final: float) -> dict[str, Any]:
@@ -329,7 +332,7 @@ def solve(
     callers = [CallbackTracker.of(tracker) for tracker in trackers]
     setup = solver.setup(problem, energy=energy, speed=speed or steady_tol > 0, steady_tol=steady_tol)
     kind = getattr(solver, "kind", type(solver).__name__)  # the picture's title names it
-    add_slope_tracker(setup, kind=kind, weights=problem.weights, callers=callers)  # time-dependent heads: G², as a config's run
+    add_slope_tracker(setup, kind=kind, weights=problem.weights, callers=callers, yields=True)  # G², as a config's run
     span = float(t_final) - float(t_start)
     times = save_times(float(t_start), float(t_final), float(save_every) if save_every else (span or 1.0))
     bar = ProgressTracker(total=float(times[-1]), initial=float(times[0]), quiet=not progress)

@@ -113,13 +113,14 @@ class SlopeTracker:
     heads are time-dependent (:func:`meanfield.solvers.problem.add_slope_tracker`).
     """
 
-    #: a caller's tracker that records the same names replaces these values (it had failed the run, a TrackerError,
-    #: since mf.solve adds this tracker for time-dependent heads)
-    yields_to_caller: ClassVar[bool] = True
     model: Model
     weights: np.ndarray | None = None
     points: np.ndarray | None = None
     name: str = "slope"
+    #: whether a caller's tracker that records the same names replaces these values (True where mf.solve adds this
+    #: tracker, which it had not done: a caller's own G² had then failed the run; a config's run keeps its own values,
+    #: and such a caller's tracker is a TrackerError)
+    yields_to_caller: bool = False
 
     def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:
         heads = self.model.heads.at(t)

@@ -107,6 +107,7 @@ def save_run(run: Any, path: str | Path, *, overwrite: bool = False) -> Path:
     from meanfield.checks import check_flag
     from meanfield.io.lock import WriterLock, followed
     from meanfield.io.output import check_output
+    from meanfield.errors import StorageFailed
     from meanfield.io.runfile import DamagedFrameWarning, RunReader, RunWriter
 
     if not isinstance(path, (str, os.PathLike)):
@@ -124,10 +125,20 @@ def save_run(run: Any, path: str | Path, *, overwrite: bool = False) -> Path:
         if target.is_file() and target.stat().st_size > 0:
             RunReader(target, key="path")  # only a run file is replaced (not a config, a picture or a table)
     check_output(target, overwrite=overwrite, key="path", options=("overwrite=True", "resume=True"))
+    reader = getattr(run, "_reader", None)
+    if reader is not None:  # every frame of the source checked (its warning comes once a file: a damaged frame read
+        damaged = reader.damaged_frames()  # before had been copied with a fresh checksum)
+        if damaged:
+            raise ConfigError("run", f"{run.path}: {reader.named_frames(damaged)} of the source "
+                                     f"{'does' if len(damaged) == 1 else 'do'} not match the checksums written with them "
+                                     "(their bytes changed on disk); the run is not saved")
     info = json.loads(json.dumps({k: v for k, v in run.info.items() if k != "reports"}, default=_plain))  # (the JKO
     final = followed(target) or target  # scheme's step reports stay in memory, as a file of meanfield simulate has them)
     hidden = final.with_name(f".{final.name}.saving")
     with WriterLock(target, key="path"):  # (another process writing path is refused before anything is made)
+        if not overwrite and final.exists():
+            raise ConfigError("path", f"{target} was written by another process meanwhile; use overwrite=True to "
+                                      "replace it")  # (a run that finished between the check and the lock)
         try:
             writer = RunWriter(hidden, config=config, state_name=run.state_name, state_shape=tuple(run.shape),
                                static=dict(run.static), info=info, replace=True, key="path")
@@ -145,6 +156,9 @@ def save_run(run: Any, path: str | Path, *, overwrite: bool = False) -> Path:
                 raise
             writer.finish(run.status, stop_reason=run.stop_reason, info=info)
             os.replace(hidden, final)
+        except StorageFailed as exc:  # (its words had named the hidden file, and --resume)
+            cause = str(exc).split(";")[0].replace(str(hidden), str(target))
+            raise StorageFailed(f"cannot save the run to {target}: {cause}; {target} is left as it was") from None
         finally:
             hidden.unlink(missing_ok=True)
     return target

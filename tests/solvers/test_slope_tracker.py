@@ -113,3 +113,6 @@ def test_a_python_built_schedule_records_what_the_config_route_does():
                     trackers=lambda t, x: {"slope2": -1.0})
     np.testing.assert_array_equal(mine.diagnostics["slope2"], -1.0)
     assert "authors_G2" in mine.diagnostics
+    with pytest.raises(mf.TrackerError, match="returns 'slope2', which the run's own trackers record"):  # a config's
+        mf.simulate(DATA / "massucco_ou.toml", t_final=0.01, trackers=lambda t, x: {"slope2": -1.0},  # run keeps its own
+                    **{"model.num_heads": H, "init.n": 12})

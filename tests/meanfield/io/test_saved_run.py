@@ -150,7 +150,7 @@ def test_a_damaged_frame_is_not_copied_and_the_target_is_left_as_it_was(tmp_path
     mf.simulate(t_final=0.1, out=kept, **{"init.n": 4})
     before = kept.read_bytes()
     flip_lowest_bit(source, 1)
-    with pytest.raises(ConfigError, match=r"^run: .*frame 1 .*does not match the checksum.*the run is not saved"):
+    with pytest.raises(ConfigError, match=r"^run: .*frame 1 \(t = 0.25\) of the source does not match the checksum.*the run is not saved"):
         mf.load(source).save(kept, overwrite=True)
     assert kept.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.h5", "source.h5"]  # no hidden file, no lock left
@@ -195,3 +195,58 @@ def test_jko_stepper_options_a_moved_source_and_an_empty_file(tmp_path: Path) ->
     empty = tmp_path / "empty.h5"
     empty.write_bytes(b"")
     assert mf.load(tmp_path / "gone.h5").save(empty, overwrite=True) == empty  # as simulate --overwrite replaces it
+
+
+def test_a_damaged_frame_seen_before_is_still_refused(tmp_path: Path, flip_lowest_bit) -> None:
+    # the damage warning comes once a file: a frame looked at before the save had been copied with a fresh checksum
+    import warnings
+
+    source = tmp_path / "source.h5"
+    mf.simulate({"init": {"n": 8}, "solver": {"t_final": 0.5, "save_every": 0.25}}, out=source)
+    flip_lowest_bit(source, 1)
+    run = mf.load(source)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _ = run.x  # the warning, seen and gone
+    for attempt in range(2):
+        with pytest.raises(ConfigError, match=r"^run: .*frame 1 \(t = 0.25\) of the source does not match"):
+            run.save(tmp_path / "copy.h5")
+    assert not (tmp_path / "copy.h5").exists()
+
+
+def test_a_file_made_between_the_check_and_the_lock_is_not_replaced(tmp_path: Path, monkeypatch) -> None:
+    import meanfield.io.output as output
+
+    run = mf.simulate(t_final=0.1, **{"init.n": 4})
+    target = tmp_path / "late.h5"
+    checked = output.check_output
+
+    def meanwhile(*args, **kwargs):  # another process's run ends just after the check
+        result = checked(*args, **kwargs)
+        if kwargs.get("key") == "path":  # (Run.save's check; the run below makes its own)
+            mf.simulate(t_final=0.1, out=target, **{"init.n": 4})
+        return result
+
+    monkeypatch.setattr(output, "check_output", meanwhile)
+    with pytest.raises(ConfigError, match="was written by another process meanwhile"):
+        run.save(target)
+    assert mf.load(target).frames == 2  # the other run's file, left whole
+
+
+def test_a_full_disk_names_the_target(tmp_path: Path, monkeypatch) -> None:
+    from meanfield.errors import StorageFailed
+    from meanfield.io.runfile import RunWriter
+
+    run = mf.simulate(t_final=0.2, save_every=0.1, **{"init.n": 4})
+
+    def full(self, t, state, diagnostics=None):
+        raise StorageFailed(f"no space left on device for frame 0 of {self.path} (0 bytes left); the 0 committed frames "
+                            "are intact: free some space and continue with --resume")
+
+    monkeypatch.setattr(RunWriter, "append", full)
+    with pytest.raises(StorageFailed) as caught:
+        run.save(tmp_path / "x.h5")
+    message = str(caught.value)
+    assert message == (f"cannot save the run to {tmp_path / 'x.h5'}: no space left on device for frame 0 of "
+                       f"{tmp_path / 'x.h5'} (0 bytes left); {tmp_path / 'x.h5'} is left as it was")
+    assert list(tmp_path.iterdir()) == []
