@@ -383,6 +383,7 @@ def simulate_config(
             run.info["already_complete"] = True  # nothing to resume: the caller says so
             return run
         point = _resume_point(out_path, cfg, setup, times)
+        stored_series = set(reader.diagnostics())  # (what a caller's tracker recorded there, which this call may lack)
         if point is not None:
             times, state, frames = point
             record_first = False
@@ -454,6 +455,8 @@ def simulate_config(
         where = f"; no frame of this run was saved, and the older {out_path} was left as it was"
     elif writer is not None and writer.discarded:
         where = f"; no frame was saved, and no {out_path} was left behind"
+    if not record_first and result.t.size:
+        _note_unrecorded(stored_series - set(result.diagnostics), float(result.t[0]))
     if result.info["interrupted"]:
         at = run.t[-1] if run.frames else times[0]
         resumable = out_path is not None and writer is not None and not kept_older and not writer.discarded
@@ -464,6 +467,16 @@ def simulate_config(
     if result.info["failed"]:
         raise RunFailed(f"{reason}{where}", run=run)
     return run
+
+
+def _note_unrecorded(names: set[str], t0: float) -> None:
+    """Say which series of the resumed file no tracker of this session recorded: a caller's own tracker, not given
+    again (its values are NaN from ``t0`` on; they had been so without a word)."""
+    if names:
+        from meanfield.errors import MeanfieldWarning
+
+        warnings.warn(f"the stored series {', '.join(sorted(names))} had no tracker in this session (give the same "
+                      f"trackers= again to resume them): NaN from t = {t0:g} on", MeanfieldWarning, stacklevel=3)
 
 
 #: counters of a run that a resumed session adds to those of the sessions before it ...

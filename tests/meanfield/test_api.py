@@ -832,3 +832,21 @@ def test_a_key_given_bare_and_dotted_is_refused_before_anything_runs(tmp_path):
     assert not (tmp_path / "run.h5").exists()
     # a keyword over the source's value replaces it
     assert mf.load_config({"model": {"beta": 2.0}}, beta=3)["model"]["beta"] == 3.0
+
+
+def test_resuming_without_a_callers_tracker_says_which_series_stop(tmp_path):
+    # its values had turned NaN without a word
+    def spread(t, x):
+        return {"mean_norm": float(np.linalg.norm(x.mean(axis=0)))}
+
+    out = tmp_path / "tr.h5"
+    mf.simulate(out=out, t_final=0.5, save_every=0.25, trackers=[spread], **{"init.n": 16})
+    with pytest.warns(mf.MeanfieldWarning, match=r"the stored series mean_norm had no tracker in this session .* NaN from "
+                                                  r"t = 0.75 on"):
+        run = mf.simulate(out=out, resume=True, t_final=1.0)
+    assert np.all(np.isnan(run.diagnostics["mean_norm"][3:])) and np.all(np.isfinite(run.diagnostics["mean_norm"][:3]))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", mf.MeanfieldWarning)
+        mf.simulate(out=out, resume=True, t_final=1.5, trackers=[spread])  # given again: no word
