@@ -8,13 +8,15 @@ r"""Optimal-transport estimators between measures on the sphere :math:`S^{d-1}`.
     c(x, y) = \arccos \langle x, y \rangle \ \text{(geodesic)}
     \quad\text{or}\quad \|x - y\| \ \text{(chordal)}.
 
-Three estimators, all through POT:
+Three estimators:
 
-* ``"exact"``: the linear program, :func:`ot.emd2` on the cost matrix, with
+* ``"exact"``: the linear program, POT's :func:`ot.emd2` on the cost matrix, with
   a fast exact path when one side has few atoms (:func:`w2_to_atoms`);
-* ``"sinkhorn"``: the debiased Sinkhorn divergence (Feydy et al. 2019);
+* ``"sinkhorn"``: the debiased Sinkhorn divergence (Feydy et al. 2019), by our own
+  log-domain updates with ε-scaling, each level finished by Newton steps on the dual
+  where the updates crawl;
 * ``"sliced"``: the spherical sliced-Wasserstein distance ``SSW_2`` of
-  Bonet et al. (2023), which is a *different* quantity from ``W_2``.
+  Bonet et al. (2023), POT's, which is a *different* quantity from ``W_2``.
 
 Measures are discrete, :math:`\mu = \sum_i a_i \delta_{x_i}`; particle
 clouds, grid measures and atoms are all given in this form.
