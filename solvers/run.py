@@ -397,7 +397,12 @@ def simulate_config(
         frameless = resume and out_path.exists()  # (--resume of a file without a committed frame starts it afresh)
         writer = RunWriter(out_path, config=cfg, state_name=setup.state_name, state_shape=state.shape, static=setup.static,
                            info=_unrecorded(earlier), replace=overwrite or frameless, key=out_key)
-    progress = ProgressTracker(total=float(times[-1]), initial=float(times[0]), quiet=quiet)
+    try:  # (a signal here, the file reopened and its handler not yet in place, had left the status "running")
+        progress = ProgressTracker(total=float(times[-1]), initial=float(times[0]), quiet=quiet)
+    except BaseException:
+        if writer is not None:
+            writer.finish("interrupted", stop_reason="interrupted before the run started")
+        raise
     if keep_states is None:
         keep_states = writer is None
     status, reason = "failed", "the run stopped before its first frame"

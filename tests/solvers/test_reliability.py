@@ -766,3 +766,24 @@ def test_a_signal_while_the_last_frame_is_written_is_delivered_once_the_file_is_
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert seen == ["completed"] and run.status == "completed" and run.frames == 6
+
+
+def test_an_interrupt_between_the_reopened_file_and_the_loop_leaves_the_status_interrupted(tmp_path, monkeypatch):
+    # a SIGTERM after --resume had reopened the file (status "running") and before the loop's handler was in place had
+    # left it "running", which meanfield info reads as "killed"
+    import meanfield.solvers.run as run_module
+
+    out = tmp_path / "r.h5"
+    mf.simulate({"init": {"n": 8}, "solver": {"t_final": 0.2, "save_every": 0.1}}, out=out)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_module, "ProgressTracker", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        mf.simulate(out=out, resume=True, t_final=0.4)
+    kept = mf.load(out)
+    assert kept.status == "interrupted" and kept.frames == 3
+    monkeypatch.undo()
+    resumed = mf.simulate(out=out, resume=True, t_final=0.4)
+    assert resumed.status == "completed" and resumed.frames == 5
