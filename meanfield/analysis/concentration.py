@@ -841,11 +841,12 @@ class Concentration:
         c = self.curves
         return [list(r) for r in zip(c["t"], c["w2_target"], c["v_eigenspace_distance"], c["e_eigenspace_distance"])]
 
-    def plot(self, path: Any = None) -> Any:
-        """W2 to Π♯ρ₀ and the distance to E_V against t, window shaded, t_min marked; saved when ``path`` is given."""
+    def plot(self, path: Any = None, *, ax: Any = None) -> Any:
+        """W2 to Π♯ρ₀ and the distance to E_V against t, window shaded, t_min marked; saved when ``path`` is given;
+        ``ax``: a matplotlib Axes of your own figure to draw into (the figure that holds it is returned)."""
         from meanfield.plotting.curves import plot_concentration
 
-        return plot_concentration(self.curves, self.summary, path, title=self.heading)
+        return plot_concentration(self.curves, self.summary, path, title=self.heading, ax=ax)
 
 
 def run_concentration(

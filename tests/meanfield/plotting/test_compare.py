@@ -171,3 +171,16 @@ def test_every_series_label_renders():
         fig = Figure()
         fig.text(0.5, 0.5, label)
         FigureCanvasAgg(fig).draw()  # (mathtext parses the label here)
+
+
+def test_a_runs_concentration_draws_into_a_given_panel():
+    # Concentration.plot had taken no ax= (plot_concentration did)
+    from matplotlib.figure import Figure
+
+    model = mf.Model(d=3, beta=4.0, heads=mf.heads.HeadStack(B=np.diag([2.0, 1.0, 0.5])[None], V=np.diag([2.0, 1.0, 0.5])[None]))
+    run = mf.solve(mf.Problem(model, mf.sample_uniform(32, 3, seed=0)), mf.ParticleSolver(dt=0.05), t_final=0.5,
+                   save_every=0.25)
+    fig = Figure()
+    left, right = fig.subplots(1, 2)
+    assert run.concentration().plot(ax=right) is fig
+    assert right.lines and not left.lines
