@@ -60,7 +60,23 @@ def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = Fa
         elif os.path.getsize(path) > 0 and not is_hdf5(path):  # (-o run.toml --overwrite had replaced a config by a run)
             raise ConfigError(key, f"{path} is not an HDF5 file; {replace} replaces only a run file: give the run a "
                                    "name of its own (e.g. run.h5)")
+        elif os.path.getsize(path) > 0 and _foreign_hdf5(path):  # (another program's data file had been replaced)
+            raise ConfigError(key, f"{path} is an HDF5 file but not a meanfield run (no config attribute, no t); "
+                                   f"{replace} replaces only a run file: give the run a name of its own")
     return path
+
+
+def _foreign_hdf5(path: str | Path) -> bool:
+    """Whether ``path``, an HDF5 file, opens and is plainly not a meanfield run: neither the ``config`` attribute nor the
+    ``t`` dataset of one.  A file that does not open (a run damaged by a kill or a full disk) is not called foreign:
+    replacing it is what ``--overwrite`` is for."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            return "config" not in f.attrs and "t" not in f
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 #: the folders of a process's open files (``/dev/stdout`` is a symlink to ``/proc/self/fd/1``)

@@ -250,3 +250,17 @@ def test_a_full_disk_names_the_target(tmp_path: Path, monkeypatch) -> None:
     assert message == (f"cannot save the run to {tmp_path / 'x.h5'}: no space left on device for frame 0 of "
                        f"{tmp_path / 'x.h5'} (0 bytes left); {tmp_path / 'x.h5'} is left as it was")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_overwrite_leaves_another_programs_hdf5_file(tmp_path: Path, capsys) -> None:
+    # --overwrite had replaced any HDF5 file, a data file of another program too
+    data = tmp_path / "data.h5"
+    with h5py.File(data, "w") as f:
+        f["values"] = np.arange(3.0)
+    before = data.read_bytes()
+    cfg = str(Path(__file__).resolve().parents[3] / "data" / "default.toml")
+    assert main(["simulate", cfg, "-o", str(data), "--overwrite", "--quiet", "--set", "solver.t_final=0.1"]) == 2
+    assert "is an HDF5 file but not a meanfield run" in capsys.readouterr().err and data.read_bytes() == before
+    run = tmp_path / "run.h5"
+    assert main(["simulate", cfg, "-o", str(run), "--quiet", "--set", "solver.t_final=0.1"]) == 0
+    assert main(["simulate", cfg, "-o", str(run), "--overwrite", "--quiet", "--set", "solver.t_final=0.2"]) == 0
