@@ -342,7 +342,10 @@ def solve(
     finally:
         bar.close()
     tracker_error = result.info.pop("tracker_error", None)
-    result.info.update(setup.info(), solver=kind, solver_options=solver_options(solver, kind, on_grid=problem.on_grid, t_final=float(t_final)))
+    options = solver_options(solver, kind, on_grid=problem.on_grid, t_final=float(t_final))
+    if steady_tol > 0:  # (Run.save's config had lost it: a re-run of a run that stopped went on to t_final)
+        options["steady_tol"] = float(steady_tol)
+    result.info.update(setup.info(), solver=kind, solver_options=options)
     status = "interrupted" if result.info["interrupted"] else run_status(result.info["failed"], result.info["stop_reason"])
     run = Run.from_states(
         t=result.t,

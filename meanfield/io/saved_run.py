@@ -58,11 +58,16 @@ def config_of_solved_run(run: Any) -> dict[str, Any]:
     from meanfield.config import SCHEMA, load_config
     from meanfield.errors import ConfigNote
 
+    if run.info.get("solver_options") is None:  # (Run.from_states: the defaults had been written as its solver's)
+        raise _unsaved("it records no solver options (a Run made by Run.from_states or read by Run.from_xarray)")
+    try:
+        model = run.model
+    except AttributeError:  # (Run.from_xarray: an AttributeError had come out)
+        raise _unsaved("it keeps no model (a Run read back by Run.from_xarray)") from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConfigNote)
         cfg = load_config(None)  # every default, resolved
-    model = run.model
-    options = dict(run.info.get("solver_options") or {})
+    options = dict(run.info["solver_options"])
     kind = str(options.pop("kind", run.info.get("solver", "particle")))
     if kind not in ("particle", "grid", "jko", "zero-temperature"):
         raise _unsaved(f"its solver {kind!r} is not one of the package's")

@@ -264,3 +264,25 @@ def test_overwrite_leaves_another_programs_hdf5_file(tmp_path: Path, capsys) -> 
     run = tmp_path / "run.h5"
     assert main(["simulate", cfg, "-o", str(run), "--quiet", "--set", "solver.t_final=0.1"]) == 0
     assert main(["simulate", cfg, "-o", str(run), "--overwrite", "--quiet", "--set", "solver.t_final=0.2"]) == 0
+
+
+def test_steady_tol_is_kept_and_runs_without_a_solver_are_refused(tmp_path: Path) -> None:
+    # a run that stopped at its steady state had been saved without steady_tol (a re-run went on to t_final), and a
+    # Run.from_states had been saved with made-up solver options
+    model = mf.Model(d=3, beta=4.0)
+    run = mf.solve(mf.Problem(model, mf.sample_uniform(8, 3, seed=0)), mf.ParticleSolver(dt=0.05), t_final=0.5,
+                   steady_tol=100.0)
+    assert run.status == "stopped"
+    assert mf.load(run.save(tmp_path / "steady.h5")).config["solver"]["steady_tol"] == 100.0
+    bare = mf.Run.from_states(t=run.t, states=run.states, state_name="x", diagnostics={}, model=model)
+    with pytest.raises(ValueError, match="records no solver options"):
+        bare.save(tmp_path / "bare.h5")
+    assert not (tmp_path / "bare.h5").exists()
+
+
+def test_a_run_read_back_by_from_xarray_is_refused_by_name(tmp_path: Path) -> None:
+    pytest.importorskip("xarray")
+    run = mf.solve(mf.Problem(mf.Model(d=3, beta=4.0), mf.sample_uniform(8, 3, seed=0)), mf.ParticleSolver(dt=0.05),
+                   t_final=0.1)
+    with pytest.raises(ValueError, match=r"it keeps no model \(a Run read back by Run.from_xarray\)"):  # (AttributeError)
+        mf.Run.from_xarray(run.to_xarray()).save(tmp_path / "x.h5")
