@@ -61,6 +61,16 @@ def figure_and_axes(ax: Axes | None, *, figsize: tuple[float, float]) -> tuple[F
     return fig, ax
 
 
+def check_figure_options(path: str | Path | None, *, title: str | None, dpi: Any) -> None:
+    """The options of a figure function checked before anything is drawn: ``title`` a string or ``None``, ``dpi`` a
+    finite number > 0, ``path`` a place a picture can be written (:func:`check_picture_path`)."""
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"title must be a string, got {type(title).__name__}")
+    if isinstance(dpi, bool) or not isinstance(dpi, (int, float, np.integer, np.floating)) or not (math.isfinite(dpi) and dpi > 0):
+        raise ValueError(f"dpi must be a finite number > 0, got {dpi!r}")
+    check_picture_path(path)
+
+
 #: what an animation can be written as: a GIF always (Pillow), a video where matplotlib finds ffmpeg
 ANIMATION_FORMATS = (".gif",)
 VIDEO_FORMATS = (".mp4", ".mov", ".avi", ".webm", ".mkv")

@@ -25,7 +25,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from meanfield.plotting.canvas import check_picture_path, figure_and_axes, save
+from meanfield.plotting.canvas import check_figure_options, figure_and_axes, save
 
 __all__ = ["compare", "run_labels", "SERIES_LABELS", "LOG_SERIES"]
 
@@ -240,11 +240,7 @@ def compare(
     given = _check_labels(labels, len(runs))
     if log is not None and not isinstance(log, (bool, np.bool_)):
         raise TypeError(f"log must be True, False or None (chosen from the values), got {log!r}")
-    if title is not None and not isinstance(title, str):
-        raise TypeError(f"title must be a string, got {type(title).__name__}")
-    if isinstance(dpi, bool) or not isinstance(dpi, (int, float, np.integer, np.floating)) or not (math.isfinite(dpi) and dpi > 0):
-        raise ValueError(f"dpi must be a finite number > 0, got {dpi!r}")
-    check_picture_path(path)  # before anything is drawn
+    check_figure_options(path, title=title, dpi=dpi)  # before anything is drawn
     described, shared = run_labels(runs)
     names = given if given is not None else described
     values = _series_values(runs, series, names)

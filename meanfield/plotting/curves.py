@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from meanfield.plotting.canvas import check_picture_path, figure_and_axes, new_figure, save
+from meanfield.plotting.canvas import check_figure_options, check_picture_path, figure_and_axes, new_figure, save
 
 __all__ = ["plot_concentration", "plot_sweep", "plot_convergence", "plot_diagnostics", "shown_energy"]
 
@@ -126,11 +126,7 @@ def plot_sweep(sweep: Any, path: str | Path | None = None, *, title: str | None 
     """
     from meanfield.analysis.projection import concentration_rate
 
-    if title is not None and not isinstance(title, str):
-        raise TypeError(f"title must be a string, got {type(title).__name__}")
-    if isinstance(dpi, bool) or not isinstance(dpi, (int, float, np.integer, np.floating)) or not (math.isfinite(dpi) and dpi > 0):
-        raise ValueError(f"dpi must be a finite number > 0, got {dpi!r}")
-    check_picture_path(path)  # before anything is drawn
+    check_figure_options(path, title=title, dpi=dpi)  # before anything is drawn
     fig = new_figure(figsize=(13.0, 4.2))
     ax1, ax2, ax3 = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
     colors = [f"C{k % 10}" for k in range(len(sweep.betas))]
