@@ -183,18 +183,6 @@ def run_status(failed: bool, stop_reason: str) -> str:
     return "completed" if stop_reason == "t_final" else "stopped"
 
 
-def record_weight_path(setup: RunSetup, t_final: float, *, dt: float = 0.01) -> None:
-    """The heads' path as the static arrays ``weights/t``, ``B``, ``V``, ``w`` of a run with time-dependent heads, so
-    that it can be replayed (:func:`meanfield.heads.schedules.weights_static`: an OU or SDE path on its own grid, another
-    schedule every ``dt``); nothing for constant heads, or where the solver stored its path already."""
-    if isinstance(setup.model.heads, ConstantHeads) or "weights/t" in setup.static:
-        return
-    from meanfield.heads.schedules import weights_static
-
-    with np.errstate(all="ignore"):  # a path that leaves the finite numbers is NaN from there (the config route names it)
-        setup.static.update(weights_static(setup.model.heads, t_final, dt=dt))
-
-
 def add_slope_tracker(setup: RunSetup, *, kind: str, weights: np.ndarray | None, callers: Sequence[Tracker] = (),
                       yields: bool = False) -> None:
     r"""The tracker of :math:`G^2`, the metric slope and :math:`\partial_t E` (``authors_G2``, ``slope2``,

@@ -36,7 +36,7 @@ from meanfield.solvers import grid as grid_solver
 from meanfield.solvers import jko as jko_solver
 from meanfield.solvers.loop import RunResult, RunSetup, Tracker, run_loop, save_times
 from meanfield.solvers.particle import ParticleSolver
-from meanfield.solvers.problem import Problem, add_slope_tracker, record_weight_path, run_status as final_status
+from meanfield.solvers.problem import Problem, add_slope_tracker, run_status as final_status
 from meanfield.solvers.signals import interruptible
 from meanfield.solvers.trackers import CallbackTracker, ProgressTracker
 from meanfield.solvers.zero_temperature import ZeroTemperatureSolver
@@ -161,8 +161,12 @@ def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSe
 
         gradient_clock(setup, clock=cfg["solver"]["clock"], merge=cfg["solver"]["clock_merge"], schedule=cfg["weights"]["schedule"], kind=cfg["solver"]["kind"])
     if cfg["weights"]["schedule"] != "constant":  # the weight path, so that the run can be replayed, and G²
-        record_weight_path(setup, cfg["solver"]["t_final"], dt=cfg["weights"]["dt"])
-        _check_weight_path(setup.static, cfg["weights"])  # a path that leaves the finite numbers, named
+        if "weights/t" not in setup.static:  # (not where the solver stored its path already)
+            from meanfield.heads.schedules import weights_static
+
+            with np.errstate(all="ignore"):  # a path that leaves the finite numbers is named just below
+                setup.static.update(weights_static(setup.model.heads, cfg["solver"]["t_final"], dt=cfg["weights"]["dt"]))
+        _check_weight_path(setup.static, cfg["weights"])
         add_slope_tracker(setup, kind=cfg["solver"]["kind"], weights=problem.weights)
     if cfg["track"]["concentration"]:
         setup.trackers.append(concentration_tracker(cfg, setup))
