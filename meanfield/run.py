@@ -456,8 +456,7 @@ class Run:
         """
         from meanfield.io.saved_run import save_run
 
-        saved = save_run(self, path, overwrite=overwrite)
-        return saved
+        return save_run(self, path, overwrite=overwrite)
 
     def animate(self, path: str | Path | None = None, **options: Any) -> Any:
         """An animation of the saved frames; written as a GIF (or a video, where matplotlib finds ffmpeg) when ``path`` is given.
