@@ -113,6 +113,19 @@ def test_public_names_load_and_dir_lists_them() -> None:
         mf.no_such_name  # noqa: B018
 
 
+def test_the_heads_submodules_are_attributes_after_import_meanfield_alone() -> None:
+    # mf.heads.schedules.schedule_from_path, as the README writes it, had been an AttributeError in a fresh process
+    code = ("import doctest, meanfield as mf; "
+            "assert mf.heads.schedules.schedule_from_path.__name__ == 'schedule_from_path'; "
+            "assert mf.heads.ensembles.__name__ == 'meanfield.heads.ensembles'; "
+            "assert {'schedules', 'ensembles', 'checkpoint', 'embeddings', 'forward'} <= set(dir(mf.heads)); "
+            "import meanfield.heads as h; r = doctest.testmod(h); assert r.attempted >= 2 and r.failed == 0, r\n"
+            "try:\n    mf.heads.no_such_module\nexcept AttributeError as e:\n    assert 'no_such_module' in str(e)\n"
+            "else:\n    raise SystemExit('no AttributeError')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
