@@ -273,7 +273,7 @@ def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> Path:
 
 
 def output_folder(out: str | None, *, quick: bool) -> Path:
-    """``--out`` checked (:func:`meanfield.cli.options.folder_path`), or the gallery's folder: ``figures/gallery``,
+    """``--out`` checked (:func:`meanfield.io.output.folder_path`), or the gallery's folder: ``figures/gallery``,
     ``figures/gallery/quick`` for the quick forms (shared by the scripts and ``meanfield reproduce``).
 
     Raises
@@ -281,7 +281,7 @@ def output_folder(out: str | None, *, quick: bool) -> Path:
     ConfigError
         (key ``--out``) a file, or a folder that cannot be made.
     """
-    from meanfield.cli.options import folder_path
+    from meanfield.io.output import folder_path
 
     folder = folder_path(out, "--out")
     return Path(folder) if folder is not None else Path("figures/gallery") / ("quick" if quick else "")

@@ -108,6 +108,20 @@ PHASE_METHODS = ("euler", "heun", "rk4")
 # --------------------------------------------------------------------------- #
 # statistics of token clouds, vectorised over any leading axes
 # --------------------------------------------------------------------------- #
+def _angle(angle: float, name: str = "angle") -> float:
+    """A link threshold in radians, checked: a number in [0, π] (-1 had acted as +1 through the cosine, NaN had linked nothing)."""
+    if isinstance(angle, bool) or not isinstance(angle, (int, float, np.integer, np.floating)) or not 0.0 <= float(angle) <= math.pi:
+        raise ValueError(f"{name} must be an angle in [0, π] radians, got {angle!r}")
+    return float(angle)
+
+
+def _tolerance(tol: float, name: str = "tol") -> float:
+    """An eigenvalue threshold, checked: a positive finite number (NaN had given rank 0 everywhere)."""
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating)) or not 0.0 < float(tol) < math.inf:
+        raise ValueError(f"{name} must be a positive finite number, got {tol!r}")
+    return float(tol)
+
+
 def _linked(x: np.ndarray, angle: float) -> np.ndarray:
     """Boolean ``(..., n, n)``: tokens at geodesic distance ≤ ``angle`` (every token linked to itself)."""
     gram = x @ np.swapaxes(x, -1, -2)
@@ -141,6 +155,7 @@ def cluster_count(x: np.ndarray, *, angle: float) -> np.ndarray:
     >>> int(cluster_count(caps, angle=0.1))
     3
     """
+    angle = _angle(angle)
     x = np.asarray(x, dtype=float)
     n = x.shape[-2]
     reach = _linked(x, angle).astype(np.float64)
@@ -170,6 +185,7 @@ def gram_rank(x: np.ndarray, *, tol: float) -> np.ndarray:
     (...) int array
         Values in ``0..min(n, d)``.
     """
+    tol = _tolerance(tol)
     x = np.asarray(x, dtype=float)
     eig = np.linalg.eigvalsh(np.einsum("...ik,...il->...kl", x, x))
     return np.sum(eig > tol, axis=-1)
@@ -182,6 +198,7 @@ def pair_fraction(x: np.ndarray, *, angle: float) -> np.ndarray:
     -------
     (...) float array in [0, 1] (``n ≥ 2``).
     """
+    angle = _angle(angle)
     x = np.asarray(x, dtype=float)
     n = x.shape[-2]
     if n < 2:
@@ -282,6 +299,8 @@ def run_batch(
         raise ValueError(f"direction must be 'ascent' or 'descent', got {direction!r}")
     if not (dt > 0 and math.isfinite(dt)):
         raise ValueError(f"dt must be positive and finite, got {dt!r}")
+    cluster_angle = _angle(cluster_angle, "cluster_angle")
+    rank_tol = _tolerance(rank_tol, "rank_tol")
     kernels = {"numba": velocity_batched, "numpy": velocity_batched_numpy}
     if backend not in kernels:
         raise ValueError(f"backend must be 'numba' or 'numpy', got {backend!r}")
@@ -294,11 +313,13 @@ def run_batch(
     if not np.all(np.isfinite(x)) or not np.all(np.max(np.abs(x), axis=-1) > 0):  # (a zero token had read "a smaller dt?")
         raise ValueError("x0 must hold finite, non-zero tokens")
     x = normalize(x)
+    N, d = x.shape[0], x.shape[2]
     for name, matrix in (("B", B), ("V", V)):  # (a wrong d had been named by its reshaped shape)
         shape = np.shape(matrix)
-        if len(shape) not in (2, 3) or shape[-2:] != (x.shape[2], x.shape[2]):
-            raise ValueError(f"{name} must be a {x.shape[2]}×{x.shape[2]} matrix or a stack (H, {x.shape[2]}, {x.shape[2]}) "
-                             f"for tokens in d = {x.shape[2]}, got shape {shape}")
+        if len(shape) not in (2, 3, 4) or shape[-2:] != (d, d) or (len(shape) == 4 and shape[0] != N):
+            raise ValueError(f"{name} must be a {d}×{d} matrix or a stack (H, {d}, {d}) shared by the systems, or one stack "
+                             f"per system ({N}, H, {d}, {d}) for {N} systems of tokens in d = {d}, got shape {shape}")
+    B, V = (np.asarray(m, dtype=float)[None] if np.ndim(m) == 2 else m for m in (B, V))  # one matrix: one head
     velocity = kernels[backend]
     sign = 1.0 if direction == "ascent" else -1.0
     if np.ndim(beta) not in (0, 1) or np.size(beta) not in (1, x.shape[0]):  # (a raw NumPy broadcast error)
@@ -591,31 +612,58 @@ class PhaseDiagram:
             (self.rank, f"mean numerical rank of the Gram matrix (eigenvalues > {self.rank_tol:g})", f"rank (1 … {top:g})", "viridis",
              Normalize(1.0, max(top, 1.5))),
         ]
-        steps = np.diff(self.betas)
-        # an uneven β grid, a single β or one near the floats' edge (its cells' edges overflowed in matplotlib): one
-        # equal row per β, labelled
-        even = (self.betas.size >= 2 and np.all(steps > 0) and np.allclose(steps, steps[0], rtol=1e-6)
-                and bool(self.betas[-1] <= np.finfo(float).max - steps[-1]))
-        rows = self.betas if even else np.arange(self.betas.size)
+        columns, to_scale_t = _heat_cells(self.times)
+        rows, to_scale_b = _heat_cells(self.betas)
         for ax, (values, title_text, label, cmap, norm) in zip(axes.flat, panels):
-            mesh = ax.pcolormesh(self.times, rows, values, shading="nearest", cmap=cmap, norm=norm, rasterized=True)
+            mesh = ax.pcolormesh(columns, rows, values, shading="flat", cmap=cmap, norm=norm, rasterized=True)
             fig.colorbar(mesh, ax=ax, label=label)
             ax.set_title(title_text, fontsize=10)
-        if even and rows[0] >= 0:  # the first row's cells reach half a step below it: no β < 0 on the axis
-            for ax in axes.flat:
-                ax.set_ylim(bottom=max(0.0, float(rows[0] - steps[0] / 2)))
-        if not even:
+        if not to_scale_b:
             every = max(1, math.ceil(self.betas.size / 14))
-            axes[0, 0].set_yticks(rows[::every], [f"{b:g}" for b in self.betas[::every]])
+            axes[0, 0].set_yticks(np.arange(self.betas.size)[::every], [f"{b:g}" for b in self.betas[::every]])
+        if not to_scale_t:
+            every = max(1, math.ceil(self.times.size / 10))
+            axes[0, 0].set_xticks(np.arange(self.times.size)[::every], [f"{t:g}" for t in self.times[::every]])
         for ax in axes[1]:
-            ax.set_xlabel("time t")
+            ax.set_xlabel("time t" if to_scale_t else "time t (one column per time, not to scale)")
         for ax in axes[:, 0]:
-            ax.set_ylabel("inverse temperature β")
-        kind = self.config.get("model", {}).get("attention", "softmax")
-        fig.suptitle(title or (f"Phase diagram of {kind} self-attention dynamics (Geshkovski, Letrouit, Polyanskiy and Rigollet, "
-                               f"arXiv 2312.10794)\n$n = {self.n}$ tokens on $S^{{{self.d - 1}}}$, {self.samples} random "
-                               "initialisations per β"), fontsize=10)
+            ax.set_ylabel("inverse temperature β" if to_scale_b else "inverse temperature β (one row per β, not to scale)")
+        fig.suptitle(title or (f"Phase diagram of {self._attention()} self-attention dynamics (Geshkovski, Letrouit, Polyanskiy and "
+                               f"Rigollet, arXiv 2312.10794)\n$n = {self.n}$ tokens on $S^{{{self.d - 1}}}$, {self.samples} random "
+                               f"initialisations per β; heads: {self._heads_text()}"), fontsize=10)
         return save(fig, path)
+
+    def _attention(self) -> str:
+        return str(self.config.get("model", {}).get("attention", "softmax"))
+
+    def _heads_text(self) -> str:
+        """The heads in a few words: their spec, and for random ones the one draw every sample and β share."""
+        model = self.config.get("model", {})
+        spec = model.get("heads")
+        if spec is None:
+            return "the identity" if self.config else "as given"
+        text = json.dumps(spec, default=str, separators=(", ", " = "))
+        if len(text) > 70:
+            text = text[:67] + "…"
+        random = any(word in text for word in ("random", "gaussian", "goe", "gpt2"))
+        return text + (f" (one draw, model.seed = {model.get('seed')}, for every sample and β)" if random else "")
+
+
+def _heat_cells(values: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The cell edges of a heat map's axis over ``values``, and whether the axis is to scale.
+
+    An even grid of at least two values is drawn to scale, each cell centred on its value and cut at the first and
+    last value (no cell reaches a β or a time that was not computed); a single value, an uneven grid or one near the
+    floats' edge gets one equal cell per value, labelled (``shading="nearest"`` had drawn a single β or time as cells
+    of zero width, a blank picture, and stretched the cells of an uneven time grid over times never computed).
+    """
+    values = np.asarray(values, dtype=float)
+    steps = np.diff(values)
+    even = (values.size >= 2 and bool(np.all(steps > 0)) and bool(np.allclose(steps, steps[0], rtol=1e-6))
+            and bool(values[-1] <= np.finfo(float).max - steps[-1]))  # (matplotlib's ticks overflowed past the edge)
+    if not even:
+        return np.arange(values.size + 1) - 0.5, False
+    return np.concatenate([values[:1], values[:-1] + steps / 2, values[-1:]]), True
 
 
 def _payloads(cfg: dict[str, Any], times: np.ndarray, out: Path | None) -> list[dict[str, Any]]:
@@ -677,8 +725,16 @@ def phase_diagram(
     RunFailed
         A batch produced non-finite tokens.
     """
+    from meanfield.io.output import folder_path
+
+    folder_path(out, "out")  # (a file had been a NotADirectoryError, and only once a local cluster had started)
     cfg = load_config(source, values=overrides)
     check_phase_config(cfg)
+    unused = [f"model.{key} = {cfg['model'][key]!r}" for key in ("backend", "tolerance")
+              if key in cfg["model"] and cfg["model"][key] != SCHEMA["model"][key].default]
+    if unused:  # (they had been dropped without a word)
+        warnings.warn(f"{' and '.join(unused)} not used: a phase diagram runs the dense batched kernel "
+                      "(meanfield.kernels.batched), exact", ConfigNote, stacklevel=2)
     default_beta = SCHEMA["model"]["beta"].default
     if cfg["model"]["beta"] != default_beta:  # (a config's beta = 16 had been ignored without a word)
         warnings.warn(f"model.beta = {cfg['model']['beta']:g} is not used: a phase diagram's rows are phase.betas "

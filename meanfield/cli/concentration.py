@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.cli.options import folder_path, load_config_noted, picture_path, table_path
+from meanfield.cli.options import load_config_noted, picture_path, table_path
+from meanfield.io.output import folder_path
 from meanfield.errors import ConfigError
 
 __all__ = ["add_parser", "main"]

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from meanfield.cli.options import dump_json, folder_path, table_path
+from meanfield.cli.options import dump_json, table_path
+from meanfield.io.output import folder_path
 from meanfield.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -188,21 +187,3 @@ def table_path(value: str | None, key: str, *, allow: tuple[str, ...] = ()) -> s
 NOT_TABLES = (".h5", ".hdf5", ".toml", ".npy", ".npz", ".py", ".png", ".pdf", ".svg", ".gif", ".jpg", ".jpeg")
 
 
-def folder_path(value: str | None, key: str) -> str | None:
-    """Check an output folder before any work: not an existing file, and somewhere it can be created."""
-    from pathlib import Path
-
-    from meanfield.io.output import check_parent
-
-    if value is None:
-        return None
-    if not value.strip():  # (an empty --out had meant the default folder, and replaced what was there)
-        raise ConfigError(key, "the folder name is empty; give a folder")
-    path = Path(value)
-    if path.exists() and not path.is_dir():
-        raise ConfigError(key, f"{value} is a file; give a folder")
-    if not path.exists():
-        check_parent(path, key)
-    elif not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(key, f"cannot write into {value}: permission denied")
-    return value

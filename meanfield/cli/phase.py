@@ -15,9 +15,11 @@ Exit status: 0 when the diagram is written, 1 for a failed or interrupted run
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from meanfield.cli.options import folder_path, load_config_noted
+from meanfield.cli.options import load_config_noted
+from meanfield.io.output import folder_path
 
 __all__ = ["add_parser", "main"]
 
@@ -52,6 +54,7 @@ def main(args: argparse.Namespace) -> int:
     if args.scheduler is not None:
         check_scheduler(args.scheduler)
     folder_path(args.out, "--out")
+    args.interrupted = f"interrupted; finished batches are kept in {os.path.join(args.out, 'batches')}, --resume continues"
     cfg = load_config_noted(args.config, args.overrides)  # ConfigError (exit 2) before any work
     check_phase_config(cfg)
     diagram = phase_diagram(cfg, out=args.out, scheduler=args.scheduler, workers=args.workers, resume=args.resume,

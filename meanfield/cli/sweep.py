@@ -59,7 +59,7 @@ def _print_aggregate(table: list[dict[str, Any]], where: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from meanfield.cli.options import folder_path
+    from meanfield.io.output import folder_path
     from meanfield.errors import ConfigError
 
     from meanfield.solvers.sweep import aggregate_paths, check_out, check_scheduler, check_workers, load_sweep, run_sweep

@@ -117,3 +117,22 @@ def check_parent(path: str | Path, key: str) -> None:
         os.close(handle)
         with contextlib.suppress(OSError):
             os.unlink(name)
+
+
+def folder_path(value: str | os.PathLike[str] | None, key: str) -> str | None:
+    """Check an output folder before any work: not an existing file, and somewhere it can be created (``None``: none)."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(key, f"expected a folder path (str or os.PathLike), got {type(value).__name__}")
+    value = os.fspath(value)
+    if not value.strip():  # (an empty --out had meant the default folder, and replaced what was there)
+        raise ConfigError(key, "the folder name is empty; give a folder")
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(key, f"{value} is a file; give a folder")
+    if not path.exists():
+        check_parent(path, key)
+    elif not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(key, f"cannot write into {value}: permission denied")
+    return value

@@ -416,3 +416,106 @@ def test_a_model_beta_the_diagram_does_not_use_gets_a_note(tiny):
 
     with pytest.warns(ConfigNote, match=r"model.beta = 16 is not used: a phase diagram's rows are phase.betas"):
         phase_diagram(tiny, workers=0, **{"model.beta": 16.0, "phase.samples": 2})
+
+
+def _cells(ax) -> np.ndarray:
+    """The (rows + 1, columns + 1, 2) corners of a panel's heat map."""
+    return ax.collections[0].get_coordinates()
+
+
+@pytest.mark.parametrize(("betas", "times"), [([0.5, 1.0, 1.5], [0.0, 0.5, 1.0]), ([1.0], [0.0, 0.5, 1.0]),
+                                              ([0.5, 1.0], [30.0]), ([1.0], [2.0]), ([0.5, 1.0], [0.0, 10.0, 100.0])])
+def test_the_heat_maps_draw_every_cell_and_no_time_or_beta_that_was_not_computed(betas, times):
+    # one β or one time had been drawn as cells of zero width (a blank picture, exit 0), and an uneven time grid had
+    # painted t = 10 over [5, 55] and reached t = 145 for a diagram that ends at 100
+    from meanfield.solvers.phase import PhaseDiagram
+
+    K, T, S = len(betas), len(times), 3
+    counts = np.ones((K, S, T), dtype=np.int64)
+    diagram = PhaseDiagram.from_counts(betas, times, counts, counts, np.zeros((K, S, T)), n=8, d=3,
+                                       cluster_angle=0.05, rank_tol=1e-3)
+    fig = diagram.plot()
+    for ax in fig.axes[:4]:
+        corners = _cells(ax)
+        assert corners.shape == (K + 1, T + 1, 2)
+        assert np.all(np.diff(corners[..., 0], axis=1) > 0) and np.all(np.diff(corners[..., 1], axis=0) > 0)  # no empty cell
+    even_t = T >= 2 and np.allclose(np.diff(times), np.diff(times)[0])
+    xs = _cells(fig.axes[0])[0, :, 0]
+    if even_t:  # to scale, from the first time to the last
+        assert (xs[0], xs[-1]) == (times[0], times[-1]) and fig.axes[2].get_xlabel() == "time t"
+    else:  # one labelled column per time
+        labels = [tick.get_text() for tick in fig.axes[2].get_xticklabels()]
+        assert [f"{t:g}" for t in times] == labels[: len(times)] and "not to scale" in fig.axes[2].get_xlabel()
+    if K == 1:
+        assert [tick.get_text() for tick in fig.axes[0].get_yticklabels()] == [f"{betas[0]:g}"]
+
+
+def test_the_title_names_the_heads_and_says_random_ones_are_one_draw(tiny):
+    plain = phase_diagram(tiny, workers=0, **{"phase.samples": 2}).plot()
+    assert "heads: the identity" in plain._suptitle.get_text()
+    goe = phase_diagram(tiny, workers=0, **{"phase.samples": 2, "model.heads": [{"K": "goe", "Q": "identity", "V": "identity"}]})
+    title = goe.plot()._suptitle.get_text()
+    assert "goe" in title and "one draw, model.seed = " in title and "every sample and β" in title
+
+
+def test_a_batch_takes_one_set_of_heads_per_system():
+    # the docstring and README offer (N, H, d, d) heads; the shape check had refused them
+    gen = np.random.default_rng(1)
+    x0 = _clouds(3, 7, 3)
+    B, V = gen.standard_normal((3, 2, 3, 3)), gen.standard_normal((3, 2, 3, 3))
+    betas = [0.5, 1.0, 2.0]
+    batch = run_batch(x0, betas, B, V, times=[0.0, 1.0], dt=0.05, keep_states=True)
+    for b in range(3):
+        alone = run_batch(x0[b : b + 1], betas[b], B[b], V[b], times=[0.0, 1.0], dt=0.05, keep_states=True)
+        np.testing.assert_allclose(batch.states[:, b], alone.states[:, 0], rtol=0, atol=1e-15)
+    shared = run_batch(x0, 1.0, np.eye(3), np.eye(3), times=[0.0, 1.0], dt=0.05, keep_states=True)  # one matrix: one head
+    np.testing.assert_array_equal(shared.states, run_batch(x0, 1.0, np.eye(3)[None], np.eye(3)[None], times=[0.0, 1.0],
+                                                           dt=0.05, keep_states=True).states)
+    with pytest.raises(ValueError, match=r"one stack per system \(3, H, 3, 3\).*got shape \(2, 2, 3, 3\)"):
+        run_batch(x0, 1.0, B[:2], V[:2], times=[0.0, 1.0], dt=0.05)
+
+
+@pytest.mark.parametrize("angle", [-1.0, math.nan, 4.0, "0.1", True])
+def test_a_link_angle_outside_0_pi_is_refused(angle):
+    # -1 had acted as +1 rad through the cosine, NaN had linked nothing (every token its own cluster)
+    x = _clouds(2, 5, 3)
+    for measure in (lambda: cluster_count(x, angle=angle), lambda: pair_fraction(x, angle=angle),
+                    lambda: run_batch(x, 1.0, np.eye(3)[None], np.eye(3)[None], times=[0.0, 0.1], dt=0.1, cluster_angle=angle)):
+        with pytest.raises(ValueError, match=r"angle must be an angle in \[0, π\] radians"):
+            measure()
+
+
+@pytest.mark.parametrize("tol", [0.0, -1.0, math.nan, math.inf])
+def test_a_rank_tolerance_that_is_not_positive_is_refused(tol):
+    x = _clouds(2, 5, 3)  # (NaN had given rank 0 for every system)
+    with pytest.raises(ValueError, match="tol must be a positive finite number"):
+        gram_rank(x, tol=tol)
+    with pytest.raises(ValueError, match="rank_tol must be a positive finite number"):
+        run_batch(x, 1.0, np.eye(3)[None], np.eye(3)[None], times=[0.0, 0.1], dt=0.1, rank_tol=tol)
+
+
+def test_the_api_refuses_an_out_that_is_a_file_before_any_work(tiny, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(ConfigError, match=r"out.*is a file; give a folder"):  # (NotADirectoryError after the batches)
+        phase_diagram(tiny, workers=0, out=afile)
+    assert afile.read_text() == "x"
+
+
+def test_a_backend_or_tolerance_the_diagram_does_not_use_gets_a_note(tiny):
+    from meanfield.errors import ConfigNote
+
+    with pytest.warns(ConfigNote, match=r"model.backend = 'harmonic' not used: a phase diagram runs the dense batched kernel"):
+        phase_diagram(tiny, workers=0, **{"model.backend": "harmonic", "phase.samples": 2})
+
+
+def test_an_interrupt_names_the_folder_its_batches_are_kept_in(tiny, tmp_path, capsys, monkeypatch):
+    import meanfield.solvers.phase as phase_module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(phase_module, "phase_diagram", interrupted)
+    out = tmp_path / "diagram"
+    assert cli_main(["phase", str(tiny), "-o", str(out), "--workers", "0", "--quiet"]) == 1
+    assert f"finished batches are kept in {out / 'batches'}, --resume continues" in capsys.readouterr().err  # (had said DIR)
