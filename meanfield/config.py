@@ -309,7 +309,7 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None, switched_from: 
     from meanfield.resources import check_resources  # sizes before anything is built (the heads are d×d)
 
     check_resources(resolved)
-    _cross_checks(resolved, base=base, init_given=raw.get("init", {}))
+    _cross_checks(resolved, base=base, init_given=raw.get("init", {}), beta_given="beta" in raw.get("model", {}))
     return resolved
 
 
@@ -482,7 +482,8 @@ def _noise_checks(cfg: dict[str, Any], *, method_given: bool) -> None:
         warnings.warn("with [noise] the particle solver takes Euler–Maruyama steps: solver.method = 'euler'", ConfigNote, stacklevel=4)
 
 
-def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping[str, Any] | None = None) -> None:
+def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping[str, Any] | None = None,
+                  beta_given: bool = True) -> None:
     from meanfield.heads import heads_from_config  # local: heads imports numpy only
 
     model, init, solver = cfg["model"], cfg["init"], cfg["solver"]
@@ -518,7 +519,7 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         if base is not None and spec.path.lower() != "minilm" and not Path(spec.path).expanduser().is_absolute():  # (~/ck had
             # become <config folder>/~/ck)
             model["heads"] = f"checkpoint:{base / spec.path}#{heads.rpartition('#')[2]}"
-        _check_unshifted_overflow(cfg, _checkpoint_heads_checks(model))
+        _check_unshifted_overflow(cfg, _checkpoint_heads_checks(model, beta_given=beta_given))
     else:  # the default head, B = I (each of model.num_heads)
         from meanfield.heads import identity
 
@@ -614,13 +615,19 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         SCHEDULES["layers"](cfg, None)  # raises ConfigError when no head has a random matrix
 
 
-def _checkpoint_heads_checks(model: dict[str, Any]) -> list[Any]:
-    """``model.heads = "checkpoint:PATH#layer=L…"``: the file is read (the loader caches it), and its layer, its heads
+def _checkpoint_heads_checks(model: dict[str, Any], *, beta_given: bool = True) -> list[Any]:
+    r"""``model.heads = "checkpoint:PATH#layer=L…"``: the file is read (the loader caches it), and its layer, its heads
     and its ``d`` are checked (the heads are returned), so that a missing, broken or mismatched checkpoint is refused while the config is
     resolved, before any file is written.
 
     (Resolution had only parsed the reference: ``meanfield sweep`` wrote its folder and then failed every case,
     each twice, with exit status 1.)
+
+    ``beta_given``: whether the config sets ``model.beta``.  Where it does not, a
+    :class:`~meanfield.errors.ConfigNote` says that the generic default is used, and gives the checkpoint's own
+    :math:`\beta = 1/\sqrt{d_h}` and :math:`\beta_{\mathrm{LN}} = r^2/\sqrt{d_h}` (the heads hold no
+    :math:`1/\sqrt{d_h}`, so the temperature is ``model.beta`` alone; the default had run MiniLM at β = 4, 23 times
+    its own, without a word).
     """
     from meanfield.heads.checkpoint import load_checkpoint, parse_checkpoint_spec
 
@@ -632,6 +639,14 @@ def _checkpoint_heads_checks(model: dict[str, Any]) -> list[Any]:
             raise ConfigError("model.heads", f"head {h} does not exist; layer {spec.layer} has heads 0..{layer.num_heads - 1}")
     if ckpt.d != model["d"]:
         raise ConfigError("model.d", f"the checkpoint's heads act in d={ckpt.d}, but model.d={model['d']}")
+    if not beta_given:
+        radius = ckpt.token_radius(spec.layer)  # two vectors of d, from the cached file
+        ln = ("" if radius is None else
+              f" (β_LN = r²/√d_h = {radius ** 2 * ckpt.beta:.3g} for tokens of norm r = {radius:.3g}, that of the "
+              f"LayerNorm layer {spec.layer} reads)")
+        warnings.warn(f"model.beta is not given: the run takes the generic default β = {model['beta']:g}; the heads of "
+                      f"{spec.path} hold no 1/√d_h, and this checkpoint's own β is 1/√{ckpt.head_dim} = {ckpt.beta:.3g}"
+                      f"{ln}; set model.beta", ConfigNote, stacklevel=5)
     return layer.heads(spec.heads)
 
 

@@ -628,3 +628,58 @@ def test_a_key_given_twice_as_keyword_values_is_refused_naming_both_spellings():
     # a keyword over the source's value, or over a --set, is an override: it replaces it
     assert load_config({"model": {"beta": 2.0}}, values={"beta": 3})["model"]["beta"] == 3.0
     assert load_config({"model": {"beta": 2.0}}, values={"model.beta": 3})["model"]["beta"] == 3.0
+
+
+def _checkpoint_config(tmp_path: Path, *, beta: str = "") -> Path:
+    """A config of trained-style heads (a small synthetic checkpoint, d = 8, d_h = 4) on a sentence."""
+    from meanfield.heads.checkpoint import write_synthetic_checkpoint
+
+    write_synthetic_checkpoint(tmp_path / "ckpt", d=8, num_layers=2, num_heads=2)
+    path = tmp_path / "real.toml"
+    path.write_text(f'[model]\nd = 8\n{beta}heads = "checkpoint:ckpt#layer=1"\n'
+                    '[init]\nkind = "sentence"\nsentence = "the cat sat on the mat ."\n'
+                    '[solver]\nmethod = "rk4"\ndt = 0.05\nt_final = 0.1\nsave_every = 0.1\n')
+    return path
+
+
+def _beta_notes(source, overrides=()) -> list[str]:
+    import warnings as _warnings
+
+    from meanfield.config import ConfigNote
+
+    with _warnings.catch_warnings(record=True) as caught:
+        _warnings.simplefilter("always")
+        load_config(source, list(overrides))
+    return [str(w.message) for w in caught if issubclass(w.category, ConfigNote) and "model.beta" in str(w.message)]
+
+
+def test_checkpoint_heads_without_model_beta_note_the_default_and_the_checkpoints_own_beta(tmp_path):
+    """The heads of a checkpoint hold no 1/√d_h, so β is model.beta alone: its generic default (4) had run MiniLM at
+    23 times its own temperature without a word.  The note names model.beta, the default, 1/√d_h and β_LN."""
+    from meanfield.errors import ConfigNote
+    from meanfield.heads.checkpoint import load_checkpoint
+
+    path = _checkpoint_config(tmp_path)
+    notes = _beta_notes(path)
+    assert len(notes) == 1, notes
+    ckpt = load_checkpoint(tmp_path / "ckpt")
+    beta_ln = ckpt.token_radius(1) ** 2 * ckpt.beta
+    assert "default β = 4" in notes[0]
+    assert f"1/√4 = {ckpt.beta:.3g}" in notes[0]
+    assert f"β_LN = r²/√d_h = {beta_ln:.3g}" in notes[0]
+    with pytest.warns(ConfigNote, match="model.beta"):
+        resolved = load_config(path)
+    assert resolved["model"]["beta"] == 4.0  # the default itself is unchanged
+    assert _beta_notes(resolved) == []  # a resolved (stored) config names its β
+    assert _beta_notes(path, ["model.beta=0.5"]) == []  # given on the command line
+    assert _beta_notes(_checkpoint_config(tmp_path, beta="beta = 4.0\n")) == []  # given in the file, even at the default
+
+
+def test_simulate_prints_the_model_beta_note_and_runs(tmp_path, capsys):
+    path = _checkpoint_config(tmp_path)
+    assert main(["simulate", str(path), "-o", str(tmp_path / "o.h5"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "note: model.beta is not given" in err
+    assert (tmp_path / "o.h5").exists()
+    assert main(["simulate", str(path), "-o", str(tmp_path / "b.h5"), "--quiet", "--set", "model.beta=0.5"]) == 0
+    assert "model.beta" not in capsys.readouterr().err
