@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from meanfield.cli.options import dump_json, parse_float, picture_path, table_path
+from meanfield.cli.options import dump_json, parse_float, parse_int, picture_path, table_path
 from meanfield.errors import ConfigError
 
 __all__ = ["format_rows", "add_parser", "main"]
@@ -72,7 +72,8 @@ mean-field), the 1-Wasserstein distance between the two distributions, the mean 
 distance of the real distribution to the initial one (the error of a model in which nothing moves): the
 comparison with trained weights of Geshkovski, Letrouit, Polyanskiy and Rigollet (arXiv 2305.05465).
 --beta ln (default) takes beta = r^2/sqrt(d_h) per layer, r the LayerNorm radius; --beta model is
-1/sqrt(d_h). --plot writes the layer-by-layer histograms, --csv the table.
+1/sqrt(d_h). --num-heads H gives the heads per layer of a checkpoint with no config.json beside it. --plot
+writes the layer-by-layer histograms, --csv the table.
 
 Examples:
   meanfield forward "The quick brown fox jumps over the lazy dog." --plot forward.png --csv forward.csv
@@ -89,6 +90,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("sentence", metavar="SENTENCE", help="the text to run through the model")
     p.add_argument("--checkpoint", default="minilm", metavar="PATH",
                    help="a .safetensors file, a folder holding model.safetensors, or 'minilm' (default)")
+    p.add_argument("--num-heads", metavar="H", help="heads per layer, for a checkpoint with no config.json "
+                   "(num_attention_heads) beside it; it must divide d")
     p.add_argument("--beta", default="ln", metavar="ln|model|X", help="inverse temperature of the mean-field runs: 'ln' (default; r^2/sqrt(d_h) per layer), "
                         "'model' (1/sqrt(d_h)) or a number >= 0")
     p.add_argument("--dt", default="0.05", metavar="DT", help="step of the mean-field solver (RK4; default 0.05)")
@@ -114,7 +117,7 @@ def _beta_option(text: str) -> str | float:
     return parse_float(text, "--beta", nonnegative=True)
 
 
-def _meanfield_layers(sentence: str, checkpoint: Path, *, beta: str | float, dt: float) -> Any:
+def _meanfield_layers(sentence: str, checkpoint: Path, *, beta: str | float, dt: float, num_heads: int | None) -> Any:
     """:func:`meanfield.solvers.experiments.forward.meanfield_layers`, without its second truncation note.
 
     The run re-tokenizes the sentence as ``init.sentence``, a key the CLI user never wrote; the forward pass
@@ -127,7 +130,7 @@ def _meanfield_layers(sentence: str, checkpoint: Path, *, beta: str | float, dt:
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"init\.sentence: the sentence is cut", category=ConfigNote)
-        return meanfield_layers(sentence, checkpoint, beta=beta, dt=dt)
+        return meanfield_layers(sentence, checkpoint, beta=beta, dt=dt, num_heads=num_heads)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -137,14 +140,20 @@ def main(args: argparse.Namespace) -> int:
     dt = parse_float(args.dt, "--dt", positive=True)
     if dt > 1.0:
         raise ConfigError("--dt", f"one layer is one unit of time; the step must be <= 1, got {args.dt}")
+    num_heads = None if args.num_heads is None else parse_int(args.num_heads, "--num-heads", minimum=1)
     if args.refine and args.no_meanfield:  # (it had been ignored without a word)
         raise ConfigError("--refine", "halves the mean-field run's step, and --no-meanfield runs none; give one of them")
     picture_path(args.plot, "--plot")
     table_path(args.csv, "--csv")
+    from meanfield.heads.checkpoint import load_checkpoint
     from meanfield.heads.forward import encoder_weights, forward_pass
     from meanfield.solvers.experiments.forward import comparison_rows
 
-    weights = encoder_weights(args.checkpoint, key="--checkpoint")
+    try:
+        ckpt = load_checkpoint(args.checkpoint, num_heads=num_heads)
+    except ConfigError as exc:  # the loader's num_heads is the option here (it had asked for a num_heads forward lacked)
+        raise ConfigError({"num_heads": "--num-heads", "CHECKPOINT": "--checkpoint"}.get(exc.key, exc.key), exc.message) from None
+    weights = encoder_weights(ckpt, key="--checkpoint")
     try:
         fp = forward_pass(args.sentence, weights.checkpoint, key="SENTENCE")
     except ConfigError as exc:  # a tensor read as the sentence needs it (its rows of the word table)
@@ -155,9 +164,9 @@ def main(args: argparse.Namespace) -> int:
     if not args.no_meanfield:
         if fp.n < 2:
             raise ConfigError("SENTENCE", "the comparison needs at least two tokens")
-        path = _meanfield_layers(args.sentence, weights.checkpoint.path, beta=beta, dt=dt)
+        path = _meanfield_layers(args.sentence, weights.checkpoint.path, beta=beta, dt=dt, num_heads=num_heads)
         if args.refine:
-            refined = _meanfield_layers(args.sentence, weights.checkpoint.path, beta=beta, dt=dt / 2)
+            refined = _meanfield_layers(args.sentence, weights.checkpoint.path, beta=beta, dt=dt / 2, num_heads=num_heads)
     rows = comparison_rows(fp, path, refined=refined) if fp.n >= 2 else []
     embedding = None
     if args.embedding:  # before any file is written: the pooling files are read here

@@ -566,7 +566,9 @@ def _load_cached(path: str, mtime_ns: int, size: int, config_stamp: tuple[int, i
                                        "the number of heads is given only for a checkpoint without one")
     H = stored if num_heads is None else num_heads
     if H is None:
-        raise ConfigError("num_heads", f"{p}: no config.json with num_attention_heads beside the checkpoint; give the number of heads (num_heads)")
+        raise ConfigError("num_heads", f"{p}: no config.json with num_attention_heads beside the checkpoint; give the number of heads "
+                                       "per layer (--num-heads H on the command line, &num_heads=H in a 'checkpoint:' spec, "
+                                       "num_heads= in Python), or write num_attention_heads into a config.json beside it")
     if isinstance(H, bool) or not isinstance(H, int) or H < 1:
         raise ConfigError("num_heads", f"expected a positive integer, got {H!r}")
 

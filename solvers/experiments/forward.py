@@ -71,6 +71,7 @@ def meanfield_layers(
     dt: float = 0.05,
     method: str = "rk4",
     layers: int | None = None,
+    num_heads: int | None = None,
 ) -> MeanFieldLayers:
     r"""The mean-field dynamics on a checkpoint's heads, one unit of time per layer (see the module equation).
 
@@ -88,6 +89,10 @@ def meanfield_layers(
         Step of the particle solver (``method``, default RK4).
     layers : int, optional
         How many layers (default all).
+    num_heads : int, optional
+        Heads per layer, for a checkpoint with no ``config.json`` (``num_attention_heads``) beside it; passed to
+        :func:`~meanfield.heads.checkpoint.load_checkpoint` and into each run's ``model.heads``
+        (``checkpoint:PATH#layer=l&num_heads=H``).
 
     Returns
     -------
@@ -96,17 +101,18 @@ def meanfield_layers(
     import meanfield as mf
     from meanfield.heads.checkpoint import load_checkpoint
 
-    ckpt = load_checkpoint(checkpoint)
+    ckpt = load_checkpoint(checkpoint, num_heads=num_heads)
     count = ckpt.num_layers if layers is None else int(layers)
     if not 1 <= count <= ckpt.num_layers:
         raise ConfigError("--layers", f"expected 1..{ckpt.num_layers}, got {layers!r}")
     betas = layer_betas(ckpt, beta, layers=count)
     path = str(ckpt.path)
+    heads_option = "" if num_heads is None else f"&num_heads={int(num_heads)}"
     solver = {"kind": "particle", "method": method, "dt": float(dt), "t_final": 1.0, "save_every": 1.0}
     xs: list[np.ndarray] = []
     with tempfile.TemporaryDirectory(prefix="meanfield_forward_") as tmp:
         for L in range(count):
-            model = {"d": ckpt.d, "beta": float(betas[L]), "attention": "softmax", "heads": f"checkpoint:{path}#layer={L}",
+            model = {"d": ckpt.d, "beta": float(betas[L]), "attention": "softmax", "heads": f"checkpoint:{path}#layer={L}{heads_option}",
                      "backend": "blas"}
             if L == 0:
                 init: dict[str, Any] = {"kind": "sentence", "sentence": sentence, "checkpoint": path}

@@ -613,3 +613,26 @@ def test_string_flags_are_refused_naming_them(tiny: Path):
         encode("The cat sat .", tiny, normalize="False")
     with pytest.raises(ValueError, match="^normalize must be True or False, got 1"):
         forward_pass("The cat sat .", tiny).embedding(normalize=1)
+
+
+def test_cli_forward_num_heads_reads_a_checkpoint_without_config_json(tmp_path: Path, capsys):
+    """``forward`` on a checkpoint with no config.json had asked for a num_heads it had no option for; ``--num-heads``
+    now gives it, to the forward pass and to the mean-field runs' ``model.heads``, and a bad one is named."""
+    write_synthetic_bert(tmp_path / "b", d=8, num_heads=2, num_layers=2)
+    argv = ["forward", "the cat sat", "--checkpoint", str(tmp_path / "b"), "--dt", "0.5", "--json"]
+    assert cli_main(argv) == 0
+    with_config = json.loads(capsys.readouterr().out)
+    assert cli_main([*argv, "--num-heads", "4"]) == 2  # against config.json's 2
+    assert "--num-heads" in capsys.readouterr().err
+    (tmp_path / "b" / "config.json").unlink()
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--num-heads: " in err and "config.json" in err
+    assert cli_main([*argv, "--num-heads", "2"]) == 0
+    without = json.loads(capsys.readouterr().out)
+    assert without["tokens"] == with_config["tokens"]
+    assert without["layers"] == with_config["layers"]  # the same model, the same numbers (real and mean-field)
+    out_csv = tmp_path / "never.csv"
+    for bad in ("0", "x", "3", "1.5"):  # 3 does not divide d = 8
+        assert cli_main([*argv, "--num-heads", bad, "--csv", str(out_csv)]) == 2
+        assert "--num-heads" in capsys.readouterr().err and not out_csv.exists()
