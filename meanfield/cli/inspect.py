@@ -255,6 +255,16 @@ def main(args: argparse.Namespace) -> int:
 
         spec = parse_checkpoint_spec(source, key="CHECKPOINT")
         source = spec.path
+        # an option that names other layers, heads or a head count than the spec's own is refused: the option had
+        # won without a word (checkpoint:…#layer=1 with --layer 3 analysed layer 3)
+        for option, given, own, text in (("--layer", layers, [spec.layer], f"layer={spec.layer}"),
+                                         ("--heads", heads, list(spec.heads or ()), "heads=" + ",".join(map(str, spec.heads or ()))),
+                                         ("--num-heads", None if num_heads is None else [num_heads],
+                                          [] if spec.num_heads is None else [spec.num_heads], f"num_heads={spec.num_heads}")):
+            if given is not None and own and given != own:
+                shown = ",".join(map(str, given))
+                raise ConfigError(option, f"{shown} disagrees with {text} of CHECKPOINT {args.checkpoint!r}; give it in "
+                                          "one place, or the same in both")
         from_spec |= {"--layer"} if layers is None else set()
         from_spec |= {"--heads"} if heads is None and spec.heads else set()
         layers = layers if layers is not None else [spec.layer]

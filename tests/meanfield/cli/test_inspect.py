@@ -68,6 +68,30 @@ def test_layer_heads_and_checkpoint_reference(tiny: Path, capsys: pytest.Capture
     assert ref["reports"][0]["summary"] == out["reports"][0]["summary"]
 
 
+@pytest.mark.parametrize(("spec", "argv", "option", "words"), [
+    ("layer=1", ["--layer", "0"], "--layer", "0 disagrees with layer=1"),  # (layer 0 had been analysed without a word)
+    ("layer=1", ["--layer", "0,1"], "--layer", "0,1 disagrees with layer=1"),
+    ("layer=1&heads=1,0", ["--heads", "0"], "--heads", "0 disagrees with heads=1,0"),
+    ("layer=1&heads=1,0", ["--heads", "0,1"], "--heads", "0,1 disagrees with heads=1,0"),
+    ("layer=1&num_heads=2", ["--num-heads", "4"], "--num-heads", "4 disagrees with num_heads=2"),
+])
+def test_an_option_that_contradicts_the_checkpoint_spec_is_refused(tiny: Path, tmp_path: Path, spec: str, argv: list[str],
+                                                                   option: str, words: str, capsys) -> None:
+    figures = tmp_path / "figs"
+    assert main(["inspect", f"checkpoint:{tiny}#{spec}", *argv, "--plot", "--out", str(figures)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {option}: {words} of CHECKPOINT" in err and not figures.exists()
+
+
+def test_an_option_that_agrees_with_the_checkpoint_spec_is_taken(tiny: Path, capsys) -> None:
+    ref = _json(capsys, ["inspect", f"checkpoint:{tiny}#layer=1&heads=1,0&num_heads=2", "--json"])
+    same = _json(capsys, ["inspect", f"checkpoint:{tiny}#layer=1&heads=1,0&num_heads=2", "--json", "--layer", "1",
+                          "--heads", "1,0", "--num-heads", "2"])
+    assert same["reports"] == ref["reports"]
+    only_flag = _json(capsys, ["inspect", f"checkpoint:{tiny}#layer=1", "--json", "--heads", "1,0"])  # the spec has none
+    assert only_flag["reports"] == ref["reports"]
+
+
 def test_plot_writes_three_heatmaps(tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", str(tiny), "--plot", "--out", str(tmp_path / "figs")]) == 0
     out = capsys.readouterr().out
