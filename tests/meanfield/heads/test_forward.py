@@ -295,7 +295,8 @@ def test_minilm_sentence_similarities_and_batched_padding():
     cos = E @ E.T
     assert cos[0, 1] > 0.8  # measured 0.807
     assert cos[2, 3] > 0.7  # paraphrase, measured 0.755
-    assert cos[2, 4] < 0.2 and cos[3, 4] < 0.2  # unrelated, measured 0.004 and 0.039
+    # unrelated, measured 0.036, 0.064, 0.004 and 0.039 (the README's 0.004–0.064)
+    np.testing.assert_allclose(cos[:4, 4], [0.036, 0.064, 0.004, 0.039], rtol=0, atol=1e-3)
     one_by_one = np.stack([encode(s) for s in sentences])
     np.testing.assert_allclose(E, one_by_one, rtol=0, atol=1e-13)
 
