@@ -184,6 +184,13 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
         the unit): 0.45–0.46 at n = 4096, d = 64 (B = I / a rotation) against 1.06 / 0.63 on OpenBLAS,
         0.56–0.59 at d = 32 against 1.31 / 0.90, and 0.57 / 0.68 at n = 1024, d = 64 against 1.05 / 0.89.
 
+    Returns
+    -------
+    (H,) array
+        :math:`E_h`; ``inf`` where it exceeds the largest float (:math:`E_h\sim e^{\beta}/(2\beta)` for
+        :math:`B_h = I`: from :math:`\beta\approx 716`), with a :class:`~meanfield.errors.MeanfieldWarning`:
+        :func:`head_log_energies` gives :math:`\ln E_h` there.
+
     Examples
     --------
     >>> import numpy as np
@@ -198,7 +205,16 @@ def head_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.n
         xt = x.T
         return np.array([0.5 * float(a @ (x @ heads.B[h] @ (xt @ a))) for h in range(heads.H)])
     logs = _checked_row_logs(x, a, heads, beta=beta, threads=threads, backend=backend, tolerance=tolerance, flash=flash)
-    return energies_from_row_logs(logs, beta=beta, weights=a)
+    energies = energies_from_row_logs(logs, beta=beta, weights=a)
+    if beta > 0 and np.any(np.isinf(energies)) and np.all(np.isfinite(logs)):  # (inf had come without a word)
+        import warnings
+
+        from meanfield.errors import MeanfieldWarning
+
+        heads_over = np.flatnonzero(np.isinf(energies)).tolist()
+        warnings.warn(f"the energy of head(s) {heads_over} exceeds the largest float at beta = {beta:g} (inf); "
+                      "head_log_energies gives ln E_h", MeanfieldWarning, stacklevel=2)
+    return energies
 
 
 def head_log_energies(x: np.ndarray, heads: HeadStack, *, beta: float, weights: np.ndarray | None = None,

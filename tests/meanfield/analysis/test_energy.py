@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -232,3 +233,21 @@ def test_the_masses_are_checked_once_per_call(name, monkeypatch):
     heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
     getattr(energy_module, name)(x, heads, beta=2.0, weights=np.array([0.2, 0.3, 0.5]))
     assert len(calls) == 1
+
+
+def test_an_energy_past_the_largest_float_warns_and_names_the_log_energies():
+    # E ~ e^β / 2β is inf from β ≈ 716 (B = I): it had come without a word
+    from meanfield.analysis.energy import head_energies, head_log_energies
+    from meanfield.errors import MeanfieldWarning
+    from meanfield.geometry.sphere import sample_uniform
+    from meanfield.heads import HeadStack
+
+    x = sample_uniform(40, 3, seed=0)
+    heads = HeadStack(B=np.stack([np.eye(3), 0.5 * np.eye(3)]), V=np.stack([np.eye(3), np.eye(3)]))
+    with pytest.warns(MeanfieldWarning, match=r"head\(s\) \[0\] exceeds the largest float at beta = 1024 \(inf\); head_log_energies"):
+        energies = head_energies(x, heads, beta=1024.0)
+    assert np.isinf(energies[0]) and np.isfinite(energies[1])
+    np.testing.assert_allclose(np.log(energies[1]), head_log_energies(x, heads, beta=1024.0)[1], rtol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.all(np.isfinite(head_energies(x, heads, beta=700.0)))  # in range: no warning
