@@ -32,8 +32,9 @@ class ParticleSolver:
 
     Parameters
     ----------
-    method : {"euler", "heun", "rk4", "rk45"}
-        Runge–Kutta scheme; every stage point is put back on the sphere.
+    method : {"euler", "heun", "rk4", "rk45"}, optional
+        Runge–Kutta scheme; every stage point is put back on the sphere.  Default ``"rk4"``, and ``"euler"`` with
+        ``noise`` (its only scheme).
     dt : float
         Step (fixed schemes: the largest step that divides each save interval
         evenly is used; ``rk45``: its first trial step).
@@ -66,7 +67,7 @@ class ParticleSolver:
     2
     """
 
-    method: str = "rk4"
+    method: str | None = None
     dt: float = 0.01
     rtol: float = 1e-8
     atol: float = 1e-10
@@ -76,6 +77,8 @@ class ParticleSolver:
     kind: ClassVar[str] = "particle"
 
     def __post_init__(self) -> None:
+        if self.method is None:  # (noise=... alone had been refused, "method must be 'euler', got 'rk4'", a default not chosen)
+            object.__setattr__(self, "method", "euler" if self.noise is not None else "rk4")
         check_step_options(method=self.method, dt=self.dt, rtol=self.rtol, atol=self.atol)
         check_norm_options(norm=self.norm, ngpt_alpha=self.ngpt_alpha)  # (norm="foo" had been found only when the run started)
         check_noise_option(self.noise)
