@@ -721,7 +721,8 @@ def _check_unshifted_overflow(cfg: dict[str, Any], heads: list[Any]) -> None:
         return
     velocity = unshifted_velocity_exponent(model["beta"], [head.B for head in heads], [head.V for head in heads])
     on_grid = solver["kind"] == "grid"  # (its density is not put back on the sphere: it meets its step floor first)
-    if velocity > VELOCITY_EXPONENT_LIMIT and not jko and not on_grid:  # (β = 600 with V = 1e140, and V = I, had run to NaN)
+    scale_free = model.get("norm") in ("peri", "ngpt")  # (their step takes A/‖A‖: a huge but finite A is no trouble)
+    if velocity > VELOCITY_EXPONENT_LIMIT and not jko and not on_grid and not scale_free:  # (β = 600 with V = 1e140, and V = I, had run to NaN)
         warnings.warn(f"model.beta = {model['beta']:g}: unnormalized attention takes e^(β⟨x, B y⟩) unshifted, and its "
                       f"velocity, up to e^(β‖B_h‖₂)‖V_h‖_F = e^{velocity:.4g}, passes e^{VELOCITY_EXPONENT_LIMIT:.4g}, past which "
                       "a step's tokens cannot be put back on the sphere; the run stops on NaN/Inf where the tokens get "

@@ -123,11 +123,21 @@ def check_norm_options(*, norm: object, ngpt_alpha: object) -> None:
         raise ValueError(f"ngpt_alpha applies to norm='ngpt', got ngpt_alpha={ngpt_alpha!r} with norm={norm!r}")
 
 
-def _unit_or_zero(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(a/‖a‖, ‖a‖)`` row-wise, with 0 where ``a`` vanishes."""
-    size = np.sqrt(np.einsum("ij,ij->i", a, a))
-    inverse = np.divide(1.0, size, out=np.zeros_like(size), where=size > 0)
-    return a * inverse[:, None], size
+def _unit_and_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(a/‖a‖, 1/‖a‖)`` row-wise, with 0 for both where ``a`` vanishes.
+
+    Each row is first divided by its largest entry, so that no square leaves the floats: ‖a‖² had overflowed
+    above ‖a‖ ≈ 1.3e154 (and underflowed below 1e-162), and such a token had been taken for A = 0 and stopped
+    (unnormalized attention at β ≈ 360–420 under nGPT or Peri-LN: a completed run in which no token moved).
+    """
+    top = np.max(np.abs(a), axis=1) if a.size else np.zeros(a.shape[0])
+    scaled = np.divide(a, top[:, None], out=np.zeros_like(a), where=top[:, None] > 0)  # largest entry ±1
+    length = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))  # in [1, √d] where a ≠ 0
+    unit = np.divide(scaled, length[:, None], out=np.zeros_like(a), where=length[:, None] > 0)
+    with np.errstate(over="ignore"):  # (1/top of a subnormal row is inf: its speed is past the floats)
+        inverse = np.divide(np.divide(1.0, top, out=np.zeros_like(top), where=top > 0), length, out=np.zeros_like(top),
+                            where=length > 0)
+    return unit, inverse
 
 
 def attention_output(model: Any, theta: np.ndarray, t: float, *, weights: np.ndarray | None = None) -> np.ndarray:
@@ -160,8 +170,7 @@ def speed_factor(r: np.ndarray, a: np.ndarray, *, norm: str, alpha: float = DEFA
     """
     _check_norm(norm)
     a = np.asarray(a, dtype=float)
-    size = np.sqrt(np.einsum("ij,ij->i", a, a))
-    inverse = np.divide(1.0, size, out=np.zeros_like(size), where=size > 0)
+    _, inverse = _unit_and_inverse(a)
     r = np.asarray(r, dtype=float)
     if norm == "post":
         return np.ones(a.shape[0])
@@ -210,7 +219,7 @@ def normalized_velocity(
         return project_tangent(theta, a), np.zeros(theta.shape[0])
     if norm == "pre":
         return project_tangent(theta, a) / r[:, None], np.einsum("ij,ij->i", theta, a)
-    unit, _ = _unit_or_zero(a)
+    unit, _ = _unit_and_inverse(a)
     if norm == "peri":
         return project_tangent(theta, unit) / r[:, None], np.einsum("ij,ij->i", theta, unit)
     return alpha * project_tangent(theta, unit), np.zeros(theta.shape[0])

@@ -138,6 +138,31 @@ def test_a_vanishing_attention_output_gives_no_motion():
 
 
 # ----------------------------------------------------------------------------- post = the sphere model
+@pytest.mark.parametrize("scale", [1e160, 1e300, 1e-170, 1e-300])
+def test_the_scale_free_schemes_move_tokens_whose_attention_output_squares_past_the_floats(scale):
+    # ‖A‖² had overflowed above ‖A‖ ≈ 1.3e154 (underflowed below 1e-162): the token was taken for A = 0 and stopped
+    theta = np.array([[1.0, 0.0, 0.0]])
+    a = scale * np.array([[0.6, 0.8, 0.0]])
+    np.testing.assert_allclose(normalized_velocity(theta, np.ones(1), a, norm="ngpt", alpha=0.2)[0], [[0.0, 0.16, 0.0]], rtol=1e-15)
+    theta_dot, r_dot = normalized_velocity(theta, np.full(1, 2.0), a, norm="peri")
+    np.testing.assert_allclose(theta_dot, [[0.0, 0.4, 0.0]], rtol=1e-15)
+    np.testing.assert_allclose(r_dot, [0.6], rtol=1e-15)
+    np.testing.assert_allclose(speed_factor(np.ones(1), a, norm="ngpt", alpha=0.2), [0.2 / scale], rtol=1e-15)
+
+
+def test_ngpt_runs_unnormalized_attention_where_its_output_is_huge(tmp_path, capsys):
+    # β = 400, B = I: A ~ e^400 (finite, its square not); the run had completed with max_speed 0 -> 0, after a note
+    # that it would stop on NaN/Inf
+    config = tmp_path / "ngpt.toml"
+    config.write_text('[model]\nd = 3\nbeta = 400.0\nattention = "unnormalized"\nnorm = "ngpt"\n[init]\nn = 32\n'
+                      '[solver]\nt_final = 0.5\nsave_every = 0.5\ndt = 0.05\n')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no note: the scheme's step takes A/‖A‖
+        assert main(["simulate", str(config), "-o", str(tmp_path / "run.h5"), "--quiet"]) == 0
+    run = mf.load(tmp_path / "run.h5")
+    assert np.all(run.diagnostics["max_speed"] > 1e-3) and run.status == "completed"
+
+
 def test_post_is_the_sphere_model_bit_for_bit(rng):
     n, d = 7, 4
     heads = random_heads(rng, 3, d)
