@@ -901,3 +901,19 @@ def test_a_weighted_zero_temperature_run_keeps_its_masses_and_weighs_its_rayleig
     np.testing.assert_array_equal(run.token_masses, masses)
     expected = sum(a * x @ S @ x for a, x in zip(masses, x0))  # a loop over the tokens
     np.testing.assert_allclose(run.diagnostics["rayleigh"][0], expected, rtol=1e-14)
+
+
+@pytest.mark.parametrize(("solver", "norm", "key"), [(None, "peri", "model.norm"), (None, "ngpt", "model.norm"),
+                                                     ("particle", "pre", "track.concentration")])
+def test_the_beta_sweep_checks_the_config_it_runs_after_switching_solver_and_tracker(run_cli, tmp_path, capsys, solver, norm, key):
+    # the sweep switches solver.kind (the grid on S²) and track.concentration after the config was checked: the grid
+    # had run the Post-LN PDE under a norm=peri label (exit 0), and Pre-LN particles had crashed in the tracker (exit 1)
+    cfg = copy.deepcopy(DEFAULT_CONCENTRATION_CONFIG)
+    cfg["init"]["n"] = 30
+    cfg["solver"].update(t_final=0.5, save_every=0.25)
+    cfg["track"]["concentration"] = False  # (a config that simulate takes: the sweep turns the tracker on)
+    config = _write_config(tmp_path / "c.toml", cfg)
+    out = tmp_path / "sweep"
+    argv = ["concentration", "--sweep-beta", "4,8", str(config), "--single", "--set", f"model.norm={norm}", "--out", str(out), "--quiet"]
+    assert run_cli(argv + (["--solver", solver] if solver else [])) == 2
+    assert f"error: {key}:" in capsys.readouterr().err and not out.exists()
