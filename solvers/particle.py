@@ -55,7 +55,8 @@ class ParticleSolver:
     ------
     ValueError
         An unknown ``method`` or ``norm``; ``dt``, ``rtol``, ``atol`` or ``ngpt_alpha`` not a positive finite number;
-        ``ngpt_alpha`` with a ``norm`` other than ``"ngpt"``; ``noise`` with a ``method`` other than ``"euler"``.
+        ``ngpt_alpha`` with a ``norm`` other than ``"ngpt"``; ``noise`` with a ``method`` other than ``"euler"`` or a
+        ``norm`` other than ``"post"``.
     TypeError
         ``noise`` that is not a :class:`~meanfield.noise.NoiseSchedule`.
 
@@ -84,6 +85,8 @@ class ParticleSolver:
         check_noise_option(self.noise)
         if self.noise is not None and self.method != "euler":  # (had been found only when the run started)
             raise ValueError(f"noisy tokens take Euler–Maruyama steps: method must be 'euler', got {self.method!r}")
+        if self.noise is not None and self.norm != "post":  # (had been found only when the run started)
+            raise ValueError(f"noisy tokens follow the sphere model; norm={self.norm!r} takes no noise")
 
     def stepper(self, problem: Any) -> ParticleStepper | NoisyParticleStepper:
         """The :class:`ParticleStepper` of ``problem`` (the field is ``problem.model.velocity``); with noise, its Euler–Maruyama twin."""
@@ -99,9 +102,7 @@ class ParticleSolver:
         if problem.on_grid:
             raise ValueError("the particle solver takes tokens; this problem holds a grid density (use GridSolver)")
         check_noise_option(self.noise, steady_tol=steady_tol)
-        if self.norm != "post":  # Pre-LN, Peri-LN, nGPT: meanfield.solvers.normalized
-            if self.noise is not None:
-                raise ValueError(f"noisy tokens follow the sphere model; norm={self.norm!r} takes no noise")
+        if self.norm != "post":  # Pre-LN, Peri-LN, nGPT: meanfield.solvers.normalized (no noise: refused when made)
             scheme = NormalizedSolver(norm=self.norm, ngpt_alpha=self.ngpt_alpha, method=self.method, dt=self.dt, rtol=self.rtol, atol=self.atol)
             return scheme.setup(problem, energy=energy, speed=speed, steady_tol=steady_tol)
         stepper = self.stepper(problem)

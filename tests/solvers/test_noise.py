@@ -346,6 +346,8 @@ def test_the_solvers_name_a_noise_option_that_is_not_a_schedule():
         mf.ParticleSolver(method="rk4", noise=NoiseSchedule(gamma=2.0))
     # noise alone takes its one scheme (it had been refused for 'rk4', a default the user never chose)
     assert mf.ParticleSolver(noise=NoiseSchedule(gamma=2.0)).method == "euler" and mf.ParticleSolver().method == "rk4"
+    with pytest.raises(ValueError, match=r"^noisy tokens follow the sphere model; norm='pre' takes no noise"):
+        mf.ParticleSolver(norm="pre", noise=NoiseSchedule(gamma=2.0))  # when made (it had waited for the run)
     x = mf.sample("uniform", 20, 3, seed=0)
     with pytest.raises(ValueError, match="^steady_tol = 0.001 with noise"):
         mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), x), mf.ParticleSolver(method="euler", noise=NoiseSchedule(gamma=2.0)),
