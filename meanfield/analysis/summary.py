@@ -17,14 +17,38 @@ CLUSTER_TOL = 1e-3
 GRID_SUPPORT_SHARE = 0.9
 
 
+#: the ``[model]`` keys the model line names where they differ from their default (after ``direction``), in order
+MODEL_LINE_OPTIONS = (("mask", "none"), ("combine", "sum"))
+#: the kernel's keys the model line names where they differ from their default (after the scheme), in order
+KERNEL_OPTIONS = (("backend", "auto"), ("precision", "float64"))
+
+
 def model_line(cfg: dict[str, Any]) -> str:
-    """``d, β, attention, direction`` — β = ∞ for the zero-temperature solver, which has no temperature."""
+    """``d, β, attention, direction``, then what is not the default: ``mask``, ``combine``, ``norm`` (with nGPT's α),
+    ``backend`` and ``precision``; β = ∞ for the zero-temperature solver, which has no temperature.
+
+    A masked run had read as an unmasked one, and ``combine = "mean"`` as the sum."""
     m, s = cfg["model"], cfg["solver"]
     beta = "∞ (zero-temperature limit)" if s["kind"] == "zero-temperature" else f"{m['beta']:g}"
-    norm = "" if m.get("norm", "post") == "post" else f" norm={m['norm']}" + (f" α={m['ngpt_alpha']:g}" if m["norm"] == "ngpt" else "")
+    options = "".join(f" {key}={m[key]}" for key, default in MODEL_LINE_OPTIONS if m.get(key, default) != default)
+    alpha = m.get("ngpt_alpha")
+    norm = "" if m.get("norm", "post") == "post" else f" norm={m['norm']}" + (
+        f" α={alpha:g}" if m["norm"] == "ngpt" and isinstance(alpha, (int, float)) else "")
     # the kernel's arithmetic where it is not the default (info had not said a run was float32)
-    kernel = "".join(f" {key}={m[key]}" for key, default in (("backend", "auto"), ("precision", "float64")) if m.get(key, default) != default)
-    return f"d={m['d']} β={beta} attention={m['attention']} direction={m['direction']}{norm}{kernel}"
+    kernel = "".join(f" {key}={m[key]}" for key, default in KERNEL_OPTIONS if m.get(key, default) != default)
+    return f"d={m['d']} β={beta} attention={m['attention']} direction={m['direction']}{options}{norm}{kernel}"
+
+
+def _solve_model_section(run: Any, model: Any) -> dict[str, Any]:
+    """The ``[model]`` and ``[solver]`` kind that :func:`model_line` reads, for a run of :func:`meanfield.solve`: from
+    its :class:`~meanfield.Model` (mask, combine, kernel) and its solver (the scheme, in ``info``; nGPT's α, in the
+    solver's options). Its model line had shown neither the mask nor the scheme."""
+    options = run.info.get("solver_options")
+    options = options if isinstance(options, dict) else {}
+    section = {key: getattr(model, key, default) for key, default in (*MODEL_LINE_OPTIONS, *KERNEL_OPTIONS)}
+    section.update(d=model.d, beta=model.beta, attention=model.attention, direction=model.direction,
+                   norm=run.norm, ngpt_alpha=options.get("ngpt_alpha"))
+    return {"model": section, "solver": {"kind": run.info.get("solver")}}
 
 
 def solver_line(cfg: dict[str, Any]) -> str:
@@ -201,8 +225,7 @@ def run_summary(run: Any) -> str:
         if (noisy := noise_line(cfg)) is not None:
             lines.append(f"noise:     {noisy}")
     else:
-        beta = "∞ (zero-temperature limit)" if run.info.get("solver") == "zero-temperature" else f"{model.beta:g}"
-        lines.append(f"model:     d={model.d} β={beta} attention={model.attention} direction={model.direction}")
+        lines.append(f"model:     {model_line(_solve_model_section(run, model))}")
         lines.append(f"heads:     {model.heads.at(float(run.t[0]) if run.frames else 0.0).H}")
         if section is not None:  # a run of meanfield.solve: its solver's options
             lines.append(f"solver:    {solver_line(section)}")

@@ -17,22 +17,31 @@ __all__ = ["plot_run", "animate_run", "run_title"]
 
 
 def run_title(run: Any) -> str:
-    """One line naming the run: attention kind, β (∞ for the zero-temperature solver), size, solver."""
+    """One line naming the run: attention kind, the causal mask, the heads' mean and the scheme where the run has
+    them, β (∞ for the zero-temperature solver), size, solver (a masked run's title had read as an unmasked one's)."""
     cfg = run.config
     if cfg is None:  # a solve() run carries its model, and the solver's kind and scheme in its info
         model = run._model  # noqa: SLF001
         if model is None:
             return ""
-        kind, norm = run.info.get("solver"), run.info.get("norm", "post")
+        kind = run.info.get("solver")
         beta = "β = ∞ (zero temperature)" if kind == "zero-temperature" else f"β = {model.beta:g}"
-        scheme = "" if norm == "post" else f", norm = {norm}"
+        options = _options(getattr(model, "mask", "none"), getattr(model, "combine", "sum"), run.info.get("norm", "post"))
         size = "" if not run.frames else (f", n = {run.shape[0]} tokens" if run.kind == "particle" else f", N = {run.shape[0]} cells")
-        return f"{model.attention} attention{scheme}, {beta}{size}" + ("" if kind is None else f", {kind} solver")
+        return f"{model.attention} attention{options}, {beta}{size}" + ("" if kind is None else f", {kind} solver")
     m, s = cfg["model"], cfg["solver"]
     beta = "β = ∞ (zero temperature)" if s["kind"] == "zero-temperature" else f"β = {m['beta']:g}"
     size = f"n = {run.shape[0]} tokens" if run.kind == "particle" and run.frames else f"N = {_cells(run, cfg)} cells"
-    norm = "" if m.get("norm", "post") == "post" else f", norm = {m['norm']}"  # arXiv 2510.22026's schemes
-    return f"{m['attention']} attention{norm}, {beta}, {size}, {s['kind']} solver"
+    options = _options(m.get("mask", "none"), m.get("combine", "sum"), m.get("norm", "post"))
+    return f"{m['attention']} attention{options}, {beta}, {size}, {s['kind']} solver"
+
+
+def _options(mask: str, combine: str, norm: str) -> str:
+    """The title's parts for what is not the default: ``, causal mask``, ``, combine = mean``, ``, norm = peri``
+    (arXiv 2510.22026's schemes); empty for an unmasked Post-LN run whose heads' fields are summed."""
+    parts = (f"{mask} mask" if mask != "none" else "", f"combine = {combine}" if combine != "sum" else "",
+             f"norm = {norm}" if norm != "post" else "")
+    return "".join(f", {part}" for part in parts if part)
 
 
 def _attention(run: Any) -> str | None:

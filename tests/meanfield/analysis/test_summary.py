@@ -1,9 +1,10 @@
-"""The one-line summaries of ``meanfield info``: clusters of a grid run."""
+"""The one-line summaries of ``meanfield info``: clusters of a grid run, the model line."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from meanfield.analysis.summary import grid_clusters, grid_final_line, grid_support
+from meanfield.analysis.summary import grid_clusters, grid_final_line, grid_support, model_line
 from meanfield.geometry.mesh import fibonacci_mesh
 
 
@@ -20,3 +21,31 @@ def test_a_near_uniform_grid_is_spread_out_and_two_caps_are_two_clusters():
     assert line.startswith("final:     2 cluster(s)"), line
     cover = mesh.areas[grid_support(mesh, caps)].sum() / (4 * np.pi)
     assert f"on {cover:.1%} of the sphere" in line and cover < 0.1
+
+
+def test_model_line_names_mask_combine_and_norm_where_they_are_not_the_default():
+    # a masked config run had read as an unmasked one, and combine = "mean" as the sum (found in review)
+    model = {"d": 3, "beta": 2.0, "attention": "softmax", "direction": "ascent", "mask": "none", "combine": "sum",
+             "norm": "post", "ngpt_alpha": 0.2, "backend": "auto", "precision": "float64"}
+    solver = {"kind": "particle"}
+    assert model_line({"model": model, "solver": solver}) == "d=3 β=2 attention=softmax direction=ascent"
+    changed = dict(model, mask="causal", combine="mean", norm="ngpt", ngpt_alpha=0.3, precision="float32")
+    assert model_line({"model": changed, "solver": solver}) == \
+        "d=3 β=2 attention=softmax direction=ascent mask=causal combine=mean norm=ngpt α=0.3 precision=float32"
+
+
+@pytest.mark.parametrize(("options", "solver", "expected"), [
+    ({}, {}, "d=3 β=1 attention=softmax direction=ascent"),
+    ({"mask": "causal"}, {"norm": "peri"}, "d=3 β=1 attention=softmax direction=ascent mask=causal norm=peri"),
+    ({"mask": "causal", "combine": "mean"}, {"norm": "ngpt", "ngpt_alpha": 0.3},
+     "d=3 β=1 attention=softmax direction=ascent mask=causal combine=mean norm=ngpt α=0.3"),
+    ({"combine": "mean"}, {"norm": "pre"}, "d=3 β=1 attention=softmax direction=ascent combine=mean norm=pre"),
+], ids=["default", "mask-peri", "mask-mean-ngpt", "mean-pre"])
+def test_a_solve_run_s_summary_names_its_mask_combine_and_scheme(options, solver, expected):
+    # mf.solve(..., ParticleSolver(norm="peri")) on a causal model had shown neither the scheme nor the mask
+    import meanfield as mf
+
+    heads = mf.heads.HeadStack(B=np.stack([np.eye(3)] * 2), V=np.stack([np.eye(3)] * 2))
+    model = mf.Model(d=3, beta=1.0, heads=heads, **options)
+    run = mf.solve(mf.Problem(model, mf.sample_uniform(8, 3, seed=0)), mf.ParticleSolver(dt=0.05, **solver), t_final=0.1)
+    assert f"model:     {expected}\n" in run.summary()

@@ -113,3 +113,19 @@ def test_heads_line_counts_a_checkpoints_heads(tmp_path: Path, capsys) -> None:
     mf.simulate({"model": {"heads": spec, "d": 8}, "init": {"n": 10}, "solver": {"t_final": 0.1, "save_every": 0.1}}, out=out)
     assert main(["info", str(out)]) == 0
     assert f"heads:     4 ({spec})" in capsys.readouterr().out
+
+
+def test_info_names_a_causal_mask_and_the_heads_mean(tmp_path: Path, capsys) -> None:
+    # a masked run's model line had read "d=3 β=1 attention=softmax direction=ascent", as an unmasked run's, and
+    # combine = "mean" as the sum (found in review)
+    config = tmp_path / "run.toml"
+    config.write_text('[model]\nd = 3\nbeta = 1.0\n[init]\nn = 8\n[solver]\nt_final = 0.1\nsave_every = 0.1\n')
+    out, plain = tmp_path / "masked.h5", tmp_path / "plain.h5"
+    assert main(["simulate", str(config), "-o", str(out), "--quiet", "--set", "model.mask=causal",
+                 "--set", "model.combine=mean", "--set", "model.norm=peri"]) == 0
+    assert main(["simulate", str(config), "-o", str(plain), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(out)]) == 0
+    assert "model:     d=3 β=1 attention=softmax direction=ascent mask=causal combine=mean norm=peri\n" in capsys.readouterr().out
+    assert main(["info", str(plain)]) == 0  # the default run's line is as it was
+    assert "model:     d=3 β=1 attention=softmax direction=ascent\n" in capsys.readouterr().out

@@ -8,6 +8,7 @@ import pytest
 from matplotlib import colors as mcolors
 from matplotlib.animation import FuncAnimation
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from meanfield.geometry import mesh as M
 from meanfield.geometry.sphere import normalize, sample_uniform, sample_vmf
@@ -594,3 +595,26 @@ def test_colour_bars_and_captions_say_what_is_drawn():
     x = np.stack([sample_uniform(1, 5, seed=0)] * 2)
     fig = particles.plot_high_dim_run(np.array([0.0, 1.0]), x)
     assert not any("log scale" in ax.get_ylabel() for ax in fig.axes)
+
+
+def test_titles_name_a_causal_mask_the_heads_mean_and_the_scheme(tmp_path):
+    # a masked run's title had read "softmax attention, β = 1, n = 16 tokens, particle solver", as an unmasked run's
+    import matplotlib.pyplot as plt
+
+    import meanfield as mf
+    from meanfield.plotting.runs import run_title
+
+    x0 = sample_uniform(8, 3, seed=0)
+    masked = mf.Model(d=3, beta=1.0, mask="causal", combine="mean")
+    run = mf.solve(mf.Problem(masked, x0), mf.ParticleSolver(dt=0.05, norm="peri"), t_final=0.1)
+    expected = "softmax attention, causal mask, combine = mean, norm = peri, β = 1, n = 8 tokens, particle solver"
+    assert run_title(run) == expected
+    fig = run.plot()
+    assert any(expected in text.get_text() for text in fig.findobj(Text))  # the figure's title
+    plt.close(fig)
+    run.save(tmp_path / "masked.h5")  # the config route names them the same way
+    assert run_title(mf.load(tmp_path / "masked.h5")) == expected
+    simulated = mf.simulate({"model": {"beta": 1.0, "mask": "causal"}, "init": {"n": 8}, "solver": {"t_final": 0.1}})
+    assert run_title(simulated) == "softmax attention, causal mask, β = 1, n = 8 tokens, particle solver"
+    plain = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), x0), mf.ParticleSolver(dt=0.05), t_final=0.1)
+    assert run_title(plain) == "softmax attention, β = 1, n = 8 tokens, particle solver"  # unchanged
