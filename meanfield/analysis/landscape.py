@@ -127,14 +127,57 @@ def _masses(n: int, weights: np.ndarray | None) -> np.ndarray:
     return a
 
 
+#: how far from 1 a token's norm may be: the landscape's formulas hold on the sphere
+SPHERE_TOLERANCE = 1e-10
+
+
+def _unit(x: Any, *, name: str = "x") -> np.ndarray:
+    """``x`` as a float (n, d) array of unit rows; ValueError naming ``name`` where a row is off the sphere by more
+    than :data:`SPHERE_TOLERANCE` (the formulas assume unit tokens: 3·x had been given a verdict and the energy 896)."""
+    x = np.asarray(x, dtype=float)
+    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(f"{name} must be an (n, d) array of tokens, got shape {x.shape}")
+    off = np.abs(np.linalg.norm(x, axis=1) - 1.0)
+    bad = np.flatnonzero(~(off <= SPHERE_TOLERANCE))
+    if bad.size:
+        i = int(bad[np.argmax(np.nan_to_num(off[bad], nan=np.inf))])
+        raise ValueError(f"{name} must hold unit tokens (the energy landscape lives on the product of spheres): row {i} has "
+                         f"norm {float(np.linalg.norm(x[i])):.6g} ({bad.size} of {x.shape[0]} rows off the sphere by more "
+                         f"than {SPHERE_TOLERANCE:g}); divide the rows by their norms")
+    return x
+
+
 def _ambient(x: np.ndarray, B: np.ndarray, beta: float, a: np.ndarray) -> np.ndarray:
     r""":math:`u_i=\sum_h\sum_j a_j e^{\beta s^h_{ij}}B_hx_j` (at :math:`\beta=0`: :math:`\sum_j a_jB_hx_j`), shape (n, d)."""
+    return _ambient_and_scale(x, B, beta, a)[0]
+
+
+def _ambient_and_scale(x: np.ndarray, B: np.ndarray, beta: float, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""``(u, w)``: :math:`u` of :func:`_ambient` and the size of its terms,
+    :math:`w_i=\sum_h\sum_ja_je^{\beta s^h_{ij}}\|B_hx_j\|\ge\|u_i\|`, shape (n,).
+
+    :math:`w` is the scale of the round-off of :math:`u` and does not vanish where the terms cancel (:math:`u\approx0`
+    at a critical point of an indefinite :math:`B`)."""
+    n = x.shape[0]
     u = np.zeros_like(x)
+    w = np.zeros(n)
     for Bh in B:
         bx = x @ Bh  # rows (B x_j)^T
-        kernel = np.exp(beta * (x @ bx.T)) if beta else np.ones((x.shape[0], x.shape[0]))
-        u += (kernel * a[None, :]) @ bx
-    return u
+        kernel = np.exp(beta * (x @ bx.T)) if beta else np.ones((n, n))
+        weighted = kernel * a[None, :]
+        u += weighted @ bx
+        w += weighted @ np.linalg.norm(bx, axis=1)
+    return u, w
+
+
+def _field_scale(a: np.ndarray, w: np.ndarray) -> float:
+    r""":math:`(\sum_ia_iw_i^2)^{1/2}`: the scale the gradient norm is compared with (:func:`hessian_spectrum`)."""
+    with np.errstate(over="ignore"):  # (an overflow is named by _check_finite)
+        return math.sqrt(float(a @ np.square(w)))
+
+
+def _relative(norm: float, scale: float) -> float:
+    return norm / scale if scale > 0 else (0.0 if norm == 0 else math.inf)
 
 
 def _tangent(x: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -151,7 +194,7 @@ def riemannian_gradient(x: np.ndarray, heads: HeadStack | np.ndarray, *, beta: f
     Parameters
     ----------
     x : (n, d) array
-        Unit tokens.
+        Unit tokens (ValueError naming ``x`` where a norm is off 1 by more than :data:`SPHERE_TOLERANCE`).
     heads : HeadStack or (H, d, d) array
         Symmetric score matrices :math:`B_h`.
     beta : float
@@ -165,7 +208,7 @@ def riemannian_gradient(x: np.ndarray, heads: HeadStack | np.ndarray, *, beta: f
     >>> float(np.abs(riemannian_gradient(x, np.eye(2), beta=2.0)).max())
     0.0
     """
-    x = np.asarray(x, dtype=float)
+    x = _unit(x)
     B = symmetric_heads(heads)
     return _tangent(x, _ambient(x, B, float(beta), _masses(x.shape[0], weights)))
 
@@ -175,9 +218,10 @@ def gradient_norm(x: np.ndarray, heads: HeadStack | np.ndarray, *, beta: float, 
     r"""The Riemannian gradient norm :math:`\|\operatorname{grad}E\|_g=(\sum_ia_i\|P^\perp_{x_i}u_i\|^2)^{1/2}`.
 
     ``relative=True`` divides by :math:`(\sum_ia_i\|u_i\|^2)^{1/2}`: the fraction of the field that is
-    tangent, a scale-free criticality measure (0 at a critical point, at most 1).
+    tangent (0 at a critical point, at most 1; round-off over round-off where :math:`u\approx0`, which
+    :func:`hessian_spectrum` avoids by its scale).  ``x``: unit tokens (ValueError otherwise).
     """
-    x = np.asarray(x, dtype=float)
+    x = _unit(x)
     B = symmetric_heads(heads)
     a = _masses(x.shape[0], weights)
     u = _ambient(x, B, float(beta), a)
@@ -207,9 +251,10 @@ def riemannian_hessian(x: np.ndarray, heads: HeadStack | np.ndarray, *, beta: fl
 
     Its eigenvalues on the tangent space, in the coordinates :math:`A^{1/2}\xi`, are those of the
     Hessian operator of :math:`(S^{d-1})^n` with the mass metric; the :math:`n` normal directions
-    are zero.  Row/column ``i*d + p`` is coordinate ``p`` of token ``i``.
+    are zero.  Row/column ``i*d + p`` is coordinate ``p`` of token ``i``.  ``x``: unit tokens (ValueError
+    otherwise).
     """
-    x = np.asarray(x, dtype=float)
+    x = _unit(x)
     B = symmetric_heads(heads)
     n, d = x.shape
     a = _masses(n, weights)
@@ -286,7 +331,9 @@ class Spectrum:
         :math:`\max\|\mathcal H\zeta\|` over unit symmetry directions, relative to the spectral scale
         (0 at a critical point, where the orbit is a null space).
     gradient_norm, relative_gradient : float
-        :math:`\|\operatorname{grad}E\|_g` and its fraction of :math:`(\sum_ia_i\|u_i\|^2)^{1/2}`.
+        :math:`\|\operatorname{grad}E\|_g` and its ratio to the field's scale :math:`(\sum_ia_iw_i^2)^{1/2}`,
+        :math:`w_i=\sum_h\sum_ja_je^{\beta s^h_{ij}}\|B_hx_j\|\ge\|u_i\|` (the size of the terms :math:`u_i`
+        sums, which does not vanish where they cancel).
     positive, negative, null : int
         Counts of eigenvalues above, below and within the tolerance: ``positive`` is the number of
         directions the ascent flow escapes along (the ascent index).
@@ -336,12 +383,18 @@ def hessian_spectrum(x: np.ndarray, heads: HeadStack | np.ndarray, *, beta: floa
     Parameters
     ----------
     x : (n, d) array
+        Unit tokens (ValueError naming ``x`` otherwise).
     heads : HeadStack or (H, d, d) array
         Symmetric :math:`B_h`.
     beta : float
     weights : (n,) array, optional
     gtol : float
-        Critical when :math:`\|\operatorname{grad}E\|_g\le` ``gtol`` :math:`(\sum_ia_i\|u_i\|^2)^{1/2}`.
+        Critical when :math:`\|\operatorname{grad}E\|_g\le` ``gtol`` :math:`(\sum_ia_iw_i^2)^{1/2}` with
+        :math:`w_i=\sum_h\sum_ja_je^{\beta s^h_{ij}}\|B_hx_j\|`, the size of the terms of
+        :math:`u_i=\sum_h\sum_ja_je^{\beta s^h_{ij}}B_hx_j` (:math:`w_i\ge\|u_i\|`, equal for a cluster and
+        :math:`B=I`).  Against :math:`\|u\|` itself, a critical point where the terms cancel (:math:`u\approx0`,
+        e.g. tokens with every :math:`s_{ij}=0` for an indefinite :math:`B`) had read "not critical": round-off
+        over round-off.
     etol : float
         Eigenvalues with :math:`|\lambda|\le` ``etol`` times the spectral scale
         :math:`\max(\max|\lambda|, \max_i|\langle u_i,x_i\rangle|)` count as zero.
@@ -354,17 +407,17 @@ def hessian_spectrum(x: np.ndarray, heads: HeadStack | np.ndarray, *, beta: floa
     >>> s.kind, s.zero_modes, bool(np.allclose(s.eigenvalues, -np.e))
     ('maximum', 2, True)
     """
-    x = np.asarray(x, dtype=float)
+    x = _unit(x)
     B = symmetric_heads(heads)
     n, d = x.shape
     a = _masses(n, weights)
-    u = _ambient(x, B, float(beta), a)
+    u, w = _ambient_and_scale(x, B, float(beta), a)
     g = _tangent(x, u)
     gnorm = math.sqrt(float(a @ np.einsum("ij,ij->i", g, g)))
-    unorm = math.sqrt(float(a @ np.einsum("ij,ij->i", u, u)))
-    rel = gnorm / unorm if unorm > 0 else 0.0
+    wnorm = _field_scale(a, w)
     hess = riemannian_hessian(x, B, beta=beta, weights=a)
-    _check_finite(beta, gnorm, unorm, hess)  # NaN had passed the gradient test: a confident verdict on no number
+    _check_finite(beta, gnorm, wnorm, hess)  # NaN had passed the gradient test: a confident verdict on no number
+    rel = _relative(gnorm, wnorm)
     tb = _tangent_basis(x)  # (n, d, d-1)
     W = np.zeros((n * d, n * (d - 1)))
     for i in range(n):
@@ -412,7 +465,9 @@ def hessian_spectrum(x: np.ndarray, heads: HeadStack | np.ndarray, *, beta: floa
 
 def classify(x: np.ndarray, heads: HeadStack | np.ndarray, *, beta: float, weights: np.ndarray | None = None,
              gtol: float = 1e-6, etol: float = 1e-8) -> str:
-    """The verdict of :func:`hessian_spectrum`: ``"maximum"``, ``"minimum"``, ``"saddle"``, ``"degenerate"`` or ``"not critical"``."""
+    """The verdict of :func:`hessian_spectrum`: ``"maximum"``, ``"minimum"``, ``"saddle"``, ``"degenerate"`` or ``"not critical"``.
+
+    ``x``: unit tokens (ValueError naming ``x`` otherwise)."""
     return hessian_spectrum(x, heads, beta=beta, weights=weights, gtol=gtol, etol=etol).kind
 
 
@@ -450,8 +505,10 @@ def optimize(x0: np.ndarray, heads: HeadStack | np.ndarray, *, beta: float, weig
     :math:`\langle\Delta x,\Delta x\rangle_g/|\langle\Delta x,\Delta g\rangle_g|` (the first one
     :math:`1/\max_i\|u_i\|`), halved until the Armijo condition holds, so :math:`\sigma E` never
     decreases.  Stops when :math:`\|\operatorname{grad}E\|_g\le` ``gtol``
-    :math:`(\sum_ia_i\|u_i\|^2)^{1/2}` (the relative gradient of :func:`gradient_norm`).  A step whose
-    energy change is below round-off is accepted when it lowers the gradient norm.
+    :math:`(\sum_ia_iw_i^2)^{1/2}`, :math:`w_i=\sum_h\sum_ja_je^{\beta s^h_{ij}}\|B_hx_j\|` (the scale of
+    :func:`hessian_spectrum`; against :math:`\|u\|` a critical point where :math:`u\approx0` had run to
+    ``max_iter`` unconverged).  A step whose energy change is below round-off is accepted when it lowers the
+    gradient norm.  The rows of ``x0`` are divided by their norms first.
 
     The optimiser of Burger, Kabri, Korolev, Roith and Weigand (arXiv 2501.03096) for the
     maximisers and minimisers of :math:`E` over particles, with a line search in place of a fixed step.
@@ -474,23 +531,23 @@ def optimize(x0: np.ndarray, heads: HeadStack | np.ndarray, *, beta: float, weig
     beta = float(beta)
 
     def evaluate(y: np.ndarray) -> tuple[float, np.ndarray, float, float]:
-        u = _ambient(y, B, beta, a)
+        u, w = _ambient_and_scale(y, B, beta, a)
         g = _tangent(y, u)
         return (energy_multi(y, stack, beta=beta, weights=a), g, math.sqrt(float(a @ np.einsum("ij,ij->i", g, g))),
-                math.sqrt(float(a @ np.einsum("ij,ij->i", u, u))))
+                _field_scale(a, w))
 
-    e, g, gn, un = evaluate(x)
-    _check_finite(beta, e, gn, un)
+    e, g, gn, wn = evaluate(x)
+    _check_finite(beta, e, gn, wn)
     energies, norms = [e], [gn]
     tau = 1.0 / max(float(np.max(np.linalg.norm(_ambient(x, B, beta, a), axis=1))), 1e-300)
-    converged = gn <= gtol * un
+    converged = gn <= gtol * wn
     it = 0
     while not converged and it < max_iter:
         it += 1
         step = tau
         for _ in range(80):
             y = _normalize(x + (sigma * step) * g)
-            e_new, g_new, gn_new, un_new = evaluate(y)
+            e_new, g_new, gn_new, wn_new = evaluate(y)
             gain = sigma * (e_new - e)
             if gain >= armijo * step * gn * gn or (abs(e_new - e) <= 8 * np.finfo(float).eps * abs(e) and gn_new < gn and gain >= -8 * np.finfo(float).eps * abs(e)):
                 break
@@ -501,10 +558,10 @@ def optimize(x0: np.ndarray, heads: HeadStack | np.ndarray, *, beta: float, weig
         dg = g_new - g
         curv = abs(float(a @ np.einsum("ij,ij->i", dx, dg)))
         tau = float(a @ np.einsum("ij,ij->i", dx, dx)) / curv if curv > 0 else 2 * step
-        x, e, g, gn, un = y, e_new, g_new, gn_new, un_new
+        x, e, g, gn, wn = y, e_new, g_new, gn_new, wn_new
         energies.append(e)
         norms.append(gn)
-        converged = gn <= gtol * un
+        converged = gn <= gtol * wn
     return OptimizeResult(x=x, energy=np.array(energies), gradient_norm=np.array(norms), converged=bool(converged),
                           iterations=it, mode=mode)
 

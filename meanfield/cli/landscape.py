@@ -4,8 +4,8 @@
 critical point of E and whether it is a maximum, a minimum, a saddle or degenerate (eigenvalues
 of the Riemannian Hessian with the rotation zero modes removed).  ``meanfield landscape search
 CONFIG.toml --mode max|min`` runs Riemannian gradient ascent or descent with an Armijo line search
-from the config's initial tokens and classifies what it reaches
-(:mod:`meanfield.analysis.landscape`).
+from the config's initial tokens (with ``init.kind = "run"``: a stored frame's, with their masses) and
+classifies what it reaches (:mod:`meanfield.analysis.landscape`).
 """
 from __future__ import annotations
 
@@ -39,13 +39,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("run", metavar="OUT.h5", help="a particle run file")
     c.add_argument("--frame", default="-1", metavar="K", help="frame index (default -1: the last)")
     s = sub.add_parser("search", help="search a maximiser or minimiser from a config's initial tokens")
-    s.add_argument("config", metavar="CONFIG.toml", help="the model and the initial tokens")
+    s.add_argument("config", metavar="CONFIG.toml", help="the model and the initial tokens (init.kind = 'run': a stored "
+                                                          "frame's, init.path at init.time, with their masses)")
     s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
     s.add_argument("--mode", default="max", choices=("max", "min"), help="ascent to a maximiser (default) or descent to a minimiser")
     s.add_argument("--max-iter", default="5000", metavar="N", help="largest number of iterations (default 5000)")
     s.add_argument("--out", metavar="X.npy", help="save the configuration reached")
     for q in (c, s):
-        q.add_argument("--gtol", default="1e-6", metavar="G", help="critical when |grad E| <= G |u| (default 1e-6)")
+        q.add_argument("--gtol", default="1e-6", metavar="G",
+                       help="critical when |grad E| <= G |w|, w_i = Σ_j a_j e^(β s_ij) |B x_j| >= |u_i| the size of the "
+                            "terms of u (default 1e-6)")
         q.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=main, interrupted="interrupted; nothing was written (the search saves its tokens at the end)")
 
@@ -143,9 +146,14 @@ def main(args: argparse.Namespace) -> int:
         emit({"frame": k, "t": float(run.t[k]), "n": x.shape[0], "d": x.shape[1], **_scaled(spectrum.as_dict(), factor)},
              as_json=args.json)
         return 0
-    from meanfield.build import build_model, initial_tokens
+    from meanfield.build import build_model
 
-    cfg = load_config_noted(args.config, args.overrides)
+    try:
+        cfg = load_config_noted(args.config, args.overrides)
+    except ConfigError as exc:
+        if exc.key == "solver.t_final" and "(init.time)" in exc.message:  # init.kind = "run": a frame after t_final
+            raise ConfigError(exc.key, f"{exc.message} (the search only reads that frame: any later t_final will do)") from None
+        raise
     max_iter = parse_int(args.max_iter, "--max-iter", minimum=1)
     if args.out is not None and not str(args.out).endswith(".npy"):
         raise ConfigError("--out", f"expected a .npy file name, got {args.out!r}")
@@ -153,17 +161,38 @@ def main(args: argparse.Namespace) -> int:
     _on_the_sphere(cfg["model"]["norm"])
     _constant_heads(cfg)
     B, beta, factor = _heads(build_model(cfg), 0.0)
+    x0, weights = _start(cfg)
     try:
-        result = optimize(initial_tokens(cfg), B, beta=beta, mode=args.mode, gtol=gtol * 1e-2, max_iter=max_iter)
+        result = optimize(x0, B, beta=beta, weights=weights, mode=args.mode, gtol=gtol * 1e-2, max_iter=max_iter)
     except OverflowError as exc:
         raise ConfigError("model.beta", str(exc)) from None
-    spectrum = _spectrum(result.x, B, beta, gtol)
+    spectrum = _spectrum(result.x, B, beta, gtol, weights)
     if args.out is not None:
         _save_tokens(Path(args.out), result.x)
     emit({"mode": args.mode, "converged": result.converged, "iterations": result.iterations,
           **_scaled({"energy_start": float(result.energy[0]), **spectrum.as_dict()}, factor), **({"out": args.out} if args.out else {})},
          as_json=args.json)
     return 0
+
+
+def _start(cfg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The search's initial tokens and their masses (``None``: equal): the config's ``[init]``, or with ``init.kind = "run"``
+    the frame of ``init.path`` at ``init.time`` with its token masses (a grid run's cells with theirs), as ``simulate``
+    starts from it.  (That kind had been refused as "not a particle initial measure".)"""
+    from meanfield.build import initial_tokens
+
+    init = cfg["init"]
+    if init["kind"] != "run":
+        return initial_tokens(cfg), None
+    from meanfield.io.source_frame import source_tokens
+
+    frame = source_tokens(init["path"], init["time"], min_mass=float(init["min_mass"]), symmetry=init["symmetry"], warn=False)
+    weights = None if frame.weights is None else np.asarray(frame.weights, dtype=float)
+    if weights is not None and not np.all(weights > 0):
+        raise ConfigError("init.min_mass", f"the frame of {init['path']} at t = {frame.time:g} has {int(np.sum(weights <= 0))} "
+                                           "tokens of zero mass; the landscape's metric weighs each token by its mass "
+                                           "(leave them out with init.min_mass > 0)")
+    return np.asarray(frame.tokens, dtype=float), weights
 
 
 def _save_tokens(path: Path, x: np.ndarray) -> None:

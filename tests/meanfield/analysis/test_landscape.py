@@ -33,6 +33,7 @@ import pytest
 import meanfield as mf
 from meanfield.analysis.energy import head_energies
 from meanfield.analysis.landscape import (
+    classify,
     gradient_clock,
     gradient_norm,
     hessian_spectrum,
@@ -471,3 +472,65 @@ def test_the_gradient_clock_is_not_taken_for_a_step_too_long_for_the_field():
         mf.simulate(cfg)
     with pytest.warns(MeanfieldWarning, match="moves tokens by up to"):
         mf.simulate({**cfg, "solver": {**cfg["solver"], "clock": "time", "t_final": 0.01}})
+
+
+# --------------------------------------------------------------------------- #
+# the verdict's scale, unit tokens, the search from a stored frame
+# --------------------------------------------------------------------------- #
+def _circle(angles: np.ndarray) -> np.ndarray:
+    return np.c_[np.cos(angles), np.sin(angles)]
+
+
+def test_a_critical_point_where_the_field_cancels_is_critical():
+    # B indefinite: the minimiser found has every s_ij ~ 0, so u ~ 0 and |grad E| / |u| is round-off over round-off:
+    # optimize had run 3358 iterations unconverged and hessian_spectrum said "not critical" (relative gradient 2.4e-4)
+    B = np.diag([1.0, 1.0, -0.5])
+    r = optimize(sample_uniform(6, 3, seed=2), B, beta=1.0, mode="min")
+    assert r.converged and hessian_spectrum(r.x, B, beta=1.0).critical
+    r = optimize(sample_uniform(6, 3, seed=2), B, beta=1.0, mode="min", gtol=1e-12, max_iter=10000)
+    s = hessian_spectrum(r.x, B, beta=1.0)
+    assert r.converged and s.kind == "degenerate" and s.relative_gradient <= 1e-12  # a family of minimisers: E = 1/2
+    assert gradient_norm(r.x, B, beta=1.0, relative=True) > 1e-6  # the tangent fraction of u, no criticality measure here
+    np.testing.assert_allclose(r.energy[-1], 0.5, rtol=1e-12)
+
+
+def test_the_landscape_refuses_tokens_off_the_sphere():
+    # 3·x had been given a verdict and the energy 896
+    x = 3 * sample_uniform(5, 3, seed=0)
+    for call in (lambda: hessian_spectrum(x, np.eye(3), beta=1.0), lambda: riemannian_gradient(x, np.eye(3), beta=1.0),
+                 lambda: riemannian_hessian(x, np.eye(3), beta=1.0), lambda: gradient_norm(x, np.eye(3), beta=1.0),
+                 lambda: classify(x, np.eye(3), beta=1.0)):
+        with pytest.raises(ValueError, match=r"x must hold unit tokens .* row \d has norm 3"):
+            call()
+    near = sample_uniform(5, 3, seed=0) * (1 + 1e-12)
+    assert hessian_spectrum(near, np.eye(3), beta=1.0).kind == hessian_spectrum(near / (1 + 1e-12), np.eye(3), beta=1.0).kind
+    # optimize says that it normalises its start: 3·x starts where x does
+    np.testing.assert_allclose(optimize(x, np.eye(3), beta=1.0, max_iter=5).x,
+                               optimize(x / 3, np.eye(3), beta=1.0, max_iter=5).x, atol=1e-12)
+
+
+def test_landscape_search_starts_from_a_stored_frame_with_its_masses(tmp_path, capsys):
+    # init.kind = "run" had been refused as "not a particle initial measure"; simulate starts from such a frame
+    import json
+
+    from meanfield.analysis.energy import energy_multi
+    from meanfield.cli import main
+    from meanfield.io.source_frame import source_tokens
+
+    grid = tmp_path / "grid.h5"
+    mf.simulate({"model": {"beta": 1.0}, "init": {"kind": "vmf", "kappa": 3.0}, "grid": {"cells": 60},
+                 "solver": {"kind": "grid", "method": "ssprk3", "t_final": 0.2, "save_every": 0.1}}, out=grid)
+    config = tmp_path / "search.toml"
+    _write_toml({"model": {"beta": 1.0, "attention": "unnormalized", "heads": [{"V": "aligned"}]},
+                 "init": {"kind": "run", "path": "grid.h5", "time": 0.1}, "solver": {"t_final": 1.0}}, config)
+    assert main(["landscape", "search", str(config), "--max-iter", "50", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    frame = source_tokens(grid, 0.1)
+    assert frame.weights is not None and np.ptp(frame.weights) > 0.1 * frame.weights.mean()
+    stack = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    np.testing.assert_allclose(report["energy_start"], energy_multi(frame.tokens, stack, beta=1.0, weights=frame.weights),
+                               rtol=1e-12)
+    assert abs(report["energy_start"] - energy_multi(frame.tokens, stack, beta=1.0)) > 1e-3  # the masses were kept
+    # a frame after solver.t_final: the key is named, with what the search makes of it
+    assert main(["landscape", "search", str(config), "--set", "solver.t_final=0.05"]) == 2
+    assert "error: solver.t_final: " in (err := capsys.readouterr().err) and "any later t_final will do" in err
