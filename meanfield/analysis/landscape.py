@@ -674,32 +674,95 @@ def mirror_descent(points: Any, heads: HeadStack | np.ndarray, *, beta: float, m
 # --------------------------------------------------------------------------- #
 # clusters that merge, and the gradient clock
 # --------------------------------------------------------------------------- #
-def identify(x: np.ndarray, radius: float) -> list[np.ndarray]:
-    r"""Groups of tokens linked by geodesic distance :math:`<` ``radius`` (connected components), largest index sets first.
+#: tokens in one cell of this side, relative to the merge radius, count as one point before the pairs are sought: a
+#: collapsed cluster of k tokens (equal, or equal to round-off) is one point there, not k²/2 pairs
+_CELL_OF_RADIUS = 1e-9
 
-    Only groups of two or more are returned; a k-d tree finds the pairs (chordal radius
-    :math:`2\sin(r/2)`), so the cost is :math:`O(n\log n)`.
+
+def _identification(x: np.ndarray, radius: float, a: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    r"""The groups of :func:`identify` as labels: ``(label, centre)``, ``label`` (n,) with equal values for the tokens
+    of one group (each other token its own), ``centre`` (L, d) each label's mass-weighted mean direction; ``None``
+    where no two tokens are identified.  :math:`O(n\log n)`, without a loop over pairs or groups."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n = x.shape[0]
+    if not radius > 0 or n < 2:
+        return None
+    radius = min(float(radius), math.pi)
+    chord = 2.0 * math.sin(radius / 2.0)
+    # points equal to within a cell of side 1e-9 r first: their pairs would be k²/2 (a collapsed cluster at every step)
+    cell = max(_CELL_OF_RADIUS * radius, 1e-15)
+    _, first, cell_of = np.unique(np.floor(x / cell), axis=0, return_index=True, return_inverse=True)
+    cell_of = cell_of.reshape(-1)
+    cells = first.size
+    pairs = cKDTree(x[first]).query_pairs(chord, output_type="ndarray") if cells > 1 else np.zeros((0, 2), dtype=np.intp)
+    if cells == n and not len(pairs):
+        return None
+    graph = csr_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(cells, cells))
+    count, component_of_cell = connected_components(graph, directed=False)
+    component = component_of_cell[cell_of]
+
+    def centres(label: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+        total = csr_matrix((a, (label, np.arange(n))), shape=(size, n)) @ x
+        norm = np.linalg.norm(total, axis=1)
+        return total / np.where(norm > 0, norm, 1.0)[:, None], norm
+
+    centre, norm = centres(component, count)
+    # a component is identified only where every token lies within r of its centre: a chain of neighbours through a
+    # dense cloud is no collapsed cluster (linked as a whole, 1500 tokens on the circle had become one point in a step)
+    spread = np.zeros(count)
+    np.maximum.at(spread, component, np.linalg.norm(x - centre[component], axis=1))
+    tight = (spread <= chord) & (norm > 0)
+    # elsewhere only the tokens of one cell, equal to within 1e-9 r, are one point
+    label = np.where(tight[component], component, count + cell_of)
+    _, label = np.unique(label, return_inverse=True)
+    label = label.reshape(-1)
+    size = int(label.max()) + 1
+    if size == n:
+        return None
+    return label, centres(label, size)[0]
+
+
+def identify(x: np.ndarray, radius: float, *, weights: np.ndarray | None = None) -> list[np.ndarray]:
+    r"""Groups of tokens to identify at the merge radius ``radius`` (geodesic), sorted by their first index.
+
+    The candidates are the connected components of the graph of pairs closer than ``radius`` (single linkage).  A
+    component is a group only where every token lies within ``radius`` of its mass-weighted mean direction
+    :math:`\sum_ia_ix_i/\|\sum_ia_ix_i\|`: setting a group to that direction moves no token by more than
+    ``radius``.  A component that fails (a chain of neighbours through a dense cloud, not a collapsed cluster) is
+    left as it is, but for tokens that coincide to within :math:`10^{-9}` ``radius``, which are one point.  Linked
+    as a whole, such a chain had been set to one point however long it was: 1500 uniform tokens on the circle at
+    ``radius = 0.05`` had become one point.
+
+    Tokens that coincide (to :math:`10^{-9}` ``radius``) are taken as one point before a k-d tree finds the pairs
+    (chordal radius :math:`2\sin(r/2)`) and :func:`scipy.sparse.csgraph.connected_components` links them, so the
+    cost is :math:`O(n\log n)`, :math:`O(k)` for a collapsed cluster of :math:`k` tokens (whose :math:`k^2/2` pairs
+    had been a Python loop at every step of the gradient clock: 4.4 s a call at :math:`k=2000`).
+
+    Parameters
+    ----------
+    x : (n, d) array
+        Unit tokens (ValueError otherwise).
+    radius : float
+        The merge radius :math:`r`; ``0`` identifies nothing.
+    weights : (n,) array, optional
+        Masses :math:`a_i` of the centres (default equal).
+
+    Returns
+    -------
+    list of int arrays
+        The groups of two or more tokens, each sorted.
     """
-    if radius <= 0 or x.shape[0] < 2:
+    x = _unit(x)
+    found = _identification(x, radius, _masses(x.shape[0], weights))
+    if found is None:
         return []
-    pairs = cKDTree(x).query_pairs(2.0 * math.sin(min(radius, math.pi) / 2.0), output_type="ndarray")
-    if not len(pairs):
-        return []
-    parent = np.arange(x.shape[0])
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i, j in pairs:
-        ri, rj = root(int(i)), root(int(j))
-        if ri != rj:
-            parent[max(ri, rj)] = min(ri, rj)
-    roots = np.array([root(i) for i in range(x.shape[0])])
-    groups = [np.flatnonzero(roots == r) for r in np.unique(roots)]
-    return [g for g in groups if g.size > 1]
+    label = found[0]
+    order = np.argsort(label, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(label[order]) != 0])
+    groups = [g for g in np.split(order, starts[1:]) if g.size > 1]
+    return sorted(groups, key=lambda g: int(g[0]))
 
 
 def _mean_direction(x: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -720,17 +783,49 @@ def _rk4_step(f: Callable[[np.ndarray, float], np.ndarray], x: np.ndarray, t: fl
 _RK4_B = (1 / 6, 1 / 3, 1 / 3, 1 / 6)
 
 
+#: the gradient clock's rest: a field :math:`F=\sigma P^\perp v` with :math:`\|F\|_g\le` this times :math:`\|v\|_g` is round-off
+#: (the tangent part of a :math:`v` parallel to the tokens: a collapsed cluster, a critical point), and the physical time is
+#: infinite there (a step of the clock had taken :math:`h/\|F\|_g`, 10¹⁴–10¹⁵ after the last collapse)
+CLOCK_REST = 1e-13
+
+
+def _field_and_scale(model: Any, x: np.ndarray, t: float, weights: np.ndarray | None, a: np.ndarray,
+                     fallback: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, float, float]:
+    r"""``(F, ‖F‖_g, ‖v‖_g)``: the model's tangent velocity :math:`F=\sigma P^\perp_xv` (``model.velocity``), its norm and
+    that of the ambient :math:`v` (``model.ambient_velocity``) in the mass metric; a model without
+    ``ambient_velocity`` gives ``fallback(x)`` and a scale ``nan`` (no rest is declared)."""
+    ambient = getattr(model, "ambient_velocity", None)
+    if ambient is None or not hasattr(model, "sign"):
+        f = fallback(x)
+        scale = math.nan
+    else:
+        from meanfield.geometry.sphere import project_tangent
+
+        v = ambient(x, t, weights=weights)
+        f = project_tangent(x, v, scale=model.sign)
+        scale = math.sqrt(float(a @ np.einsum("ij,ij->i", v, v)))
+    return f, math.sqrt(float(a @ np.einsum("ij,ij->i", f, f))), scale
+
+
+def _at_rest(speed: float, scale: float) -> bool:
+    """Whether a field of norm ``speed`` is round-off next to its ambient ``scale`` (:data:`CLOCK_REST`)."""
+    return speed <= CLOCK_REST * scale  # (False for a scale of nan)
+
+
 def _clock_step(velocity: Callable[[np.ndarray], np.ndarray], x: np.ndarray, a: np.ndarray, h: float, *,
-                scheme: Any = None, clock: str = "gradient") -> tuple[np.ndarray, float, float]:
+                scheme: Any = None, clock: str = "gradient", first: np.ndarray | None = None) -> tuple[np.ndarray, float, float]:
     r"""One step of :math:`dx/ds=F/\|F\|_g` (``clock="gradient"``) or :math:`dx/dt=F`; returns ``(x, Δt, ‖F(x)‖_g)``.
 
     The physical time :math:`\Delta t=h\sum_sb_s/\|F(\text{stage}_s)\|_g` is the scheme applied to
-    :math:`dt/ds=1/\|F\|_g` (infinite once :math:`F=0`).
+    :math:`dt/ds=1/\|F\|_g` (infinite once :math:`F=0`).  ``first``: the field at ``x`` where it was evaluated
+    already (the first stage's).
     """
     norms: list[float] = []
 
     def field(y: np.ndarray, _s: float) -> np.ndarray:
-        f = velocity(y)
+        nonlocal first
+        f = first if first is not None and y is x else velocity(y)
+        first = None
         nrm = math.sqrt(float(a @ np.einsum("ij,ij->i", f, f)))
         norms.append(nrm)
         if clock == "time":
@@ -785,8 +880,10 @@ def merging_flow(y0: np.ndarray, masses: np.ndarray, model: Any, *, threshold: f
         \frac{dy}{ds} = \frac{F(y)}{\|F(y)\|_m},\qquad \|F\|_m^2=\sum_cm_c\|F_c\|^2,\qquad
         \frac{dt}{ds}=\frac{1}{\|F(y)\|_m},
 
-    (``clock="time"``: :math:`dy/dt=F`).  After every step, atoms closer than ``threshold``
-    (geodesic) merge into one atom at their mass-weighted mean direction with the sum of their
+    (``clock="time"``: :math:`dy/dt=F`; ``"gradient"``: the physical time is :math:`\infty` once :math:`F` is
+    round-off next to the ambient velocity, a critical point, where the atoms rest, as in :class:`GradientClock`).
+    After every step, atoms closer than ``threshold`` (geodesic; the groups of :func:`identify`, each within
+    ``threshold`` of its centre) merge into one atom at their mass-weighted mean direction with the sum of their
     masses: :math:`\sum_cm_c` is conserved exactly (up to the rounding of one addition) and the
     number of atoms only decreases.  Because a cluster of :math:`k` coinciding tokens moves as one
     atom of mass :math:`k/n`, the energy of this model is that of the token system once its
@@ -835,7 +932,7 @@ def merging_flow(y0: np.ndarray, masses: np.ndarray, model: Any, *, threshold: f
         return energy_multi(yy, stack, beta=model.beta, weights=mm)
 
     def merge(yy: np.ndarray, mm: np.ndarray, s: float) -> tuple[np.ndarray, np.ndarray]:
-        groups = identify(yy, threshold)
+        groups = identify(yy, threshold, weights=mm)
         if not groups:
             return yy, mm
         keep = np.ones(len(mm), dtype=bool)
@@ -926,12 +1023,20 @@ class GradientClock:
     closer than the merge radius :math:`r` (``merge``; default
     :math:`\min(2h\sqrt{2/\min_ia_i},\ 0.05\,\beta^{-1/2})`: twice the stall distance of a pair of single
     tokens, but never more than a twentieth of the kernel's width, within which tokens are one to
-    :math:`10^{-3}` of their kernel) are identified after every step: each group is set to its
-    mass-weighted mean direction.  They stay distinct tokens with their own masses (the state's
-    shape and the masses are unchanged) and, being equal, move as one from then on.  The energy
-    changes by :math:`O(\beta r^2)` relative at each identification; ``stats["clock_merges"]`` counts them.
-    (Uncapped, the default of ``data/default.toml``'s 256 tokens at ``dt = 0.02`` had been 0.9 rad: the
-    first step had made the cloud one point, and the run had completed without a word.)
+    :math:`10^{-3}` of their kernel) are identified after every step (:func:`identify`): a group linked by
+    such pairs whose every token lies within :math:`r` of its mass-weighted mean direction is set to that
+    direction, so no token moves by more than :math:`r`.  A chain of neighbours through a cloud denser than
+    :math:`r` is no collapsed cluster and is left as it is (linked as a whole, 1500 uniform tokens on the circle
+    at :math:`\beta=1` had become one point in the first step, the energy at its maximum).  The tokens stay
+    distinct tokens with their own masses (the state's shape and the masses are unchanged) and, being equal,
+    move as one from then on.  The energy changes by :math:`O(\beta r^2)` relative at each identification;
+    ``stats["clock_merges"]`` counts them.  (Uncapped, the default of ``data/default.toml``'s 256 tokens at
+    ``dt = 0.02`` had been 0.9 rad.)
+
+    Where the field is round-off next to the model's ambient velocity,
+    :math:`\|F\|_g\le10^{-13}\|v\|_g` (:data:`CLOCK_REST`: a collapsed cluster, a critical point), the
+    tokens rest and the physical time is :math:`\infty` (a step had taken :math:`h/\|F\|_g`, a physical time
+    of :math:`10^{14}`–:math:`10^{15}` after the last collapse).
 
     Parameters
     ----------
@@ -956,6 +1061,7 @@ class GradientClock:
         self.merge = float(merge)
         self.time = 0.0
         self.speed = math.nan
+        self._kept: tuple[float, np.ndarray, np.ndarray, float, float] | None = None
 
     def restore(self, diagnostics: dict[str, float]) -> None:
         """Continue a resumed run: the physical time from its last frame's ``clock_time``."""
@@ -976,17 +1082,38 @@ class GradientClock:
         return min(self.stall_distance(n), cap)
 
     def identify(self, x: np.ndarray) -> np.ndarray:
-        """Set every group of tokens closer than the merge radius to its mass-weighted mean direction."""
-        groups = identify(x, self.radius(x.shape[0]))
-        if not groups:
+        """Set every group of :func:`identify` at the merge radius to its mass-weighted mean direction (a group already
+        one point is left as it is)."""
+        if not np.all(np.isfinite(x)):  # the run's own check names NaN/Inf at the frame (the k-d tree would raise here)
             return x
         a = _masses(x.shape[0], self.weights)
+        found = _identification(x, self.radius(x.shape[0]), a)
+        if found is None:
+            return x
+        label, centre = found
+        _, first, size = np.unique(label, return_index=True, return_counts=True)
+        apart = np.any(x != x[first[label]], axis=1) & (size[label] > 1)  # tokens not yet equal to their group's first
+        if not apart.any():
+            return x
+        moved = np.unique(label[apart])
+        self.stats["clock_merges"] = self.stats.get("clock_merges", 0) + int(moved.size)
         x = x.copy()
-        for g in groups:
-            if np.any(x[g] != x[g[0]]):  # not already one point: an identification
-                self.stats["clock_merges"] = self.stats.get("clock_merges", 0) + 1
-            x[g] = _mean_direction(x[g], a[g])
+        rows = np.isin(label, moved)
+        x[rows] = centre[label[rows]]
         return x
+
+    def field_at(self, x: np.ndarray, time: float) -> tuple[np.ndarray, float, float]:
+        r"""``(F, ‖F‖_g, ‖v‖_g)`` at the tokens ``x`` (:func:`_field_and_scale`); the last evaluation is kept, so that a
+        saved frame's :class:`ClockTracker` and the next step's first stage cost one."""
+        kept = self._kept
+        if kept is not None and kept[0] == time and kept[1].shape == x.shape and np.array_equal(kept[1], x):
+            return kept[2], kept[3], kept[4]
+        a = _masses(x.shape[0], self.weights)
+        f, speed, scale = _field_and_scale(self.model, x, time, self.weights, a, lambda z: self.inner.field(z, time))
+        if not math.isnan(scale):  # (the fallback, the stepper's own field, counts itself)
+            self.stats["evaluations"] = self.stats.get("evaluations", 0) + 1
+        self._kept = (time, np.array(x, copy=True), f, speed, scale)
+        return f, speed, scale
 
     def advance(self, state: np.ndarray, t0: float, t1: float) -> np.ndarray:
         """Integrate from clock value ``t0`` to exactly ``t1`` (the loop's times are clock values)."""
@@ -1056,13 +1183,17 @@ def gradient_clock(setup: Any, *, clock: str = "gradient", merge: float = 0.0, s
         stall, radius = wrapped.stall_distance(n) / 2, wrapped.radius(n)
         # (the note fires where the cap binds, i.e. twice the stall distance exceeds the radius; it had said "beyond"
         # there too, e.g. "near 0.004 rad, beyond the merge radius 0.00791")
-        where = (f"beyond the merge radius {radius:.3g} ({MERGE_KERNEL_WIDTHS:g} β^(-1/2)): the last collapse of a pair then stalls"
+        where = (f"beyond the merge radius {radius:.3g} ({MERGE_KERNEL_WIDTHS:g} β^(-1/2)): the last collapse of a pair may "
+                 "stall short of it"
                  if stall > radius else
                  f"inside the merge radius {radius:.3g} ({MERGE_KERNEL_WIDTHS:g} β^(-1/2)) but by less than the default's factor 2 "
                  "(the stall distance is an estimate): a pair may stall short of the radius")
+        # (it had ended "(or a solver.clock_merge of your own) avoids it", as if any radius would; and it is the stall that a
+        # smaller dt avoids: a dense cloud is not merged at any dt, the identification moving no token by more than r)
         warnings.warn(f"solver.dt = {wrapped.dt:g} in the gradient clock stalls a collapsing pair of these {n} tokens near "
                       f"{stall:.3g} rad, {where}; a solver.dt below {wrapped.dt * radius / wrapped.stall_distance(n):.2g} "
-                      "(or a solver.clock_merge of your own) avoids it", ConfigNote, stacklevel=2)
+                      f"avoids that (or a solver.clock_merge of at least {2 * stall:.2g} of your own, which identifies tokens "
+                      "that far from their group's centre)", ConfigNote, stacklevel=2)
     setup.stepper = wrapped
     for tracker in setup.trackers:  # the speed tracker's fixed-step check is in physical time, while a clock step h
         if type(tracker).__name__ == "SteadyStateTracker":  # moves token i by at most h/√a_i (‖dx/ds‖_g = 1): it had

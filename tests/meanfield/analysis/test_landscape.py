@@ -475,10 +475,115 @@ def test_the_gradient_clock_is_not_taken_for_a_step_too_long_for_the_field():
 
 
 # --------------------------------------------------------------------------- #
-# the verdict's scale, unit tokens, the search from a stored frame
+# identification bounded by the merge radius, its cost, the clock's rest, the verdict's scale, unit tokens
 # --------------------------------------------------------------------------- #
 def _circle(angles: np.ndarray) -> np.ndarray:
     return np.c_[np.cos(angles), np.sin(angles)]
+
+
+def _clock_run(d: int, n: int, *, dt: float = 1e-3, beta: float = 1.0):
+    cfg = {"model": {"d": d, "beta": beta, "attention": "unnormalized", "heads": [{"V": "aligned"}]},
+           "init": {"kind": "uniform", "n": n, "seed": 0},
+           "solver": {"kind": "particle", "method": "rk4", "clock": "gradient", "dt": dt, "t_final": dt, "save_every": dt}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the stall note of the capped radius
+        return mf.simulate(cfg)
+
+
+def _distinct(x: np.ndarray) -> int:
+    return len(np.unique(np.round(np.asarray(x), 12), axis=0))
+
+
+def test_identify_leaves_a_chain_longer_than_the_radius():
+    # linked as a whole (single linkage), a chain of neighbours 0.01 apart had been one group of 11 at r = 0.015, its
+    # ends moved by 0.05 to the mean
+    x = _circle(np.linspace(0.0, 0.1, 11))
+    assert identify(x, 0.015) == []
+    assert [g.tolist() for g in identify(x, 0.06)] == [list(range(11))]  # all within 0.06 of the middle: one cluster
+
+
+def test_identification_moves_no_token_by_more_than_the_radius(rng: np.random.Generator):
+    # a dense cloud with tight clusters, filaments and coincident tokens, unequal masses: every group lies within r
+    # of its mass-weighted mean direction, and the tight clusters (isolated by more than r) are found whole
+    d, r = 3, 0.05
+    pole, spot = np.array([0.0, 0.0, 1.0]), np.array([0.6, 0.0, -0.8])
+    cloud = rng.standard_normal((3000, d))
+    cloud /= np.linalg.norm(cloud, axis=1, keepdims=True)
+    cloud = cloud[(cloud @ pole < math.cos(0.3)) & (cloud @ spot < math.cos(0.3))][:3000]  # the clusters stand apart
+    angles = np.linspace(0, 0.6, 80)
+    filament = np.c_[np.cos(angles), np.sin(angles), np.zeros(80)]
+    cluster = pole + 0.004 * rng.standard_normal((40, d))
+    copies = np.tile(spot, (25, 1))
+    x = np.concatenate([cloud, filament, cluster, copies])
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    start = len(cloud) + 80
+    a = rng.uniform(0.5, 2.0, x.shape[0])
+    a /= a.sum()
+    groups = identify(x, r, weights=a)
+    assert groups
+    for g in groups:
+        mean = a[g] @ x[g]
+        mean /= np.linalg.norm(mean)
+        assert np.arccos(np.clip(x[g] @ mean, -1, 1)).max() <= r + 1e-12
+    members = {tuple(g) for g in groups}
+    assert tuple(range(start, start + 40)) in members and tuple(range(start + 40, start + 65)) in members
+    # the gradient clock's identification: no token moved by more than r
+    from meanfield.analysis.landscape import GradientClock
+
+    class Stepper:
+        model = mf.Model(d=d, beta=1.0, attention="unnormalized")
+        weights, dt, scheme = a, 1e-3, None
+        stats: dict = {}
+
+        def field(self, z, t):  # noqa: ARG002 - not called by identify
+            raise AssertionError
+
+    clock = GradientClock(Stepper(), merge=r)
+    moved = clock.identify(x)
+    assert np.arccos(np.clip(np.einsum("ij,ij->i", moved, x), -1, 1)).max() <= r + 1e-12
+    assert clock.stats["clock_merges"] == sum(1 for g in groups if np.ptp(x[g], axis=0).max() > 0)
+    np.testing.assert_array_equal(moved[start + 40:], x[start + 40:])  # already one point: left as it is
+
+
+def test_the_gradient_clock_keeps_a_dense_cloud():
+    """The reviewer's reproducers: a chain through a cloud denser than r had been set to one point, the energy at its
+    maximum e^β/(2β) after one clock step of 0.001 (1500 tokens on the circle; 8000 on S² had become 126 points)."""
+    circle = _clock_run(2, 1500)
+    energy = circle.diagnostics["energy"]
+    assert _distinct(circle.x[-1]) == 1500
+    assert abs(energy[1] - energy[0]) <= 1e-3 * energy[0] and energy[1] < 0.7 * math.exp(1.0) / 2
+    sphere = _clock_run(3, 8000)
+    energy = sphere.diagnostics["energy"]
+    assert _distinct(sphere.x[-1]) >= 7800
+    assert abs(energy[1] - energy[0]) <= 1e-3 * energy[0]
+    assert 0 < sphere.info["clock_merges"] <= 8000 - _distinct(sphere.x[-1])  # small groups of the cloud, each within r
+
+
+def test_the_stall_notes_advice_gives_no_note_and_keeps_the_cloud():
+    """The note's smaller dt brings the stall inside the radius (it had been given where the cloud was merged at any dt)."""
+    from meanfield.errors import ConfigNote
+
+    cfg = {"model": {"d": 2, "beta": 1.0, "attention": "unnormalized", "heads": [{"V": "aligned"}]},
+           "init": {"kind": "uniform", "n": 1500, "seed": 0},
+           "solver": {"clock": "gradient", "dt": 1e-3, "t_final": 1e-3, "save_every": 1e-3}}
+    with pytest.warns(ConfigNote, match=r"a solver.dt below 0.00046 avoids that \(or a solver.clock_merge of at least 0.11"):
+        mf.simulate(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigNote)
+        run = mf.simulate({**cfg, "solver": {**cfg["solver"], "dt": 4.5e-4, "t_final": 4.5e-4, "save_every": 4.5e-4}})
+    assert _distinct(run.x[-1]) == 1500
+
+
+def test_identify_takes_a_collapsed_cluster_as_one_point(rng: np.random.Generator):
+    # its k²/2 pairs had been a Python loop at every clock step (4.4 s a call at k = 2000); the result is checked here
+    k = 3000
+    x = np.concatenate([np.tile([1.0, 0.0, 0.0], (k, 1)), [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]])
+    groups = identify(x, 0.01)
+    assert len(groups) == 1 and np.array_equal(groups[0], np.arange(k))
+    noisy = np.tile([0.0, 0.6, 0.8], (k, 1)) + 1e-16 * rng.standard_normal((k, 3))  # equal to round-off
+    noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+    groups = identify(np.concatenate([noisy, [[1.0, 0.0, 0.0]]]), 1e-6)
+    assert len(groups) == 1 and np.array_equal(groups[0], np.arange(k))
 
 
 def test_a_critical_point_where_the_field_cancels_is_critical():
@@ -499,7 +604,7 @@ def test_the_landscape_refuses_tokens_off_the_sphere():
     x = 3 * sample_uniform(5, 3, seed=0)
     for call in (lambda: hessian_spectrum(x, np.eye(3), beta=1.0), lambda: riemannian_gradient(x, np.eye(3), beta=1.0),
                  lambda: riemannian_hessian(x, np.eye(3), beta=1.0), lambda: gradient_norm(x, np.eye(3), beta=1.0),
-                 lambda: classify(x, np.eye(3), beta=1.0)):
+                 lambda: classify(x, np.eye(3), beta=1.0), lambda: identify(x, 0.1)):
         with pytest.raises(ValueError, match=r"x must hold unit tokens .* row \d has norm 3"):
             call()
     near = sample_uniform(5, 3, seed=0) * (1 + 1e-12)
