@@ -24,9 +24,9 @@ two steps :math:`h` and :math:`h/2`; coincident tokens identified within :math:`
 refinement halves both the step and the radius) is drawn against the reduced model
 (:func:`meanfield.analysis.landscape.merging_flow`: 5 weighted atoms at the cluster centres, same law and
 clock, step :math:`h`, merging within :math:`0.05\beta^{-1/2}=0.0079`).  The right panel shows the
-physical time the clock crosses: the plateaus last decades of :math:`t`.  Its final rise at :math:`s\to1`
-is no phase: the time the last pair takes to come within :math:`r` (1.1·10⁻⁴ and 1.0·10⁻⁵ at the two
-radii).
+physical time the clock crosses: the plateaus last decades of :math:`t`.  Once the last pair is identified
+(one point: the maximum) the field is round-off and :math:`t=\infty` (not drawn); the rise to 1.1·10⁻⁴
+and 1.0·10⁻⁵ at :math:`s=1` that it had shown was :math:`h/\|F\|` of that round-off field.
 
 Limitation: the identification biases the jumps by :math:`O(r)`.  Against an independent integration
 without merging (written apart from the package: angles, Radau in :math:`e^\beta t`, :math:`s` as an extra ODE; jumps at
@@ -285,7 +285,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     right.set_title(f"metastable phases, each far longer than the last\n(unnormalised, β = {BETA:g}: speeds ~ e^β, "
                     f"so t ~ e^-β = {math.exp(-BETA):.0e})", fontsize=9)
     right.legend(fontsize=8, loc="lower right")
-    right.text(0.9, 0.97, "the rise at s → 1 is no phase: the time\nthe last pair takes to come within the\nmerge radius r (set by h and r)",
+    right.text(0.9, 0.97, "t = ∞ once the last pair is identified\n(one point: the maximum), not drawn",
                transform=right.transAxes, ha="right", va="top", fontsize=7, color="0.3")
     for ax in (left, right):
         ax.grid(alpha=0.3)

@@ -953,11 +953,21 @@ def merging_flow(y0: np.ndarray, masses: np.ndarray, model: Any, *, threshold: f
     for k in range(frames):
         for j in range(per_frame):
             s_now = (k * per_frame + j + 1) * h
-            if len(m) > 1:
-                y, dt, _ = _clock_step(lambda z, mm=m: model.velocity(z, t, weights=mm), y, m, h, scheme=scheme, clock=clock)
+            if clock == "time":
+                if len(m) > 1:
+                    y, _, _ = _clock_step(lambda z, mm=m: model.velocity(z, t, weights=mm), y, m, h, scheme=scheme, clock=clock)
+                t += h
+            elif math.isfinite(t) and len(m) > 1:
+                first, speed, scale = _field_and_scale(model, y, t, m, m, lambda z, mm=m: model.velocity(z, t, weights=mm))
+                if _at_rest(speed, scale):  # a critical point (F is round-off): reached at finite s, t infinite
+                    t = math.inf
+                    continue
+                y, dt, _ = _clock_step(lambda z, mm=m: model.velocity(z, t, weights=mm), y, m, h, scheme=scheme,
+                                       clock=clock, first=first)
                 t += dt
             else:
-                t = math.inf if clock == "gradient" else t + h  # one atom: a critical point, reached at finite s
+                t = math.inf  # one atom, or a critical point reached: the atoms rest there
+                continue
             y, m = merge(y, m, s_now)
         s_out.append((k + 1) * every)
         t_out.append(t)
@@ -1048,7 +1058,7 @@ class GradientClock:
     Attributes
     ----------
     time : float
-        Physical time :math:`t` reached (``inf`` once :math:`F=0`: a critical point).
+        Physical time :math:`t` reached (``inf`` once :math:`F` is round-off: a critical point).
     """
 
     def __init__(self, stepper: Any, *, merge: float = 0.0) -> None:
@@ -1125,7 +1135,14 @@ class GradientClock:
         h = (t1 - t0) / steps
         time = self.time
         for _ in range(steps):
-            x, dt, speed = _clock_step(lambda z: self.inner.field(z, time), x, a, h, scheme=self.scheme)
+            if not math.isfinite(time):  # a critical point was reached: the tokens rest there
+                break
+            first, speed, scale = self.field_at(x, time)
+            if _at_rest(speed, scale):
+                time = math.inf
+                self.speed = speed
+                break
+            x, dt, speed = _clock_step(lambda z: self.inner.field(z, time), x, a, h, scheme=self.scheme, first=first)
             x = self.identify(x)
             time += dt
             self.speed = speed
@@ -1142,9 +1159,9 @@ class ClockTracker:
     name: str = "clock"
 
     def __call__(self, t: float, state: np.ndarray) -> dict[str, float]:  # noqa: ARG002 - the clock value is the loop's
-        f = self.clock.inner.field(state, self.clock.time) if math.isfinite(self.clock.time) else np.zeros_like(state)
-        a = _masses(state.shape[0], self.clock.weights)
-        return {"clock_time": float(self.clock.time), "clock_speed": math.sqrt(float(a @ np.einsum("ij,ij->i", f, f)))}
+        time = self.clock.time
+        speed = self.clock.field_at(state, time)[1] if math.isfinite(time) else 0.0  # at rest: no motion
+        return {"clock_time": float(time), "clock_speed": speed}
 
 
 def gradient_clock(setup: Any, *, clock: str = "gradient", merge: float = 0.0, schedule: str = "constant",

@@ -586,6 +586,26 @@ def test_identify_takes_a_collapsed_cluster_as_one_point(rng: np.random.Generato
     assert len(groups) == 1 and np.array_equal(groups[0], np.arange(k))
 
 
+def test_the_clock_time_is_infinite_once_the_field_is_round_off(tmp_path):
+    """After the last collapse ‖F‖ is round-off (5e-16): a step had added h/‖F‖, clock_time 4e14 ... 4.5e15."""
+    np.save(tmp_path / "x2.npy", np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
+    run = mf.simulate({"model": {"d": 3, "beta": 1.0, "attention": "unnormalized", "heads": [{"V": "aligned"}]},
+                       "init": {"kind": "file", "path": str(tmp_path / "x2.npy")},
+                       "solver": {"clock": "gradient", "dt": 1e-3, "t_final": 3.0, "save_every": 0.25}})
+    time, speed = run.diagnostics["clock_time"], run.diagnostics["clock_speed"]
+    collapsed = np.array([_distinct(x) == 1 for x in run.x])
+    assert collapsed[-1] and not collapsed[0]
+    finite = np.isfinite(time)
+    assert np.array_equal(finite, ~collapsed) and np.all(np.diff(time[finite]) > 0) and time[finite].max() < 10
+    assert np.all(speed[collapsed] == 0)
+    np.testing.assert_array_equal(run.x[-1], run.x[int(np.argmax(collapsed))])  # at rest
+    # the reduced model: two antipodal atoms are a critical point from the start
+    model = mf.Model(d=2, beta=2.0, attention="unnormalized")
+    reduced = merging_flow(np.array([[1.0, 0.0], [-1.0, 0.0]]), np.array([0.5, 0.5]), model, threshold=0.01, ds=0.01,
+                           s_final=0.05)
+    assert np.all(np.isinf(reduced.time[1:])) and np.array_equal(reduced.positions[-1], reduced.positions[0])
+
+
 def test_a_critical_point_where_the_field_cancels_is_critical():
     # B indefinite: the minimiser found has every s_ij ~ 0, so u ~ 0 and |grad E| / |u| is round-off over round-off:
     # optimize had run 3358 iterations unconverged and hessian_spectrum said "not critical" (relative gradient 2.4e-4)
