@@ -154,7 +154,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "mobility": Key((str,), "frozen", _choice("frozen", "implicit"), "jko: mobility frozen at μ_k (frozen) or iterated to the new measure (implicit)"),
         "tol": Key(NUM, 1e-10, _between(*JKO_TOL_RANGE), "jko: inner-solver tolerance, a displacement in radians (particles) or an L¹ change of the cell masses (grid), between 1e-14 (its residual cannot go below round-off: a smaller one failed the run after ten halvings) and 1e-6 (a tolerance near one step's displacement τ‖v‖ had accepted steps that did not move)"),
         "clock": Key((str,), "time", _choice("time", "gradient"), "particle: what the save times count: physical time, or the gradient clock ds = ‖ẋ‖ dt (arc length in the mass metric; Geshkovski, Koubbi, Polyanskiy and Rigollet, arXiv 2410.06833), with the physical time in diagnostics clock_time"),
-        "clock_merge": Key(NUM, 0.0, _at_least(0), "clock = 'gradient': tokens closer than this (geodesic) are identified after each step (0: 2·dt·√(2/min token mass), twice the distance at which an explicit step stalls a collapsing pair, at most 0.05·β^(-1/2); a note where that cap binds)"),
+        "clock_merge": Key(NUM, 0.0, _at_least(0), "clock = 'gradient': the merge radius r (geodesic): after each step a group of tokens is identified where every token lies within r of the group's centre (none moves further) (0: 2·dt·√(2/min token mass), twice the distance at which an explicit step stalls a collapsing pair, at most 0.05·β^(-1/2); a note where that cap binds)"),
     },
     "grid": {
         "cells": Key((int,), 2000, _at_least(12), "number of cells N (graded: the mesh outside the fine caps is that of N Fibonacci cells, spacing sqrt(4π/N); the whole mesh has more)"),
