@@ -67,6 +67,10 @@ def _heads(model: Any, t: float) -> tuple[np.ndarray, float, float]:
         raise ConfigError("model.attention", "the landscape is that of the exponential energy (unnormalized and pooled "
                                              "attention, and softmax with one head, share its critical points); relu "
                                              "attention has another")
+    if getattr(model, "mask", "none") != "none":  # a masked run at rest (speed 2.6e-10) had read "not critical" (0.35)
+        raise ConfigError("model.mask", "the causal mask's flow is not the gradient flow of the energy (Karagodin, "
+                                        "Polyanskiy and Rigollet, arXiv 2411.04990): its rest points are not the energy's "
+                                        "critical points; the landscape is that of the unmasked model (model.mask = 'none')")
     stack = model.heads.at(t)
     if attention == "softmax" and stack.H > 1:  # a run at rest had read "not critical" (relative gradient 3e-3)
         raise ConfigError("model.attention", f"softmax with {stack.H} heads divides each head's term by its own sum Z_i^h, "
@@ -82,11 +86,13 @@ def _heads(model: Any, t: float) -> tuple[np.ndarray, float, float]:
 
 
 def _on_the_sphere(norm: str) -> None:
-    """Refuse tokens that leave the sphere (``model.norm`` other than ``post``): the landscape lives on
+    """Refuse tokens that leave the sphere (``model.norm`` ``pre`` or ``peri``): the landscape lives on
     :math:`(S^{d-1})^n` (a peri-LN run, its tokens of norm 2.9, had been given a verdict, and a pre-LN one an
-    overflow blamed on β)."""
-    if norm != "post":
-        raise ConfigError("model.norm", f"the energy landscape lives on the product of spheres (norm = 'post'), got {norm!r}")
+    overflow blamed on β).  nGPT's tokens stay on the sphere and rest where :math:`P^\perp A = 0`, as Post-LN's: the
+    same critical points (it had been refused)."""
+    if norm not in ("post", "ngpt"):
+        raise ConfigError("model.norm", f"the energy landscape lives on the product of spheres (norm = 'post' or 'ngpt'), "
+                                        f"got {norm!r}")
 
 
 def _constant_heads(cfg: Any) -> None:

@@ -439,6 +439,20 @@ def test_landscape_refuses_multi_head_softmax_tokens_off_the_sphere_and_moving_h
     assert "error: model.norm" in capsys.readouterr().err
     assert main(["landscape", "search", str(config), "--set", "weights.schedule=oscillating"]) == 2
     assert "error: weights.schedule" in capsys.readouterr().err
+    # the causal mask: not a gradient flow of E, a run at rest had read "not critical"; search had ignored the mask
+    masked = tmp_path / "masked.h5"
+    mf.simulate({"model": {"mask": "causal", "beta": 1.0, "direction": "descent"}, "init": {"n": 5},
+                 "solver": {"t_final": 0.2, "save_every": 0.2}}, out=masked)
+    assert main(["landscape", "classify", str(masked)]) == 2
+    assert "error: model.mask: the causal mask's flow is not the gradient flow" in capsys.readouterr().err
+    assert main(["landscape", "search", str(config), "--set", "model.mask=causal", "--max-iter", "50"]) == 2
+    assert "error: model.mask" in capsys.readouterr().err
+    # nGPT: its tokens stay on the sphere and rest where P⊥A = 0, as Post-LN's (it had been refused)
+    ngpt = tmp_path / "ngpt.h5"
+    mf.simulate({"model": {"norm": "ngpt", "beta": 1.0}, "init": {"n": 6}, "solver": {"t_final": 0.2, "save_every": 0.2}},
+                out=ngpt)
+    assert main(["landscape", "classify", str(ngpt)]) == 0
+    capsys.readouterr()
 
 
 def test_landscape_search_names_out_when_the_file_system_refuses_it(tmp_path, capsys, monkeypatch):
