@@ -86,7 +86,7 @@ def _heads(model: Any, t: float) -> tuple[np.ndarray, float, float]:
 
 
 def _on_the_sphere(norm: str) -> None:
-    """Refuse tokens that leave the sphere (``model.norm`` ``pre`` or ``peri``): the landscape lives on
+    r"""Refuse tokens that leave the sphere (``model.norm`` ``pre`` or ``peri``): the landscape lives on
     :math:`(S^{d-1})^n` (a peri-LN run, its tokens of norm 2.9, had been given a verdict, and a pre-LN one an
     overflow blamed on β).  nGPT's tokens stay on the sphere and rest where :math:`P^\perp A = 0`, as Post-LN's: the
     same critical points (it had been refused)."""
