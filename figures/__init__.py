@@ -24,7 +24,10 @@ define, at module level:
   ``out_dir/ID.csv`` (the numbers behind the picture, one tidy table).
 * ``claim(csv_path) -> {name: {"ok": bool, "value": float, "expected": str}}`` —
   checks of the paper's statement computed *from the CSV alone* (e.g. a fitted
-  slope against its predicted value).
+  slope against its predicted value).  A check that reduces a column takes
+  :func:`largest` / :func:`smallest` (NaN, and a failed check, when a value is
+  not finite), never the built-in ``max``/``min``, which skip a NaN unless it
+  comes first.
 * ``main(argv=None) -> int`` parsing ``--quick`` and ``--out`` (exit 0 when
   every check holds, 1 otherwise) and ``if __name__ == "__main__":
   sys.exit(main())``; :func:`script_main` implements it in one line, and
@@ -48,14 +51,14 @@ import importlib
 import math
 import importlib.util
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 __all__ = ["FIGURES_DIR", "METADATA", "PAPERS", "FigureEntry", "FigureRun", "registry", "run_figure", "write_rows", "output_folder", "script_main",
-           "concentration_grid_config"]
+           "concentration_grid_config", "largest", "smallest"]
 
 #: the folder the figure scripts live in
 FIGURES_DIR = Path(__file__).resolve().parent
@@ -183,6 +186,43 @@ def checks_hold(checks: Mapping[str, Mapping[str, Any]]) -> bool:
     with no check at all does not hold (an empty CSV had given ``{}``, and "every claim holds")."""
     real = [check for check in checks.values() if check["ok"] is not None]
     return bool(real) and all(bool(check["ok"]) for check in real)
+
+
+def _finite_values(values: Iterable[Any]) -> list[float] | None:
+    """``values`` as floats, or None when there are none or one of them is not finite."""
+    numbers = [float(v) for v in values]
+    return numbers if numbers and all(math.isfinite(v) for v in numbers) else None
+
+
+def largest(values: Iterable[Any]) -> float:
+    """The largest of ``values`` for a claim's check: NaN when one of them is not finite, or when there are none.
+
+    Python's :func:`max` keeps the operand it holds against a NaN, so a NaN in any row but the first had dropped out
+    of a check (``max(0.1, nan) == 0.1``: a broken row reported as a small error).  A check written as
+    ``largest(errors) <= tolerance`` fails on it instead, and shows the value NaN.
+
+    Examples
+    --------
+    >>> largest([0.1, 0.3])
+    0.3
+    >>> largest([0.1, float("nan")]), largest([0.1, float("inf")]), largest([])
+    (nan, nan, nan)
+    """
+    numbers = _finite_values(values)
+    return max(numbers) if numbers is not None else math.nan
+
+
+def smallest(values: Iterable[Any]) -> float:
+    """The smallest of ``values`` for a claim's check: NaN when one of them is not finite, or when there are none
+    (see :func:`largest`; a check ``smallest(margins) > 0`` fails on it).
+
+    Examples
+    --------
+    >>> smallest([0.1, 0.3]), smallest([0.3, float("nan")])
+    (0.1, nan)
+    """
+    numbers = _finite_values(values)
+    return min(numbers) if numbers is not None else math.nan
 
 
 def print_checks(checks: Mapping[str, Mapping[str, Any]]) -> None:

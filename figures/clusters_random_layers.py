@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import largest, script_main, smallest, write_rows
 
 ID = "clusters_random_layers"
 PAPER = "2305.05465"
@@ -183,14 +183,14 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         rows = [{k: (v if k in ("panel", "schedule") else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
     ks = [r for r in rows if r["panel"] == "ks"][0]["value"]
     edges = [r for r in rows if r["panel"] == "edges"][0]
-    edge = max(abs(edges["x"] + 2.0), abs(edges["value"] - 2.0))
+    edge = largest([abs(edges["x"] + 2.0), abs(edges["value"] - 2.0)])
     draws = [r for r in rows if r["panel"] == "edges_draw"]
     const = {(r["seed"], r["x"]): r["value"] for r in rows if r["panel"] == "cosine" and r["schedule"] == "constant" and r["dt"] == DT}
     layer = {(r["seed"], r["x"]): r["value"] for r in rows if r["panel"] == "cosine" and r["schedule"] == "layers" and r["dt"] == DT}
     fine = {(r["seed"], r["schedule"], r["x"]): r["value"] for r in rows if r["panel"] == "cosine" and r["dt"] == DT / 2}
-    step = max((abs(v - (const if key[1] == "constant" else layer)[key[0], key[2]]) for key, v in fine.items()), default=None)
-    first = max(abs(layer[k] - const[k]) for k in const if k[1] < 1.0)
-    later = min(max(abs(layer[k] - const[k]) for k in const if k[0] == seed and k[1] >= 2.0) for seed in {k[0] for k in const})
+    step = largest(abs(v - (const if key[1] == "constant" else layer)[key[0], key[2]]) for key, v in fine.items()) if fine else None
+    first = largest(abs(layer[k] - const[k]) for k in const if k[1] < 1.0)
+    later = smallest(largest(abs(layer[k] - const[k]) for k in const if k[0] == seed and k[1] >= 2.0) for seed in {k[0] for k in const})
     return {
         "semicircle": {"ok": ks <= KS_TOL, "value": ks, "expected": f"Kolmogorov distance (exact sup) to the semicircle <= {KS_TOL}"},
         "edges": {"ok": edge <= EDGE_TOL, "value": edge, "expected": f"spectrum edges (all draws) within {EDGE_TOL} of ±2"},

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import largest, script_main, write_rows
 
 ID = "concentration_grid_density"
 PAPER = "2605.10931"
@@ -142,7 +142,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
     """Checks of the CSV: mass to 1e-12 at every frame; refinement order ≥ 0.7; W2 to Π♯ρ₀ at least halves."""
     rows = read_csv(csv_path)
     frames = [r for r in rows if r["part"] == "frame"]
-    worst = max(r["mass_error"] for r in rows)
+    worst = largest(r["mass_error"] for r in rows)
     _, _, fit, last = refinement(rows)
     ratio = frames[-1]["w2_target"] / frames[0]["w2_target"]
     return {

@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import largest, script_main, write_rows
 
 ID = "metastability_staircase"
 PAPER = "2410.06833"
@@ -215,7 +215,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
     fine, coarse = _series(rows, "tokens", hs[0]), _series(rows, "tokens", hs[1])
     red = _series(rows, "reduced")
     checks: dict[str, dict[str, Any]] = {}
-    drop = max(float(np.max(-np.diff(ser["energy"]) / ser["energy"][1:])) for ser in (fine, coarse, red))
+    drop = largest(float(np.max(-np.diff(ser["energy"]) / ser["energy"][1:])) for ser in (fine, coarse, red))
     checks["energy_non_decreasing"] = {"ok": drop <= MONOTONE_TOL, "value": drop, "expected": f"largest relative drop <= {MONOTONE_TOL:g}"}
     levels, merges = _plateaus(red)
     reduced_s = np.array(_crossings(red, levels))
@@ -236,7 +236,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
                                      "expected": f"max |s_tokens(h/2) - s_reduced| over the jumps <= {MATCH_TOL:g}"}
     reduced_s, fine_s = reduced_s[jumps], fine_s[jumps]
     flat = _flat_levels(fine, fine_s)
-    worst = max(abs(a - b) for a, b in zip(flat, _flat_levels(red, reduced_s)))
+    worst = largest(abs(a - b) for a, b in zip(flat, _flat_levels(red, reduced_s)))
     checks["plateaus_match"] = {"ok": worst <= PLATEAU_TOL, "value": worst,
                                 "expected": f"|E_tokens - E_reduced| at the flattest point of each plateau <= {PLATEAU_TOL:g}"}
     # the plateaus against sum m_c^2 itself (a normalisation shared by the tokens and the reduced model had gone

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import largest, script_main, smallest, write_rows
 
 ID = "multihead_beta_star"
 PAPER = "2605.04279"
@@ -81,13 +81,13 @@ def read_csv(path: str | Path) -> list[dict[str, float]]:
 def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
     """Closed form = root; c(β*) = c*(H); monotone in n and H; c*(2) = 1/φ."""
     rows = read_csv(csv_path)
-    root_err = max(abs(r["beta_star"] - r["beta_star_numeric"]) / max(1.0, abs(r["beta_star"])) for r in rows)
-    cos_err = max(abs(r["cosine_at_beta_star"] - r["c_star"]) for r in rows)
+    root_err = largest(abs(r["beta_star"] - r["beta_star_numeric"]) / max(1.0, abs(r["beta_star"])) for r in rows)
+    cos_err = largest(abs(r["cosine_at_beta_star"] - r["c_star"]) for r in rows)
     heads = sorted({r["H"] for r in rows})
     ns = sorted({r["n"] for r in rows})
     table = {(r["H"], r["n"]): r["beta_star"] for r in rows}
-    rising_in_n = min(table[(H, b)] - table[(H, a)] for H in heads for a, b in zip(ns, ns[1:]))
-    falling_in_h = min(table[(g, n)] - table[(h, n)] for n in ns for g, h in zip(heads, heads[1:]))
+    rising_in_n = smallest(table[(H, b)] - table[(H, a)] for H in heads for a, b in zip(ns, ns[1:]))
+    falling_in_h = smallest(table[(g, n)] - table[(h, n)] for n in ns for g, h in zip(heads, heads[1:]))
     golden = [r["c_star"] for r in rows if r["H"] == 2]
     golden_err = abs(golden[0] - 2.0 / (1.0 + math.sqrt(5.0))) if golden else math.nan
     return {

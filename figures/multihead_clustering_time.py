@@ -75,7 +75,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import largest, script_main, smallest, write_rows
 
 ID = "multihead_clustering_time"
 PAPER = "2605.04279"
@@ -283,7 +283,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
     rows = read_csv(csv_path)
     checks: dict[str, dict[str, Any]] = {}
     equi = [r for r in rows if r["init"] == "equiangular"]
-    ode_err = max(abs(r["time"] / r["time_ode"] - 1.0) for r in equi)
+    ode_err = largest(abs(r["time"] / r["time_ode"] - 1.0) for r in equi)
     checks["particles=ODE[equiangular]"] = {"ok": ode_err <= ODE_RTOL, "value": ode_err, "expected": f"max relative error <= {ODE_RTOL:g}"}
     relu, soft = _cells(rows, "equiangular", "relu"), _cells(rows, "equiangular", "softmax")
     for n in sorted({n for n, _ in relu}):
@@ -297,12 +297,12 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         }
     for init in dict.fromkeys(r["init"] for r in rows):
         timed = [r for r in rows if r["init"] == init and math.isfinite(r["time"])]
-        change = max(abs(r["time_refined"] / r["time"] - 1.0) for r in timed)
+        change = largest(abs(r["time_refined"] / r["time"] - 1.0) for r in timed)
         checks[f"step_converged[{init}]"] = {
             "ok": change <= REFINED_RTOL, "value": change,
             "expected": f"max relative change of the {len(timed)} clustered times with dt and the check interval × {REFINED:g} <= {REFINED_RTOL:g}"
         }
-    ratio = min(relu[key] / soft[key] for key in relu)
+    ratio = smallest(relu[key] / soft[key] for key in relu)
     checks["relu>softmax[equiangular]"] = {"ok": ratio > 1.0, "value": ratio, "expected": "min T_relu / T_softmax > 1"}
     d_top = max(d for _, d in relu)
     exp_soft, exp_relu = _exponent_n(soft, d_top), _exponent_n(relu, d_top)
@@ -312,11 +312,11 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
     checks[f"relu_exponent_n[equiangular,d={d_top}]"] = {"ok": exp_relu > 0.0, "value": exp_relu, "expected": "> 0"}
     uniform = [r for r in rows if r["init"] == "uniform"]
     if uniform:
-        fraction = min(r["clustered_fraction"] for r in uniform if r["attention"] == "softmax")
+        fraction = smallest(r["clustered_fraction"] for r in uniform if r["attention"] == "softmax")
         checks["softmax_always_clusters[uniform]"] = {"ok": fraction == 1.0, "value": fraction, "expected": "clustered fraction = 1"}
         relu_u, soft_u = _cells(rows, "uniform", "relu"), _cells(rows, "uniform", "softmax")
         clustered = [key for key, t in relu_u.items() if math.isfinite(t)]
-        ratio_u = min(relu_u[key] / soft_u[key] for key in clustered) if clustered else math.nan
+        ratio_u = smallest(relu_u[key] / soft_u[key] for key in clustered)
         checks["relu>softmax[uniform]"] = {
             "ok": bool(clustered) and ratio_u > 1.0, "value": ratio_u, "expected": "min over clustered cells of median T_relu / T_softmax > 1"
         }

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import largest, script_main, write_rows
 
 ID = "multihead_energies"
 PAPER = "2605.04279"
@@ -155,8 +155,8 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         kinetic = _series(rows, run, "kinetic")
         thm11 = float(np.max(np.abs(_series(rows, run, "dEdt") - kinetic)) / np.max(kinetic))
         checks[f"dEdt=kinetic[{run}]"] = {"ok": thm11 <= THM11_RTOL, "value": thm11, "expected": f"<= {THM11_RTOL:g}"}
-        self_scale = max(float(np.max(np.abs(_series(rows, run, f"self_h{h}")))) for h in hs)
-        split = max(
+        self_scale = largest(float(np.max(np.abs(_series(rows, run, f"self_h{h}")))) for h in hs)
+        split = largest(
             float(np.max(np.abs(
                 _series(rows, run, f"dEdt_h{h}")
                 - (_series(rows, run, f"self_h{h}") + _series(rows, run, f"cross_h{h}") - _series(rows, run, f"shadow_h{h}"))
@@ -165,8 +165,8 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         ) / self_scale
         checks[f"split_adds_up[{run}]"] = {"ok": split <= SPLIT_RTOL, "value": split, "expected": f"<= {SPLIT_RTOL:g}"}
         # each head's cross terms and shadows relative to that head's own largest self-power
-        cross = max(_relative(rows, run, f"cross_h{h}", f"self_h{h}") for h in hs)
-        shadow = max(_relative(rows, run, f"shadow_h{h}", f"self_h{h}") for h in hs)
+        cross = largest(_relative(rows, run, f"cross_h{h}", f"self_h{h}") for h in hs)
+        shadow = largest(_relative(rows, run, f"shadow_h{h}", f"self_h{h}") for h in hs)
         if run == "orthogonal":
             checks["cross_vanish[orthogonal]"] = {"ok": cross <= CROSS_RTOL, "value": cross, "expected": f"<= {CROSS_RTOL:g} (relative)"}
             checks["shadows_nonzero[orthogonal]"] = {"ok": shadow >= NONZERO_RTOL, "value": shadow, "expected": f">= {NONZERO_RTOL:g} (relative)"}

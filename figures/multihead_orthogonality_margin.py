@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import largest, script_main, smallest, write_rows
 
 ID = "multihead_orthogonality_margin"
 PAPER = "2605.04279"
@@ -133,17 +133,17 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         seeds = list(dict.fromkeys(r["seed"] for r in group))
         draws = {s: [r for r in group if r["seed"] == s] for s in seeds}
         positive = [r for r in group if r["cross_bound0"] > 0]
-        ratio = max(abs(r["cross0"]) / r["cross_bound0"] for r in positive)
-        zero = max([abs(r["cross0"]) for r in group if r["cross_bound0"] == 0] or [0.0])
+        ratio = largest(abs(r["cross0"]) / r["cross_bound0"] for r in positive)
+        zero = largest([abs(r["cross0"]) for r in group if r["cross_bound0"] == 0] or [0.0])
         checks[f"cauchy_schwarz[beta={beta:g}]"] = {
             "ok": ratio <= 1.0 and zero == 0.0, "value": ratio,
             "expected": f"max over the {len(seeds)} draws of |cross| / (δ Σ a m⁰ m¹) <= 1 (and cross = 0 at δ = 0)"
         }
-        excess = max(r[f"margin_certified_h{h}"] - r[f"margin0_h{h}"] for r in group for h in range(2))
+        excess = largest(r[f"margin_certified_h{h}"] - r[f"margin0_h{h}"] for r in group for h in range(2))
         checks[f"certified<=measured[beta={beta:g}]"] = {"ok": excess <= ORDER_ATOL, "value": excess, "expected": f"<= {ORDER_ATOL:g} in every draw"}
 
         def lowest(rs: list[dict[str, float]]) -> float:
-            return min(min(r["margin_min_h0"], r["margin_min_h1"]) for r in rs)
+            return smallest(v for r in rs for v in (r["margin_min_h0"], r["margin_min_h1"]))  # NaN for none
 
         share_70 = sum(lowest([r for r in rs if r["angle_deg"] >= TRAINED_ANGLES[0]]) > 0 for rs in draws.values()) / len(seeds)
         share_all = sum(lowest(rs) > 0 for rs in draws.values()) / len(seeds)
@@ -160,9 +160,9 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
         checks[f"delta_robust_range[beta={beta:g}]"] = {
             "ok": None, "value": max(robust), "expected": f"largest δ_robust over the draws (smallest {min(robust):.3g})"
         }
-    delta_err = max(abs(r["delta_measured"] - r["delta"]) / max(r["alpha"] ** 2, 1.0) for r in rows)
+    delta_err = largest(abs(r["delta_measured"] - r["delta"]) / max(r["alpha"] ** 2, 1.0) for r in rows)
     checks["delta=requested"] = {"ok": delta_err <= DELTA_RTOL, "value": delta_err, "expected": f"<= {DELTA_RTOL:g}"}
-    angle_err = max(abs(r["angle_deg"] - (90.0 - math.degrees(math.asin(r["delta"] / r["alpha"] ** 2)))) for r in rows)
+    angle_err = largest(abs(r["angle_deg"] - (90.0 - math.degrees(math.asin(r["delta"] / r["alpha"] ** 2)))) for r in rows)
     checks["angle=90-asin(delta)"] = {"ok": angle_err <= ANGLE_ATOL, "value": angle_err, "expected": f"<= {ANGLE_ATOL:g} degrees"}
     return checks
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import largest, script_main, smallest, write_rows
 
 ID = "multihead_superadditivity"
 PAPER = "2605.04279"
@@ -120,22 +120,19 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
     theory = [r for r in rows if r["source"] == "theory"]
     convex = [r["gain"] for r in theory if r["lambda_min"] > r["lambda_c"] and r["spread"] > 0]
     concave = [r["gain"] for r in theory if r["lambda_max"] < r["lambda_c"] and r["spread"] > 0]
-    zero = max(abs(r["gain"]) for r in theory if r["spread"] == 0.0)
+    zero = largest(abs(r["gain"]) for r in theory if r["spread"] == 0.0)
     particle = [r for r in rows if r["source"] == "particle"]
-    errors = [abs(r["early_rate"] / r["closed_form"] - 1.0) for r in particle]
-    worst = max(errors) if errors else math.nan
+    worst = largest(abs(r["early_rate"] / r["closed_form"] - 1.0) for r in particle)
     # the measured gains themselves (rates of the particles, not the closed form's Jensen inequality)
     measured_convex = [r["early_rate"] - r["equal_rate"] for r in particle if r["lambda_min"] > r["lambda_c"] and r["spread"] > 0]
     measured_concave = [r["early_rate"] - r["equal_rate"] for r in particle if r["lambda_max"] < r["lambda_c"] and r["spread"] > 0]
     return {
-        "gain>0_where_convex": {"ok": bool(convex) and min(convex) > 0, "value": min(convex) if convex else math.nan, "expected": "> 0"},
-        "gain<0_where_concave": {"ok": bool(concave) and max(concave) < 0, "value": max(concave) if concave else math.nan, "expected": "< 0"},
-        "measured_gain>0_where_convex": {"ok": bool(measured_convex) and min(measured_convex) > 0,
-                                          "value": min(measured_convex) if measured_convex else math.nan, "expected": "> 0 (particles)"},
-        "measured_gain<0_where_concave": {"ok": bool(measured_concave) and max(measured_concave) < 0,
-                                           "value": max(measured_concave) if measured_concave else math.nan, "expected": "< 0 (particles)"},
+        "gain>0_where_convex": {"ok": smallest(convex) > 0, "value": smallest(convex), "expected": "> 0"},
+        "gain<0_where_concave": {"ok": largest(concave) < 0, "value": largest(concave), "expected": "< 0"},
+        "measured_gain>0_where_convex": {"ok": smallest(measured_convex) > 0, "value": smallest(measured_convex), "expected": "> 0 (particles)"},
+        "measured_gain<0_where_concave": {"ok": largest(measured_concave) < 0, "value": largest(measured_concave), "expected": "< 0 (particles)"},
         "gain(0)=0": {"ok": zero <= 1e-15, "value": zero, "expected": "0"},
-        "particle_rate_vs_closed_form": {"ok": bool(errors) and worst <= RATE_RTOL, "value": worst, "expected": f"relative error <= {RATE_RTOL:g}"},
+        "particle_rate_vs_closed_form": {"ok": worst <= RATE_RTOL, "value": worst, "expected": f"relative error <= {RATE_RTOL:g}"},
     }
 
 

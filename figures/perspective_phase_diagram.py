@@ -35,6 +35,7 @@ Command: ``python figures/perspective_phase_diagram.py [--quick] [--out DIR]``.
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import largest, script_main, write_rows
 
 ID = "perspective_phase_diagram"
 PAPER = "2312.10794"
@@ -120,7 +121,10 @@ def _grid(rows: list[dict[str, float]], name: str) -> tuple[np.ndarray, np.ndarr
 
 
 def _worst_step(values: np.ndarray, se: np.ndarray, axis: int, *, up: bool) -> float:
-    """Largest step the wrong way along ``axis`` in units of the standard error of the difference (0 if none)."""
+    """Largest step the wrong way along ``axis`` in units of the standard error of the difference (0 if none; NaN when
+    a value or a standard error is not finite: ``step > 0`` had read a NaN step as none)."""
+    if not (np.all(np.isfinite(values)) and np.all(np.isfinite(se))):
+        return math.nan
     step = np.diff(values, axis=axis) * (1.0 if up else -1.0)  # > 0: the wrong way
     spread = np.sqrt(se[(slice(None),) * axis + (slice(1, None),)] ** 2 + se[(slice(None),) * axis + (slice(None, -1),)] ** 2)
     z = np.where(step > 0, step / np.maximum(spread, 1e-300), 0.0)
@@ -140,7 +144,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
     increase_beta = _worst_step(p, p_se, 0, up=True)
     clusters_up_t = _worst_step(k, k_se, 1, up=True)
     drop = float(p[0, -1] - p[-1, -1])
-    flips = max(r["flips"] for r in rows)
+    flips = largest(r["flips"] for r in rows)
     return {
         "probabilities_in_0_1": {"ok": outside <= 0.0, "value": outside, "expected": "max(-P, P - 1) <= 0"},
         "p_one_cluster_increases_with_t": {"ok": decrease_t <= SIGMAS, "value": decrease_t,

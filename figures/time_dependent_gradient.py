@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import largest, script_main, smallest, write_rows
 
 ID = "time_dependent_gradient"
 PAPER = "2605.18870"
@@ -137,7 +137,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
     rows = read_csv(csv_path)
     seeds = seeds_of(rows)
     ratio = {name: ratios(rows, name) for name in SCHEDULES}
-    level = min(window_means(rows, "ou", seed=s)[1] / window_means(rows, "constant", seed=s)[1] for s in seeds)
+    level = smallest(window_means(rows, "ou", seed=s)[1] / window_means(rows, "constant", seed=s)[1] for s in seeds)
     every = f"for each of the {len(seeds)} seeds"
     checks = {
         "constant_decays": {"ok": bool(ratio["constant"].max() <= DECAY_MAX), "value": float(ratio["constant"].max()),
@@ -150,7 +150,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
                                       "expected": f"late OU / late constant >= {PLATEAU_OVER_CONSTANT:g} {every}"},
     }
     if any(r["dt"] == DT / 2 for r in rows):  # the full form: the first seed at half the step
-        moved = max(abs(window_means(rows, name, dt=DT / 2)[1] / window_means(rows, name)[1] - 1.0) for name in ("ou", "oscillating"))
+        moved = largest(abs(window_means(rows, name, dt=DT / 2)[1] / window_means(rows, name)[1] - 1.0) for name in ("ou", "oscillating"))
         checks["step_converged"] = {"ok": bool(moved <= STEP_CONVERGED), "value": moved,
                                     "expected": f"late |∂E| of OU and oscillating heads at dt = {DT / 2:g} within {STEP_CONVERGED:g} of dt = {DT:g}"}
     return checks

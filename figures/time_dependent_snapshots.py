@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from meanfield.figures import script_main, write_rows
+from meanfield.figures import largest, script_main, write_rows
 
 ID = "time_dependent_snapshots"
 PAPER = "2605.18870"
@@ -164,7 +164,7 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
     }
     if any(r["dt"] == DT / 2 for r in rows):  # the full form: the first seed at half the step
         half = {name: last_cloud(rows, name, dt=DT / 2) for name in SCHEDULES}
-        moved = max(abs(half[name][1] - last[name, seeds[0]][1]) for name in SCHEDULES)
+        moved = largest(abs(half[name][1] - last[name, seeds[0]][1]) for name in SCHEDULES)
         same = all(half[name][0] == last[name, seeds[0]][0] for name in SCHEDULES)
         out["step_converged"] = {"ok": bool(same and moved <= STEP_CONVERGED), "value": moved,
                                  "expected": f"at dt = {DT / 2:g} the same cluster counts and min inner products "
