@@ -302,6 +302,10 @@ def _scale(row: dict[str, str], key: str, factor: float) -> None:
     # change is now compared with the energy of the saved frames (here 0.1 % off in one run)
     ("time_dependent_energy_balance", lambda r: _scale(r, "energy", 1.001) if r["tau"] == "0.05" else None,
      "energy_change=E(t)-E(0)_of_the_frames"),
+    # found in review (figures): G(0) = H φ(λ̄) − H φ(λ̄) had been checked, 0 by construction; the reference H φ(λ̄)
+    # is now checked against the measured rate of equal heads (here taken at λ_max instead of λ̄)
+    ("multihead_superadditivity", lambda r: r.update(equal_rate=r["closed_form"]) if r["spread"] != "0.0" else None,
+     "equal_split=measured_equal_heads"),
     ("time_dependent_plateau", lambda r: [_scale(r, k, float(r["H"]) ** 0.8) for k in ("G2", "upper_gradient2")], "slope[G2]"),
     ("multihead_real_heads", lambda r: r.update(angle_mean="80.0") if r["record"] == "angles" and r["heads"] == "trained" else None,
      "trained_angle_below_random"),
@@ -448,6 +452,7 @@ NAN_CASES = [
     ("multihead_superadditivity", "gain", "gain<0_where_concave"),
     ("multihead_superadditivity", "equal_rate", "measured_gain>0_where_convex"),
     ("multihead_superadditivity", "equal_rate", "measured_gain<0_where_concave"),
+    ("multihead_superadditivity", "equal_rate", "equal_split=measured_equal_heads"),
     ("noisy_l1_rate", "rate_coarse", "mesh_converged"),
     ("noisy_l1_rate", "rate", "rate_vs_linear_stability"),
     ("concentration_w2min_rate", "w2_min", "max_ratio"),
@@ -543,3 +548,11 @@ def test_energy_balance_checks_residual_shrinks_only_with_three_taus(tmp_path):
     assert "residual_shrinks" not in quick and quick["residual_order"]["ok"] and FIGURES.checks_hold(quick)
     assert "residual_is_the_balance_of_its_terms" not in quick
 
+
+def test_superadditivity_no_longer_checks_the_closed_form_against_itself():
+    # found in review (figures): gain(0) = H φ(λ̄) − H φ(λ̄) had counted as a check
+    import importlib
+
+    module = importlib.import_module("meanfield.figures.multihead_superadditivity")
+    checks = module.claim(Path(FIGURES.__file__).resolve().parent / "gallery" / "multihead_superadditivity.csv")
+    assert "gain(0)=0" not in checks and checks["equal_split=measured_equal_heads"]["ok"]
