@@ -127,10 +127,11 @@ def claim(csv_path: str | Path) -> dict[str, dict[str, Any]]:
 def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 4.2), constrained_layout=True)
+    labels = list(dict.fromkeys(r["heads"] for r in rows))
+    fig = Figure(figsize=(6.4, 4.2 + 0.15 * len(labels)), constrained_layout=True)  # room for the legend below
     ax = fig.add_subplot(1, 1, 1)
     slopes = late_slopes(rows)
-    for k, label in enumerate(dict.fromkeys(r["heads"] for r in rows)):
+    for k, label in enumerate(labels):
         group = [r for r in rows if r["heads"] == label]
         t = np.array([r["t"] for r in group])
         color = f"C{k}"
@@ -142,8 +143,11 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_ylim(max(math.log(SMALLEST_GAP), min(shown)) - 2, 1)
     ax.set_xlabel("time t")
     ax.set_ylabel(r"$\log(1-\gamma)$")
-    ax.set_title(r"Thm 22 of Pendharkar, arXiv 2605.04279: late rate $2\Lambda$ (circles: particles; dotted: slope $-2\Lambda$)", fontsize=9)
-    ax.legend(fontsize=7, loc="lower left")
+    # two lines: on one, the quick form's wider tick labels had pushed its end ("slope −2Λ)") off the picture
+    ax.set_title("Thm 22 of Pendharkar, arXiv 2605.04279: late rate $2\\Lambda$\n(circles: particles; dotted: slope $-2\\Lambda$)",
+                 fontsize=9)
+    # below the axes: inside them (lower left) it had covered the steepest curves of the full form
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))
     ax.grid(alpha=0.3)
     fig.savefig(path, dpi=120)
     return path

@@ -556,3 +556,39 @@ def test_superadditivity_no_longer_checks_the_closed_form_against_itself():
     module = importlib.import_module("meanfield.figures.multihead_superadditivity")
     checks = module.claim(Path(FIGURES.__file__).resolve().parent / "gallery" / "multihead_superadditivity.csv")
     assert "gain(0)=0" not in checks and checks["equal_split=measured_equal_heads"]["ok"]
+
+
+def test_late_rate_title_and_legend_lie_inside_the_picture(tmp_path, monkeypatch):
+    # found in review (figures): the quick form's title ran off the right edge ("… slope −2Λ)" lost), and the full
+    # form's legend covered its steepest curves
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    module = REGISTRY["multihead_late_rate"].load()
+    rows = module.read_csv(Path(FIGURES.__file__).resolve().parent / "gallery" / "multihead_late_rate.csv")
+    labels = list(dict.fromkeys(r["heads"] for r in rows))
+    quick_like = [r for r in rows if r["heads"] in labels[:2] and r["t"] <= 6.0]  # the quick form's heads and times
+    saved: list[Figure] = []
+    original = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (saved.append(self), original(self, *a, **k))[1])
+    for case in (quick_like, rows):
+        module.plot(case, tmp_path / "late.png")
+        fig = saved[-1]
+        fig.set_dpi(120)  # as saved
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        ax = fig.axes[0]
+        for text in (ax.title, *ax.get_legend().get_texts()):
+            box = text.get_window_extent(renderer)
+            assert 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0 and box.y1 <= fig.bbox.height, text.get_text()
+        assert not ax.get_legend().get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+
+
+def test_w2min_rate_docstring_quotes_the_measured_slopes(made):
+    # found in review (figures): the docstring said "the coarse quick grid about 0.85"; it measures 0.94
+    module = REGISTRY["concentration_w2min_rate"].load()
+    full = module.fit(module.read_csv(Path(FIGURES.__file__).resolve().parent / "gallery" / "concentration_w2min_rate.csv"))
+    quick = module.fit(module.read_csv(made["concentration_w2min_rate"].csv))
+    text = " ".join(module.__doc__.split())
+    assert f"the full form measures {full['slope']:.2f}, the coarse quick grid {quick['slope']:.2f}" in text
