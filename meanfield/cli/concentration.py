@@ -65,7 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="--sweep-beta: override a config key")
     p.add_argument("--resume", action="store_true",
                    help="--sweep-beta with --out: continue a sweep whose runs are in DIR (finished runs are read, "
-                        "interrupted ones resumed, missing ones run)")
+                        "interrupted ones resumed, missing ones run; each is checked against the config before any runs)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=main, interrupted="interrupted; with --sweep-beta --out DIR the finished runs are kept there and --resume continues")
 
@@ -181,8 +181,10 @@ def _sweep(args: argparse.Namespace) -> int:
         sweep = sweep_beta(cfg, args.sweep_beta, solver=solver, out_dir=args.out, threshold=args.threshold, quiet=args.quiet,
                            policy=policy, spacing=spacing, size=args.cells, refine=not args.single,
                            refinement=refinement, resume=args.resume)
-    for message in dict.fromkeys(str(item.message) for item in caught):
-        print(f"warning: {message}", file=sys.stderr)
+    from meanfield.errors import ConfigNote
+
+    for message, note in dict.fromkeys((str(item.message), issubclass(item.category, ConfigNote)) for item in caught):
+        print(f"{'note' if note else 'warning'}: {message}", file=sys.stderr)  # as the CLI prints notes elsewhere
     print(f"β sweep of {args.path} ({sweep.solver} solver)")
     print(sweep.table())
     for s in sweep.summaries:

@@ -336,6 +336,29 @@ def _with_size(cfg: dict[str, Any], size: int) -> dict[str, Any]:
     return case
 
 
+def _check_resumable_sweep(plan: Sequence[tuple[float, int, Sequence[tuple[int, dict[str, Any], Path | None]]]],
+                           out_dir: Path) -> None:
+    """``--resume``: every run of the sweep already in ``out_dir`` against the config it would get, before any run
+    starts (each run had been checked only when the sweep reached it: the runs of the βs before one that differed had
+    been extended, and the command then stopped with exit 2); a note where ``out_dir`` holds none of them.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first key that differs (:func:`meanfield.solvers.run.simulate_config`'s check), or ``--resume`` for a
+        file that is not a run.
+    """
+    from meanfield.io.runfile import RunReader
+    from meanfield.solvers.run import _check_resumable
+
+    stored = [(case, out) for _, _, runs in plan for _, case, out in runs if out is not None and out.exists()]
+    for case, out in stored:
+        _check_resumable(RunReader(out, key="--resume").config, case, out)
+    if not stored:  # (a mistyped folder had started the sweep afresh without a word)
+        where = "does not exist" if not out_dir.exists() else "holds none of this sweep's runs"
+        warnings.warn(f"--resume: {out_dir} {where}: nothing to resume, every run starts afresh", ConfigNote, stacklevel=3)
+
+
 def _run_names(beta: float, refine: bool) -> list[str]:
     """The files of one β in ``--out``: ``beta_<β>.h5``, after ``beta_<β>_coarse.h5`` when refined."""
     return ([f"beta_{beta:g}_coarse.h5"] if refine else []) + [f"beta_{beta:g}.h5"]
@@ -414,6 +437,9 @@ def sweep_beta(
     resume : bool
         Continue a sweep whose runs are in ``out_dir`` (``--resume``): a finished run is read, an
         interrupted one resumed (:func:`~meanfield.solvers.run.simulate_config`), a missing one run.
+        Every stored run is checked against the config it would get before any run starts (a
+        :class:`~meanfield.errors.ConfigError` naming the key that differs); an ``out_dir`` that holds none of the
+        sweep's runs is said (a :class:`~meanfield.errors.ConfigNote`: nothing to resume, every run starts afresh).
         Without it, runs already in ``out_dir`` are refused before any work
         (:class:`~meanfield.errors.ConfigError` naming ``--out``), not replaced.
 
@@ -425,6 +451,9 @@ def sweep_beta(
 
     base = load_config(cfg) if isinstance(cfg, (str, Path)) else copy.deepcopy(cfg)
     values = parse_betas(betas)
+    if not base["solver"]["t_final"] > 0:  # one frame: "t_min = 0, W2_min = W2(0)" at every β had been fitted, unflagged
+        raise ConfigError("solver.t_final", f"a β family needs frames past t = 0 (t_min, W2_min and the window are read "
+                                            f"off the curve W2(t)), got t_final = {base['solver']['t_final']!r}")
     if solver is not None:
         if solver not in ("particle", "grid"):
             raise ConfigError("--solver", f"expected 'particle' or 'grid', got {solver!r}")
@@ -482,21 +511,28 @@ def sweep_beta(
     with warnings.catch_warnings():  # the config as the sweep runs it, checked again after the switches above (solver,
         warnings.simplefilter("ignore", ConfigNote)  # tracker): model.norm on the grid had run the Post-LN PDE under
         load_config(base)  # a norm=peri label, and Pre-LN particles had crashed in the tracker (its notes came once)
+    # every run of the sweep, (β, the coarser size, [(size, config, file), …]), planned before any of them starts
+    plan: list[tuple[float, int, list[tuple[int, dict[str, Any], Path | None]]]] = []
+    for beta in values:
+        first = int(size) if size is not None else (sweep_size(beta, spacing=constants[float(beta)]) if spacing is not None else resolution_size(base))
+        sizes = [first, int(refinement) * first] if refine else [first]
+        runs = []
+        for k, n in enumerate(sizes):
+            case = _with_size(base, n)
+            case["model"]["beta"] = float(beta)
+            runs.append((n, case, Path(out_dir) / _run_names(beta, refine)[k] if out_dir is not None else None))
+        plan.append((float(beta), first, runs))
+    if resume and out_dir is not None:
+        _check_resumable_sweep(plan, Path(out_dir))
     curves: list[dict[str, NDArray[np.float64]]] = []
     coarse_curves: list[dict[str, NDArray[np.float64]]] = []
     summaries: list[dict[str, Any]] = []
     files: list[str] = []
     read: list[str] = []
-    for beta in values:
-        first = int(size) if size is not None else (sweep_size(beta, spacing=constants[float(beta)]) if spacing is not None else resolution_size(base))
-        sizes = [first, int(refinement) * first] if refine else [first]
+    for beta, first, runs in plan:
         results = []
-        for k, n in enumerate(sizes):
-            case = _with_size(base, n)
-            case["model"]["beta"] = float(beta)
-            out = None
-            if out_dir is not None:
-                out = Path(out_dir) / _run_names(beta, refine)[k]
+        for n, case, out in runs:
+            if out is not None:
                 files.append(str(out))
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Assumption 1", category=RuntimeWarning)  # warned once above

@@ -917,3 +917,34 @@ def test_the_beta_sweep_checks_the_config_it_runs_after_switching_solver_and_tra
     argv = ["concentration", "--sweep-beta", "4,8", str(config), "--single", "--set", f"model.norm={norm}", "--out", str(out), "--quiet"]
     assert run_cli(argv + (["--solver", solver] if solver else [])) == 2
     assert f"error: {key}:" in capsys.readouterr().err and not out.exists()
+
+
+CONFIG = ROOT / "data" / "concentration.toml"
+
+
+def test_resume_checks_every_stored_run_before_any_is_touched(tmp_path: Path, capsys) -> None:
+    # each run had been checked only when the sweep reached it: β = 4's runs were extended to the new t_final before
+    # β = 8's coarser run was found to differ (exit 2, after the work)
+    out = tmp_path / "runs"
+    base = ["concentration", "--sweep-beta", "4,8", str(CONFIG), "--solver", "particle", "--refinement", "2", "--out", str(out),
+            "--quiet", "--set", "solver.save_every=0.25"]
+    assert cli.main([*base, "--spacing", "4:0.5,8:0.5", "--set", "solver.t_final=0.5"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert cli.main([*base, "--spacing", "4:0.5,8:0.4", "--set", "solver.t_final=1", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "init.n: differs from the run in" in err and "beta_8_coarse.h5 (403 there, 629 now)" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # not one file changed
+
+
+def test_a_sweep_of_one_frame_is_refused(tmp_path: Path, capsys) -> None:
+    # t_final = 0 had fitted "t_min = 0·log β + 0" to W2(0) at every β, with no star and no note
+    out = tmp_path / "runs"
+    argv = ["concentration", "--sweep-beta", "4,8", str(CONFIG), "--solver", "particle", "--cells", "50", "--single",
+            "--set", "solver.t_final=0", "--out", str(out), "--quiet"]
+    assert cli.main(argv) == 2
+    assert "error: solver.t_final: a β family needs frames past t = 0" in capsys.readouterr().err
+    assert not out.exists()
+    with pytest.raises(ConfigError) as info:
+        sweep_beta(_config("solver.t_final=0"), [4.0, 8.0], solver="particle")
+    assert info.value.key == "solver.t_final"
