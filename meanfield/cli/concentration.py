@@ -22,6 +22,11 @@ from meanfield.errors import ConfigError
 
 __all__ = ["add_parser", "main"]
 
+#: the per-frame tables of a sweep in ``--out DIR``: the finer run of each β, and (refined sweeps) the coarser one
+CURVE_TABLES = ("curves.csv", "curves_coarse.csv")
+#: their columns (``n``: the run's ``grid.cells`` or ``init.n``, as in the summary's ``n`` and ``n_coarse``)
+CURVE_COLUMNS = ["beta", "t", "w2_target", "v_eigenspace_distance", "e_eigenspace_distance", "n"]
+
 DESCRIPTION = """\
 W2 between the tokens and Π♯ρ₀ against time, its minimum W2_min at t_min, and the metastable window
 (Theorem 1 of Alcalde, Bungert, Riedl and Roith, Quantifying Concentration Phenomena of Mean-Field
@@ -55,7 +60,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="F.png", help="draw the curve(s)")
     p.add_argument("--threshold", type=float, metavar="X", help="metastability threshold on W2 (default 2·W2_min)")
     p.add_argument("--force", action="store_true", help="go on (with a warning) when Assumption 1 fails")
-    p.add_argument("--out", metavar="DIR", help="--sweep-beta: keep the runs as DIR/beta_<β>.h5")
+    p.add_argument("--out", metavar="DIR", help="--sweep-beta: keep the runs as DIR/beta_<β>.h5 (the coarser: beta_<β>_coarse.h5) "
+                                               "and their W2(t) as DIR/curves.csv (the coarser runs': curves_coarse.csv)")
     p.add_argument("--solver", choices=("particle", "grid"), help="--sweep-beta: solver family (default on S²: grid; elsewhere the config's)")
     p.add_argument("--cells", type=int, metavar="N", help="--sweep-beta: cells (or particles) of every β, the coarser of the two runs")
     p.add_argument("--spacing", metavar="C | B:C,…", help="--sweep-beta on S²: N = 4πβ/C² (default C = 0.5), one C or one per β (4:0.25,16:0.5)")
@@ -104,8 +110,9 @@ def _check_options(args: argparse.Namespace) -> None:
     folder_path(args.out, "--out")
     if args.resume and args.out is None:
         raise ConfigError("--resume", "continues the runs kept in --out DIR; give --out")
-    if args.csv and args.out and Path(args.csv).resolve() == (Path(args.out) / "curves.csv").resolve():
-        raise ConfigError("--csv", f"{args.csv} is the per-frame table the sweep writes into --out; name the summary otherwise")
+    for name in CURVE_TABLES:
+        if args.csv and args.out and Path(args.csv).resolve() == (Path(args.out) / name).resolve():
+            raise ConfigError("--csv", f"{args.csv} is a per-frame table the sweep writes into --out; name the summary otherwise")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -152,6 +159,11 @@ def _write_csv(path: str, header: list[str], rows: Any) -> None:
 # ----------------------------------------------------------------------------- β sweep
 
 
+def _runs(count: int, noun: str = "run") -> str:
+    """``"1 run"``, ``"2 runs"`` (it had said "wrote 1 runs")."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from meanfield.solvers.experiments.concentration import REFINEMENT, SWEEP_MIN_SIZE, SWEEP_SPACING, parse_betas, sweep_beta
 
@@ -195,29 +207,33 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.csv:
         keys = ["beta", "n", "cells", "spacing", "t_min", "w2_min", "t_first_min", "w2_first_min", "threshold", "t_a", "t_b", "window_length", "open_start", "open_end", "rate", "ratio", "min_at_end", "under_resolved", "wall_time"]
         if not args.single:
-            keys += ["n_coarse", "cells_coarse", "w2_min_coarse", "t_min_coarse", "dw2_min", "dt_min"]
+            keys += ["n_coarse", "cells_coarse", "w2_min_coarse", "t_min_coarse", "dw2_min", "dt_min", "t_first_min_coarse",
+                     "w2_first_min_coarse", "under_resolved_coarse"]
         if any("t_cores_unresolved" in s for s in sweep.summaries):  # grid runs: the core check
             keys += ["t_cores_unresolved", "w2_min_resolved", "t_min_resolved", "resolved_min_at_end"]
             if not args.single:
                 keys.append("t_cores_unresolved_coarse")
-        rows = [[bool(s[k]) if k == "under_resolved" else s.get(k, math.nan) for k in keys] for s in sweep.summaries]
+        rows = [[bool(s[k]) if k.startswith("under_resolved") else s.get(k, math.nan) for k in keys] for s in sweep.summaries]
         _write_csv(args.csv, keys, rows)
         print(f"wrote {args.csv}")
     if args.out:
-        curves_csv = Path(args.out) / "curves.csv"
-        _write_csv(
-            str(curves_csv),
-            ["beta", "t", "w2_target", "v_eigenspace_distance", "e_eigenspace_distance"],
-            ((b, *row) for b, c in zip(sweep.betas, sweep.curves)
-             for row in zip(c["t"], c["w2_target"], c["v_eigenspace_distance"], c["e_eigenspace_distance"])),
-        )
+        # the finer run of each β, and beside it the coarser one: the two halves of the convergence columns (only the
+        # finer had been written, and ΔW2_min could not be checked from the sweep's own tables)
+        tables = [(Path(args.out) / CURVE_TABLES[0], sweep.curves, "n")]
+        if sweep.coarse_curves:
+            tables.append((Path(args.out) / CURVE_TABLES[1], sweep.coarse_curves, "n_coarse"))
+        for path, runs, size in tables:
+            _write_csv(str(path), CURVE_COLUMNS,
+                       ((b, *row, s[size]) for b, c, s in zip(sweep.betas, runs, sweep.summaries)
+                        for row in zip(c["t"], c["w2_target"], c["v_eigenspace_distance"], c["e_eigenspace_distance"])))
+        wrote_tables = " and ".join(str(path) for path, _, _ in tables)
         written = len(sweep.files) - len(sweep.read)  # (--resume over finished runs had said "wrote 4 runs", having read them)
         if not sweep.read:
-            print(f"wrote {written} runs and {curves_csv}")
+            print(f"wrote {_runs(written)}{',' if len(tables) > 1 else ' and'} {wrote_tables}")
         elif not written:
-            print(f"read {len(sweep.read)} finished runs (nothing to resume) and wrote {curves_csv}")
+            print(f"read {_runs(len(sweep.read), 'finished run')} (nothing to resume) and wrote {wrote_tables}")
         else:
-            print(f"wrote {written} runs, read {len(sweep.read)} finished ones, and wrote {curves_csv}")
+            print(f"wrote {_runs(written)}, read {_runs(len(sweep.read), 'finished one')}, and wrote {wrote_tables}")
     if args.plot:
         from meanfield.plotting.curves import plot_sweep
 

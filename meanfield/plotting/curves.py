@@ -119,7 +119,9 @@ def plot_sweep(sweep: Any, path: str | Path | None = None, *, title: str | None 
     """Three panels: W2(t) per β (log–log); t_min against log β with its fit; W2_min against √(log(β+1)/β).
 
     ``sweep``: a :class:`~meanfield.solvers.experiments.concentration.BetaSweep` (whose ``plot()`` calls this, as
-    ``meanfield concentration --sweep-beta … --plot`` does).  A minimum at the last frame (``min_at_end``: W2 still
+    ``meanfield concentration --sweep-beta … --plot`` does).  A refined sweep's coarser run of each β
+    (``coarse_curves``) is drawn thin and dashed in the colour of its β, and each β's legend entry gives both sizes,
+    each with "(under-res.)" where that run is under-resolved.  A minimum at the last frame (``min_at_end``: W2 still
     falling) is drawn as a triangle, ▷ where t_min is (at least) and ▽ where W2_min is (at most), not as a minimum; the
     fits' R² is shown for three βs or more.  ``title`` replaces the figure's title (default: what is concentrated and
     the solver); ``dpi``: the saved file's resolution.
@@ -130,10 +132,20 @@ def plot_sweep(sweep: Any, path: str | Path | None = None, *, title: str | None 
     fig = new_figure(figsize=(13.0, 4.2))
     ax1, ax2, ax3 = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
     colors = [f"C{k % 10}" for k in range(len(sweep.betas))]
-    for beta, curve, s, color in zip(sweep.betas, sweep.curves, sweep.summaries, colors):
+    coarse_curves = list(getattr(sweep, "coarse_curves", None) or [None] * len(sweep.betas))
+    for beta, curve, coarse, s, color in zip(sweep.betas, sweep.curves, coarse_curves, sweep.summaries, colors):
         t, w = curve["t"], curve["w2_target"]
         keep = t > 0
-        label = f"β = {beta:g}" + (" (under-res.)" if s["under_resolved"] else "")
+        # each run's own warning (the coarser run's had been put on the finer, drawn curve)
+        fine_under = s.get("under_resolved_fine", s["under_resolved"])
+        label = f"β = {beta:g}"
+        if coarse is not None:  # the other half of the convergence columns: thin, dashed, the colour of its β
+            tc = np.asarray(coarse["t"])
+            ax1.loglog(tc[tc > 0], np.asarray(coarse["w2_target"])[tc > 0], "--", color=color, lw=0.9)
+            label += (f": n = {s['n']}" + (" (under-res.)" if fine_under else "")
+                      + f", dashed n = {s['n_coarse']}" + (" (under-res.)" if s.get("under_resolved_coarse") else ""))
+        elif fine_under:
+            label += " (under-res.)"
         if s.get("cores"):  # the grid's cores below its cells before t_min: dotted from there on, the mesh's W2
             label += f" (cores below cells, dotted, from t = {s['t_cores_unresolved']:.3g})"
             mesh_part = keep & (t >= s["t_cores_unresolved"])

@@ -105,10 +105,12 @@ class BetaSweep:
         Per β: :func:`concentration_summary` plus ``beta``, ``n`` (``grid.cells`` or ``init.n``),
         ``cells`` (the mesh's cells, more than ``n`` on a graded mesh; particles: ``n``), ``rate``
         (:math:`\sqrt{\log(\beta+1)/\beta}`), ``ratio`` (:math:`W_{2,\min}/\text{rate}`),
-        ``under_resolved`` (the warning text or ``""``), ``wall_time`` (all runs of the β);
-        refined sweeps add ``n_coarse``, ``cells_coarse``, ``w2_min_coarse``, ``t_min_coarse``, ``dw2_min``
-        (relative change of W2_min from the coarser run) and ``dt_min``.  Grid runs with ``dim E = 1`` on S²
-        add the core check (:func:`core_check`): ``t_cores_unresolved``, ``cores`` (the warning, or ``""``),
+        ``under_resolved`` (the warning text or ``""``: the finer run's own, else the coarser run's),
+        ``under_resolved_fine`` (the finer run's own warning, the one of the curve in ``curves``, or ``""``),
+        ``wall_time`` (all runs of the β); refined sweeps add ``n_coarse``, ``cells_coarse``, ``w2_min_coarse``,
+        ``t_min_coarse``, ``w2_first_min_coarse``, ``t_first_min_coarse``, ``dw2_min`` (relative change of W2_min
+        from the coarser run), ``dt_min`` and ``under_resolved_coarse`` (the coarser run's own warning, or ``""``).
+        Grid runs with ``dim E = 1`` on S² add the core check (:func:`core_check`): ``t_cores_unresolved``, ``cores`` (the warning, or ``""``),
         and, where the cores fall below the cells before ``t_min``, ``w2_min_resolved``, ``t_min_resolved``
         and ``resolved_min_at_end`` over the frames before it; refined sweeps also ``t_cores_unresolved_coarse``.
     fit_tmin : dict
@@ -123,7 +125,8 @@ class BetaSweep:
     refinement : int
         Size of the finer run of each β over the coarser (refined sweeps).
     coarse_curves : list of dict
-        Refined sweeps: the coarser run's curves, as ``curves`` (empty otherwise).
+        Refined sweeps: the coarser run's curves, as ``curves`` (empty otherwise; ``meanfield concentration
+        --sweep-beta … --out DIR`` writes them to ``DIR/curves_coarse.csv`` and draws them dashed).
     """
 
     betas: NDArray[np.float64]
@@ -551,14 +554,16 @@ def sweep_beta(
         n, curve, summary, wall = results[-1]
         curves.append(curve)
         rate = float(concentration_rate(beta))
+        # grid.cells, the coarse spacing of a graded mesh too (its total count had passed a mesh coarser than the kernel)
+        own = run_resolution_warning(n, float(beta), d, cells=on_grid) or summary.get("cores") or ""
         summary.update(
             beta=float(beta),
             n=n,
             spacing=_spacing_used(float(beta), constants[float(beta)], first) if spacing is not None and size is None else math.nan,
             rate=rate,
             ratio=summary["w2_min"] / rate,
-            # grid.cells, the coarse spacing of a graded mesh too (its total count had passed a mesh coarser than the kernel)
-            under_resolved=run_resolution_warning(n, float(beta), d, cells=on_grid) or summary.get("cores") or "",
+            under_resolved=own,
+            under_resolved_fine=own,  # the drawn curve's own (the plot had put the coarser run's warning on it)
             wall_time=sum(r[3] for r in results),
         )
         if refine:
@@ -569,6 +574,8 @@ def sweep_beta(
                 cells_coarse=coarse["cells"],
                 w2_min_coarse=coarse["w2_min"],
                 t_min_coarse=coarse["t_min"],
+                w2_first_min_coarse=coarse["w2_first_min"],
+                t_first_min_coarse=coarse["t_first_min"],
                 dw2_min=(summary["w2_min"] - coarse["w2_min"]) / summary["w2_min"],
                 dt_min=summary["t_min"] - coarse["t_min"],
             )
@@ -578,6 +585,7 @@ def sweep_beta(
             if not coarse_warning and check_cores and coarse.get("cores"):  # (a sweep had said "resolved = yes" beside it)
                 coarse_warning = (f"its cluster cores fall below its cells at t = {coarse['t_cores_unresolved']:.3g}, before its "
                                   f"t_min = {coarse['t_min']:.3g}: ΔW2_min and Δt_min compare with the mesh's minimum")
+            summary["under_resolved_coarse"] = coarse_warning or ""
             if not summary["under_resolved"] and coarse_warning:
                 summary["under_resolved"] = f"the coarser run of the convergence column (n = {n0}): {coarse_warning}"
         summaries.append(summary)

@@ -461,7 +461,8 @@ def test_cli_sweep_writes_table_csv_plot(tmp_path: Path, run_cli, capsys: pytest
     np.testing.assert_allclose(rows["beta"], [2.0, 4.0, 8.0], rtol=0)
     assert {"open_start", "open_end"} <= set(rows.dtype.names)  # an open window's t_b is t_final, not a crossing
     assert (tmp_path / "s.png").stat().st_size > 0
-    names = ["beta_2.h5", "beta_2_coarse.h5", "beta_4.h5", "beta_4_coarse.h5", "beta_8.h5", "beta_8_coarse.h5", "curves.csv"]
+    names = ["beta_2.h5", "beta_2_coarse.h5", "beta_4.h5", "beta_4_coarse.h5", "beta_8.h5", "beta_8_coarse.h5", "curves.csv",
+             "curves_coarse.csv"]
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == names
     # the mesh follows β (N = 4πβ/0.5², at least 200) and each β ran on N and 4N cells
     np.testing.assert_array_equal(rows["n_coarse"], [200, 202, 403])
@@ -922,6 +923,61 @@ def test_the_beta_sweep_checks_the_config_it_runs_after_switching_solver_and_tra
 CONFIG = ROOT / "data" / "concentration.toml"
 
 
+def _csv(path: Path) -> list[dict[str, str]]:
+    import csv
+
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_a_refined_sweep_writes_both_runs_curves_so_its_convergence_columns_can_be_recomputed(tmp_path: Path, capsys) -> None:
+    # curves.csv had held only the finer run of each β, with no column saying its size: the coarser half of ΔW2_min and
+    # Δt_min was in neither the sweep's tables nor its figure
+    out = tmp_path / "runs"
+    argv = ["concentration", "--sweep-beta", "4,16", str(CONFIG), "--solver", "particle", "--cells", "100", "--refinement", "2",
+            "--set", "solver.t_final=0.6", "--set", "solver.save_every=0.2", "--out", str(out), "--csv", str(tmp_path / "s.csv"),
+            "--quiet"]
+    assert cli.main(argv) == 0
+    assert f"wrote 4 runs, {out / 'curves.csv'} and {out / 'curves_coarse.csv'}" in capsys.readouterr().out
+    fine, coarse = _csv(out / "curves.csv"), _csv(out / "curves_coarse.csv")
+    columns = ["beta", "t", "w2_target", "v_eigenspace_distance", "e_eigenspace_distance", "n"]
+    assert list(fine[0]) == list(coarse[0]) == columns  # the earlier columns first, as they were
+    assert {(r["beta"], r["n"]) for r in fine} == {("4", "200"), ("16", "200")}
+    assert {(r["beta"], r["n"]) for r in coarse} == {("4", "100"), ("16", "100")}
+    for beta, row in zip(("4", "16"), _csv(tmp_path / "s.csv")):
+        minima = [min(float(r["w2_target"]) for r in table if r["beta"] == beta) for table in (fine, coarse)]
+        np.testing.assert_allclose(float(row["dw2_min"]), (minima[0] - minima[1]) / minima[0], rtol=0, atol=1e-8)  # (10 digits)
+        coarse_run = load(out / f"beta_{beta}_coarse.h5")  # the coarse table is that run's curve
+        np.testing.assert_allclose([float(r["w2_target"]) for r in coarse if r["beta"] == beta],
+                                   coarse_run.diagnostics["w2_target"], rtol=1e-9)
+    # --single: one run per β, no coarser table
+    single = ["concentration", "--sweep-beta", "4,16", str(CONFIG), "--solver", "particle", "--cells", "100", "--single",
+              "--set", "solver.t_final=0.6", "--out", str(tmp_path / "single"), "--quiet"]
+    assert cli.main(single) == 0
+    assert {r["n"] for r in _csv(tmp_path / "single" / "curves.csv")} == {"100"}
+    assert not (tmp_path / "single" / "curves_coarse.csv").exists()
+    capsys.readouterr()
+    assert cli.main([*argv[:-3], "--csv", str(out / "curves_coarse.csv"), "--resume"]) == 2  # a table of the sweep
+    assert "--csv" in capsys.readouterr().err
+
+
+def test_the_plot_draws_the_coarser_run_dashed_and_puts_each_warning_on_its_own_run() -> None:
+    # "(under-res.)" had been put on the drawn finer curve (n = 200 ≥ 10·16 particles) for the coarser run's warning
+    sweep = sweep_beta(_config("solver.t_final=0.4", "solver.save_every=0.2"), [4.0, 16.0], solver="particle", size=100,
+                       refine=True, refinement=2)
+    s = sweep.summaries[1]
+    assert s["under_resolved_fine"] == "" and "n = 100 < 10·β^((d-1)/2) = 160" in s["under_resolved_coarse"]
+    assert s["under_resolved"].startswith("the coarser run of the convergence column (n = 100)")  # as before
+    fig = plot_sweep(sweep)
+    ax1 = fig.axes[0]
+    labels = [text.get_text() for text in ax1.get_legend().get_texts()]
+    assert labels == ["β = 4: n = 200, dashed n = 100", "β = 16: n = 200, dashed n = 100 (under-res.)"]
+    dashed = [line for line in ax1.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 2
+    for line, curve in zip(dashed, sweep.coarse_curves, strict=True):
+        np.testing.assert_array_equal(line.get_ydata(), curve["w2_target"][curve["t"] > 0])
+
+
 def test_resume_checks_every_stored_run_before_any_is_touched(tmp_path: Path, capsys) -> None:
     # each run had been checked only when the sweep reached it: β = 4's runs were extended to the new t_final before
     # β = 8's coarser run was found to differ (exit 2, after the work)
@@ -948,3 +1004,26 @@ def test_a_sweep_of_one_frame_is_refused(tmp_path: Path, capsys) -> None:
     with pytest.raises(ConfigError) as info:
         sweep_beta(_config("solver.t_final=0"), [4.0, 8.0], solver="particle")
     assert info.value.key == "solver.t_final"
+
+
+def test_the_sweep_counts_its_runs_in_words_and_notes_a_resume_with_nothing_to_resume(tmp_path: Path, capsys) -> None:
+    # "wrote 1 runs", "read 1 finished ones"; --resume into a mistyped folder had started afresh without a word
+    out = tmp_path / "runs"
+    base = ["concentration", "--sweep-beta", "4,8", str(CONFIG), "--solver", "particle", "--cells", "40", "--single",
+            "--set", "solver.t_final=0.3", "--out", str(out), "--quiet"]
+    assert cli.main([*base, "--resume"]) == 0
+    captured = capsys.readouterr()
+    assert f"note: --resume: {out} does not exist: nothing to resume, every run starts afresh" in captured.err
+    assert f"wrote 2 runs and {out / 'curves.csv'}" in captured.out
+    (out / "beta_8.h5").unlink()
+    assert cli.main([*base, "--resume"]) == 0
+    captured = capsys.readouterr()
+    assert f"wrote 1 run, read 1 finished one, and wrote {out / 'curves.csv'}" in captured.out
+    assert "nothing to resume" not in captured.err
+    (out / "beta_4.h5").unlink()
+    assert cli.main([*base, "--resume", "--set", "solver.t_final=0.3"]) == 0
+    assert f"wrote 1 run, read 1 finished one" in capsys.readouterr().out
+    for name in ("beta_4.h5", "beta_8.h5"):
+        (out / name).unlink()
+    assert cli.main([*base, "--resume"]) == 0
+    assert f"note: --resume: {out} holds none of this sweep's runs" in capsys.readouterr().err
