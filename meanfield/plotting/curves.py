@@ -167,8 +167,9 @@ def plot_sweep(sweep: Any, path: str | Path | None = None, *, title: str | None 
     at_end = np.array([bool(s.get("min_at_end")) for s in sweep.summaries])  # W2 still falling at the last frame
     fit = sweep.fit_tmin
     grid = np.linspace(logb.min(), logb.max(), 50)
+    sign = "−" if fit["intercept"] < 0 else "+"  # (it had read "+ -0.34")
     ax2.plot(grid, fit["slope"] * grid + fit["intercept"], color="C1",
-             label=f"{fit['slope']:.3g} log β + {fit['intercept']:.3g}{_fit_label(fit)}")
+             label=f"{fit['slope']:.3g} log β {sign} {abs(fit['intercept']):.3g}{_fit_label(fit)}")
     _sweep_points(ax2, logb, t_min, mesh_value, at_end, end_marker=">", end_label="minimum at the last frame: t_min ≥ this")
     ax2.set_xlabel(r"$\log\beta$")
     ax2.set_ylabel(r"$t_{\min}$")

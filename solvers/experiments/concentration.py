@@ -176,12 +176,22 @@ class BetaSweep:
         a = self.fit_tmin
         b = self.fit_w2min
         no_r2 = "  (no R²: two βs, or the same value at every β)"
-        lines.append(f"fit t_min = {a['slope']:.4g}·log β + {a['intercept']:.4g}{r_squared_label(a, undefined=no_r2)}")
-        lines.append(f"fit log W2_min = {b['slope']:.4g}·log √(log(β+1)/β) + {b['intercept']:.4g}"
+        lines.append(f"fit t_min = {a['slope']:.4g}·log β {_signed(a['intercept'])}{r_squared_label(a, undefined=no_r2)}")
+        lines.append(f"fit log W2_min = {b['slope']:.4g}·log √(log(β+1)/β) {_signed(b['intercept'])}"
                      f"{r_squared_label(b, undefined=no_r2)}")
         for s in self.summaries:
             if s["open_end"] or s["open_start"]:
                 lines.append(f"{'' if s['open_start'] else '≥ '}β = {s['beta']:g}: {open_window_note(s)}")
+            elif math.isnan(s["t_a"]):  # (as the analysis of one run says it; the table had said only "none")
+                lines.append(f"β = {s['beta']:g}: window none (threshold {s['threshold']:.4g} < W2_min = {s['w2_min']:.4g})")
+        for s in self.summaries:  # an earlier dip than the global minimum of the columns, as one run's analysis says it
+            coarse = "t_first_min_coarse" in s and s["t_first_min_coarse"] < s["t_min_coarse"]
+            if s["t_first_min"] < s["t_min"] or coarse:
+                fine = (f"W2 = {s['w2_first_min']:.4g} at t = {s['t_first_min']:.4g}" if s["t_first_min"] < s["t_min"]
+                        else "the global one")
+                also = (f" (coarser run: W2 = {s['w2_first_min_coarse']:.4g} at t = {s['t_first_min_coarse']:.4g})"
+                        if coarse else "")
+                lines.append(f"β = {s['beta']:g}: first local minimum {fine}{also}, before the global minimum of the columns")
         if refined:
             lines.append(f"n: the finer run ({self.refinement}× the coarser's cells or particles, spacing "
                          f"÷{math.sqrt(self.refinement):.3g}); "
@@ -227,6 +237,11 @@ class BetaSweep:
         from meanfield.plotting.curves import plot_sweep
 
         return plot_sweep(self, path, title=title, dpi=dpi)
+
+
+def _signed(value: float, digits: int = 4) -> str:
+    """``"+ 0.2"`` or ``"− 0.34"``: a term added to a fitted line as it reads (``+ -0.34`` had been printed)."""
+    return f"{'−' if value < 0 else '+'} {abs(value):.{digits}g}"
 
 
 def parse_betas(betas: Sequence[float] | str) -> NDArray[np.float64]:

@@ -618,3 +618,30 @@ def test_titles_name_a_causal_mask_the_heads_mean_and_the_scheme(tmp_path):
     assert run_title(simulated) == "softmax attention, causal mask, β = 1, n = 8 tokens, particle solver"
     plain = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0), x0), mf.ParticleSolver(dt=0.05), t_final=0.1)
     assert run_title(plain) == "softmax attention, β = 1, n = 8 tokens, particle solver"  # unchanged
+
+
+def test_a_refined_sweep_draws_its_coarser_runs_dashed_each_with_its_own_warning_and_signs_its_fit():
+    # only the finer run had been drawn, labelled "(under-res.)" for the coarser run's warning; the fit read "+ -0.5"
+    import math
+    from types import SimpleNamespace
+
+    t = np.linspace(0.0, 3.0, 13)
+    fine = [{"t": t, "w2_target": 0.5 * np.exp(-t) + 0.1}, {"t": t, "w2_target": 0.4 * np.exp(-t / 4) + 0.05}]
+    coarse = [{"t": t, "w2_target": 0.52 * np.exp(-t) + 0.1}, {"t": t, "w2_target": 0.41 * np.exp(-t / 4) + 0.06}]
+    summaries = [{"t_min": 2.0, "w2_min": 0.12, "n": 400, "n_coarse": 200, "min_at_end": False,
+                  "under_resolved": "the coarser run of the convergence column (n = 200): under-resolved",
+                  "under_resolved_fine": "", "under_resolved_coarse": "under-resolved"},
+                 {"t_min": 3.0, "w2_min": 0.2, "n": 400, "n_coarse": 200, "min_at_end": False,
+                  "under_resolved": "under-resolved", "under_resolved_fine": "under-resolved", "under_resolved_coarse": ""}]
+    sweep = SimpleNamespace(betas=np.array([4.0, 8.0]), solver="grid", curves=fine, coarse_curves=coarse, summaries=summaries,
+                            fit_tmin={"slope": 1.4, "intercept": -0.5, "r2": math.nan},
+                            fit_w2min={"slope": 0.8, "intercept": -1.0, "r2": math.nan})
+    fig = curves.plot_sweep(sweep)
+    ax1, ax2 = fig.axes[:2]
+    assert [text.get_text() for text in ax1.get_legend().get_texts()] == [
+        "β = 4: n = 400, dashed n = 200 (under-res.)", "β = 8: n = 400 (under-res.), dashed n = 200"]
+    dashed = [line for line in ax1.get_lines() if line.get_linestyle() == "--"]
+    assert [line.get_color() for line in dashed] == ["C0", "C1"] and all(line.get_linewidth() < 1.5 for line in dashed)
+    for line, curve in zip(dashed, coarse, strict=True):
+        np.testing.assert_array_equal(line.get_ydata(), curve["w2_target"][t > 0])
+    assert "1.4 log β − 0.5" in [text.get_text() for text in ax2.get_legend().get_texts()]

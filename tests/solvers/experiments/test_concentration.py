@@ -1027,3 +1027,30 @@ def test_the_sweep_counts_its_runs_in_words_and_notes_a_resume_with_nothing_to_r
         (out / name).unlink()
     assert cli.main([*base, "--resume"]) == 0
     assert f"note: --resume: {out} holds none of this sweep's runs" in capsys.readouterr().err
+
+
+def _table_sweep(curves: list[np.ndarray], *, threshold: float | None = None, intercept: float = -0.3402):
+    from meanfield.solvers.experiments.concentration import BetaSweep
+
+    t = np.arange(len(curves[0]), dtype=float)
+    summaries = []
+    for beta, w in zip((4.0, 16.0), curves):
+        s = concentration_summary(t, w, threshold=threshold)
+        s.update(beta=beta, n=100, rate=1.0, ratio=s["w2_min"], under_resolved="", wall_time=0.0)
+        summaries.append(s)
+    fit = {"slope": 0.8548, "intercept": intercept, "r2": math.nan}
+    return BetaSweep(np.array([4.0, 16.0]), [{"t": t, "w2_target": w} for w in curves], summaries, dict(fit), dict(fit), "particle")
+
+
+def test_the_sweep_table_signs_its_fits_and_says_an_earlier_minimum_and_a_window_under_w2_min() -> None:
+    # "+ -0.3402"; the first local minimum (the one-run output prints it) and a window of none for a threshold below
+    # W2_min (the one-run output says why) had gone unsaid in the table
+    dip = np.array([1.0, 0.5, 0.6, 0.7, 0.3, 0.9, 1.0])
+    plain = np.array([1.0, 0.6, 0.4, 0.3, 0.5, 0.8, 0.9])
+    table = _table_sweep([dip, plain]).table()
+    assert "fit t_min = 0.8548·log β − 0.3402" in table and "+ -" not in table
+    assert "β = 4: first local minimum W2 = 0.5 at t = 1, before the global minimum of the columns" in table
+    assert "β = 16: first local minimum" not in table
+    assert "fit t_min = 0.8548·log β + 0.3402" in _table_sweep([dip, plain], intercept=0.3402).table()
+    low = _table_sweep([dip, plain], threshold=0.2).table()
+    assert "β = 4: window none (threshold 0.2 < W2_min = 0.3)" in low and "β = 16: window none (threshold 0.2 < W2_min = 0.3)" in low
