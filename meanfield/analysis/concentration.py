@@ -809,12 +809,14 @@ class Concentration:
         elif s["open_start"]:  # below the threshold from t = 0: no window (it had read "[≤0, 6≥]" and "run longer")
             lines.append(f"metastable window: none ({open_window_note(s, option=option)})")
         else:
-            end = "≥]" if s["open_end"] else "]"
-            lines.append(f"metastable window (W2 ≤ {s['threshold']:.4g}): [{s['t_a']:.4g}, {s['t_b']:.4g}{end}  (length {s['window_length']:.4g})")
+            end = "≥" if s["open_end"] else ""  # (it had read "6≥]"; the sweep's table writes "≥6]")
+            lines.append(f"metastable window (W2 ≤ {s['threshold']:.4g}): [{s['t_a']:.4g}, {end}{s['t_b']:.4g}]  (length {s['window_length']:.4g})")
             if s["open_end"]:
                 lines.append(f"note: {open_window_note(s, option=option)}")
         if s["min_at_end"]:
             lines.append("note: the minimum is at the last frame (W2 still falling): run longer to see t_min")
+        elif len(self.curves.get("t", ())) == 1:  # (one frame had read t_min = 0 without a word)
+            lines.append("note: the run holds one frame (t = 0 only): t_min and W2_min are that frame's; run longer to see them")
         return "\n".join(lines)
 
     def __str__(self) -> str:

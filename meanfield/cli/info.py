@@ -159,8 +159,11 @@ def _check_frames(path: str) -> None:
                                     f"written with them ({reader.named_frames(damaged)}): their bytes changed on disk "
                                     "after they were committed")
     unchecked = reader.frames - checked
-    print(f"checksums: all {checked} frames match" if not unchecked else
-          f"checksums: {checked} frames match theirs; {unchecked} written before checksums were not checked")
+    if not unchecked:
+        print("checksums: the one frame matches its own" if checked == 1 else f"checksums: all {checked} frames match")
+    else:  # (it had read "1 frames match theirs")
+        print(f"checksums: {checked} frame{' matches its own' if checked == 1 else 's match theirs'}; {unchecked} written before "
+              f"checksums {'was' if unchecked == 1 else 'were'} not checked")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -63,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     steps = run.info.get("jko_steps", run.info.get("grid_steps", run.info.get("steps", "?")))
     unit = "JKO steps" if cfg["solver"]["kind"] == "jko" else "steps"
-    print(f"wrote {args.out} ({run.frames} frames, {steps} {unit}, {run.info.get('wall_time', float('nan')):.2f} s, "
+    print(f"wrote {args.out} ({run.frames} frame{'' if run.frames == 1 else 's'}, {steps} {unit}, {run.info.get('wall_time', float('nan')):.2f} s, "
           f"stop: {run.stop_reason})")
     if args.plot:
         draw(run, args.plot)

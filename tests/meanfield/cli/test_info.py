@@ -39,7 +39,7 @@ def test_check_names_every_damaged_frame_where_the_summary_reads_the_last_only(s
     with h5py.File(small_run, "r+") as f:  # frames written before checksums: not checked, and said so
         f["checksum"][:2] = -1
     assert main(["info", str(small_run), "--check"]) == 0
-    assert "checksums: 1 frames match theirs; 2 written before checksums were not checked" in capsys.readouterr().out
+    assert "checksums: 1 frame matches its own; 2 written before checksums were not checked" in capsys.readouterr().out
     with h5py.File(small_run, "r+") as f:
         del f["checksum"]
     assert main(["info", str(small_run), "--check"]) == 0

@@ -876,6 +876,11 @@ def test_a_threshold_above_the_first_w2_gives_no_window_and_python_text_names_no
     plateau = concentration_summary(np.linspace(0.0, 10.0, 11), [1.0, 0.7, 0.5, 0.45, 0.6, 0.75, 0.79, 0.8, 0.8, 0.8, 0.8])
     text = Concentration({}, plateau, None, "run").window_text()
     assert "a threshold below 0.8 (run.concentration(threshold=…)) ends it" in text and "--threshold" not in text
+    one = Concentration({"t": np.array([0.0]), "w2_target": np.array([1.0])}, concentration_summary(np.array([0.0]), [1.0]),
+                        None, "run").window_text()
+    assert "note: the run holds one frame (t = 0 only)" in one  # (it had read t_min = 0 without a word)
+    # an open end reads "≥10]", as in the sweep's table (it had read "10≥]")
+    assert f"[{plateau['t_a']:.4g}, ≥10]" in text and "≥]" not in text
 
 
 def test_a_run_of_another_attention_law_is_noted_as_outside_the_theorem() -> None:
