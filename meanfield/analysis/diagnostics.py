@@ -1273,6 +1273,7 @@ def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1
         for key in _OUTSIDE_THM11:
             series[key] = np.full_like(series[key], math.nan)
     where = f"run:        {run.path}\n" if run.path is not None else ""
+    combine = getattr(model, "combine", "sum")  # (the mean of the heads had not been named)
     heading = (f"{where}model:      d={model.d} beta={model.beta:g} attention={model.attention} "
-               f"direction={model.direction} heads={heads.H} n={n}")
+               f"direction={model.direction}{'' if combine == 'sum' else f' combine={combine}'} heads={heads.H} n={n}")
     return Diagnosis(series, verdict, heading, heads.H, n)

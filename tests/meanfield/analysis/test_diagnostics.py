@@ -457,7 +457,9 @@ def test_diagnose_follows_the_runs_own_flow(setting):
         a = np.random.default_rng(0).random(20)
         run = mf.solve(mf.Problem(Model(d=3, beta=2.0), sample_uniform(20, 3, seed=1), weights=a), mf.ParticleSolver(dt=0.001),
                        t_final=0.02, save_every=0.001)
-    series = run.diagnose().series
+    diagnosis = run.diagnose()
+    assert ("combine=mean heads=" in diagnosis.heading) == (setting == "mean")  # (the heading had not named the mean)
+    series = diagnosis.series
     energy = run.diagnostics["energy"]
     np.testing.assert_allclose(series["energy"], energy, rtol=1e-12)  # the energy tracker's (a mean for "mean")
     centred = (energy[2:] - energy[:-2]) / 0.002
