@@ -752,6 +752,9 @@ def phase_diagram(
         kept = sorted((folder / "batches").glob("*.npz")) if (folder / "batches").is_dir() else []
         if kept and not resume:
             raise ConfigError("--out", f"{folder} already holds a phase diagram ({len(kept)} batches); pass --resume to continue it, or choose another folder")
+        if resume and not kept:  # (a mistyped folder had started afresh without a word)
+            where = "does not exist" if not folder.exists() else "holds no batches"
+            warnings.warn(f"--resume: {folder} {where}: nothing to resume, every batch runs", ConfigNote, stacklevel=2)
         if resume and kept:
             ours = {Path(task["path"]).name for task in tasks}
             foreign = [path.name for path in kept if path.name not in ours]

@@ -519,3 +519,11 @@ def test_an_interrupt_names_the_folder_its_batches_are_kept_in(tiny, tmp_path, c
     out = tmp_path / "diagram"
     assert cli_main(["phase", str(tiny), "-o", str(out), "--workers", "0", "--quiet"]) == 1
     assert f"finished batches are kept in {out / 'batches'}, --resume continues" in capsys.readouterr().err  # (had said DIR)
+
+
+def test_resume_into_a_folder_without_batches_says_that_nothing_is_resumed(tiny, tmp_path):
+    from meanfield.errors import ConfigNote
+
+    with pytest.warns(ConfigNote, match=r"--resume: .*missing does not exist: nothing to resume, every batch runs"):
+        phase_diagram(tiny, workers=0, out=tmp_path / "missing", resume=True, **{"phase.samples": 2})
+    assert (tmp_path / "missing" / "phase.csv").exists()
