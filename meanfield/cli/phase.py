@@ -61,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
                             quiet=args.quiet)
     info = diagram.info
     print(f"phase: {len(diagram.betas)} β × {len(diagram.times)} times, {diagram.samples} samples per β "
-          f"({info['systems']} systems in {info['batches']} batches, {info['resumed_batches']} resumed; {info['steps']} steps each, "
+          f"({info['systems']} systems in {info['batches']} batch{'' if info['batches'] == 1 else 'es'}, {info['resumed_batches']} resumed; {info['steps']} steps each, "
           f"{info['wall_time']:.2f} s); wrote {args.out}/phase.csv and {args.out}/phase.png")
     last = len(diagram.times) - 1
     for k, beta in enumerate(diagram.betas):
