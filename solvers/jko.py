@@ -122,6 +122,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
 from meanfield.analysis.energy import energies_from_row_logs, energy_theta
+from meanfield.checks import check_flag, check_int
 from meanfield.config import JKO_TOL_RANGE, check_mask
 from meanfield.errors import ConfigError, RunFailed
 from meanfield.heads import HeadStack
@@ -155,6 +156,8 @@ __all__ = [
 
 JKO_VARIANTS = ("particle", "grid")
 MOBILITIES = ("frozen", "implicit")
+#: the grid scheme's edge fluxes (``edge_flux`` of :class:`GridJKOStepper`)
+EDGE_FLUXES = ("potential", "velocity")
 #: the grid's linear solve is accepted at an L¹ residual ‖(I + τA)m − m_k‖₁ up to this (sparse LU round-off)
 LINEAR_SOLVE_FLOOR = 1e-12
 
@@ -385,13 +388,13 @@ class ParticleJKOStepper:
         self.tau = float(tau)
         self.mobility = mobility
         self.tol = float(tol)
-        self.max_iter = int(max_iter)
-        self.max_halvings = int(max_halvings)
+        self.max_iter = check_int("max_iter", max_iter, minimum=1)
+        self.max_halvings = check_int("max_halvings", max_halvings, minimum=0)
         self.halvings = 0
         self.weights = None if weights is None else np.asarray(weights, dtype=float)
-        self.memory = int(memory)
+        self.memory = check_int("memory", memory, minimum=1)
         self.keep_reports = keep_reports
-        self.force_lbfgs = force_lbfgs
+        self.force_lbfgs = check_flag("force_lbfgs", force_lbfgs)
         self.log = _ReportLog()
         self._cache = _FieldCache(model.beta)
 
@@ -672,7 +675,7 @@ class GridJKOStepper:
             raise ValueError(f"tau must be positive and finite, got {tau!r}")
         if mobility not in MOBILITIES:
             raise ValueError(f"mobility must be one of {MOBILITIES}, got {mobility!r}")
-        if edge_flux not in ("potential", "velocity"):
+        if edge_flux not in EDGE_FLUXES:
             raise ValueError(f"edge_flux must be 'potential' or 'velocity', got {edge_flux!r}")
         check_tol(tol)
         check_gradient_structure(model)
@@ -681,9 +684,9 @@ class GridJKOStepper:
         self.tau = float(tau)
         self.mobility = mobility
         self.tol = float(tol)
-        self.max_iter = int(max_iter)
+        self.max_iter = check_int("max_iter", max_iter, minimum=1)
         self.edge_flux = edge_flux
-        self.max_halvings = int(max_halvings)
+        self.max_halvings = check_int("max_halvings", max_halvings, minimum=0)
         self.keep_reports = keep_reports
         self.log = _ReportLog()
         self._cache = _FieldCache(model.beta)
@@ -934,7 +937,8 @@ class JKOSolver:
     Parameters
     ----------
     tau : float
-        Step :math:`\tau`.
+        Largest step :math:`\tau`: each save interval :math:`\Delta t` is cut into :math:`\lceil\Delta t/\tau\rceil` equal
+        steps (``tau = 0.03`` with frames every 0.1 takes steps of 0.025).
     mobility : {"frozen", "implicit"}
         Mobility frozen at :math:`\mu_k` (``"frozen"``), or iterated to the new measure (``"implicit"``).
     tol : float
@@ -942,7 +946,9 @@ class JKOSolver:
     keep_reports : bool
         Keep every step's :class:`StepReport` in ``run.info["reports"]``.
     options : dict
-        Passed to the stepper (``max_iter``, ``memory``, ``force_lbfgs``, ``edge_flux`` …).
+        Passed to the stepper, checked when the solver is made: ``max_iter`` (an integer ≥ 1), ``max_halvings`` (≥ 0),
+        and for tokens ``memory`` (≥ 1) and ``force_lbfgs`` (a bool), for a grid density ``edge_flux``
+        (``"potential"`` or ``"velocity"``); an option of the other variant is refused when the run starts.
 
     Examples
     --------
@@ -978,12 +984,33 @@ class JKOSolver:
         unknown = sorted(set(self.options) - known)
         if unknown:  # (they had been refused at solve(), as the steppers' unexpected keywords, options not named)
             raise ValueError(f"options: unknown {', '.join(map(repr, unknown))}; the steppers take {', '.join(sorted(known))}")
+        # the values too (max_iter = 0 had failed the run blaming solver.tau, force_lbfgs = "False" had switched it on,
+        # max_iter = 2.7 had been cut to 2)
+        for name, minimum in (("max_iter", 1), ("max_halvings", 0), ("memory", 1)):
+            if name in self.options:
+                check_int(f"options[{name!r}]", self.options[name], minimum=minimum)
+        if "force_lbfgs" in self.options:
+            check_flag("options['force_lbfgs']", self.options["force_lbfgs"])
+        if "edge_flux" in self.options and self.options["edge_flux"] not in EDGE_FLUXES:
+            raise ValueError(f"options['edge_flux'] must be one of {EDGE_FLUXES}, got {self.options['edge_flux']!r}")
+
+    def _check_variant(self, on_grid: bool) -> None:
+        """Refuse the options of the other variant (``edge_flux`` with tokens, ``memory`` with a grid density): they
+        had failed at :func:`meanfield.solve` as Python's bare ``TypeError`` of an unexpected keyword."""
+        stepper = GridJKOStepper if on_grid else ParticleJKOStepper
+        own = {name for name, p in inspect.signature(stepper).parameters.items() if p.kind is p.KEYWORD_ONLY}
+        foreign = sorted(set(self.options) - own)
+        if foreign:
+            raise ValueError(f"options: {', '.join(map(repr, foreign))} {'is an option' if len(foreign) == 1 else 'are options'} "
+                             f"of the {'particle' if on_grid else 'grid'} JKO scheme; this problem holds "
+                             f"{'a grid density' if on_grid else 'tokens'}")
 
     def setup(self, problem: Any, *, energy: bool = True, speed: bool = True, steady_tol: float = 0.0) -> RunSetup:  # noqa: ARG002
         """Stepper and trackers: the JKO step reports, finite values and the sphere (tokens) or the mass (grid), energies."""
         model = problem.model
         _check_model(model)
         check_mask(model.mask, "jko", on_grid=problem.on_grid)  # a causal mask: refused here, as by the config
+        self._check_variant(problem.on_grid)
         if not problem.on_grid:
             stepper: Any = ParticleJKOStepper(model, tau=self.tau, mobility=self.mobility, tol=self.tol, weights=problem.weights,
                                               keep_reports=self.keep_reports, **self.options)

@@ -640,6 +640,19 @@ def test_the_solver_options_are_checked_where_they_are_given_and_the_masses_kept
     with pytest.raises(ValueError, match=r"options: unknown 'nonsense'; the steppers take .*max_iter"):
         mf.JKOSolver(options={"nonsense": 1})
     mf.JKOSolver(options={"max_iter": 10})
+    # the options' values (max_iter = 0 had failed the run blaming solver.tau, force_lbfgs = "False" had switched it on,
+    # 2.7 had been cut to 2), and an option of the other variant (a bare TypeError at solve())
+    for options, match in (({"max_iter": 0}, r"options\['max_iter'\] must be an integer >= 1, got 0"),
+                           ({"max_iter": 2.7}, r"options\['max_iter'\] must be an integer >= 1, got 2.7"),
+                           ({"force_lbfgs": "False"}, r"options\['force_lbfgs'\] must be True or False, got 'False'"),
+                           ({"memory": -3}, r"options\['memory'\] must be an integer >= 1"),
+                           ({"max_halvings": -1}, r"options\['max_halvings'\] must be an integer >= 0"),
+                           ({"edge_flux": "x"}, r"options\['edge_flux'\] must be one of \('potential', 'velocity'\)")):
+        with pytest.raises(ValueError, match=match):
+            mf.JKOSolver(options=options)
+    tokens = mf.Problem(mf.Model(d=3, beta=1.0, attention="pooled"), mf.sample_uniform(6, 3, seed=0))
+    with pytest.raises(ValueError, match=r"^options: 'edge_flux' is an option of the grid JKO scheme; this problem holds tokens"):
+        mf.solve(tokens, mf.JKOSolver(options={"edge_flux": "velocity"}), t_final=0.1)
     with pytest.raises(ValueError, match=r"backend must be one of \('auto', 'blas'"):
         mf.GridSolver(backend="")
     with pytest.raises(ValueError, match=r"dt_max must be positive, got True"):
