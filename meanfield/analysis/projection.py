@@ -705,8 +705,17 @@ def concentration_rate(beta: ArrayLike) -> NDArray[np.float64]:
     (Theorem 1 of arXiv 2605.10931).  Minimising the bound over ``t`` gives
     :math:`t_{\min}\approx\log(1/r)/(C_1+c)\sim\tfrac{1}{2(C_1+c)}\log\beta` and
     :math:`W_{2,\min}\sim r(\beta)^{c/(C_1+c)}`.
+
+    Raises
+    ------
+    ValueError
+        ``beta`` not real numbers > 0 and finite (β = -0.5 had given 1.18, β = 0 NaN, ``True`` and strings passed).
     """
+    if isinstance(beta, (bool, np.bool_, str, bytes)) or np.asarray(beta).dtype.kind not in "iuf":
+        raise ValueError(f"beta must be real numbers > 0 (the theorem's inverse temperatures), got {beta!r}")
     b = np.asarray(beta, dtype=float)
+    if not np.all(np.isfinite(b) & (b > 0)):
+        raise ValueError(f"beta must be real numbers > 0 and finite (the theorem's inverse temperatures), got {beta!r}")
     return np.sqrt(np.log1p(b) / b)
 
 

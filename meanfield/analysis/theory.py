@@ -88,6 +88,8 @@ __all__ = [
 # validation helpers
 # --------------------------------------------------------------------------- #
 def _finite(value: float, key: str) -> float:
+    if isinstance(value, (bool, np.bool_, str, bytes)):  # (True had been taken as 1, "2" as 2: float() takes both)
+        raise ConfigError(key, f"must be a real number, got {value!r}")
     try:
         if np.iscomplexobj(value):  # float() of a NumPy complex had dropped the imaginary part with a warning
             raise TypeError
@@ -111,6 +113,8 @@ def _reals(value: ArrayLike, key: str) -> NDArray[np.float64]:
     try:
         if np.iscomplexobj(value):  # a complex array had lost its imaginary part with a mere ComplexWarning
             raise TypeError
+        if isinstance(value, (str, bytes)) or np.asarray(value).dtype.kind in "bUSO":  # (True as 1, "2" as 2)
+            raise TypeError
         x = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         raise ConfigError(key, f"must be real numbers, got {value!r}") from None
@@ -132,7 +136,7 @@ def _check_gammas(gamma: ArrayLike, m: float) -> NDArray[np.float64]:
 
 def _check_n(n: float) -> float:
     x = _finite(n, "n")
-    if x < 2:
+    if x < 2:  # (a real n is taken: the closed forms extend to it, and the figures draw them as curves in n)
         raise ConfigError("n", f"the number of tokens must be >= 2, got {n!r}")
     return x
 
@@ -859,8 +863,18 @@ def late_rate(lambdas: ArrayLike) -> float:
     --------
     >>> late_rate([0.5, 1.5])
     4.0
+
+    Raises
+    ------
+    ConfigError
+        ``lambdas`` whose sum :math:`\Lambda` is not positive: the tokens do not cluster, and :math:`2\Lambda` is no
+        clustering rate (``[-1]`` had given -2).
     """
-    return float(2.0 * np.sum(_check_lambdas(lambdas)))
+    total = float(np.sum(_check_lambdas(lambdas)))
+    if not total > 0:
+        raise ConfigError("lambdas", f"the late rate 2Λ is the clustering rate of heads of total strength Λ = Σ λ_h > 0; "
+                                     f"got Λ = {total:g}")
+    return 2.0 * total
 
 
 # --------------------------------------------------------------------------- #

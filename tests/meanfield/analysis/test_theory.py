@@ -286,6 +286,14 @@ def test_overlap_and_angles_random_match_direct():
         (lambda: th.fit_linear(["a", 2.0], [1.0, 2.0]), "xs"),
         (lambda: th.late_rate([1e308, 1e308]), "lambdas"),  # their sum had been inf (equal_split_rate: NaN)
         (lambda: th.equal_split_rate([1e308, 1e308], beta=1.0, n=4), "lambdas"),
+        # True had been taken as 1 and "2" as 2 (float() takes both): beta_star(True, 16, 1) had been inf
+        (lambda: th.beta_star(True, 16, 1.0), "H"),
+        (lambda: th.beta_star(2, 16, True), "alpha"),
+        (lambda: th.c_star("2"), "H"),
+        (lambda: th.head_cosine(1.0, n=np.bool_(True), alpha=1.0), "n"),
+        (lambda: th.late_rate([True]), "lambdas"),
+        (lambda: th.late_rate([-1.0]), "lambdas"),  # Λ ≤ 0 clusters not: -2 had been given as its rate
+        (lambda: th.late_rate([1.0, -1.0]), "lambdas"),
     ],
 )
 def test_bad_arguments(call, key):
@@ -428,3 +436,13 @@ def test_the_gain_checks_its_inputs_and_stays_finite_where_beta_lambda_passes_th
         with pytest.raises(ConfigError, match=name):
             th.superadditivity_gain(**bad)
     assert th.superadditivity_gain([2.0, 3.0], beta=1e308, n=8) == 0.0  # had been NaN (0·∞ in φ'(μ))
+
+
+@pytest.mark.parametrize("beta", [0.0, -0.5, math.nan, math.inf, True, "4", [4.0, 0.0]])
+def test_the_rate_of_theorem_1_takes_positive_inverse_temperatures_only(beta):
+    # β = -0.5 had given 1.18, β = 0 NaN with a RuntimeWarning, True and NaN had passed through
+    from meanfield.analysis.projection import concentration_rate
+
+    with pytest.raises(ValueError, match="beta must be real numbers > 0"):
+        concentration_rate(beta)
+    np.testing.assert_allclose(concentration_rate([4.0, 1024.0]), np.sqrt(np.log([5.0, 1025.0]) / [4.0, 1024.0]), rtol=1e-15)
