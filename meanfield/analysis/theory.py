@@ -113,7 +113,9 @@ def _reals(value: ArrayLike, key: str) -> NDArray[np.float64]:
     try:
         if np.iscomplexobj(value):  # a complex array had lost its imaginary part with a mere ComplexWarning
             raise TypeError
-        if isinstance(value, (str, bytes)) or np.asarray(value).dtype.kind in "bUSO":  # (True as 1, "2" as 2)
+        given = np.asarray(value)  # (True had been taken as 1, "2" as 2; an int past int64 is an object array: kept)
+        if isinstance(value, (str, bytes)) or given.dtype.kind in "bUS" or (
+                given.dtype.kind == "O" and any(isinstance(v, (str, bytes, bool, np.bool_)) for v in given.ravel())):
             raise TypeError
         x = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
