@@ -86,9 +86,6 @@ def frame_checksum(state: np.ndarray) -> int:
 SPACE_RESERVE = 1 << 20
 
 
-def _committed(count: int) -> str:
-    """``the 1 committed frame is`` / ``the 28 committed frames are``."""
-    return f"the {count} committed frame{'s are' if count != 1 else ' is'}"
 #: free bytes below which :meth:`RunWriter.finish` leaves the status unwritten: the space check keeps
 #: :data:`SPACE_RESERVE` for it, and only another process can have taken that (HDF5 meeting a full disk in its
 #: metadata flush had left the file unreadable, every committed frame lost)
@@ -98,6 +95,11 @@ STATUS_RESERVE = 64 << 10
 #: what a write that finds no room was short of, and what frees it
 DISK_FULL = ("no space left on device", "free some space")
 SIZE_LIMIT = ("the file-size limit (ulimit -f) is reached", "raise the limit")
+
+
+def _committed(count: int) -> str:
+    """``the 1 committed frame is`` / ``the 28 committed frames are``."""
+    return f"the {count} committed frame{'s are' if count != 1 else ' is'}"
 
 
 def _room(path: Path, *, written: Path | None = None) -> tuple[int | None, tuple[str, str]]:
