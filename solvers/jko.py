@@ -993,6 +993,12 @@ class JKOSolver:
             check_flag("options['force_lbfgs']", self.options["force_lbfgs"])
         if "edge_flux" in self.options and self.options["edge_flux"] not in EDGE_FLUXES:
             raise ValueError(f"options['edge_flux'] must be one of {EDGE_FLUXES}, got {self.options['edge_flux']!r}")
+        # a copy of its own: the caller's dict changed later had changed the checked solver (options={"max_iter": 0}
+        # got past the checks as options.update(...)), and the dict had made the frozen solver unhashable
+        object.__setattr__(self, "options", dict(self.options))
+
+    def __hash__(self) -> int:
+        return hash((self.tau, self.mobility, self.tol, self.keep_reports, tuple(sorted(self.options.items()))))
 
     def _check_variant(self, on_grid: bool) -> None:
         """Refuse the options of the other variant (``edge_flux`` with tokens, ``memory`` with a grid density): they

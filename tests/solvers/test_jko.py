@@ -639,7 +639,12 @@ def test_the_solver_options_are_checked_where_they_are_given_and_the_masses_kept
         mf.JKOSolver(options=None)
     with pytest.raises(ValueError, match=r"options: unknown 'nonsense'; the steppers take .*max_iter"):
         mf.JKOSolver(options={"nonsense": 1})
-    mf.JKOSolver(options={"max_iter": 10})
+    given = {"max_iter": 10}
+    solver = mf.JKOSolver(options=given)
+    given["max_iter"] = 0  # the solver keeps its own copy, and is hashable like the other solvers
+    assert solver.options == {"max_iter": 10}
+    assert hash(solver) == hash(mf.JKOSolver(options={"max_iter": 10})) and solver == mf.JKOSolver(options={"max_iter": 10})
+    assert len({mf.JKOSolver(), mf.JKOSolver(), mf.JKOSolver(tau=0.1)}) == 2
     # the options' values (max_iter = 0 had failed the run blaming solver.tau, force_lbfgs = "False" had switched it on,
     # 2.7 had been cut to 2), and an option of the other variant (a bare TypeError at solve())
     for options, match in (({"max_iter": 0}, r"options\['max_iter'\] must be an integer >= 1, got 0"),
