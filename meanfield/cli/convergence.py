@@ -146,8 +146,9 @@ def main(args: argparse.Namespace) -> int:
         cfg = load_config_noted(args.config, [*args.overrides, "solver.kind=grid"])
     cells = given if given is not None else [cfg["grid"]["cells"] * k for k in (1, 2, 4)]
     coarse = kernel_width_message(float(cfg["model"]["beta"]), min(cells), key="--cells", mesh="the coarsest study mesh's")
+    notes = []  # said once every refusal below has passed (they had come before an exit 2, about a study never run)
     if given is not None and coarse is not None:  # (the config's grid.cells, which the study never runs, had been named)
-        warnings.warn(coarse + "; its errors are not yet those of the scheme's order", ConfigNote, stacklevel=2)
+        notes.append(coarse + "; its errors are not yet those of the scheme's order")
     reference = _positive_int(args.reference_cells, "--reference-cells")
     particles = None
     if args.particles is not None:
@@ -173,9 +174,9 @@ def main(args: argparse.Namespace) -> int:
     else:
         cells_fine, reference_mesh = max(cells), reference
     if len(cells) - (reference is None) < 2:  # the finest is the reference: one study mesh had printed orders of nan
-        warnings.warn(f"one study mesh beside the reference ({len(cells)} sizes"
-                      f"{'' if reference is not None else ', the finest the reference'}): its errors have no order; give "
-                      "three sizes, or two and --reference-cells", ConfigNote, stacklevel=2)
+        notes.append(f"one study mesh beside the reference ({len(cells)} size{'s' if len(cells) != 1 else ''}"
+                     f"{'' if reference is not None else ', the finest the reference'}): its errors have no order; give "
+                     "three sizes, or two and --reference-cells")
     if reference_mesh is not None and reference_mesh <= cells_fine:  # a coarser reference had given orders of 0.1 and −0.7
         raise ConfigError("--reference-cells", f"the reference must be finer than every study mesh (the finest has "
                                                f"{cells_fine} cells), got {reference}")
@@ -184,11 +185,11 @@ def main(args: argparse.Namespace) -> int:
     # (the defaults had read order 2.35 for the first-order scheme, 0.86 against an exact solution; two icosahedral levels,
     # 15.95×, count as 16×: the note had said "16× … 16× or more makes them fair")
     if ratio < FAIR_REFERENCE - 0.5:
-        warnings.warn(f"the reference has {ratio:.3g}× the cells of the finest study mesh: the orders against it (W2_ref, "
-                      "L1_proj, W2_proj) read high, as e ≈ C(h^p − h_ref^p) (the first-order scheme had read 2.35 "
-                      f"against the finest of cells × 1, 2, 4); L1_next's order does not lean on it; a --reference-cells of {FAIR_REFERENCE}× the "
-                      "finest study mesh or more brings them near (at 16× that model reads up to 27 % high at order 1, "
-                      "5 % at order 2, on cells × 1, 2, 4, 8)", ConfigNote, stacklevel=2)
+        notes.append(f"the reference has {ratio:.3g}× the cells of the finest study mesh: the orders against it (W2_ref, "
+                     "L1_proj, W2_proj) read high, as e ≈ C(h^p − h_ref^p) (the first-order scheme had read 2.35 "
+                     f"against the finest of cells × 1, 2, 4); L1_next's order does not lean on it; a --reference-cells of {FAIR_REFERENCE}× the "
+                     "finest study mesh or more brings them near (at 16× that model reads up to 27 % high at order 1, "
+                     "5 % at order 2, on cells × 1, 2, 4, 8)")
     if args.family is None and cfg["grid"]["family"] == "graded":
         raise ConfigError("grid.family", "the convergence study refines uniform meshes (fibonacci, icosahedral); a graded "
                                          "mesh is refined through grid.cells with the same caps: run `meanfield simulate` "
@@ -202,6 +203,8 @@ def main(args: argparse.Namespace) -> int:
     solver = cfg["solver"]
     if solver["t_final"] <= 0:
         raise ConfigError("solver.t_final", "must be > 0 for a convergence study")
+    for note in notes:
+        warnings.warn(note, ConfigNote, stacklevel=2)
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
         rows = convergence_study(

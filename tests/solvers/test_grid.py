@@ -734,6 +734,20 @@ def test_convergence_says_when_one_study_mesh_leaves_no_order(tmp_path, capsys):
     assert "note: one study mesh beside the reference" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("extra, key", [(["--reference-cells", "100"], "--reference-cells"),
+                                        (["--set", "solver.t_final=0"], "solver.t_final"),
+                                        (["--set", "grid.family=graded", "--set", "grid.refine_centres=[[1,0,0]]"], "grid.family")])
+def test_convergence_refuses_before_its_notes(tmp_path, capsys, extra, key):
+    # (found in review) the notes on one study mesh and on a reference only 2× finer had come before the exit 2
+    from meanfield.cli import main
+
+    config = tmp_path / "c.toml"
+    config.write_text('[solver]\nkind = "grid"\nt_final = 0.05\nsave_every = 0.05\n')
+    assert main(["convergence", str(config), "--cells", "200" if key == "--reference-cells" else "100,200", *extra]) == 2
+    err = capsys.readouterr().err
+    assert key in err and "note:" not in err, err
+
+
 @pytest.mark.parametrize("bad, name", [(dict(method="rk4"), "grid method"), (dict(method=0.5), "grid method"),
                                        (dict(cfl=-1.0), "cfl"), (dict(cfl="x"), "cfl"), (dict(order=3), "order"),
                                        (dict(limiter="none2"), "limiter"), (dict(dt_max=0.0), "dt_max"),
