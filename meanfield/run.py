@@ -354,11 +354,13 @@ class Run:
 
     # ------------------------------------------------------------------ text
     def __repr__(self) -> str:
+        # the solver by its name (a JKO or zero-temperature run had read "Run(particle, …)"), then what the state holds
+        scheme = ((self.config or {}).get("solver") or {}).get("kind") or self.info.get("solver") or self.kind
         if self.kind == "particle":
             n, d = self.shape if self.frames else ("?", "?")
-            what = f"particle, n={n}, d={d}"
+            what = f"{scheme}, n={n}, d={d}"
         else:
-            what = f"grid, N={self.static['points'].shape[0] if 'points' in self.static else '?'} cells"
+            what = f"{scheme}, N={self.static['points'].shape[0] if 'points' in self.static else '?'} cells"
         span = f"t={self.t[0]:.4g}..{self.t[-1]:.4g}" if self.frames else "no frame"
         where = f", {self.path}" if self.path is not None else ""
         return f"Run({what}, {self.frames} frames, {span}, {self.status}{where})"

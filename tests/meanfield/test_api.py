@@ -125,6 +125,11 @@ def test_solve_shares_one_shape_across_the_four_solvers():
     zero = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0, heads=head), x0), mf.ZeroTemperatureSolver(dt=0.1), t_final=1.0)
     assert "rayleigh" in zero.diagnostics and zero.diagnostics["rayleigh"][-1] > zero.diagnostics["rayleigh"][0]
     assert particle.config is None and repr(particle).startswith("Run(particle, n=16")
+    # each run named by its solver (JKO and zero-temperature runs had read "Run(particle, …)")
+    assert repr(jko).startswith("Run(jko, n=16, d=3, 3 frames") and repr(zero).startswith("Run(zero-temperature, n=16")
+    assert repr(grid).startswith("Run(grid, N=200 cells")
+    zero_cli = mf.simulate(ROOT / "data" / "default.toml", **{**SMALL, "solver.kind": "zero-temperature"})
+    assert repr(zero_cli).startswith("Run(zero-temperature, n=24")
     summary = particle.summary()  # without a config it shows the model (it had shown the status and frame count only)
     assert "model:     d=3 β=4 attention=softmax direction=ascent" in summary and "tokens n=16" in summary
     assert "energy:" in summary and "cells N=200" in grid.summary()
