@@ -666,9 +666,22 @@ def _heat_cells(values: np.ndarray) -> tuple[np.ndarray, bool]:
     return np.concatenate([values[:1], values[:-1] + steps / 2, values[-1:]]), True
 
 
+def _unused_at_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` with the keys a phase diagram does not use at their defaults: ``model.beta`` (the rows are ``phase.betas``),
+    ``model.backend`` and ``model.tolerance`` (the dense batched kernel), and beside ``phase.times`` ``solver.t_final``
+    and ``solver.save_every`` (each had a note saying it is not used, yet a changed one made ``--resume`` refuse the
+    folder as another configuration's)."""
+    model = {**cfg["model"], **{key: SCHEMA["model"][key].default for key in ("beta", "backend", "tolerance") if key in cfg["model"]}}
+    solver = dict(cfg["solver"])
+    if cfg["phase"]["times"] is not None:
+        solver.update({key: SCHEMA["solver"][key].default for key in ("t_final", "save_every")})
+    return {**cfg, "model": model, "solver": solver}
+
+
 def _payloads(cfg: dict[str, Any], times: np.ndarray, out: Path | None) -> list[dict[str, Any]]:
     lists = {key: None if cfg["phase"][key] is None else [float(v) for v in cfg["phase"][key]] for key in ("betas", "times")}
-    digest = config_hash({**cfg, "phase": {**cfg["phase"], **lists}})  # betas = [0.5, 4] is [0.5, 4.0]: --resume takes either
+    # betas = [0.5, 4] is [0.5, 4.0]: --resume takes either
+    digest = config_hash({**_unused_at_defaults(cfg), "phase": {**cfg["phase"], **lists}})
     total = len(cfg["phase"]["betas"]) * cfg["phase"]["samples"]
     size = cfg["phase"]["batch"]
     tasks = []

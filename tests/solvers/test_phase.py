@@ -527,3 +527,19 @@ def test_resume_into_a_folder_without_batches_says_that_nothing_is_resumed(tiny,
     with pytest.warns(ConfigNote, match=r"--resume: .*missing does not exist: nothing to resume, every batch runs"):
         phase_diagram(tiny, workers=0, out=tmp_path / "missing", resume=True, **{"phase.samples": 2})
     assert (tmp_path / "missing" / "phase.csv").exists()
+
+
+def test_resume_takes_a_change_of_the_keys_the_diagram_does_not_use(tiny, tmp_path):
+    # (found by the maintainers) beside phase.times, solver.t_final is noted "not used", yet a changed one had made
+    # --resume refuse the folder as another configuration's; so had model.beta (the rows are phase.betas)
+    from meanfield.errors import ConfigNote
+
+    given = {"phase.samples": 2, "phase.times": [0.0, 0.5, 1.0]}
+    first = phase_diagram(tiny, workers=0, out=tmp_path / "d", **given)
+    with pytest.warns(ConfigNote, match=r"not used"):
+        again = phase_diagram(tiny, workers=0, out=tmp_path / "d", resume=True,
+                              **{**given, "solver.t_final": 5.0, "solver.save_every": 0.25, "model.beta": 16.0})
+    np.testing.assert_array_equal(again.counts["clusters"], first.counts["clusters"])
+    assert again.info["resumed_batches"] == again.info["batches"] == 2  # both taken from the folder, none run again
+    with pytest.raises(ConfigError, match=r"--resume: .* holds batches of another configuration"):
+        phase_diagram(tiny, workers=0, out=tmp_path / "d", resume=True, **{**given, "solver.dt": 0.05})
