@@ -72,7 +72,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 DESCRIPTION = """\
 Refinement study of the grid solver. The config's model and initial density are solved on every mesh to
 solver.t_final; each row gives the cell count, h = sqrt(4 pi / N), W2 to the reference solution (the finest
-mesh, or --reference-cells) between the cell atoms (W2_ref: its O(h) quantisation caps the order near 1), the
+mesh, or --reference-cells) between the cell atoms (the points where each run keeps its masses: the centroids at
+grid.order = 2; W2_ref: its O(h) quantisation caps the order near 1), the
 L1 distance and W2 to the reference's reconstructed density integrated over the row's own cells (L1_proj,
 W2_proj: the scheme's own error, order up to 2), the L1 distance to the next finer mesh (L1_next, whose order needs
 no reference: against a reference only a refinement or two finer the other orders read high, e ≈ C(h^p − h_ref^p),
