@@ -894,6 +894,12 @@ class LayerSchedule:
 # ----------------------------------------------------------------------------- replay
 
 
+def _check_finite_time(t: float, what: str) -> None:
+    """``ValueError`` for a time that is not a finite number (a replayed path holds its ends only for finite times)."""
+    if not math.isfinite(t):
+        raise ValueError(f"{what} is defined for finite t, got {t!r}")
+
+
 class PathSchedule:
     r"""Heads interpolated linearly in time from a saved path (replay of a run).
 
@@ -902,7 +908,8 @@ class PathSchedule:
         \theta(t) = \frac{t_{k+1}-t}{t_{k+1}-t_k}\theta_k + \frac{t-t_k}{t_{k+1}-t_k}\theta_{k+1},
         \qquad t\in[t_k,t_{k+1}]
 
-    Outside ``[t_0, t_{T-1}]`` the end values are held (a path with one time is constant).
+    Outside ``[t_0, t_{T-1}]`` the end values are held (a path with one time is constant); a time that is not
+    finite (NaN, ±inf) is refused with ``ValueError``, as the other schedules refuse it.
 
     Parameters
     ----------
@@ -932,6 +939,7 @@ class PathSchedule:
         return f"PathSchedule(H={H}, d={d}, {self.t.size} times in [{self.t[0]:g}, {self.t[-1]:g}])"
 
     def _locate(self, t: float) -> tuple[int, float]:
+        _check_finite_time(t, "a replayed weight path")  # (NaN had passed both end tests: IndexError past the path)
         T = self.t.size
         if T == 1 or t <= self.t[0]:
             return 0, 0.0
@@ -952,7 +960,9 @@ class PathSchedule:
         return k, (t - self.t[k]) / (self.t[k + 1] - self.t[k])
 
     def at(self, t: float) -> HeadStack:
+        """Heads at ``t``: linear between the path's times, its end values held outside them (``t`` finite)."""
         if self.t.size == 1:
+            _check_finite_time(t, "a replayed weight path")
             return HeadStack(B=self.B[0], V=self.V[0], w=self.w)
         k, frac = self._locate(t)
         B = (1.0 - frac) * self.B[k] + frac * self.B[k + 1]
@@ -967,7 +977,8 @@ class PathSchedule:
         return [float(k) for k in self.t if t0 + snap < k < t1 - snap]
 
     def derivative(self, t: float) -> tuple[np.ndarray, np.ndarray]:
-        """Right derivative of the interpolant (zero outside the path)."""
+        """Right derivative of the interpolant (zero outside the path; ``t`` finite)."""
+        _check_finite_time(t, "a replayed weight path")
         if self.t.size == 1 or t >= self.t[-1] or t < self.t[0]:
             return np.zeros_like(self.B[0]), np.zeros_like(self.V[0])
         k, _ = self._locate(t)

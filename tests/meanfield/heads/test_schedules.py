@@ -434,3 +434,17 @@ def test_heads_that_are_not_finite_are_refused_and_a_path_is_nan_from_where_they
     assert np.isnan(path["B"][2:]).all() and np.isnan(path["V"][2:]).all() and np.isfinite(path["V"][:2]).all()
     with pytest.raises(ValueError, match="must be finite"):  # (a path's first heads must be finite)
         weight_path(Blowup(), [1.0, 2.0])
+
+
+@pytest.mark.parametrize("t", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("times", [[0.0, 0.1, 0.3], [0.0, 0.1, 0.2], [0.5]])  # searched, uniform, one time
+def test_a_replayed_path_refuses_a_time_that_is_not_finite(t, times):
+    # NaN had failed both end tests and indexed past the path (IndexError); the other schedules say why
+    B = np.stack([np.eye(3)[None] * (1.0 + k) for k in range(len(times))])
+    replay = PathSchedule(np.array(times), B, B.copy())
+    with pytest.raises(ValueError, match=r"defined for finite t, got"):
+        replay.at(t)
+    with pytest.raises(ValueError, match=r"defined for finite t, got"):
+        replay.derivative(t)
+    np.testing.assert_allclose(replay.at(-1.0).B, B[0], rtol=0, atol=0)  # a finite time outside: the end held
+    np.testing.assert_allclose(replay.at(9.0).B, B[-1], rtol=0, atol=0)
