@@ -248,6 +248,21 @@ def energy_balance(
     return out
 
 
+def _check_authors_velocity(cfg: Mapping[str, Any]) -> None:
+    """``ValueError`` naming the key where a config's token velocity is not the authors' that :func:`energy_parts`
+    takes (post-normalised softmax attention, no mask, no token noise): its dissipation would be another velocity's,
+    and the residual meaningless (pooled attention had given a residual of 0.68 of the dissipation without a word)."""
+    model = cfg["model"]
+    for key, value, wanted in (("model.attention", model["attention"], "softmax"), ("model.mask", model["mask"], "none"),
+                               ("model.norm", model["norm"], "post")):
+        if value != wanted:
+            raise ValueError(f"{key}: the balance follows the authors' velocity (softmax attention, no mask, "
+                             f"post-normalisation: {key} = {wanted!r}), got {value!r}")
+    if (cfg.get("noise") or {}).get("gamma") is not None:
+        raise ValueError(f"noise.gamma: the balance follows the authors' noiseless token velocity; this config adds "
+                         f"token noise (gamma = {cfg['noise']['gamma']!r}), whose diffusion it does not count")
+
+
 def balance_from_config(
     source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), *, keep_states: bool = False
 ) -> dict[str, Any]:
@@ -282,7 +297,10 @@ def balance_from_config(
     ------
     ValueError
         When the solver is not explicit Euler, the heads have no ``drift_at`` (not the authors'
-        matrix SDE), or the weights' step differs from the solver's.
+        matrix SDE), or the weights' step differs from the solver's; naming the key where the run's
+        velocity is not the authors' one that :func:`energy_parts` takes: ``model.attention`` other
+        than ``"softmax"``, a ``model.mask``, a ``model.norm`` other than ``"post"``, or token noise
+        (``noise.gamma``).
     """
     from meanfield import simulate
     from meanfield.build import build_model
@@ -292,6 +310,7 @@ def balance_from_config(
     s, wts = cfg["solver"], cfg["weights"]
     if s.get("kind", "particle") != "particle" or s["method"] != "euler":
         raise ValueError(f"the balance follows the explicit Euler recursion: solver.method = 'euler', got {s['method']!r}")
+    _check_authors_velocity(cfg)
     dt = float(s["dt"])
     if not np.isclose(float(wts.get("dt", dt)), dt, rtol=1e-12, atol=0):
         raise ValueError(f"weights.dt ({wts.get('dt')}) must equal solver.dt ({dt}): the tokens see D_k at t_k")

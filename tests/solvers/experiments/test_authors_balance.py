@@ -159,3 +159,19 @@ def test_balance_of_runs_of_the_authors_configs():
     assert 0.4 < res[1] / res[0] < 0.6, res  # first order
     with pytest.raises(ValueError, match="solver.method"):
         balance_from_config(DATA / "massucco_ou.toml", [*small, "solver.method=rk4"])
+
+
+@pytest.mark.parametrize("extra, key", [
+    (["model.attention=pooled", "model.combine=sum"], "model.attention"),
+    (["model.attention=unnormalized"], "model.attention"),
+    (["model.attention=relu"], "model.attention"),
+    (["model.mask=causal"], "model.mask"),
+    (["model.norm=ngpt"], "model.norm"),
+    (["noise.gamma=0.5"], "noise.gamma"),
+])
+def test_balance_refuses_a_velocity_other_than_the_authors(extra, key):
+    # energy_parts takes the authors' softmax velocity: these runs had given residuals of 0.5 to 4 times the
+    # dissipation (another velocity's balance) without an error
+    small = ["model.num_heads=2", "init.n=10", "solver.t_final=0.02"]
+    with pytest.raises(ValueError, match=rf"^{key}: "):
+        balance_from_config(DATA / "massucco_ou.toml", [*small, *extra])
