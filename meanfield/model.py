@@ -27,7 +27,7 @@ from meanfield.heads.head import Head, HeadStack
 from meanfield.kernels.attention import ATTENTION_KINDS, BACKENDS, DEFAULT_TOLERANCE, MASKS, TOLERANCE_BACKENDS, attention_velocity
 from meanfield.kernels.inputs import as_head_stack, check_tolerance, is_temperature
 
-__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "VALUE_BOUND_LIMIT", "VELOCITY_EXPONENT_LIMIT", "value_bound", "unshifted_velocity_exponent", "EXP_OVERFLOW", "unshifted_exponent",
+__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "VALUE_BOUND_LIMIT", "VELOCITY_EXPONENT_LIMIT", "value_bound", "unshifted_velocity_exponent", "EXP_OVERFLOW", "unshifted_exponent", "unshifted_exponents",
            "ScoreOverflowError", "UnshiftedOverflowWarning"]
 
 DIRECTIONS = ("ascent", "descent")
@@ -71,6 +71,24 @@ def unshifted_exponent(beta: float, B: np.ndarray) -> float:
     unshifted terms :math:`e^{\beta\langle x, B_h y\rangle}` (unnormalized attention, the JKO energy): above
     :data:`EXP_OVERFLOW` they leave float64 where tokens reach a head's top singular directions.  ``B`` is ``(H, d, d)``."""
     return float(beta) * max(float(np.linalg.norm(b, 2)) for b in np.asarray(B))
+
+
+def unshifted_exponents(beta: float, B: np.ndarray, V: np.ndarray | None = None, *,
+                        above: float = EXP_OVERFLOW) -> np.ndarray:
+    r""":func:`unshifted_exponent` at each time of a weight path ``B`` ``(T, H, d, d)``: ``(T,)``; with ``V`` (the same
+    shape), :func:`unshifted_velocity_exponent` at each time instead.
+
+    Exact where it may pass ``above``; elsewhere a bound (:math:`\|B_h\|_F` for :math:`\|B_h\|_2`), itself at most
+    ``above`` (the spectral norms of a long path of small heads are not computed: the bound answers for them)."""
+    B = np.asarray(B, dtype=float)
+    with np.errstate(over="ignore"):
+        out = float(beta) * np.sqrt(np.einsum("thij,thij->th", B, B))  # (T, H): the Frobenius bounds
+        shift = 0.0 if V is None else np.log(np.maximum(1.0, np.linalg.norm(np.asarray(V, dtype=float), axis=(-2, -1))))
+        out = out + shift
+        near = out > above
+        if np.any(near):
+            out[near] = float(beta) * np.linalg.norm(B[near], 2, axis=(-2, -1)) + (0.0 if V is None else shift[near])
+    return out.max(axis=1) if out.size else np.zeros(B.shape[0])
 
 
 class ScoreOverflowError(ValueError):

@@ -133,8 +133,8 @@ from meanfield.analysis.mobility import (
     energy_time_derivative,
     mobility_field,
 )
-from meanfield.model import EXP_OVERFLOW, Model, unshifted_exponent
-from meanfield.heads.schedules import head_structure, schedule_derivative
+from meanfield.model import EXP_OVERFLOW, ConstantHeads, Model, unshifted_exponent
+from meanfield.heads.schedules import head_structure, path_structure, schedule_derivative
 from meanfield.geometry.sphere import exp_map, geodesic_distance, log_map, project_tangent
 from meanfield.solvers.signals import check
 from meanfield.solvers.loop import RunSetup, Tracker
@@ -148,6 +148,7 @@ __all__ = [
     "JKOTracker",
     "EnergyDissipationTracker",
     "check_gradient_structure",
+    "check_gradient_structure_path",
     "JKOSolver",
     "solver_from_config",
     "JKO_VARIANTS",
@@ -313,7 +314,11 @@ def check_gradient_structure(model: Model, *, t: float = 0.0) -> None:
 
     The JKO scheme is the gradient flow of :math:`E(\\mu,t)`, which drives the
     ``pooled`` dynamics only for :math:`B_h=B_h^\\top`, :math:`V_h=B_h` (Massucco et al., arXiv 2605.18870).
-    The schedules of :mod:`meanfield.heads.schedules` keep this structure at all times.
+    Only the heads at ``t`` are checked, and a schedule of :mod:`meanfield.heads.schedules` may leave this
+    structure later: the oscillating and classic OU schedules keep it, but the matrix SDE does not where its
+    relaxation target (``weights.target``) or OU mean (``weights.mean``) is not symmetric.  A config's run checks
+    its whole stored weight path before any file (:func:`check_gradient_structure_path`), and each JKO step the
+    heads at its end (:class:`~meanfield.errors.RunFailed` otherwise).
     """
     s = head_structure(model.heads.at(t))
     bad = [h for h in range(len(s["b_symmetric"])) if not (s["b_symmetric"][h] and s["v_aligned"][h])]
@@ -322,6 +327,42 @@ def check_gradient_structure(model: Model, *, t: float = 0.0) -> None:
             f"heads {bad} are not symmetric and value-aligned (need B = QᵀK symmetric and V = B, "
             "e.g. Q = K and V = \"aligned\"): the JKO scheme is the gradient flow of E(μ,t) of Massucco et al. (arXiv 2605.18870)"
         )
+
+
+def check_gradient_structure_path(times: np.ndarray, B: np.ndarray, V: np.ndarray) -> None:
+    """Raise ``ValueError`` unless every head of a weight path is symmetric and value-aligned at every stored time.
+
+    ``times`` (T,), ``B`` and ``V`` (T, H, d, d): the path a config's run stores (``weights/t``, ``weights/B``,
+    ``weights/V``), by :func:`~meanfield.heads.schedules.path_structure`.  The message names
+    the first time and head that leave the structure (a relaxation towards a non-symmetric target had run as the
+    gradient flow, its energy–dissipation identity off by 6 %, or failed after ten step halvings).
+    """
+    s = path_structure(B, V)
+    bad = ~(s["b_symmetric"] & s["v_aligned"])
+    if np.any(bad):
+        k, h = (int(i) for i in np.argwhere(bad)[0])
+        what = "B_h ≠ B_hᵀ" if not s["b_symmetric"][k, h] else "V_h ≠ B_h"
+        raise ValueError(f"head {h} at t = {float(times[k]):.6g} is not symmetric and value-aligned ({what}): the JKO scheme is "
+                         "the gradient flow of E(μ,t) of Massucco et al. (arXiv 2605.18870), which needs B_h = B_hᵀ = V_h "
+                         "at all times")
+
+
+def _check_heads_in_time(model: Model, heads: HeadStack, t: float) -> None:
+    """:class:`~meanfield.errors.RunFailed` where the heads of a schedule at a step's time ``t`` leave what the scheme
+    takes: symmetric, value-aligned heads with :math:`\\beta\\|B_h\\|_2` at most :data:`JKO_MAX_EXPONENT` (checked at
+    t = 0 by the solver, over the whole stored path by a config's run; :func:`meanfield.solve` with a schedule that
+    left them had run on, failing after ten halvings or ending in inf energies)."""
+    if isinstance(model.heads, ConstantHeads):
+        return
+    s = head_structure(heads)
+    bad = [h for h in range(heads.H) if not (s["b_symmetric"][h] and s["v_aligned"][h])]
+    if bad:
+        raise RunFailed(f"the heads {bad} at t = {t:.6g} are no longer symmetric and value-aligned (B_h = B_hᵀ = V_h): "
+                        "the schedule leaves the gradient structure the JKO scheme needs (use the particle solver)")
+    exponent = unshifted_exponent(model.beta, heads.B)
+    if exponent > JKO_MAX_EXPONENT:
+        raise RunFailed(f"β·max‖B_h‖₂ = {exponent:.4g} at t = {t:.6g}: the schedule takes the heads past the JKO scheme's "
+                        f"floats (β‖B_h‖₂ ≤ {JKO_MAX_EXPONENT:.2f}; use the particle solver)")
 
 
 def _energy(x: np.ndarray, heads: HeadStack, beta: float, a: np.ndarray, fld: MobilityField | None = None) -> float:
@@ -533,6 +574,7 @@ class ParticleJKOStepper:
         a = self._a(y.shape[0])
         beta = self.model.beta
         heads1 = self.model.heads.at(t1)
+        _check_heads_in_time(self.model, heads1, t1)
         heads0 = self.model.heads.at(t0)
         fld_y = self._cache.get(y, heads1, a)
         log_b0 = fld_y.log_b
@@ -798,6 +840,7 @@ class GridJKOStepper:
         return m2, its + i1 + i2, max(r1, r2), 1 + k1 + k2
 
     def step(self, m0: np.ndarray, t0: float, t1: float) -> tuple[np.ndarray, StepReport]:
+        _check_heads_in_time(self.model, self.model.heads.at(t1), t1)
         h = t1 - t0
         fld0_t0, heads0 = self.field(m0, t0)
         energy_start = self.energy(m0, fld0_t0, heads0)

@@ -29,7 +29,8 @@ from meanfield.io.runfile import RunReader, RunWriter, last_frame
 from meanfield.io.source_frame import source_tokens, start_time
 from meanfield.io.token_masses import stored_token_masses
 from meanfield.kernels.jit import one_blas_thread
-from meanfield.model import Model
+from meanfield.model import (EXP_OVERFLOW, VELOCITY_EXPONENT_LIMIT, Model, unshifted_exponent, unshifted_exponents,
+                             unshifted_velocity_exponent)
 from meanfield.noise import noise_from_config
 from meanfield.run import Run
 from meanfield.solvers import grid as grid_solver
@@ -167,6 +168,7 @@ def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSe
             with np.errstate(all="ignore"):  # a path that leaves the finite numbers is named just below
                 setup.static.update(weights_static(setup.model.heads, cfg["solver"]["t_final"], dt=cfg["weights"]["dt"]))
         _check_weight_path(setup.static, cfg["weights"])
+        _check_path_for_the_model(setup.static, cfg, start=setup.model.heads)
         add_slope_tracker(setup, kind=cfg["solver"]["kind"], weights=problem.weights)
     if cfg["track"]["concentration"]:
         setup.trackers.append(concentration_tracker(cfg, setup))
@@ -190,6 +192,77 @@ def _check_weight_path(static: dict[str, np.ndarray], weights: dict[str, Any]) -
         key = "weights.target" if weights["schedule"] == "relaxation" else "weights"
         raise ConfigError(key, f"the heads of the weights.schedule = {weights['schedule']!r} path are not finite from "
                                f"t = {first:.6g} on (their {name} matrices); they must stay finite up to solver.t_final")
+
+
+def _schedule_key(weights: dict[str, Any], *, beta: float, d: int) -> str:
+    """The ``[weights]`` key that moves the heads of a schedule: where its path passes a limit that its start keeps."""
+    schedule = weights["schedule"]
+    if schedule == "oscillating":
+        return "weights.amplitude"
+    if schedule == "relaxation":
+        return "weights.target"
+    if schedule == "ou" and weights.get("mean") is not None:
+        from meanfield.heads.schedules import matrix_value
+
+        if beta * float(np.linalg.norm(matrix_value(weights["mean"], d, key="weights.mean"), 2)) > EXP_OVERFLOW:
+            return "weights.mean"  # pulled towards heads past the limit (else its noise takes them there)
+    return "weights.sigma" if schedule == "ou" else "model.beta"
+
+
+def _check_path_for_the_model(static: dict[str, np.ndarray], cfg: dict[str, Any], *, start: Any) -> None:
+    r"""What the config checks of the heads at t = 0, over the whole stored weight path on ``[0, t_final]``, before
+    any file is made.
+
+    The JKO scheme needs symmetric, value-aligned heads at all times (a relaxation towards a non-symmetric
+    ``weights.target``, or an OU pull towards a non-symmetric ``weights.mean``, had left them and run on as a gradient
+    flow that is none, or failed after ten halvings: exit 1 and a file), and :math:`\beta\|B_h(t)\|_2` at most
+    :data:`~meanfield.model.EXP_OVERFLOW` (heads oscillating from 300 I to 900 I had ended in inf energies, exit 0):
+    a :class:`ConfigError` naming the schedule's key.  Unnormalized attention gets the config's overflow note where
+    the path, not its start, passes that exponent.  ``start`` is the model's schedule: the configured heads of an OU
+    or oscillating schedule (its ``mean``), which the config's note read, count as its start."""
+    model, weights = cfg["model"], cfg["weights"]
+    jko = cfg["solver"]["kind"] == "jko"
+    times, B, V = static["weights/t"], static["weights/B"], static["weights/V"]
+    schedule = weights["schedule"]
+    if jko:
+        try:
+            jko_solver.check_gradient_structure_path(times, B, V)
+        except ValueError as exc:
+            key = {"relaxation": "weights.target", "ou": "weights.mean"}.get(schedule, "weights.schedule")
+            raise ConfigError(key, f"the weights.schedule = {schedule!r} path leaves the heads the JKO scheme takes: {exc} "
+                                   f"(give a symmetric {key}, or run solver.kind = 'particle')") from None
+    if not (jko or model["attention"] == "unnormalized") or model["beta"] == 0:
+        return
+    beta = float(model["beta"])
+    exponents = unshifted_exponents(beta, B)
+    top = int(np.argmax(exponents))
+    key = _schedule_key(weights, beta=beta, d=int(model["d"]))
+    mean = getattr(start, "mean", None)  # (an OU or oscillating schedule: the configured heads the config's notes read)
+    if exponents[top] > EXP_OVERFLOW:
+        where = (f"the weights.schedule = {schedule!r} path takes β·max‖B_h(t)‖₂ to {exponents[top]:.4g} at "
+                 f"t = {float(times[top]):.6g} ({exponents[0]:.4g} at t = 0; model.beta = {beta:g})")
+        if jko:
+            raise ConfigError(key, f"{where}: the JKO scheme works with the energy and the mobility 1/b̂ as floats, which grow "
+                                   f"like e^(β⟨x, By⟩) and pass the largest float from β‖B_h‖₂ ≈ {EXP_OVERFLOW:.2f}; lower "
+                                   f"{'model.beta' if key == 'model.beta' else f'{key} or model.beta'}, or run solver.kind = "
+                                   "'particle' (its velocity is the same pooled flow, in log scale)")
+        first = max(float(exponents[0]), unshifted_exponent(beta, mean.B) if mean is not None else 0.0)
+        if first <= EXP_OVERFLOW:  # (past it at the start: the config's note said so)
+            warnings.warn(f"{where} ({key}): unnormalized attention takes e^(β⟨x, B y⟩) unshifted, which exceeds float64 "
+                          "above β⟨x, B y⟩ = 709; the run stops on NaN/Inf where the tokens get there", ConfigNote, stacklevel=4)
+        return
+    # the config's velocity note, over the path (its conditions: the particle solver, the sphere's own step)
+    if jko or cfg["solver"]["kind"] == "grid" or model.get("norm") in ("peri", "ngpt"):
+        return
+    velocity = unshifted_exponents(beta, B, V, above=VELOCITY_EXPONENT_LIMIT)
+    top = int(np.argmax(velocity))
+    first = max(float(velocity[0]), unshifted_velocity_exponent(beta, mean.B, mean.V) if mean is not None else 0.0)
+    if velocity[top] > VELOCITY_EXPONENT_LIMIT and first <= VELOCITY_EXPONENT_LIMIT:
+        warnings.warn(f"model.beta = {beta:g}: the weights.schedule = {schedule!r} path takes the unnormalized velocity, up to "
+                      f"e^(β‖B_h‖₂)‖V_h‖_F, to e^{velocity[top]:.4g} at t = {float(times[top]):.6g} (e^{velocity[0]:.4g} at "
+                      f"t = 0; {key}), past e^{VELOCITY_EXPONENT_LIMIT:.4g}, past which a step's tokens cannot be put back on "
+                      "the sphere; the run stops on NaN/Inf where the tokens get near a head's top singular directions",
+                      ConfigNote, stacklevel=4)
 
 
 def _check_resumable(stored: dict[str, Any], cfg: dict[str, Any], path: Path) -> None:

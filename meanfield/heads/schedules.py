@@ -121,6 +121,7 @@ __all__ = [
     "schedule_from_path",
     "weight_path",
     "weights_static",
+    "path_structure",
     "default_grid",
     "schedule_step",
     "OSCILLATION_STEP",
@@ -159,6 +160,22 @@ def head_structure(stack: HeadStack) -> dict[str, np.ndarray]:
     """
     s = _structure(stack)
     return {"b_symmetric": s.b_symmetric, "v_aligned": s.v_aligned, "v_symmetric": s.v_symmetric}
+
+
+def path_structure(B: np.ndarray, V: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`head_structure` at every time of a weight path ``B``, ``V`` (T, H, d, d), with the same tolerance.
+
+    Returns
+    -------
+    dict with boolean (T, H) arrays ``b_symmetric``, ``v_aligned``.
+    """
+    B, V = np.asarray(B, dtype=float), np.asarray(V, dtype=float)
+    size_b = np.abs(B).max(axis=(-2, -1), initial=0.0)
+    size_v = np.abs(V).max(axis=(-2, -1), initial=0.0)
+    asymmetry = np.abs(B - np.swapaxes(B, -1, -2)).max(axis=(-2, -1), initial=0.0)
+    misalignment = np.abs(V - B).max(axis=(-2, -1), initial=0.0)
+    return {"b_symmetric": asymmetry <= _REL * np.maximum(1.0, size_b),
+            "v_aligned": misalignment <= _REL * np.maximum(1.0, np.maximum(size_b, size_v))}
 
 
 def _structure(stack: HeadStack) -> _Structure:

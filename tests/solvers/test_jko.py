@@ -665,3 +665,140 @@ def test_the_solver_options_are_checked_where_they_are_given_and_the_masses_kept
     masses = np.array([0.05, 0.05, 0.05, 0.05, 0.1, 0.7])
     problem = mf.Problem(mf.Model(d=3, beta=1.0, attention="pooled"), mf.sample_uniform(6, 3, seed=0), weights=masses)
     np.testing.assert_array_equal(mf.solve(problem, mf.JKOSolver(tau=0.05), t_final=0.1).token_masses, masses)
+
+
+#: one or two value-aligned identity heads under the JKO scheme with a moving schedule (the review's rel.toml,
+#: ouns.toml and osc.toml), small enough that a refusal is all it costs
+MOVING_JKO = """
+[model]
+d = 3
+beta = 1.0
+attention = "pooled"
+[[model.heads]]
+Q = "identity"
+K = "identity"
+V = "aligned"
+[init]
+kind = "uniform"
+n = 8
+[solver]
+kind = "jko"
+tau = 0.05
+t_final = 0.5
+save_every = 0.25
+"""
+
+
+def _simulate_moving(tmp_path, capsys, weights: str, *sets: str) -> tuple[int, str, bool]:
+    """``meanfield simulate`` of :data:`MOVING_JKO` with a ``[weights]`` table and ``--set`` values: its status, its
+    error output, whether a file is made."""
+    from meanfield.cli import main
+
+    path, out = tmp_path / "run.toml", tmp_path / "run.h5"
+    path.write_text(MOVING_JKO + weights, encoding="utf-8")
+    argv = ["simulate", str(path), "-o", str(out), "--quiet"]
+    for item in sets:
+        argv += ["--set", item]
+    status = main(argv)
+    return status, capsys.readouterr().err, out.exists()
+
+
+RELAXATION_WEIGHTS = '[weights]\nschedule = "relaxation"\nrate = 1.0\ndt = 0.01\n'
+OU_WEIGHTS = '[weights]\nschedule = "ou"\nkappa = 2.0\nsigma = 0.0\ndt = 0.01\n'
+
+
+@pytest.mark.parametrize("weights, key, matrix", [
+    (RELAXATION_WEIGHTS, "weights.target", '[["1", "3", "0"], ["0", "1", "0"], ["0", "0", "1"]]'),
+    (OU_WEIGHTS, "weights.mean", "[[1, 3, 0], [0, 1, 0], [0, 0, 1]]"),
+])
+def test_a_schedule_that_leaves_the_gradient_structure_is_refused_before_any_file(weights, key, matrix, tmp_path, capsys):
+    # symmetric value-aligned heads at t = 0 pulled towards a non-symmetric matrix: only t = 0 had been checked, and
+    # the relaxation had run as a gradient flow that is none (exit 0, its energy-dissipation identity off by 6 %), the
+    # OU path failed after ten halvings with advice that could not help (exit 1, a file written)
+    status, err, made = _simulate_moving(tmp_path, capsys, weights, f"{key}={matrix}")
+    assert status == 2 and f"error: {key}: " in err and "not symmetric and value-aligned" in err and not made, err
+    symmetric = matrix.replace('"3", "0"], ["0"', '"1.5", "0"], ["1.5"').replace("3, 0], [0", "1.5, 0], [1.5")
+    status, err, made = _simulate_moving(tmp_path, capsys, weights, f"{key}={symmetric}")
+    assert status == 0 and made, err  # a symmetric target or mean keeps the structure
+    (tmp_path / "run.h5").unlink()
+    status, err, made = _simulate_moving(tmp_path, capsys, weights, f"{key}={matrix}", "solver.kind=particle",
+                                         "solver.method=euler", "solver.dt=0.01")
+    assert status == 0 and made, err  # (the pooled particle flow takes any heads)
+
+
+def test_a_schedule_that_leaves_the_structure_fails_a_jko_step_of_the_api():
+    # mf.solve takes no config and no stored path: each step checks the heads at its end (it had failed after ten
+    # halvings, blaming tau and tol)
+    import meanfield as mf
+    from meanfield.errors import RunFailed
+    from meanfield.heads.schedules import MatrixSDESchedule
+
+    target = np.array([[1.0, 3.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    schedule = MatrixSDESchedule(np.eye(3)[None], drift="relaxation", dt=0.01, target=lambda t, phases: target[None])
+    problem = mf.Problem(mf.Model(d=3, beta=1.0, attention="pooled", heads=schedule), mf.sample_uniform(8, 3, seed=0))
+    with pytest.raises(RunFailed, match=r"heads \[0\] at t = 0.05 are no longer symmetric and value-aligned"):
+        mf.solve(problem, mf.JKOSolver(tau=0.05), t_final=0.5)
+
+
+OSCILLATING_WEIGHTS = '[weights]\nschedule = "oscillating"\namplitude = 600.0\nomega = 1.0\nphases = "same"\n'
+
+
+def test_the_exponent_limit_holds_over_the_weight_path(tmp_path, capsys):
+    # B(t) = (300 + 600 sin(t + φ)) I: β‖B‖₂ = 520 at t = 0, where it was checked, and 900 at t = π/2: the run had
+    # "completed" with inf energies and nan dissipation terms, exit 0
+    heads = ["model.heads=[{Q = 300.0, K = \"identity\", V = \"aligned\"}]", "solver.t_final=2.0"]
+    status, err, made = _simulate_moving(tmp_path, capsys, OSCILLATING_WEIGHTS, *heads)
+    assert status == 2 and "error: weights.amplitude: " in err and "model.beta" in err and not made, err
+    assert "to 900 at t = 1.57" in err
+    status, err, made = _simulate_moving(tmp_path, capsys, OSCILLATING_WEIGHTS, *heads[:1], "solver.t_final=0.2")
+    assert status == 0 and made, err  # up to t = 0.2 the heads stay below the limit (626)
+    from meanfield.errors import RunFailed
+    from meanfield.heads.schedules import OscillatingSchedule
+    from meanfield.heads import HeadStack
+    import meanfield as mf
+
+    schedule = OscillatingSchedule(HeadStack(B=300.0 * np.eye(3)[None], V=300.0 * np.eye(3)[None]), amplitude=600.0,
+                                   omega=1.0, phases=np.zeros(1))
+    problem = mf.Problem(mf.Model(d=3, beta=1.0, attention="pooled", heads=schedule), mf.sample_uniform(8, 3, seed=0))
+    with pytest.raises(RunFailed, match=r"β·max‖B_h‖₂ = 730.4 at t = 0.8: the schedule takes the heads past"):
+        mf.solve(problem, mf.JKOSolver(tau=0.05), t_final=2.0)  # (the API: each step checks its end)
+
+
+def test_unnormalized_attention_is_noted_where_the_weight_path_passes_the_exponent(recwarn):
+    # the config's note read the configured heads only (β‖B‖₂ = 300 here); the path reaches 900
+    from meanfield.errors import ConfigNote
+    from meanfield.solvers.run import setup_run
+
+    raw = {"model": {"d": 3, "beta": 1.0, "attention": "unnormalized",
+                     "heads": [{"Q": 300.0, "K": "identity", "V": "aligned"}]},
+           "init": {"n": 8}, "solver": {"kind": "particle", "t_final": 2.0, "dt": 0.01, "save_every": 0.5},
+           "weights": {"schedule": "oscillating", "amplitude": 600.0, "omega": 1.0, "phases": "same"}}
+    setup_run(load_config(raw))
+    notes = [str(w.message) for w in recwarn if issubclass(w.category, ConfigNote)]
+    assert any("path takes β·max‖B_h(t)‖₂ to 900 at t = 1.57" in n and "(weights.amplitude)" in n for n in notes), notes
+    recwarn.clear()
+    raw["weights"]["amplitude"] = 1.0  # 301 at most: the velocity's exponent, 301 + ln‖V‖_F, stays below 345 too
+    setup_run(load_config(raw))
+    assert not [w for w in recwarn if issubclass(w.category, ConfigNote)]
+    raw["weights"]["amplitude"] = 60.0  # 360 + ln(624) > 345: the velocity note, over the path
+    setup_run(load_config(raw))
+    notes = [str(w.message) for w in recwarn if issubclass(w.category, ConfigNote)]
+    assert any("path takes the unnormalized velocity" in n and "weights.amplitude" in n for n in notes), notes
+
+
+def test_the_path_exponents_are_those_of_each_time_where_they_pass_the_limit(rng: np.random.Generator) -> None:
+    from meanfield.model import EXP_OVERFLOW, VELOCITY_EXPONENT_LIMIT, unshifted_exponent, unshifted_exponents, unshifted_velocity_exponent
+
+    B = rng.standard_normal((7, 2, 3, 3)) * np.array([1.0, 10.0, 100.0, 300.0, 500.0, 1000.0, 3000.0])[:, None, None, None]
+    V = rng.standard_normal(B.shape)
+    exact = np.array([unshifted_exponent(1.0, b) for b in B])
+    path = unshifted_exponents(1.0, B)
+    over = exact > EXP_OVERFLOW
+    assert over.any() and not over.all()
+    np.testing.assert_allclose(path[over], exact[over], rtol=1e-14, atol=0)  # exact past the limit
+    assert np.all(path[~over] <= EXP_OVERFLOW) and np.all(path >= exact * (1 - 1e-14))  # a bound below it
+    exact = np.array([unshifted_velocity_exponent(1.0, b, v) for b, v in zip(B, V)])
+    path = unshifted_exponents(1.0, B, V, above=VELOCITY_EXPONENT_LIMIT)
+    over = exact > VELOCITY_EXPONENT_LIMIT
+    np.testing.assert_allclose(path[over], exact[over], rtol=1e-14, atol=0)
+    assert np.all(path[~over] <= VELOCITY_EXPONENT_LIMIT) and np.all(path >= exact * (1 - 1e-14))
