@@ -306,9 +306,11 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None, switched_from: 
     if isinstance(resolved["model"]["heads"], list) and not resolved["model"]["heads"] and "heads" in raw.get("model", {}):
         raise ConfigError("model.heads", "an empty list of heads; give at least one [[model.heads]] table "
                                          "(or leave model.heads out for one identity head)")
-    from meanfield.resources import check_resources  # sizes before anything is built (the heads are d×d)
+    from meanfield.resources import check_resources, weight_path_note  # sizes before anything is built (the heads are d×d)
 
     check_resources(resolved)
+    if (note := weight_path_note(resolved)) is not None:  # (a path of 117 MB had been written without a word)
+        warnings.warn(note, ConfigNote, stacklevel=3)
     _cross_checks(resolved, base=base, init_given=raw.get("init", {}), beta_given="beta" in raw.get("model", {}))
     return resolved
 

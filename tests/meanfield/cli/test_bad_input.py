@@ -516,6 +516,30 @@ def test_the_memory_estimate_counts_replicated_heads_and_the_weight_path():
     assert "weights.dt" not in memory_estimate(load_config(ROOT / "data/default.toml", []))
 
 
+def test_a_large_stored_weight_path_is_noted_and_one_past_the_memory_refused_naming_weights_dt():
+    # weights.dt = 1e-5 had written a path of 117 MB (29 s) for an 8-token run of 9 frames without a word
+    import warnings
+
+    from meanfield.config import load_config
+    from meanfield.errors import ConfigError, ConfigNote
+    from meanfield.resources import WEIGHT_PATH_NOTE_BYTES, check_resources, weight_path_bytes
+
+    sets = ["init.n=8", "solver.t_final=2", "solver.dt=0.05"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = load_config(ROOT / "data/oscillating_heads.toml", [*sets, "weights.dt=1e-5"])
+    notes = [str(w.message) for w in caught if issubclass(w.category, ConfigNote) and "weights.dt = 1e-05" in str(w.message)]
+    assert len(notes) == 1 and "2e+05 times" in notes[0] and "4 heads of 3×3" in notes[0] and "110 MiB in the run file" in notes[0]
+    np.testing.assert_allclose(weight_path_bytes(cfg), 8.0 * 2 * 4 * 9 * (2 / 1e-5 + 2), rtol=1e-12)
+    with warnings.catch_warnings(record=True) as caught:  # ten times the step: 11 MiB, no note
+        warnings.simplefilter("always")
+        small = load_config(ROOT / "data/oscillating_heads.toml", [*sets, "weights.dt=1e-4"])
+    assert weight_path_bytes(small) < WEIGHT_PATH_NOTE_BYTES
+    assert not [w for w in caught if "weights.dt =" in str(w.message)]
+    with pytest.raises(ConfigError, match=r"^weights.dt: the weight path of 2e\+05 points .* need about .*; this machine has 200 MiB"):
+        check_resources(cfg, available=200 << 20)  # (330 MiB while it is built)
+
+
 @pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc, a folder no one can write into")
 def test_an_output_in_a_folder_that_refuses_files_is_refused_before_the_work(tmp_path, capsys):
     # root passes os.access there: diagnose --csv /proc/x.csv had failed after the whole computation, naming no option
