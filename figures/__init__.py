@@ -50,6 +50,8 @@ import ast
 import importlib
 import math
 import importlib.util
+import os
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +59,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["FIGURES_DIR", "METADATA", "PAPERS", "FigureEntry", "FigureRun", "registry", "run_figure", "write_rows", "output_folder", "script_main",
+__all__ = ["FIGURES_DIR", "METADATA", "PAPERS", "FigureEntry", "FigureRun", "registry", "run_figure", "write_rows", "output_folder", "check_outputs",
+           "script_main",
            "concentration_grid_config", "largest", "smallest"]
 
 #: the folder the figure scripts live in
@@ -327,10 +330,32 @@ def output_folder(out: str | None, *, quick: bool) -> Path:
     return Path(folder) if folder is not None else Path("figures/gallery") / ("quick" if quick else "")
 
 
+def check_outputs(out: Path, ids: Iterable[str]) -> None:
+    """Refuse, before any figure is computed, an ``out/ID.png`` or ``out/ID.csv`` that cannot be written, for each id of
+    ``ids`` (shared by ``meanfield reproduce`` and :func:`script_main`).
+
+    Raises
+    ------
+    ConfigError
+        (key ``--out``) for a folder in the way of one of them, or an existing file that cannot be written: these
+        had been found only after the figure was computed (exit 1, a traceback).
+    """
+    from meanfield.errors import ConfigError
+
+    for figure_id in ids:
+        for path in (out / f"{figure_id}.png", out / f"{figure_id}.csv"):
+            if path.is_dir():
+                raise ConfigError("--out", f"{path} is a folder, where the figure {figure_id} writes a file")
+            if path.exists() and not os.access(path, os.W_OK):
+                raise ConfigError("--out", f"cannot write {path}: permission denied")
+
+
 def script_main(make: Any, claim: Any, description: str, argv: Any = None, *, synthetic_option: bool = False) -> int:
     """The command line every figure script shares: ``[--quick] [--out DIR]``, then the claim checks.
 
-    Exit status 0 when every check holds, 1 otherwise, 2 for a bad ``--out`` (before any work).
+    Exit status 0 when every check holds, 1 otherwise, 2 for a bad ``--out`` (before any work): a file, a folder that
+    cannot be made, or an ``ID.png`` / ``ID.csv`` in it that cannot be written (:func:`check_outputs`, ``ID`` read
+    from the module that defines ``make``).
     The default folder is that of ``meanfield reproduce``: ``figures/gallery``, and ``figures/gallery/quick``
     with ``--quick``, so that the quick form never replaces the gallery's full one.  ``synthetic_option``: the
     figures of real heads also take ``--synthetic`` (their synthetic checkpoint even where MiniLM is installed).
@@ -345,8 +370,11 @@ def script_main(make: Any, claim: Any, description: str, argv: Any = None, *, sy
     if synthetic_option:
         parser.add_argument("--synthetic", action="store_true", help="use the synthetic checkpoint even when MiniLM is installed")
     args = parser.parse_args(argv)
+    figure_id = getattr(sys.modules.get(getattr(make, "__module__", None) or ""), "ID", None)  # (__main__ for a script run as a file)
     try:
         out = output_folder(args.out, quick=args.quick)
+        if isinstance(figure_id, str):  # a folder ID.png had been found after the whole computation: exit 1, a traceback
+            check_outputs(out, [figure_id])
     except ConfigError as exc:  # a file, or a folder that cannot be made: the traceback had exited 1, "a claim failed"
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     options = {"checkpoint": "synthetic" if args.synthetic else None} if synthetic_option else {}

@@ -13,10 +13,8 @@ that cannot be written (checked before any figure is made).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import traceback
-from pathlib import Path
 
 from meanfield.errors import ConfigError
 
@@ -40,23 +38,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main, interrupted="interrupted; the figures finished before are in the output folder")
 
 
-def _check_outputs(out: Path, ids: list[str]) -> None:
-    """Refuse, before any figure is computed, an ``out/ID.png`` or ``out/ID.csv`` that cannot be written.
-
-    Raises
-    ------
-    ConfigError
-        (key ``--out``) for a folder in the way of one of them, or an existing file that cannot be written: these
-        had been found only after the figure was computed (exit 1, a traceback).
-    """
-    for figure_id in ids:
-        for path in (out / f"{figure_id}.png", out / f"{figure_id}.csv"):
-            if path.is_dir():
-                raise ConfigError("--out", f"{path} is a folder, where the figure {figure_id} writes a file")
-            if path.exists() and not os.access(path, os.W_OK):
-                raise ConfigError("--out", f"cannot write {path}: permission denied")
-
-
 def main(args: argparse.Namespace) -> int:
     from meanfield import figures
 
@@ -74,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.ids:
         raise ConfigError("ID", "name a figure id or 'all' (meanfield reproduce --list shows them)")
     out = figures.output_folder(args.out, quick=args.quick)
-    _check_outputs(out, ids)
+    figures.check_outputs(out, ids)  # (before any figure is made)
     status = 0
     for figure_id in ids:
         try:

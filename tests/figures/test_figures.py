@@ -154,6 +154,29 @@ def test_a_figure_script_runs_on_its_own(tmp_path):
     assert done.returncode == 2 and "--out" in done.stderr and "Traceback" not in done.stderr and afile.read_text() == "keep"
 
 
+@pytest.mark.parametrize("suffix", ["png", "csv"])
+def test_a_figure_script_refuses_an_output_in_the_way_before_any_work(suffix, tmp_path, monkeypatch):
+    # `python figures/ID.py --out DIR` with a folder DIR/ID.png had computed the whole figure (hours for some full
+    # forms), then exited 1 with an IsADirectoryError traceback; `meanfield reproduce` refused it first with exit 2
+    entry = REGISTRY["multihead_beta_star"]
+    (tmp_path / f"multihead_beta_star.{suffix}").mkdir()
+    done = subprocess.run([sys.executable, str(entry.path), "--quick", "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"--out: {tmp_path / f'multihead_beta_star.{suffix}'} is a folder" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"multihead_beta_star.{suffix}"]  # nothing written
+    module = entry.load()  # the same through main() in this process: make is never called
+
+    def make(out, *, quick):
+        pytest.fail("the figure was made")
+
+    make.__module__ = module.__name__  # (script_main reads the figure's ID from the module of make)
+    monkeypatch.setattr(module, "make", make)
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["--quick", "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="meanfield")
     reproduce.add_parser(parser.add_subparsers(dest="command"))
