@@ -31,8 +31,11 @@ __all__ = [
     "inner_product_histograms",
     "principal_axes",
     "MAX_PAIR_TOKENS",
+    "NO_PAIR_COLOUR",
 ]
 
+#: the colour of the inner-product histogram's empty bins: a grey outside magma (the grid maps' ``NO_MASS_COLOUR``)
+NO_PAIR_COLOUR = "0.85"
 #: inner-product histograms use at most this many tokens (evenly spaced), i.e. ~2·10⁶ pairs
 MAX_PAIR_TOKENS = 2000
 
@@ -278,13 +281,20 @@ def plot_high_dim_run(
     ax = fig.add_subplot(grid[0, -1])
     tt = np.asarray(t, dtype=float)
     t_edges = np.concatenate([[tt[0]], 0.5 * (tt[1:] + tt[:-1]), [tt[-1]]]) if tt.size > 1 else np.array([tt[0] - 0.5, tt[0] + 0.5])
+    import matplotlib
     from matplotlib import colors as mcolors
 
     positive = density[density > 0]
     norm = mcolors.LogNorm(vmin=max(float(positive.min()), 1e-3), vmax=float(positive.max())) if positive.size else None
-    mesh = ax.pcolormesh(t_edges, edges, np.where(density > 0, density, np.nan).T, cmap="magma", norm=norm, shading="flat")
+    # empty bins (NaN) in a grey outside the colormap: drawn as the white background they had read as magma's top, the
+    # densest bins, right beside its black, the sparsest
+    cmap = matplotlib.colormaps["magma"].with_extremes(bad=NO_PAIR_COLOUR)
+    mesh = ax.pcolormesh(t_edges, edges, np.where(density > 0, density, np.nan).T, cmap=cmap, norm=norm, shading="flat")
     scale = " (log scale)" if norm is not None else ""  # (no pair of positive density, n = 1: a linear norm)
-    fig.colorbar(mesh, ax=ax, label=("density of pairs" if weights is None else "density of pairs, by mass") + scale)
+    empty = "; grey: no pair" if np.any(density <= 0) else ""
+    fig.colorbar(mesh, ax=ax, label=("density of pairs" if weights is None else "density of pairs, by mass") + scale + empty)
+    if tt.size == 1:  # one frame: one tick at its time (the column's edges t ± 0.5 had put ticks at negative times)
+        ax.set_xticks([tt[0]])
     ax.set_xlabel("time t")
     ax.set_ylabel(r"inner product $\langle x_i, x_j\rangle$")
     ax.set_title("pairwise inner products (1: one cluster)", fontsize=10)

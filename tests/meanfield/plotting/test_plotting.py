@@ -645,3 +645,40 @@ def test_a_refined_sweep_draws_its_coarser_runs_dashed_each_with_its_own_warning
     for line, curve in zip(dashed, coarse, strict=True):
         np.testing.assert_array_equal(line.get_ydata(), curve["w2_target"][t > 0])
     assert "1.4 log β − 0.5" in [text.get_text() for text in ax2.get_legend().get_texts()]
+
+
+def _pair_histogram(fig):
+    ax = next(ax for ax in fig.axes if "inner product" in ax.get_ylabel())
+    return ax, ax.collections[0]
+
+
+def test_empty_inner_product_bins_are_grey_outside_magma_and_the_bar_says_so():
+    # empty bins had been NaN over the white background: magma's top is a near-white cream, so an empty bin read as the
+    # densest one, right beside black, the sparsest
+    x = np.stack([sample_uniform(16, 4, seed=1), sample_uniform(16, 4, seed=2)])
+    fig = particles.plot_high_dim_run(np.array([0.0, 1.0]), x)
+    ax, mesh = _pair_histogram(fig)
+    values = np.ma.getdata(mesh.get_array()).ravel()
+    empty = ~(values > 0)
+    assert 0 < empty.sum() < values.size  # (16 tokens, 120 pairs, 80 bins: some bins are empty)
+    colours = mesh.to_rgba(mesh.get_array()).reshape(-1, 4)
+    assert np.all(colours[empty, 3] == 1.0)  # drawn, not transparent over the white background
+    np.testing.assert_allclose(colours[empty], np.tile(mcolors.to_rgba(particles.NO_PAIR_COLOUR), (empty.sum(), 1)), atol=1e-12)
+    magma = mesh.cmap(np.linspace(0.0, 1.0, 256))
+    assert np.min(np.abs(magma[:, :3] - mcolors.to_rgb(particles.NO_PAIR_COLOUR)).max(axis=1)) > 0.05  # not one of magma's
+    assert not np.any(np.all(np.isclose(colours[~empty], mcolors.to_rgba(particles.NO_PAIR_COLOUR)), axis=1))
+    assert any("grey: no pair" in other.get_ylabel() for other in fig.axes)
+    full = np.stack([normalize(np.ones((16, 4)))] * 2)  # every pair in the top bin: the others empty, still captioned
+    fig = particles.plot_high_dim_run(np.array([0.0, 1.0]), full)
+    assert any("grey: no pair" in other.get_ylabel() for other in fig.axes)
+
+
+@pytest.mark.parametrize("t0", [0.0, 3.0])
+def test_a_one_frame_high_dimensional_run_has_one_time_tick_at_its_time(t0):
+    # the one column spans t0 ± 0.5; its ticks had run from -0.4 to 0.4 for a run at t = 0
+    x = sample_uniform(16, 4, seed=1)[None]
+    fig = particles.plot_high_dim_run(np.array([t0]), x)
+    ax, _ = _pair_histogram(fig)
+    np.testing.assert_allclose(ax.get_xticks(), [t0], rtol=0, atol=0)
+    fig.canvas.draw()
+    assert [label.get_text() for label in ax.get_xticklabels()] == [f"{t0:g}"]
