@@ -179,44 +179,64 @@ def rotation_to(view: Any) -> np.ndarray:
     return np.stack([e1, e2, e3])
 
 
-def _moments(x: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def _moments(x: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The mean of the mass, and its second moment's eigenvalues (largest first) and axes (columns, in that order)."""
     x = np.asarray(x, dtype=float)[:, :3]
     w = np.full(x.shape[0], 1.0 / x.shape[0]) if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
     mean = w @ x
     second = (x * w[:, None]).T @ x
-    return mean, np.linalg.eigh(second)[1][:, ::-1]
+    values, axes = np.linalg.eigh(second)
+    return mean, values[::-1], axes[:, ::-1]
 
 
-def facing_view(x: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-    """A viewing direction that shows where the mass is.
+#: the variance of the mass along the second moment's top axis :math:`u_1` above which it lies in two lumps at
+#: :math:`\pm u_1`: a pair of antipodal clusters has :math:`4p(1-p)\ge3/4` (the lighter holding p ≥ 1/4, a mean of
+#: length ≤ 1/2), where a von Mises–Fisher bump has at most 1/3 (a uniform sphere's) and a cluster on a uniform
+#: background at most 4/9
+PAIR_VARIANCE = 0.6
 
-    One cluster (mean resultant length above 1/2): look at it straight on.
-    Otherwise look from 60° off the principal axis :math:`u_1` of the second
-    moment, towards the second axis :math:`u_2`: a pair of antipodal clusters
-    at :math:`\\pm u_1` then shows as one front and one back cluster, side by side.
-    """
-    mean, axes = _moments(x, weights)
-    if np.linalg.norm(mean) > 0.5:
-        return mean / np.linalg.norm(mean)
+
+def _layout(x: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """The mean direction to put in the middle (None for a pair of antipodal clusters: the mass lies in two lumps along
+    :math:`u_1`, variance above :data:`PAIR_VARIANCE`, or there is no mean direction), and the second moment's top axes
+    :math:`u_1, u_2`, turned towards the mean.
+
+    One broad bump (mean length under 1/2) had been drawn with the pair's layout, its peak near the map's edge."""
+    mean, values, axes = _moments(x, weights)
     u1, u2 = axes[:, 0], axes[:, 1]
     if mean @ u1 < 0:
         u1 = -u1
+    if mean @ u2 < 0:
+        u2 = -u2
+    length = float(np.linalg.norm(mean))
+    pair = length <= 0.5 and (float(values[0]) - float(mean @ u1) ** 2 > PAIR_VARIANCE or not length > 1e-12)
+    return (None if pair else mean / length), u1, u2
+
+
+def facing_view(x: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    r"""A viewing direction that shows where the mass is.
+
+    Straight on its mean direction, unless the mass lies in two lumps along the principal axis :math:`u_1` of the
+    second moment (its variance along :math:`u_1` above :data:`PAIR_VARIANCE`; a mean shorter than 1/2): then from 60°
+    off :math:`u_1`, towards the second axis :math:`u_2`, so that a pair of antipodal clusters at :math:`\pm u_1` shows
+    as one front and one back cluster, side by side.
+    """
+    centre, u1, u2 = _layout(x, weights)
+    if centre is not None:
+        return centre
     return 0.5 * u1 + math.sqrt(0.75) * u2
 
 
 def facing_rotation(x: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-    """A rotation ``R`` (rows: new axes) that puts the mass in the middle of a longitude–latitude map.
+    r"""A rotation ``R`` (rows: new axes) that puts the mass in the middle of a longitude–latitude map.
 
-    One cluster goes to (longitude 0, latitude 0); a pair of antipodal clusters
-    along :math:`u_1` goes to longitudes ±90° on the equator, far from the map's edge.
+    Its mean direction goes to (longitude 0, latitude 0), one broad bump included; a pair of antipodal clusters along
+    :math:`u_1` (as in :func:`facing_view`) goes to longitudes ±90° on the equator, far from the map's edge.
     """
-    mean, axes = _moments(x, weights)
-    if np.linalg.norm(mean) > 0.5:
-        rows = rotation_to(mean)  # e3 = mean → map centre is +x: reorder so that the mean becomes the first axis
+    centre, u1, u2 = _layout(x, weights)
+    if centre is not None:
+        rows = rotation_to(centre)  # e3 = mean → map centre is +x: reorder so that the mean becomes the first axis
         return np.stack([rows[2], rows[0], rows[1]])
-    u1, u2 = axes[:, 0], axes[:, 1]
-    if mean @ u1 < 0:
-        u1 = -u1
     return np.stack([u2, u1, np.cross(u2, u1)])
 
 

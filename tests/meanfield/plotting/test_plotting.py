@@ -682,3 +682,37 @@ def test_a_one_frame_high_dimensional_run_has_one_time_tick_at_its_time(t0):
     np.testing.assert_allclose(ax.get_xticks(), [t0], rtol=0, atol=0)
     fig.canvas.draw()
     assert [label.get_text() for label in ax.get_xticklabels()] == [f"{t0:g}"]
+
+
+@pytest.mark.parametrize("kappa", [0.5, 1.0, 2.0])
+def test_one_broad_bump_is_drawn_in_the_middle_of_the_map_and_the_disc(kappa):
+    # a bump of mean length under 1/2 (kappa = 1: coth 1 - 1 = 0.31) had been given the layout of a pair of antipodal
+    # clusters: its peak at longitude +70..90 degrees of a map "turned to face the mass", at the rim of the disc
+    mean = normalize(np.array([0.3, -0.5, 0.8]))
+    x = sample_vmf(4000, 3, mean=mean, kappa=kappa, seed=1)
+    assert np.linalg.norm(x.mean(axis=0)) < 0.55
+    centre = canvas.facing_rotation(x) @ mean
+    assert centre[0] > 0.99  # longitude 0, latitude 0
+    assert canvas.facing_view(x) @ mean > 0.99
+    background = np.concatenate([sample_vmf(1500, 3, mean=mean, kappa=500.0, seed=2), sample_uniform(2500, 3, seed=3)])
+    assert canvas.facing_rotation(background) @ mean @ [1.0, 0.0, 0.0] > 0.99  # a cluster on a uniform background too
+    msh = M.fibonacci_mesh(300)
+    m = M.initial_mass(msh, "vmf", kappa=kappa, mean=mean)
+    fig = density.plot_grid_run(msh, np.array([0.0]), m[None])
+    quad = next(c for ax in fig.axes if ax.name == "mollweide" for c in ax.collections)
+    corners = quad.get_coordinates()  # (rows + 1, columns + 1, 2): longitude, latitude of the pixel corners
+    lon = 0.5 * (corners[0, 1:, 0] + corners[0, :-1, 0])
+    lat = 0.5 * (corners[1:, 0, 1] + corners[:-1, 0, 1])
+    peak = np.unravel_index(np.argmax(np.asarray(quad.get_array()).reshape(lat.size, lon.size)), (lat.size, lon.size))
+    assert abs(np.degrees(lon[peak[1]])) < 15.0 and abs(np.degrees(lat[peak[0]])) < 15.0
+
+
+def test_a_pair_of_antipodal_clusters_keeps_its_side_by_side_layout_whatever_their_masses():
+    axis = np.array([0.0, 0.6, 0.8])
+    for heavy in (250, 300, 370):  # up to 3:1, a mean of length < 1/2
+        pair = np.concatenate([sample_vmf(heavy, 3, mean=axis, kappa=80.0, seed=2),
+                               sample_vmf(500 - heavy, 3, mean=-axis, kappa=80.0, seed=3)])
+        turned = canvas.facing_rotation(pair) @ axis
+        assert abs(abs(np.degrees(np.arctan2(turned[1], turned[0]))) - 90.0) < 5.0 and abs(turned[2]) < 0.1
+        view = canvas.facing_view(pair)
+        np.testing.assert_allclose(abs(view @ axis), 0.5, atol=0.05)  # 60 degrees off the pair's axis
