@@ -123,6 +123,21 @@ def _grey_caption(rho: np.ndarray, *, log: bool) -> str:
     return "; grey: negative mass" if negative else "; grey: no mass" if empty else ""
 
 
+def _bar_ticks(bar: Any, norm: mcolors.Normalize) -> None:
+    """Readable ticks on a horizontal log colour bar: no labels on its minor ticks (over about a decade they had been
+    printed over each other, "2×10⁻³×10⁻²4×10⁻²…"), and, when its range holds fewer than two powers of ten, labelled
+    ticks at its ends and their geometric middle (else at most one label)."""
+    if not isinstance(norm, mcolors.LogNorm):
+        return
+    from matplotlib.ticker import NullFormatter
+
+    lo, hi = float(norm.vmin), float(norm.vmax)
+    if math.floor(math.log10(hi)) - math.ceil(math.log10(lo)) < 1:
+        ticks = np.geomspace(lo, hi, 3)
+        bar.set_ticks(ticks, labels=[f"{v:.2g}" for v in ticks])
+    bar.ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _lonlat_raster(mesh: SphericalMesh, nlon: int, rotation: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cell index of every pixel of a (nlon/2, nlon) longitude–latitude raster, and the pixel edges.
 
@@ -256,8 +271,9 @@ def plot_density_mollweide(
     if title:
         ax.set_title(title)
     if colorbar:
-        fig.colorbar(mappable, ax=ax, orientation="horizontal", fraction=0.05, pad=0.06,
-                     label="density m/A" + (" (log scale)" if log else ""))
+        bar = fig.colorbar(mappable, ax=ax, orientation="horizontal", fraction=0.05, pad=0.06,
+                           label="density m/A" + (" (log scale)" if log else ""))
+        _bar_ticks(bar, norm)
     save(fig, path, dpi=dpi)
     return fig
 
@@ -391,8 +407,9 @@ def plot_density(
 
     sm = matplotlib.cm.ScalarMappable(norm=norm, cmap=_colours(cmap))  # (as drawn: grey below the range, log when so)
     sm.set_array(rho)
-    fig.colorbar(sm, ax=fig.axes, orientation="horizontal", fraction=0.05, pad=0.05,
-                 label="density m/A" + (" (log scale)" if log else "") + _grey_caption(rho, log=log))
+    bar = fig.colorbar(sm, ax=fig.axes, orientation="horizontal", fraction=0.05, pad=0.05,
+                       label="density m/A" + (" (log scale)" if log else "") + _grey_caption(rho, log=log))
+    _bar_ticks(bar, norm)
     if title:
         fig.suptitle(title)
     save(fig, path, dpi=dpi)
@@ -484,8 +501,10 @@ def animate_density(
         def update_data(k: int) -> None:
             artist.set_data(np.ma.masked_array(rhos[k][ocells.filled(0)], mask=ocells.mask))
 
-    fig.colorbar(artist, ax=ax, orientation="horizontal", fraction=0.05, pad=0.06,
-                 label="density m/A" + (" (log scale)" if log else ""))
+    # grey cells explained as on the maps of plot_grid_run (the caption had been left out): cells empty in any frame
+    bar = fig.colorbar(artist, ax=ax, orientation="horizontal", fraction=0.05, pad=0.06,
+                       label="density m/A" + (" (log scale)" if log else "") + _grey_caption(np.concatenate(raw), log=log))
+    _bar_ticks(bar, norms[0])
     if note:
         fig.suptitle(note.removeprefix("; "), fontsize=7)
     title = ax.set_title(f"t = {float(t[0]):.3g}")
@@ -494,6 +513,7 @@ def animate_density(
         update_data(k)
         if not fixed_scale:
             artist.set_norm(norms[k])
+            _bar_ticks(bar, norms[k])  # (a new norm resets the bar's ticks)
         title.set_text(f"t = {float(t[k]):.3g}")
         return artist, title
 

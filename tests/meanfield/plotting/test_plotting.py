@@ -647,6 +647,15 @@ def test_a_refined_sweep_draws_its_coarser_runs_dashed_each_with_its_own_warning
     assert "1.4 log β − 0.5" in [text.get_text() for text in ax2.get_legend().get_texts()]
 
 
+def _draw(fig):
+    """Draw ``fig`` (made without pyplot) with Agg, so that its tick labels are laid out; the renderer."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas_ = FigureCanvasAgg(fig)
+    canvas_.draw()
+    return canvas_.get_renderer()
+
+
 def _pair_histogram(fig):
     ax = next(ax for ax in fig.axes if "inner product" in ax.get_ylabel())
     return ax, ax.collections[0]
@@ -680,7 +689,7 @@ def test_a_one_frame_high_dimensional_run_has_one_time_tick_at_its_time(t0):
     fig = particles.plot_high_dim_run(np.array([t0]), x)
     ax, _ = _pair_histogram(fig)
     np.testing.assert_allclose(ax.get_xticks(), [t0], rtol=0, atol=0)
-    fig.canvas.draw()
+    _draw(fig)
     assert [label.get_text() for label in ax.get_xticklabels()] == [f"{t0:g}"]
 
 
@@ -716,3 +725,40 @@ def test_a_pair_of_antipodal_clusters_keeps_its_side_by_side_layout_whatever_the
         assert abs(abs(np.degrees(np.arctan2(turned[1], turned[0]))) - 90.0) < 5.0 and abs(turned[2]) < 0.1
         view = canvas.facing_view(pair)
         np.testing.assert_allclose(abs(view @ axis), 0.5, atol=0.05)  # 60 degrees off the pair's axis
+
+
+def _bar_labels(fig):
+    """The colour bar's axes and the extents of its drawn tick labels, major and minor."""
+    renderer = _draw(fig)
+    bar = next(ax for ax in fig.axes if "density m/A" in ax.get_xlabel())
+    labels = [label for label in bar.get_xticklabels(minor=False) + bar.get_xticklabels(minor=True)
+              if label.get_visible() and label.get_text()]
+    inside = bar.get_window_extent(renderer)  # (the labels of ticks past the bar's ends are not drawn)
+    boxes = [label.get_window_extent(renderer) for label in labels]
+    return bar, [box for box in boxes if inside.x0 - 1.0 <= 0.5 * (box.x0 + box.x1) <= inside.x1 + 1.0]
+
+
+@pytest.mark.parametrize("view", ["mollweide", "orthographic"])
+@pytest.mark.parametrize("kappa", [0.0, 1.0, 8.0])
+def test_the_grid_animations_colour_bar_labels_do_not_overlap(view, kappa, tmp_path):
+    # over about a decade its minor ticks had been labelled, on top of each other ("2×10⁻³×10⁻²4×10⁻²6×10⁻²")
+    msh = M.fibonacci_mesh(300)
+    m = M.initial_mass(msh, "uniform") if kappa == 0.0 else M.initial_mass(msh, "vmf", kappa=kappa, mean=[1, 0, 0])
+    for fixed in (True, False):
+        second = m if fixed else m ** 1.2 / np.sum(m ** 1.2)  # (per frame: the last frame's own norm is drawn)
+        anim = density.animate_density(msh, [0.0, 1.0], [m, second], tmp_path / "a.gif", view=view, resolution=60,
+                                       fixed_scale=fixed)
+        _, boxes = _bar_labels(anim._fig)  # noqa: SLF001
+        assert len(boxes) >= 2
+        for k, a in enumerate(boxes):
+            assert not any(a.overlaps(b) for b in boxes[k + 1:]), [(b.x0, b.x1) for b in boxes]
+
+
+def test_the_grid_animations_colour_bar_says_what_grey_means(tmp_path):
+    msh = M.fibonacci_mesh(200)
+    half = (msh.points[:, 2] > 0).astype(float)
+    anim = density.animate_density(msh, [0.0], [half / half.sum()], tmp_path / "half.gif", resolution=60)
+    bar, _ = _bar_labels(anim._fig)  # noqa: SLF001
+    assert bar.get_xlabel().endswith("(log scale); grey: no mass")
+    anim = density.animate_density(msh, [0.0], [M.initial_mass(msh, "uniform")], tmp_path / "u.gif", resolution=60)
+    assert "grey" not in _bar_labels(anim._fig)[0].get_xlabel()  # noqa: SLF001
