@@ -118,9 +118,14 @@ def plot(rows: list[dict[str, float]], path: Path) -> Path:
         ax_c.axhline(group[0]["c_star"], color=f"C{k}", ls="--", lw=0.9)
         ax_c.plot([b_star], [group[0]["c_star"]], "o", color=f"C{k}", label=f"H = {H:g}: β* = {b_star:.3f}")
     ax_b.axhline(0.0, color="0.5", lw=0.8)
-    ax_b.axhspan(ax_b.get_ylim()[0], 0.0, color="0.5", alpha=0.08)
-    ax_b.text(150.0, 0.9 * ax_b.get_ylim()[0], "β* ≤ 0: no β > 0 keeps every head monotone", fontsize=7, color="0.3")
     ax_b.set_xscale("log")
+    low, high = ax_b.get_ylim()
+    ax_b.set_ylim(low, high)  # (fixed before the shading: drawn from the limit of the moment, it had stopped short of the bottom)
+    if low < 0.0:
+        ax_b.axhspan(low, 0.0, color="0.5", alpha=0.08)
+        # in the panel's lower right corner (at n = 150 in data coordinates it had run past the right edge)
+        ax_b.text(0.98, 0.02, "β* ≤ 0: no β > 0 keeps every head monotone", transform=ax_b.transAxes, ha="right",
+                  va="bottom", fontsize=7, color="0.3")
     ax_b.set_xlabel("n (orthogonal tokens)")
     ax_b.set_ylabel(r"$\beta^*$ ($\alpha = %g$)" % ALPHA)
     ax_b.set_title("Thm 19 of Pendharkar, arXiv 2605.04279: per-head monotonicity for β < β*\n(lines: closed form; circles: root)", fontsize=9)

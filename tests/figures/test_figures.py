@@ -134,6 +134,28 @@ def test_beta_star_matches_the_golden_ratio_form_for_two_heads(made):
         np.testing.assert_allclose(float(r["beta_star"]), expected, rtol=1e-12, atol=1e-14)
 
 
+def test_beta_star_note_lies_inside_its_panel_and_the_shading_reaches_the_bottom(made, tmp_path, monkeypatch):
+    # the note had started at n = 150 and run past the panel's right edge; the shading had been drawn from the lower
+    # limit of the moment, above the final one
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    module = REGISTRY["multihead_beta_star"].load()
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: drawn.append(fig))
+    module.plot(module.read_csv(made["multihead_beta_star"].csv), tmp_path / "b.png")
+    fig = drawn[0]
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    ax = fig.axes[0]
+    note = next(text for text in ax.texts if text.get_text().startswith("β* ≤ 0"))
+    box, panel = note.get_window_extent(canvas.get_renderer()), ax.get_window_extent(canvas.get_renderer())
+    assert panel.x0 <= box.x0 and box.x1 <= panel.x1 and panel.y0 <= box.y0 and box.y1 <= panel.y1
+    shade = next(patch for patch in ax.patches if patch.get_alpha() == 0.08)
+    bottom = ax.transData.inverted().transform(shade.get_transform().transform(shade.get_path().vertices))[:, 1].min()
+    np.testing.assert_allclose(bottom, ax.get_ylim()[0], rtol=0, atol=1e-12)
+
+
 def test_a_figure_script_runs_on_its_own(tmp_path):
     entry = REGISTRY["multihead_beta_star"]
     done = subprocess.run(
