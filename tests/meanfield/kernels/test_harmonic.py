@@ -421,3 +421,38 @@ def test_rows_that_see_little_of_the_mass_keep_the_tolerance():
             v = velocity_harmonic(x, heads, beta=beta, kind="softmax", weights=a, tolerance=tolerance)
             ref = velocity_numpy(x, heads, beta=beta, kind="softmax", weights=a)
             assert np.max(np.linalg.norm(v - ref, axis=1)) <= tolerance, (tolerance, rc)  # (‖V‖ = 1: relative)
+
+
+# ----------------------------------------------------------------------------- review fixes (harmonic area)
+
+
+def test_unnormalized_velocity_past_the_float_range_is_inf_not_nan():
+    # β‖B‖ = 2000: e^(m/2) overflows past m ≈ 1419, and the harmonic and local kernels had given NaN (0·inf, inf − inf)
+    # where the dense kernels give ±inf
+    from meanfield.kernels.attention import attention_velocity
+
+    x = sample_uniform(300, 3, seed=1)
+    for V in (np.eye(3), np.array([[1.0, 0.1, 0.2], [0.3, 1.0, 0.1], [0.2, 0.2, 1.0]])):
+        heads = HeadStack(B=np.eye(3)[None], V=V[None])
+        with np.errstate(over="ignore"):
+            dense = attention_velocity(x, heads, beta=2000.0, kind="unnormalized", backend="blas")
+        assert np.isinf(dense).all()
+        for backend in ("harmonic", "local"):
+            v = attention_velocity(x, heads, beta=2000.0, kind="unnormalized", backend=backend)
+            np.testing.assert_array_equal(v, dense)
+
+
+def test_unnormalized_scaling_is_finite_wherever_the_product_is():
+    from meanfield.kernels.local import _scaled_values
+
+    # e^1440 · 2^-1074 = 1.196e302: finite, though e^(1440/2) is not; y = 0 gives 0 at any shift; past the range ±inf
+    values = np.array([[2.0**-1074, -1.0, 0.0], [1.0, -2.5, 0.0], [3.0, 1e-300, -1e-300]])
+    shift = np.array([1440.0, 1000.0, 3000.0])
+    with np.errstate(over="ignore"):
+        got = _scaled_values(values, shift)
+    np.testing.assert_allclose(got[0, 0], 1.1962958538972262e302, rtol=1e-14)  # mpmath: 2^-1074 e^1440
+    np.testing.assert_array_equal(got[0, 1:], [-np.inf, 0.0])
+    np.testing.assert_array_equal(got[1], [np.inf, -np.inf, 0.0])
+    np.testing.assert_array_equal(got[2], [np.inf, np.inf, -np.inf])
+    small = _scaled_values(np.array([[1.0, -3.0, 0.5]]), np.array([-700.0]))
+    np.testing.assert_allclose(small, np.exp(-700.0) * np.array([[1.0, -3.0, 0.5]]), rtol=1e-15)
