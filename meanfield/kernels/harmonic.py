@@ -127,8 +127,10 @@ scale :math:`\|V_h\|` (softmax, pooled) or :math:`\|V_h\|e^{r_i}\widetilde D_i`
 :math:`\varepsilon_T = 10^{-5}\,\mathrm{tol}` (within :math:`[10^{-18},10^{-8}]`) and
 :math:`\varepsilon_N=\mathrm{tol}/8` (within :math:`[2.5\cdot10^{-13},10^{-4}]`, ducc0's
 limit being :math:`2\cdot10^{-13}`); the default ``tol = 1e-12`` is thus near what double
-precision allows.  Tokens must be unit vectors: a deviation :math:`\delta` costs a relative
-error of about :math:`\delta\beta\|B\|` (checked: :math:`\delta\le10^{-10}`).
+precision allows.  The expansion reads the tokens' directions only: tokens up to :math:`\delta\le10^{-10}`
+off the unit sphere are accepted and divided by their norms
+(:func:`~meanfield.kernels.local.check_sphere_tokens`), as for the local kernel, so both give the velocity of the
+unit vectors (the vectors as given would differ from it by about :math:`\delta\beta\|B\|`).
 
 **Causal mask** (``mask="causal"``; Karagodin, Polyanskiy and Rigollet, *Clustering in
 Causal Attention Masking*, arXiv 2411.04990): row :math:`i` sums over :math:`j\le i` only.
@@ -1114,8 +1116,8 @@ def sphere_head_row_logs(
     (:math:`-\infty` where :math:`D^h_i=0`), with the row sums of :func:`certified_head_sums`, each to relative
     ``tolerance``: the energies :math:`E_h=\frac1{2\beta}\sum_ia_ie^{\ell^h_i}` of Pendharkar (arXiv 2605.04279), sums of
     positive terms, are too (:func:`meanfield.analysis.energy.energies_from_row_logs`).  The velocity's own transform
-    cost, once per frame.  The tokens are taken as unit vectors: tokens :math:`\delta` off the sphere give relative
-    errors of about :math:`\beta\delta`.
+    cost, once per frame.  Tokens up to :math:`10^{-10}` off the unit sphere are divided by their norms first
+    (:func:`~meanfield.kernels.local.check_sphere_tokens`): the sums are those of the unit vectors.
 
     Parameters
     ----------

@@ -467,3 +467,19 @@ def test_scaled_bessel_functions_of_a_small_lmax_against_mpmath(r, lmax):
     exact = np.array([float(mpmath.exp(-r) * mpmath.sqrt(mpmath.pi / (2 * r)) * mpmath.besseli(l + 0.5, r))
                       for l in range(lmax + 1)])
     np.testing.assert_allclose(scaled_spherical_in(lmax, r), exact, rtol=2e-15, atol=0)
+
+
+def test_tokens_near_the_sphere_give_every_kernel_the_same_velocity():
+    # tokens 9e-11 off the sphere (accepted: SPHERE_TOLERANCE): the harmonic kernel reads their directions, the local
+    # kernel had read the vectors (2e-9 apart at β = 1024); both now give the velocity of the unit vectors
+    rng = np.random.default_rng(4)
+    x = sample_uniform(2000, 3, seed=4) * (1.0 + 9e-11 * rng.choice([-1.0, 1.0], size=2000))[:, None]
+    unit = x / np.linalg.norm(x, axis=1)[:, None]
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    beta = 256.0
+    dense = velocity_numpy(unit, heads, beta=beta)
+    scale = np.abs(dense).max()
+    for f in METHODS.values():
+        np.testing.assert_allclose(f(x, heads, beta=beta), dense, rtol=0, atol=1e-12 * scale)
+    np.testing.assert_allclose(velocity_harmonic(x, heads, beta=beta), velocity_local(x, heads, beta=beta), rtol=0,
+                               atol=1e-12 * scale)
