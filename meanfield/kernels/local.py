@@ -874,6 +874,26 @@ def local_head_sums(
     return out
 
 
+def _row_indices(rows: object) -> np.ndarray:
+    """The ``rows`` of :func:`velocity_local` as a 1-d int64 array: integers only, at most one dimension.
+
+    (They had been cast with ``np.asarray(rows, dtype=np.int64).ravel()``: a boolean mask of n entries gave n rows of
+    tokens 0 and 1, ``[1.5]`` row 1, and a 2-d array was flattened, all without a word.)
+    """
+    given = np.asarray(rows)
+    if given.dtype.kind == "b":
+        raise ValueError("rows must be row indices, got a boolean mask; pass np.flatnonzero(mask) for the rows it selects")
+    if given.ndim > 1:
+        raise ValueError(f"rows must be a 1-d array of row indices, got an array of shape {given.shape}")
+    if given.size == 0:
+        return np.zeros(0, dtype=np.int64)  # ([] is a float array)
+    if given.dtype.kind not in "iu":
+        raise ValueError(f"rows must be integer row indices, got dtype {given.dtype}")
+    if given.dtype.kind == "u" and int(given.max()) > np.iinfo(np.int64).max:
+        raise IndexError("rows out of range")  # (uint64 past int64 would wrap to a negative index)
+    return given.astype(np.int64).reshape(-1)
+
+
 def _directions(q: np.ndarray, r: np.ndarray) -> np.ndarray:
     r"""The rows' directions :math:`\hat u_i = q_i / r_i` (:math:`e_3` where :math:`r_i = 0`)."""
     uhat = np.empty_like(q)
@@ -1044,8 +1064,9 @@ def velocity_local(
         Token masses :math:`a_j\ge0` (default :math:`1/n`).
     tolerance : float
         Relative error allowed per row for the points left out.
-    rows : array of int, optional
-        Rows to compute (default all).
+    rows : 1-d array of int, optional
+        Rows to compute (default all), as indices (negative ones count from the end).  A boolean mask is refused
+        (pass ``np.flatnonzero(mask)``), and so are non-integer values and arrays of more than one dimension.
     mask : {"none", "causal"}
         ``"causal"``: row :math:`i` sums over :math:`j\le i` only (the causal local
         method of the module docstring; exact to the same tolerance).
@@ -1071,7 +1092,7 @@ def velocity_local(
     causal = is_causal(mask)
     n = x.shape[0]
     a = token_masses(n, weights, kind=kind, causal=causal)
-    idx = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64).ravel()
+    idx = np.arange(n) if rows is None else _row_indices(rows)
     if idx.size and (idx.min() < -n or idx.max() >= n):
         raise IndexError("rows out of range")
     src = SphereSources(x, a)

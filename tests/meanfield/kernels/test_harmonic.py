@@ -483,3 +483,21 @@ def test_tokens_near_the_sphere_give_every_kernel_the_same_velocity():
         np.testing.assert_allclose(f(x, heads, beta=beta), dense, rtol=0, atol=1e-12 * scale)
     np.testing.assert_allclose(velocity_harmonic(x, heads, beta=beta), velocity_local(x, heads, beta=beta), rtol=0,
                                atol=1e-12 * scale)
+
+
+def test_local_rows_must_be_integer_indices():
+    x = sample_uniform(300, 3, seed=1)
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    mask = np.zeros(300, dtype=bool)
+    mask[[5, 7]] = True
+    with pytest.raises(ValueError, match="boolean mask.*flatnonzero"):  # (had given 300 rows of tokens 0 and 1)
+        velocity_local(x, heads, beta=4.0, rows=mask)
+    with pytest.raises(ValueError, match="integer row indices"):  # (1.5 had been row 1)
+        velocity_local(x, heads, beta=4.0, rows=[1.5])
+    with pytest.raises(ValueError, match="1-d array"):  # (had been flattened)
+        velocity_local(x, heads, beta=4.0, rows=[[0, 1], [2, 3]])
+    full = velocity_local(x, heads, beta=4.0)
+    for rows, expected in ((np.flatnonzero(mask), [5, 7]), (np.array([7, -1], dtype=np.int32), [7, 299]),
+                           (np.array([5], dtype=np.uint16), [5])):
+        np.testing.assert_allclose(velocity_local(x, heads, beta=4.0, rows=rows), full[expected], rtol=0, atol=1e-14)
+    assert velocity_local(x, heads, beta=4.0, rows=[]).shape == (0, 3)
