@@ -1019,7 +1019,8 @@ def velocity_harmonic(
         ``"causal"``: row :math:`i` sums over :math:`j\le i` only, by the block-prefix
         algorithm of the module docstring (same tolerance).
     block : int, optional
-        Causal mask only: tokens per block (default :func:`causal_block_rows`).
+        Causal mask only (a ``ValueError`` without it): tokens per block, an integer ≥ 1 (more than ``n`` is taken as
+        ``n``; default :func:`causal_block_rows`).
     row_logs : (H, n) array, optional
         Filled with every head's :math:`\ln\sum_j a_j e^{\beta s^h_{ij}}` per row (the certified sums the velocity
         takes anyway: the energy of :mod:`meanfield.analysis.energy`), without a mask; otherwise left as it is.
@@ -1032,13 +1033,18 @@ def velocity_harmonic(
     Raises
     ------
     ValueError
-        For ``kind="relu"``, ``d != 3`` or tokens off the unit sphere.
+        For ``kind="relu"``, ``d != 3``, tokens off the unit sphere or a bad ``block``.
     """
     x = check_sphere_tokens(x, heads, kind, tolerance=tolerance, beta=beta)
+    causal = is_causal(mask)
+    if block is not None:
+        if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer)) or block < 1:
+            raise ValueError(f"block (tokens per block of the causal mask) must be an integer ≥ 1, got {block!r}")
+        if not causal:
+            raise ValueError(f"block applies to mask='causal' only (its tokens per block), got block = {block!r} with mask = {mask!r}")
     n = x.shape[0]
     if 0 < n <= HARMONIC_EXACT_MAX_N:  # a handful of tokens: their direct sums, exact and cheaper than any transform
         return velocity_local(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance, mask=mask, row_logs=row_logs)
-    causal = is_causal(mask)
     a = token_masses(n, weights, kind=kind, causal=causal)
     if n == 0:
         return np.zeros((0, 3))

@@ -501,3 +501,16 @@ def test_local_rows_must_be_integer_indices():
                            (np.array([5], dtype=np.uint16), [5])):
         np.testing.assert_allclose(velocity_local(x, heads, beta=4.0, rows=rows), full[expected], rtol=0, atol=1e-14)
     assert velocity_local(x, heads, beta=4.0, rows=[]).shape == (0, 3)
+
+
+def test_causal_block_must_be_a_positive_integer_under_the_causal_mask():
+    x = sample_uniform(300, 3, seed=1)
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    for block in (0, -5, "10", True, 2.5):  # (all had been taken, clipped to [1, n])
+        with pytest.raises(ValueError, match="block .* must be an integer ≥ 1"):
+            velocity_harmonic(x, heads, beta=4.0, mask="causal", block=block)
+    with pytest.raises(ValueError, match="block applies to mask='causal' only"):  # (had been ignored)
+        velocity_harmonic(x, heads, beta=4.0, block=64)
+    reference = velocity_numpy(x, heads, beta=4.0, mask="causal")
+    np.testing.assert_allclose(velocity_harmonic(x, heads, beta=4.0, mask="causal", block=np.int64(128)), reference,
+                               rtol=0, atol=1e-11 * np.abs(reference).max())
