@@ -140,9 +140,11 @@ class Model:
         ``harmonic`` and ``local`` are the fast kernels on :math:`S^2`).
     precision : {"float64", "float32"}
         Score/exp arithmetic of the ``blas`` kernel (float32: about twice the
-        throughput, relative error within 1e-6·(1 + β‖B‖₂)).
+        throughput, relative error within 1e-6·(1 + β‖B‖₂)); float32 with backend ``"auto"``, ``"blas"`` or
+        ``"fused"`` only (a ``ValueError`` here, as the config's).
     tolerance : float
-        Relative accuracy per row of the ``harmonic`` and ``local`` kernels (default 1e-12).
+        Relative accuracy per row of the ``harmonic`` and ``local`` kernels, in [1e-15, 1e-2] as
+        ``model.tolerance`` (default 1e-12).
     mask : {"none", "causal"}
         Attention mask: ``"causal"`` lets token :math:`i` attend only to the tokens
         :math:`j\le i` in the order of the state array (Karagodin, Polyanskiy and Rigollet,
@@ -187,6 +189,9 @@ class Model:
         check_tolerance(self.tolerance)
         if self.precision not in ("float64", "float32"):
             raise ValueError(f"precision must be 'float64' or 'float32', got {self.precision!r}")
+        if self.precision == "float32" and self.backend not in ("auto", "blas", "fused"):  # (it had failed at the first
+            # velocity call, where the config refuses it)
+            raise ValueError(f"precision='float32' is available with backend='fused', 'blas' or 'auto' only, got backend={self.backend!r}")
         if self.mask not in MASKS:
             raise ValueError(f"mask must be one of {MASKS}, got {self.mask!r}")
         if self.combine not in COMBINES:

@@ -223,8 +223,9 @@ def attention_velocity(
         buffers (:func:`velocity_blas`); error within 1e-6·(1 + β‖B‖₂) of the summed terms' size
         (:math:`\max_i\sum_h\|V_h\|_2T^h_i`, :math:`T=1` for softmax and pooled; see :mod:`meanfield.kernels.fused32`). The sphere kernels are float64 only.
     tolerance : float
-        Relative accuracy per row of the ``harmonic`` and ``local`` kernels
-        (default :data:`DEFAULT_TOLERANCE`; the dense kernels are exact to round-off).
+        Relative accuracy per row of the ``harmonic`` and ``local`` kernels, in [1e-15, 1e-2]
+        (:data:`~meanfield.kernels.inputs.TOLERANCE_RANGE`, as ``model.tolerance``; default :data:`DEFAULT_TOLERANCE`;
+        the dense kernels are exact to round-off).
     mask : {"none", "causal"}
         ``"causal"``: token :math:`i` attends only to :math:`j\le i` (Karagodin,
         Polyanskiy and Rigollet, arXiv 2411.04990); every backend supports it.

@@ -9,7 +9,7 @@ from meanfield.checks import real_array
 from meanfield.heads.head import HeadStack
 
 __all__ = ["ATTENTION_KINDS", "MASKS", "NORMALISED_KINDS", "BLOCK_ELEMENTS", "MASS_RANGE", "token_masses", "check_tokens",
-           "check_tolerance", "check_pooled_weights", "as_head_stack", "block_rows", "is_causal", "is_temperature",
+           "check_tolerance", "TOLERANCE_RANGE", "check_pooled_weights", "as_head_stack", "block_rows", "is_causal", "is_temperature",
            "masses_near_one", "masses_in_range", "scale_back", "check_float32_sums", "float32_sums_bound"]
 
 #: names of the velocity laws (see :mod:`meanfield.kernels.attention`)
@@ -22,6 +22,10 @@ MASKS: tuple[str, ...] = ("none", "causal")
 NORMALISED_KINDS: tuple[str, ...] = ("softmax", "pooled")
 #: largest ``block × n`` score buffer per thread (elements): 4 MiB of float64 (fastest in `meanfield bench`)
 BLOCK_ELEMENTS = 1 << 19
+#: the relative accuracies the sphere kernels take (config ``model.tolerance``, :func:`check_tolerance`): below 1e-15 no
+#: row's harmonic bound can pass (every row went to the exact local sums, at round-off anyway); above 1e-2 a row may be
+#: off by more than a percent
+TOLERANCE_RANGE: tuple[float, float] = (1e-15, 1e-2)
 #: token masses whose total lies outside [2^-MASS_RANGE, 2^MASS_RANGE] are brought to a total of about 1 before a
 #: kernel runs (:func:`masses_in_range`)
 MASS_RANGE = 60
@@ -136,10 +140,11 @@ def check_pooled_weights(heads: HeadStack, kind: str) -> None:
 
 
 def check_tolerance(tolerance: object) -> float:
-    """The relative accuracy of the sphere kernels, a number in (0, 1) (NaN had looped for ever in the harmonic
-    kernel's truncation, and 2.0 had been taken)."""
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float, np.integer, np.floating)) or not 0 < tolerance < 1:
-        raise ValueError(f"tolerance must be a number in (0, 1), got {tolerance!r}")
+    """The relative accuracy of the sphere kernels, a number in :data:`TOLERANCE_RANGE` (NaN had looped for ever in the
+    harmonic kernel's truncation, and 2.0 had been taken; 0.5 and 1e-20 too, where the config refuses them)."""
+    low, high = TOLERANCE_RANGE
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float, np.integer, np.floating)) or not low <= tolerance <= high:
+        raise ValueError(f"tolerance must be a number in [{low:g}, {high:g}] (as model.tolerance), got {tolerance!r}")
     return float(tolerance)
 
 

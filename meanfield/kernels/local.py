@@ -195,7 +195,8 @@ def check_sphere_tokens(x: np.ndarray, heads: HeadStack, kind: str, *, tolerance
     ------
     ValueError
         For an unknown kind, ``"relu"``, ``d != 3``, tokens off the unit sphere
-        (by more than :data:`SPHERE_TOLERANCE`), a tolerance outside (0, 1), or a β that is not finite and ≥ 0.
+        (by more than :data:`SPHERE_TOLERANCE`), a tolerance outside
+        :data:`~meanfield.kernels.inputs.TOLERANCE_RANGE`, or a β that is not finite and ≥ 0.
     """
     if tolerance is not None:
         check_tolerance(tolerance)

@@ -855,3 +855,17 @@ def test_resuming_without_a_callers_tracker_says_which_series_stop(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", mf.MeanfieldWarning)
         mf.simulate(out=out, resume=True, t_final=1.5, trackers=[spread])  # given again: no word
+
+
+def test_model_refuses_at_construction_what_the_config_refuses():
+    # float32 with a sphere kernel, and a tolerance outside the config's [1e-15, 1e-2], had been taken and failed (or
+    # run) at the first velocity
+    for backend in ("harmonic", "local", "numpy", "numba"):
+        with pytest.raises(ValueError, match="float32.*'fused', 'blas' or 'auto' only"):
+            mf.Model(d=3, beta=4.0, backend=backend, precision="float32")
+    mf.Model(d=3, beta=4.0, backend="blas", precision="float32")
+    for tolerance in (0.5, 0.999, 0.011, 1e-16, 1e-20):
+        with pytest.raises(ValueError, match=r"tolerance must be a number in \[1e-15, 0.01\]"):
+            mf.Model(d=3, beta=4.0, tolerance=tolerance)
+    for tolerance in (1e-15, 1e-2):
+        mf.Model(d=3, beta=4.0, tolerance=tolerance)

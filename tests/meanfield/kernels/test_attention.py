@@ -136,13 +136,23 @@ def test_tolerance_head_types_and_zero_pooled_weights_are_checked():
 
     x = sample_uniform(40, 3, seed=0)
     heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
-    for tolerance in (float("nan"), 2.0, 0.0, -1e-3):  # NaN had looped for ever in the harmonic truncation
+    # NaN had looped for ever in the harmonic truncation; 0.5 and 1e-20 had been taken where the config refuses them
+    for tolerance in (float("nan"), 2.0, 0.0, -1e-3, 0.5, 0.011, 1e-16, 1e-20):
         for call in (lambda: attention_velocity(x, heads, beta=4.0, backend="harmonic", tolerance=tolerance),
                      lambda: velocity_harmonic(x, heads, beta=4.0, tolerance=tolerance),
                      lambda: velocity_local(x, heads, beta=4.0, tolerance=tolerance),
                      lambda: sphere_head_row_logs(x, heads, beta=4.0, tolerance=tolerance)):
-            with pytest.raises(ValueError, match="tolerance must be a number in \\(0, 1\\)"):
+            with pytest.raises(ValueError, match="tolerance must be a number in \\[1e-15, 0.01\\]"):
                 call()
+    from meanfield.config import SCHEMA
+    from meanfield.errors import ConfigError
+    from meanfield.kernels.inputs import TOLERANCE_RANGE, check_tolerance
+
+    for tolerance in TOLERANCE_RANGE:  # the ends of model.tolerance's range, in the config and the Python API alike
+        SCHEMA["model"]["tolerance"].check(tolerance, "model.tolerance")
+        check_tolerance(tolerance)
+        with pytest.raises(ConfigError):
+            SCHEMA["model"]["tolerance"].check(tolerance * (0.99 if tolerance == TOLERANCE_RANGE[0] else 1.01), "model.tolerance")
     # a Head (as Model takes it) had failed on heads.H; anything else is named
     np.testing.assert_array_equal(attention_velocity(x, identity(3), beta=4.0), attention_velocity(x, heads, beta=4.0))
     with pytest.raises(TypeError, match="heads must be a HeadStack"):
