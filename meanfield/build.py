@@ -15,6 +15,7 @@ import numpy as np
 from meanfield.errors import ConfigError
 from meanfield.heads import Head, heads_from_config, stack_heads
 from meanfield.heads.head import replicate_specs
+from meanfield.kernels.harmonic import HarmonicDegreeError
 from meanfield.model import ConstantHeads, HeadSchedule, Model, ScoreOverflowError, UnshiftedOverflowWarning
 from meanfield.geometry.sphere import sample
 
@@ -53,13 +54,15 @@ def build_schedule(cfg: dict[str, Any], heads: list[Head] | None = None) -> Head
 
 def build_model(cfg: dict[str, Any], *, schedule: HeadSchedule | None = None) -> Model:
     """The :class:`~meanfield.model.Model` of a resolved config (a β whose scores overflow: ``ConfigError`` naming
-    ``model.beta``)."""
+    ``model.beta``; backend ``"harmonic"`` at a β past its degree limit: one naming ``model.backend``)."""
     try:
         with warnings.catch_warnings():  # the config's check gave this as its own note, once, for the head tables, the
             warnings.simplefilter("ignore", UnshiftedOverflowWarning)  # default head and a checkpoint's alike (the
             model = _model(cfg, schedule)  # default head's had come twice; a grid run's velocity note is not the grid's)
     except ScoreOverflowError as exc:
         raise ConfigError("model.beta", str(exc)) from None
+    except HarmonicDegreeError as exc:  # backend = "harmonic" at a β past its degree limit (memory and time like β)
+        raise ConfigError("model.backend", str(exc)) from None
     _check_path_bounds(cfg, model)
     return model
 

@@ -25,7 +25,9 @@ from meanfield.errors import MeanfieldWarning
 from meanfield.geometry.sphere import project_tangent
 from meanfield.heads.head import Head, HeadStack
 from meanfield.kernels.attention import ATTENTION_KINDS, BACKENDS, DEFAULT_TOLERANCE, MASKS, TOLERANCE_BACKENDS, attention_velocity
+from meanfield.kernels.harmonic import check_harmonic_degree
 from meanfield.kernels.inputs import as_head_stack, check_tolerance, is_temperature
+from meanfield.kernels.local import SPHERE_KINDS
 
 __all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "VALUE_BOUND_LIMIT", "VELOCITY_EXPONENT_LIMIT", "value_bound", "unshifted_velocity_exponent", "EXP_OVERFLOW", "unshifted_exponent", "unshifted_exponents",
            "ScoreOverflowError", "UnshiftedOverflowWarning"]
@@ -137,7 +139,9 @@ class Model:
         public code of Massucco et al. (arXiv 2605.18870) descends it.
     backend : {"auto", "blas", "fused", "harmonic", "local", "numba", "numpy"}
         Kernel used by :meth:`velocity` (see :func:`meanfield.kernels.attention.attention_velocity`;
-        ``harmonic`` and ``local`` are the fast kernels on :math:`S^2`).
+        ``harmonic`` and ``local`` are the fast kernels on :math:`S^2`).  ``harmonic`` with constant heads refuses a
+        β whose truncation degree passes :data:`~meanfield.kernels.harmonic.MAX_DEGREE`
+        (:class:`~meanfield.kernels.harmonic.HarmonicDegreeError`; ``local`` runs it).
     precision : {"float64", "float32"}
         Score/exp arithmetic of the ``blas`` kernel (float32: about twice the
         throughput, relative error within 1e-6·(1 + β‖B‖₂)); float32 with backend ``"auto"``, ``"blas"`` or
@@ -228,6 +232,8 @@ class Model:
             if not bound <= SCORE_BOUND_LIMIT:
                 raise ScoreOverflowError(f"beta = {self.beta!r} makes the scores β⟨x, B_h y⟩ overflow: β‖B_h‖_F = {bound:.3g} "
                                          f"(at most {SCORE_BOUND_LIMIT:.0e}; at that temperature the softmax is already an argmax)")
+            if self.backend == "harmonic" and self.attention in SPHERE_KINDS:  # (its time and memory grow like β)
+                check_harmonic_degree(heads.at(0.0), self.beta, kind=self.attention, tolerance=self.tolerance)
             if self.attention == "unnormalized":
                 top = unshifted_exponent(self.beta, heads.at(0.0).B)
                 if top > EXP_OVERFLOW:  # (where a config gave its own note, build_model silences this one)

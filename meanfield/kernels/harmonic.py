@@ -221,6 +221,9 @@ __all__ = [
     "GRID_PER_OPERATION",
     "HARMONIC_PARALLEL_POINTS",
     "HARMONIC_PARALLEL_DEGREE",
+    "MAX_DEGREE",
+    "HarmonicDegreeError",
+    "check_harmonic_degree",
 ]
 
 #: at most this many tokens, :func:`velocity_harmonic` takes their direct sums (:func:`~meanfield.kernels.local.velocity_local`):
@@ -264,6 +267,14 @@ GRID_PER_OPERATION = 2.5e-9
 GRID_WEIGHT_PER_POINT = 3e-8
 #: most Chebyshev nodes in r for one bin (direct) or one head (resampled)
 MAX_NODES = 64
+#: largest truncation degree L of the source coefficients (:func:`truncation_degree` of β‖B_h‖₂): the kernel's time
+#: and memory grow like L², and L like √(β‖B‖₂) (L = 885, 2798, 3957 at β‖B‖₂ = 1e4, 1e5, 2e5 for tolerance 1e-12;
+#: 100 tokens took 0.85 s and 0.29 GB at β = 1e4, 7.5–22 s and 1.2 GB at 1e5, 183 s and 10.7 GB at 1e6, and β = 1e308 had
+#: failed in ducc0, "Maximum allowed dimension exceeded").  Past it :func:`velocity_harmonic` refuses
+#: (:class:`HarmonicDegreeError`), ``"auto"`` prices the harmonic kernel as never finishing, and
+#: :func:`certified_head_sums` takes every row's exact local sums; the local kernel, whose caps shrink as β grows,
+#: costs less there
+MAX_DEGREE = 4096
 #: widest bin of the direct evaluation, as a ratio of (1 + r), from this many rows on (fewer: one bin)
 BIN_RATIO = 2.0
 BIN_SPLIT_ROWS = 20000
@@ -825,6 +836,44 @@ def _source_degree(B: np.ndarray, beta: float, tolerance: float) -> int:
     return truncation_degree(r, _accuracies(tolerance, r)[0])
 
 
+def _within_degree_cap(r: float, tolerance: float) -> bool:
+    r"""Whether the truncation degree of the radius ``r`` at ``tolerance`` is at most :data:`MAX_DEGREE`.
+
+    Past :math:`r = (L_{\max}/2)^2` it is not, without computing it (that had taken a minute at :math:`r = 10^{12}`):
+    the tail term :math:`(2l+1)\phi_l(r)\approx 2l\,e^{-l^2/2r}/2r` is about :math:`0.27/\sqrt r` at
+    :math:`l = 2\sqrt r`, above every :math:`\varepsilon_T\le10^{-8}` for such :math:`r`, so :math:`L > 2\sqrt r`."""
+    if not r <= (MAX_DEGREE / 2) ** 2:
+        return False
+    return truncation_degree(r, _accuracies(tolerance, r)[0]) <= MAX_DEGREE
+
+
+class HarmonicDegreeError(ValueError):
+    """A β so large that the harmonic kernel's truncation degree passes :data:`MAX_DEGREE` (its time and memory grow
+    like the degree squared); the local kernel runs it."""
+
+
+def check_harmonic_degree(heads: HeadStack, beta: float, *, kind: str = "softmax", tolerance: float = 1e-12) -> None:
+    r"""Refuse a :math:`\beta` whose harmonic truncation degree passes :data:`MAX_DEGREE` for one of the heads the law
+    reads (pooled: those with :math:`w_h\neq0`).
+
+    Raises
+    ------
+    HarmonicDegreeError
+        A ``ValueError`` naming ``beta``, the backend and the degree.
+    """
+    active = [h for h in range(heads.H) if kind != "pooled" or heads.w[h] != 0]
+    beta = float(beta)
+    for h in active:
+        r = beta * _norm2(heads.B[h])
+        if not _within_degree_cap(r, tolerance):
+            degree = (f"L = {truncation_degree(r, _accuracies(tolerance, r)[0])}" if r <= (MAX_DEGREE / 2) ** 2
+                      else f"L > 2√(β‖B_h‖₂) = {2.0 * np.sqrt(r):.3g}")
+            raise HarmonicDegreeError(
+                f"beta = {beta:g} is too large for backend 'harmonic': at β‖B_h‖₂ = {r:.3g} its spherical-harmonic "
+                f"degree would be {degree}, past its limit of {MAX_DEGREE} (time and memory grow like L²: 10.7 GB at "
+                "β‖B‖₂ = 1e6); use backend 'local' (or 'auto'), whose caps shrink as β grows")
+
+
 def _synthesis_seconds(points: float, lmax: float) -> float:
     """Measured cost of one spin-0 ``synthesis_general``: a call, per point, per coefficient."""
     return SYNTHESIS_PER_CALL + SYNTHESIS_PER_POINT * points + SYNTHESIS_PER_COEFFICIENT * lmax**2
@@ -1033,7 +1082,8 @@ def velocity_harmonic(
     Raises
     ------
     ValueError
-        For ``kind="relu"``, ``d != 3``, tokens off the unit sphere or a bad ``block``.
+        For ``kind="relu"``, ``d != 3``, tokens off the unit sphere or a bad ``block``;
+        :class:`HarmonicDegreeError` for a β whose truncation degree passes :data:`MAX_DEGREE` (any ``n``).
     """
     x = check_sphere_tokens(x, heads, kind, tolerance=tolerance, beta=beta)
     causal = is_causal(mask)
@@ -1042,6 +1092,7 @@ def velocity_harmonic(
             raise ValueError(f"block (tokens per block of the causal mask) must be an integer ≥ 1, got {block!r}")
         if not causal:
             raise ValueError(f"block applies to mask='causal' only (its tokens per block), got block = {block!r} with mask = {mask!r}")
+    check_harmonic_degree(heads, beta, kind=kind, tolerance=tolerance)  # (before the handful of tokens: whatever n)
     n = x.shape[0]
     if 0 < n <= HARMONIC_EXACT_MAX_N:  # a handful of tokens: their direct sums, exact and cheaper than any transform
         return velocity_local(x, heads, beta=beta, kind=kind, weights=weights, tolerance=tolerance, mask=mask, row_logs=row_logs)
@@ -1072,6 +1123,13 @@ def certified_head_sums(x: np.ndarray, heads: HeadStack, beta: float, kind: str,
     a, exponent = masses_near_one(a)
     src = SphereSources(x, a)
     active = [h for h in range(heads.H) if kind != "pooled" or heads.w[h] != 0]
+    if not all(_within_degree_cap(beta * _norm2(heads.B[h]), tolerance) for h in active):
+        # a degree past MAX_DEGREE: every row's exact local sums (the energy's row sums at a large β had taken the
+        # transform's O(L²) time and memory; the velocity refuses, check_harmonic_degree)
+        sums = [local_head_sums(x, heads.B[h], beta, src, tolerance=tolerance) if h in active else HeadSums.empty(n)
+                for h in range(heads.H)]
+        _restore_masses(sums, exponent)
+        return sums
     lsrc = max([_source_degree(heads.B[h], beta, tolerance) for h in active] + [1])
     eps_n = _accuracies(tolerance)[1]
     g = _source_coefficients(src, lsrc, eps_n)
@@ -1335,7 +1393,8 @@ def estimate_sphere_seconds(n: int, beta: float, heads: HeadStack, *, tolerance:
     * ``local``: per head :data:`LOCAL_CALL_SECONDS` + :data:`RING_ROW_SECONDS` · n +
       :data:`RING_PAIR_SECONDS` · n² · (fraction of the sphere a row sums at :math:`r=\beta\|B_h\|`);
     * ``harmonic``: the adjoint transform, and per head the cheaper of the direct and the
-      resampled evaluation (the cost models used inside :func:`harmonic_head_sums`), no fallback rows.
+      resampled evaluation (the cost models used inside :func:`harmonic_head_sums`), no fallback rows; ``inf``
+      where a head's truncation degree passes :data:`MAX_DEGREE` (the kernel refuses that β).
     """
     n = int(n)
     H = heads.H
@@ -1346,6 +1405,9 @@ def estimate_sphere_seconds(n: int, beta: float, heads: HeadStack, *, tolerance:
     for h in range(H):
         sigma = np.linalg.svd(heads.B[h], compute_uv=False)
         r_a, r_b = float(beta * sigma[-1]), float(beta * sigma[0])
+        if not _within_degree_cap(r_b, tolerance):  # the kernel refuses (MAX_DEGREE); its degree had been computed
+            harmonic = np.inf  # here, a minute at β = 1e12, and β = 1e300 had failed in NumPy ("Maximum allowed dimension")
+            break
         eps_t = _accuracies(tolerance, r_b)[0]
         lmax = truncation_degree(r_b, eps_t)
         lsrc = max(lsrc, lmax)
@@ -1361,7 +1423,7 @@ def estimate_sphere_seconds(n: int, beta: float, heads: HeadStack, *, tolerance:
         if sigma[-1] > 0 and 1.0 + 1e-12 < sigma[0] / sigma[-1] <= RESAMPLE_MAX_COND:
             cost = min(cost, _resampled_seconds(n, beta, sigma, lmax, eps_t))
         harmonic += cost + HARMONIC_ROW_SECONDS * n
-    harmonic += _synthesis_seconds(n, lsrc)
+    harmonic += _synthesis_seconds(n, lsrc)  # (inf stays inf)
     return {"harmonic": harmonic, "local": local, "dense": dense}
 
 

@@ -869,3 +869,19 @@ def test_model_refuses_at_construction_what_the_config_refuses():
             mf.Model(d=3, beta=4.0, tolerance=tolerance)
     for tolerance in (1e-15, 1e-2):
         mf.Model(d=3, beta=4.0, tolerance=tolerance)
+
+
+def test_model_refuses_a_harmonic_beta_past_the_degree_limit():
+    # β = 1e6 had taken 10.7 GB on 100 tokens at the first velocity
+    from meanfield.build import build_model
+    from meanfield.errors import ConfigError
+    from meanfield.kernels.harmonic import HarmonicDegreeError
+
+    with pytest.raises(HarmonicDegreeError, match=r"beta = 1e\+06 is too large for backend 'harmonic'"):
+        mf.Model(d=3, beta=1e6, backend="harmonic")
+    mf.Model(d=3, beta=1e6, backend="local")
+    mf.Model(d=3, beta=1e5, backend="harmonic")
+    pooled = HeadStack(B=np.stack([np.eye(3), 1e6 * np.eye(3)]), V=np.stack([np.eye(3)] * 2), w=np.array([1.0, 0.0]))
+    mf.Model(d=3, beta=1.0, backend="harmonic", attention="pooled", heads=pooled)  # a head of weight 0 is not read
+    with pytest.raises(ConfigError, match="model.backend"):
+        build_model(mf.load_config(None, **{"model.backend": "harmonic", "model.beta": 1e6}))

@@ -41,6 +41,7 @@ BAD_SETTINGS = [
     ("solver.kind=\"jko\" --set solver.tau=1e-300", "solver.tau"),
     ("solver.method=\"leapfrog\"", "solver.method"),
     ("model.beta=1e308", "model.beta"),  # the scores β⟨x, By⟩ overflow: the run had gone on through NaN rows
+    ("model.backend=\"harmonic\" --set model.beta=1e6", "model.backend"),  # degree 8848: 10.7 GB had been taken
     ("nosuch.key=1", "nosuch"),
     ("beta", "--set"),
 ]

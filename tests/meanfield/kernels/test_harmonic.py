@@ -9,6 +9,7 @@ a transcription of the laws over the tokens with positive mass.
 """
 from __future__ import annotations
 
+import re
 import tracemalloc
 
 import numpy as np
@@ -514,3 +515,38 @@ def test_causal_block_must_be_a_positive_integer_under_the_causal_mask():
     reference = velocity_numpy(x, heads, beta=4.0, mask="causal")
     np.testing.assert_allclose(velocity_harmonic(x, heads, beta=4.0, mask="causal", block=np.int64(128)), reference,
                                rtol=0, atol=1e-11 * np.abs(reference).max())
+
+
+def test_a_beta_past_the_degree_limit_is_refused_by_the_harmonic_kernel():
+    # β = 1e6 had taken 183 s and 10.7 GB on 100 tokens, β = 1e308 failed in ducc0 ("Maximum allowed dimension")
+    from meanfield.kernels.attention import attention_velocity
+    from meanfield.kernels.harmonic import MAX_DEGREE, HarmonicDegreeError, estimate_sphere_seconds
+
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    x = sample_uniform(100, 3, seed=5)
+    for beta in (1e6, 1e300):
+        for call in (lambda: velocity_harmonic(x, heads, beta=beta),
+                     lambda: velocity_harmonic(x[:10], heads, beta=beta),  # (a handful of tokens: refused alike)
+                     lambda: velocity_harmonic(x, heads, beta=beta, mask="causal"),
+                     lambda: attention_velocity(x, heads, beta=beta, backend="harmonic")):
+            with pytest.raises(HarmonicDegreeError, match=re.escape(f"beta = {beta:g} is too large for backend 'harmonic'") + ".*'local'"):
+                call()
+        # auto prices it as never finishing, without computing the degree (β = 1e300 had failed in NumPy)
+        assert estimate_sphere_seconds(4096, beta, heads)["harmonic"] == np.inf
+        assert choose_sphere_method(4096, beta, heads) != "harmonic"
+    assert truncation_degree(2e5, _accuracies(1e-12, 2e5)[0]) <= MAX_DEGREE  # β = 2e5 still runs
+    # the shortcut: past r = (MAX_DEGREE / 2)² the degree passes MAX_DEGREE for the largest ε_T (1e-8)
+    assert truncation_degree((MAX_DEGREE / 2) ** 2, 1e-8) > MAX_DEGREE
+
+
+def test_row_logs_past_the_degree_limit_are_the_exact_local_sums():
+    from meanfield.kernels.harmonic import sphere_head_row_logs
+
+    x = sample_uniform(500, 3, seed=6)
+    heads = HeadStack(B=np.stack([np.eye(3), np.diag([1.0, 0.5, 0.2])]), V=np.stack([np.eye(3)] * 2))
+    beta = 1e6
+    s = beta * np.einsum("ni,hij,mj->hnm", x, heads.B, x)  # (H, n, n): β x_i^T B_h x_j
+    top = s.max(axis=2)
+    exact = top + np.log(np.exp(s - top[..., None]).mean(axis=2))
+    # (the logs are about 1e6: their rounding, 1e-10, is far above the sums' tolerance 1e-12)
+    np.testing.assert_allclose(sphere_head_row_logs(x, heads, beta=beta), exact, rtol=1e-15, atol=1e-9)
