@@ -35,9 +35,11 @@ __all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "
 DIRECTIONS = ("ascent", "descent")
 #: how the heads' fields combine (``Model.combine``, config ``model.combine``)
 COMBINES = ("sum", "mean")
-#: the largest β‖B_h‖_F taken: the scores β⟨x, B_h y⟩ of unit tokens and their differences stay finite in float64
-#: (1.8e308): a margin of 100 for the differences the softmax takes and the kernels' arithmetic
-SCORE_BOUND_LIMIT = 1e306
+#: the largest β‖B_h‖_F taken, 2⁵² ≈ 4.5e15: past it the rounding of the scores β⟨x, B_h y⟩ of unit tokens
+#: (β‖B_h‖·2⁻⁵³) passes 1/2, so that every attention weight e^(β⟨x, B_h y⟩ − m) is round-off, and the kernels' shifts
+#: give way (their rows had been NaN from β‖B_h‖ ≈ 1e19, the local kernel's from 1e20 on a single head, where 1e306
+#: had been taken); every kernel is clean to 1e17
+SCORE_BOUND_LIMIT = 2.0**52
 #: :math:`e^x` overflows float64 above this x (ln 1.8e308)
 EXP_OVERFLOW = 709.78
 #: the largest ‖V_h‖_F taken: the velocities (at most ‖V_h‖ for unit tokens and normalised attention), the Runge–Kutta
@@ -229,9 +231,10 @@ class Model:
             if not size <= VALUE_BOUND_LIMIT:
                 raise ValueError(f"the heads' values V_h make the velocities overflow: ‖V_h‖_F = {size:.3g} (at most "
                                  f"{VALUE_BOUND_LIMIT:.0e})")
-            if not bound <= SCORE_BOUND_LIMIT:
-                raise ScoreOverflowError(f"beta = {self.beta!r} makes the scores β⟨x, B_h y⟩ overflow: β‖B_h‖_F = {bound:.3g} "
-                                         f"(at most {SCORE_BOUND_LIMIT:.0e}; at that temperature the softmax is already an argmax)")
+            if self.attention != "relu" and not bound <= SCORE_BOUND_LIMIT:  # (ReLU attention takes no β)
+                raise ScoreOverflowError(f"beta = {self.beta!r} puts the scores β⟨x, B_h y⟩ past float64's resolution: β‖B_h‖_F = "
+                                         f"{bound:.3g} (at most 2^52 = {SCORE_BOUND_LIMIT:.3g}, where their rounding reaches 1/2 and "
+                                         "every attention weight is round-off; at that temperature the softmax is already an argmax)")
             if self.backend == "harmonic" and self.attention in SPHERE_KINDS:  # (its time and memory grow like β)
                 check_harmonic_degree(heads.at(0.0), self.beta, kind=self.attention, tolerance=self.tolerance)
             if self.attention == "unnormalized":

@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
     from meanfield.model import SCORE_BOUND_LIMIT
 
     if "softmax" in kinds and beta * math.sqrt(max(ds)) > SCORE_BOUND_LIMIT:  # (the identity head's β‖I‖_F)
-        raise ConfigError("--beta", f"{args.beta} makes the scores β⟨x_i, x_j⟩ overflow at d = {max(ds)}: β√d must be at most "
-                                    f"{SCORE_BOUND_LIMIT:.0e}")
+        raise ConfigError("--beta", f"{args.beta} puts the scores β⟨x_i, x_j⟩ past float64's resolution at d = {max(ds)}: β√d "
+                                    f"must be at most 2^52 = {SCORE_BOUND_LIMIT:.3g}")
     runs = parse_int(args.runs, "--runs", minimum=1)
     max_draws = parse_int(args.max_draws, "--max-draws", minimum=1) if args.max_draws is not None else None
     if max_draws is not None and max_draws < runs:  # it had printed runs = 5 over at most 2 runs

@@ -515,6 +515,14 @@ def test_a_beta_whose_scores_overflow_is_refused_and_the_largest_taken_runs():
     # at that β each token attends to the argmax of ⟨x_i, B x_j⟩ (no ties among random points)
     expected = x[np.argmax(x @ B @ x.T, axis=1)]
     np.testing.assert_allclose(v, expected, rtol=0, atol=1e-12)
+    # past 2^52 the scores' rounding passes 1/2: refused (β = 1e20 had been taken, and the kernels' rows went NaN)
+    with pytest.raises(ScoreOverflowError, match=r"at most 2\^52"):
+        mf.Model(d=3, beta=1e20, heads=mf.heads.identity(3))
+    mf.Model(d=3, beta=1e20, heads=mf.heads.identity(3), attention="relu")  # which takes no β
+    y = mf.sample_uniform(300, 3, seed=300)
+    for backend in ("local", "blas", "auto"):
+        top = mf.Model(d=3, beta=SCORE_BOUND_LIMIT / np.sqrt(3.0), heads=mf.heads.identity(3), backend=backend)
+        assert np.all(np.isfinite(top.ambient_velocity(y, 0.0))), backend
 
 
 def test_a_loaded_run_refuses_frames_of_a_file_written_over_it(tmp_path):
