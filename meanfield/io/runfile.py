@@ -964,7 +964,12 @@ class RunReader:
         if times is None or not states:
             raise ConfigError(self.key, f"{self.path} is not a meanfield run (no 't' and 'x' or 'mass' datasets)")
         self.state_name, data = states[0]
-        self.status = str(_attribute(f, "status", ""))
+        status = _attribute(f, "status", "")
+        if isinstance(status, bytes):  # (a fixed-length string attribute)
+            status = status.decode(errors="replace")
+        if not isinstance(status, str):  # (an array of numbers had been taken as the status "[1 2]")
+            raise ConfigError(self.key, f"{self.path} is damaged: its 'status' attribute is {status!r}, not a word")
+        self.status = status
         threads = _attribute(f, "threads")
         self.threads = int(threads) if isinstance(threads, (int, np.integer)) and not isinstance(threads, bool) else None
         self.stop_reason = str(_attribute(f, "stop_reason", ""))
@@ -977,7 +982,7 @@ class RunReader:
             warnings.warn(f"{self.path}: its 'info' attribute (the run's counters: steps, wall time, …) is not a JSON "
                           "object; the counters are left out, the frames are read as they are", DamagedFrameWarning, stacklevel=2)
             self.info = {}
-        self._check_shapes(f, data)
+        self._check_shapes(f, times, data)
         self.state_shape = tuple(int(size) for size in data.shape[1:])  # (n, d) or (N,), known before any frame
         written = min(int(times.shape[0]), int(data.shape[0]))
         committed = _member(f, COMMITTED)  # files of the first version have none: every written frame counts
@@ -985,12 +990,31 @@ class RunReader:
             raise ConfigError(self.key, f"{self.path} is damaged: it counts {int(committed[0])} committed frames, and its "
                                         f"'t' and '{self.state_name}' hold {int(times.shape[0])} and {int(data.shape[0])}")
         self.frames = written if committed is None else int(committed[0])
+        saved = np.asarray(times[: self.frames], dtype=float)
+        fault = _times_fault(np.asarray(times[: self.frames], dtype=float))  # (NaN or decreasing times had been taken
+        if fault is not None:  # as they were: --resume then refused the frames as "off the save times")
+            raise ConfigError(self.key, f"{self.path} is damaged: its saved times 't' are not finite and increasing ({fault})")
         if self.status == "failed" and self.frames and _failed_its_checks(self.stop_reason, float(times[self.frames - 1])):
             self.frames -= 1  # a failed run written before 0.2 kept the frame that failed (NaN, off the sphere): left out
 
-    def _check_shapes(self, f: h5py.File, data: Any) -> None:
-        """The state dataset's shape against the config (a particle run's ``d``, a grid's ``points`` and ``areas``):
-        a damaged or hand-altered file is refused here, where it had given tracebacks or a made-up summary."""
+    def _check_shapes(self, f: h5py.File, times: Any, data: Any) -> None:
+        """The layout of the per-frame members (datasets of numbers, with one entry per frame) and the state dataset's
+        shape against the config (a particle run's ``d``, a grid's ``points`` and ``areas``): a damaged or hand-altered
+        file is refused here, where it had given tracebacks or a made-up summary."""
+        members = [("t", times, "f", 1), (self.state_name, data, "f", None), (COMMITTED, _member(f, COMMITTED), "iu", None),
+                   (CHECKSUM, _member(f, CHECKSUM), "iu", 1)]
+        group = _member(f, "diagnostics")
+        if group is not None and not isinstance(group, h5py.Group):
+            raise ConfigError(self.key, f"{self.path} is damaged: its 'diagnostics' is a dataset, not a group of series")
+        members += [(f"diagnostics/{name}", group[name], "f", 1) for name in (group if group is not None else ())]
+        for name, member, kinds, ndim in members:
+            if member is None:  # (files of the first version have no committed count and no checksums)
+                continue
+            fault = _layout_fault(member, kinds, ndim)
+            if fault is None and name == COMMITTED and member.shape != (1,):
+                fault = f"has shape {member.shape}, not (1,)"
+            if fault is not None:
+                raise ConfigError(self.key, f"{self.path} is damaged: its '{name}' {fault}")
         d = self.config["model"].get("d")
         if self.state_name == "x":
             if data.ndim != 3 or (isinstance(d, int) and data.shape[2] != d):
@@ -1107,6 +1131,34 @@ class RunReader:
                     if isinstance(item[sub], h5py.Dataset):
                         out[f"{name}/{sub}"] = item[sub][()]
         return out
+
+
+#: what the numbers of a dtype kind are called in the messages on a damaged file
+_KINDS_NAMED = {"f": "floating-point numbers", "iu": "integers"}
+
+
+def _layout_fault(member: Any, kinds: str, ndim: int | None) -> str | None:
+    """What is wrong with ``member`` as a dataset of numbers of ``kinds`` (NumPy dtype kinds) with ``ndim`` dimensions
+    (any where ``None``), in words that follow its name; ``None`` where nothing is."""
+    if not isinstance(member, h5py.Dataset):
+        return "is a group, not a dataset"
+    if member.dtype.kind not in kinds:
+        return f"holds {member.dtype} values, not {_KINDS_NAMED[kinds]}"
+    if ndim is not None and member.ndim != ndim:
+        return f"has shape {member.shape}, not (frames,)"
+    return None
+
+
+def _times_fault(times: np.ndarray) -> str | None:
+    """The first of ``times`` that is not finite or does not come after the one before it, in words; ``None``."""
+    bad = np.flatnonzero(~np.isfinite(times))
+    if bad.size:
+        return f"t[{int(bad[0])}] = {times[bad[0]]}"
+    back = np.flatnonzero(np.diff(times) <= 0)
+    if back.size:
+        k = int(back[0]) + 1
+        return f"t[{k}] = {times[k]:.6g} after t[{k - 1}] = {times[k - 1]:.6g}"
+    return None
 
 
 def _damaged(frames: range, states: np.ndarray, sums: np.ndarray | None) -> list[int]:

@@ -217,6 +217,52 @@ def test_damaged_run_files_are_named_and_a_non_finite_frame_is_said(tmp_path, ca
     assert status == 2 and "is not finite (NaN or inf)" in err
 
 
+def test_run_files_of_another_layout_are_damaged_for_every_reader(tmp_path, capsys):
+    # members of another type or shape had given tracebacks (TypeError, ValueError, AttributeError: exit 1) in info,
+    # mf.load and init.path, and NaN or decreasing times had been taken as they were
+    import meanfield as mf
+    from meanfield.errors import ConfigError
+
+    good = _run_file(tmp_path, capsys)
+    frames = h5py.File(good, "r")["t"].shape[0]
+
+    def replace(f, name: str, data) -> None:  # noqa: ANN001
+        del f[name]
+        if data is None:
+            f.create_group(name)
+        else:
+            f.create_dataset(name, data=data)
+
+    changes = {
+        "checksum_text": (lambda f: replace(f, "checksum", np.array([b"x"] * frames)), "'checksum' holds |S1 values"),
+        "committed_scalar": (lambda f: replace(f, "committed_frames", 2), "'committed_frames' has shape (), not (1,)"),
+        "diagnostic_2d": (lambda f: f["diagnostics"].create_dataset("z", data=np.zeros((frames, 2))), "'diagnostics/z' has shape"),
+        "diagnostic_text": (lambda f: f["diagnostics"].create_dataset("s", data=np.array([b"x"] * frames)), "'diagnostics/s' holds"),
+        "diagnostic_group": (lambda f: f["diagnostics"].create_group("sub"), "'diagnostics/sub' is a group"),
+        "diagnostics_dataset": (lambda f: replace(f, "diagnostics", np.zeros(frames)), "'diagnostics' is a dataset"),
+        "t_2d": (lambda f: replace(f, "t", np.stack([f["t"][()]] * 2, 1)), "'t' has shape"),
+        "t_group": (lambda f: replace(f, "t", None), "'t' is a group"),
+        "x_group": (lambda f: replace(f, "x", None), "'x' is a group"),
+        "x_text": (lambda f: replace(f, "x", np.full(f["x"].shape, b"a")), "'x' holds |S1 values"),
+        "x_int": (lambda f: replace(f, "x", f["x"][()].astype(np.int32)), "'x' holds int32 values"),
+        "t_nan": (lambda f: f["t"].__setitem__(1, np.nan), "'t' are not finite and increasing (t[1] = nan)"),
+        "t_decreasing": (lambda f: f["t"].__setitem__(slice(None), f["t"][()][::-1]), "'t' are not finite and increasing"),
+        "status_numbers": (lambda f: f.attrs.__setitem__("status", np.array([1, 2])), "'status' attribute is"),
+    }
+    for name, (change, words) in changes.items():
+        path = tmp_path / f"{name}.h5"
+        shutil.copy(good, path)
+        with h5py.File(path, "r+") as f:
+            change(f)
+        status, err = _run(["info", str(path)], capsys)
+        assert status == 2 and f"{path} is damaged: " in err and words in err, (name, err)
+        with pytest.raises(ConfigError, match="is damaged: "):
+            mf.load(path)
+        status, err = _run(["simulate", str(DEFAULT), "-o", str(tmp_path / "chain.h5"), "--quiet", "--overwrite",
+                            "--set", "init.kind=run", "--set", f"init.path={path}", "--set", "init.time=0"], capsys)
+        assert status == 2 and "init.path" in err and "is damaged: " in err, (name, err)
+
+
 def test_a_run_without_frames_is_described_and_not_analysed(tmp_path, capsys):
     good = _run_file(tmp_path, capsys)
     frameless = _copy_with(good, tmp_path / "frameless.h5", frames=0)
