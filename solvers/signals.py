@@ -53,6 +53,8 @@ def check() -> None:
 def interruptible() -> Iterator[None]:
     """Turn SIGINT and SIGTERM into a request to stop at the next step (main thread only; elsewhere a no-op).
 
+    A signal that is ignored on entry (``SIG_IGN``, as a shell leaves SIGINT for a job started with ``&``) stays ignored.
+
     A request no :func:`check` answered is raised again when the context exits without an exception (see the module).
     """
     if threading.current_thread() is not threading.main_thread():
@@ -68,6 +70,8 @@ def interruptible() -> Iterator[None]:
         _requested.append(name)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is signal.SIG_IGN:  # ignored by whoever started us (``cmd &`` in a script): kept so
+            continue  # (the handler had been installed over it, and the run stopped on a Ctrl-C meant for the shell)
         previous[sig] = signal.signal(sig, handler)
     _requested.clear()
     _answered.clear()

@@ -166,7 +166,8 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path):
 
 
 @pytest.mark.parametrize("signalled_at", [0.05, 0.1])
-def test_an_extension_interrupted_in_its_first_interval_resumes_to_the_uninterrupted_extension(tmp_path, monkeypatch, signalled_at):
+def test_an_extension_interrupted_in_its_first_interval_resumes_to_the_uninterrupted_extension(tmp_path, monkeypatch, signalled_at,
+                                                                                           interactive_sigint):
     # a run finished at t_final = 0.05 (not a save time), extended to 0.3: the extension stores t_final = 0.3 at once,
     # and a SIGINT before its first new frame (0.05) or after it (0.1) had left a file every --resume refused for
     # frames "off the save times" (it compared the last frame with the stored t_final, already the new one)

@@ -150,7 +150,8 @@ def test_kills_at_random_moments_then_resume_equal_the_uninterrupted_run(referen
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_sigterm_and_sigint_end_the_run_as_interrupted_without_a_traceback(references, tmp_path, signum):
+def test_sigterm_and_sigint_end_the_run_as_interrupted_without_a_traceback(references, tmp_path, signum, interactive_sigint):
+    # (interactive_sigint: a child of an xdist worker inherits its ignored SIGINT, which the run keeps ignoring)
     config, reference = references["slow"]
     out = tmp_path / "run.h5"
     proc = subprocess.Popen([sys.executable, "-m", "meanfield", "simulate", str(config), "-o", str(out), "--quiet"],
@@ -766,6 +767,26 @@ def test_a_signal_while_the_last_frame_is_written_is_delivered_once_the_file_is_
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert seen == ["completed"] and run.status == "completed" and run.frames == 6
+
+
+def test_a_signal_ignored_on_entry_stays_ignored_during_a_run():
+    # SIGINT ignored by the parent (a job started with & in a script) had been handled during the run: a Ctrl-C meant
+    # for the shell in front stopped it
+    from meanfield.solvers.signals import interruptible, requested
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interruptible():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # (SIGTERM still ends the run cleanly)
+            signal.raise_signal(signal.SIGINT)
+            assert requested() is None
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        run = mf.simulate({"init": {"n": 8}, "solver": {"t_final": 0.3, "save_every": 0.1}},
+                          trackers=[lambda t, x: os.kill(os.getpid(), signal.SIGINT)])
+        assert run.status == "completed" and run.frames == 4
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_an_interrupt_between_the_reopened_file_and_the_loop_leaves_the_status_interrupted(tmp_path, monkeypatch):
