@@ -141,7 +141,8 @@ def simulate(
     if out is not None:
         check_output(out, overwrite=overwrite, resume=resume, key="out", options=("overwrite=True", "resume=True"))
     try:
-        return simulate_config(cfg, out, resume=resume, quiet=not progress, trackers=trackers, overwrite=overwrite)
+        return simulate_config(cfg, out, resume=resume, quiet=not progress, trackers=trackers, overwrite=overwrite,
+                               resume_option="resume=True")
     except ConfigError as exc:  # the writer and the resume name the command line's options: here, the keywords
         if exc.key in _KEYWORDS:
             raise ConfigError(_KEYWORDS[exc.key], exc.message) from None

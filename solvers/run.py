@@ -399,6 +399,7 @@ def simulate_config(
     trackers: Sequence[Tracker] = (),
     overwrite: bool = True,
     out_key: str = "out",
+    resume_option: str = "--resume",
 ) -> Run:
     """Run a resolved config; frames go to ``out`` (HDF5) as they are saved.
 
@@ -422,6 +423,8 @@ def simulate_config(
         Whether a file that appears at ``out`` while the run starts (another run's) may be replaced; the callers check
         an existing one first (``--overwrite``).  ``out_key`` names ``out`` in the error.
     out_key : str
+    resume_option : str
+        How the message of an interrupted run names the way to continue it (the Python API's ``resume=True``).
 
     Returns
     -------
@@ -542,7 +545,7 @@ def simulate_config(
     if result.info["interrupted"]:
         at = run.t[-1] if run.frames else times[0]
         resumable = out_path is not None and writer is not None and not kept_older and not writer.discarded
-        raise RunInterrupted(f"{reason} at t = {at:.6g}{where}" + ("; --resume continues" if resumable else ""),
+        raise RunInterrupted(f"{reason} at t = {at:.6g}{where}" + (f"; {resume_option} continues" if resumable else ""),
                              run=run)
     if tracker_error is not None:  # the caller's tracker (mf.simulate(trackers=…)), with the frames before it
         raise TrackerError(f"{reason}{where}", run=run) from tracker_error.__cause__

@@ -205,6 +205,23 @@ def test_a_tracker_that_fails_late_raises_with_the_frames_before_it(tmp_path):
     assert info.value.run.frames == 4 and info.value.run.status == "failed"
 
 
+def test_an_interrupted_run_of_the_api_names_resume_true(tmp_path, interactive_sigint):
+    # its message had named the command line's --resume, which mf.simulate does not take
+    import os
+    import signal
+
+    def interrupt(t, x):
+        if t == 0.2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    out = tmp_path / "p.h5"
+    with pytest.raises(mf.RunInterrupted, match=r"interrupted by SIGINT at t = 0.2; 3 frames saved in .*p\.h5; "
+                                                r"resume=True continues$") as info:
+        mf.simulate(None, out=out, trackers=[interrupt], t_final=0.4, save_every=0.1, **{"init.n": 8})
+    assert "--resume" not in str(info.value)
+    assert mf.simulate(out=out, resume=True).frames == 5
+
+
 def test_a_callers_stoprun_values_are_checked_and_two_callers_names_are_told_apart():
     from meanfield.solvers.loop import StopRun
 
