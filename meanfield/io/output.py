@@ -11,14 +11,24 @@ from meanfield.errors import ConfigError
 from meanfield.io.lock import followed
 from meanfield.io.signature import is_hdf5
 
-__all__ = ["check_output", "check_parent", "IMAGE_FORMATS"]
+__all__ = ["check_output", "check_parent", "IMAGE_FORMATS", "RUN_SIBLINGS", "SAVE_SIBLINGS"]
 
 #: file extensions matplotlib writes still pictures to
 IMAGE_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
 
+#: the hidden files a run writes beside its file (``{}``: the file's name): the new file moved onto the name with the
+#: first frame, the writer lock (:mod:`meanfield.io.lock`), and the copy ``--resume`` rebuilds a killed run in
+RUN_SIBLINGS = (".{}.new", ".{}.lock", ".{}.rebuild")
+#: those of :meth:`meanfield.Run.save`: the lock, the hidden copy moved onto the name once written, and that copy's
+#: own new file and lock
+SAVE_SIBLINGS = (".{}.lock", ".{}.saving", "..{}.saving.new", "..{}.saving.lock")
+
+#: the longest file name where the file system cannot tell its own
+NAME_MAX = 255
+
 
 def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = False, key: str = "-o",
-                 options: tuple[str, str] = ("--overwrite", "--resume")) -> Path:
+                 options: tuple[str, str] = ("--overwrite", "--resume"), siblings: tuple[str, ...] = RUN_SIBLINGS) -> Path:
     """Say what is wrong with ``path`` as the output of a run, before anything is computed or written.
 
     A folder, a path under a file, a folder without write permission, an existing file that is not a regular one (a
@@ -30,6 +40,9 @@ def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = Fa
 
     A symlink is followed: the file it names is checked, and the run writes that file through the link (as the
     shell's ``>`` does; the link stays a link, see :class:`meanfield.io.runfile.RunWriter`).
+
+    A name too long for one of the hidden files written beside the file (``siblings``, :data:`RUN_SIBLINGS` or
+    :data:`SAVE_SIBLINGS`) is refused as well: the run had failed late, a killed one could not be resumed.
     """
     replace, resume_option = options
     path = Path(path)
@@ -46,6 +59,7 @@ def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = Fa
         if not target.parent.is_dir():  # as the shell's > (the run had made the missing folders wherever the link led)
             raise ConfigError(key, f"{path} is a symlink to {target}, whose folder {target.parent} does not exist")
         check_parent(target, key)
+    _check_sibling_names(path, key, siblings)
     if path.exists():
         if resume:
             from meanfield.io.runfile import RunReader
@@ -64,6 +78,28 @@ def check_output(path: str | Path, *, overwrite: bool = False, resume: bool = Fa
             raise ConfigError(key, f"{path} is an HDF5 file but not a meanfield run (no config attribute, no t); "
                                    f"{replace} replaces only a run file: give the run a name of its own")
     return path
+
+
+def _check_sibling_names(path: Path, key: str, siblings: tuple[str, ...]) -> None:
+    """Refuse ``path`` where the name of a hidden file written beside the file (``siblings``) is longer than its file
+    system allows (a killed run with a name 3 bytes short of the limit had been left unresumable, a traceback)."""
+    target = followed(path) or path.absolute()
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = NAME_MAX
+    if limit is None or limit < 0:  # (no limit told)
+        return
+    longest = max(siblings, key=len)
+    size = len(os.fsencode(longest.format(target.name)))
+    if size > limit:
+        most = limit - len(os.fsencode(longest.format("")))
+        raise ConfigError(key, f"the name of {path} is too long: the hidden file {longest.format('NAME')} written beside it "
+                               f"would have {size} bytes, and names have at most {limit} here; give it a name of at most "
+                               f"{most} bytes")
 
 
 def _foreign_hdf5(path: str | Path) -> bool:

@@ -834,7 +834,8 @@ def _rebuild(reader: RunReader, path: Path) -> None:
             src.visititems(copy)
         _check_copy(reader, tmp, frames)
     except BaseException as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # (a name too long had raised here again, over the error that ended the copy)
+            tmp.unlink(missing_ok=True)
         if isinstance(exc, (OSError, RuntimeError, ValueError)):
             raise StorageFailed(f"--resume could not rebuild {path} from its committed frames ({_reason(exc)}); the file "
                                 "is unchanged") from None

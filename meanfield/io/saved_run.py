@@ -107,11 +107,12 @@ def save_run(run: Any, path: str | Path, *, overwrite: bool = False) -> Path:
     """Write ``run`` to ``path`` (see :meth:`meanfield.Run.save`): into a hidden file beside it, moved onto ``path``
     once every frame is written, under the writer lock of ``path``; an error, a damaged frame of the source or an
     interrupt leaves ``path`` as it was."""
+    import contextlib
     import os
 
     from meanfield.checks import check_flag
     from meanfield.io.lock import WriterLock, followed
-    from meanfield.io.output import check_output
+    from meanfield.io.output import SAVE_SIBLINGS, check_output
     from meanfield.errors import StorageFailed
     from meanfield.io.runfile import DamagedFrameWarning, RunReader, RunWriter
 
@@ -129,7 +130,7 @@ def save_run(run: Any, path: str | Path, *, overwrite: bool = False) -> Path:
             raise ConfigError("path", f"{target} already exists; use overwrite=True to replace it")
         if target.is_file() and target.stat().st_size > 0:
             RunReader(target, key="path")  # only a run file is replaced (not a config, a picture or a table)
-    check_output(target, overwrite=overwrite, key="path", options=("overwrite=True", "resume=True"))
+    check_output(target, overwrite=overwrite, key="path", options=("overwrite=True", "resume=True"), siblings=SAVE_SIBLINGS)
     reader = getattr(run, "_reader", None)
     if reader is not None:  # every frame of the source checked (its warning comes once a file: a damaged frame read
         damaged = reader.damaged_frames()  # before had been copied with a fresh checksum)
@@ -165,7 +166,8 @@ def save_run(run: Any, path: str | Path, *, overwrite: bool = False) -> Path:
             cause = str(exc).split(";")[0].replace(str(hidden), str(target))
             raise StorageFailed(f"cannot save the run to {target}: {cause}; {target} is left as it was") from None
         finally:
-            hidden.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # (an error here had hidden the one that ended the save)
+                hidden.unlink(missing_ok=True)
     return target
 
 

@@ -489,6 +489,21 @@ def test_a_rebuild_without_room_for_its_copy_leaves_the_file_unchanged(tmp_path,
     assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["run.h5"]
 
 
+def test_a_rebuild_that_cannot_make_its_copy_names_why(tmp_path):
+    # a run file whose name leaves no room for .rebuild (renamed so, past the output check): the cleanup of the copy
+    # that could not be made had raised the same "File name too long" over the StorageFailed (a traceback)
+    from meanfield.errors import StorageFailed
+    from meanfield.io import runfile
+
+    out = tmp_path / "run.h5"
+    mf.simulate({"init": {"n": 8}, "solver": {"t_final": 0.2, "save_every": 0.1}}, out=out)
+    long = out.rename(tmp_path / ("k" * (os.pathconf(tmp_path, "PC_NAME_MAX") - 7) + ".h5"))
+    before = long.read_bytes()
+    with pytest.raises(StorageFailed, match="could not rebuild .* the file is unchanged"):
+        runfile._rebuild(runfile.RunReader(long), long)  # noqa: SLF001
+    assert long.read_bytes() == before
+
+
 def test_a_damaged_file_is_named_not_a_traceback(tmp_path, capsys):
     # bytes overwritten inside the HDF5 metadata had raised KeyError ("incorrect metadata checksum"), exit 1
     from meanfield.cli import main

@@ -117,6 +117,18 @@ def test_a_bad_output_path_is_refused(tmp_path, capsys):
     np.testing.assert_array_equal(np.load(tmp_path / "array.npy"), np.zeros(3))
 
 
+def test_a_name_too_long_for_the_hidden_files_beside_the_run_is_refused_before_the_run(tmp_path, capsys):
+    # a name the file system takes, but not with .rebuild added: a killed run had been left unresumable (a traceback)
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    sets = ["--quiet", "--set", "solver.t_final=0.1", "--set", "init.n=8"]
+    long = tmp_path / ("k" * (limit - 11) + ".h5")  # (.{}.rebuild: 9 bytes more than the name)
+    status, err = _run(["simulate", str(DEFAULT), "-o", str(long), *sets], capsys)
+    assert status == 2 and f"-o: the name of {long} is too long" in err and f"at most {limit - 9} bytes" in err, err
+    assert list(tmp_path.iterdir()) == []
+    fits = tmp_path / ("k" * (limit - 12) + ".h5")
+    assert _run(["simulate", str(DEFAULT), "-o", str(fits), *sets], capsys)[0] == 0
+
+
 @pytest.mark.skipif(AS_ROOT, reason="root writes into read-only folders; the check cannot be seen as root")
 def test_a_read_only_output_folder_is_refused(tmp_path, capsys):
     folder = tmp_path / "ro"

@@ -2,6 +2,7 @@
 ``meanfield simulate`` (a run of ``mf.solve`` had no way to a file)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import h5py
@@ -118,6 +119,18 @@ def test_a_path_that_is_taken_is_refused_and_only_a_run_file_replaced(tmp_path: 
         run.save(tmp_path / "b.h5", overwrite="no")
     with pytest.raises(ConfigError, match="folder"):
         run.save(tmp_path)
+
+
+def test_a_name_too_long_for_the_hidden_files_of_a_save_is_refused_by_name(tmp_path: Path) -> None:
+    # a name simulate takes had been refused with a message that named the internal ..NAME.saving.lock
+    run = mf.simulate(t_final=0.1, **{"init.n": 8})
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    long = tmp_path / ("c" * (limit - 12) + ".h5")
+    with pytest.raises(ConfigError, match=rf"^path: the name of {tmp_path}/c+\.h5 is too long: .* at most {limit - 14} bytes"):
+        run.save(long)
+    assert list(tmp_path.iterdir()) == []
+    fits = tmp_path / ("c" * (limit - 17) + ".h5")
+    np.testing.assert_array_equal(mf.load(run.save(fits)).x, run.x)
 
 
 def test_resuming_a_saved_solve_run_says_how_to_continue_it(tmp_path: Path) -> None:
