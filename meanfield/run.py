@@ -433,7 +433,7 @@ class Run:
         path : str or os.PathLike
             The file (refused where it exists, unless ``overwrite``, which replaces only a run file).
         overwrite : bool
-            Replace an existing run file.
+            Replace an existing run file (a damaged one too, as ``meanfield simulate --overwrite`` does).
 
         Returns
         -------

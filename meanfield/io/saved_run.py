@@ -110,15 +110,16 @@ def save_run(run: Any, path: str | Path, *, overwrite: bool = False) -> Path:
     import contextlib
     import os
 
-    from meanfield.checks import check_flag
     from meanfield.io.lock import WriterLock, followed
     from meanfield.io.output import SAVE_SIBLINGS, check_output
     from meanfield.errors import StorageFailed
-    from meanfield.io.runfile import DamagedFrameWarning, RunReader, RunWriter
+    from meanfield.io.runfile import DamagedFrameWarning, RunWriter
 
     if not isinstance(path, (str, os.PathLike)):
         raise ConfigError("path", f"expected a file path (str or os.PathLike), got {type(path).__name__}")
-    overwrite = check_flag("overwrite", overwrite)
+    if not isinstance(overwrite, (bool, np.bool_)):  # (as mf.simulate's: a ValueError had come out here)
+        raise ConfigError("overwrite", f"expected True or False, got {overwrite!r}")
+    overwrite = bool(overwrite)
     if run.frames == 0:
         raise ConfigError("run", "the run holds no frame to save")
     config = run.config if run.config is not None else config_of_solved_run(run)
@@ -128,8 +129,8 @@ def save_run(run: Any, path: str | Path, *, overwrite: bool = False) -> Path:
             raise ConfigError("path", f"{target} is the file this run is read from; save it under another name")
         if not overwrite:
             raise ConfigError("path", f"{target} already exists; use overwrite=True to replace it")
-        if target.is_file() and target.stat().st_size > 0:
-            RunReader(target, key="path")  # only a run file is replaced (not a config, a picture or a table)
+    # only a run file is replaced (not a config, a picture, a table or another program's HDF5 file), a damaged one too,
+    # as --overwrite does (a truncated run file had been refused)
     check_output(target, overwrite=overwrite, key="path", options=("overwrite=True", "resume=True"), siblings=SAVE_SIBLINGS)
     reader = getattr(run, "_reader", None)
     if reader is not None:  # every frame of the source checked (its warning comes once a file: a damaged frame read

@@ -112,13 +112,28 @@ def test_a_path_that_is_taken_is_refused_and_only_a_run_file_replaced(tmp_path: 
         mf.load(path).save(path, overwrite=True)
     notes = tmp_path / "notes.toml"
     notes.write_text("beta = 1\n")
-    with pytest.raises(ConfigError, match="not a meanfield run"):
+    with pytest.raises(ConfigError, match="not an HDF5 file; overwrite=True replaces only a run file"):
         run.save(notes, overwrite=True)
     assert notes.read_text() == "beta = 1\n"
-    with pytest.raises(ValueError, match="overwrite must be True or False"):
+    with pytest.raises(ConfigError, match=r"^overwrite: expected True or False, got 'no'") as info:  # as mf.simulate's
         run.save(tmp_path / "b.h5", overwrite="no")
+    assert info.value.key == "overwrite"
+    with pytest.raises(ConfigError, match=r"^overwrite: expected True or False, got 'no'"):
+        mf.simulate(out=tmp_path / "c.h5", overwrite="no", t_final=0.1)
     with pytest.raises(ConfigError, match="folder"):
         run.save(tmp_path)
+
+
+def test_overwrite_replaces_a_damaged_run_file_as_simulate_does(tmp_path: Path) -> None:
+    # a truncated or unreadable run file had been refused ("is truncated"), where simulate --overwrite replaces it
+    run = mf.simulate(t_final=0.2, **{"init.n": 8})
+    good = run.save(tmp_path / "good.h5")
+    truncated = tmp_path / "truncated.h5"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(ConfigError, match="already exists"):
+        run.save(truncated)
+    assert run.save(truncated, overwrite=True) == truncated
+    np.testing.assert_array_equal(mf.load(truncated).x, run.x)
 
 
 def test_a_name_too_long_for_the_hidden_files_of_a_save_is_refused_by_name(tmp_path: Path) -> None:
