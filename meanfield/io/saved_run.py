@@ -161,7 +161,11 @@ def save_run(run: Any, path: str | Path, *, overwrite: bool = False) -> Path:
             except BaseException:
                 writer.finish("interrupted", stop_reason="Run.save did not finish", info=info)
                 raise
-            writer.finish(run.status, stop_reason=run.stop_reason, info=info)
+            status, reason = run.status, run.stop_reason
+            if status == "running":  # a complete, closed copy: "running" had been read as a writer killed
+                status, reason = "interrupted", (f"saved by Run.save while its run was still being written "
+                                                 f"({run.frames} frame{'' if run.frames == 1 else 's'})")
+            writer.finish(status, stop_reason=reason, info=info)
             os.replace(hidden, final)
         except StorageFailed as exc:  # (its words had named the hidden file, and --resume)
             cause = str(exc).split(";")[0].replace(str(hidden), str(target))

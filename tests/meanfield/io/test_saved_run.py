@@ -136,6 +136,22 @@ def test_overwrite_replaces_a_damaged_run_file_as_simulate_does(tmp_path: Path) 
     np.testing.assert_array_equal(mf.load(truncated).x, run.x)
 
 
+def test_a_run_saved_while_it_is_written_is_stored_as_interrupted(tmp_path: Path) -> None:
+    # its status "running" had been copied, and every reader called the closed copy "killed"
+    from meanfield.io.lock import WriterLock
+
+    live = mf.simulate(t_final=0.3, save_every=0.1, **{"init.n": 8}).save(tmp_path / "live.h5")
+    with h5py.File(live, "r+") as f:
+        f.attrs["status"] = "running"
+    with WriterLock(live):  # as the process that writes it holds it
+        run = mf.load(live)
+        assert run.status == "running"
+        saved = mf.load(run.save(tmp_path / "copy.h5"))
+    assert saved.status == "interrupted"
+    assert saved.stop_reason == "saved by Run.save while its run was still being written (4 frames)"
+    np.testing.assert_array_equal(saved.x, run.x)
+
+
 def test_a_name_too_long_for_the_hidden_files_of_a_save_is_refused_by_name(tmp_path: Path) -> None:
     # a name simulate takes had been refused with a message that named the internal ..NAME.saving.lock
     run = mf.simulate(t_final=0.1, **{"init.n": 8})
