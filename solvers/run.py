@@ -347,6 +347,12 @@ def _resume_point(path: Path, cfg: dict[str, Any], setup: RunSetup, times: np.nd
     return rest, state, frames
 
 
+def _a_save_time(t: float, times: np.ndarray) -> bool:
+    """Whether ``t`` is one of the save ``times`` (a steady state found at an earlier ``t_final`` that is none is not
+    found there again)."""
+    return bool(np.any(np.abs(times - t) <= 1e-12 * max(1.0, abs(t))))
+
+
 def _remaining_times(stored: np.ndarray, times: np.ndarray) -> np.ndarray | None:
     """The save times ``--resume`` still has to take after the committed frames at ``stored``: ``times`` from the last
     one on (which starts the list); ``None`` when the frames are not those of this run.
@@ -454,10 +460,12 @@ def simulate_config(
     out_path = Path(out) if out is not None else None
     if out_path is not None and resume and out_path.exists():
         reader = RunReader(out_path, key="--resume")
-        steady = reader.status == "stopped" and reader.stop_reason.startswith("steady state")  # the config's own stop,
-        finished = reader.status == "completed" or steady  # which it makes again (it had taken one more frame at each
-        if finished and reader.frames and reader.config["solver"]["t_final"] == solver["t_final"]:  # --resume; a stop
-            # by a caller's tracker is resumed)
+        # the config's own stop at its steady state, which it makes again at the same frame for any later t_final (it had
+        # taken one more frame at each --resume, a later t_final too); a stop by a caller's tracker is resumed
+        steady = (reader.status == "stopped" and reader.stop_reason.startswith("steady state") and reader.frames > 0
+                  and _a_save_time(float(reader.times()[reader.frames - 1]), times))
+        complete = reader.status == "completed" and reader.config["solver"]["t_final"] == solver["t_final"]
+        if reader.frames and (steady or complete):
             _check_resumable(reader.config, cfg, out_path)
             run = Run.load(out_path)
             run.info["already_complete"] = True  # nothing to resume: the caller says so

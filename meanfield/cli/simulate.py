@@ -128,10 +128,25 @@ def interrupt_left(out: str, cfg: dict[str, Any], *, before: tuple[int, int, int
 
 
 def nothing_to_resume(run: Any, out: str) -> str:
-    """What ``--resume`` of a finished run says: complete up to t_final, or stopped by a tracker (a steady state), which
-    the same config would stop at again."""
-    hint = "Give a later solver.t_final (--set solver.t_final=...) to extend it."
+    """What ``--resume`` of a finished run says: complete up to t_final (a later one extends it), or stopped at its
+    steady state, which the same config stops at again for any t_final (a smaller ``solver.steady_tol`` goes on, in a
+    new run: a later t_final had been advised, and each such --resume had taken one more frame and stopped again)."""
     if run.status == "stopped":
         return (f"{out} stopped at t = {run.t[-1]:g} ({run.stop_reason}; {run.frames} frames), where the same config stops "
-                f"again; nothing to resume. {hint}")
-    return f"{out} is already complete up to t_final = {run.t[-1]:g} ({run.frames} frames); nothing to resume. {hint}"
+                f"again, whatever its solver.t_final; nothing to resume. {_past_steady_state(run, out)}")
+    return (f"{out} is already complete up to t_final = {run.t[-1]:g} ({run.frames} frames); nothing to resume. Give a "
+            "later solver.t_final (--set solver.t_final=...) to extend it.")
+
+
+def _past_steady_state(run: Any, out: str) -> str:
+    """How to go on past the steady state a run stopped at: a new run, with a smaller ``solver.steady_tol``, from its
+    last frame where a run can start from a stored frame (``init.kind = "run"``: tokens saved in physical time)."""
+    from pathlib import Path
+
+    smaller = f"--set solver.steady_tol={float(run.config['solver']['steady_tol']) / 10:g}"
+    if run.kind == "particle" and run.config["solver"].get("clock", "time") == "time":
+        # the path absolute (init.path is read from the config's folder) and the time to every digit (it must match)
+        return (f"To go on past it, start a new run from its last frame with a smaller solver.steady_tol (0: never stop): "
+                f"--set init.kind=run --set init.path={Path(out).resolve()} --set init.time={float(run.t[-1])!r} {smaller} "
+                "-o NEW.h5")
+    return f"To go on past it, run it again with a smaller solver.steady_tol (0: never stop) in a new file: {smaller} -o NEW.h5"

@@ -280,6 +280,33 @@ def test_an_interrupt_of_simulate_or_run_says_what_was_saved(tmp_path, capsys, m
                                                         "(1 frame), nothing to resume")
 
 
+def test_resume_of_a_run_stopped_at_its_steady_state_has_nothing_to_do_for_any_t_final(tmp_path, capsys):
+    # a later t_final had resumed it: one more frame, and a stop again (the uninterrupted run of that t_final stops where
+    # the first did); the message had advised a later t_final
+    import h5py
+    import numpy as np
+
+    root = Path(__file__).resolve().parents[3]
+    sets = ["--quiet", "--set", "init.n=16", "--set", "solver.steady_tol=1e-3"]
+    out, longer = tmp_path / "st.h5", tmp_path / "st50.h5"
+    simulate = ["simulate", str(root / "data" / "default.toml"), *sets]
+    assert main([*simulate, "-o", str(out), "--set", "solver.t_final=40"]) == 0
+    capsys.readouterr()
+    before = out.read_bytes()
+    assert main([*simulate, "-o", str(out), "--set", "solver.t_final=50", "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert out.read_bytes() == before
+    assert main([*simulate, "-o", str(longer), "--set", "solver.t_final=50"]) == 0
+    capsys.readouterr()
+    with h5py.File(out, "r") as f, h5py.File(longer, "r") as g:
+        np.testing.assert_array_equal(f["t"][()], g["t"][()])
+        last = float(f["t"][-1])
+    assert last < 40 and f"{out} stopped at t = {last:g} (steady state at t={last:g}" in said
+    assert "whatever its solver.t_final; nothing to resume" in said and "later solver.t_final" not in said
+    assert (f"--set init.kind=run --set init.path={out.resolve()} --set init.time={last!r} --set solver.steady_tol=0.0001 "
+            "-o NEW.h5") in said
+
+
 def test_bench_names_the_blas_its_numbers_depend_on(capsys, monkeypatch):
     # plain bench had named no BLAS library (its absolute numbers depend on it), and --compare had shown BLAS's own
     # default threads as if the kernels ran on them
