@@ -76,20 +76,27 @@ def _not_hdf5(path: str) -> bool:
 
 def _when_readable(path: str, read, interval: float):  # type: ignore[no-untyped-def]
     """``read()``, retried every ``interval`` seconds while it raises one of :data:`_LIVE_READ_ERRORS` and
-    ``path`` is a file or a writer's name (the last of :data:`FOLLOW_LOOKS` tries raises); a name that neither holds
-    is looked at for :data:`START_GRACE_SECONDS` (a run started at the same time), another kind of file fails at once."""
+    ``path`` is a file that a writer holds or that changed under the read, or a writer's name (the last of
+    :data:`FOLLOW_LOOKS` tries raises); a name that neither holds is looked at for :data:`START_GRACE_SECONDS` (a run
+    started at the same time); another kind of file, and a file no writer holds that stayed as it was, fail at once."""
     from pathlib import Path
 
-    from meanfield.io.lock import writer_alive
+    from meanfield.io.lock import writer_alive, writer_state
+    from meanfield.io.runfile import file_stamp
 
     started = time.monotonic()
     looks = 0
     announced = False
     while True:
+        before = file_stamp(path)
         try:
             return read()
         except _LIVE_READ_ERRORS:
             if _not_hdf5(path) or (os.path.exists(path) and not os.path.isfile(path)):  # (a folder, a pipe, a device)
+                raise
+            # a closed file (another program's, a damaged run) that nobody writes and that did not change: no look
+            # reads it (it had been looked at FOLLOW_LOOKS times, 50 s, before the error came out)
+            if os.path.isfile(path) and writer_state(Path(path)) is False and file_stamp(path) == before:
                 raise
             # a writer that holds the name before its first frame (the file is made beside it, and moved there with
             # that frame) is waited for, and a name nobody holds yet for a while

@@ -541,6 +541,31 @@ def test_resume_of_a_failed_run_says_how_to_go_on_from_its_good_frames(tmp_path)
         mf.simulate(cfg, out=out, resume=True)
 
 
+def test_info_follow_of_a_closed_file_it_cannot_read_fails_at_once(tmp_path, monkeypatch, capsys):
+    # a foreign or damaged HDF5 file that no writer holds had been looked at FOLLOW_LOOKS times (50 s) before exit 2
+    from meanfield.cli import info, main
+    from meanfield.errors import ConfigError
+
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f.create_dataset("data", data=np.zeros(3))
+    sleeps = []
+    monkeypatch.setattr(info.time, "sleep", sleeps.append)
+    assert main(["info", str(foreign), "--follow"]) == 2
+    assert "is an HDF5 file but not a meanfield run" in capsys.readouterr().err and sleeps == []
+    looks = []
+
+    def changing():  # a file that changes under the read (a writer without a lock to ask) is looked at again
+        looks.append(1)
+        if len(looks) < 3:
+            with h5py.File(foreign, "a") as f:
+                f.attrs["look"] = len(looks)
+            raise ConfigError("OUT.h5", f"{foreign} is an HDF5 file but not a meanfield run")
+        return "read"
+
+    assert info._when_readable(str(foreign), changing, 0.01) == "read" and len(looks) == 3
+
+
 def test_info_follow_waits_for_a_first_frame_and_stops_when_the_file_is_removed(references, tmp_path, monkeypatch):
     # before its first frame the writer holds the name but the file is not there yet: --follow had failed at once;
     # a file removed while followed had been looked for for ever
