@@ -991,7 +991,6 @@ class RunReader:
             raise ConfigError(self.key, f"{self.path} is damaged: it counts {int(committed[0])} committed frames, and its "
                                         f"'t' and '{self.state_name}' hold {int(times.shape[0])} and {int(data.shape[0])}")
         self.frames = written if committed is None else int(committed[0])
-        saved = np.asarray(times[: self.frames], dtype=float)
         fault = _times_fault(np.asarray(times[: self.frames], dtype=float))  # (NaN or decreasing times had been taken
         if fault is not None:  # as they were: --resume then refused the frames as "off the save times")
             raise ConfigError(self.key, f"{self.path} is damaged: its saved times 't' are not finite and increasing ({fault})")
