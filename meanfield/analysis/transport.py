@@ -154,6 +154,16 @@ def _weights(w: ArrayLike | None, n: int, name: str) -> NDArray[np.float64]:
     return arr
 
 
+def _mass_rounding(w: ArrayLike | None, n: int) -> float:
+    """How far from 1 the total of ``n`` weights normalised in their own precision may be: each weight rounded
+    (ε/2 of the total at most) and their pairwise sum (log₂ n ε): float32 weights summing to 1 in float32 had been
+    refused against float64's 1e-9 (1/7 seven times is 1 + 4.5e-8)."""
+    dtype = getattr(w, "dtype", None)
+    if dtype is None or dtype.kind != "f" or dtype.itemsize >= 8:
+        return 0.0
+    return (math.log2(max(n, 1)) + 2.0) * float(np.finfo(dtype).eps)
+
+
 def _float_array(value: ArrayLike, name: str) -> NDArray[np.float64]:
     """``value`` as a float64 array, or a ValueError naming ``name`` (a string or ragged nesting)."""
     try:
@@ -177,11 +187,12 @@ def _measures(x: ArrayLike, y: ArrayLike, a: ArrayLike | None, b: ArrayLike | No
     aw = _weights(a, xs.shape[0], "a")
     bw = _weights(b, ys.shape[0], "b")
     sa, sb = float(aw.sum()), float(bw.sum())
-    if abs(sa - sb) > MASS_RTOL * max(sa, sb):
+    tolerance = max(MASS_RTOL, _mass_rounding(a, aw.size), _mass_rounding(b, bw.size))
+    if abs(sa - sb) > tolerance * max(sa, sb):
         raise ValueError(
             f"the measures have different total masses: sum(a) = {sa:.17g}, "
             f"sum(b) = {sb:.17g} (relative difference {abs(sa - sb) / max(sa, sb):.3g} "
-            f"> {MASS_RTOL:g}); W2 needs equal masses")
+            f"> {tolerance:.3g}); W2 needs equal masses")
     return xs, ys, aw / sa, bw / sb
 
 
@@ -207,8 +218,9 @@ def _resolve_options(method: str, options: dict[str, Any]) -> dict[str, Any]:
                 or not (np.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a positive finite number; got {value!r}")
     seed = resolved.get("seed", 0)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-        raise ValueError(f"seed must be an integer >= 0 (or None); got {seed!r}")
+    if seed is not None and not isinstance(seed, np.random.Generator) and (
+            isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):  # (a Generator, documented,
+        raise ValueError(f"seed must be an integer >= 0, a numpy Generator or None; got {seed!r}")  # had been refused)
     return resolved
 
 
@@ -381,6 +393,7 @@ def cost_matrix(x: ArrayLike, y: ArrayLike, *, cost: str = "geodesic",
     2.0
     """
     _check_cost(cost)
+    squared = check_flag("squared", squared)  # ("no", a truthy string, had given the squared matrix)
     xs = _points(x, "x")
     ys = _points(y, "y")
     if xs.shape[1] != ys.shape[1]:

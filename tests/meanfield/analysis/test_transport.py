@@ -736,3 +736,27 @@ def test_sinkhorn_says_when_its_own_error_may_pass_the_bias_bound():
         warnings.simplefilter("error")
         _, log = w2(x, y, method="sinkhorn", epsilon=1e-4, log=True)  # at a larger ε nothing is said
     assert log["solver_error"] <= log["bias_bound"] and abs(log["divergence"] - squared) <= log["bias_bound"]
+
+
+def test_float32_weights_a_generator_seed_and_a_flag_for_squared_are_taken_as_documented():
+    # (found in review) float32 weights summing to 1 in float32 had been refused against float64's 1e-9, a numpy
+    # Generator (documented for seed) had been refused, cost_matrix(squared="no") had returned the squared matrix
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((7, 3))
+    y = rng.standard_normal((5, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    a32 = np.full(7, 1 / 7, dtype=np.float32)
+    assert abs(float(a32.astype(float).sum()) - 1.0) > 1e-9
+    np.testing.assert_allclose(w2(x, y, a32), w2(x, y), rtol=1e-7)
+    with pytest.raises(ValueError, match="different total masses"):  # float32 too has its tolerance
+        w2(x, y, np.full(7, 1.01 / 7, dtype=np.float32))
+    with pytest.raises(ValueError, match="different total masses"):  # and float64 keeps 1e-9
+        w2(x, y, np.full(7, (1 + 1e-8) / 7))
+    one = w2(x, y, method="sliced", seed=np.random.default_rng(4))
+    np.testing.assert_allclose(one, w2(x, y, method="sliced", seed=np.random.default_rng(4)), rtol=0)
+    with pytest.raises(ValueError, match="seed must be an integer >= 0, a numpy Generator or None"):
+        w2(x, y, method="sliced", seed=-1)
+    with pytest.raises(ValueError, match="squared"):
+        cost_matrix(x, y, squared="no")
+    np.testing.assert_allclose(cost_matrix(x, y, squared=False) ** 2, cost_matrix(x, y), rtol=1e-12)
