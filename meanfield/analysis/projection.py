@@ -74,7 +74,7 @@ __all__ = [
 ASSUMPTION_POLICIES: tuple[str, ...] = ("check", "warn", "skip")
 #: default largest accepted condition number of ``B`` ("invertible")
 COND_MAX: float = 1e12
-#: eigenvalues of ``S`` closer than ``MULT_TOL·max(1, max|μ|)`` count as one (multiplicity)
+#: eigenvalues of ``S`` closer than ``MULT_TOL·max|μ|`` count as one (multiplicity)
 MULT_TOL: float = 1e-10
 
 
@@ -167,7 +167,7 @@ def check_assumptions(
     :math:`\kappa_2(B)\le` ``cond_max``; "symmetric" means
     :math:`\|S-S^\top\|_F\le` ``sym_tol`` :math:`\|S\|_F`.  The spectrum is
     that of the symmetric part; eigenvalues within ``mult_tol·scale`` of
-    :math:`\mu_1` (``scale = max(1, max|μ|)``, round-off level) count as
+    :math:`\mu_1` (``scale = max|μ|``, relative to the spectrum's size) count as
     :math:`\mu_1`, so ``dim_E`` is its multiplicity and the gap is measured to
     the next distinct eigenvalue; it must exceed ``gap_tol·scale`` (a near
     degeneracy between the two tolerances fails: :math:`E` is then ill-defined).  When every eigenvalue equals :math:`\mu_1` (e.g. :math:`S=I`)
@@ -209,7 +209,7 @@ def check_assumptions(
     defect = float(np.linalg.norm(S_in - S_in.T) / norm_S) if norm_S > 0 else 0.0
     with np.errstate(over="ignore"):
         eigenvalues = np.ldexp(np.linalg.eigvalsh(0.5 * (S_in + S_in.T))[::-1], exponent)
-    scale = max(1.0, float(np.max(np.abs(eigenvalues))))
+    scale = float(np.max(np.abs(eigenvalues)))  # relative: S scaled by 1e-11 had been given E = R^d (an absolute floor)
     dim_E, gap = _cluster_top(eigenvalues, mult_tol * scale)
     failures = []
     if not cond <= cond_max:
@@ -267,7 +267,7 @@ def dominant_eigenspace(S: ArrayLike, *, tol: float = MULT_TOL) -> tuple[NDArray
 
         E = \ker\big(\tfrac12(S+S^\top) - \mu_1 I\big)
 
-    Eigenvalues within ``tol·max(1, max|μ|)`` of :math:`\mu_1` are counted in
+    Eigenvalues within ``tol·max|μ|`` of :math:`\mu_1` are counted in
     (multiplicity-aware).
 
     Returns
@@ -284,7 +284,7 @@ def dominant_eigenspace(S: ArrayLike, *, tol: float = MULT_TOL) -> tuple[NDArray
     values, vectors = np.linalg.eigh(0.5 * (S_in + S_in.T))
     with np.errstate(over="ignore"):
         values, vectors = np.ldexp(values[::-1], exponent), vectors[:, ::-1]
-    scale = max(1.0, float(np.max(np.abs(values))))
+    scale = float(np.max(np.abs(values)))  # relative to S's size (an absolute floor had merged a small S's spectrum)
     k, _ = _cluster_top(values, tol * scale)
     return vectors[:, :k].copy(), values.copy()
 
@@ -503,7 +503,7 @@ def value_projector(V: ArrayLike, *, which: str = "magnitude", tol: float = 1e-6
     V : (d, d) array-like
     which : {"magnitude", "real"}
     tol : float
-        Eigenvalues within ``tol·max(1, max|λ|)`` of the extreme one are included
+        Eigenvalues within ``tol·max|λ|`` of the extreme one are included
         (looser than for ``S``: the computed eigenvalues of a defective ``V`` are
         split by :math:`O(\sqrt{\varepsilon})`).
 
@@ -521,13 +521,13 @@ def value_projector(V: ArrayLike, *, which: str = "magnitude", tol: float = 1e-6
     if np.allclose(Va, Va.T, rtol=0, atol=1e-14 * max(1.0, float(np.abs(Va).max()))):
         values, vectors = np.linalg.eigh(0.5 * (Va + Va.T))
         key = np.abs(values) if which == "magnitude" else values
-        scale = max(1.0, float(np.max(np.abs(values))))
+        scale = float(np.max(np.abs(values)))  # relative to V's size
         pick = key >= key.max() - tol * scale
         basis = vectors[:, pick]
         return basis @ basis.T
     values = np.linalg.eigvals(Va)
     key = np.abs(values) if which == "magnitude" else values.real
-    scale = max(1.0, float(np.max(np.abs(values))))
+    scale = float(np.max(np.abs(values)))
     threshold = float(key.max()) - tol * scale
     if which == "magnitude":
         _, Z, sdim = schur(Va, output="real", sort=lambda re, im: math.hypot(re, im) >= threshold)

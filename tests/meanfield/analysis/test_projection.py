@@ -336,3 +336,18 @@ def test_zero_temperature_flow_of_an_s_symmetric_to_round_off_is_the_closed_form
     skew = S + 1e-6 * np.triu(np.ones((5, 5)), 1)  # a truly non-symmetric S still takes the exponential
     with pytest.raises(AssertionError, match="matrix exponential"):
         zero_temperature_flow(x0, skew, tau)
+
+
+def test_the_eigenspace_is_the_same_for_a_small_s_as_for_its_multiples() -> None:
+    # (found in review) the multiplicity tolerance had an absolute floor: S = 1e-11·diag(2, 1, 0.5) had been given
+    # E = R³ (Π the identity, Π♯ρ₀ = ρ₀) and 1e-9·S had failed the gap check, where the relative gap is 50 %
+    from meanfield.analysis.projection import check_assumptions, dominant_eigenspace, dominant_projector
+
+    for s in (1.0, 1e-9, 1e-11, 1e-200):
+        S = s * np.diag([2.0, 1.0, 0.5])
+        report = check_assumptions(np.eye(3), np.eye(3), S)
+        assert report.ok and report.dim_E == 1, (s, report)
+        np.testing.assert_allclose(dominant_projector(S), np.diag([1.0, 0.0, 0.0]), atol=1e-15)
+        assert dominant_eigenspace(S)[0].shape == (3, 1)
+    report = check_assumptions(np.eye(3), np.eye(3), np.zeros((3, 3)))  # every eigenvalue equal: E = R³, as for S = I
+    assert report.dim_E == 3
