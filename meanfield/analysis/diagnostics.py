@@ -126,7 +126,9 @@ def _block_rows(n: int) -> int:
 
 
 def _masses(n: int, weights: np.ndarray | None) -> np.ndarray:
-    return token_masses(n, weights, positive=True)  # entropies take log a
+    # ≥ 0, not all zero: a run continued from a grid frame with empty cells holds tokens of mass 0 (positive masses had
+    # been required everywhere for the entropies' log a, and diagnose had failed on such a run with a traceback)
+    return token_masses(n, weights, kind="softmax")
 
 
 def _sign(direction: str) -> float:
@@ -300,8 +302,9 @@ def energy_rates(
                 scale = top
             else:
                 acc += part * math.exp(top - scale)
-        with np.errstate(over="ignore"):  # past β s ≈ 709 the rate itself is past the largest float: ±inf, not a traceback
-            out[h] = 0.5 * acc * np.exp(scale)
+        with np.errstate(over="ignore"):  # past β s ≈ 709 the rate itself is past the largest float: NaN, as the
+            factor = np.exp(scale)  # notes say (±inf had come out, its sign the noise of tokens at rest)
+            out[h] = 0.5 * acc * factor if np.isfinite(factor) else math.nan
     return out
 
 
@@ -402,8 +405,9 @@ def entropy_and_production(
     xdot = np.ascontiguousarray(xdot, dtype=float)
     n = x.shape[0]
     a = _masses(n, weights)
-    loga = np.log(a)
-    xt, xdt = np.ascontiguousarray(x.T), np.ascontiguousarray(xdot.T)
+    seen = a > 0  # a token of mass 0 takes no attention (p = 0, 0 log 0 = 0): the sums run over the others
+    loga = np.log(a[seen])
+    xt, xdt = np.ascontiguousarray(x[seen].T), np.ascontiguousarray(xdot[seen].T)
     block = _block_rows(n)
     ent = np.empty((heads.H, n))
     rate = np.empty((heads.H, n))
@@ -1101,9 +1105,9 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
       not a float);
     * ``min_aggregate_margin``, ``max_thm11_residual`` (n/a outside the Thm 11 setting, where the identity it checks
       does not hold), ``max_entropy_residual`` (n/a with moving heads: the frames' entropy also changes with them);
-    * ``final_entropy_over_log_n``: the last frame's mean attention entropy over its largest value,
-      :math:`-\sum_j a_j\log a_j` for token masses ``weights`` (:math:`\log n` for uniform ones: a weighted run
-      collapsed to one cluster had read 0.96, not 1).
+    * ``final_entropy_over_log_n``: the last frame's mean attention entropy over its largest value :math:`\log n`
+      (:math:`n` the tokens of positive mass: with token masses a row's entropy reaches it too; it had been divided by
+      :math:`-\sum_ja_j\log a_j`, and read 6.46 where the fraction is 0.66).
     """
     sigma = _sign(direction)
     energy = np.asarray(series["energy"], dtype=float)
@@ -1129,11 +1133,8 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
     finite_margins = margins[np.isfinite(margins)]
     thm11 = np.asarray(series["thm11_residual"], dtype=float)
     ent = np.asarray(series["entropy_residual"], dtype=float)
-    if weights is None:
-        top = math.log(n) if n > 1 else 0.0
-    else:
-        a = np.asarray(weights, dtype=float) / float(np.sum(weights))
-        top = float(-np.sum(a[a > 0] * np.log(a[a > 0])))
+    seen = n if weights is None else int(np.count_nonzero(np.asarray(weights, dtype=float) > 0))
+    top = math.log(seen) if seen > 1 else 0.0
     return {
         "frames": int(energy.size),
         "tokens": n,
@@ -1153,6 +1154,8 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
 
 #: the series that check an identity of Thm 11's setting only: NaN in a :class:`Diagnosis` outside it
 _OUTSIDE_THM11 = ("thm11_residual", "split_residual")
+_MOVING_HEADS_NOTE = ("entropy_residual is nan: the heads move, and the attention entropies change with them as well as "
+                      "with the tokens, whose part alone Thm 27's rate gives")
 _OUTSIDE_THM11_NOTE = ("thm11_residual and split_residual are nan: they check identities of Thm 11's setting only "
                       "(unnormalized attention, fixed heads with B_h symmetric and V_h = B_h), which this run is outside")
 
@@ -1215,6 +1218,8 @@ class Diagnosis:
         lines = [self.heading, "", self.table()]
         if self.verdicts.get("gradient_flow_setting") is False:
             lines.append(_OUTSIDE_THM11_NOTE)
+        if self.verdicts.get("heads_time_dependent"):
+            lines.append(_MOVING_HEADS_NOTE)
         return "\n".join([*lines, "", self.verdict_text()])
 
     def plot(self, path: Any = None) -> Any:
@@ -1271,6 +1276,9 @@ def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1
                        time_dependent=not isinstance(model.heads, (HeadStack, ConstantHeads)))
     if not verdict["gradient_flow_setting"]:  # (the default softmax run's had read 5.87 … 20.8: a theorem failing by 2000 %)
         for key in _OUTSIDE_THM11:
+            series[key] = np.full_like(series[key], math.nan)
+    if verdict["heads_time_dependent"]:  # the entropies change with the heads too: Thm 27's rate checks nothing there
+        for key in [k for k in series if k.startswith("entropy_residual")]:  # (0.76 had been shown as a residual)
             series[key] = np.full_like(series[key], math.nan)
     where = f"run:        {run.path}\n" if run.path is not None else ""
     combine = getattr(model, "combine", "sum")  # (the mean of the heads had not been named)
