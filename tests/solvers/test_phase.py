@@ -390,9 +390,10 @@ def test_sigterm_ends_the_command_as_ctrl_c_does(tiny, tmp_path):
     assert list((out / "batches").glob("*.npz"))  # the finished batches are kept for --resume
 
 
-@pytest.mark.parametrize("betas", [[1e308], [1.5e308, 1.7e308], [2.0]])
-def test_a_diagram_of_betas_near_the_floats_edge_is_drawn(tiny, tmp_path, betas):
-    # the rows' cell edges had overflowed in matplotlib (a traceback after the batches and the table were written)
+@pytest.mark.parametrize("betas", [[2.5e15], [1e15, 2e15, 2.5e15], [2.0]])
+def test_a_diagram_of_the_largest_betas_is_drawn(tiny, tmp_path, betas):
+    # the rows' cell edges had overflowed in matplotlib at β = 1e308 (a traceback after the batches and the table were
+    # written); β‖B_h‖_F is now held to 2^52 (≈ 2.6e15 for this identity head), which the diagram draws
     diagram = phase_diagram(tiny, workers=0, **{"phase.betas": betas, "phase.samples": 2})
     figure = diagram.plot(tmp_path / "phase.png")
     labels = [tick.get_text() for tick in figure.axes[0].get_yticklabels()]
@@ -543,3 +544,11 @@ def test_resume_takes_a_change_of_the_keys_the_diagram_does_not_use(tiny, tmp_pa
     assert again.info["resumed_batches"] == again.info["batches"] == 2  # both taken from the folder, none run again
     with pytest.raises(ConfigError, match=r"--resume: .* holds batches of another configuration"):
         phase_diagram(tiny, workers=0, out=tmp_path / "d", resume=True, **{**given, "solver.dt": 0.05})
+
+
+def test_a_beta_past_the_scores_resolution_is_refused_as_for_a_run(tiny, tmp_path):
+    # a run's model.beta is held to β‖B_h‖_F ≤ 2^52 (the scores' rounding reaches 1/2 there); phase.betas = [1e18] had
+    # run a diagram of round-off
+    with pytest.raises(ConfigError, match=r"phase\.betas: the largest β puts the scores .* past float64's resolution"):
+        phase_diagram(tiny, workers=0, out=tmp_path / "d", **{"phase.betas": [1.0, 1e18]})
+    assert not (tmp_path / "d").exists()
