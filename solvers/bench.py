@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import time
-import tracemalloc
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -289,12 +288,7 @@ def bench_grid(
         stepper.step(mass, 0.0)  # warm-up (numba compilation, thread pool, reconstruction)
         vel_s = min(_once(lambda: stepper.velocity(mass, 0.0)) for _ in range(max(1, repeats)))
         step_s = min(_once(lambda: stepper.step(mass, 0.0)) for _ in range(max(1, repeats)))
-        tracemalloc.start()
-        try:
-            stepper.step(mass, 0.0)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        peak = peak_memory(lambda: stepper.step(mass, 0.0))  # (a caller's own trace kept, its allocations not counted)
         rows.append({
             "cells": msh.N,
             "edges": msh.E,

@@ -36,8 +36,10 @@ with the table: the dense float64 path at large ``d`` depends on it.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -75,8 +77,21 @@ def blas_info() -> list[dict[str, Any]]:
 
 
 def available_frameworks() -> list[str]:
-    """The optional frameworks importable here, among ``torch`` and ``jax``."""
-    return [name for name in ("torch", "jax") if importlib.util.find_spec(name) is not None]
+    """The optional frameworks importable here, among ``torch`` and ``jax``: installed and imported without an error (an
+    installed one that failed to import had stopped ``bench --compare`` with a traceback; it is left out with a
+    warning naming the error)."""
+    found = []
+    for name in ("torch", "jax"):
+        if importlib.util.find_spec(name) is None:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - any failure of a third-party import: that framework is not compared
+            warnings.warn(f"{name} is installed but does not import ({type(exc).__name__}: {exc}); it is not compared",
+                          RuntimeWarning, stacklevel=2)
+            continue
+        found.append(name)
+    return found
 
 
 def _ours(x: np.ndarray, heads: HeadStack, beta: float, precision: str) -> Callable[[], np.ndarray]:

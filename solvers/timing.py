@@ -31,7 +31,16 @@ def mean_call_time(func: Callable[[], Any], *, min_time: float, max_calls: int =
 
 
 def peak_memory(func: Callable[[], Any]) -> int:
-    """Peak bytes allocated (tracemalloc) during one call of ``func``."""
+    """Peak bytes allocated (tracemalloc) during one call of ``func``, above what was allocated before it.
+
+    Where tracing was already on (``PYTHONTRACEMALLOC``, a caller's own trace), its peak is reset and the bytes
+    traced before the call subtracted, and tracing is left on (the earlier allocations had been counted, 392 MiB for
+    a call of 1 MiB, and the caller's trace stopped)."""
+    if tracemalloc.is_tracing():
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        func()
+        return max(0, int(tracemalloc.get_traced_memory()[1]) - int(before))
     tracemalloc.start()
     try:
         func()

@@ -84,7 +84,7 @@ def _print_attention(rows: list[dict[str, Any]]) -> None:
     exp = "NumPy's vectorised exp (AVX-512)" if NUMPY_EXP64 else "the kernels' exp_block64 (NumPy's exp is scalar here)"
     print(f"softmax velocity, one general head ({rows[0]['head'] if rows else ''}), β = {beta:g}: pairs/s (higher is "
           "better), measured in this run.\n"
-          "twin/X: speed-up over the NumPy twin (t_twin / t_X); X/roof: time over the exp roofline's (t_X / t_roof; "
+          "twin/X: speed-up over the NumPy twin, which runs on one thread (t_twin / t_X; the kernels on the threads above); X/roof: time over the exp roofline's (t_X / t_roof; "
           f"roofline: n² exp by {exp});\n"
           "f64/f32: fused float64 time over fused float32 time; blas peak: the largest of three float64 BLAS calls (tracemalloc;\n"
           "each thread makes its block buffer when it takes a block: a loaded machine may show fewer); "
@@ -97,13 +97,16 @@ def _print_attention(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         err64 = max((r[k] for k in ("kernel_error", "fused_error", "numba_error") if k in r), default=nan)
         err32 = max((r[k] for k in ("float32_error", "fused32_error") if k in r), default=nan)
-        print(
-            f"{r['n']:>6} {r['d']:>3} {r['kernel_pairs_per_s']:>9.3g} {r['float32_pairs_per_s']:>9.3g} "
-            f"{r.get('fused_pairs_per_s', nan):>9.3g} {r.get('fused32_pairs_per_s', nan):>9.3g} {r.get('twin_pairs_per_s', nan):>10.3g} {r.get('numba_pairs_per_s', nan):>9.3g} "
-            f"{r['roofline_pairs_per_s']:>9.3g} {r.get('speedup_vs_twin', nan):>9.2f} {r.get('fused_speedup_vs_twin', nan):>10.2f} {r.get('fused64_over_fused32', nan):>7.2f} "
-            f"{r['kernel_over_roofline']:>9.2f} {r['float32_over_roofline']:>8.2f} {r.get('fused_over_roofline', nan):>10.2f} "
-            f"{r['peak_mib']:>13.2f} {r['nxn_mib']:>8.0f} {err64:>8.1e} {err32:>8.1e}"
-        )
+        cells = [(r.get("kernel_pairs_per_s", nan), 9, ".3g"), (r.get("float32_pairs_per_s", nan), 9, ".3g"),
+                 (r.get("fused_pairs_per_s", nan), 9, ".3g"), (r.get("fused32_pairs_per_s", nan), 9, ".3g"),
+                 (r.get("twin_pairs_per_s", nan), 10, ".3g"), (r.get("numba_pairs_per_s", nan), 9, ".3g"),
+                 (r["roofline_pairs_per_s"], 9, ".3g"), (r.get("speedup_vs_twin", nan), 9, ".2f"),
+                 (r.get("fused_speedup_vs_twin", nan), 10, ".2f"), (r.get("fused64_over_fused32", nan), 7, ".2f"),
+                 (r.get("kernel_over_roofline", nan), 9, ".2f"), (r.get("float32_over_roofline", nan), 8, ".2f"),
+                 (r.get("fused_over_roofline", nan), 10, ".2f"), (r.get("peak_mib", nan), 13, ".2f"), (r["nxn_mib"], 8, ".0f"),
+                 (err64, 8, ".1e"), (err32, 8, ".1e")]
+        # "-" for what was not measured, as in the other tables (it had printed "nan")
+        print(f"{r['n']:>6} {r['d']:>3} " + " ".join(("-" if math.isnan(v) else format(v, spec)).rjust(w) for v, w, spec in cells))
 
 
 def _print_table(name: str, rows: list[dict[str, Any]]) -> None:

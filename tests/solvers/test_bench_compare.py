@@ -143,6 +143,8 @@ def test_a_kernel_that_disagrees_is_left_untimed_and_the_rest_printed(capsys, mo
     out, err = capsys.readouterr()
     assert "not timed, n = 64, d = 3: disagrees with the NumPy twin: fused float32" in err
     lines = out.splitlines()
+    row_line = next(line for line in lines if line.split()[:2] == ["64", "3"])
+    assert "nan" not in row_line and " - " in row_line  # the fused float32 columns "-", as in the other tables
     table = lines[lines.index("transport") + 1:]
     header = table[0]
     assert table[2].index("0.25") + 4 == header.index("value") + 5  # under its own header, right-aligned
@@ -157,3 +159,29 @@ def test_torch_s_memory_guard_applies_where_torch_runs():
     check_torch_memory(((32768, 3),), ["jax"])
     with pytest.raises(ConfigError, match="torch's N² scores"):
         check_torch_memory(((10**6, 3),), ["torch"])
+
+
+def test_a_framework_that_fails_to_import_is_left_out_and_a_caller_s_trace_is_kept(tmp_path, monkeypatch):
+    # (found in review) an installed torch whose import failed had stopped bench --compare with a traceback; with
+    # tracing already on, the peaks had counted every earlier allocation (392 MiB for a call of 1 MiB), and bench had
+    # stopped the caller's trace
+    import sys
+    import tracemalloc
+
+    from meanfield.solvers.timing import peak_memory
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('a broken build')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    with pytest.warns(RuntimeWarning, match=r"torch is installed but does not import \(ImportError: a broken build\)"):
+        assert "torch" not in bench_compare.available_frameworks()
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    tracemalloc.start()
+    try:
+        kept = np.ones(4_000_000)  # 32 MB traced before the call
+        peak = peak_memory(lambda: np.ones(250_000))  # 2 MB
+        assert tracemalloc.is_tracing() and kept.size
+        assert 1.9e6 < peak < 4e6, peak
+    finally:
+        tracemalloc.stop()
