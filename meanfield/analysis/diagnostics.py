@@ -164,7 +164,7 @@ def head_outputs(
     beta : float
     kind : {"softmax", "unnormalized", "relu", "pooled"}
     weights : (n,) array, optional
-        Positive token masses :math:`a_j` (default :math:`1/n`).
+        Token masses :math:`a_j\ge0`, not all zero (default :math:`1/n`).
 
     Returns
     -------
@@ -224,7 +224,9 @@ def head_outputs_dense(
     if kind == "relu":
         K = np.maximum(S, 0.0) * a
     else:
-        logits = beta * S + np.log(a)
+        with np.errstate(divide="ignore"):  # a token of mass 0: log a = -inf, a column of zeros in every kernel
+            loga = np.log(a)
+        logits = beta * S + loga
         if kind == "unnormalized":
             K = np.exp(logits)
         elif kind == "softmax":
@@ -394,8 +396,10 @@ def entropy_and_production(
     heads : HeadStack
     beta : float
     weights : (n,) array, optional
-        Positive masses :math:`a_j` (default :math:`1/n`); with uniform masses the
-        entropy of uniform rows is :math:`\log n`.
+        Token masses :math:`a_j\ge0`, not all zero (default :math:`1/n`); with uniform masses the
+        entropy of uniform rows is :math:`\log n`.  A token of mass 0 takes no attention
+        (:math:`p^h_{ij}=0`, :math:`0\log0=0`): the sums run over the tokens of positive mass, and its
+        own row is computed as any other.
 
     Returns
     -------
@@ -732,7 +736,7 @@ def frame_diagnostics(
     kind : {"softmax", "unnormalized", "relu", "pooled"}
     direction : {"ascent", "descent"}
     weights : (n,) array, optional
-        Positive token masses (default :math:`1/n`).
+        Token masses :math:`a_j\ge0`, not all zero (default :math:`1/n`).
     tol : float
         Cluster tolerance of :func:`count_clusters`.
     combine : {"sum", "mean"}
@@ -808,6 +812,7 @@ def frame_diagnostics_dense(
     x = check_tokens(x, heads, kind)
     n = x.shape[0]
     a = _masses(n, weights)
+    seen = a > 0  # the entropies' columns: tokens of mass 0 take no attention
     H = heads.H
     v = velocity_numpy(x, heads, beta=beta, kind=kind, weights=a)
     xdot = sigma * (v - np.sum(v * x, axis=1, keepdims=True) * x)
@@ -824,10 +829,10 @@ def frame_diagnostics_dense(
         K = np.exp(beta * S)
         energies[h] = np.sum(aa * K) / (2 * beta) if beta > 0 else 0.5 * np.sum(aa * S)
         rates[h] = 0.5 * np.sum(aa * K * Sdot)
-        P = softmax(beta * S + np.log(a)[None, :], axis=1)
+        P = softmax(beta * S[:, seen] + np.log(a[seen])[None, :], axis=1)  # p = 0 on tokens of mass 0 (0 log 0 = 0)
         ent[h] = entr(P).sum(axis=1)
         for i in range(n):
-            cov = np.cov(beta * S[i] + np.log(a), Sdot[i], aweights=P[i], bias=True)[0, 1]
+            cov = np.cov(beta * S[i, seen] + np.log(a[seen]), Sdot[i, seen], aweights=P[i], bias=True)[0, 1]
             ent_rate[h, i] = -beta * cov
     self_power = np.zeros(H)
     cross = np.zeros((H, H))

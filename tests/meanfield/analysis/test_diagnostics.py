@@ -667,6 +667,33 @@ def test_tokens_of_mass_zero_are_diagnosed_as_tokens_attention_never_reaches():
     assert all(np.all(np.isfinite(report.series[key])) for key in ("entropy_mean_h0", "entropy_rate_h0", "energy", "dEdt"))
 
 
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tokens_of_mass_zero_leave_the_mass_weighted_sums_of_the_others_and_the_dense_twin_agrees(kind, rng, monkeypatch):
+    # (found in review) the dense twin had taken log 0: its entropy rates read nan, with a RuntimeWarning
+    heads = _general_heads(rng, 2, 4)
+    x = _tokens(rng, 11, 4)
+    a = rng.uniform(0.1, 1.0, 11)
+    a[[0, 5, 10]] = 0.0
+    keep = a > 0
+    with np.errstate(all="raise"):  # (no log 0 anywhere)
+        dense = diag.frame_diagnostics_dense(x, heads, beta=1.3, kind=kind, weights=a)
+    monkeypatch.setattr(diag, "BLOCK_ELEMENTS", 4 * 11)
+    blocked = diag.frame_diagnostics(x, heads, beta=1.3, kind=kind, weights=a)
+    for key, ref in dense.scalars.items():
+        np.testing.assert_allclose(blocked.scalars[key], ref, rtol=1e-10, atol=1e-13, err_msg=key)
+    np.testing.assert_allclose(blocked.entropy_rate, dense.entropy_rate, rtol=1e-9, atol=1e-13)
+    # the mass-weighted sums are those of the tokens of positive mass alone, and so are their velocities and the rows
+    # of the entropies (0 log 0 = 0); the statistics over tokens (entropy mean, dominance, clusters) count every token
+    alone = diag.frame_diagnostics(x[keep], heads, beta=1.3, kind=kind, weights=a[keep])
+    for key in ("energy", "log_energy", "dEdt", "kinetic", "self_power_h0", "cross_sum_h1", "shadow_sum_h0", "head_power_h1",
+                "cross_h0_h1", "shadow_h0_h1", "aggregate_margin_h0"):
+        np.testing.assert_allclose(blocked.scalars[key], alone.scalars[key], rtol=1e-11, atol=1e-14, err_msg=key)
+    np.testing.assert_allclose(blocked.xdot[keep], alone.xdot, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(blocked.entropy[:, keep], alone.entropy, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(blocked.entropy_rate[:, keep], alone.entropy_rate, rtol=1e-9, atol=1e-13)
+    np.testing.assert_allclose(blocked.scalars["entropy_mean_h1"], blocked.entropy[1].mean(), rtol=1e-14)
+
 def test_moving_heads_leave_the_entropy_residual_out_and_an_overflowing_rate_is_nan():
     # (found in review) with heads on a schedule the entropy "residual" had read 0.76 (the heads' own motion) while
     # its verdict said n/a; past the floats the energy rates had been ±inf, their sign noise, where the note says nan
