@@ -1,10 +1,13 @@
 """End-to-end CLI: the default experiment, info, and the registered sub-commands."""
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 from pathlib import Path
 import sys
+
+import numpy as np
 
 from meanfield.cli import build_parser, main
 
@@ -153,6 +156,25 @@ def test_diagnose_of_a_run_whose_energy_overflows_says_so_without_a_traceback(tm
     assert "note: the energy is not a float at any frame (β = 800" in captured.err and "Traceback" not in captured.err
     assert "RuntimeWarning" not in captured.err and "kinetic" in captured.out
 
+
+
+def test_diagnose_of_a_run_with_tokens_of_mass_zero_reads_them(tmp_path, capsys):
+    # (found in review) token masses of 0 (a run continued from a grid frame with empty cells) had ended in a
+    # ValueError traceback after the progress bar (exit 1): only the entropy takes log a, and 0 log 0 = 0
+    import meanfield as mf
+
+    model = mf.Model(d=3, beta=1.0, attention="softmax", heads=mf.heads.identity(3))
+    a = np.array([0.3, 0.3, 0.2, 0.2, 0.0, 0.0])
+    run = mf.solve(mf.Problem(model, mf.sample_uniform(6, 3, seed=0), weights=a),
+                   mf.ParticleSolver(method="rk4", dt=0.05), t_final=0.5, save_every=0.1)
+    run.save(tmp_path / "zero.h5")
+    assert main(["diagnose", str(tmp_path / "zero.h5"), "--quiet", "--csv", str(tmp_path / "zero.csv")]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "final_entropy_over_log_n" in captured.out
+    series = np.genfromtxt(tmp_path / "zero.csv", delimiter=",", names=True)
+    for key in ("energy", "dEdt", "entropy_mean_h0", "entropy_rate_h0"):
+        assert np.all(np.isfinite(series[key])), key
+    assert np.all(series["entropy_max_h0"] <= math.log(4) + 1e-12)  # four tokens of positive mass
 
 def test_info_follow_refuses_other_files_at_once_and_a_huge_interval(tmp_path, capsys, monkeypatch):
     # a text file had been looked at 50 times (50 s) before the error; --interval 1e12 had ended in OverflowError
