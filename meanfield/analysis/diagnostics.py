@@ -304,10 +304,30 @@ def energy_rates(
                 scale = top
             else:
                 acc += part * math.exp(top - scale)
-        with np.errstate(over="ignore"):  # past β s ≈ 709 the rate itself is past the largest float: NaN, as the
-            factor = np.exp(scale)  # notes say (±inf had come out, its sign the noise of tokens at rest)
-            out[h] = 0.5 * acc * factor if np.isfinite(factor) else math.nan
+        out[h] = _times_exp(0.5 * acc, scale)
     return out
+
+
+def _times_exp(value: float, scale: float) -> float:
+    r""":math:`v\,e^{s}` where it is a float, NaN where it passes the largest one.
+
+    :math:`e^{s}` alone may pass it (:math:`s>709`) while the product does not (tokens near rest): the power of two of
+    :math:`e^{s}` then goes into :func:`math.ldexp`. Past the floats the rate is NaN, as the notes say (``0.5 * acc *
+    np.exp(scale)`` had been ±inf, its sign the noise of tokens at rest, or NaN where the rate was a float).
+    """
+    with np.errstate(over="ignore"):
+        factor = float(np.exp(scale))
+    if math.isfinite(factor):  # (the product as it had been computed)
+        result = value * factor
+        return result if math.isfinite(result) else math.nan
+    if not math.isfinite(scale):
+        return math.nan
+    k = math.floor(scale / math.log(2.0))
+    try:
+        result = math.ldexp(value * math.exp(scale - k * math.log(2.0)), k)
+    except OverflowError:
+        return math.nan
+    return result if math.isfinite(result) else math.nan
 
 
 # --------------------------------------------------------------------------- the split of Thms 11, 16-17

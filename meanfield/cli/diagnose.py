@@ -104,8 +104,11 @@ def main(args: argparse.Namespace) -> int:
     energy = diagnosis.series.get("energy")
     if energy is not None and energy.size and not np.isfinite(energy).any() and run.config is not None:
         beta = run.config["model"]["beta"]
+        # dEdt is nan where it passes the floats itself: near rest it is one while the energy is not
+        whole = not np.isfinite(diagnosis.series["dEdt"]).any()
         warnings.warn(f"the energy is not a float at any frame (β = {beta:g}: e^(β⟨x, By⟩) passes the largest float "
-                      "from β⟨x, By⟩ ≈ 709), so dEdt, the Theorem 11 and split residuals and the aggregate margin are nan; "
+                      f"from β⟨x, By⟩ ≈ 709), so {'dEdt, ' if whole else ''}the Theorem 11 and split residuals and the "
+                      f"aggregate margin are nan{'' if whole else ' (dEdt where it passes the largest float too)'}; "
                       "log_energy is its logarithm, and energy_monotone is read from it",
                       ConfigNote, stacklevel=2)
     frames = diagnosis.series["t"].size

@@ -709,6 +709,19 @@ def test_moving_heads_leave_the_entropy_residual_out_and_an_overflowing_rate_is_
     assert np.all(np.isnan(rates))
 
 
+
+def test_an_energy_rate_that_is_a_float_stays_one_where_the_exponential_alone_passes_the_floats():
+    # (found in review) past β s ≈ 709 the rate had been NaN, although near rest it is a float: two tokens at e1,
+    # B = I, velocity ε x: ṡ_ij = 2ε, so dE/dt = ½ Σ_ij a_i a_j e^β 2ε = ε e^β exactly
+    x = np.tile([1.0, 0.0, 0.0], (2, 1))
+    heads = HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    for beta in (700.0, 720.0, 730.0):  # e^β a float, then not (e^720 ≈ 1.9e312), the rate a float (≤ e^707)
+        for eps in (1e-10, -1e-10):
+            rate = diag.energy_rates(x, eps * x, heads, beta=beta)
+            np.testing.assert_allclose(rate, [math.copysign(math.exp(beta + math.log(abs(eps))), eps)], rtol=1e-12, atol=0)
+    assert np.all(np.isnan(diag.energy_rates(x, 1e-10 * x, heads, beta=800.0)))  # e^800 · 1e-10 ≈ 3e337: no float
+    np.testing.assert_array_equal(diag.energy_rates(x, 0.0 * x, heads, beta=2000.0), [0.0])  # at rest: 0, exactly
+
 def test_the_thm11_residual_leaves_out_frames_at_rest_where_it_is_the_rounding_over_k(tmp_path):
     # an exact gradient flow (unnormalized, value-aligned symmetric heads) collapsed by t = 5: |dE/dt - K| stays about
     # 15 ε·E while K falls to 5e-13, and the residual had read 1.2 % there (found in review)

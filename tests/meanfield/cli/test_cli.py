@@ -151,10 +151,24 @@ def test_diagnose_of_a_run_whose_energy_overflows_says_so_without_a_traceback(tm
 
     out = tmp_path / "hot.h5"
     mf.simulate({"model": {"beta": 800.0}, "init": {"n": 16}, "solver": {"t_final": 0.1, "save_every": 0.1}}, out=out)
-    assert main(["diagnose", str(out)]) == 0
+    assert main(["diagnose", str(out), "--csv", str(tmp_path / "hot.csv")]) == 0
     captured = capsys.readouterr()
     assert "note: the energy is not a float at any frame (β = 800" in captured.err and "Traceback" not in captured.err
     assert "RuntimeWarning" not in captured.err and "kinetic" in captured.out
+    # (found in review) the note says dEdt is nan, and so does the CSV: it had held ±inf, its sign the noise of the rate
+    assert "so dEdt, the Theorem 11" in captured.err
+    series = np.genfromtxt(tmp_path / "hot.csv", delimiter=",", names=True)
+    assert np.all(np.isnan(series["dEdt"])) and np.all(np.isnan(series["dEdt_h0"]))
+    # tokens at rest at one point: e^800 passes the floats, but the rate is 0 exactly, and the note does not call it nan
+    model = mf.Model(d=3, beta=800.0, attention="softmax", heads=mf.heads.identity(3))
+    rest = mf.solve(mf.Problem(model, np.tile([0.0, 0.0, 1.0], (4, 1))), mf.ParticleSolver(method="rk4", dt=0.05),
+                    t_final=0.2, save_every=0.1)
+    rest.save(tmp_path / "rest.h5")
+    assert main(["diagnose", str(tmp_path / "rest.h5"), "--quiet", "--csv", str(tmp_path / "rest.csv")]) == 0
+    captured = capsys.readouterr()
+    assert "so the Theorem 11 and split residuals and the aggregate margin are nan (dEdt where it passes" in captured.err
+    series = np.genfromtxt(tmp_path / "rest.csv", delimiter=",", names=True)
+    assert np.all(np.isinf(series["energy"])) and np.all(series["dEdt"] == 0.0)
 
 
 
