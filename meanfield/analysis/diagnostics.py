@@ -1130,9 +1130,11 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
       not a float);
     * ``min_aggregate_margin``, ``max_thm11_residual`` (n/a outside the Thm 11 setting, where the identity it checks
       does not hold), ``max_entropy_residual`` (n/a with moving heads: the frames' entropy also changes with them);
-    * ``final_entropy_over_log_n``: the last frame's mean attention entropy over its largest value :math:`\log n`
-      (:math:`n` the tokens of positive mass: with token masses a row's entropy reaches it too; it had been divided by
-      :math:`-\sum_ja_j\log a_j`, and read 6.46 where the fraction is 0.66).
+    * ``final_entropy_over_log_n``: the last frame's mean attention entropy over the largest value of a row's
+      entropy, :math:`\log n` with :math:`n` the tokens of positive mass (tokens of mass 0 take no attention), whatever
+      the masses: a row :math:`p_{ij}\propto a_je^{\beta s_{ij}}` is uniform where the scores make up for the masses
+      (it had been divided by :math:`-\sum_ja_j\log a_j`, the entropy of rows equal to the masses, and read 6.46
+      where the fraction is 0.66).
     """
     sigma = _sign(direction)
     energy = np.asarray(series["energy"], dtype=float)
@@ -1193,7 +1195,9 @@ class Diagnosis:
     ----------
     series : dict of (T,) arrays
         Every series of :func:`series_names`, plus ``t``; ``thm11_residual`` and ``split_residual`` are NaN outside
-        Thm 11's setting (``verdicts["gradient_flow_setting"]`` false), where they check no identity.
+        Thm 11's setting (``verdicts["gradient_flow_setting"]`` false), where they check no identity, and the
+        ``entropy_residual*`` series with moving heads (``verdicts["heads_time_dependent"]``), whose own motion
+        Thm 27's rate leaves out.
     verdicts : dict
         :func:`verdicts`: monotone energy (Thm 11), radial dominance (Condition 8), residuals.
     heading : str

@@ -642,6 +642,19 @@ def test_the_final_entropy_verdict_of_a_weighted_run_is_over_its_largest_value()
     np.testing.assert_allclose(report.verdicts["final_entropy_over_log_n"], entropy.mean() / math.log(3), rtol=1e-12)
 
 
+
+def test_the_final_entropy_verdict_by_hand_at_beta_zero_with_a_token_of_mass_zero():
+    # β = 0: every row is the masses, p_i = a = (1/2, 1/4, 1/4, 0), so its entropy is (3/2) log 2, and the largest
+    # value of a row's entropy over three tokens of positive mass is log 3: the verdict is (3/2) log 2 / log 3 = 0.946
+    # (it had been divided by −Σ a log a, reading 1 for any β = 0 run; log 4 would give 0.75, out of reach)
+    a = np.array([0.5, 0.25, 0.25, 0.0])
+    model = Model(d=3, beta=0.0, heads=ConstantHeads(HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])))
+    run = solve(Problem(model, sample_uniform(4, 3, seed=3), weights=a), ParticleSolver(dt=0.05, method="rk4"),
+                t_final=0.2, save_every=0.1)
+    report = diag.diagnose(run)
+    np.testing.assert_allclose(report.series["entropy_mean_h0"], 1.5 * math.log(2.0), rtol=1e-13)
+    np.testing.assert_allclose(report.verdicts["final_entropy_over_log_n"], 1.5 * math.log(2.0) / math.log(3.0), rtol=1e-13)
+
 def test_tokens_of_mass_zero_are_diagnosed_as_tokens_attention_never_reaches():
     # (found in review) a run continued from a grid frame with empty cells holds tokens of mass 0: diagnose had failed
     # with a traceback (masses had to be positive for the entropies' log a)
