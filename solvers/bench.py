@@ -20,7 +20,8 @@ same process,
   of the exponentials alone.
 
 Each kernel's velocity is checked against the twin's on 512 evenly spaced rows (``*_error``: the largest difference
-relative to :math:`\max_i|v_i|`) before its time is reported.  Throughput is in pairs
+relative to :math:`\max_i|v_i|`) before its time is reported; a row's kernels, twin and roofline are timed in
+three rotating rounds (best of each), so that its ratios share the machine's load.  Throughput is in pairs
 :math:`(i,j)` per second; the ratios are ``twin / kernel`` (a speed-up: above 1, the kernel is
 faster) and ``kernel / roofline`` (a time ratio: above 1, the kernel takes longer than its
 exponentials alone), with the peak memory of one float64 BLAS call that :mod:`tracemalloc`
@@ -141,9 +142,22 @@ def _checked(v: np.ndarray, reference: np.ndarray, rows: np.ndarray) -> float:
     return float(np.max(np.abs(v[rows] - reference)) / max(float(np.max(np.linalg.norm(reference, axis=1))), 1e-300))
 
 
-def _timed_if(agrees: bool, func: Callable[[], Any], **options: Any) -> float:
-    """:func:`time_call` of a kernel that agrees with the twin; NaN for one that does not (not timed: its ratios NaN)."""
-    return time_call(func, **options) if agrees else math.nan
+#: rounds of the attention table's rotation (:func:`_rotated`), and the least time of each callable in a round
+ATTENTION_ROUNDS = 3
+ROUND_TIME = 0.05
+
+
+def _rotated(funcs: dict[str, Callable[[], Any]], *, rounds: int = ATTENTION_ROUNDS, min_time: float = ROUND_TIME) -> dict[str, float]:
+    """Best over ``rounds`` of each callable's mean call time (:func:`mean_call_time`, at least ``min_time``), the
+    callables taken in turn in each round, after one warm-up call each: the ratios of a row then share the machine's
+    load (timed one after another, the same roofline had read 0.0066 s and 0.0034 s in one run, ``blas/roof`` 0.76)."""
+    for fn in funcs.values():
+        fn()
+    best = {name: math.inf for name in funcs}
+    for _ in range(max(1, rounds)):
+        for name, fn in funcs.items():
+            best[name] = min(best[name], mean_call_time(fn, min_time=min_time))
+    return best
 
 
 def bench_attention(
@@ -183,9 +197,21 @@ def bench_attention(
                 fused_ok = check("fused_error", "fused", velocity_fused(x, heads, beta=beta))
                 fused32_ok = check("fused32_error", "fused float32", velocity_fused32(x, heads, beta=beta), "float32")
             numba_ok = pairs * d <= numba_max_work and check("numba_error", "numba", velocity_numba(x, heads, beta=beta))
-            t_kernel = _timed_if(blas_ok, lambda: velocity_blas(x, heads, beta=beta))
-            t_f32 = _timed_if(f32_ok, lambda: velocity_blas(x, heads, beta=beta, precision="float32"))
-            t_roof = time_call(exp_roofline(n))
+            def twin() -> None:
+                with one_blas_thread():  # the twin is one thread, BLAS included
+                    velocity_numpy(x, heads, beta=beta)
+
+            fused = d <= FUSED_MAX_D
+            candidates = {"blas": (blas_ok, lambda: velocity_blas(x, heads, beta=beta)),
+                          "f32": (f32_ok, lambda: velocity_blas(x, heads, beta=beta, precision="float32")),
+                          "roof": (True, exp_roofline(n)),
+                          "fused": (fused and fused_ok, lambda: velocity_fused(x, heads, beta=beta)),
+                          "fused32": (fused and fused32_ok, lambda: velocity_fused32(x, heads, beta=beta)),
+                          "twin": (pairs * d <= twin_max_work, twin),
+                          "numba": (numba_ok, lambda: velocity_numba(x, heads, beta=beta))}
+            # in rotating rounds; a kernel that disagrees is not timed (NaN)
+            times = _rotated({name: fn for name, (timed, fn) in candidates.items() if timed})
+            t_kernel, t_f32, t_roof = (times.get(name, math.nan) for name in ("blas", "f32", "roof"))
             row.update(
                 kernel_s=t_kernel,
                 kernel_pairs_per_s=pairs / t_kernel,
@@ -200,20 +226,18 @@ def bench_attention(
             )
             if disagree:
                 row["not_timed"] = "disagrees with the NumPy twin: " + ", ".join(disagree)
-            if d <= FUSED_MAX_D:  # the default ("auto") kernel for float64 softmax at small d
-                t_fused = _timed_if(fused_ok, lambda: velocity_fused(x, heads, beta=beta))
-                t_fused32 = _timed_if(fused32_ok, lambda: velocity_fused32(x, heads, beta=beta))
+            if fused:  # the default ("auto") kernel for float64 softmax at small d
+                t_fused, t_fused32 = times.get("fused", math.nan), times.get("fused32", math.nan)
                 row.update(fused_s=t_fused, fused_pairs_per_s=pairs / t_fused, fused_over_roofline=t_fused / t_roof,
                            fused_over_kernel=t_fused / t_kernel, fused32_s=t_fused32, fused32_pairs_per_s=pairs / t_fused32,
                            fused64_over_fused32=t_fused / t_fused32)
             if pairs * d <= twin_max_work:
-                with one_blas_thread():  # the twin is one thread, BLAS included
-                    t_twin = time_call(lambda: velocity_numpy(x, heads, beta=beta), repeat=2, min_time=0.0)
+                t_twin = times["twin"]
                 row.update(twin_s=t_twin, twin_pairs_per_s=pairs / t_twin, speedup_vs_twin=t_twin / t_kernel, float32_speedup_vs_twin=t_twin / t_f32)
                 if "fused_s" in row:
                     row["fused_speedup_vs_twin"] = t_twin / row["fused_s"]
             if pairs * d <= numba_max_work:
-                t_numba = _timed_if(numba_ok, lambda: velocity_numba(x, heads, beta=beta), repeat=2, min_time=0.0)
+                t_numba = times.get("numba", math.nan)
                 row.update(numba_s=t_numba, numba_pairs_per_s=pairs / t_numba, numba_over_kernel=t_numba / t_kernel)
             rows.append(row)
     return rows
