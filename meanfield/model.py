@@ -29,7 +29,7 @@ from meanfield.kernels.harmonic import check_harmonic_degree
 from meanfield.kernels.inputs import as_head_stack, check_tolerance, is_temperature
 from meanfield.kernels.local import SPHERE_KINDS
 
-__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "VALUE_BOUND_LIMIT", "VELOCITY_EXPONENT_LIMIT", "value_bound", "unshifted_velocity_exponent", "EXP_OVERFLOW", "unshifted_exponent", "unshifted_exponents",
+__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "VALUE_BOUND_LIMIT", "VELOCITY_EXPONENT_LIMIT", "value_bound", "score_bound", "unshifted_velocity_exponent", "EXP_OVERFLOW", "unshifted_exponent", "unshifted_exponents",
            "ScoreOverflowError", "UnshiftedOverflowWarning"]
 
 DIRECTIONS = ("ascent", "descent")
@@ -68,6 +68,12 @@ def unshifted_velocity_exponent(beta: float, B: np.ndarray, V: np.ndarray) -> fl
     word: the terms themselves stay below float64's largest up to :data:`EXP_OVERFLOW`)."""
     return max(float(beta) * float(np.linalg.norm(b, 2)) + math.log(max(1.0, float(np.linalg.norm(v))))
                for b, v in zip(np.asarray(B), np.asarray(V)))
+
+
+def score_bound(beta: float, B: np.ndarray) -> float:
+    r""":math:`\beta\max_h\|B_h\|_F \ge \beta\max|\langle x, B_h y\rangle|` for unit tokens, the bound held to
+    :data:`SCORE_BOUND_LIMIT` (a run's heads, a phase diagram's largest β).  ``B`` is ``(H, d, d)``."""
+    return float(beta) * max(float(np.linalg.norm(b)) for b in np.asarray(B))
 
 
 def unshifted_exponent(beta: float, B: np.ndarray) -> float:
@@ -226,7 +232,7 @@ class Model:
         if not callable(getattr(heads, "at", None)):
             raise TypeError(f"heads must be a HeadStack, a Head, a list of Heads or a schedule with at(t), got {type(heads).__name__}")
         if isinstance(heads, ConstantHeads):  # (a time-dependent schedule is not bounded here: its heads change with t)
-            bound = float(self.beta) * max(float(np.linalg.norm(B)) for B in heads.at(0.0).B)  # ≥ β max |⟨x, B y⟩|, |x| = |y| = 1
+            bound = score_bound(self.beta, heads.at(0.0).B)
             size = value_bound(heads.at(0.0).V)
             if not size <= VALUE_BOUND_LIMIT:
                 raise ValueError(f"the heads' values V_h make the velocities overflow: ‖V_h‖_F = {size:.3g} (at most "

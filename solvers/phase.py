@@ -428,9 +428,9 @@ def check_phase_config(cfg: Mapping[str, Any]) -> None:
                                              f"{solver['dt']:g}; the limit is {MAX_STEPS:.0e} steps")
         if len(given_times) > MAX_FRAMES:
             raise ConfigError("phase.times", f"{len(given_times)} times; the limit is {MAX_FRAMES:.0e}")
-    from meanfield.model import SCORE_BOUND_LIMIT
+    from meanfield.model import SCORE_BOUND_LIMIT, score_bound
 
-    top = max(float(b) for b in cfg["phase"]["betas"]) * max(float(np.linalg.norm(B)) for B in _heads(cfg)[0])
+    top = score_bound(max(float(b) for b in cfg["phase"]["betas"]), _heads(cfg)[0])
     if not top <= SCORE_BOUND_LIMIT:  # (a run's model.beta is held to it; β = 1e18 had run a diagram of round-off)
         raise ConfigError("phase.betas", f"the largest β puts the scores β⟨x, B_h y⟩ past float64's resolution: β‖B_h‖_F = "
                                          f"{top:.3g}, at most 2^52 = {SCORE_BOUND_LIMIT:.3g}")
