@@ -142,22 +142,9 @@ def _checked(v: np.ndarray, reference: np.ndarray, rows: np.ndarray) -> float:
     return float(np.max(np.abs(v[rows] - reference)) / max(float(np.max(np.linalg.norm(reference, axis=1))), 1e-300))
 
 
-#: rounds of the attention table's rotation (:func:`_rotated`), and the least time of each callable in a round
+#: rounds of the attention table's rotation (:func:`_interleaved`), and the least time of each callable in a round
 ATTENTION_ROUNDS = 3
 ROUND_TIME = 0.05
-
-
-def _rotated(funcs: dict[str, Callable[[], Any]], *, rounds: int = ATTENTION_ROUNDS, min_time: float = ROUND_TIME) -> dict[str, float]:
-    """Best over ``rounds`` of each callable's mean call time (:func:`mean_call_time`, at least ``min_time``), the
-    callables taken in turn in each round, after one warm-up call each: the ratios of a row then share the machine's
-    load (timed one after another, the same roofline had read 0.0066 s and 0.0034 s in one run, ``blas/roof`` 0.76)."""
-    for fn in funcs.values():
-        fn()
-    best = {name: math.inf for name in funcs}
-    for _ in range(max(1, rounds)):
-        for name, fn in funcs.items():
-            best[name] = min(best[name], mean_call_time(fn, min_time=min_time))
-    return best
 
 
 def bench_attention(
@@ -210,7 +197,8 @@ def bench_attention(
                           "twin": (pairs * d <= twin_max_work, twin),
                           "numba": (numba_ok, lambda: velocity_numba(x, heads, beta=beta))}
             # in rotating rounds; a kernel that disagrees is not timed (NaN)
-            times = _rotated({name: fn for name, (timed, fn) in candidates.items() if timed})
+            times = _interleaved({name: fn for name, (timed, fn) in candidates.items() if timed}, ATTENTION_ROUNDS,
+                                 min_time=ROUND_TIME)
             t_kernel, t_f32, t_roof = (times.get(name, math.nan) for name in ("blas", "f32", "roof"))
             row.update(
                 kernel_s=t_kernel,
@@ -331,15 +319,17 @@ def bench_grid(
     return rows
 
 
-def _interleaved(funcs: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
-    """Best wall time of each callable over ``rounds`` rounds that call them in turn (after a warm-up):
-    on a shared machine the load drifts, and rotating keeps the ratios fair."""
+def _interleaved(funcs: dict[str, Callable[[], Any]], rounds: int, *, min_time: float = 0.0) -> dict[str, float]:
+    """Best wall time of each callable over ``rounds`` rounds that call them in turn (after a warm-up): on a shared
+    machine the load drifts, and rotating keeps the ratios fair (the attention table's kernels, timed one after
+    another, had read the same roofline 0.0066 s and 0.0034 s in one run, ``blas/roof`` 0.76).  With ``min_time``
+    a round takes the mean of back-to-back calls for at least that long (:func:`mean_call_time`), else one call."""
     for fn in funcs.values():
         fn()
     best = {name: np.inf for name in funcs}
     for _ in range(max(1, rounds)):
         for name, fn in funcs.items():
-            best[name] = min(best[name], _once(fn))
+            best[name] = min(best[name], mean_call_time(fn, min_time=min_time) if min_time > 0 else _once(fn))
     return best
 
 

@@ -193,16 +193,16 @@ def test_the_attention_row_is_timed_in_rotating_rounds(monkeypatch):
     import meanfield.solvers.bench as bench
 
     order = []
-    times = bench._rotated({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, rounds=3, min_time=0.0)
+    times = bench._interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 3, min_time=1e-9)
     assert order == ["a", "b"] * 4 and set(times) == {"a", "b"}  # a warm-up, then three rounds in turn
     seen = {}
 
-    def fixed(funcs, **_):
+    def fixed(funcs, rounds, **_):
         seen.update(funcs)
         return {name: {"blas": 2.0, "f32": 1.0, "roof": 4.0, "fused": 0.5, "fused32": 0.25, "twin": 8.0, "numba": 3.0}[name]
                 for name in funcs}
 
-    monkeypatch.setattr(bench, "_rotated", fixed)
+    monkeypatch.setattr(bench, "_interleaved", fixed)
     (row,) = bench.bench_attention((48,), (3,))
     assert set(seen) == {"blas", "f32", "roof", "fused", "fused32", "twin", "numba"}  # one rotation for the whole row
     assert (row["kernel_over_roofline"], row["float32_over_roofline"], row["speedup_vs_twin"]) == (0.5, 0.25, 4.0)
