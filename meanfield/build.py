@@ -103,7 +103,7 @@ def _check_path_bounds(cfg: dict[str, Any], model: Model) -> None:
         if not (scores <= SCORE_BOUND_LIMIT and values <= VALUE_BOUND_LIMIT):
             given = cfg[name.split(".")[0]][name.split(".")[1]]
             raise ConfigError(name, f"{given:g} makes the heads' scores or velocities overflow: β‖B_h(t)‖_F up to "
-                                    f"{scores:.3g} (at most {SCORE_BOUND_LIMIT:.0e}), ‖V_h(t)‖_F up to {values:.3g} (at "
+                                    f"{scores:.3g} (at most 2^52 = {SCORE_BOUND_LIMIT:.3g}), ‖V_h(t)‖_F up to {values:.3g} (at "
                                     f"most {VALUE_BOUND_LIMIT:.0e})")
 
 

@@ -511,7 +511,8 @@ def test_weight_paths_whose_heads_overflow_are_refused_before_the_run(config, ov
     from meanfield.build import build_model
 
     data = Path(__file__).resolve().parents[2] / "data"
-    with pytest.raises(ConfigError, match=rf"{key}: .* makes the heads' scores or velocities overflow"):
+    with pytest.raises(ConfigError, match=rf"{key}: .* makes the heads' scores or velocities overflow: .*"
+                                          r"\(at most 2\^52 = 4\.5e\+15\)"):  # (it had printed the limit as 5e+15)
         build_model(load_config(data / config, [override, "solver.t_final=0.05"]))
     build_model(load_config(data / config, ["solver.t_final=0.05"]))  # the file's own path is within the bounds
 
