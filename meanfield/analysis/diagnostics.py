@@ -1204,6 +1204,8 @@ class Diagnosis:
         The run and its model in one line.
     H, n : int
         Heads and tokens.
+    massive : int or None
+        Tokens of positive mass, whose :math:`\log` bounds a row's attention entropy (``None``: all ``n``).
     """
 
     series: dict[str, np.ndarray]
@@ -1211,6 +1213,7 @@ class Diagnosis:
     heading: str
     H: int
     n: int
+    massive: int | None = None
 
     def table(self) -> str:
         """One line per series: first, last, min and max over the finite values."""
@@ -1256,7 +1259,8 @@ class Diagnosis:
         from meanfield.plotting.curves import plot_diagnostics
 
         model = self.heading.split("\n")[-1]
-        return plot_diagnostics(self.series, path, H=self.H, n=self.n, title=" ".join(model.split()))  # (not the padding)
+        return plot_diagnostics(self.series, path, H=self.H, n=self.n, massive=self.massive,
+                                title=" ".join(model.split()))  # (not the padding)
 
 
 def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1,
@@ -1313,4 +1317,6 @@ def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1
     combine = getattr(model, "combine", "sum")  # (the mean of the heads had not been named)
     heading = (f"{where}model:      d={model.d} beta={model.beta:g} attention={model.attention} "
                f"direction={model.direction}{'' if combine == 'sum' else f' combine={combine}'} heads={heads.H} n={n}")
-    return Diagnosis(series, verdict, heading, heads.H, n)
+    masses = run.token_masses
+    massive = None if masses is None else int(np.count_nonzero(np.asarray(masses, dtype=float) > 0))
+    return Diagnosis(series, verdict, heading, heads.H, n, massive)

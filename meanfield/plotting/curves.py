@@ -236,8 +236,12 @@ def plot_convergence(rows: Sequence[dict[str, Any]], path: str | Path | None = N
     return save(fig, path, dpi=dpi)
 
 
-def plot_diagnostics(series: Mapping[str, np.ndarray], path: str | Path | None = None, *, H: int, n: int, title: str = "") -> Figure:
-    """Five panels: energies; the :math:`dE_h/dt` split; dominance margins; entropy vs :math:`\\log n`; clusters."""
+def plot_diagnostics(series: Mapping[str, np.ndarray], path: str | Path | None = None, *, H: int, n: int,
+                     massive: int | None = None, title: str = "") -> Figure:
+    """Five panels: energies; the :math:`dE_h/dt` split; dominance margins; entropy vs :math:`\\log n`; clusters.
+
+    ``massive`` tokens of the ``n`` carry mass (``None``: all): a row's entropy is at most the log of their number.
+    """
     t = np.asarray(series["t"])
     # one colour per head (beyond 10 heads the cycle C0…C9 had given heads 10 and 0 one colour)
     if H <= 10:
@@ -306,12 +310,14 @@ def plot_diagnostics(series: Mapping[str, np.ndarray], path: str | Path | None =
         std = np.asarray(series[f"entropy_std_h{h}"])
         ax.plot(t, mean, color=colors[h], label=f"$\\mathcal{{H}}^{{{h}}}$ mean")
         ax.fill_between(t, mean - std, mean + std, color=colors[h], alpha=0.2, lw=0)
-    if n > 1:
-        ax.axhline(math.log(n), color="k", ls="--", lw=1, label=r"$\log n$")
+    seen = n if massive is None else massive  # (tokens of mass 0 take no attention: log n had been drawn above reach)
+    if seen > 1:
+        ax.axhline(math.log(seen), color="k", ls="--", lw=1,
+                   label=r"$\log n$" if seen == n else rf"$\log {seen}$ ({seen} of {n} tokens carry mass)")
     ax.set_ylabel("attention entropy (mean ± std)")
     if H <= 4:
         ax.legend(fontsize=8)
-    elif n > 1:
+    elif seen > 1:
         ax.legend(handles=[ax.lines[-1]], fontsize=8)
 
     ax = axes[4]

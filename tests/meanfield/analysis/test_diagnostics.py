@@ -654,6 +654,11 @@ def test_the_final_entropy_verdict_by_hand_at_beta_zero_with_a_token_of_mass_zer
     report = diag.diagnose(run)
     np.testing.assert_allclose(report.series["entropy_mean_h0"], 1.5 * math.log(2.0), rtol=1e-13)
     np.testing.assert_allclose(report.verdicts["final_entropy_over_log_n"], 1.5 * math.log(2.0) / math.log(3.0), rtol=1e-13)
+    # the plot's ceiling is the same log 3, named as such (it had drawn log 4, above the reach of any row)
+    fig = report.plot()
+    ceiling = [line for line in fig.axes[3].lines if line.get_linestyle() == "--"]
+    assert len(ceiling) == 1 and "3 of 4 tokens" in ceiling[0].get_label()
+    np.testing.assert_allclose(ceiling[0].get_ydata(), math.log(3.0), rtol=1e-15)
 
 def test_tokens_of_mass_zero_are_diagnosed_as_tokens_attention_never_reaches():
     # (found in review) a run continued from a grid frame with empty cells holds tokens of mass 0: diagnose had failed
