@@ -68,7 +68,7 @@ def build_model(cfg: dict[str, Any], *, schedule: HeadSchedule | None = None) ->
 
 
 def _check_path_bounds(cfg: dict[str, Any], model: Model) -> None:
-    r"""Refuse a weight path whose heads leave the bounds of constant ones (:data:`SCORE_BOUND_LIMIT` on
+    r"""Refuse a weight path whose heads leave the bounds of constant ones (:func:`~meanfield.model.score_bound_limit` on
     :math:`\beta\|B_h(t)\|_F`, :data:`VALUE_BOUND_LIMIT` on :math:`\|V_h(t)\|_F`).  Its first heads are checked (naming
     ``model.beta``), then how far the path moves them: by at most :math:`A\sqrt d` (oscillating), or by 40 standard
     deviations of the OU entries, :math:`40\,d\,s` with :math:`s^2=\sigma^2(1-e^{-2\kappa T})/2\kappa`
@@ -76,7 +76,7 @@ def _check_path_bounds(cfg: dict[str, Any], model: Model) -> None:
     ``weights.amplitude`` or ``weights.sigma``.  The Model checks constant heads.  An amplitude or a σ of 1e300, and
     β = 1e308 under the authors' SDE, had run to NaN after the first frame, exit 1, a file written."""
     from meanfield.heads.schedules import MatrixSDESchedule, OscillatingSchedule, OUSchedule
-    from meanfield.model import SCORE_BOUND_LIMIT, VALUE_BOUND_LIMIT, value_bound
+    from meanfield.model import VALUE_BOUND_LIMIT, score_bound_limit, value_bound
 
     schedule = model.heads
     if isinstance(schedule, ConstantHeads):
@@ -94,16 +94,17 @@ def _check_path_bounds(cfg: dict[str, Any], model: Model) -> None:
         deviation = schedule.sigma * math.sqrt(-math.expm1(-2.0 * kappa * span) / (2.0 * kappa) if kappa > 0 else span)
         mean = value_bound(schedule.mean_matrix) if sde and schedule.drift == "ou" else 0.0
         key, spread = "weights.sigma", 40.0 * first.d * deviation + mean
+    limit, written = score_bound_limit(model.precision)
     for name, reach in (("model.beta", 0.0), (key, spread)):
         if name is None:
             continue
         with np.errstate(over="ignore"):
             scores = float(model.beta) * (value_bound(first.B) + reach)
             values = value_bound(first.V) + reach
-        if not (scores <= SCORE_BOUND_LIMIT and values <= VALUE_BOUND_LIMIT):
+        if not (scores <= limit and values <= VALUE_BOUND_LIMIT):
             given = cfg[name.split(".")[0]][name.split(".")[1]]
             raise ConfigError(name, f"{given:g} makes the heads' scores or velocities overflow: β‖B_h(t)‖_F up to "
-                                    f"{scores:.3g} (at most 2^52 = {SCORE_BOUND_LIMIT:.3g}), ‖V_h(t)‖_F up to {values:.3g} (at "
+                                    f"{scores:.3g} (at most {written}), ‖V_h(t)‖_F up to {values:.3g} (at "
                                     f"most {VALUE_BOUND_LIMIT:.0e})")
 
 

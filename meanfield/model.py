@@ -29,7 +29,7 @@ from meanfield.kernels.harmonic import check_harmonic_degree
 from meanfield.kernels.inputs import as_head_stack, check_tolerance, is_temperature
 from meanfield.kernels.local import SPHERE_KINDS
 
-__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "VALUE_BOUND_LIMIT", "VELOCITY_EXPONENT_LIMIT", "value_bound", "score_bound", "unshifted_velocity_exponent", "EXP_OVERFLOW", "unshifted_exponent", "unshifted_exponents",
+__all__ = ["HeadSchedule", "ConstantHeads", "Model", "DIRECTIONS", "COMBINES", "SCORE_BOUND_LIMIT", "FLOAT32_SCORE_BOUND_LIMIT", "score_bound_limit", "VALUE_BOUND_LIMIT", "VELOCITY_EXPONENT_LIMIT", "value_bound", "score_bound", "unshifted_velocity_exponent", "EXP_OVERFLOW", "unshifted_exponent", "unshifted_exponents",
            "ScoreOverflowError", "UnshiftedOverflowWarning"]
 
 DIRECTIONS = ("ascent", "descent")
@@ -40,6 +40,10 @@ COMBINES = ("sum", "mean")
 #: give way (their rows had been NaN from β‖B_h‖ ≈ 1e19, the local kernel's from 1e20 on a single head, where 1e306
 #: had been taken); every kernel is clean to 1e17
 SCORE_BOUND_LIMIT = 2.0**52
+#: the same limit in float32 (``precision = "float32"``), 2²³ ≈ 8.4e6, where the float32 scores' rounding
+#: (β‖B_h‖·2⁻²⁴) passes 1/2 (from β‖B_h‖ ≈ 2e8 a float32 row's shifted exponents had come out above 88: NaN or
+#: negative weights)
+FLOAT32_SCORE_BOUND_LIMIT = 2.0**23
 #: :math:`e^x` overflows float64 above this x (ln 1.8e308)
 EXP_OVERFLOW = 709.78
 #: the largest ‖V_h‖_F taken: the velocities (at most ‖V_h‖ for unit tokens and normalised attention), the Runge–Kutta
@@ -74,6 +78,13 @@ def score_bound(beta: float, B: np.ndarray) -> float:
     r""":math:`\beta\max_h\|B_h\|_F \ge \beta\max|\langle x, B_h y\rangle|` for unit tokens, the bound held to
     :data:`SCORE_BOUND_LIMIT` (a run's heads, a phase diagram's largest β).  ``B`` is ``(H, d, d)``."""
     return float(beta) * max(float(np.linalg.norm(b)) for b in np.asarray(B))
+
+
+def score_bound_limit(precision: str = "float64") -> tuple[float, str]:
+    """The largest :func:`score_bound` taken in ``precision``, and how a message writes it (``"2^52 = 4.5e+15"``)."""
+    if precision == "float32":
+        return FLOAT32_SCORE_BOUND_LIMIT, f"2^23 = {FLOAT32_SCORE_BOUND_LIMIT:.3g} in float32"
+    return SCORE_BOUND_LIMIT, f"2^52 = {SCORE_BOUND_LIMIT:.3g}"
 
 
 def unshifted_exponent(beta: float, B: np.ndarray) -> float:
@@ -237,9 +248,10 @@ class Model:
             if not size <= VALUE_BOUND_LIMIT:
                 raise ValueError(f"the heads' values V_h make the velocities overflow: ‖V_h‖_F = {size:.3g} (at most "
                                  f"{VALUE_BOUND_LIMIT:.0e})")
-            if self.attention != "relu" and not bound <= SCORE_BOUND_LIMIT:  # (ReLU attention takes no β)
-                raise ScoreOverflowError(f"beta = {self.beta!r} puts the scores β⟨x, B_h y⟩ past float64's resolution: β‖B_h‖_F = "
-                                         f"{bound:.3g} (at most 2^52 = {SCORE_BOUND_LIMIT:.3g}, where their rounding reaches 1/2 and "
+            limit, written = score_bound_limit(self.precision)
+            if self.attention != "relu" and not bound <= limit:  # (ReLU attention takes no β)
+                raise ScoreOverflowError(f"beta = {self.beta!r} puts the scores β⟨x, B_h y⟩ past {self.precision}'s resolution: "
+                                         f"β‖B_h‖_F = {bound:.3g} (at most {written}, where their rounding reaches 1/2 and "
                                          "every attention weight is round-off; at that temperature the softmax is already an argmax)")
             if self.backend == "harmonic" and self.attention in SPHERE_KINDS:  # (its time and memory grow like β)
                 check_harmonic_degree(heads.at(0.0), self.beta, kind=self.attention, tolerance=self.tolerance)

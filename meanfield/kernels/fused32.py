@@ -129,13 +129,16 @@ def float32_scaled_masses(a: np.ndarray, heads: HeadStack, x_norm_max: float, de
 
 @jit(fastmath={"contract"})
 def exp32_nonpositive_scalar(z):  # pragma: no cover - compiled
-    r"""float32 ``exp(z)`` for ``z ≤ 0`` (0 below -87), branch-free so that loops calling it vectorise.
+    r"""float32 ``exp(z)`` for ``z ≤ 0`` (0 below -87, 1 above 0), branch-free so that loops calling it vectorise.
 
     Cody–Waite reduction with :math:`k=\mathrm{round}(z\log_2e)`, the degree-7 Taylor
     polynomial on :math:`|r|\le\ln2/2`, and :math:`2^k` built from the exponent bits.
     """
     keep = _F(z >= _ZMIN)
     z = _ZMIN if z < _ZMIN else z
+    # a score past the row's shift by its float32 rounding counts as the shift (z > 88 had overflowed the exponent
+    # bits into inf or a negative weight); the Model holds β‖B_h‖ to FLOAT32_SCORE_BOUND_LIMIT, where this is round-off
+    z = _ZERO if z > _ZERO else z
     ki = np.int32(z * _LOG2E - _HALF)  # z ≤ 0: truncating y - 1/2 rounds y to nearest
     kf = _F(ki)
     r = (z - kf * _LN2_HI) - kf * _LN2_LO

@@ -20,6 +20,8 @@ def test_float32_exp_is_within_a_few_ulp_and_zero_below_the_normal_range():
     np.testing.assert_allclose(got, ref, rtol=3e-7, atol=0)
     assert np.all(exp32_nonpositive(np.array([-87.5, -100.0, -1e30], dtype=np.float32)) == 0.0)
     assert exp32_nonpositive(np.array([0.0], dtype=np.float32))[0] == 1.0
+    # a positive z (a score past its row's shift by float32 rounding) counts as 0 (z > 88 had given inf or -6.2e9)
+    assert np.all(exp32_nonpositive(np.array([1e-7, 1.0, 50.0, 88.0, 89.0, 200.0, 1e30], dtype=np.float32)) == 1.0)
 
 
 def _heads(rng, H, d):
@@ -209,6 +211,35 @@ def test_masses_beyond_float32_range_give_the_float64_velocity_to_float32_accura
     low = attention_velocity(x, heads, beta=2.0, kind=kind, weights=a, backend=backend, precision="float32")
     assert np.all(np.isfinite(low))
     np.testing.assert_allclose(low, exact, rtol=0, atol=1e-6 * 3.0 * np.abs(exact).max())
+
+
+@pytest.mark.parametrize("backend", ["fused", "blas"])
+@pytest.mark.parametrize(("d", "beta"), [(3, 1e9), (40, 1e14)])
+def test_float32_rows_at_scores_past_float32_resolution_stay_finite_and_nonnegative(backend, d, beta):
+    # (found in review) from β‖B‖ ≈ 2e8 the float32 shifted exponents had come out positive by their rounding, above 88:
+    # NaN rows, or negative weights (a row 0.34 off); each token attends to itself alone there, v = x
+    x = sample_uniform(100, d, seed=0)
+    heads = HeadStack(B=np.eye(d)[None], V=np.eye(d)[None])
+    low = attention_velocity(x, heads, beta=beta, backend=backend, precision="float32")
+    np.testing.assert_allclose(low, x, rtol=0, atol=1e-6)
+
+
+def test_precision_float32_holds_beta_to_float32_resolution():
+    # the Model (and a config, naming model.beta) refuses β‖B_h‖_F past 2^23 in float32, where the scores' rounding
+    # passes 1/2, as it refuses past 2^52 in float64
+    from meanfield.config import load_config
+    from meanfield.errors import ConfigError
+    from meanfield.build import build_model
+    from meanfield.heads import identity
+    from meanfield.model import FLOAT32_SCORE_BOUND_LIMIT, Model, ScoreOverflowError
+
+    top = FLOAT32_SCORE_BOUND_LIMIT / np.sqrt(3.0)  # β‖I‖_F = β√3
+    Model(d=3, beta=top * 0.999, heads=identity(3), precision="float32")
+    Model(d=3, beta=1e9, heads=identity(3))  # float64 takes it
+    with pytest.raises(ScoreOverflowError, match=r"past float32's resolution: .*\(at most 2\^23 = 8\.39e\+06 in float32"):
+        Model(d=3, beta=top * 1.001, heads=identity(3), precision="float32")
+    with pytest.raises(ConfigError, match=r"model\.beta: .*past float32's resolution"):
+        build_model(load_config(None, ["model.precision=float32", "model.beta=1e9"]))
 
 
 def test_mass_exponent_bounds_the_denominators_of_short_tokens_too(rng):
