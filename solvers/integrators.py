@@ -20,6 +20,7 @@ import numpy as np
 
 from meanfield.errors import RunFailed
 from meanfield.geometry.sphere import normalize, normalized_combination
+from meanfield.resources import MAX_STEPS
 from meanfield.solvers.signals import check
 
 __all__ = ["stage_point", "ExplicitRK", "Euler", "Heun", "RK4", "DormandPrince", "INTEGRATORS", "from_name"]
@@ -160,6 +161,8 @@ class DormandPrince(ExplicitRK):
                 t = t1 if last else t + h
                 x, k1 = x_new, k_new
                 accepted += 1
+                if accepted % _STEP_CHECK == 0 and not last:
+                    _fail_if_endless(k1, h, accepted, t0, t, t1)
                 h = h * factor
             else:
                 rejected += 1
@@ -167,6 +170,24 @@ class DormandPrince(ExplicitRK):
                 if h < h_min:  # only a rejected step can stall; a tiny last step is fine
                     raise RunFailed(f"rk45 step size fell below {h_min:g} at t={t:.6g} (a stiff field)")
         return x, {"accepted": accepted, "rejected": rejected}
+
+
+#: accepted steps between two looks at how many the interval still needs (:func:`_fail_if_endless`)
+_STEP_CHECK = 1000
+
+
+def _fail_if_endless(k: np.ndarray, h: float, accepted: int, t0: float, t: float, t1: float) -> None:
+    """:class:`~meanfield.errors.RunFailed` where the accepted step ``h`` would take the interval to ``t1`` past
+    :data:`~meanfield.resources.MAX_STEPS` steps, the bound a fixed ``solver.dt`` is held to (a field of 9e10 had taken
+    steps of 1e-12, above the smallest step: the run had sat at t = 0 without a word)."""
+    needed = accepted + (t1 - t) / h
+    if needed <= MAX_STEPS:
+        return
+    k = np.asarray(k)
+    speed = float(np.max(np.linalg.norm(k.reshape(-1, k.shape[-1]), axis=1))) if k.ndim >= 2 else float(np.max(np.abs(k)))
+    raise RunFailed(f"rk45 took {accepted} steps of about {h:.2g} from t={t0:.6g} to t={t:.6g}: the interval to t={t1:.6g} "
+                    f"needs about {needed:.2g}, past the limit of {MAX_STEPS:.0e} steps (the field reaches "
+                    f"max |dx/dt| = {speed:.3g}: a smaller model.beta, or normalized attention)")
 
 
 def _fail_if_not_finite(x: np.ndarray, k: np.ndarray, t: float) -> None:

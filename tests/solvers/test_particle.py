@@ -233,6 +233,25 @@ def test_a_field_that_turns_nan_is_named_at_the_step_by_every_scheme(method):
     assert "step size" not in str(failed.value) and list(failed.value.run.t) == [0.0, 0.1, 0.2]
 
 
+def test_rk45_on_a_field_too_fast_for_its_interval_fails_naming_the_steps_it_would_need(tmp_path, capsys):
+    # (found in review) unnormalized attention at β = 30 reaches |dx/dt| ≈ 1e7 … 9e10: rk45's accepted steps of ~1e-12 stayed
+    # above its smallest step, and the run sat at t = 0 without a word (rk4 warns of its step)
+    from meanfield.errors import RunFailed
+
+    model = Model(d=3, beta=30.0, attention="unnormalized")
+    with pytest.raises(RunFailed, match=r"rk45 took 1000 steps of about .* past the limit of 1e\+08 steps \(the field "
+                                        r"reaches max \|dx/dt\| = [\d.]+e\+\d+") as failed:
+        solve(Problem(model, sample_uniform(8, 3, seed=0)), ParticleSolver(method="rk45", dt=0.01), t_final=1.0,
+              save_every=0.5, energy=False, speed=False)
+    assert list(failed.value.run.t) == [0.0]  # the first frame kept
+    _, path = small_config(tmp_path, t_final=1.0)
+    out = tmp_path / "fast.h5"
+    assert main(["simulate", str(path), "-o", str(out), "--quiet", "--set", "model.attention='unnormalized'",
+                 "--set", "model.beta=30", "--set", "solver.method='rk45'"]) == 1
+    assert "past the limit of 1e+08 steps" in capsys.readouterr().err
+    assert load(out).frames == 1
+
+
 def test_resume_refuses_another_config(tmp_path, capsys):
     _, path = small_config(tmp_path, t_final=1.0)
     out = tmp_path / "o.h5"
