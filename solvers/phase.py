@@ -633,7 +633,8 @@ class PhaseDiagram:
         for ax in axes[1]:
             ax.set_xlabel("time t" if to_scale_t else "time t (one column per time, not to scale)")
         for ax in axes[:, 0]:
-            ax.set_ylabel("inverse temperature β" if to_scale_b else "inverse temperature β (one row per β, not to scale)")
+            # (one label taller than its panel had run into the next: the rows' note on two lines)
+            ax.set_ylabel("inverse temperature β" if to_scale_b else "inverse temperature β\n(one row per β, not to scale)")
         fig.suptitle(title or (f"Phase diagram of {self._attention()} self-attention dynamics (Geshkovski, Letrouit, Polyanskiy and "
                                f"Rigollet, arXiv 2312.10794)\n$n = {self.n}$ tokens on $S^{{{self.d - 1}}}$, {self.samples} random "
                                f"initialisations per β; heads: {self._heads_text()}"), fontsize=10)
@@ -763,6 +764,11 @@ def phase_diagram(
         if unused:
             warnings.warn(f"{' and '.join('solver.' + k for k in unused)} not used: the diagram's times are phase.times "
                           f"{list(cfg['phase']['times'])}", ConfigNote, stacklevel=2)
+    tracked = [f"track.{key} = {value!r}" for key, value in cfg.get("track", {}).items()
+               if key in SCHEMA["track"] and value != SCHEMA["track"][key].default]
+    if tracked:  # (they had been dropped without a word)
+        warnings.warn(f"{' and '.join(tracked)} not used: a phase diagram records its cluster statistics only, no "
+                      "run's trackers", ConfigNote, stacklevel=2)
     times = phase_times(cfg)
     folder = Path(out) if out is not None else None
     tasks = _payloads(cfg, times, folder)

@@ -417,6 +417,9 @@ def test_a_model_beta_the_diagram_does_not_use_gets_a_note(tiny):
 
     with pytest.warns(ConfigNote, match=r"model.beta = 16 is not used: a phase diagram's rows are phase.betas"):
         phase_diagram(tiny, workers=0, **{"model.beta": 16.0, "phase.samples": 2})
+    # (found in review) track.* keys, which no phase diagram reads, had been dropped without a word
+    with pytest.warns(ConfigNote, match=r"track.concentration = True not used: a phase diagram records its cluster"):
+        phase_diagram(tiny, workers=0, **{"track.concentration": True, "phase.samples": 2})
 
 
 def _cells(ax) -> np.ndarray:
