@@ -73,11 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``meanfield`` parser with every sub-command."""
     parser = _Parser(prog="meanfield", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"meanfield {__version__}")
+    # before the command too (``meanfield --threads 1 run`` had been refused as "invalid choice: '1'"); below it the
+    # option defaults to nothing, so that a value given before the command stands
+    parser.add_argument("--threads", metavar="N", default=None,
+                        help="threads of the kernels, before or after the command (default: MEANFIELD_NUM_THREADS, else all cores)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"meanfield.cli.{name}").add_parser(sub)
     for command in sub.choices.values():
-        _add_threads(command, default=None)
+        _add_threads(command, default=argparse.SUPPRESS)
     return parser
 
 

@@ -35,10 +35,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "(Armijo line search) from the config's initial tokens and classifies the result.",
     )
     sub = p.add_subparsers(dest="action", metavar="ACTION")
-    c = sub.add_parser("classify", help="classify one frame of a particle run")
+    c = sub.add_parser("classify", help="classify one frame of a particle run",
+                       description="Whether one frame of a particle run is a critical point of the energy (|grad E| "
+                       "against --gtol) and its type from the Hessian's eigenvalues in the mass metric, rotation zero "
+                       "modes removed: maximum, minimum, saddle or degenerate.")
     c.add_argument("run", metavar="OUT.h5", help="a particle run file")
     c.add_argument("--frame", default="-1", metavar="K", help="frame index (default -1: the last)")
-    s = sub.add_parser("search", help="search a maximiser or minimiser from a config's initial tokens")
+    s = sub.add_parser("search", help="search a maximiser or minimiser from a config's initial tokens",
+                       description="Riemannian gradient ascent (--mode max) or descent (--mode min) of the energy, with "
+                       "an Armijo line search, from the config's initial tokens; the configuration reached is "
+                       "classified as by 'classify' (and saved with --out).")
     s.add_argument("config", metavar="CONFIG.toml", help="the model and the initial tokens (init.kind = 'run': a stored "
                                                           "frame's, init.path at init.time, with their masses)")
     s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")

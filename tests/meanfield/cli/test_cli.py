@@ -377,6 +377,10 @@ def test_threads_is_taken_after_a_sub_command_too(capsys, monkeypatch):
     assert main(["theory", "--threads", "1", "beta-star"]) == 0
     assert during == [1, 1] and os.environ["MEANFIELD_NUM_THREADS"] == "2"
     assert main(["theory", "--threads", "1", "beta-star"]) == 0
+    # and before the command (`meanfield --threads 1 run` had been refused: "invalid choice: '1'")
+    assert main(["--threads", "1", "theory", "beta-star"]) == 0
+    assert during == [1, 1, 1, 1]
+    assert main(["--threads", "2", "theory", "beta-star", "--threads", "1"]) == 0 and during[-1] == 1  # the command's own
     capsys.readouterr()
     assert main(["theory", "beta-star", "--threads", "0"]) == 2
     assert "--threads: must be an integer >= 1" in capsys.readouterr().err
