@@ -364,15 +364,20 @@ def open_window_note(summary: Mapping[str, Any], *, option: str = "--threshold")
     ``--threshold``; the Python text names :meth:`meanfield.Run.concentration`'s argument).
 
     A window open at its start too (the threshold above :math:`W_2` at the first frame, :math:`W_2(0)` but for a
-    continued run) is none: a longer run cannot give it a start."""
+    continued run) is none: a longer run cannot give it a start; a lower threshold can, unless the run starts at its
+    minimum (a run continued from the frame of its minimum), where no window can open."""
     w_min, theta, final = summary["w2_min"], summary["threshold"], summary["w2_final"]
     if summary["open_start"]:  # (it had read "[≤0, 6≥]", "run longer")
         where = "above" if theta > summary["w2_initial"] else "at"
         origin = " (2·W2_min)" if theta == 2.0 * w_min else ""  # the default: the user gave none
         t_first = summary.get("t_a", 0.0)  # open at the start: the first frame's time (not 0 for a continued run)
         start = "W2(0)" if t_first == 0 else f"W2(t = {t_first:.4g})"
+        if summary["w2_initial"] <= w_min:  # (it had advised a threshold below W2_min, which gives no window at all)
+            advice = "the run starts at its minimum: no window can open in it"
+        else:
+            advice = f"a threshold below {summary['w2_initial']:.4g} ({option}) gives one a start"
         return (f"threshold {theta:.4g}{origin} {where} {start} = {summary['w2_initial']:.4g}: no window (W2 is below the threshold "
-                f"from the first frame; a threshold below {summary['w2_initial']:.4g} ({option}) gives one a start)")
+                f"from the first frame; {advice})")
     if not summary["min_at_end"] and final - w_min > 0.5 * (theta - w_min):
         return (f"W2 has come back from W2_min = {w_min:.4g} to {final:.4g} at the last frame, still below the threshold "
                 f"{theta:.4g}: where it levels off there (the terminal phase, near E_V) the window never closes at this "

@@ -858,6 +858,21 @@ def test_a_window_left_open_by_the_terminal_plateau_says_so_rather_than_run_long
     assert falling["open_end"] and "(run longer)" in open_window_note(falling)
 
 
+def test_a_run_that_starts_at_its_minimum_is_not_told_a_lower_threshold_gives_a_window() -> None:
+    """(found in review) a run continued from the frame of its minimum had been told "a threshold below W2(t0) gives
+    one a start": any threshold below W2(t0) = W2_min gives no window at all."""
+    from meanfield.analysis.concentration import open_window_note
+
+    t = np.linspace(4.5, 7.0, 6)
+    at_min = concentration_summary(t, [0.3354, 0.34, 0.37, 0.42, 0.5, 0.56])
+    assert at_min["open_start"] and at_min["t_min"] == 4.5
+    note = open_window_note(at_min)
+    assert "threshold 0.6708 (2·W2_min) above W2(t = 4.5) = 0.3354: no window" in note
+    assert "the run starts at its minimum: no window can open in it" in note and "gives one a start" not in note
+    later = concentration_summary(t, [0.5, 0.34, 0.37, 0.42, 0.5, 0.56], threshold=0.6)  # a start above the minimum
+    assert "a threshold below 0.5 (--threshold) gives one a start" in open_window_note(later)
+
+
 def test_a_threshold_above_the_first_w2_gives_no_window_and_python_text_names_no_cli_option() -> None:
     # 2·W2_min above W2(0) had read "metastable window (W2 ≤ 1.2): [≤0, 5≥]" with "run longer", which cannot help; the
     # Python text had named the CLI's --threshold
