@@ -240,6 +240,14 @@ def tracker_from_head(
 #: beyond this many atoms of Π♯ρ₀ a grid run's W2 takes the cells at their centres, not the quadrature of its reconstruction
 QUADRATURE_MAX_ATOMS = 64
 
+#: the slope of W2 at the end of a curve (``w2_final_slope`` of :func:`concentration_summary`) is taken over this many
+#: frame intervals before the last frame (from the minimum on)
+LEVEL_FRAMES = 3
+
+#: W2 has levelled off below the threshold (:func:`open_window_note`) when its rise at the last frames' slope, over as
+#: long again as the time since the minimum, is at most this fraction of what it lacks to the threshold
+LEVEL_FRACTION = 0.1
+
 
 def grid_quadrature(mesh: Any, mass: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Nodes and weights of the reconstructed grid measure (one :class:`LinearReconstruction` per mesh)."""
@@ -291,7 +299,9 @@ def concentration_summary(
         (NaN when the threshold is below the minimum; ``window_length`` NaN also where W2 is below the threshold from
         the first frame, ``open_start``: no window, ``t_a`` the first frame's time), ``open_start``,
         ``open_end``, ``min_at_end`` (the curve was still falling: run longer),
-        ``w2_initial``, ``w2_final``.
+        ``w2_initial``, ``w2_final``, and ``w2_final_slope``, :math:`dW_2/dt` at the end of the curve: the
+        difference quotient over the last :data:`LEVEL_FRAMES` frame intervals, or the frames from the minimum on where
+        fewer follow it (NaN when the minimum is at the last frame).
 
     Examples
     --------
@@ -324,6 +334,7 @@ def concentration_summary(
         "w2_initial": float(values[0]),
         "w2_final": float(values[-1]),
         "min_at_end": bool(i == values.size - 1 and values.size > 1),
+        "w2_final_slope": _final_slope(times, values, i),
         "open_start": False,
         "open_end": False,
     }
@@ -355,13 +366,33 @@ def concentration_summary(
     return out
 
 
+def _final_slope(times: NDArray[np.float64], values: NDArray[np.float64], i: int) -> float:
+    """``w2_final_slope`` of :func:`concentration_summary` (``i``: the minimum's frame)."""
+    j = max(i, values.size - 1 - LEVEL_FRAMES)
+    if j >= values.size - 1:
+        return math.nan
+    return float((values[-1] - values[j]) / (times[-1] - times[j]))
+
+
 def open_window_note(summary: Mapping[str, Any], *, option: str = "--threshold") -> str:
     r"""What an open end of the window (W2 below the threshold at the last frame) means for a curve of
     :func:`concentration_summary`: run longer, or, where W2 has come back more than halfway from its minimum to the
-    threshold, give a lower threshold — the late plateau of the terminal phase (near :math:`E_V`, about π/4 on the
-    default head) lies below :math:`2W_{2,\min}` at small β, and such a window had been "extended" over the whole
-    terminal phase, with the advice to run longer.  ``option`` names where a threshold is given (the CLI's
-    ``--threshold``; the Python text names :meth:`meanfield.Run.concentration`'s argument).
+    threshold and levelled off there, give a lower threshold — the late plateau of the terminal phase (near
+    :math:`E_V`, about π/4 on the default head) lies below :math:`2W_{2,\min}` at small β, and such a window had been
+    "extended" over the whole terminal phase, with the advice to run longer.  ``option`` names where a threshold is
+    given (the CLI's ``--threshold``; the Python text names :meth:`meanfield.Run.concentration`'s argument).
+
+    W2 counts as levelled off when, rising at its slope over the last frames (``w2_final_slope``) for as long again as
+    the time since the minimum, it would cover at most :data:`LEVEL_FRACTION` (a tenth) of what it lacks to the
+    threshold:
+
+    .. math::
+
+        \dot W_2(t_{\rm last})\,(t_{\rm last} - t_{\min}) \le 0.1\,(\theta - W_2(t_{\rm last})).
+
+    Where W2 has come back more than halfway but is still rising faster, the run ends before the window closes (a run
+    truncated in the climb had been told its window never closes at this threshold), and a later ``solver.t_final``
+    shows where it closes.
 
     A window open at its start too (the threshold above :math:`W_2` at the first frame, :math:`W_2(0)` but for a
     continued run) is none: a longer run cannot give it a start; a lower threshold can, unless the run starts at its
@@ -379,9 +410,16 @@ def open_window_note(summary: Mapping[str, Any], *, option: str = "--threshold")
         return (f"threshold {theta:.4g}{origin} {where} {start} = {summary['w2_initial']:.4g}: no window (W2 is below the threshold "
                 f"from the first frame; {advice})")
     if not summary["min_at_end"] and final - w_min > 0.5 * (theta - w_min):
+        slope = summary.get("w2_final_slope", math.nan)
+        elapsed = summary["t_b"] - summary["t_min"]  # open at the end: t_b is the last frame's time
+        if slope * elapsed <= LEVEL_FRACTION * (theta - final):  # (NaN, where no slope was measured: still rising)
+            return (f"W2 has come back from W2_min = {w_min:.4g} to {final:.4g} at the last frame, still below the threshold "
+                    f"{theta:.4g}: where it levels off there (the terminal phase, near E_V) the window never closes at this "
+                    f"threshold; a threshold below {final:.4g} ({option}) ends it")
+        # (a run cut off in the climb had been told that the window never closes at this threshold)
         return (f"W2 has come back from W2_min = {w_min:.4g} to {final:.4g} at the last frame, still below the threshold "
-                f"{theta:.4g}: where it levels off there (the terminal phase, near E_V) the window never closes at this "
-                f"threshold; a threshold below {final:.4g} ({option}) ends it")
+                f"{theta:.4g} and rising ({slope:.3g} per unit of time over the last frames): the run ends before the window "
+                f"closes (or W2 levels off); a later solver.t_final shows where it closes")
     return "W2 is still below the threshold at the last frame: the window may extend further (run longer)"
 
 

@@ -858,6 +858,36 @@ def test_a_window_left_open_by_the_terminal_plateau_says_so_rather_than_run_long
     assert falling["open_end"] and "(run longer)" in open_window_note(falling)
 
 
+def test_a_run_cut_off_while_w2_still_climbs_is_told_to_run_longer_not_that_the_window_never_closes() -> None:
+    """(found in review) W2 back more than halfway to the threshold but still rising steeply at the last frame had been
+    told "where it levels off there the window never closes at this threshold; a threshold below … ends it"; the same
+    run taken further closes its window at that threshold."""
+    from meanfield.analysis.concentration import open_window_note
+
+    t = np.linspace(0.0, 6.0, 13)
+    w2 = [1.0, 0.9, 0.75, 0.6, 0.5, 0.42, 0.36, 0.335, 0.36, 0.42, 0.48, 0.53, 0.58]
+    climbing = concentration_summary(t, w2)
+    assert climbing["open_end"] and climbing["w2_final"] - climbing["w2_min"] > 0.5 * (climbing["threshold"] - climbing["w2_min"])
+    note = open_window_note(climbing)
+    assert "never closes" not in note and "a threshold below" not in note
+    assert "still below the threshold 0.67 and rising (0.107 per unit of time over the last frames)" in note
+    assert "the run ends before the window closes (or W2 levels off); a later solver.t_final shows where it closes" in note
+    from meanfield.analysis.concentration import LEVEL_FRAMES  # the slope over the last frame intervals
+
+    np.testing.assert_allclose(climbing["w2_final_slope"], (0.58 - w2[-1 - LEVEL_FRAMES]) / (t[-1] - t[-1 - LEVEL_FRAMES]),
+                               rtol=1e-12)
+    # the same curve levelled off below the threshold keeps the plateau's advice, here and in the sweep's table
+    level = concentration_summary(np.linspace(0.0, 9.0, 19), w2 + [0.6, 0.61, 0.6125, 0.6125, 0.6125, 0.6125])
+    np.testing.assert_allclose(level["w2_final_slope"], 0.0, atol=1e-15)
+    assert "never closes at this threshold; a threshold below 0.6125 (--threshold) ends it" in open_window_note(level)
+    from meanfield.solvers.experiments.concentration import BetaSweep
+
+    row = dict(climbing, beta=16.0, n=600, rate=0.4, ratio=0.8, under_resolved="")
+    fits = {"slope": 1.0, "intercept": 0.0, "r2": math.nan}
+    table = BetaSweep(np.array([16.0]), [{}], [row], fits, fits, "particle").table()
+    assert "≥ β = 16: " + note in table
+
+
 def test_a_run_that_starts_at_its_minimum_is_not_told_a_lower_threshold_gives_a_window() -> None:
     """(found in review) a run continued from the frame of its minimum had been told "a threshold below W2(t0) gives
     one a start": any threshold below W2(t0) = W2_min gives no window at all."""
