@@ -360,18 +360,42 @@ def _check_resumable_sweep(plan: Sequence[tuple[float, int, Sequence[tuple[int, 
     starts (each run had been checked only when the sweep reached it: the runs of the βs before one that differed had
     been extended, and the command then stopped with exit 2); a note where ``out_dir`` holds none of them.
 
+    The refusals of a run's state that :func:`meanfield.solvers.run.simulate_config` makes when it resumes one are
+    made here too, for every stored run that would be resumed (one that is not only read, finished): a failed run
+    (but for a full disk, whose frames go on), and a last committed frame that is not finite or not the bytes
+    committed. The message says what to do within the sweep (a single run's remedy, another config in a new file, does
+    not fit a sweep, whose βs share one config): delete or move that β's file so that it runs afresh, or, for a failed
+    run, sweep with another config into a new folder.
+
     Raises
     ------
     ConfigError
         Naming the first key that differs (:func:`meanfield.solvers.run.simulate_config`'s check), or ``--resume`` for a
-        file that is not a run.
+        file that is not a run, a failed run, or a last frame the run cannot continue from.
     """
     from meanfield.io.runfile import RunReader
     from meanfield.solvers.run import _check_resumable
 
-    stored = [(case, out) for _, _, runs in plan for _, case, out in runs if out is not None and out.exists()]
-    for case, out in stored:
+    stored = [(beta, case, out) for beta, _, runs in plan for _, case, out in runs if out is not None and out.exists()]
+    for _, case, out in stored:
         _check_resumable(RunReader(out, key="--resume").config, case, out)
+    for beta, case, out in stored:  # (a failed run had been refused when the sweep reached it, after earlier βs ran)
+        reader = RunReader(out, key="--resume")
+        finished = reader.status == "completed" and reader.config["solver"]["t_final"] == case["solver"]["t_final"]
+        if reader.frames == 0 or finished:  # started afresh, or only read
+            continue
+        afresh = f"delete or move {out} so that β = {beta:g} runs afresh in this sweep"
+        if reader.status == "failed" and not reader.info.get("storage_failed"):  # a full disk: its frames are good, go on
+            raise ConfigError("--resume", f"the run in {out} failed ({reader.stop_reason}); the same config fails again at "
+                                          "the same step, and --resume takes no other (nothing of the sweep has been run or "
+                                          "changed). Sweep with another config (e.g. a smaller solver.dt) into a new --out, "
+                                          f"or {afresh}")
+        state, intact = reader.checked_state(-1)  # (as meanfield.io.runfile.last_frame checks it when the run resumes)
+        what = ("does not match the checksum written with it (its bytes changed on disk after it was committed)" if not intact
+                else "is not finite" if not np.all(np.isfinite(state)) else "")
+        if what:
+            raise ConfigError("--resume", f"{out}: the last committed frame {what}, and the run cannot continue from it "
+                                          f"(nothing of the sweep has been run or changed): {afresh}")
     if not stored:  # (a mistyped folder had started the sweep afresh without a word)
         where = "does not exist" if not out_dir.exists() else "holds none of this sweep's runs"
         warnings.warn(f"--resume: {out_dir} {where}: nothing to resume, every run starts afresh", ConfigNote, stacklevel=3)

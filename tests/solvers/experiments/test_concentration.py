@@ -1043,6 +1043,48 @@ def test_resume_checks_every_stored_run_before_any_is_touched(tmp_path: Path, ca
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # not one file changed
 
 
+def test_resume_refuses_a_failed_or_non_finite_stored_run_before_any_run_is_touched(tmp_path: Path, capsys) -> None:
+    # (found in review) a failed run had been refused only when the sweep reached it: β = 4's run had been extended to
+    # the new t_final first, and the message's remedy (another config in a new file) could not be given to a sweep
+    import h5py
+    import json
+
+    from meanfield.io.runfile import CHECKSUM, frame_checksum
+
+    out = tmp_path / "runs"
+    base = ["concentration", "--sweep-beta", "4,16,64", str(CONFIG), "--solver", "particle", "--cells", "40", "--single",
+            "--out", str(out), "--quiet", "--set", "solver.save_every=0.25"]
+    assert cli.main([*base, "--set", "solver.t_final=0.5"]) == 0
+    with h5py.File(out / "beta_16.h5", "r+") as f:  # as a failure leaves it
+        f.attrs["status"], f.attrs["stop_reason"] = "failed", "non-finite state"
+        info = json.loads(f.attrs["info"])
+        info.update(failed=True, stop_reason="non-finite state")
+        f.attrs["info"] = json.dumps(info)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert cli.main([*base, "--set", "solver.t_final=1", "--resume"]) == 2
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # not one file changed (β = 4's had been extended)
+    err = capsys.readouterr().err
+    assert f"--resume: the run in {out / 'beta_16.h5'} failed (non-finite state)" in err
+    assert "nothing of the sweep has been run or changed" in err
+    assert f"delete or move {out / 'beta_16.h5'} so that β = 16 runs afresh in this sweep" in err
+    (out / "beta_16.h5").unlink()  # as the message says: β = 16 runs afresh, the others are resumed
+    with h5py.File(out / "beta_64.h5", "r+") as f:  # a last frame that is not finite, its checksum matching
+        frames = int(f["committed_frames"][0])
+        state = f["x"][frames - 1]
+        state[0, 0] = np.nan
+        f["x"][frames - 1] = state
+        f[CHECKSUM][frames - 1] = frame_checksum(state)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert cli.main([*base, "--set", "solver.t_final=1", "--resume"]) == 2
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    err = capsys.readouterr().err
+    assert f"{out / 'beta_64.h5'}: the last committed frame is not finite, and the run cannot continue from it" in err
+    assert f"delete or move {out / 'beta_64.h5'} so that β = 64 runs afresh in this sweep" in err
+    (out / "beta_64.h5").unlink()
+    assert cli.main([*base, "--set", "solver.t_final=1", "--resume"]) == 0
+
+
 def test_a_sweep_of_one_frame_is_refused(tmp_path: Path, capsys) -> None:
     # t_final = 0 had fitted "t_min = 0·log β + 0" to W2(0) at every β, with no star and no note
     out = tmp_path / "runs"
