@@ -630,6 +630,17 @@ def test_late_rate_title_and_legend_lie_inside_the_picture(tmp_path, monkeypatch
         assert not ax.get_legend().get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
 
 
+def test_the_beta_family_docstrings_quote_the_readme_on_the_coarse_mesh_at_beta_4():
+    # found in review (concentration): both docstrings said c = 0.5 moves W2_min at β = 4 by 3.2 %, the README 3.0 %
+    # (re-measured with the exact split of Π♯ρ₀; 3.2 % before it)
+    readme = " ".join((Path(FIGURES.__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    assert "at c = 0.5, 202 → 808 cells moved W2_min by 3.0 %, re-measured with the exact split of Π♯ρ₀" in readme
+    for name in ("concentration_tmin_fit", "concentration_w2min_rate"):
+        text = " ".join(REGISTRY[name].load().__doc__.split())
+        assert ":math:`c = 0.5` moves it 3.0 % (202 → 808 cells, with the exact split of Π♯ρ₀)" in text, name
+        assert "3.2 %" not in text, name
+
+
 def test_w2min_rate_docstring_quotes_the_measured_slopes(made):
     # found in review (figures): the docstring said "the coarse quick grid about 0.85"; it measures 0.94
     module = REGISTRY["concentration_w2min_rate"].load()
