@@ -114,7 +114,9 @@ class BetaSweep:
         and, where the cores fall below the cells before ``t_min``, ``w2_min_resolved``, ``t_min_resolved``
         and ``resolved_min_at_end`` over the frames before it; refined sweeps also ``t_cores_unresolved_coarse``.
     fit_tmin : dict
-        :math:`t_{\min}\approx a\log\beta+b`: ``slope``, ``intercept``, ``r2``.
+        :math:`t_{\min}\approx a\log\beta+b`: ``slope``, ``intercept``, ``r2``.  Over every β, those whose minimum
+        is at the last frame (``min_at_end``: :math:`t_{\min}` only a lower bound, :math:`W_{2,\min}` an upper one)
+        included, as they are; :meth:`table` names them on both fit lines.
     fit_w2min : dict
         :math:`\log W_{2,\min}\approx a\log\sqrt{\log(\beta+1)/\beta}+b`: ``slope``, ``intercept``, ``r2``.
     solver : str
@@ -176,9 +178,20 @@ class BetaSweep:
         a = self.fit_tmin
         b = self.fit_w2min
         no_r2 = "  (no R²: two βs, or the same value at every β)"
-        lines.append(f"fit t_min = {a['slope']:.4g}·log β {_signed(a['intercept'])}{r_squared_label(a, undefined=no_r2)}")
+        # the βs whose minimum is at the last frame are fitted as they are: say so on the fit lines (only the row's "*"
+        # and the footnote had said it, and the fits had read as fits of minima)
+        at_end = [f"{s['beta']:g}" for s in self.summaries if s["min_at_end"]]
+
+        def whose(value: str, one: str, several: str) -> str:
+            if not at_end:
+                return ""
+            bound = f"is only {one}" if len(at_end) == 1 else f"are only {several}"
+            return f"; fitted with β = {', '.join(at_end)}, whose {value} {bound} (minimum at the last frame, *)"
+
+        lines.append(f"fit t_min = {a['slope']:.4g}·log β {_signed(a['intercept'])}{r_squared_label(a, undefined=no_r2)}"
+                     f"{whose('t_min', 'a lower bound', 'lower bounds')}")
         lines.append(f"fit log W2_min = {b['slope']:.4g}·log √(log(β+1)/β) {_signed(b['intercept'])}"
-                     f"{r_squared_label(b, undefined=no_r2)}")
+                     f"{r_squared_label(b, undefined=no_r2)}{whose('W2_min', 'an upper bound', 'upper bounds')}")
         for s in self.summaries:
             if s["open_end"] or s["open_start"]:
                 lines.append(f"{'' if s['open_start'] else '≥ '}β = {s['beta']:g}: {open_window_note(s)}")

@@ -1134,6 +1134,31 @@ def _table_sweep(curves: list[np.ndarray], *, threshold: float | None = None, in
     return BetaSweep(np.array([4.0, 16.0]), [{"t": t, "w2_target": w} for w in curves], summaries, dict(fit), dict(fit), "particle")
 
 
+def test_the_fit_lines_name_the_betas_whose_minimum_is_at_the_last_frame() -> None:
+    # (found in review) a β whose minimum fell at the last frame (t_min only a lower bound, W2_min an upper one) entered
+    # both fits while the fit lines read as fits of minima (only the row's "*" and a footnote said it); the fits keep
+    # every β, as before, and the lines name those βs
+    from meanfield.analysis.concentration import linear_fit
+
+    plain = np.array([1.0, 0.6, 0.4, 0.3, 0.5, 0.8, 0.9])
+    falling = np.array([1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4])
+    lines = _table_sweep([plain, falling]).table().splitlines()
+    fit_t = next(line for line in lines if line.startswith("fit t_min = 0.8548·log β − 0.3402"))
+    fit_w = next(line for line in lines if line.startswith("fit log W2_min = 0.8548·log √(log(β+1)/β) − 0.3402"))
+    assert fit_t.endswith("; fitted with β = 16, whose t_min is only a lower bound (minimum at the last frame, *)")
+    assert fit_w.endswith("; fitted with β = 16, whose W2_min is only an upper bound (minimum at the last frame, *)")
+    both = _table_sweep([falling, falling]).table()
+    assert "fitted with β = 4, 16, whose t_min are only lower bounds" in both and "whose W2_min are only upper bounds" in both
+    assert "fitted with" not in _table_sweep([plain, plain]).table()
+    # a sweep whose largest β is still falling at t_final: its fit is over every β, that one named on the line
+    sweep = sweep_beta(_config("solver.t_final=1", "solver.save_every=0.25"), [4.0, 64.0], solver="particle", size=40)
+    ends = [s["beta"] for s in sweep.summaries if s["min_at_end"]]
+    assert 64.0 in ends
+    t_min = [s["t_min"] for s in sweep.summaries]
+    np.testing.assert_allclose(sweep.fit_tmin["slope"], linear_fit(np.log(sweep.betas), t_min)["slope"], rtol=1e-12)
+    assert f"fitted with β = {', '.join(f'{b:g}' for b in ends)}, whose t_min" in sweep.table()
+
+
 def test_the_sweep_table_signs_its_fits_and_says_an_earlier_minimum_and_a_window_under_w2_min() -> None:
     # "+ -0.3402"; the first local minimum (the one-run output prints it) and a window of none for a threshold below
     # W2_min (the one-run output says why) had gone unsaid in the table
