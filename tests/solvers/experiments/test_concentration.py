@@ -70,6 +70,21 @@ def test_zero_temperature_solver_matches_closed_form() -> None:
     np.testing.assert_allclose(math.log2(errors[0] / errors[1]), 4.0, atol=0.6)  # RK4 order
 
 
+def test_zero_temperature_descent_matches_the_closed_form_of_minus_s() -> None:
+    # (found in review: descent run as ascent had passed every test, all of them ascent) descent is ẋ = −P⊥(Sx)/‖Bᵀx‖,
+    # the closed form with S → −S and the same clock
+    B = np.array(K_DEFAULT)
+    x0 = sample_uniform(6, 3, seed=4)
+    head = Head(Q=np.eye(3), K=B, V=S_DEFAULT @ np.linalg.inv(B).T)
+    problem = Problem(Model(d=3, beta=1.0, heads=head, direction="descent"), x0)
+    result = solve(problem, ZeroTemperatureSolver(dt=0.1), t_final=6.0, save_every=1.0, energy=False, speed=False)
+    reference = zero_temperature_solution(x0, -np.asarray(S_DEFAULT), B, np.linspace(0.0, 6.0, 7))
+    np.testing.assert_allclose(np.array(result.states), reference, rtol=0, atol=2e-6)
+    # the Rayleigh quotient ⟨x, Sx⟩ falls along every token's path (ascent raises it)
+    states = np.array(result.states)
+    assert np.all(np.diff(np.einsum("tni,ij,tnj->tn", states, S_DEFAULT, states), axis=0) < 0)
+
+
 def test_zero_temperature_trajectory_lies_on_the_curve() -> None:
     """Without the clock: log-ratios of eigen-coordinates move on a line of slopes s_k − s_1 (closed form)."""
     x0 = normalize(np.array([[0.2, 0.7, -0.6], [-0.5, 0.3, 0.8]]))
