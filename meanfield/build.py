@@ -148,5 +148,6 @@ def initial_tokens(cfg: dict[str, Any]) -> np.ndarray:
     except ConfigError:
         raise  # names its key already
     except ValueError as exc:
-        raise ConfigError(f"init.{'path' if kind == 'file' else 'kind'}", str(exc)) from None
+        key = "path" if kind == "file" else "n" if kind == "fibonacci" and isinstance(n, int) and n < 4 else "kind"
+        raise ConfigError(f"init.{key}", str(exc)) from None  # (a Fibonacci n below 4 had been named init.kind)
     raise ConfigError("init.kind", f"{kind!r} is not a particle initial measure")

@@ -499,6 +499,7 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
                 raise ConfigError(f"model.heads[{index}]", "expected a table with keys Q, K, V")
         built = heads_from_config(heads, d=d, seed=model["seed"], base=base)  # raises ConfigError naming the key
         _check_unshifted_overflow(cfg, built)
+        _check_score_limit(cfg, built)
         from meanfield.model import VALUE_BOUND_LIMIT, value_bound  # local: the model module imports NumPy
 
         for index, head in enumerate(built):  # (V = 1e308 had run to NaN, exit 1, a file written)
@@ -521,11 +522,14 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
         if base is not None and spec.path.lower() != "minilm" and not Path(spec.path).expanduser().is_absolute():  # (~/ck had
             # become <config folder>/~/ck)
             model["heads"] = f"checkpoint:{base / spec.path}#{heads.rpartition('#')[2]}"
-        _check_unshifted_overflow(cfg, _checkpoint_heads_checks(model, beta_given=beta_given))
+        layer_heads = _checkpoint_heads_checks(model, beta_given=beta_given)
+        _check_unshifted_overflow(cfg, layer_heads)
+        _check_score_limit(cfg, layer_heads)
     else:  # the default head, B = I (each of model.num_heads)
         from meanfield.heads import identity
 
         _check_unshifted_overflow(cfg, [identity(d)])
+        _check_score_limit(cfg, [identity(d)])
     _authors_checks(cfg, on_grid=on_grid)
     _mask_checks(cfg, on_grid=on_grid)
     _graded_checks(cfg)
@@ -574,6 +578,15 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
             if init_given.get("n") is not None and init_given["n"] != rows:
                 raise ConfigError("init.n", f"n={init_given['n']} but {path} holds {rows} tokens")
             init["n"] = rows  # the stored config says how many tokens the run has
+            del tokens
+            from meanfield.geometry.sphere import load_points
+
+            try:  # the tokens as the run reads them: d columns, finite, no zero row (a sweep had written its folder
+                load_points(path, d=d)  # and then failed every case on them, exit 1)
+            except ConfigError:
+                raise
+            except ValueError as exc:
+                raise ConfigError("init.path", str(exc)) from None
     if init["kind"] == "run":
         _source_run_checks(cfg, base=base, init_given=init_given)
     else:
@@ -582,11 +595,17 @@ def _cross_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Mapping
                 raise ConfigError(f"init.{key}", f"applies to init.kind = 'run' (the frame of a stored run), got kind = {init['kind']!r}")
     if init["kind"] == "fibonacci" and d != 3:
         raise ConfigError("init.kind", f"kind='fibonacci' places particles on S² (d = 3), got d={d}")
+    if init["kind"] == "fibonacci" and not on_grid and init["n"] < 4:  # (refused when the points were built, naming
+        raise ConfigError("init.n", f"a Fibonacci mesh needs at least 4 points, got {init['n']}")  # init.kind)
     if init["kind"] == "fibonacci" and on_grid:
         init["kind"] = "uniform"  # the density the quasi-uniform points sample
         warnings.warn("init.kind = 'fibonacci' places particles; the grid starts from the density they sample, kind = 'uniform'", ConfigNote, stacklevel=3)
     if init["kind"] in ("mixture", "function") and not on_grid:
         raise ConfigError("init.kind", f"kind={init['kind']!r} describes a density; it needs a grid solver (solver.kind = 'grid', or 'jko' with variant = 'grid')")
+    if init["kind"] in ("mixture", "function") and on_grid:
+        from meanfield.geometry.mesh import check_density  # local: the geometry imports SciPy
+
+        check_density(init["kind"], expr=init["expr"], components=init["components"])
     if on_grid and d != 3:
         raise ConfigError("model.d", f"the grid solver works on S² (d = 3), got d={d}")
     if model["precision"] == "float32" and model["backend"] not in ("auto", "blas", "fused"):
@@ -690,6 +709,27 @@ def _source_run_checks(cfg: dict[str, Any], *, base: Path | None, init_given: Ma
         raise ConfigError("solver.t_final", f"the run starts at the frame's time t = {frame.time:g} (init.time); "
                                             f"t_final = {solver['t_final']:g} must come after it")
     init["path"], init["time"], init["n"] = str(path.resolve()), frame.time, rows
+
+
+def _check_score_limit(cfg: dict[str, Any], heads: list[Any]) -> None:
+    r"""Constant heads: :math:`\beta\|B_h\|_F` within the scores' resolution
+    (:func:`~meanfield.model.score_bound_limit`), the :class:`~meanfield.model.ScoreOverflowError` of the Model, here
+    named ``model.beta`` while the config is read (a sweep over ``model.beta = [1, 1e16]`` had written its folder and
+    then failed every case, exit 1).  A weight path's heads are checked when the run is built."""
+    model = cfg["model"]
+    if cfg["weights"]["schedule"] != "constant" or model["attention"] == "relu" or not heads:
+        return  # (ReLU attention takes no β)
+    import numpy as np
+
+    from meanfield.model import score_bound, score_bound_limit, score_overflow_message
+
+    beta, limit = float(model["beta"]), score_bound_limit(model["precision"])[0]
+    with np.errstate(over="ignore"):  # β‖Q‖_F‖K‖_F ≥ β‖QᵀK‖_F: B is formed only where that bound passes the limit
+        # (a checkpoint's twelve 384×384 products had tripled the time minilm.toml takes to load)
+        wide = [head for head in heads  # (einsum: the BLAS norm had taken milliseconds on a busy machine)
+                if not beta * math.sqrt(np.einsum("ij,ij->", head.Q, head.Q) * np.einsum("ij,ij->", head.K, head.K)) <= limit]
+    if wide and not (bound := score_bound(beta, [head.B for head in wide])) <= limit:
+        raise ConfigError("model.beta", score_overflow_message(model["beta"], bound, model["precision"]))
 
 
 def _check_unshifted_overflow(cfg: dict[str, Any], heads: list[Any]) -> None:

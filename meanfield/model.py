@@ -112,6 +112,15 @@ def unshifted_exponents(beta: float, B: np.ndarray, V: np.ndarray | None = None,
     return out.max(axis=1) if out.size else np.zeros(B.shape[0])
 
 
+def score_overflow_message(beta: float, bound: float, precision: str = "float64") -> str:
+    """The message of :class:`ScoreOverflowError` for constant heads with :func:`score_bound` ``bound`` (the config's check
+    and the Model's say the same)."""
+    _, written = score_bound_limit(precision)
+    return (f"beta = {beta!r} puts the scores β⟨x, B_h y⟩ past {precision}'s resolution: β‖B_h‖_F = {bound:.3g} (at most "
+            f"{written}, where their rounding reaches 1/2 and every attention weight is round-off; at that temperature "
+            "the softmax is already an argmax)")
+
+
 class ScoreOverflowError(ValueError):
     r"""β so large that the attention scores :math:`\beta\langle x, B_h y\rangle` would overflow (see :data:`SCORE_BOUND_LIMIT`)."""
 
@@ -248,11 +257,9 @@ class Model:
             if not size <= VALUE_BOUND_LIMIT:
                 raise ValueError(f"the heads' values V_h make the velocities overflow: ‖V_h‖_F = {size:.3g} (at most "
                                  f"{VALUE_BOUND_LIMIT:.0e})")
-            limit, written = score_bound_limit(self.precision)
+            limit, _ = score_bound_limit(self.precision)
             if self.attention != "relu" and not bound <= limit:  # (ReLU attention takes no β)
-                raise ScoreOverflowError(f"beta = {self.beta!r} puts the scores β⟨x, B_h y⟩ past {self.precision}'s resolution: "
-                                         f"β‖B_h‖_F = {bound:.3g} (at most {written}, where their rounding reaches 1/2 and "
-                                         "every attention weight is round-off; at that temperature the softmax is already an argmax)")
+                raise ScoreOverflowError(score_overflow_message(self.beta, bound, self.precision))
             if self.backend == "harmonic" and self.attention in SPHERE_KINDS:  # (its time and memory grow like β)
                 check_harmonic_degree(heads.at(0.0), self.beta, kind=self.attention, tolerance=self.tolerance)
             if self.attention == "unnormalized":

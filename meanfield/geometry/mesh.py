@@ -807,6 +807,45 @@ def _mixture_parts(components: Any) -> tuple[list[float], list[Callable[[np.ndar
     return weights, parts, list(components)
 
 
+#: points at which :func:`check_density` evaluates a configured density: the Fibonacci spiral and the six ±e_i
+_PROBE_POINTS = 2000
+
+
+def check_density(kind: str, *, expr: Any = None, components: Any = None) -> None:
+    """Check a grid's ``init.expr`` or ``init.components`` without its mesh, while the config is read.
+
+    The expression or the component tables are compiled as :func:`initial_mass` compiles them, and each density is
+    evaluated at :data:`_PROBE_POINTS` quasi-uniform points and the poles ``±e_i``: a value that is not finite or is
+    negative there is refused, naming the key.  (These had been found only when the run was built: ``meanfield
+    sweep`` wrote its folder and then failed every case, exit 1.)  The mesh's own quadrature points are checked when
+    the run is built, and so is a density that integrates to zero.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``init.expr``, ``init.components`` or the component's key.
+    """
+    if kind == "function":
+        parts = [("init.expr", density_function(expr))]
+    elif kind == "mixture":
+        _, densities, _ = _mixture_parts(components)
+        parts = [(f"init.components[{index}]", f) for index, f in enumerate(densities)]
+    else:
+        return
+    eye = np.eye(3)
+    points = np.concatenate([fibonacci_points(_PROBE_POINTS), eye, -eye])
+    for key, f in parts:
+        with np.errstate(all="ignore"):  # a value that is not finite is named below
+            values = np.asarray(f(points.copy()), dtype=float)
+        if not np.all(np.isfinite(values)):
+            at = points[int(np.argmin(np.isfinite(values)))]
+            raise ConfigError(key, f"the density is not finite everywhere on the sphere (at x, y, z = {at[0]:.3g}, {at[1]:.3g}, {at[2]:.3g})")
+        if np.any(values < 0):
+            at = points[int(np.argmax(values < 0))]
+            raise ConfigError(key, f"the density is negative (at x, y, z = {at[0]:.3g}, {at[1]:.3g}, {at[2]:.3g}; "
+                                   f"{int(np.sum(values < 0))} of {values.size} points checked)")
+
+
 def _normalised(mesh: SphericalMesh, f: Callable[[np.ndarray], Any], key: str) -> np.ndarray:
     """Cell masses of the density ``f`` by :meth:`SphericalMesh.integrate`, normalised to total 1."""
     nodes, weights = mesh.fan_quadrature

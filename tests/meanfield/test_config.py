@@ -684,3 +684,57 @@ def test_simulate_prints_the_model_beta_note_and_runs(tmp_path, capsys):
     assert (tmp_path / "o.h5").exists()
     assert main(["simulate", str(path), "-o", str(tmp_path / "b.h5"), "--quiet", "--set", "model.beta=0.5"]) == 0
     assert "model.beta" not in capsys.readouterr().err
+
+
+GRID = {"solver": {"kind": "grid", "t_final": 0.05}, "grid": {"cells": 100}}
+
+
+@pytest.mark.parametrize(
+    "raw, key, words",
+    [
+        ({**GRID, "init": {"kind": "function", "expr": "-1"}}, "init.expr", "negative"),
+        ({**GRID, "init": {"kind": "function", "expr": "1/(z - z)"}}, "init.expr", "not finite"),
+        ({**GRID, "init": {"kind": "function", "expr": "__import__('os')"}}, "init.expr", ""),
+        ({**GRID, "init": {"kind": "mixture", "components": []}}, "init.components", "non-empty"),
+        ({**GRID, "init": {"kind": "mixture", "components": [1]}}, "init.components[0]", "expected a table"),
+        ({**GRID, "init": {"kind": "mixture", "components": [{"weight": -1}]}}, "init.components[0].weight", ">= 0"),
+        ({**GRID, "init": {"kind": "mixture", "components": [{"kind": "bogus"}]}}, "init.components[0].kind", "expected"),
+        ({**GRID, "init": {"kind": "mixture", "components": [{"kind": "function", "expr": "z"}]}}, "init.components[0]",
+         "negative"),
+        ({"init": {"kind": "fibonacci", "n": 3}}, "init.n", "at least 4 points, got 3"),  # (had named init.kind)
+        ({"model": {"beta": 1e16}}, "model.beta", "past float64's resolution"),
+        ({"model": {"beta": 1e16, "heads": [{"Q": "random"}]}}, "model.beta", "past float64's resolution"),
+    ],
+)
+def test_what_the_run_refuses_when_it_is_built_is_refused_when_the_config_is_read(raw, key, words):
+    """(These had been found only when the run was built: ``meanfield sweep`` wrote its folder and failed every case.)"""
+    with pytest.raises(ConfigError) as info:
+        load_config(raw)
+    assert info.value.key == key
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "array, words",
+    [
+        (np.array([[1.0, 0.0, 0.0], [np.nan, 0.0, 1.0]]), "non-finite"),
+        (np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]), "row 1 is zero"),
+        (np.eye(4)[:2], "d=3"),
+    ],
+)
+def test_token_files_that_the_run_cannot_read_are_refused_when_the_config_is_read(tmp_path, array, words):
+    np.save(tmp_path / "x.npy", array)
+    with pytest.raises(ConfigError) as info:
+        load_config({"init": {"kind": "file", "path": str(tmp_path / "x.npy")}})
+    assert info.value.key == "init.path"
+    assert words in str(info.value)
+
+
+def test_initial_tokens_name_the_fibonacci_size():
+    from meanfield.build import initial_tokens
+
+    cfg = load_config({"init": {"kind": "fibonacci", "n": 8}})
+    cfg["init"]["n"] = 3
+    with pytest.raises(ConfigError) as info:
+        initial_tokens(cfg)
+    assert info.value.key == "init.n"
