@@ -49,6 +49,7 @@ __all__ = [
     "problem_from_config",
     "solver_from_config",
     "setup_run",
+    "check_buildable",
     "concentration_tracker",
     "simulate_config",
 ]
@@ -174,6 +175,36 @@ def setup_run(cfg: dict[str, Any], *, trackers: Sequence[Tracker] = ()) -> RunSe
         setup.trackers.append(concentration_tracker(cfg, setup))
     setup.trackers.extend(CallbackTracker.of(tracker) for tracker in trackers)
     return setup
+
+
+def check_buildable(cfg: dict[str, Any]) -> None:
+    """Refuse a resolved config that :func:`setup_run` would refuse for its model, its particles' initial tokens or its
+    weight path, without building the solver, a mesh or a run: the checks a resolved config cannot make alone.
+
+    For callers that check many configs before they write anything (``meanfield sweep``: a β past the scores'
+    resolution under a weight schedule, a ``weights.target`` that leaves the finite numbers, a ``weights.amplitude``
+    or ``weights.sigma`` past the bounds had been refused only in each case's run, after the sweep had written its
+    folder: every case failed, exit 1).  The weight path is sampled as the run samples it; its notes are the run's
+    to give, so this gives none.
+
+    Raises
+    ------
+    ConfigError
+        Naming the key, as :func:`setup_run` does.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the run says its notes
+        model = build_model(cfg)
+        if not on_grid(cfg) and cfg["init"]["kind"] not in ("run", "sentence"):  # (a frame and a sentence: the config's
+            initial_tokens(cfg)  # own checks read them)
+        if cfg["weights"]["schedule"] == "constant":
+            return
+        from meanfield.heads.schedules import weights_static
+
+        with np.errstate(all="ignore"):  # a path that leaves the finite numbers is named just below
+            static = weights_static(model.heads, cfg["solver"]["t_final"], dt=cfg["weights"]["dt"])
+        _check_weight_path(static, cfg["weights"])
+        _check_path_for_the_model(static, cfg, start=model.heads)
 
 
 def _check_weight_path(static: dict[str, np.ndarray], weights: dict[str, Any]) -> None:

@@ -389,6 +389,8 @@ def load_sweep(source: str | Path | Mapping[str, Any], *, base_dir: str | Path |
         parameters.extend(key for key in table if key not in parameters)
     parameters.extend(key for key in grid if key not in parameters)
 
+    from meanfield.solvers.run import check_buildable  # local: the solvers import SciPy and numba
+
     cases: list[SweepCase] = []
     seen: dict[str, int] = {}
     notes: dict[str, list[int]] = {}
@@ -404,6 +406,7 @@ def load_sweep(source: str | Path | Mapping[str, Any], *, base_dir: str | Path |
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
                     cfg = load_config(base, overrides)
+                check_buildable(cfg)  # what only a built run refuses, before the folder is made
             except ConfigError as exc:
                 raise ConfigError(exc.key, f"{exc.message} ({where})") from None
             for item in caught:  # the notes once each, with their cases, below (a sweep over init.kind × seeds had

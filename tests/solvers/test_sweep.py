@@ -901,3 +901,23 @@ def test_a_note_of_several_cases_is_given_once_with_its_cases(tmp_path):
         load_sweep(sweep)
     assert [str(w.message) for w in caught if issubclass(w.category, ConfigNote)] == [
         "init.kappa not used by init.kind = 'uniform'; ignored (every case)"]
+
+
+@pytest.mark.parametrize(
+    "fixed, key",
+    [
+        ({"solver.kind": "grid", "grid.cells": 100, "init.kind": "function", "init.expr": "-1"}, "init.expr"),
+        ({"init.kind": "fibonacci", "init.n": 3}, "init.n"),
+        ({"weights.schedule": "relaxation", "weights.target": [["(-1)**t", 0, 0], [0, 1, 0], [0, 0, 1]]}, "weights.target"),
+        ({"weights.schedule": "oscillating", "weights.amplitude": 1e300}, "weights.amplitude"),
+    ],
+)
+def test_a_case_that_only_its_run_refuses_is_refused_before_the_folder(tmp_path, capsys, fixed, key):
+    """(The sweep had written its folder, then failed every case, exit 1, where simulate exits 2.)"""
+    _base(tmp_path)
+    sweep_file = tmp_path / "s.toml"
+    lines = [f'"{k}" = {_toml_value(v, k)}' for k, v in fixed.items()]
+    sweep_file.write_text('base = "base.toml"\n[set]\n' + "\n".join(lines) + '\n[grid]\n"model.beta" = [1.0, 2.0]\n')
+    assert cli_main(["sweep", str(sweep_file), "--out", str(tmp_path / "out"), "--workers", "0", "--quiet"]) == 2
+    assert f"error: {key}:" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
