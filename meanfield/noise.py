@@ -103,6 +103,21 @@ def _positive(value: Any, key: str) -> float:
     return value
 
 
+#: the least γ (and γ(t)) taken: below it the diffusivity 1/γ and a step's noise √(2h/γ) leave float64 (γ = 1e-320 had
+#: run to NaN tokens, exit 1, a file written); a γ far above it already spreads the tokens over the sphere in one step
+GAMMA_FLOOR = 1e-300
+
+
+def _gamma(value: Any, key: str) -> float:
+    """:func:`_positive`, and at least :data:`GAMMA_FLOOR`."""
+    value = _positive(value, key)
+    if value < GAMMA_FLOOR:
+        raise ConfigError(key, f"must be >= {GAMMA_FLOOR:g}, got {value!r}: below it the diffusivity 1/γ and a step's "
+                               "noise √(2h/γ) overflow (from γ of order the step the tokens are spread over the sphere "
+                               "after one step)")
+    return value
+
+
 @dataclass(frozen=True)
 class NoiseSchedule:
     r"""The inverse noise strength :math:`\gamma(t)>0` of :math:`dx = P^\perp v\,dt+\sqrt{2/\gamma(t)}\,P^\perp\circ dW` (Stratonovich), and its seed.
@@ -125,7 +140,7 @@ class NoiseSchedule:
     Raises
     ------
     ConfigError
-        Naming the ``noise.*`` key: :math:`\gamma\le0` or not finite, an unknown schedule, a
+        Naming the ``noise.*`` key: :math:`\gamma` below :data:`GAMMA_FLOOR` or not finite, an unknown schedule, a
         missing or superfluous key, an expression that is not positive and finite.
     """
 
@@ -139,7 +154,7 @@ class NoiseSchedule:
     t_check: float = 1.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gamma", _positive(self.gamma, "noise.gamma"))
+        object.__setattr__(self, "gamma", _gamma(self.gamma, "noise.gamma"))
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise ConfigError("noise.seed", f"expected an integer >= 0, got {self.seed!r}")
         if self.anneal not in ANNEAL_SCHEDULES:
@@ -154,16 +169,17 @@ class NoiseSchedule:
                 raise ConfigError(f"noise.{key}", f"applies to anneal = {' or '.join(repr(u) for u in users)}, got anneal = {self.anneal!r}")
         for key in ("gamma_final", "duration", "anneal_rate"):
             if getattr(self, key) is not None:
-                object.__setattr__(self, key, _positive(getattr(self, key), f"noise.{key}"))
+                check = _gamma if key == "gamma_final" else _positive
+                object.__setattr__(self, key, check(getattr(self, key), f"noise.{key}"))
         if self.anneal == "expression":
             f = _compiled(self.anneal_expr)
             grid = _check_times(max(float(self.t_check), 0.0))
             values = np.broadcast_to(np.asarray(f(t=grid, gamma=self.gamma), dtype=float), grid.shape)
-            bad = ~(np.isfinite(values) & (values > 0))
+            bad = ~(np.isfinite(values) & (values >= GAMMA_FLOOR))  # (a γ(t) of 1e-320 had run to NaN tokens)
             if np.any(bad):
                 k = int(np.argmax(bad))
-                raise ConfigError("noise.anneal_expr", f"γ(t) = {self.anneal_expr} must be > 0 and finite on [0, t_final]; "
-                                                       f"it is {float(values[k])!r} at t = {grid[k]:.6g}")
+                raise ConfigError("noise.anneal_expr", f"γ(t) = {self.anneal_expr} must be >= {GAMMA_FLOOR:g} and finite on "
+                                                       f"[0, t_final]; it is {float(values[k])!r} at t = {grid[k]:.6g}")
 
     def gamma_at(self, t: float) -> float:
         r""":math:`\gamma(t)`.
@@ -183,8 +199,9 @@ class NoiseSchedule:
         if self.anneal == "logarithmic":
             return g0 * math.log(math.e + self.anneal_rate * max(t, 0.0))
         value = float(_compiled(self.anneal_expr)(t=float(t), gamma=g0))
-        if not (math.isfinite(value) and value > 0):
-            raise RunFailed(f"noise schedule γ(t) = {self.anneal_expr} is {value!r} at t = {t:.6g}; it must stay > 0 and finite")
+        if not (math.isfinite(value) and value >= GAMMA_FLOOR):
+            raise RunFailed(f"noise schedule γ(t) = {self.anneal_expr} is {value!r} at t = {t:.6g}; it must stay >= "
+                            f"{GAMMA_FLOOR:g} and finite")
         return value
 
     def diffusivity(self, t: float) -> float:

@@ -535,3 +535,25 @@ def test_info_of_a_noisy_run_names_its_noise(tmp_path, capsys):
     assert main(["simulate", str(config), "-o", str(quiet), "--quiet", "--set", "solver.t_final=0.1"]) == 0
     assert main(["info", str(quiet)]) == 0
     assert "noise:" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "noise, key",
+    [
+        ({"gamma": 1e-320}, "noise.gamma"),
+        ({"gamma": 1.0, "anneal": "expression", "anneal_expr": "gamma*(t<0.05) + 1e-320"}, "noise.anneal_expr"),
+        ({"gamma": 1.0, "anneal": "exponential", "gamma_final": 1e-320, "anneal_rate": 1000.0}, "noise.gamma_final"),
+    ],
+)
+def test_a_gamma_whose_noise_overflows_is_refused_before_any_file(tmp_path, capsys, noise, key):
+    """(γ = 1e-320 had run the particles to NaN, exit 1, a file written, after a raw RuntimeWarning.)"""
+    with pytest.raises(ConfigError) as info:
+        load_config({"init": {"n": 8}, "solver": {"method": "euler", "t_final": 0.1}, "noise": noise})
+    assert info.value.key == key
+    overrides = [item for k, v in noise.items() for item in ("--set", f"noise.{k}={v!r}" if isinstance(v, str) else f"noise.{k}={v}")]
+    (tmp_path / "c.toml").write_text('[init]\nn = 8\n[solver]\nmethod = "euler"\nt_final = 0.1\n')
+    status = main(["simulate", str(tmp_path / "c.toml"), "-o", str(tmp_path / "r.h5"), "--quiet", *overrides])
+    assert status == 2
+    assert f"error: {key}:" in capsys.readouterr().err
+    assert not (tmp_path / "r.h5").exists()
+    NoiseSchedule(gamma=1e-300)  # the floor itself is taken
