@@ -480,10 +480,10 @@ def cluster_centers(centers: str | Any, d: int) -> np.ndarray:
         raise ValueError(f"centers must be a list of vectors of length d={d}, got shape {c.shape}")
     if not np.all(np.isfinite(c)):
         raise ValueError("centers must be finite")
-    norms = np.linalg.norm(c, axis=1)
+    units, norms = unit_rows(c)  # (a centre of 1e308s had a norm of inf and became 0: uniform tokens, without a word)
     if np.any(norms == 0):
         raise ValueError(f"center {int(np.argmin(norms))} is zero")
-    return c / norms[:, None]
+    return units
 
 
 def sample_clusters(n: int, d: int, *, centers: str | Any = "octahedron", spread: float = 0.05, seed: int | None = 0) -> np.ndarray:

@@ -153,3 +153,15 @@ def test_vmf_keeps_its_spread_past_the_rounding_of_the_cosine(kappa):
         tangent = np.sum(x[:, :-1] ** 2, axis=1)  # the mean is e_d
         assert not np.any(tangent == 0)
         assert stats.kstest(kappa * tangent / 2, stats.gamma((d - 1) / 2).cdf).pvalue > 1e-3
+
+
+def test_cluster_centres_of_huge_or_tiny_entries_keep_their_direction():
+    """(A centre of 1e308s had a norm of inf and became 0: the tokens were uniform, with overflow warnings.)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        centres = sphere.cluster_centers([[1e308, 1e308, 0.0], [0.0, 1e-200, 0.0]], 3)
+        np.testing.assert_allclose(centres, [[2 ** -0.5, 2 ** -0.5, 0.0], [0.0, 1.0, 0.0]], rtol=1e-15, atol=0)
+        x = sphere.sample_clusters(8, 3, centers=[[1e308, 1e308, 0.0]], spread=0.01, seed=1)
+    np.testing.assert_allclose(x @ centres[0], np.ones(8), rtol=0, atol=1e-2)
+    with pytest.raises(ValueError, match="center 0 is zero"):
+        sphere.cluster_centers([[0.0, 0.0, 0.0]], 3)
