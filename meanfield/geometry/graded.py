@@ -103,8 +103,12 @@ class GradedSpacing:
         fine, coarse = self.fine, self.coarse
         reach = min(self.radius + (coarse - fine) / self.grading, math.pi / 2)
         r = np.linspace(0.0, reach, 4097)
-        density = 2.0 * math.pi * np.sin(r) / np.minimum(coarse, fine + self.grading * np.maximum(r - self.radius, 0.0)) ** 2
-        inner = float(np.sum(0.5 * (density[1:] + density[:-1]) * np.diff(r)))
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # a fine spacing whose square underflows:
+            # countless points, inf (refine_factor = 1e308 had printed NumPy's warnings before the clean refusal)
+            density = 2.0 * math.pi * np.sin(r) / np.minimum(coarse, fine + self.grading * np.maximum(r - self.radius, 0.0)) ** 2
+            inner = float(np.sum(0.5 * (density[1:] + density[:-1]) * np.diff(r)))
+        if not math.isfinite(inner):
+            return math.inf
         return max(inner - _FOUR_PI / coarse**2 * (1.0 - math.cos(reach)) / 2.0, 0.0)
 
     def rings(self) -> tuple[np.ndarray, np.ndarray]:

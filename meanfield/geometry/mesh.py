@@ -753,6 +753,10 @@ def _unit_mean(mean: Any, key: str) -> np.ndarray:
     return unit_rows(m[None, :])[0][0]  # (the norm of [0, 0, 1e155] had overflowed, that of [0, 0, 1e-200] underflowed to 0)
 
 
+#: the largest vMF concentration κ of an initial density (``init.kappa``'s range too): a cluster of width 1e-6
+VMF_KAPPA_MAX = 1e12
+
+
 def _kappa(kappa: Any, key: str) -> float:
     if isinstance(kappa, bool) or not isinstance(kappa, (int, float, np.floating, np.integer)):
         raise ConfigError(key, f"expected a number, got {kappa!r}")
@@ -762,6 +766,8 @@ def _kappa(kappa: Any, key: str) -> float:
         k = math.inf
     if not math.isfinite(k) or k < 0:
         raise ConfigError(key, f"must be finite and >= 0, got {kappa!r}")
+    if k > VMF_KAPPA_MAX:  # init.kappa's range (a component's κ = 1e308 had overflowed, with NumPy's warning, to "the
+        raise ConfigError(key, f"must lie in [0, {VMF_KAPPA_MAX:g}], got {kappa!r}")  # density integrates to zero")
     return k
 
 

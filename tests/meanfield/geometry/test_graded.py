@@ -221,3 +221,19 @@ def test_neighbouring_cells_of_the_scans_worst_graded_mesh_differ_in_area_by_at_
     i, j = msh.edges.T
     worst = np.maximum(msh.areas[i] / msh.areas[j], msh.areas[j] / msh.areas[i]).max()
     assert 2.0 < worst <= 2.1
+
+
+def test_a_refinement_past_float64_counts_as_countless_points_without_numpy_warnings(tmp_path, capsys):
+    """(refine_factor = 1e308 had printed NumPy's divide warnings, with graded.py's path, before the clean refusal.)"""
+    import warnings
+    from pathlib import Path
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spacing = GradedSpacing(coarse=math.sqrt(4 * math.pi / 500), factor=1e308, radius=0.12, grading=0.25)
+        assert spacing.cap_points() == math.inf
+        out = tmp_path / "g.h5"
+        status = main(["simulate", str(Path(__file__).resolve().parents[3] / "data/default.toml"), "-o", str(out), "--quiet",
+                       "--set", "solver.kind=\"grid\"", "--set", "grid.family=\"graded\"", "--set", "grid.cells=500",
+                       "--set", "grid.refine_centres=[[1.0,0.0,0.0]]", "--set", "grid.refine_factor=1e308"])
+    assert status == 2 and "grid.refine_factor: the graded mesh" in capsys.readouterr().err and not out.exists()

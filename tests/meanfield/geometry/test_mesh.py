@@ -542,3 +542,16 @@ def test_generators_that_make_no_mesh_are_named_by_row(bad, message):
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match=message):
             M.mesh_from_points(np.vstack([points, extra]))
+
+
+@pytest.mark.parametrize("kappa", [1e13, 1e308])
+def test_a_mixture_components_kappa_has_init_kappas_range(kappa):
+    """(κ = 1e308 had overflowed, with NumPy's warning, to "init.components: the density integrates to zero".)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ConfigError) as info:
+            M.initial_mass(M.fibonacci_mesh(200), "mixture", components=[{"kappa": kappa}])
+    assert info.value.key == "init.components[0].kappa"
+    assert "must lie in [0, 1e+12]" in str(info.value)
+    with pytest.raises(ConfigError, match="integrates to zero"):  # its end is taken (and too narrow for 200 cells)
+        M.initial_mass(M.fibonacci_mesh(200), "mixture", components=[{"kappa": 1e12}])
