@@ -252,12 +252,29 @@ def plain_value(value: Any, key: str) -> Any:
     return value
 
 
+def _refuse_listed_bools(value: Any, key: str, *, listed: bool = False) -> None:
+    """Refuse a TOML ``true``/``false`` among the entries of a list (a matrix, a vector), naming its place, e.g.
+    ``model.heads[0].Q[0][0]``: they had been read as 1 and 0 where a boolean scalar is refused (a head table's own
+    scalars are checked by their readers)."""
+    if isinstance(value, bool):
+        if listed:
+            raise ConfigError(key, f"expected a number, got {value!r}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _refuse_listed_bools(item, f"{key}[{index}]", listed=True)
+    elif isinstance(value, Mapping):
+        for name, item in value.items():
+            _refuse_listed_bools(item, f"{key}.{name}")
+
+
 def _check_value(spec: Key, value: Any, key: str) -> Any:
     value = plain_value(value, key)
     if isinstance(value, bool) and bool not in spec.types:
         raise ConfigError(key, f"expected {_type_name(spec.types)}, got {value!r}")
     if not isinstance(value, spec.types):
         raise ConfigError(key, f"expected {_type_name(spec.types)}, got {type(value).__name__} {value!r}")
+    if bool not in spec.types:
+        _refuse_listed_bools(value, key)
     if spec.types == NUM:
         value = float(value) + 0.0  # (-0.0 is 0: init.spread = -0.0 had been NumPy's "scale < 0", named init.kind)
     if spec.check is not None:

@@ -738,3 +738,21 @@ def test_initial_tokens_name_the_fibonacci_size():
     with pytest.raises(ConfigError) as info:
         initial_tokens(cfg)
     assert info.value.key == "init.n"
+
+
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ({"model": {"heads": [{"Q": [[True, 0, 0], [0, 1, 0], [0, 0, 1]]}]}}, "model.heads[0].Q[0][0]"),
+        ({"init": {"kind": "clusters", "centers": [[True, False, False]]}}, "init.centers[0][0]"),
+        ({"weights": {"schedule": "ou", "mean": [[1, 0, 0], [0, False, 0], [0, 0, 1]]}}, "weights.mean[1][1]"),
+        ({**GRID, "init": {"kind": "mixture", "components": [{"mean": [0, 0, True]}]}}, "init.components[0].mean[2]"),
+        ({"init": {"kind": "vmf", "mean": [True, 0, 0]}}, "init.mean[0]"),
+    ],
+)
+def test_booleans_in_matrices_and_vectors_are_refused_as_scalars_are(raw, key):
+    """(A TOML true among a matrix's entries had been read as 1.)"""
+    with pytest.raises(ConfigError) as info:
+        load_config(raw)
+    assert info.value.key == key
+    assert "expected a number, got" in str(info.value)
