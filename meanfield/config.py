@@ -13,6 +13,7 @@ are documented in ``README.md`` (section *Configuration*) and listed by
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import math
 import os
@@ -297,7 +298,7 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None, switched_from: 
     resolved: dict[str, Any] = {}
     for section in raw:
         if section not in SCHEMA:
-            raise ConfigError(section, f"unknown section; expected one of {', '.join(SCHEMA)}")
+            raise ConfigError(section, f"unknown section; expected one of {', '.join(SCHEMA)}{_did_you_mean(section)}")
         if not isinstance(raw[section], Mapping):
             raise ConfigError(section, "expected a table")
     for section, keys in SCHEMA.items():
@@ -305,7 +306,7 @@ def resolve(raw: Mapping[str, Any], *, base: Path | None = None, switched_from: 
         out: dict[str, Any] = {}
         for key in given:
             if key not in keys:
-                raise ConfigError(f"{section}.{key}", f"unknown key; allowed keys are {', '.join(keys)}")
+                raise ConfigError(f"{section}.{key}", f"unknown key; allowed keys are {', '.join(keys)}{_did_you_mean(f'{section}.{key}')}")
         for key, spec in keys.items():
             if key in given and not (given[key] is None and spec.default is None):  # None: unset (a resolved config again)
                 out[key] = _check_value(spec, given[key], f"{section}.{key}")
@@ -940,6 +941,30 @@ def _parse_value(text: str) -> Any:
     return parsed["v"]
 
 
+def _did_you_mean(name: str, *, bare: bool = False) -> str:
+    """``"; did you mean solver.t_final?"`` for an unknown key or section ``name`` (``""`` where nothing is close).
+
+    The same key in another section comes first (``model.t_final``: ``solver.t_final``; a top-level ``beta``:
+    ``model.beta``), then keys spelt alike (:func:`difflib.get_close_matches`), those of ``name``'s own section
+    before the others' (``model.bta``: ``model.beta``), then sections spelt alike (``modle``: ``model``).  With
+    ``bare`` (a keyword of the Python API) a key that only one section has is given bare."""
+    section, _, key = name.rpartition(".")
+    full = [f"{s}.{k}" for s, keys in SCHEMA.items() for k in keys]
+    matches = [f for f in full if f.rpartition(".")[2] == key]
+    if not matches:
+        near = difflib.get_close_matches(key, sorted({k for keys in SCHEMA.values() for k in keys}), n=3, cutoff=0.75)
+        matches = [f for word in near for f in full if f.rpartition(".")[2] == word]
+        if section in SCHEMA and any(f.startswith(f"{section}.") for f in matches):
+            matches = [f for f in matches if f.startswith(f"{section}.")]
+    if not section and bare:
+        names = [f.rpartition(".")[2] for f in matches]
+        matches = [b if names.count(b) == 1 and sum(b in keys for keys in SCHEMA.values()) == 1 else f
+                   for b, f in zip(names, matches)]
+    if not section:
+        matches = matches or difflib.get_close_matches(name, list(SCHEMA), n=1, cutoff=0.75)
+    return f"; did you mean {' or '.join(dict.fromkeys(matches[:3]))}?" if matches else ""
+
+
 def override_key(name: str) -> tuple[str, str]:
     """``"model.beta"`` or a bare ``"beta"`` (when only one section has it) → ``("model", "beta")``.
 
@@ -952,15 +977,15 @@ def override_key(name: str) -> tuple[str, str]:
     if len(parts) == 2 and all(parts):
         section, key = parts
         if section not in SCHEMA:
-            raise ConfigError(name, f"unknown section; expected one of {', '.join(SCHEMA)}")
+            raise ConfigError(name, f"unknown section; expected one of {', '.join(SCHEMA)}{_did_you_mean(name)}")
         if key not in SCHEMA[section]:
-            raise ConfigError(name, f"unknown key; allowed keys are {', '.join(SCHEMA[section])}")
+            raise ConfigError(name, f"unknown key; allowed keys are {', '.join(SCHEMA[section])}{_did_you_mean(name)}")
         return section, key
     if len(parts) != 1 or not name:
         raise ConfigError(name, "expected a key such as 'beta' or 'model.beta'")
     owners = [section for section, keys in SCHEMA.items() if name in keys]
     if not owners:
-        raise ConfigError(name, "unknown config key; see the README's configuration table (e.g. beta, t_final, init.n)")
+        raise ConfigError(name, f"unknown config key; see the README's configuration table (e.g. beta, t_final, init.n){_did_you_mean(name, bare=True)}")
     if len(owners) > 1:
         choices = " or ".join(f"{section}.{name}" for section in owners)
         raise ConfigError(name, f"ambiguous: several sections have it; say {choices} (e.g. **{{'{owners[0]}.{name}': …}})")

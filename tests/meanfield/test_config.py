@@ -756,3 +756,32 @@ def test_booleans_in_matrices_and_vectors_are_refused_as_scalars_are(raw, key):
         load_config(raw)
     assert info.value.key == key
     assert "expected a number, got" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "raw, overrides, key, start, hint",
+    [
+        ({"model": {"t_final": 5}}, [], "model.t_final", "unknown key; allowed keys are d, beta", "did you mean solver.t_final?"),
+        ({}, ["model.bta=1"], "model.bta", "unknown key; allowed keys are d, beta", "did you mean model.beta?"),
+        ({"beta": 4}, [], "beta", "unknown section; expected one of model", "did you mean model.beta?"),
+        ({"modle": {}}, [], "modle", "unknown section; expected one of model", "did you mean model?"),
+        ({}, ["init.sed=1"], "init.sed", "unknown key", "did you mean init.seed?"),
+    ],
+)
+def test_an_unknown_key_gets_the_closest_known_one(raw, overrides, key, start, hint):
+    with pytest.raises(ConfigError) as info:
+        load_config(raw, overrides)
+    assert info.value.key == key
+    assert info.value.message.startswith(start) and info.value.message.endswith(hint)
+
+
+def test_an_unknown_keyword_of_the_python_api_gets_the_closest_key():
+    import meanfield as mf
+
+    with pytest.raises(ConfigError) as info:
+        mf.simulate(betta=9)
+    assert info.value.key == "betta"
+    assert info.value.message.startswith("unknown config key; see the README's configuration table")
+    assert "did you mean beta or betas?" in info.value.message
+    with pytest.raises(ConfigError, match=r"model\.xyz: unknown key; allowed keys are [^?]*$"):  # nothing close: no guess
+        load_config({}, ["model.xyz=1"])
