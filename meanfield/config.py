@@ -113,7 +113,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "norm": Key((str,), "post", _choice("post", "pre", "peri", "ngpt"), "normalisation scheme (Karagodin, Ge, Polyanskiy and Rigollet, arXiv 2510.22026): post (tokens on the sphere), pre (tokens r·θ in R^d with a radius), peri, ngpt; see meanfield.normalization"),
         "ngpt_alpha": Key(NUM, 0.2, _at_least(0, strict=True), "norm = 'ngpt': the step α along the attention output's direction (0.2 as in the authors' public code)"),
         "heads": Key((list, str), None, None, "array of head tables, or 'checkpoint:PATH#layer=L'"),
-        "seed": Key((int,), 0, _at_least(0), "seed of 'random' head matrices (head h uses seed + 1000 h unless it sets its own) and of weights.initial = 'random-symmetric'"),
+        "seed": Key((int,), 0, _at_least(0), "seed of 'random' head matrices (head h uses seed + 1000 h unless it sets its own; drawn from default_rng([HEADS_STREAM, seed]), independent of init.seed's tokens) and of weights.initial = 'random-symmetric' (default_rng(seed): with ou noise keep it unlike weights.seed, whose noise draws from the same stream; a note says so)"),
         "combine": Key((str,), "sum", _choice("sum", "mean"), "how the heads' fields combine: their sum, or their mean (1/H of the sum; Massucco et al., arXiv 2605.18870); softmax, unnormalized and relu only"),
         "mask": Key((str,), "none", _choice("none", "causal"), "attention mask: 'causal' lets token i attend only to tokens j ≤ i in the order of the initial tokens (Karagodin, Polyanskiy and Rigollet, arXiv 2411.04990; particle solver only)"),
         "num_heads": Key((int,), None, _at_least(1), "H: one [[model.heads]] table (or the default identity head) stands for H heads, each with its own random draws (head h: seed + 1000 h)"),
@@ -169,7 +169,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "limiter": Key((str,), "barth-jespersen", _choice("barth-jespersen", "none"), "slope limiter of the second-order scheme ('none' is not positive)"),
     },
     "weights": {
-        "schedule": Key((str,), "constant", _choice("constant", "ou", "oscillating", "relaxation", "layers"), "time dependence of the heads (relaxation: dD = rate (F(t) − D) dt toward weights.target; layers: the random head matrices redrawn at every integer time from (model.seed, head, layer), constant in between; particle solver)"),
+        "schedule": Key((str,), "constant", _choice("constant", "ou", "oscillating", "relaxation", "layers"), "time dependence of the heads (relaxation: dD = rate (F(t) − D) dt toward weights.target; layers: the random head matrices redrawn at every integer time k from default_rng([HEADS_STREAM, s_h, k]), s_h the head's seed, constant in between; particle solver)"),
         "kappa": Key(NUM, 1.0, _at_least(0), "ou: mean-reversion rate κ"),
         "sigma": Key(NUM, 0.1, _at_least(0), "ou: noise σ"),
         "seed": Key((int,), 0, _at_least(0), "ou: noise seed"),
@@ -929,6 +929,15 @@ def _authors_checks(cfg: dict[str, Any], *, on_grid: bool) -> None:
                 B = head.Q.T @ head.K
                 if not np.allclose(head.V, B, rtol=1e-12, atol=1e-12 * max(1.0, float(np.max(np.abs(B))))):
                     raise ConfigError("weights.initial", f"initial = 'mean' with these weight dynamics needs value-aligned heads (head {h} has V ≠ QᵀK; set V = 'aligned'): the heads move as one matrix D_h = B_h = V_h")
+    if (schedule == "ou" and weights["initial"] == "random-symmetric" and float(weights["sigma"]) > 0
+            and int(model["seed"]) == int(weights["seed"])):
+        # both draw from default_rng(seed): the first noise increment is the initial heads' own normals (the streams
+        # are kept as they are: the authors' experiments, data/massucco_ou.toml and its variants, depend on them and
+        # set other seeds)
+        warnings.warn(f"model.seed = weights.seed = {int(model['seed'])}: the random-symmetric initial heads "
+                      "(weights.initial) and the weight noise draw from one stream, so the first noise increment "
+                      "repeats the initial heads' normals; give model.seed and weights.seed different values",
+                      ConfigNote, stacklevel=4)
 
 
 def _parse_value(text: str) -> Any:

@@ -9,7 +9,8 @@ Each of ``Q``, ``K``, ``V`` in a config may be
 * ``"identity"`` — :math:`I_d`;
 * a number :math:`\lambda` — :math:`\lambda I_d` (a scalar head);
 * a list of rows — an explicit matrix;
-* ``"random"`` — i.i.d. :math:`N(0, 1/d)` entries, seeded by the head's ``seed``;
+* ``"random"`` — i.i.d. :math:`N(0, 1/d)` entries, seeded by the head's ``seed`` (drawn from
+  ``default_rng([HEADS_STREAM, seed])``, a stream of their own, see :data:`HEADS_STREAM`);
 * a random-matrix ensemble of :mod:`meanfield.heads.ensembles`: ``"goe"`` (symmetric
   Wigner :math:`(G+G^\top)/\sqrt{2d}`, spectrum filling :math:`[-2,2]`; ``d×d`` only),
   ``"gaussian"`` (:math:`N(0,1/d)` entries, the draws of ``"random"``) or ``"gpt2"``
@@ -31,10 +32,20 @@ from meanfield.checks import check_flag, check_int, real_array, real_number
 from meanfield.errors import ConfigError
 from meanfield.heads.ensembles import ENSEMBLES, draw
 
-__all__ = ["Head", "HeadStack", "NonFiniteHeads", "head_from_spec", "heads_from_config", "stack_heads", "identity", "scalar", "random_head", "RANDOM_VALUES", "is_random", "replicate_specs"]
+__all__ = ["Head", "HeadStack", "NonFiniteHeads", "head_from_spec", "heads_from_config", "stack_heads", "identity", "scalar", "random_head", "RANDOM_VALUES", "is_random", "replicate_specs", "HEADS_STREAM", "head_generator"]
 
 #: config strings whose matrix is drawn at random from the head's seed
 RANDOM_VALUES = ("random", *ENSEMBLES)
+
+#: the first word of the random heads' seeds: their streams are none of the other seeded draws' (``default_rng(s)``
+#: for the initial tokens, whose ``init.seed`` (default 0) had given the rows of Q, K and V when it equalled the
+#: head's seed (``model.seed``, default 0); ``[NOISE_STREAM, …]`` for the token noise; the weights' own streams)
+HEADS_STREAM = 0x4845414453  # "HEADS"
+
+
+def head_generator(seed: int, layer: int = 0) -> np.random.Generator:
+    """The stream of a head's random matrices: ``default_rng([HEADS_STREAM, seed])``, layer ``k ≥ 1``: ``[HEADS_STREAM, seed, k]``."""
+    return np.random.default_rng([HEADS_STREAM, int(seed)] if layer == 0 else [HEADS_STREAM, int(seed), int(layer)])
 
 
 def is_random(spec: Mapping[str, Any]) -> bool:
@@ -222,8 +233,11 @@ def head_from_spec(
     ``Q`` and ``K`` must have the same number of rows ``k``; ``V`` is ``d×d``.
     Errors name the key, e.g. ``model.heads[1].Q: expected a 3×3 matrix, got 3×2``.
     The random matrices come, in the order ``Q``, ``K``, ``V``, from
-    ``default_rng(seed)``; with ``layer = k ≥ 1`` from ``default_rng([seed, k])``
-    (the independent redraw of layer :math:`k` of ``weights.schedule = "layers"``).
+    ``default_rng([HEADS_STREAM, seed])``; with ``layer = k ≥ 1`` from
+    ``default_rng([HEADS_STREAM, seed, k])`` (the independent redraw of layer :math:`k` of
+    ``weights.schedule = "layers"``).  The leading :data:`HEADS_STREAM` keeps them
+    independent of the initial tokens (``default_rng(init.seed)``), whose seed may equal
+    the head's (both default to 0).
     """
     allowed = {"Q", "K", "V", "seed", "k"}
     if not isinstance(spec, Mapping):  # (None had been "'NoneType' object is not iterable")
@@ -244,7 +258,7 @@ def head_from_spec(
         short = memory_shortfall(8.0 * 3 * float(k) * d)
         if short:
             raise ConfigError(f"{key}.k", f"Q and K of k = {k} rows of d = {d}: {short}")
-    rng = np.random.default_rng(head_seed) if layer == 0 else np.random.default_rng([head_seed, int(layer)])
+    rng = head_generator(head_seed, layer)
     q_val, k_val = spec.get("Q", "identity"), spec.get("K", "identity")
     if k is not None:
         for name, value in (("Q", q_val), ("K", k_val)):

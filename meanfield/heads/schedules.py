@@ -49,7 +49,9 @@ Schedules (registry :data:`SCHEDULES`, config ``[weights] schedule``):
     head with :math:`B_h=V_h=D_h`, driven by
     :math:`dD=\kappa(M-D)\,dt+\sigma\,dW` (``ou``) or
     :math:`dD=r\,(F(t,\varphi_h)-D)\,dt` (``relaxation``), started at the
-    configured heads or at :math:`Z+Z^\top` (``weights.initial = "random-symmetric"``),
+    configured heads or at :math:`Z+Z^\top` (``weights.initial = "random-symmetric"``, drawn from
+    ``default_rng(model.seed)``, the stream of the noise's ``default_rng(weights.seed)``: equal seeds get a
+    :class:`~meanfield.errors.ConfigNote`),
     and integrated on the grid :math:`t_k=k\Delta` by Euler–Maruyama (the
     authors' recursion, draw for draw) or, for ``ou``, by the exact transition.
 
@@ -57,7 +59,7 @@ Schedules (registry :data:`SCHEDULES`, config ``[weights] schedule``):
     Piecewise-constant heads, one independent draw per layer: on :math:`[k,k+1)` every
     random matrix of ``[[model.heads]]`` (``"random"`` or an ensemble of
     :mod:`meanfield.heads.ensembles`: ``"goe"``, ``"gaussian"``, ``"gpt2"``) is drawn afresh
-    from ``default_rng([s_h, k])``, :math:`s_h` the head's seed (layer 0 is the configured
+    from ``default_rng([HEADS_STREAM, s_h, k])``, :math:`s_h` the head's seed (layer 0 is the configured
     heads, the draw of ``schedule = "constant"``); fixed matrices stay.  The particle
     integrator never steps across an integer time (:meth:`LayerSchedule.pieces`).
 
@@ -473,7 +475,9 @@ def random_symmetric(H: int, d: int, *, seed: int = 0) -> np.ndarray:
     r"""Random symmetric heads :math:`D_h=Z_h+Z_h^\top`, :math:`Z_h` standard normal, shape ``(H, d, d)``.
 
     The initial heads of Massucco et al., *Transformers as time-dependent gradient
-    flows* (arXiv 2605.18870); ``Z = default_rng(seed).standard_normal((H, d, d))``.
+    flows* (arXiv 2605.18870); ``Z = default_rng(seed).standard_normal((H, d, d))``.  That is the stream of the
+    weight noise of :class:`MatrixSDESchedule` with the same seed (a config with ``model.seed = weights.seed`` gets a
+    :class:`~meanfield.errors.ConfigNote`).
     """
     Z = np.random.default_rng(seed).standard_normal((H, d, d))
     return Z + np.swapaxes(Z, -1, -2)
@@ -830,8 +834,9 @@ class LayerSchedule:
     (*Multi-Headed Transformer Architectures as Time-dependent Wasserstein Gradient
     Flows*, arXiv 2605.18870) with :math:`\Theta_t` constant on each layer.  Layer
     :math:`k` of head :math:`h` is :func:`~meanfield.heads.head_from_spec` with
-    ``layer=k``: its random matrices come from ``default_rng([s_h, k])`` (layer 0:
-    ``default_rng(s_h)``, the heads of ``schedule = "constant"``), so a layer depends on
+    ``layer=k``: its random matrices come from ``default_rng([HEADS_STREAM, s_h, k])`` (layer 0:
+    ``default_rng([HEADS_STREAM, s_h])``, the heads of ``schedule = "constant"``;
+    :data:`~meanfield.heads.head.HEADS_STREAM`), so a layer depends on
     ``(model.seed, h, k)`` only, whatever times are asked in whatever order.
 
     A time within :data:`LAYER_SNAP` of an integer belongs to the layer that starts there.

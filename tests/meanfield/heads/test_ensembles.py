@@ -17,6 +17,7 @@ from meanfield.cli import main
 from meanfield.config import load_config
 from meanfield.errors import ConfigError
 from meanfield.heads import HeadStack, head_from_spec
+from meanfield.heads.head import HEADS_STREAM
 from meanfield.heads.ensembles import ENSEMBLES, draw, entry_variance, semicircle_cdf, semicircle_density
 from meanfield.heads.schedules import LayerSchedule, schedule_from_path
 from meanfield.model import ConstantHeads
@@ -76,10 +77,11 @@ def test_gaussian_product_score_matrix():
     np.testing.assert_allclose(frob.mean(), k, rtol=0, atol=5 * frob.std() / math.sqrt(draws))
 
 
-def test_gaussian_is_random_draw_for_draw_and_random_is_unchanged():
+def test_gaussian_is_random_draw_for_draw_and_random_is_its_own_stream():
     spec = {"Q": "random", "K": "random", "V": "random", "k": 2, "seed": 9}
     old = head_from_spec(spec, d=4)
-    rng = np.random.default_rng(9)  # the rule of "random": Q, K (k×d) then V (d×d), N(0, 1/d), in that order
+    # the rule of "random": Q, K (k×d) then V (d×d), N(0, 1/d), in that order, from the heads' own stream
+    rng = np.random.default_rng([HEADS_STREAM, 9])
     Q, K, V = (rng.standard_normal(shape) / 2.0 for shape in ((2, 4), (2, 4), (4, 4)))
     np.testing.assert_array_equal(old.Q, Q)
     np.testing.assert_array_equal(old.K, K)
@@ -89,13 +91,33 @@ def test_gaussian_is_random_draw_for_draw_and_random_is_unchanged():
         np.testing.assert_array_equal(getattr(new, name), getattr(old, name))
 
 
+def test_random_heads_are_not_the_initial_tokens_with_the_default_seeds():
+    # model.seed = init.seed = 0: the heads had been drawn from default_rng(0), the initial tokens' stream, so that
+    # the rows of Q were tokens 1..k, those of K the next k and those of V the next d (cosines exactly 1)
+    assert HEADS_STREAM == 0x4845414453  # "HEADS": a changed tag changes every random head
+    cfg = load_config({"model": {"d": 4, "heads": [{"Q": "random", "K": "random", "V": "random"}]}, "init": {"n": 16},
+                       "solver": {"kind": "particle"}})
+    assert cfg["model"]["seed"] == cfg["init"]["seed"] == 0
+    x, head = initial_tokens(cfg), build_heads(cfg)[0]
+    rows = np.concatenate([head.Q, head.K, head.V])  # 12 rows against the tokens 1..12
+    cos = np.einsum("ia,ia->i", rows, x[:12]) / (np.linalg.norm(rows, axis=1) * np.linalg.norm(x[:12], axis=1))
+    assert np.max(np.abs(cos)) < 0.99, cos
+    rng = np.random.default_rng([HEADS_STREAM, 0])  # the stream, exactly
+    for name in ("Q", "K", "V"):
+        np.testing.assert_array_equal(getattr(head, name), rng.standard_normal((4, 4)) / 2.0)
+    # the same for the ensembles and a layer k of weights.schedule = "layers": [HEADS_STREAM, s_h, k]
+    goe = head_from_spec({"Q": "identity", "K": "goe", "V": "aligned"}, d=4, seed=0, layer=2)
+    G = np.random.default_rng([HEADS_STREAM, 0, 2]).standard_normal((4, 4))
+    np.testing.assert_allclose(goe.K, (G + G.T) / math.sqrt(8), rtol=0, atol=1e-15)
+
+
 def test_goe_transcription_and_gpt2_scale():
     W = head_from_spec({"Q": "identity", "K": "goe", "V": "aligned", "seed": 4}, d=5)
-    G = np.random.default_rng(4).standard_normal((5, 5))
+    G = np.random.default_rng([HEADS_STREAM, 4]).standard_normal((5, 5))
     np.testing.assert_allclose(W.K, (G + G.T) / math.sqrt(10), rtol=0, atol=1e-15)
     np.testing.assert_array_equal(W.B, W.V)
     g = head_from_spec({"Q": "gpt2", "K": "identity", "V": "identity", "seed": 4}, d=5)
-    np.testing.assert_allclose(g.Q, 0.02 * np.random.default_rng(4).standard_normal((5, 5)), rtol=0, atol=1e-17)
+    np.testing.assert_allclose(g.Q, 0.02 * np.random.default_rng([HEADS_STREAM, 4]).standard_normal((5, 5)), rtol=0, atol=1e-17)
 
 
 def test_goe_spectrum_fills_the_semicircle():
@@ -142,9 +164,9 @@ def test_heads_are_constant_within_a_layer_and_redrawn_across():
         inside = [sched.at(k + s).B for s in (0.0, 0.3, 0.999999)]
         for B in inside[1:]:
             np.testing.assert_array_equal(B, inside[0])
-        # layer k of head h: K = GOE from default_rng([3 + 1000 h, k]) (layer 0: default_rng(3 + 1000 h))
+        # layer k of head h: K = GOE from default_rng([HEADS_STREAM, 3 + 1000 h, k]) (layer 0: [HEADS_STREAM, 3 + 1000 h])
         for h in range(2):
-            rng = np.random.default_rng(3 + 1000 * h) if k == 0 else np.random.default_rng([3 + 1000 * h, k])
+            rng = np.random.default_rng([HEADS_STREAM, 3 + 1000 * h] + ([k] if k else []))
             G = rng.standard_normal((4, 4))
             np.testing.assert_allclose(inside[0][h], (G + G.T) / math.sqrt(8), rtol=0, atol=1e-15)
         if k == 0:

@@ -448,3 +448,35 @@ def test_a_replayed_path_refuses_a_time_that_is_not_finite(t, times):
         replay.derivative(t)
     np.testing.assert_allclose(replay.at(-1.0).B, B[0], rtol=0, atol=0)  # a finite time outside: the end held
     np.testing.assert_allclose(replay.at(9.0).B, B[-1], rtol=0, atol=0)
+
+
+def _ou_sde(**weights) -> dict:
+    """A 3-d ou config of two value-aligned random-symmetric matrix-SDE heads (the review's case), ``[weights]`` updated."""
+    return {"model": {"d": 3, "num_heads": 2, "heads": [{"V": "aligned"}]},
+            "weights": {"schedule": "ou", "initial": "random-symmetric", "noise": "symmetric", "integrator": "euler-maruyama",
+                        "kappa": 1.0, "sigma": 1.0, "dt": 0.01, **weights},
+            "solver": {"kind": "particle"}}
+
+
+def test_random_symmetric_heads_and_weight_noise_of_one_seed_get_a_note_naming_both():
+    # model.seed = weights.seed (both default 0): the initial heads D_0 = Z + Zᵀ and the first noise increment are drawn
+    # from the same default_rng(0), so that increment is exactly D_0 / 2; nothing had said so (the draws are kept:
+    # the authors' experiments, data/massucco_*.toml, depend on them and set other seeds)
+    from meanfield.heads.schedules import random_symmetric
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        schedule = build_model(load_config(_ou_sde())).heads
+    notes = [str(w.message) for w in caught if issubclass(w.category, ConfigNote) and "model.seed" in str(w.message)]
+    assert len(notes) >= 1 and "weights.seed" in notes[0] and "different" in notes[0], notes
+    D0 = random_symmetric(2, 3, seed=0)
+    np.testing.assert_array_equal(schedule.at(0.0).B, D0)
+    step = schedule.at(0.01).B - D0  # κ(M − D_0)dt + σ√dt ξ, M = I (the configured heads), κ = σ = 1, √dt = 0.1
+    xi = (step - (np.eye(3) - D0) * 0.01) / 0.1  # the symmetric noise (Z + Zᵀ)/2 of the first step
+    np.testing.assert_allclose(xi, D0 / 2, rtol=0, atol=1e-12)  # the coincidence the note is about
+    for quiet in (_ou_sde(seed=1), _ou_sde(sigma=0.0), {**_ou_sde(), "model": {**_ou_sde()["model"], "seed": 5}}):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            build_model(load_config(quiet))
+        assert not [w for w in caught if "model.seed" in str(w.message)], quiet
+
