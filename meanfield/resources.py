@@ -13,7 +13,7 @@ from typing import Any
 
 from meanfield.errors import ConfigError
 
-__all__ = ["available_memory", "memory_estimate", "memory_shortfall", "check_resources", "MAX_STEPS", "MAX_FRAMES", "PATH_SCHEDULES", "format_bytes",
+__all__ = ["available_memory", "memory_estimate", "memory_shortfall", "check_resources", "MAX_STEPS", "MAX_FRAMES", "PATH_SCHEDULES", "LAYER_SCHEDULES", "format_bytes",
            "WEIGHT_PATH_NOTE_BYTES", "weight_path_bytes", "weight_path_note"]
 
 #: more time steps than this are refused (1e8 steps of even 10 µs each are 12 days)
@@ -74,14 +74,27 @@ _PATH_MATRICES = 6
 #: from the formula, had been counted by neither the step limit nor the memory check)
 PATH_SCHEDULES = ("ou", "relaxation", "oscillating")
 
+#: schedules whose run stores one point of its weight path per layer, at the integer times ``0, 1, …, ⌊t_final⌋``
+#: (``layers``: a run of 2000 layers of 4 heads of 32×32 had written 131 MB, and 10⁴ layers of 8 heads of 64×64 had
+#: been accepted on a machine that could not hold them, with neither the note nor the refusal of an OU path)
+LAYER_SCHEDULES = ("layers",)
+
 
 def _weight_path_points(cfg: Mapping[str, Any]) -> float | None:
-    """Points of the weight path an ``ou``, ``relaxation`` or ``oscillating`` schedule stores up front
-    (``t_final / weights.dt``)."""
+    """Points of the weight path a schedule stores: ``t_final / weights.dt`` (``ou``, ``relaxation``, ``oscillating``)
+    or ``⌊t_final⌋ + 1`` layers (``layers``); ``None`` for a schedule that stores none up front."""
     weights = cfg.get("weights") or {}
+    if weights.get("schedule") in LAYER_SCHEDULES:
+        return math.floor(float(cfg["solver"]["t_final"]) + 1e-9) + 1.0  # LayerSchedule.grid (its LAYER_SNAP)
     if weights.get("schedule") not in PATH_SCHEDULES:
         return None
     return float(cfg["solver"]["t_final"]) / float(weights["dt"]) + 2
+
+
+def _path_key(cfg: Mapping[str, Any]) -> str:
+    """The key that sets the number of points of the stored weight path: ``weights.dt``, or ``solver.t_final`` for
+    ``layers`` (one point per layer)."""
+    return "solver.t_final" if (cfg.get("weights") or {}).get("schedule") in LAYER_SCHEDULES else "weights.dt"
 
 
 #: a stored weight path past this many bytes in the run file gets a note naming ``weights.dt`` (a path of 2·10⁵
@@ -91,7 +104,7 @@ WEIGHT_PATH_NOTE_BYTES = 100 * (1 << 20)
 
 def weight_path_bytes(cfg: Mapping[str, Any]) -> float | None:
     """Bytes of the weight path a run stores in its file (``weights/B`` and ``weights/V``, ``T·H·d²`` doubles each, for
-    ``T = t_final / weights.dt``); ``None`` for a schedule that stores none up front."""
+    ``T = t_final / weights.dt``, or ``⌊t_final⌋ + 1`` layers); ``None`` for a schedule that stores none up front."""
     if (points := _weight_path_points(cfg)) is None:
         return None
     d = int(cfg["model"]["d"])
@@ -106,6 +119,11 @@ def weight_path_note(cfg: Mapping[str, Any]) -> str | None:
     if size is None or not size > WEIGHT_PATH_NOTE_BYTES:
         return None
     weights, d = cfg["weights"], int(cfg["model"]["d"])
+    if weights["schedule"] in LAYER_SCHEDULES:
+        return (f"solver.t_final = {cfg['solver']['t_final']:g} stores the weight path at {_weight_path_points(cfg):.3g} "
+                f"layers (weights.schedule = 'layers': one draw of B and V per integer time) for {_heads(cfg)} heads of "
+                f"{d}×{d}: about {format_bytes(size)} in the run file and "
+                f"{format_bytes(memory_estimate(cfg)['solver.t_final'])} of memory while it is built")
     why = ("the oscillating heads are computed from their formula at every step, and weights.dt sets only this record "
            "(a larger weights.dt keeps it small)" if weights["schedule"] == "oscillating" else
            f"it is the step of the {weights['schedule']} path of the heads itself")
@@ -115,12 +133,13 @@ def weight_path_note(cfg: Mapping[str, Any]) -> str | None:
 
 
 def memory_estimate(cfg: Mapping[str, Any]) -> dict[str, float]:
-    """Working memory of a run, in bytes, by the key that makes it grow: ``model.d``, ``init.n``, ``grid.cells``."""
+    """Working memory of a run, in bytes, by the key that makes it grow: ``model.d``, ``init.n``, ``grid.cells``, the
+    stored weight path's ``weights.dt`` (``solver.t_final`` for the layers of ``weights.schedule = "layers"``)."""
     d, solver = int(cfg["model"]["d"]), cfg["solver"]
     on_grid = solver["kind"] == "grid" or (solver["kind"] == "jko" and solver.get("variant") == "grid")
     out = {"model.d": 8.0 * 6 * _heads(cfg) * d * d}  # Q, K, V, B and the stacked copies the kernels read
     if (points := _weight_path_points(cfg)) is not None:
-        out["weights.dt"] = 8.0 * _PATH_MATRICES * _heads(cfg) * d * d * points
+        out[_path_key(cfg)] = 8.0 * _PATH_MATRICES * _heads(cfg) * d * d * points
     if on_grid:
         from meanfield.geometry.grid_config import cells_of_grid  # local: the geometry imports scipy
 
@@ -205,7 +224,7 @@ def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> 
         )
     steps, points = _steps(solver, cfg.get("grid"), cfg.get("noise")), _weight_path_points(cfg)
     counts = ([(*steps, " of its diffusion (each at most about cfl·γ·4π/grid.cells)" if steps[0].startswith("noise.") else "")]
-              if steps is not None else []) + ([("weights.dt", points, " of the weight path")] if points is not None else [])
+              if steps is not None else []) + ([(_path_key(cfg), points, " of the weight path")] if points is not None else [])
     for key, count, what in counts:
         if not count <= MAX_STEPS:
             section, name = key.split(".")
@@ -224,7 +243,10 @@ def check_resources(cfg: Mapping[str, Any], *, available: int | None = None) -> 
         what = {"model.d": f"d = {value} (heads of {value}×{value})", "init.n": f"{value} tokens in d = {cfg['model']['d']}",
                 "grid.cells": f"{value} cells",
                 "weights.dt": f"the weight path of {points or 0:.3g} points (t_final / weights.dt) for {_heads(cfg)} heads of "
-                              f"{cfg['model']['d']}×{cfg['model']['d']}"}[key]
+                              f"{cfg['model']['d']}×{cfg['model']['d']}",
+                "solver.t_final": f"the weight path of {points or 0:.3g} layers (weights.schedule = 'layers', one per "
+                                  f"integer time to t_final = {value:g}) for {_heads(cfg)} heads of "
+                                  f"{cfg['model']['d']}×{cfg['model']['d']}"}[key]
         heads = _heads(cfg)
         if (key == "model.d" and cfg["model"].get("num_heads") is not None and heads > 1
                 and total - estimate[key] * (1.0 - 1.0 / heads) <= limit):  # one head fits: their number is what grows

@@ -848,6 +848,10 @@ class LayerSchedule:
         last one its heads are held).
     """
 
+    #: drawn layers kept at once (the current one and its neighbours: a run asks for layer k, then k + 1, …); an
+    #: older one is drawn again when asked, the same draw (every drawn layer had been kept for the whole run)
+    CACHE_LAYERS = 4
+
     def __init__(self, layers: Callable[[int], HeadStack] | Sequence[HeadStack]) -> None:
         if callable(layers):
             self._draw: Callable[[int], HeadStack] | None = layers
@@ -886,7 +890,11 @@ class LayerSchedule:
         if k not in self._cache:
             if self._draw is None:
                 return self._cache[max(self._cache)]
+            while len(self._cache) >= self.CACHE_LAYERS:  # the least recently drawn or asked for goes
+                del self._cache[next(iter(self._cache))]
             self._cache[k] = self._draw(k)
+        elif self._draw is not None:  # the most recently asked for last
+            self._cache[k] = self._cache.pop(k)
         return self._cache[k]
 
     def at(self, t: float) -> HeadStack:

@@ -599,6 +599,63 @@ def test_a_large_stored_weight_path_is_noted_and_one_past_the_memory_refused_nam
         check_resources(cfg, available=200 << 20)  # (330 MiB while it is built)
 
 
+LAYERS_BIG = """
+[model]
+d = 32
+num_heads = 4
+[[model.heads]]
+Q = "gaussian"
+K = "gaussian"
+V = "gaussian"
+[init]
+n = 4
+[weights]
+schedule = "layers"
+[solver]
+kind = "particle"
+method = "euler"
+dt = 1.0
+t_final = 2000.0
+save_every = 500.0
+[track]
+energy = false
+"""
+
+
+def test_a_layers_run_s_stored_layers_are_noted_and_counted_by_the_memory_check(tmp_path, capsys):
+    # weights.schedule = "layers" stores one draw of B and V per layer, ⌊t_final⌋ + 1 of them: 2000 layers of 4 heads
+    # of 32×32 had written 131 MB without the note an OU path of that size gets, and 2·10⁴ layers of 8 heads of
+    # 64×64 (9.8 GiB in the file) had been accepted on a machine of 22 GiB, to be killed after the file was made
+    import warnings
+
+    from meanfield.config import load_config
+    from meanfield.errors import ConfigError, ConfigNote
+    from meanfield.resources import WEIGHT_PATH_NOTE_BYTES, check_resources, memory_estimate, weight_path_bytes
+
+    config = tmp_path / "layers.toml"
+    config.write_text(LAYERS_BIG)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = load_config(config, [])
+    notes = [str(w.message) for w in caught if issubclass(w.category, ConfigNote) and "solver.t_final = 2000" in str(w.message)]
+    assert len(notes) == 1 and "2e+03 layers" in notes[0] and "4 heads of 32×32" in notes[0], notes
+    np.testing.assert_allclose(weight_path_bytes(cfg), 8.0 * 2 * 4 * 32 * 32 * 2001, rtol=1e-12)
+    assert weight_path_bytes(cfg) > WEIGHT_PATH_NOTE_BYTES
+    np.testing.assert_allclose(memory_estimate(cfg)["solver.t_final"], 8.0 * 6 * 4 * 32 * 32 * 2001, rtol=1e-12)
+    with pytest.raises(ConfigError, match=r"^solver.t_final: the weight path of 2e\+03 layers .* need about .*; this machine has 200 MiB"):
+        check_resources(cfg, available=200 << 20)
+    with warnings.catch_warnings(record=True) as caught:  # 20 layers: 1.3 MiB, no note
+        warnings.simplefilter("always")
+        small = load_config(config, ["solver.t_final=20", "solver.save_every=5"])
+    assert weight_path_bytes(small) == 8.0 * 2 * 4 * 32 * 32 * 21
+    assert not [w for w in caught if "layers" in str(w.message)]
+    out = tmp_path / "run.h5"  # the review's case, refused before the file, naming the key, as an OU path is
+    status, err = _run(["simulate", str(config), "-o", str(out), "--quiet", "--set", "model.d=64", "--set", "model.num_heads=8",
+                        "--set", "solver.t_final=2e6", "--set", "solver.save_every=5e5"], capsys)
+    assert status == 2 and "error: solver.t_final: the weight path of 2e+06 layers" in _one_line(err), err
+    assert not out.exists()
+
+
 @pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc, a folder no one can write into")
 def test_an_output_in_a_folder_that_refuses_files_is_refused_before_the_work(tmp_path, capsys):
     # root passes os.access there: diagnose --csv /proc/x.csv had failed after the whole computation, naming no option

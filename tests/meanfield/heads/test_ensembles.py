@@ -317,3 +317,22 @@ def test_an_unknown_value_of_v_lists_aligned_and_of_q_does_not():
     with pytest.raises(ConfigError, match=r"^model.heads\[0\].Q: unknown value 'aligned'") as caught:
         load_config({"model": {"heads": [{"Q": "aligned"}]}})
     assert "'aligned'" not in str(caught.value).split("expected")[1]
+
+
+def test_a_layer_schedule_keeps_a_bounded_number_of_drawn_layers():
+    # every drawn layer (B and V of every head) had been kept for the whole run: 2000 layers of 4 heads of 32×32
+    # had held 594 MB; a layer is drawn again from (s_h, k) when asked for, the same draw
+    sched = build_model(_layers_config()).heads
+    first = sched.at(0.5).B.copy()
+    for k in range(40):
+        sched.at(k + 0.25)
+        sched.at(k + 0.75)
+        assert len(sched._cache) <= LayerSchedule.CACHE_LAYERS
+    np.testing.assert_array_equal(sched.at(0.5).B, first)  # dropped, then drawn again: the same heads
+    for t in (39.5, 38.5, 39.5, 12.5):
+        np.testing.assert_array_equal(sched.at(t).B, build_model(_layers_config()).heads.at(t).B)
+    # a replayed schedule keeps all its stored layers
+    stored = LayerSchedule([HeadStack(B=np.full((1, 2, 2), float(k)), V=np.eye(2)[None]) for k in range(10)])
+    for k in range(10):
+        assert stored.at(k + 0.5).B[0, 0, 0] == k
+    assert stored.at(20.0).B[0, 0, 0] == 9
