@@ -928,7 +928,9 @@ def _authors_checks(cfg: dict[str, Any], *, on_grid: bool) -> None:
             for h, head in enumerate(heads_from_config(replicate_heads(model["heads"], model["num_heads"]), d=d, seed=model["seed"])):
                 B = head.Q.T @ head.K
                 if not np.allclose(head.V, B, rtol=1e-12, atol=1e-12 * max(1.0, float(np.max(np.abs(B))))):
-                    raise ConfigError("weights.initial", f"initial = 'mean' with these weight dynamics needs value-aligned heads (head {h} has V ≠ QᵀK; set V = 'aligned'): the heads move as one matrix D_h = B_h = V_h")
+                    from meanfield.heads.schedules import unaligned_sde_error
+
+                    raise ConfigError(*unaligned_sde_error(weights, f"head {h}"))
     if (schedule == "ou" and weights["initial"] == "random-symmetric" and float(weights["sigma"]) > 0
             and int(model["seed"]) == int(weights["seed"])):
         # both draw from default_rng(seed): the first noise increment is the initial heads' own normals (the streams

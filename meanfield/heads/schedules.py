@@ -129,6 +129,8 @@ __all__ = [
     "OSCILLATION_STEP",
     "LayerSchedule",
     "LAYER_SNAP",
+    "sde_key",
+    "unaligned_sde_error",
 ]
 
 #: steps of noise drawn per block of the OU generator (block b uses the seed ``[seed, b]``)
@@ -763,6 +765,30 @@ def check_euler_step(weights: Mapping[str, Any], *, note_overshoot: bool = False
                       "monotone like the continuous schedule", ConfigNote, stacklevel=3)
 
 
+def sde_key(w: Mapping[str, Any]) -> str:
+    """The ``[weights]`` key that makes a schedule the matrix SDE of :class:`MatrixSDESchedule`: ``weights.schedule``
+    (``relaxation``), else the first of ``weights.integrator`` (``"euler-maruyama"``), ``noise``, ``mean``,
+    ``initial`` set away from the classic OU's."""
+    if w.get("schedule") == "relaxation":
+        return "weights.schedule"
+    if w.get("integrator", "auto") == "euler-maruyama":
+        return "weights.integrator"
+    if w.get("noise", "isotropic") != "isotropic":
+        return "weights.noise"
+    return "weights.mean" if w.get("mean") is not None else "weights.initial"
+
+
+def unaligned_sde_error(w: Mapping[str, Any], which: str) -> tuple[str, str]:
+    """The key and words of the refusal of heads that are not value-aligned under the matrix SDE from
+    ``initial = "mean"``: the key named is the one that chose the SDE (:func:`sde_key`; ``weights.initial``, left
+    at its default, had been named whatever the user had set)."""
+    key = sde_key(w)
+    value = w.get(key.split(".")[1])
+    return key, (f"{key} = {value!r} moves the heads as one matrix D_h = B_h = V_h from weights.initial = 'mean' (the "
+                 f"configured heads), which needs value-aligned heads ({which}: V ≠ QᵀK; set V = 'aligned', or "
+                 "weights.initial = 'random-symmetric')")
+
+
 def _needs_sde(w: Mapping[str, Any]) -> bool:
     """Whether ``[weights]`` asks for more than the classic OU (its defaults keep :class:`OUSchedule`)."""
     return (
@@ -781,7 +807,7 @@ def _sde_from_config(cfg: Mapping[str, Any], mean: HeadStack) -> MatrixSDESchedu
         D0 = random_symmetric(H, d, seed=int(model.get("seed", 0)))
     else:
         if not all(_close(mean.V[h], mean.B[h]) for h in range(H)):
-            raise ConfigError("weights.initial", "initial = 'mean' with these weight dynamics needs value-aligned heads (V = QᵀK, e.g. V = 'aligned'): the heads move as one matrix D_h = B_h = V_h")
+            raise ConfigError(*unaligned_sde_error(w, "the heads"))
         D0 = mean.B.copy()
     check_euler_step(w)
     integrator = w.get("integrator", "auto")

@@ -480,3 +480,33 @@ def test_random_symmetric_heads_and_weight_noise_of_one_seed_get_a_note_naming_b
             build_model(load_config(quiet))
         assert not [w for w in caught if "model.seed" in str(w.message)], quiet
 
+
+@pytest.mark.parametrize(("sets", "key"), [
+    (["weights.integrator=euler-maruyama"], "weights.integrator"),
+    (["weights.noise=symmetric"], "weights.noise"),
+    (["weights.mean=identity"], "weights.mean"),
+])
+def test_a_matrix_sde_of_heads_that_are_not_value_aligned_names_the_key_that_chose_it(sets, key, tmp_path, capsys):
+    # V = "random" under the matrix SDE had named weights.initial, left at its default, whatever key the user had set
+    config = OU.replace('V = "aligned"', 'V = "random"')
+    status, err, made = _simulate(tmp_path, capsys, *sets, config=config)
+    assert status == 2 and f"error: {key}: " in err and "value-aligned" in err and not made, err
+    status, err, made = _simulate(tmp_path, capsys, *sets, "weights.integrator=exact" if key != "weights.integrator" else
+                                  "weights.initial=random-symmetric", config=config)
+    if key != "weights.integrator":  # the classic per-entry OU takes non-aligned heads with the exact transition alone
+        assert status == 2 and f"error: {key}: " in err, err
+    else:  # random-symmetric initial heads need no aligned heads
+        assert status == 0, err
+
+
+def test_the_exact_integrator_alone_keeps_the_classic_ou_schedule():
+    # the README had said that setting integrator away from its default switches ou to the matrix SDE; "exact" does not
+    from meanfield.heads.schedules import MatrixSDESchedule, OUSchedule
+
+    base = {"model": {"d": 2, "heads": [{"Q": 1.0, "K": 1.0, "V": "random"}]}, "weights": {"schedule": "ou"},
+            "solver": {"kind": "particle"}}
+    exact = build_model(load_config({**base, "weights": {"schedule": "ou", "integrator": "exact"}})).heads
+    assert isinstance(exact, OUSchedule)
+    aligned = {**base, "model": {"d": 2, "heads": [{"Q": 1.0, "K": 1.0, "V": "aligned"}]}}
+    assert isinstance(build_model(load_config({**aligned, "weights": {"schedule": "ou", "integrator": "euler-maruyama"}})).heads,
+                      MatrixSDESchedule)

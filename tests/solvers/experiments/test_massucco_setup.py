@@ -162,7 +162,7 @@ def test_bad_values_name_the_key(assignment, key):
     ({"weights": {"schedule": "relaxation", "integrator": "exact", "target": [[1, 0, 0], [0, 1, 0], [0, 0, 1]]}}, "weights.integrator"),
     ({"weights": {"schedule": "constant", "initial": "random-symmetric"}}, "weights.initial"),
     ({"weights": {"schedule": "ou", "target": [[1, 0, 0], [0, 1, 0], [0, 0, 1]]}}, "weights.target"),
-    ({"weights": {"schedule": "ou", "noise": "symmetric"}, "model": {"heads": [{"Q": "identity", "K": "identity", "V": 2.0}]}}, "weights.initial"),
+    ({"weights": {"schedule": "ou", "noise": "symmetric"}, "model": {"heads": [{"Q": "identity", "K": "identity", "V": 2.0}]}}, "^weights.noise: "),
     ({"model": {"num_heads": 3, "heads": [{"Q": "identity", "K": "identity", "V": "identity"}] * 2}}, "model.num_heads"),
     ({"init": {"kind": "clusters"}, "solver": {"kind": "grid"}}, "init.kind"),
 ])
