@@ -173,6 +173,17 @@ def test_deposits_conserve_mass(rng):
     assert np.dot(centre / np.linalg.norm(centre), e[0]) > 0.999
 
 
+@pytest.mark.parametrize("width", [0.1, 0.2])
+def test_a_smoothed_deposit_has_the_von_mises_fisher_spread_of_its_width(width):
+    # (found in review: κ = 0.25/width², or 1/width, had passed every test) one atom's deposit is the vMF density of
+    # κ = 1/width² at the cells, whose mean cosine to the atom is coth κ − 1/κ (closed form on S²)
+    msh = M.fibonacci_mesh(20000)
+    e = np.array([0.0, 0.6, 0.8])
+    sm = M.deposit_smooth(msh, e[None], width=width)
+    kappa = 1.0 / width**2
+    np.testing.assert_allclose(1.0 - sm @ (msh.points @ e), 1.0 - (1.0 / math.tanh(kappa) - 1.0 / kappa), rtol=2e-3)
+
+
 def test_to_weighted_points_and_coarsen():
     msh = M.fibonacci_mesh(800)
     m0 = M.initial_mass(msh, "vmf", kappa=2.0, mean=[1, 0, 0])
