@@ -37,7 +37,8 @@ from meanfield.io.token_masses import TOKEN_MASSES, stored_token_masses
 
 __all__ = ["Run", "load"]
 
-#: :meth:`Run.at` finds a saved time to this fraction of the run's largest time (the times of a run are sums of steps,
+#: :meth:`Run.at` finds a saved time to this fraction of the run's largest time (the save times are decimals where
+#: t_start and save_every are, but those of older files, of save_every = 1/3 or of other writers are sums of steps,
 #: 5.000000000000001 as often as 5), and to a quarter of the closest two saved times at most
 AT_TIME_TOLERANCE = 1e-9
 

@@ -16,6 +16,7 @@ resumed from its last saved frame reproduces the uninterrupted run bit for bit.
 """
 from __future__ import annotations
 
+import decimal
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -122,10 +123,36 @@ class RunSetup:
     info: Callable[[], dict[str, Any]] = dict
 
 
-def save_times(t_start: float, t_final: float, save_every: float) -> np.ndarray:
-    """Save times :math:`t_0 + k\\,\\Delta`, clipped to ``t_final`` (which is always included).
+def _decimal_places(x: float) -> int:
+    """The decimal places of ``repr(x)`` (0.1: 1, 2.0: 1, 1e-05: 5, 1/3: 16; 0 for an integer ``1e+16``)."""
+    return max(0, -int(decimal.Decimal(repr(float(x))).as_tuple().exponent))
 
-    Computed from integers so that a resumed run sees the same floats.  A ``t_final`` within a
+
+def _decimal_times(t_start: float, save_every: float, count: int) -> np.ndarray | None:
+    """``t_start + k save_every`` (k = 0 … count) as the doubles nearest the decimals, or ``None`` where the two are
+    no short decimals (more than 15 places) or the times need more than 53 bits at that many places."""
+    if not (math.isfinite(t_start) and math.isfinite(save_every)):
+        return None
+    places = max(_decimal_places(t_start), _decimal_places(save_every))
+    if places > 15:
+        return None
+    scale = 10**places
+    start = int(decimal.Decimal(repr(float(t_start))).scaleb(places))  # exact: places covers every digit
+    step = int(decimal.Decimal(repr(float(save_every))).scaleb(places))
+    if max(abs(start), abs(start + count * step)) >= 2**53:
+        return None
+    # integers below 2^53 are exact doubles, and an exact double over an exact power of ten rounds once: the nearest
+    return (start + step * np.arange(count + 1, dtype=np.int64)).astype(np.float64) / float(scale)
+
+
+def save_times(t_start: float, t_final: float, save_every: float) -> np.ndarray:
+    r"""Save times :math:`t_0 + k\,\Delta`, clipped to ``t_final`` (which is always included).
+
+    Computed from integers so that a resumed run sees the same floats.  Where ``t_start`` and
+    ``save_every`` are short decimals (p ≤ 15 places in their ``repr``), time k is the integer
+    :math:`10^p t_0 + k\,10^p\Delta` over :math:`10^p`, the double nearest the decimal: ``save_every = 0.1``
+    gives 0.3, not the float sum 0.30000000000000004, so ``run.t == 0.3`` finds its frame (otherwise,
+    e.g. ``save_every = 1/3``, :math:`t_0 + k\Delta`).  A ``t_final`` within a
     millionth of the interval of the last save time replaces it rather than adding a frame
     (a float32 ``t_final = 0.3`` is 0.30000001: it had added a frame 1.2e-8 after the one at 0.3).  The first save
     time is never replaced: a ``t_final`` that close to ``t_start`` follows it (``t_final = 1e-12`` had relabelled the
@@ -134,7 +161,10 @@ def save_times(t_start: float, t_final: float, save_every: float) -> np.ndarray:
     if save_every <= 0:
         raise ValueError("save_every must be positive")
     count = int(math.floor((t_final - t_start) / save_every + 1e-9))
-    times = np.minimum(t_start + save_every * np.arange(count + 1), t_final)
+    times = _decimal_times(t_start, save_every, count)
+    if times is None:
+        times = t_start + save_every * np.arange(count + 1)
+    times = np.minimum(times, t_final)
     if t_final - times[-1] > max(1e-9 * max(1.0, abs(t_final)), 1e-6 * save_every) or (len(times) == 1 and t_final > times[0]):
         times = np.append(times, t_final)
     else:

@@ -243,9 +243,10 @@ def solve(
     save_every : float, optional
         Time between saved frames (default: only the first and the last frame).
     t_start : float
-        The time of ``problem.initial`` (to continue a run: the result equals the uninterrupted one bit for bit where the save times are exact
-        in binary, as with save_every = 0.25, and to round-off otherwise: from t = 0.30000000000000004 the save times
-        of save_every = 0.1 are 0.9000000000000001, …, and the final state 3e-16 away).
+        The time of ``problem.initial`` (to continue a run: the result equals the uninterrupted one bit for bit from one of
+        its save times, which are the decimals of ``t_start`` and ``save_every`` (from t = 0.3 with save_every = 0.1 the
+        save times are 0.4, 0.5, … as the run's from 0), and to round-off otherwise: from a t = 0.30000000000000004 of a
+        file saved at float sums they are its sums of steps, 0.4, 0.5, 0.6000000000000001, …, and the final state round-off away).
     trackers : sequence of Tracker, or one
         Your own trackers, run on every saved frame after the solver's: any callable
         ``tracker(t, state) -> dict[str, float] | None``; the scalars it returns

@@ -337,6 +337,63 @@ def test_save_times_land_on_t_final(t_final, save_every):
     np.testing.assert_allclose(np.diff(times)[:-1], save_every, rtol=1e-12)
 
 
+def test_save_times_are_the_decimals_of_t_start_and_save_every_and_a_run_stores_them(tmp_path):
+    # the float sums 0.1 k had stored 0.30000000000000004, 0.6000000000000001 (and 0.8999999999999999 for 0.3 k):
+    # run.t == 0.3, np.isin and labelled selections missed those frames
+    from meanfield.solvers.loop import save_times
+
+    decimals = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    assert save_times(0, 1, 0.1).tolist() == decimals
+    assert save_times(0.0, 1.0, 0.3).tolist() == [0.0, 0.3, 0.6, 0.9, 1.0]
+    assert save_times(0.05, 0.4, 0.1).tolist() == [0.05, 0.15, 0.25, 0.35, 0.4]
+    assert save_times(0.0, 5e-5, 1e-5).tolist() == [0.0, 1e-5, 2e-5, 3e-5, 4e-5, 5e-5]
+    # no short decimal (1/3 has 16 places): the float multiples, as before
+    np.testing.assert_array_equal(save_times(0.0, 1.0, 1 / 3), [0.0, 1 / 3, 2 * (1 / 3), 1.0])
+    run = solve(Problem(Model(d=3, beta=1.0), sample_uniform(8, 3, seed=0)), ParticleSolver(method="rk4", dt=0.05),
+                t_final=1.0, save_every=0.1, energy=False, speed=False)
+    assert run.t.tolist() == decimals and np.sum(run.t == 0.3) == 1
+    cfg, _ = small_config(tmp_path, t_final=1.0, save_every=0.1)
+    simulate_config(load_config(cfg), tmp_path / "run.h5", quiet=True)
+    assert load(tmp_path / "run.h5").t.tolist() == decimals
+
+
+def test_a_file_saved_at_the_float_sums_of_older_versions_resumes(tmp_path, monkeypatch):
+    # files written before the save times were the decimals hold frames at 0.30000000000000004 etc.: --resume takes
+    # them as the save times they were (within round-off) and goes on at the decimals
+    import meanfield.solvers.run as run_module
+
+    def float_sums(t_start, t_final, save_every):  # the former save_times
+        count = int(np.floor((t_final - t_start) / save_every + 1e-9))
+        times = np.minimum(t_start + save_every * np.arange(count + 1), t_final)
+        times[-1] = t_final
+        return times
+
+    cfg, _ = small_config(tmp_path, t_final=1.0, save_every=0.1)
+    full = simulate_config(load_config(cfg), tmp_path / "full.h5", quiet=True)
+    assert full.info["stop_reason"] == "t_final"
+    calls = {"n": 0}
+
+    def bomb(t, state):
+        calls["n"] += 1
+        if calls["n"] > 7:
+            raise KeyboardInterrupt
+        return None
+
+    with monkeypatch.context() as patch:
+        patch.setattr(run_module, "save_times", float_sums)
+        with pytest.raises(KeyboardInterrupt):
+            simulate_config(load_config(cfg), tmp_path / "old.h5", quiet=True, trackers=[bomb])
+    with h5py.File(tmp_path / "old.h5", "r") as f:
+        old_t = f["t"][:]
+    assert old_t.tolist() == [0.0, 0.1, 0.2, 0.30000000000000004, 0.4, 0.5, 0.6000000000000001]  # ends off the decimals
+    resumed = simulate_config(load_config(cfg), tmp_path / "old.h5", resume=True, quiet=True)
+    assert resumed.status == "completed"
+    a, b = load(tmp_path / "full.h5"), load(tmp_path / "old.h5")
+    np.testing.assert_array_equal(b.t[:7], old_t)  # the stored frames are kept as they are
+    assert b.t[7:].tolist() == [0.7, 0.8, 0.9, 1.0]
+    np.testing.assert_allclose(b.x, a.x, rtol=0, atol=1e-12)  # the same run up to the round-off of the interval lengths
+
+
 def test_a_float32_t_final_replaces_the_last_frame_rather_than_adding_one():
     # np.float32(0.3) is 0.30000001: solve() had saved a frame at 0.3 and another 1.2e-8 later
     import meanfield as mf
