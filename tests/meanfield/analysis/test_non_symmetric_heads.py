@@ -1,9 +1,11 @@
-"""Analysis functions with non-symmetric heads, unequal head weights, descent and three or more heads.
+"""Analysis functions with non-symmetric heads, unequal head weights and descent; the reduced model's RK4 and clock.
 
 Found by mutation: with ``yB`` in place of ``By`` (the transpose of a symmetric B changes nothing), the pooled head
 outputs without their weights, the monotone-energy verdict and the aggregate margin without the direction's sign,
-the head overlap over unordered pairs only, ``S = VB`` in place of ``VBᵀ``, each had passed every test, whose heads
-were symmetric, equally weighted, two, or ascending.  Each is checked here against plain NumPy or a closed form.
+the head overlap over unordered pairs only, ``S = VB`` in place of ``VBᵀ``, the zero-temperature clock of ‖Bx‖, a
+second-order RK4 in the merging flow, a first-order clock time and an energy past the floats off by 2 had each passed
+every test, whose heads were symmetric, equally weighted, two, or ascending.  Each is checked here against plain NumPy
+or a closed form.
 """
 from __future__ import annotations
 
@@ -92,3 +94,59 @@ def test_score_and_value_of_a_non_symmetric_head():
     B, S = score_and_value(Q, K, V)
     np.testing.assert_allclose(B, Q.T @ K, rtol=1e-14)
     np.testing.assert_allclose(S, V @ (Q.T @ K).T, rtol=1e-13)
+
+
+def test_the_zero_temperature_clock_of_a_non_symmetric_b_inverts_its_integral():
+    # τ(t) of ẋ = P⊥(Sx)/‖Bᵀx‖: t = ∫₀^τ ‖Bᵀx(σ)‖ dσ along the closed-form flow (‖Bx‖ had passed: B was symmetric)
+    from scipy.integrate import quad
+
+    from meanfield.analysis.projection import zero_temperature_clock, zero_temperature_flow
+
+    B = B0
+    S = B @ B.T
+    x0 = np.array([[0.6, 0.0, 0.8]])
+    tau = float(zero_temperature_clock(x0, S, B, np.array([1.0]))[0, 0])
+    back, _ = quad(lambda s: float(np.linalg.norm(B.T @ zero_temperature_flow(x0, S, s)[0])), 0.0, tau, epsabs=1e-13)
+    np.testing.assert_allclose(back, 1.0, rtol=1e-9)
+
+
+def test_the_reduced_models_rk4_is_fourth_order_and_its_clock_time_is_the_closed_form():
+    # (a stage weight 2·k2 for 2·k3 had made it second order; weights (1/4,)*4 for the clock's time had made Δt first)
+    import math
+
+    from meanfield.analysis.landscape import _clock_step, _rk4_step
+
+    S = np.diag([1.0, 0.0, -1.0])
+    x0 = np.array([0.6, 0.48, 0.64])
+
+    def field(x, _t):
+        return S @ x - (x @ S @ x) * x
+
+    def unit(x):
+        return x / np.linalg.norm(x)
+
+    exact = unit(np.exp(np.diag(S)) * x0)
+    errors = []
+    for steps in (5, 10, 20):
+        x = x0.copy()
+        for k in range(steps):
+            x = _rk4_step(field, x, k / steps, 1.0 / steps, retract=unit)
+        errors.append(np.linalg.norm(x - exact))
+    np.testing.assert_allclose(np.log2(np.array(errors[:-1]) / errors[1:]), 4.0, atol=0.3)
+    # the gradient clock on F = P⊥e_z: the token runs to the pole at unit speed, θ(s) = θ0 − s, and dt/ds = 1/sin θ
+    e_z = np.array([0.0, 0.0, 1.0])
+    theta0 = 1.2
+    x = np.array([[math.sin(theta0), 0.0, math.cos(theta0)]])
+    for h in (0.3, 0.15):
+        _, dt, _ = _clock_step(lambda y: e_z - (y @ e_z)[:, None] * y, x, np.ones(1), h)
+        exact_dt = math.log(math.tan(theta0 / 2)) - math.log(math.tan((theta0 - h) / 2))
+        np.testing.assert_allclose(dt, exact_dt, rtol=5e-4 * (h / 0.3) ** 4)  # (1.1e-4, then 16× less)
+
+
+def test_an_energy_just_past_the_floats_with_two_beta_above_one():
+    # one token, B = I: E = e^β/(2β), 1.159e306 at β = 712 (log 2β had been log β there: 2.3e306)
+    from meanfield.analysis.energy import head_energies
+
+    for beta in (712.0, 705.0):
+        got = head_energies(np.array([[1.0, 0.0, 0.0]]), HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]), beta=beta)
+        np.testing.assert_allclose(got, [np.exp(beta - np.log(2 * beta))], rtol=1e-12)
