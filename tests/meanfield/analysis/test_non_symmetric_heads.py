@@ -150,3 +150,13 @@ def test_an_energy_just_past_the_floats_with_two_beta_above_one():
     for beta in (712.0, 705.0):
         got = head_energies(np.array([[1.0, 0.0, 0.0]]), HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]), beta=beta)
         np.testing.assert_allclose(got, [np.exp(beta - np.log(2 * beta))], rtol=1e-12)
+
+
+def test_identify_takes_the_merge_radius_as_geodesic():
+    # two tokens 0.98 rad apart are no group at radius 0.96 and one at 1.0 (a chord of 0.96 had grouped them)
+    from meanfield.analysis.landscape import identify
+
+    x = np.array([[1.0, 0.0], [np.cos(0.98), np.sin(0.98)]])
+    assert identify(x, 0.96) == []
+    groups = identify(x, 1.0)
+    assert len(groups) == 1 and list(groups[0]) == [0, 1]

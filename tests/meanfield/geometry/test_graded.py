@@ -68,6 +68,19 @@ def test_bad_graded_meshes_name_the_key(kwargs, key, message):
     assert info.value.key == key and message in str(info.value)
 
 
+def test_caps_closer_than_twice_their_reach_are_refused_and_farther_ones_taken():
+    # (found by mutation: a check of the gap against one reach, not two, had passed) with cells = 2000, radius 0.12,
+    # factor 8 and grading 0.25 each cap reaches 0.495 rad: centres 0.594 rad apart would overlap
+    args = dict(radius=0.12, factor=8.0, grading=0.25)
+    for gap, refused in ((0.594, True), (1.2, False)):
+        centres = [[1.0, 0.0, 0.0], [math.cos(gap), math.sin(gap), 0.0]]
+        if refused:
+            with pytest.raises(ConfigError, match=r"0\.594 rad apart, but their graded caps reach 0\.495 rad each"):
+                graded_points(2000, centres, **args)
+        else:
+            graded_points(2000, centres, **args)
+
+
 @pytest.mark.parametrize("assignment, key", [
     ("grid.family=graded", "grid.refine_centres"),
     ("grid.refine_centres=[[1,0,0],[0.99,0.1,0]]", "grid.refine_centres"),
