@@ -428,12 +428,12 @@ def check_phase_config(cfg: Mapping[str, Any]) -> None:
                                              f"{solver['dt']:g}; the limit is {MAX_STEPS:.0e} steps")
         if len(given_times) > MAX_FRAMES:
             raise ConfigError("phase.times", f"{len(given_times)} times; the limit is {MAX_FRAMES:.0e}")
-    from meanfield.model import SCORE_BOUND_LIMIT, score_bound
+    from meanfield.model import score_bound, score_bound_limit
 
-    top = score_bound(max(float(b) for b in cfg["phase"]["betas"]), _heads(cfg)[0])
-    if not top <= SCORE_BOUND_LIMIT:  # (a run's model.beta is held to it; β = 1e18 had run a diagram of round-off)
+    top, (limit, written) = score_bound(max(float(b) for b in cfg["phase"]["betas"]), _heads(cfg)[0]), score_bound_limit()
+    if not top <= limit:  # (a run's model.beta is held to it; β = 1e18 had run a diagram of round-off)
         raise ConfigError("phase.betas", f"the largest β puts the scores β⟨x, B_h y⟩ past float64's resolution: β‖B_h‖_F = "
-                                         f"{top:.3g}, at most 2^52 = {SCORE_BOUND_LIMIT:.3g}")
+                                         f"{top:.3g}, at most {written}")
     batch = min(int(cfg["phase"]["batch"]), int(cfg["phase"]["samples"]) * len(cfg["phase"]["betas"]))
     short = memory_shortfall(PHASE_BYTES_PER_PAIR * batch * float(cfg["init"]["n"]) ** 2)  # its pair tables
     if short:  # (the memory had been read twice, for the test and for the words)

@@ -62,11 +62,12 @@ def run(args: argparse.Namespace) -> int:
     if eps >= 2.0:  # ⟨x_i, x_j⟩ ≥ -1 = 1 - 2 for every pair of unit tokens: clustered at t = 0
         raise ConfigError("--eps", f"must be < 2 (every pair of tokens has ⟨x_i, x_j⟩ ≥ 1 - 2), got {args.eps!r}")
     beta = parse_float(args.beta, "--beta", nonnegative=True)
-    from meanfield.model import SCORE_BOUND_LIMIT
+    from meanfield.model import score_bound_limit
 
-    if "softmax" in kinds and beta * math.sqrt(max(ds)) > SCORE_BOUND_LIMIT:  # (the identity head's β‖I‖_F)
+    limit, written = score_bound_limit()
+    if "softmax" in kinds and beta * math.sqrt(max(ds)) > limit:  # (the identity head's β‖I‖_F)
         raise ConfigError("--beta", f"{args.beta} puts the scores β⟨x_i, x_j⟩ past float64's resolution at d = {max(ds)}: β√d "
-                                    f"must be at most 2^52 = {SCORE_BOUND_LIMIT:.3g}")
+                                    f"must be at most {written}")
     runs = parse_int(args.runs, "--runs", minimum=1)
     max_draws = parse_int(args.max_draws, "--max-draws", minimum=1) if args.max_draws is not None else None
     if max_draws is not None and max_draws < runs:  # it had printed runs = 5 over at most 2 runs
