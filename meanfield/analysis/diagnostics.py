@@ -1114,6 +1114,12 @@ def _stat(values: np.ndarray) -> tuple[float, float, float, float]:
     return float(finite[0]), float(finite[-1]), float(finite.min()), float(finite.max())
 
 
+def tokens_with_mass(n: int, weights: np.ndarray | None) -> int:
+    """The tokens of positive mass among ``n`` (all of them without ``weights``): a row's attention entropy is at most
+    the log of their number (tokens of mass 0 take no attention)."""
+    return n if weights is None else int(np.count_nonzero(np.asarray(weights, dtype=float) > 0))
+
+
 def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int, gradient_flow: bool,
              weights: np.ndarray | None = None, time_dependent: bool = False) -> dict[str, Any]:
     r"""Yes/no answers of the summary (``None``, printed "n/a", where the numbers cannot decide).
@@ -1160,7 +1166,7 @@ def verdicts(series: Mapping[str, np.ndarray], *, direction: str, H: int, n: int
     finite_margins = margins[np.isfinite(margins)]
     thm11 = np.asarray(series["thm11_residual"], dtype=float)
     ent = np.asarray(series["entropy_residual"], dtype=float)
-    seen = n if weights is None else int(np.count_nonzero(np.asarray(weights, dtype=float) > 0))
+    seen = tokens_with_mass(n, weights)
     top = math.log(seen) if seen > 1 else 0.0
     return {
         "frames": int(energy.size),
@@ -1317,6 +1323,4 @@ def diagnose(run: Any, *, tol: float = 1e-3, fd_points: int = 5, stride: int = 1
     combine = getattr(model, "combine", "sum")  # (the mean of the heads had not been named)
     heading = (f"{where}model:      d={model.d} beta={model.beta:g} attention={model.attention} "
                f"direction={model.direction}{'' if combine == 'sum' else f' combine={combine}'} heads={heads.H} n={n}")
-    masses = run.token_masses
-    massive = None if masses is None else int(np.count_nonzero(np.asarray(masses, dtype=float) > 0))
-    return Diagnosis(series, verdict, heading, heads.H, n, massive)
+    return Diagnosis(series, verdict, heading, heads.H, n, tokens_with_mass(n, run.token_masses))
