@@ -109,19 +109,26 @@ def small_config(tmp_path, **solver):
     return cfg, path
 
 
+def _interrupt_after(frames: int):
+    """A tracker that raises KeyboardInterrupt at its call after ``frames`` calls (a run that dies mid-way)."""
+    calls = {"n": 0}
+
+    def bomb(t, state):
+        calls["n"] += 1
+        if calls["n"] > frames:
+            raise KeyboardInterrupt
+        return None
+
+    return bomb
+
+
 def test_resume_after_interrupt_equals_uninterrupted(tmp_path):
     cfg, _ = small_config(tmp_path)
     full = simulate_config(load_config(cfg), tmp_path / "full.h5", quiet=True)
     assert full.info["stop_reason"] == "t_final"
     # a run that dies after 3 frames (KeyboardInterrupt raised from inside the loop)
     resolved = load_config(cfg)
-    calls = {"n": 0}
-
-    def bomb(t, state):
-        calls["n"] += 1
-        if calls["n"] > 3:
-            raise KeyboardInterrupt
-        return None
+    bomb = _interrupt_after(3)
 
     with pytest.raises(KeyboardInterrupt):
         simulate_config(resolved, tmp_path / "part.h5", quiet=True, trackers=[bomb])
@@ -371,13 +378,7 @@ def test_a_file_saved_at_the_float_sums_of_older_versions_resumes(tmp_path, monk
     cfg, _ = small_config(tmp_path, t_final=1.0, save_every=0.1)
     full = simulate_config(load_config(cfg), tmp_path / "full.h5", quiet=True)
     assert full.info["stop_reason"] == "t_final"
-    calls = {"n": 0}
-
-    def bomb(t, state):
-        calls["n"] += 1
-        if calls["n"] > 7:
-            raise KeyboardInterrupt
-        return None
+    bomb = _interrupt_after(7)
 
     with monkeypatch.context() as patch:
         patch.setattr(run_module, "save_times", float_sums)
