@@ -187,3 +187,66 @@ def test_energy_time_derivative_of_nan_is_nan_and_of_no_mass_zero():
     bad[0] = np.nan
     assert np.isnan(energy_time_derivative(bad, heads, np.eye(3)[None], beta=2.0))
     assert energy_time_derivative(x, heads, np.eye(3)[None], beta=2.0, weights=np.zeros(20)) == 0.0
+
+
+def _mp_authors_slope_squared(x: np.ndarray, heads: HeadStack, beta: float, weights: np.ndarray, dps: int = 60) -> float:
+    """The documented G² = Σ_i a_i‖P⊥v_i‖² / Σ_h w_h/Z_h(x_i) summed in ``dps``-digit mpmath (the points normalised there):
+    v_i = Σ_h w_h Σ_j a_j e^{βx_iᵀB_hx_j} V_hx_j / Z_h(x_i), Z_h(x_i) = Σ_j a_j e^{βx_iᵀB_hx_j}."""
+    import mpmath
+
+    with mpmath.workdps(dps):
+        pts = [mpmath.matrix([mpmath.mpf(float(c)) for c in row]) for row in x]
+        pts = [p / mpmath.norm(p) for p in pts]
+        B = [mpmath.matrix(b.tolist()) for b in heads.B]
+        V = [mpmath.matrix(v.tolist()) for v in heads.V]
+        a = [mpmath.mpf(float(m)) for m in weights]
+        total = mpmath.mpf(0)
+        for i, xi in enumerate(pts):
+            v = mpmath.matrix(x.shape[1], 1)
+            mean_b = mpmath.mpf(0)
+            for h in range(heads.H):
+                w = mpmath.mpf(float(heads.w[h]))
+                e = [a[j] * mpmath.exp(beta * (xi.T * B[h] * pts[j])[0]) for j in range(len(pts))]
+                Z = mpmath.fsum(e)
+                for j, xj in enumerate(pts):
+                    v += (w * e[j] / Z) * (V[h] * xj)
+                mean_b += w / Z
+            tangent = v - (xi.T * v)[0] * xi
+            total += a[i] * (tangent.T * tangent)[0] / mean_b
+        return float(total)
+
+
+def test_authors_slope_where_the_own_term_dominates_with_a_non_symmetric_value_matrix():
+    # V = I + εA with A the upper shift (not symmetric): the own term's tangent part is ε P⊥(A x_i), and at large β it
+    # is all of G².  The transpose of V's anisotropic part gives 2.5× the slope at β = 100 (mut3 M6), which V = Vᵀ hides
+    pytest.importorskip("mpmath")
+    from meanfield.analysis.mobility import authors_slope_squared
+
+    x = _POINTS / np.linalg.norm(_POINTS, axis=1, keepdims=True)
+    shift = np.diag([1.0, 1.0], k=1)
+    V = np.eye(3) + 1e-5 * shift
+    one = HeadStack(B=np.eye(3)[None], V=V[None])
+    uniform = np.full(6, 1.0 / 6)
+    for beta in (100.0, 300.0):
+        np.testing.assert_allclose(authors_slope_squared(x, one, beta=beta), _mp_authors_slope_squared(x, one, beta, uniform),
+                                   rtol=1e-9)
+    two = HeadStack(B=np.stack([np.eye(3), _B2]), V=np.stack([V, np.eye(3) + 2e-5 * shift.T]), w=np.array([0.3, 0.7]))
+    np.testing.assert_allclose(authors_slope_squared(x, two, beta=200.0, weights=_MASSES),
+                               _mp_authors_slope_squared(x, two, 200.0, _MASSES), rtol=1e-9)
+
+
+@pytest.mark.parametrize("M, beta", [(2.0, 1.5), (0.3, 4.0), (1.0, 0.0)])
+def test_lipschitz_bound_is_its_documented_formula(M, beta):
+    # L = 2M + βM² + (M + 2βM²) e^{βM}, M = max_h ‖B_h‖₂: the key derivatives' term had read (M + βM²) unseen (mut3 M2),
+    # the bound being far from sharp for the Jacobian test
+    import math
+
+    from meanfield.analysis.mobility import lipschitz_bound
+
+    expected = 2 * M + beta * M**2 + (M + 2 * beta * M**2) * math.exp(beta * M)
+    scalar = HeadStack(B=np.stack([M * np.eye(3), -0.5 * M * np.eye(3)]), V=np.stack([np.eye(3)] * 2))
+    np.testing.assert_allclose(lipschitz_bound(scalar, beta=beta), expected, rtol=1e-14)
+    rng = np.random.default_rng(7)
+    B = rng.standard_normal((2, 3, 3))
+    B *= M / max(np.linalg.svd(b, compute_uv=False)[0] for b in B)  # the largest operator norm is M
+    np.testing.assert_allclose(lipschitz_bound(HeadStack(B=B, V=B.copy()), beta=beta), expected, rtol=1e-12)
