@@ -446,3 +446,21 @@ def test_the_rate_of_theorem_1_takes_positive_inverse_temperatures_only(beta):
     with pytest.raises(ValueError, match="beta must be real numbers > 0"):
         concentration_rate(beta)
     np.testing.assert_allclose(concentration_rate([4.0, 1024.0]), np.sqrt(np.log([5.0, 1025.0]) / [4.0, 1024.0]), rtol=1e-15)
+
+
+@pytest.mark.parametrize(("lambdas", "beta", "n"), [
+    ([1.0, 1.1, 4.0], 1.0, 16),  # two heads near the mean, one far
+    ([0.2, 3.0, 5.0, 0.5], 2.0, 8),  # every head far
+    ([0.9, 1.0, 1.2, 6.0, 0.1], 0.7, 40),
+])
+def test_the_gain_of_three_or_more_heads_far_from_the_mean_is_the_difference_of_the_rates(lambdas, beta, n):
+    # Σ_h φ(λ_h) − Hφ(μ), φ(λ) = 2λ/(e^{βλ}+n−1), summed directly: G is not small here, so the direct difference is
+    # exact to ~1e-16.  With two heads the φ'(μ)(λ_h−μ) terms of the far heads cancel; a sign slip in φ'(μ) had passed
+    # (mut3 T6: −0.302 for −0.189 in the first case)
+    def phi(lam: float) -> float:
+        return 2.0 * lam / (math.exp(beta * lam) + n - 1.0)
+
+    mu = math.fsum(lambdas) / len(lambdas)
+    direct = math.fsum([phi(lam) for lam in lambdas] + [-len(lambdas) * phi(mu)])
+    assert abs(direct) > 1e-3
+    np.testing.assert_allclose(th.superadditivity_gain(lambdas, beta=beta, n=n), direct, rtol=1e-12, atol=0)
