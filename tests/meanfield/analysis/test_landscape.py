@@ -673,3 +673,26 @@ def test_landscape_search_starts_from_a_stored_frame_with_its_masses(tmp_path, c
     # a frame after solver.t_final: the key is named, with what the search makes of it
     assert main(["landscape", "search", str(config), "--set", "solver.t_final=0.05"]) == 2
     assert "error: solver.t_final: " in (err := capsys.readouterr().err) and "any later t_final will do" in err
+
+
+def test_staircase_levels_merge_at_the_mass_weighted_centre():
+    # masses (.6, .1, .1, .2) at angles (0, .2, .62, −.45) on a great circle: the first merge's centre, at
+    # atan2(.1 sin .2, .6 + .1 cos .2) ≈ 0.028, is nearer −.45 than .62; the unweighted midpoint (0.1) is nearer .62
+    # and had given the levels [.42, .54, .68, 1] (mut3 L7).  Reference: the same greedy merge in angles, by hand
+    from meanfield.analysis.landscape import staircase_levels
+
+    masses = [0.6, 0.1, 0.1, 0.2]
+    angles = [0.0, 0.2, 0.62, -0.45]
+    centres = np.array([[math.cos(t), math.sin(t), 0.0] for t in angles])
+    m, th = list(masses), list(angles)
+    levels = [sum(v * v for v in m)]
+    while len(m) > 1:
+        gap = lambda i, j: abs(math.remainder(th[i] - th[j], 2 * math.pi))  # noqa: E731
+        i, j = min(((i, j) for i in range(len(m)) for j in range(i + 1, len(m))), key=lambda p: gap(*p))
+        th[i] = math.atan2(m[i] * math.sin(th[i]) + m[j] * math.sin(th[j]), m[i] * math.cos(th[i]) + m[j] * math.cos(th[j]))
+        m[i] += m[j]
+        del m[j], th[j]
+        levels.append(sum(v * v for v in m))
+    np.testing.assert_allclose(levels, [0.42, 0.54, 0.82, 1.0], rtol=1e-14)
+    np.testing.assert_allclose(staircase_levels(np.array(masses), centres), levels, rtol=1e-14)
+    np.testing.assert_allclose(staircase_levels(5 * np.array(masses), 3 * centres), levels, rtol=1e-14)  # any scale
