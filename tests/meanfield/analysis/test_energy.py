@@ -253,3 +253,16 @@ def test_an_energy_past_the_largest_float_warns_and_names_the_log_energies():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert np.all(np.isfinite(head_energies(x, heads, beta=700.0)))  # in range: no warning
+
+
+def test_a_large_negative_beta_on_the_row_blocks(rng):
+    # β = −400 (the energy's continuation to negative β, on the row blocks: flash=False): their shift must be
+    # |β|·|B x_i|·max|x_j|, the largest of the row's scores; β·(...) is the smallest, and e^{βs − shift} overflowed to a
+    # NaN energy (mut3 E7)
+    x = sample_uniform(50, 3, seed=int(rng.integers(1 << 30)))
+    B = np.eye(3)[None]
+    heads = HeadStack(B=B, V=np.eye(3)[None])
+    for beta in (-2.0, -400.0):
+        ref = _numpy_energies(x, B, beta, np.full(50, 1 / 50))
+        assert np.all(np.isfinite(ref))
+        np.testing.assert_allclose(head_energies(x, heads, beta=beta, flash=False), ref, rtol=1e-12, atol=0)
