@@ -351,3 +351,17 @@ def test_the_eigenspace_is_the_same_for_a_small_s_as_for_its_multiples() -> None
         assert dominant_eigenspace(S)[0].shape == (3, 1)
     report = check_assumptions(np.eye(3), np.eye(3), np.zeros((3, 3)))  # every eigenvalue equal: E = R³, as for S = I
     assert report.dim_E == 3
+
+
+def test_a_density_s_unnormalised_masses_on_the_plane_split_by_their_own_size() -> None:
+    # the nodes on E^⊥ give half their mass to each side: orthogonal_mass is a fraction, so it is scaled back by the
+    # total; with masses summing to 1 the two agree, and the fraction alone had passed (mut3 P9: (0.722, 0.278))
+    e = np.array([1.0, 0.0, 0.0])
+    x0 = np.array([e, -e, [0.0, 1.0, 0.0], [0.0, 0.6, 0.8]])
+    masses = np.array([3.0, 1.0, 2.0, 2.0])
+    target = pushforward_target(x0, np.outer(e, e), masses, density=True)
+    np.testing.assert_allclose(target.weights, [(3.0 + 2.0) / 8.0, (1.0 + 2.0) / 8.0], rtol=1e-14)
+    np.testing.assert_allclose(target.orthogonal_mass, 0.5, rtol=1e-14)
+    x0 = np.array([[0.6, 0.8, 0.0], [0.0, 0.6, 0.8], [-0.8, 0.0, 0.6]])  # the example above, masses ×8
+    target = pushforward_target(x0, np.diag([1.0, 0.0, 0.0]), 8 * np.array([0.5, 0.2, 0.3]), density=True)
+    np.testing.assert_allclose(target.weights, [0.6, 0.4], rtol=1e-14)
