@@ -49,3 +49,42 @@ def test_a_solve_run_s_summary_names_its_mask_combine_and_scheme(options, solver
     model = mf.Model(d=3, beta=1.0, heads=heads, **options)
     run = mf.solve(mf.Problem(model, mf.sample_uniform(8, 3, seed=0)), mf.ParticleSolver(dt=0.05, **solver), t_final=0.1)
     assert f"model:     {expected}\n" in run.summary()
+
+
+def test_grid_support_is_the_smallest_densest_set_that_holds_the_share():
+    # the cells in order of density until their mass reaches the share: one cell fewer holds less (without the last
+    # cell, masses (.5, .3, .2) had kept .8 of the mass for a share of .9: mut3 S1)
+    from types import SimpleNamespace
+
+    keep = grid_support(SimpleNamespace(areas=np.ones(3)), np.array([0.5, 0.3, 0.2]), share=0.9)
+    np.testing.assert_array_equal(keep, [True, True, True])
+    mesh = fibonacci_mesh(500)
+    mass = mesh.areas * np.exp(3.0 * mesh.points[:, 0]) * np.random.default_rng(5).uniform(0.5, 1.5, mesh.N)
+    for share in (0.5, 0.9, 0.99):
+        keep = grid_support(mesh, mass, share=share)
+        density = mass / mesh.areas
+        assert density[keep].min() >= density[~keep].max()  # the densest cells
+        held = mass[keep].sum()
+        lightest = mass[keep][np.argmin(density[keep])]
+        assert held >= share * mass.sum() > held - lightest  # enough, and no cell more than needed
+
+
+def test_the_info_of_a_jko_run_sums_the_steps_of_its_frames_and_skips_nan_ends_of_a_series():
+    # each frame records the steps since the frame before; `steps:` is their sum (their largest had passed: mut3 S4),
+    # here 3 frames of ceil(0.1 / 0.04) = 3 steps; a series that is NaN at its ends shows its first and last finite
+    # values (mut3 S5: "nan -> nan")
+    import math
+
+    import meanfield as mf
+
+    heads = mf.heads.HeadStack(B=np.eye(3)[None], V=np.eye(3)[None])
+    problem = mf.Problem(mf.Model(d=3, beta=1.0, heads=heads), mf.sample_uniform(8, 3, seed=0))
+    run = mf.solve(problem, mf.JKOSolver(tau=0.04), t_final=0.3, save_every=0.1, energy=False, speed=False)
+    reports = run.info["reports"]
+    steps = 3 * math.ceil(0.1 / 0.04)
+    assert len(reports) == steps
+    iterations = sum(r.iterations for r in reports)
+    run.diagnostics["authors_G2"] = np.array([np.nan, 1.5, 2.5, np.nan])
+    summary = run.summary()
+    assert f"steps:     {steps} JKO steps of at most τ=0.04, {iterations} inner iterations," in summary, summary
+    assert "authors_G2:   1.5 -> 2.5\n" in summary, summary
