@@ -202,3 +202,19 @@ def test_the_step_warning_takes_the_step_taken_not_dt():
         mf.solve(problem, mf.ParticleSolver(dt=10.0), t_final=0.3, save_every=0.1)
     with pytest.warns(mf.MeanfieldWarning, match=r"at t = 0 a step of solver.dt = 10 moves tokens by up to 2.\d+ rad"):
         mf.solve(problem, mf.ParticleSolver(dt=10.0), t_final=20.0, save_every=10.0)
+
+
+def test_the_step_warning_takes_the_speed_of_the_frame_the_step_starts_from():
+    # a frame's speed is checked at the next frame, against the step taken from it: speeds 10 then 0.01 with steps of 0.1
+    # move tokens by up to 0.1·10 = 1 rad from t = 0; the speed of the frame the step ends at (0.01·0.1) had kept silent
+    # (mut4 T7)
+    import meanfield as mf
+    from meanfield.solvers.trackers import SteadyStateTracker
+
+    speeds = iter([10.0, 0.01])
+    tracker = SteadyStateTracker(lambda x, t: np.array([[next(speeds), 0.0, 0.0]]), step=0.1, taken=lambda: 0.1)
+    tracker(0.0, np.zeros((1, 3)))  # the first frame: no step yet
+    with pytest.warns(mf.MeanfieldWarning, match=r"^at t = 0 a step of solver.dt = 0.1 moves tokens by up to 1 rad "
+                                                 r"\(max \|dx/dt\| = 10\)") as caught:
+        assert tracker(0.1, np.zeros((1, 3))) == {"max_speed": 0.01}
+    assert len(caught) == 1 and str(caught[0].message).endswith("a solver.dt below 0.05")  # 0.5 rad / 10
