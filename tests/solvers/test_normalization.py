@@ -447,3 +447,13 @@ def test_a_step_too_long_for_the_directions_is_warned_of_under_pre_ln_too():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         mf.solve(mf.Problem(model, x0), mf.ParticleSolver(dt=0.01, method="euler", norm="pre"), t_final=0.1, save_every=0.05)
+
+
+def test_the_radius_tracker_of_several_tokens_of_different_radii():
+    # r_mean is the mean of the radii (1, 1, 4, 2.5 → 2.125; their median, 1.75, had passed the one-token tests: mut4 NS1)
+    from meanfield.solvers.normalized import RadiusTracker
+
+    theta = mf.sample_uniform(4, 3, seed=1)
+    radii = np.array([1.0, 1.0, 4.0, 2.5])
+    got = RadiusTracker()(0.0, radii[:, None] * theta)
+    np.testing.assert_allclose([got["r_min"], got["r_mean"], got["r_max"]], [1.0, 2.125, 4.0], rtol=1e-15)
