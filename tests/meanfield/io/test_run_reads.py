@@ -137,3 +137,22 @@ def test_a_path_that_is_not_a_regular_file_is_refused_before_it_is_opened(tmp_pa
     for path in (fifo, Path("/dev/null")):
         with pytest.raises(ConfigError, match=f"{path} is not a regular file"):
             mf.load(path)
+
+
+def test_resuming_from_a_damaged_last_frame_names_the_time_of_the_frame_before_it(tmp_path, flip_lowest_bit):
+    # the advice must continue from the intact frame before the damaged last one (t = 0.35 here, the times uneven);
+    # the damaged frame's own time (0.6) had passed these tests (mut4 RU4; tests/solvers/test_reliability.py has the
+    # whole --resume path)
+    from meanfield.io.runfile import last_frame
+
+    path = tmp_path / "run.h5"
+    times = [0.0, 0.1, 0.35, 0.6]
+    with RunWriter(path, config=CONFIG, state_name="x", state_shape=(4, 3)) as writer:
+        for k, t in enumerate(times):
+            writer.append(t, np.full((4, 3), float(k + 1)), {})
+        writer.finish("completed", stop_reason="t_final")
+    assert last_frame(path, "x")[:2] == (4, 0.6)
+    flip_lowest_bit(path, 3)
+    with pytest.raises(ConfigError, match=r"^--resume: .*last committed frame 3 \(t = 0.6\) does not match the checksum") as refused:
+        last_frame(path, "x")
+    assert str(refused.value).endswith(f"--set init.path={path.resolve()} --set init.time=0.35"), str(refused.value)
