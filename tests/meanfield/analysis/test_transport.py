@@ -169,7 +169,7 @@ def test_costs_of_pairs_1e8_apart_are_those_of_the_users_points_to_round_off(rng
     # points normalised the usual way (x / np.linalg.norm(x)), 1e-8 apart: their distance is fixed by them to a few
     # 1e-16 (the exact quotients x/||x|| against the floats), and renormalising them again had moved each by an ulp,
     # 7e-9 relative in the squared cost; the reference is 40-digit arithmetic on the exact quotients
-    mpmath = pytest.importorskip("mpmath")
+    import mpmath
     mpmath.mp.dps = 40
     x = rng.standard_normal((40, 3))
     x /= np.linalg.norm(x, axis=1, keepdims=True)
