@@ -407,6 +407,28 @@ def test_the_failed_frame_of_an_older_file_is_left_out_by_every_reader(tmp_path,
         assert status == 0, (command, err)
 
 
+@pytest.mark.parametrize(("argv", "option"), [
+    (["convergence", str(DEFAULT), "--cells", "200,200"], "--cells"),  # (rows of nan orders, exit 0)
+    (["inspect", "{checkpoint}", "--layer", "0,0"], "--layer"),  # (layer 0 analysed twice)
+    (["theory", "clustering-time", "--quick", "--dt", "0"], "--dt"),  # (parse_float(positive=True) took 0)
+    (["theory", "clustering-time", "--quick", "--n", "4.5"], "--n"),  # (an integer list took 4.5 as 4)
+    (["info", "{run}", "--follow", "--interval", "0"], "--interval"),
+])
+def test_a_bad_option_value_exits_2_naming_it(argv, option, tmp_path, capsys):
+    from meanfield.heads.checkpoint import write_synthetic_checkpoint
+
+    if "{checkpoint}" in argv:
+        write_synthetic_checkpoint(tmp_path / "tiny", d=8, num_layers=2, num_heads=2, seed=3)
+    if "{run}" in argv:
+        main(["simulate", str(DEFAULT), "-o", str(tmp_path / "run.h5"), "--quiet", "--set", "init.n=8",
+              "--set", "solver.t_final=0.1", "--set", "solver.save_every=0.1"])
+    before = sorted(tmp_path.rglob("*"))
+    status, err = _run([part.format(checkpoint=tmp_path / "tiny", run=tmp_path / "run.h5") for part in argv], capsys)
+    assert status == 2, err
+    assert f"error: {option}" in _one_line(err)
+    assert sorted(tmp_path.rglob("*")) == before
+
+
 @pytest.mark.parametrize("cases", ["100000000:1000", "40000:3", "1024:5000"])
 def test_compare_cases_too_large_are_refused_before_any_work(cases, capsys):
     # 10^8 tokens had died allocating 745 GiB (a traceback), 10^6 had run for minutes
