@@ -356,6 +356,19 @@ def test_landscape_refuses_a_beta_whose_exponentials_overflow(tmp_path, capsys):
     assert "error: --out" in capsys.readouterr().err
 
 
+def test_landscape_classify_refuses_a_frame_past_either_end(tmp_path, capsys):
+    # --frame T of a T-frame run had to exit 2; with the bound off by one it classified frame 0 (T % T) with exit 0
+    from meanfield.cli import main
+
+    run = tmp_path / "five.h5"
+    mf.simulate({"init": {"n": 8}, "solver": {"t_final": 1.0, "save_every": 0.25}}, out=run)
+    for frame in ("5", "-6"):
+        assert main(["landscape", "classify", str(run), "--frame", frame]) == 2
+        assert "error: --frame" in capsys.readouterr().err
+    assert main(["landscape", "classify", str(run), "--frame", "-5", "--json"]) == 0  # the first, from the end
+    assert '"t": 0.0' in capsys.readouterr().out
+
+
 def _write_toml(cfg: dict, path) -> None:
     import json
 
