@@ -165,6 +165,18 @@ def test_bad_continuations_exit_2_naming_the_key_before_any_file_is_written(part
     assert not out.exists()
 
 
+def test_a_pre_ln_source_is_refused_naming_its_norm(tmp_path, capsys):
+    # its tokens are off the sphere by design: the message names model.norm, not a file changed after it was written
+    source = tmp_path / "pre.h5"
+    mf.simulate({"init": {"n": 8}, "model": {"norm": "pre"}, "solver": {"t_final": 0.5, "save_every": 0.5}}, out=source)
+    out = tmp_path / "out.h5"
+    assert main(["simulate", str(ROOT / "data" / "default.toml"), "-o", str(out), "--quiet",
+                 "--set", "init.kind=\"run\"", "--set", f"init.path=\"{source}\""]) == 2
+    err = capsys.readouterr().err
+    assert "init.path" in err and "model.norm = 'pre'" in err and "changed" not in err
+    assert not out.exists()
+
+
 def test_the_analysis_of_an_untracked_continuation_measures_w2_to_the_first_runs_target(grid_run, tmp_path):
     """``meanfield concentration`` recomputes W2 from the frames: weighted tokens, and Π♯ρ₀ of the grid's first frame."""
     settings = {**STEPS, "init.kind": "run", "init.path": str(grid_run), "init.time": 0.5}
