@@ -146,6 +146,16 @@ def test_solve_shares_one_shape_across_the_four_solvers():
     assert "noise:     γ=10 seed=3" in noisy.summary()
 
 
+def test_a_run_in_memory_names_a_frame_past_its_end_and_prints_its_last_time():
+    run = mf.solve(mf.Problem(mf.Model(d=3, beta=1.0, heads=mf.heads.identity(3)), mf.sample_uniform(4, 3, seed=0)),
+                   mf.ParticleSolver(dt=0.05), t_final=0.5, save_every=0.25)
+    assert run.frames == 3 and "3 frames, t=0..0.5," in repr(run)
+    np.testing.assert_array_equal(run.frame(-3), run.x[0])
+    for index in (3, -4):  # the package's message (frame 3 had fallen through to NumPy's "index 3 is out of bounds")
+        with pytest.raises(IndexError, match=f"frame {index} of a run with 3 frames"):
+            run.frame(index)
+
+
 def test_your_own_trackers_record_scalars_and_can_stop_a_run():
     seen = []
 
