@@ -46,6 +46,18 @@ def test_compare_draws_one_line_per_run_with_its_series(runs, series, scale):
     assert ax.get_yscale() == scale  # as the single-run figures: the largest speed on a log scale, the energy linear
 
 
+def test_compare_draws_a_series_through_zero_on_symlog_linear_below_its_smallest_value():
+    # values from -1 to 100 and down to 1e-4: the linear band of the symlog axis is the smallest |value| > 0, so the
+    # decades above it stay logarithmic (with the largest, 200, the whole axis had been linear)
+    t = np.linspace(0.0, 1.0, 5)
+    series = np.array([-1.0, 1e-4, 1e-2, 1.0, 100.0])
+    pair = [mf.Run.from_states(t=t, states=np.zeros((5, 2, 3)), state_name="x", diagnostics={"g": series * scale})
+            for scale in (1.0, 2.0)]
+    ax = compare(pair, series="g", labels=["a", "b"]).axes[0]
+    assert ax.get_yscale() == "symlog"
+    np.testing.assert_allclose(ax.yaxis.get_transform().linthresh, 1e-4, rtol=1e-15)
+
+
 def test_compare_takes_labels_any_tracked_series_and_a_chosen_scale(runs):
     pair = [runs["cold"], runs["concentration"]]
     fig = compare(pair, series="sphere_error", labels=["default", "concentration"], log=False)
