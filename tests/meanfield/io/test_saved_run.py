@@ -45,6 +45,22 @@ def test_a_solved_particle_run_is_read_back_and_analysed_as_a_simulated_one(tmp_
     assert main(["concentration", str(path)]) == 0
 
 
+def test_a_non_symmetric_head_and_the_run_s_own_keys_are_saved_as_they_are(tmp_path: Path) -> None:
+    # B with B[0, 1] != B[1, 0] and V != B: the head tables must rebuild B itself, not its transpose
+    B_ns = np.array([[1.0, 0.8, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.5]])
+    V_ns = np.array([[1.0, 0.0, 0.3], [0.0, 0.7, 0.0], [0.0, 0.0, 1.0]])
+    model = mf.Model(d=3, beta=2.0, heads=mf.heads.HeadStack(B=B_ns[None], V=V_ns[None]))
+    run = mf.solve(mf.Problem(model, mf.sample_uniform(16, 3, seed=0)), mf.ParticleSolver(dt=0.05), t_final=0.1,
+                   save_every=0.05, energy=False)
+    saved = mf.load(run.save(tmp_path / "solved.h5"))
+    np.testing.assert_allclose(saved.model.heads.at(0.0).B[0], B_ns, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(saved.model.heads.at(0.0).V[0], V_ns, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(saved.model.velocity(run.final, 0.1), model.velocity(run.final, 0.1), rtol=0,
+                               atol=1e-14)
+    assert saved.config["init"]["n"] == 16 == saved.shape[0]  # the number of tokens, not the dimension
+    assert "energy" not in run.diagnostics and saved.config["track"]["energy"] is False
+
+
 def test_the_saved_first_frame_starts_a_new_run_of_the_same_flow(tmp_path: Path) -> None:
     model = mf.Model(d=3, beta=4.0)
     run = mf.solve(mf.Problem(model, mf.sample_uniform(16, 3, seed=1)), mf.ParticleSolver(dt=0.05), t_final=0.2,
