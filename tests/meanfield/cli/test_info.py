@@ -56,6 +56,20 @@ def test_follow_lines_give_the_log_energy_where_the_energy_is_past_the_floats(tm
     assert "log_energy" not in _frame_line(1, float(warm.t[1]), dict(warm.diagnostics))
 
 
+def test_follow_of_a_finished_run_prints_each_frame_once_with_its_own_diagnostics(small_run: Path, capsys) -> None:
+    # every frame line had carried the last frame's numbers, and a look had skipped the first frame it printed
+    run = mf.load(small_run)
+    assert main(["info", str(small_run), "--follow", "--interval", "0.01"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("frame ")]
+    assert [int(words[1]) for words in lines] == list(range(run.frames)) == [0, 1, 2]
+    for k, words in enumerate(lines):
+        values = {words[i - 1]: float(words[i + 1]) for i, word in enumerate(words) if word == "="}
+        np.testing.assert_allclose(values["t"], run.t[k], rtol=1e-5, atol=1e-12)
+        for key in ("energy", "max_speed"):
+            np.testing.assert_allclose(values[key], run.diagnostics[key][k], rtol=1e-5, atol=0)
+    assert run.diagnostics["energy"][0] != pytest.approx(run.diagnostics["energy"][-1], rel=1e-4)
+
+
 def test_plot_of_a_file_it_cannot_draw_exits_2_without_a_traceback(small_run: Path, tmp_path: Path, capsys) -> None:
     # a non-finite frame, or no committed frame, had ended in a ValueError traceback (exit 1)
     picture = tmp_path / "p.png"
