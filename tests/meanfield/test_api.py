@@ -175,6 +175,16 @@ def test_your_own_trackers_record_scalars_and_can_stop_a_run():
     assert stopped.status == "stopped" and stopped.stop_reason == "enough" and stopped.frames == 2
 
 
+def test_one_callable_given_as_trackers_records_its_series():
+    # the docstring's "one callable" form had to be recorded as a list of one
+    def spread(t, x):
+        return {"spread": float(np.linalg.norm(x.mean(axis=0)))}
+
+    run = mf.simulate(None, trackers=spread, **SMALL)
+    expected = [np.linalg.norm(run.states[k].mean(axis=0)) for k in range(run.frames)]
+    np.testing.assert_allclose(run.diagnostics["spread"], expected, rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize(("tracker", "says"), [
     (lambda t, x: 1 / 0, "raised ZeroDivisionError"),  # had been blamed on numbers out of floating-point range
     (lambda t, x: 1.0, "returned a float"),  # had been a TypeError about iteration
