@@ -406,6 +406,27 @@ def test_landscape_classify_weighs_a_runs_tokens_by_their_masses(tmp_path, capsy
     assert abs(report["energy"] - energy_multi(x, HeadStack(B=np.eye(3)[None], V=np.eye(3)[None]), beta=1.0)) > 1e-3
 
 
+def test_landscape_classify_judges_a_frame_of_moving_heads_against_the_heads_of_its_time(tmp_path, capsys):
+    # a frame at t = 1 had been judged against the heads of t = 0
+    import json
+
+    from meanfield.cli import main
+
+    out = tmp_path / "osc.h5"
+    run = mf.simulate(out=out, t_final=1.0, save_every=0.5, **{
+        "init.n": 12, "model.beta": 1.0, "model.attention": "unnormalized", "weights.schedule": "oscillating",
+        "weights.amplitude": 0.8, "weights.omega": 2.0})
+    assert main(["landscape", "classify", str(out), "--frame", "-1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    t = float(run.t[-1])
+    assert report["t"] == t == 1.0
+    expected = hessian_spectrum(np.asarray(run.x[-1], dtype=float), run.model.heads.at(t), beta=1.0)
+    at_start = hessian_spectrum(np.asarray(run.x[-1], dtype=float), run.model.heads.at(0.0), beta=1.0)
+    assert abs(expected.energy - at_start.energy) > 1e-2  # the heads of t = 0 give another energy
+    np.testing.assert_allclose(report["energy"], expected.energy, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(report["gradient_norm"], expected.gradient_norm, rtol=1e-9, atol=1e-15)
+
+
 def test_landscape_refuses_relu_attention_and_saves_into_a_new_folder(tmp_path, capsys):
     from meanfield.cli import main
 
