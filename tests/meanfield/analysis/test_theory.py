@@ -348,6 +348,33 @@ def test_cli_rates(capsys):
     assert data["superadditivity_gain"] == pytest.approx(data["early_rate"] - data["equal_split_rate"], abs=1e-16)
 
 
+def test_cli_clustering_time_prints_the_experiment_s_fields_under_their_names(capsys):
+    # exponent_in_n had printed the slope in log d
+    from meanfield.solvers.experiments.multihead import clustering_time_experiment
+
+    assert main(["theory", "clustering-time", "--quick", "--attention", "softmax", "--n", "4,8", "--d", "8,16",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    result = clustering_time_experiment("softmax", [4, 8], [8, 16], 1e-3, beta=1.0, runs=3, max_draws=None,
+                                        init="uniform", dt=0.2, quick=True)
+    names = {"time_median": "median", "clustered_fraction": "clustered_fraction", "seeds_tried": "draws",
+             "predicted_scale": "scale", "fit_slope": "slope", "fit_intercept": "intercept", "fit_r2": "r2",
+             "exponent_in_n": "exponent_n", "exponent_in_n_r2": "r2_n", "slope_in_log_d": "slope_log_d",
+             "slope_in_log_d_r2": "r2_log_d", "fit_points": "points", "n": "n", "d": "d", "eps": "eps", "runs": "runs"}
+    assert data["attention"] == "softmax" and data["init"] == "uniform"
+    for printed, field in names.items():
+        np.testing.assert_allclose(data[printed], np.asarray(result[field], dtype=float), rtol=1e-12, atol=0,
+                                   err_msg=printed)
+    assert abs(data["exponent_in_n"] - data["slope_in_log_d"]) > 1e-3  # the two fits tell the keys apart
+
+
+def _past_the_score_limit_at(d: int) -> str:
+    """A β whose β√d passes the float64 score limit at ``d`` (and is within it at d / 16)."""
+    from meanfield.model import score_bound_limit
+
+    return f"{score_bound_limit()[0] * 2.0 / math.sqrt(d):.6g}"
+
+
 @pytest.mark.parametrize(
     "argv, option",
     [
@@ -361,6 +388,9 @@ def test_cli_rates(capsys):
         (["theory", "clustering-time", "--eps", "2"], "--eps"),  # every configuration is clustered at eps >= 2
         (["theory", "clustering-time", "--n", "4", "--d", "4", "--dt", "1e-9"], "--dt"),  # 5.8e11 steps: had run for ever
         (["theory", "clustering-time", "--n", "4", "--d", "1000000000"], "--d"),  # heads of 1e9 × 1e9: a MemoryError traceback
+        # β√d checked at the largest --d, not the smallest: the run had ended in a ScoreOverflowError traceback
+        (["theory", "clustering-time", "--quick", "--attention", "softmax", "--n", "4", "--d", "8,128", "--beta",
+          _past_the_score_limit_at(128)], "--beta"),
     ],
 )
 def test_cli_bad_values(capsys, argv, option):
