@@ -240,6 +240,26 @@ def test_reproduce_refuses_an_output_in_the_way_before_any_figure_is_made(tmp_pa
     assert not calls and [p.name for p in tmp_path.iterdir()] == ["multihead_entropy.png"]
 
 
+@pytest.mark.parametrize("outcome", ["holds", "claim fails", "raises"])
+def test_reproduce_exits_1_when_a_claim_fails_or_a_figure_raises(outcome, tmp_path, monkeypatch, capsys):
+    # its docstring promises 1 for a failed claim or figure: that status had not been tested
+    def run_figure(figure_id, out, *, quick=False):
+        if outcome == "raises":
+            raise RuntimeError("broken figure")
+        check = {"slope": {"ok": outcome == "holds", "value": 1.0, "expected": "1"}}
+        return FIGURES.FigureRun(id=figure_id, png=Path(out) / f"{figure_id}.png", csv=Path(out) / f"{figure_id}.csv",
+                                 checks=check, seconds=0.0)
+
+    monkeypatch.setattr(FIGURES, "run_figure", run_figure)
+    args = _parser().parse_args(["reproduce", "multihead_beta_star", "--quick", "--out", str(tmp_path)])
+    assert args.func(args) == {"holds": 0, "claim fails": 1, "raises": 1}[outcome]
+    captured = capsys.readouterr()
+    if outcome == "claim fails":
+        assert "FAIL slope" in captured.out
+    if outcome == "raises":
+        assert "multihead_beta_star: FAILED (RuntimeError: broken figure)" in captured.out
+
+
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes a read-only file")
 def test_reproduce_refuses_a_read_only_output_before_any_figure_is_made(tmp_path, monkeypatch):
     csv_path = tmp_path / "multihead_beta_star.csv"
