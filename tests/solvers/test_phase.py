@@ -278,6 +278,28 @@ def test_diagram_from_overrides_and_its_figure(tiny, tmp_path):
     assert len(fig.axes) == 8 and (tmp_path / "p.png").stat().st_size > 10_000
 
 
+def test_cli_summary_lines_are_the_diagram_at_its_last_time(tiny, tmp_path, capsys):
+    # the lines had been labelled with t but could have given the initial state: check them against phase.csv
+    import re
+
+    out = tmp_path / "diagram"
+    assert cli_main(["phase", str(tiny), "-o", str(out), "--workers", "0", "--quiet"]) == 0
+    pattern = re.compile(r"β = (\S+), t = (\S+): P\(one cluster\) = .*, clusters = (\S+) ± (\S+), Gram rank = (\S+) ± (\S+)")
+    lines = [pattern.search(line) for line in capsys.readouterr().out.splitlines() if "β =" in line]
+    assert len(lines) == 3 and all(lines)
+    with open(out / "phase.csv", newline="") as f:
+        rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    t_last = max(row["t"] for row in rows)
+    assert t_last == 2.0
+    for match, beta in zip(lines, (0.5, 2.0, 6.0)):
+        printed = [float(v) for v in match.groups()]
+        row = next(r for r in rows if r["beta"] == beta and r["t"] == t_last)
+        np.testing.assert_allclose(printed[:2], [beta, t_last], rtol=0, atol=0)
+        np.testing.assert_allclose(printed[2:], [row["clusters_mean"], row["clusters_se"], row["rank_mean"], row["rank_se"]],
+                                   rtol=0, atol=0.0051)
+    assert any(r["clusters_mean"] < 12.0 - 0.5 for r in rows if r["t"] == t_last)  # not the initial state (12 clusters)
+
+
 def test_cli_end_to_end_writes_the_table_and_the_picture_and_resumes(tiny, tmp_path, capsys):
     out = tmp_path / "diagram"
     assert cli_main(["phase", str(tiny), "-o", str(out), "--workers", "0", "--quiet"]) == 0
