@@ -368,6 +368,55 @@ def test_a_grid_source_whose_cell_points_cannot_be_put_on_the_sphere_is_bad_inpu
         mf.simulate(CONCENTRATION, **{**STEPS, "init.kind": "run", "init.path": str(source)})
 
 
+def test_a_grid_frame_with_a_negative_cell_mass_is_refused_though_its_checksum_matches(grid_run, tmp_path):
+    # its total stays positive: only the sign check refuses it (it had become a token of negative mass)
+    from meanfield.io.source_frame import read_source_frame
+
+    def edit(f):
+        mass = f["mass"][-1]
+        mass[0] = -1e-3
+        f["mass"][-1] = mass
+
+    source = _edited_copy(grid_run, tmp_path / "negative.h5", edit)
+    with pytest.raises(mf.ConfigError, match=r"init.path: .*negative.h5.*200 non-negative cell masses") as info:
+        read_source_frame(source)
+    assert info.value.key == "init.path"
+
+
+def test_stored_token_masses_are_normalised_and_the_antipodal_note_s_numbers_are_numpy_s(particle_run, tmp_path):
+    # masses stored in another unit (summing to 1176) had been passed on as they were; the note's sampling floor is
+    # 3/sqrt(n_eff), n_eff = 1/sum(m^2), and its odd moments max(|sum m x|, |sum m x⊗x⊗x|)
+    from meanfield.io.source_frame import read_source_frame
+
+    masses = np.arange(1.0, 49.0)
+    source = _edited_copy(particle_run, tmp_path / "masses.h5", _replaced("token_masses", masses))
+    m = masses / masses.sum()
+    np.testing.assert_allclose(read_source_frame(source).weights, m, rtol=1e-15, atol=0)
+    frame = source_tokens(source, symmetry="antipodal")
+    x = mf.load(particle_run).x[-1]
+    np.testing.assert_allclose(frame.weights, np.concatenate([m, m]) / 2.0, rtol=1e-15, atol=0)
+    np.testing.assert_allclose(frame.sampling_floor, 3.0 / np.sqrt(1.0 / np.sum(m**2)), rtol=1e-14, atol=0)
+    third = np.einsum("i,ij,ik,il->jkl", m, x, x, x)
+    expected = max(np.linalg.norm(m @ x), np.linalg.norm(third))
+    np.testing.assert_allclose(frame.asymmetry, expected, rtol=1e-12, atol=1e-15)
+
+
+def test_odd_moments_past_the_third_moment_s_dimensions_is_the_mean(rng):
+    # in d > 16 only the first moment is taken: it had to be computed, not left at 0
+    from meanfield.io.source_frame import THIRD_MOMENT_MAX_D, odd_moments
+
+    d = THIRD_MOMENT_MAX_D + 4
+    one = np.zeros((10, d))
+    one[:, 0] = 1.0
+    np.testing.assert_allclose(odd_moments(one, np.full(10, 0.1)), 1.0, rtol=1e-15, atol=0)  # one cluster
+    x = rng.standard_normal((16, d)) + 0.5
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    w = rng.random(16)
+    w /= w.sum()
+    np.testing.assert_allclose(odd_moments(x, w), np.linalg.norm(w @ x), rtol=1e-14, atol=0)
+    assert odd_moments(np.vstack([x, -x]), np.concatenate([w, w]) / 2) < 1e-15
+
+
 def test_a_damaged_source_of_a_continued_run_is_to_be_restored_not_left_for_another_frame(particle_run, tmp_path, capsys):
     # --resume and the analysis had advised "start from another frame (init.time)", which --resume refuses
     import shutil
