@@ -61,6 +61,19 @@ def test_table_lists_each_layer_with_a_legend(tiny: Path, capsys: pytest.Capture
     assert format_table(reports) in out
 
 
+def test_the_fit_column_is_the_json_s_explained_mean_in_percent(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the column is headed fit%: it had to print 100 x explained_mean, not the fraction
+    reports = _json(capsys, ["inspect", str(tiny), "--json"])["reports"]
+    assert main(["inspect", str(tiny)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["L", "H"])
+    column = lines[header].split().index("fit%")
+    rows = [line.split() for line in lines[header + 2 : header + 2 + len(reports)]]
+    expected = [100.0 * report["summary"]["explained_mean"] for report in reports]
+    assert min(expected) > 0.5  # (a fraction printed to 2 decimals would differ by more than the rounding)
+    np.testing.assert_allclose([float(row[column]) for row in rows], expected, rtol=0, atol=0.0051)
+
+
 def test_layer_heads_and_checkpoint_reference(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = _json(capsys, ["inspect", str(tiny), "--layer", "1", "--heads", "1,0", "--json"])
     assert [r["layer"] for r in out["reports"]] == [1] and out["reports"][0]["heads"] == [1, 0]
