@@ -148,6 +148,72 @@ def test_convergence_plot(tmp_path):
     assert isinstance(fig, Figure) and (tmp_path / "conv.png").stat().st_size > 1000
 
 
+def test_the_convergence_plot_s_guides_pass_through_the_coarsest_point():
+    # the guides had to start at the coarsest row (largest h), not the finest
+    rows = [{"h": 0.35, "l1_reference": 0.2, "w2_reference": 0.08},
+            {"h": 0.18, "l1_reference": 0.06, "w2_reference": 0.05},
+            {"h": 0.09, "l1_reference": 0.01, "w2_reference": 0.02}]
+    lines = curves.plot_convergence(rows).axes[0].get_lines()
+    guides = [(data, line) for data, line in zip(lines, lines[1:]) if line.get_label().startswith("slope")]
+    assert [line.get_label() for _, line in guides] == ["slope 2", "slope 1"]
+    for data, line in guides:
+        h, e = np.asarray(data.get_xdata(), dtype=float), np.asarray(data.get_ydata(), dtype=float)
+        order = int(line.get_label().split()[1])
+        np.testing.assert_allclose(line.get_xdata(), [h.min(), h.max()], rtol=0, atol=0)
+        np.testing.assert_allclose(line.get_ydata(), e[np.argmax(h)] * (np.array([h.min(), h.max()]) / h.max()) ** order,
+                                   rtol=1e-14, atol=0)
+        np.testing.assert_allclose(line.get_ydata()[1], [0.2, 0.08][order == 1], rtol=1e-14, atol=0)
+
+
+def test_snapshot_panels_show_the_first_and_the_last_frame():
+    # the panels had to spread over every frame, the last included
+    t = np.linspace(0.0, 2.0, 5)
+    x = np.stack([sample_uniform(16, 3, seed=k) for k in range(5)])
+    fig = particles.plot_particle_run(t, x, None, snapshots=3)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title().startswith("t = ")]
+    assert titles == ["t = 0", "t = 1", "t = 2"]
+    assert particles._picks(2, 2) == [0, 1] and particles._picks(9, 4) == [0, 3, 5, 8]
+
+
+def test_inner_product_histograms_count_each_pair_once_and_no_token_with_itself(rng):
+    # the pairs i < j only: a token with itself had added a spike at <x, x> = 1
+    import itertools
+
+    x = np.stack([normalize(rng.standard_normal((6, 3))) for _ in range(2)])
+    w = rng.random(6)
+    hist, edges = particles.inner_product_histograms(x, bins=8)
+    weighted, _ = particles.inner_product_histograms(x, bins=8, weights=w)
+    pairs = list(itertools.combinations(range(6), 2))
+    for k in range(2):
+        values = [x[k, i] @ x[k, j] for i, j in pairs]
+        expected, _ = np.histogram(values, bins=np.linspace(-1, 1, 9), density=True)
+        np.testing.assert_allclose(hist[k], expected, rtol=1e-12, atol=1e-12)
+        expected, _ = np.histogram(values, bins=np.linspace(-1, 1, 9), density=True, weights=[w[i] * w[j] for i, j in pairs])
+        np.testing.assert_allclose(weighted[k], expected, rtol=1e-12, atol=1e-12)
+    two, _ = particles.inner_product_histograms(np.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]]), bins=4)
+    np.testing.assert_allclose(two[0], [0.0, 0.0, 2.0, 0.0], rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize(("view", "facing"), [("mollweide", "facing_rotation"), ("orthographic", "facing_view")])
+def test_the_density_animation_faces_the_final_mass(view, facing, monkeypatch):
+    # its docstring promises the map facing the final mass, not the initial one
+    msh = M.fibonacci_mesh(200)
+    m0 = M.initial_mass(msh, "uniform")
+    m1 = M.initial_mass(msh, "vmf", kappa=8.0, mean=[1, 1, 0])
+    real = getattr(density, facing)
+    seen = []
+
+    def recorded(points, weights=None):
+        seen.append(np.array(weights, dtype=float))
+        return real(points, weights)
+
+    monkeypatch.setattr(density, facing, recorded)
+    anim = density.animate_density(msh, [0.0, 1.0], [m0, m1], view=view, resolution=40)
+    anim._draw_was_started = True  # noqa: SLF001 (never saved)
+    assert len(seen) == 1
+    np.testing.assert_allclose(seen[0], m1, rtol=0, atol=0)
+
+
 def test_titles_name_the_zero_temperature_limit_and_the_mesh_s_own_cells():
     # a zero-temperature solve() run had been titled "β = 4", and a graded mesh "N = 200 cells" for its 397
     import meanfield as mf
