@@ -491,6 +491,56 @@ def test_output_folders_that_are_files_are_refused(tmp_path, capsys):
         assert status == 2 and option in err, (argv, err)
 
 
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--stride", "0", "must be >= 1"), ("--stride", "-2", "must be >= 1"),
+    ("--fd-points", "4", "must be an odd integer >= 3"), ("--fd-points", "1", "must be an odd integer >= 3"),
+])
+def test_diagnose_refuses_a_bad_stride_or_stencil_naming_the_option(option, value, says, tmp_path, capsys):
+    # each had been left to the library: a ValueError traceback, exit 1, that named no option
+    out = tmp_path / "r.h5"
+    main(["simulate", str(DEFAULT), "-o", str(out), "--quiet", "--set", "init.n=8", "--set", "solver.t_final=0.1",
+          "--set", "solver.save_every=0.1"])
+    capsys.readouterr()
+    status, err = _run(["diagnose", str(out), "--quiet", option, value], capsys)
+    assert status == 2 and f"{option}: {says}, got '{value}'" in err, err
+
+
+TINY_PHASE = """
+[model]
+d = 3
+beta = 1.0
+[init]
+n = 8
+[solver]
+dt = 0.1
+t_final = 0.2
+save_every = 0.1
+[phase]
+betas = [1.0]
+samples = 2
+batch = 2
+"""
+
+
+@pytest.mark.parametrize(("command", "option"), [("phase", "-o"), ("phase", "--out"), ("sweep", "--out")])
+def test_an_empty_output_folder_name_is_refused_and_nothing_is_written(command, option, tmp_path, capsys, monkeypatch):
+    # an empty --out had been taken as the working folder: the outputs (batches/, phase.csv, ...) landed there
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    if command == "phase":
+        (configs / "phase.toml").write_text(TINY_PHASE)
+        argv = ["phase", str(configs / "phase.toml"), option, "", "--workers", "0", "--quiet"]
+    else:
+        (configs / "sweep.toml").write_text(f'base = "{DEFAULT}"\n[grid]\n"model.beta" = [1.0]\n')
+        argv = ["sweep", str(configs / "sweep.toml"), option, ""]
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    status, err = _run(argv, capsys)
+    assert status == 2 and "--out" in err and "the folder name is empty" in err, err
+    assert sorted(os.listdir(work)) == [] and sorted(os.listdir(configs)) == [f"{command}.toml"]
+
+
 @pytest.mark.parametrize("damage", ["missing", "nan", "layer 5", "sentence"])
 def test_a_sweep_over_a_missing_or_broken_checkpoint_exits_2_before_its_folder(tmp_path, capsys, damage):
     # config resolution had only parsed model.heads = "checkpoint:...": the sweep wrote --out, ran every case, failed

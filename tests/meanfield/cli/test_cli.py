@@ -8,6 +8,7 @@ from pathlib import Path
 import sys
 
 import numpy as np
+import pytest
 
 from meanfield.cli import build_parser, main
 
@@ -254,6 +255,47 @@ def test_an_interrupt_says_what_each_command_left(tmp_path, capsys, monkeypatch)
     monkeypatch.setattr(bench_module, "run_benchmarks", interrupt)
     assert main(["bench", "--quick"]) == 1
     assert capsys.readouterr().err.strip() == "meanfield bench: interrupted; nothing was written"
+
+
+def test_diagnose_csv_reads_back_as_the_diagnosis_s_series_bit_for_bit(tmp_path):
+    # the CSV promises %.17g: floats that round-trip (a %.6g column had lost the digits after the sixth)
+    import csv
+
+    import meanfield as mf
+    from meanfield.analysis.diagnostics import diagnose
+
+    out, table = tmp_path / "r.h5", tmp_path / "d.csv"
+    mf.simulate({"init": {"n": 12}, "solver": {"t_final": 0.3, "save_every": 0.1}}, out=out)
+    assert main(["diagnose", str(out), "--quiet", "--csv", str(table)]) == 0
+    with table.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    series = diagnose(mf.load(out)).series
+    assert rows[0] == list(series)
+    for i, key in enumerate(rows[0]):
+        np.testing.assert_array_equal(np.array([float(row[i]) for row in rows[1:]]), np.asarray(series[key], dtype=float),
+                                      err_msg=key)
+
+
+@pytest.mark.parametrize(("status", "ended"), [("completed", True), ("stopped", True), ("failed", True),
+                                               ("interrupted", False)])
+def test_an_interrupt_after_a_run_ended_is_not_called_resumable_whatever_its_end(status, ended, tmp_path):
+    # a run that had failed just as Ctrl-C came had been told "--resume continues"
+    import h5py
+
+    import meanfield as mf
+    from meanfield.cli.simulate import interrupt_left
+    from meanfield.io.runfile import RunReader
+
+    out = tmp_path / "r.h5"
+    mf.simulate({"init": {"n": 8}, "solver": {"t_final": 0.2, "save_every": 0.1}}, out=out)
+    cfg = RunReader(out).config
+    with h5py.File(out, "r+") as f:
+        f.attrs["status"] = status
+    said = interrupt_left(str(out), cfg, before=None)
+    if ended:
+        assert said == f"interrupted after the run ended ({status}; 3 frames saved in {out})"
+    else:
+        assert said == f"interrupted; 3 frames saved in {out}, --resume continues"
 
 
 def test_an_interrupt_of_simulate_or_run_says_what_was_saved(tmp_path, capsys, monkeypatch, interactive_sigint):
