@@ -219,7 +219,6 @@ def _mp_authors_slope_squared(x: np.ndarray, heads: HeadStack, beta: float, weig
 def test_authors_slope_where_the_own_term_dominates_with_a_non_symmetric_value_matrix():
     # V = I + εA with A the upper shift (not symmetric): the own term's tangent part is ε P⊥(A x_i), and at large β it
     # is all of G².  The transpose of V's anisotropic part gives 2.5× the slope at β = 100 (mut3 M6), which V = Vᵀ hides
-    pytest.importorskip("mpmath")
     from meanfield.analysis.mobility import authors_slope_squared
 
     x = _POINTS / np.linalg.norm(_POINTS, axis=1, keepdims=True)
