@@ -336,3 +336,27 @@ def test_a_layer_schedule_keeps_a_bounded_number_of_drawn_layers():
     for k in range(10):
         assert stored.at(k + 0.5).B[0, 0, 0] == k
     assert stored.at(20.0).B[0, 0, 0] == 9
+
+
+@pytest.mark.parametrize("lam", [-2.0, -0.5, 0.0, 1.5])
+def test_the_scalar_head_has_b_equal_to_v_equal_to_lambda_for_every_sign(lam):
+    from meanfield.heads import scalar
+
+    head = scalar(lam, 3)
+    np.testing.assert_allclose(head.B, lam * np.eye(3), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(head.V, lam * np.eye(3), rtol=0, atol=1e-14)
+
+
+def test_copies_of_a_head_table_with_its_own_seed_are_distinct_draws():
+    cfg = load_config(None, ['model.heads=[{Q = "random", K = "random", V = "random", seed = 5}]', "model.num_heads=3"])
+    heads = build_heads(cfg)
+    assert len(heads) == 3
+    for a in range(3):
+        for b in range(a + 1, 3):
+            for name in ("Q", "K", "V"):
+                assert not np.allclose(getattr(heads[a], name), getattr(heads[b], name)), (a, b, name)
+    # head h is the table drawn with seed 5 + 1000 h (replicate_specs)
+    for h in range(3):
+        ref = head_from_spec({"Q": "random", "K": "random", "V": "random", "seed": 5 + 1000 * h}, d=heads[h].V.shape[0],
+                             key="ref")
+        np.testing.assert_allclose(heads[h].Q, ref.Q, rtol=0, atol=0)
