@@ -165,3 +165,12 @@ def test_cluster_centres_of_huge_or_tiny_entries_keep_their_direction():
     np.testing.assert_allclose(x @ centres[0], np.ones(8), rtol=0, atol=1e-2)
     with pytest.raises(ValueError, match="center 0 is zero"):
         sphere.cluster_centers([[0.0, 0.0, 0.0]], 3)
+
+
+def test_random_rotations_are_haar_distributed():
+    # Haar on O(3): E[Q] = 0 and E[Q_ij^2] = 1/3; each entry's Monte-Carlo s.e. is about 1/sqrt(3 S)
+    S, d = 2000, 3
+    Q = np.stack([sphere.sample_orthogonal(d, d, seed=s) for s in range(1, S + 1)])
+    se = 1.0 / np.sqrt(d * S)
+    np.testing.assert_allclose(Q.mean(axis=0), np.zeros((d, d)), rtol=0, atol=5 * se)
+    np.testing.assert_allclose((Q**2).mean(axis=0), np.full((d, d), 1.0 / d), rtol=0, atol=0.03)
