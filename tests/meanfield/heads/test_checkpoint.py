@@ -613,3 +613,15 @@ def test_rows_of_a_table_are_read_without_the_whole_table(tmp_path, monkeypatch)
         np.testing.assert_array_equal(ckpt.tensor(name, rows=rows), full[rows])
     with pytest.raises(ConfigError, match=r"rows 3\.\.44 are outside the 44 rows"):
         ckpt.tensor(name, rows=np.array([44, 3]))
+
+
+def test_the_dominant_eigenspace_of_a_non_diagonal_matrix_is_that_of_the_largest_eigenvalue():
+    rng = np.random.default_rng(0)
+    S = rng.standard_normal((5, 5))
+    sym = 0.5 * (S + S.T)
+    mu, E = dominant_eigenspace(S)
+    w, U = np.linalg.eigh(sym)
+    np.testing.assert_allclose(mu, w[::-1], rtol=0, atol=1e-12)
+    assert E.shape == (5, 1)
+    np.testing.assert_allclose(E.T @ sym @ E, [[w[-1]]], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(abs(float(E[:, 0] @ U[:, -1])), 1.0, rtol=0, atol=1e-12)
