@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from meanfield.config import load_config
 from meanfield.solvers.experiments.authors_balance import (
     balance_from_config,
     energy_balance,
@@ -175,3 +176,19 @@ def test_balance_refuses_a_velocity_other_than_the_authors(extra, key):
     small = ["model.num_heads=2", "init.n=10", "solver.t_final=0.02"]
     with pytest.raises(ValueError, match=rf"^{key}: "):
         balance_from_config(DATA / "massucco_ou.toml", [*small, *extra])
+
+
+def test_balance_under_combine_sum_weighs_every_head_by_one():
+    # model.combine = "sum": the velocity and the energy are sums over the heads (w_h = 1, not 1/H); with 1/H the
+    # true residual had been twice the dissipation and E(0) a third of the run's energy
+    out = balance_from_config(DATA / "massucco_ou.toml", ["model.combine=sum", "model.num_heads=3", "solver.t_final=0.5",
+                                                          "init.n=40"], keep_states=True)
+    assert out["H"] == 3
+    x, D = out["x"], out["D"]
+    beta = float(load_config(DATA / "massucco_ou.toml", ["model.combine=sum"])["model"]["beta"])
+    n = x.shape[1]
+    for k in (0, len(out["t"]) - 1):
+        s = np.einsum("id,hde,je->hij", x[k], D[k], x[k])  # x_i^T D_h x_j
+        ref = float(np.exp(beta * s).sum()) / (2.0 * beta * n * n)
+        np.testing.assert_allclose(out["energy"][k], ref, rtol=1e-12, atol=0)
+    assert abs(out["residual_true"]) < 0.3 * out["dissipation"], (out["residual_true"], out["dissipation"])
