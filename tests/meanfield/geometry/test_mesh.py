@@ -566,3 +566,14 @@ def test_a_mixture_components_kappa_has_init_kappas_range(kappa):
     assert "must lie in [0, 1e+12]" in str(info.value)
     with pytest.raises(ConfigError, match="integrates to zero"):  # its end is taken (and too narrow for 200 cells)
         M.initial_mass(M.fibonacci_mesh(200), "mixture", components=[{"kappa": 1e12}])
+
+
+def test_a_smoothed_deposit_of_uniform_atoms_gives_each_unequal_cell_its_area_share():
+    # the kernel weighs each cell by its area: uniform atoms deposit m_c = A_c / 4π on a mesh whose areas vary 30x
+    # (without the areas the small cells had received up to 7 times their share)
+    from meanfield.geometry.sphere import sample_uniform
+
+    mesh = M.mesh_from_points(sample_uniform(400, 3, seed=1))
+    assert mesh.areas.max() / mesh.areas.min() > 10
+    m = M.deposit_smooth(mesh, sample_uniform(50000, 3, seed=2), width=0.3)
+    np.testing.assert_allclose(m, mesh.areas / (4.0 * np.pi), rtol=0.1, atol=0)
