@@ -447,3 +447,15 @@ def test_tableaux_satisfy_their_order_conditions(name):
         b_low = np.array(scheme.b_low)
         for value, expected in ((b_low.sum(), 1.0), (b_low @ c, 1 / 2), (b_low @ c**2, 1 / 3), (b_low @ A @ A @ c, 1 / 24)):
             np.testing.assert_allclose(value, expected, atol=1e-14)
+
+
+def test_fixed_step_schemes_never_step_past_dt():
+    # dt = 0.1 with frames every 0.25: each interval takes ceil(0.25/0.1) = 3 equal steps (h = 1/12 <= dt), 24 in all
+    # (floor had taken 2 steps of 0.125 > dt, 16 in all)
+    identity = stack_heads([Head(Q=np.eye(3), K=np.eye(3), V=np.eye(3))])
+    model = Model(d=3, beta=4.0, attention="softmax", heads=ConstantHeads(identity))
+    x0 = sample_uniform(16, 3, seed=0)
+    kw = dict(t_final=2.0, save_every=0.25, energy=False, speed=False)
+    run = solve(Problem(model, x0), ParticleSolver(method="euler", dt=0.1), **kw)
+    assert run.info["steps"] == 8 * 3
+    np.testing.assert_allclose(run.t, np.arange(9) * 0.25, rtol=0, atol=1e-12)
