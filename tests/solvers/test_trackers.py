@@ -218,3 +218,18 @@ def test_the_step_warning_takes_the_speed_of_the_frame_the_step_starts_from():
                                                  r"\(max \|dx/dt\| = 10\)") as caught:
         assert tracker(0.1, np.zeros((1, 3))) == {"max_speed": 0.01}
     assert len(caught) == 1 and str(caught[0].message).endswith("a solver.dt below 0.05")  # 0.5 rad / 10
+
+
+def test_a_diagnostic_that_starts_late_is_nan_on_the_frames_before_it():
+    # a caller's tracker that records from t = 0.5 on: the earlier frames have no value (NaN, not 0)
+    import meanfield as mf
+
+    model = mf.Model(d=3, beta=1.0, attention="softmax", heads=mf.heads.identity(3))
+
+    def late(t, x):
+        return {"late": 7.0} if t >= 0.5 else {}
+
+    run = mf.solve(mf.Problem(model, sample_uniform(8, 3, seed=0)), mf.ParticleSolver(dt=0.05), t_final=1.0,
+                   save_every=0.25, trackers=[late])
+    np.testing.assert_allclose(run.t, [0.0, 0.25, 0.5, 0.75, 1.0], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(np.asarray(run.diagnostics["late"], dtype=float), [np.nan, np.nan, 7.0, 7.0, 7.0])
