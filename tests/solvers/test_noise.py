@@ -557,3 +557,22 @@ def test_a_gamma_whose_noise_overflows_is_refused_before_any_file(tmp_path, caps
     assert f"error: {key}:" in capsys.readouterr().err
     assert not (tmp_path / "r.h5").exists()
     NoiseSchedule(gamma=1e-300)  # the floor itself is taken
+
+
+def test_the_outflow_rate_sums_the_transmissibilities_of_every_edge_of_the_cell():
+    # γ(t)^{-1} Σ_{j~i} ℓ_ij/δ_ij / A_i over all edges touching i (either end), written out here; and a unit mass in
+    # one cell leaves it at exactly that rate under the operator
+    mesh = fibonacci_mesh(300)
+    gamma = 0.5
+    op = LaplaceBeltrami(mesh, NoiseSchedule(gamma=gamma))
+    ref = np.zeros(mesh.N)
+    for (a, b), ell in zip(mesh.edges, mesh.edge_lengths):
+        w = ell / math.acos(min(1.0, max(-1.0, float(mesh.points[a] @ mesh.points[b]))))
+        ref[a] += w
+        ref[b] += w
+    ref /= mesh.areas * gamma
+    np.testing.assert_allclose(op.outflow_rate(0.0), ref, rtol=1e-10, atol=0)
+    for c in (0, mesh.N // 2, mesh.N - 1):
+        m = np.zeros(mesh.N)
+        m[c] = 1.0
+        np.testing.assert_allclose(-op.rate(m, 0.0)[c], ref[c], rtol=1e-10, atol=0)
