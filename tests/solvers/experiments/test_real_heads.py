@@ -204,3 +204,23 @@ def test_minilm_config_file_runs(tmp_path: Path) -> None:
     simulate_config(cfg, tmp_path / "minilm.h5", quiet=True)
     run = load(tmp_path / "minilm.h5")
     assert run.x.shape == (3, x0.shape[0], 384) and np.all(np.isfinite(run.x))
+
+
+def test_run_heads_targets_the_pushforward_of_the_initial_tokens() -> None:
+    # the W2 target is Π♯ρ₀: for a 1-D dominant eigenspace e, the atoms ±e weighted by the sign split of x0·e
+    # (the final tokens had given 0.5/0.5 here instead of 0.6/0.4)
+    import meanfield as mf
+
+    heads = [mf.heads.random_head(4, seed=s) for s in (1, 2)]
+    x0 = mf.sample_uniform(20, 4, seed=3)
+    S = sum(h.V @ h.B.T for h in heads)
+    _, U = np.linalg.eigh(0.5 * (S + S.T))
+    e = U[:, -1]
+    up = float(np.mean(x0 @ e > 0))
+    run = run_heads(heads, x0, beta=1.0, t_final=1.0, label="rh5", direction="ascent")
+    atoms, weights = np.asarray(run.target.atoms), np.asarray(run.target.weights)
+    along = atoms @ e
+    np.testing.assert_allclose(np.abs(along), 1.0, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(weights[along > 0].sum(), up, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(weights[along < 0].sum(), 1.0 - up, rtol=0, atol=1e-12)
+    assert up == pytest.approx(0.6)
