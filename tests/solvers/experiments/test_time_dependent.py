@@ -60,3 +60,32 @@ def test_plateau_is_the_mean_over_the_second_half():
     y = np.where(t < 10.0, 100.0, 1.0 + t)
     assert authors_plateau(t, y) == pytest.approx(np.mean(1.0 + t[400:]))
     assert authors_plateau(t, y, t_final=40.0) == pytest.approx(21.0)
+
+
+def test_energy_balance_curves_close_the_identity_with_the_signed_transport():
+    # residual = ΔE − time − transport − slope on every frame, with the transport curve carrying σ
+    from meanfield.solvers.experiments.time_dependent import energy_dissipation_balance
+
+    b = energy_dissipation_balance(quick=True, taus=(0.1,), t_final=1.0, n=16)
+    gap = b["energy_change"] - b["time_term"] - b["transport_term"] - b["slope_term"] - b["residual_curve"]
+    np.testing.assert_allclose(gap, 0.0, rtol=0, atol=1e-12)
+    assert np.abs(b["transport_term"]).max() > 1e-3  # the identity is not met trivially
+
+
+def test_late_slope_is_the_mean_of_the_slope_over_the_second_half():
+    from meanfield.solvers.experiments.time_dependent import ou_vs_oscillating
+
+    # "mean |∂E| over the last half" (the mean of |∂E|² had been a third of it here)
+    out = ou_vs_oscillating(quick=True, H=2, n=8, t_final=2.0, dt=0.05, schedules=("oscillating",))
+    r = out["oscillating"]
+    t, slope = np.asarray(r["t"]), np.asarray(r["slope"])
+    assert np.sum(t >= 1.0) >= 4
+    np.testing.assert_allclose(r["late_slope"], slope[t >= 1.0].mean(), rtol=1e-12, atol=0)
+
+
+def test_fit_g2_is_the_log_log_fit_of_the_g2_plateau():
+    from meanfield.solvers.experiments.time_dependent import gradient_plateau_vs_heads
+
+    o = gradient_plateau_vs_heads(quick=True, heads=(1, 4), n=16, t_final=4.0, seeds=(0,))
+    b, log_a = np.polyfit(np.log(o["H"]), np.log(o["G2"]), 1)
+    np.testing.assert_allclose(o["fit_G2"], (np.exp(log_a), b), rtol=1e-8, atol=0)
