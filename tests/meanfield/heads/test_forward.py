@@ -637,3 +637,48 @@ def test_cli_forward_num_heads_reads_a_checkpoint_without_config_json(tmp_path: 
     for bad in ("0", "x", "3", "1.5"):  # 3 does not divide d = 8
         assert cli_main([*argv, "--num-heads", bad, "--csv", str(out_csv)]) == 2
         assert "--num-heads" in capsys.readouterr().err and not out_csv.exists()
+
+
+def test_mean_pooling_of_a_padded_row_averages_its_real_tokens_only():
+    from meanfield.heads.forward import _pool
+
+    rng = np.random.default_rng(0)
+    last = rng.standard_normal((2, 5, 4))
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]], bool)
+    e = _pool(last, mask, pooling="mean", normalize=False)
+    np.testing.assert_allclose(e[0], last[0].mean(axis=0), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(e[1], last[1, :2].mean(axis=0), rtol=1e-12, atol=0)
+
+
+def _stub_comparison():
+    from meanfield.heads.forward import inner_product_statistics
+    from meanfield.solvers.experiments.forward import MeanFieldLayers, comparison_rows
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 8, 5))
+    x /= np.linalg.norm(x, axis=-1, keepdims=True)
+    y = x.copy()
+    y[2, 0] += 0.3  # one token moved in the refined run
+    y[2] /= np.linalg.norm(y[2], axis=-1, keepdims=True)
+
+    class Pass:  # what comparison_rows reads of a ForwardPass
+        hidden, num_layers = x, 2
+
+        def statistics(self):
+            return [inner_product_statistics(h) for h in x]
+
+    coarse = MeanFieldLayers(x=x, beta=np.array([0.5, 2.0]), dt=0.1, method="rk4")
+    fine = MeanFieldLayers(x=y, beta=np.array([0.5, 2.0]), dt=0.05, method="rk4")
+    return x, y, comparison_rows(Pass(), coarse, refined=fine)
+
+
+def test_comparison_rows_refine_gram_is_the_largest_gram_change_and_beta_is_per_layer():
+    x, y, rows = _stub_comparison()
+    iu = np.triu_indices(8, 1)
+    for k in range(3):
+        ref = np.max(np.abs((x[k] @ x[k].T)[iu] - (y[k] @ y[k].T)[iu]))
+        np.testing.assert_allclose(rows[k]["refine_gram"], ref, rtol=1e-12, atol=1e-15)
+    assert rows[2]["refine_gram"] > 0.1
+    # layer k >= 1 ran at beta[k - 1]; layer 0 (the embeddings) at none
+    assert math.isnan(rows[0]["beta"])
+    np.testing.assert_allclose([rows[1]["beta"], rows[2]["beta"]], [0.5, 2.0], rtol=0, atol=0)
