@@ -244,3 +244,30 @@ def test_cli_clustering_time_prints_pasteable_numbers(clustering_command, capsys
 def test_cli_clustering_time_bad_input_exits_2(clustering_command, argv, option, capsys):
     assert main(["theory", "clustering-time", *argv]) == 2
     assert option in capsys.readouterr().err
+
+
+def test_beta_lost_min_is_the_smallest_beta_with_a_negative_rate():
+    out = ex.beta_star_sign_experiment(H=2, n=4, alpha=1.0, dominant_share=0.8, betas=[0.5, 1.0, 2.0, 3.0, 4.0],
+                                       t_short=0.1, save_every=0.05)
+    lost = np.any(np.asarray(out["dEdt"]) < 0, axis=(1, 2))
+    assert lost.sum() >= 2
+    np.testing.assert_allclose(out["beta_lost_min"], np.asarray(out["betas"])[lost].min(), rtol=0, atol=0)
+
+
+def test_pair_gap_spread_of_a_random_cloud_against_numpy():
+    # (max − min)/mean of the pairwise gaps 1 − <x_i, x_j>: on a random cloud (equiangular ones give 0 either way)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 6))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    gaps = (1.0 - x @ x.T)[~np.eye(6, dtype=bool)]
+    np.testing.assert_allclose(ex._pair_gap_spread(x), (gaps.max() - gaps.min()) / gaps.mean(), rtol=1e-10, atol=0)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_delta_robust_keeps_both_heads_guaranteed_margins_positive(seed):
+    # the overlap up to which the bound guarantees both heads' monotonicity (a minimum over heads): at 0.9 δ_robust
+    # every head's margin_bound0 is positive (the maximum over heads had left one head at −0.9 and −2.9)
+    robust = ex.orthogonality_margin_experiment([0.0], seed=seed, t_short=0.05, save_every=0.05)["delta_robust"]
+    assert robust > 0
+    margins = ex.orthogonality_margin_experiment([0.9 * robust], seed=seed, t_short=0.05, save_every=0.05)["margin_bound0"][0]
+    assert np.all(np.asarray(margins) > 0), margins
