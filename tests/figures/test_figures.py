@@ -408,6 +408,9 @@ def _scale(row: dict[str, str], key: str, factor: float) -> None:
     ("metastability_staircase", lambda r: _scale(r, "level", 0.9), "plateaus_are_sum_m2"),
     # a staircase without a jump (a flat energy) had raised ValueError from the claim instead of failing it
     ("metastability_staircase", lambda r: r.update(energy="0.5") if r["series"] == "tokens" else None, "jumps_converged_in_h"),
+    # a late rate of half the predicted one (the log gap halved: slope −Λ, not −2Λ) had passed a one-sided check
+    ("multihead_late_rate", lambda r: [_scale(r, k, 0.5) for k in ("log_gap_particle", "log_gap_ode")], "slope[1]"),
+    ("multihead_late_rate", lambda r: [_scale(r, k, 0.5) for k in ("log_gap_particle", "log_gap_ode")], "slope[0.2+0.4+0.6+0.8]"),
 ])
 def test_a_claim_check_fails_on_a_csv_that_contradicts_the_claim(figure, change, check, tmp_path):
     import importlib
@@ -668,3 +671,68 @@ def test_w2min_rate_docstring_quotes_the_measured_slopes(made):
     quick = module.fit(module.read_csv(made["concentration_w2min_rate"].csv))
     text = " ".join(module.__doc__.split())
     assert f"the full form measures {full['slope']:.2f}, the coarse quick grid {quick['slope']:.2f}" in text
+
+
+def test_plateau_claim_fails_a_slope_just_above_the_bound(tmp_path):
+    # the claim is b + 2 s.e. < bound: a slope half a standard error above the bound (decaying slower than 1/√H)
+    # fails; b − 2 s.e. < bound had passed it
+    import importlib
+
+    module = importlib.import_module("meanfield.figures.time_dependent_plateau")
+    rows = module.read_csv(Path(FIGURES.__file__).resolve().parent / "gallery" / "time_dependent_plateau.csv")
+    b0, se, bound = module.fitted_slope(rows, "G2")[1], module.slope_error(rows, "G2"), module.SLOPE_BOUND
+    assert bound < 0 and np.isfinite(se) and se > 0
+    target = bound + 0.5 * se
+    path = _perturbed("time_dependent_plateau", tmp_path, lambda r: _scale(r, "G2", float(r["H"]) ** (target - b0)))
+    check = module.claim(path)["slope[G2]"]
+    np.testing.assert_allclose(check["value"], target, rtol=0, atol=1e-9)
+    assert not check["ok"], check
+
+
+def test_energy_balance_residual_order_is_the_slope_of_log_residual_on_log_tau(tmp_path):
+    # residuals multiplied by τ^-0.3 lower the observed order by exactly 0.3 (the fit with its axes swapped had
+    # reported about 1/p)
+    import importlib
+
+    module = importlib.import_module("meanfield.figures.time_dependent_energy_balance")
+    base = module.claim(Path(FIGURES.__file__).resolve().parent / "gallery" / "time_dependent_energy_balance.csv")
+    path = _perturbed("time_dependent_energy_balance", tmp_path,
+                      lambda r: _scale(r, "residual", (float(r["tau"]) / 0.1) ** -0.3))
+    order = module.claim(path)["residual_order"]["value"]
+    np.testing.assert_allclose(order, base["residual_order"]["value"] - 0.3, rtol=0, atol=1e-9)
+
+
+def test_the_authors_monte_carlo_paths_have_distinct_seeds_across_heads():
+    # seed 2000 + H + 1000 p: every (H, path) of the plateau figure (full and quick) draws its own weight noise
+    import importlib
+
+    module = importlib.import_module("meanfield.figures.time_dependent_authors_plateau")
+    for heads, paths in ((module.HEADS, module.PATHS), (module.QUICK_HEADS, module.QUICK_PATHS)):
+        grid = [(H, p) for H in heads for p in range(max(paths.values()))]
+        seeds = [FIGURES.authors_noise_seed(H, p) for H, p in grid]
+        assert len(set(seeds)) == len(seeds), grid
+    # and on a grid where a stride of 1 would collide: (H = 1, p = 1) and (H = 2, p = 0)
+    seeds = [FIGURES.authors_noise_seed(H, p) for H in (1, 2, 4, 8, 10, 16) for p in range(10)]
+    assert len(set(seeds)) == len(seeds)
+    assert FIGURES.authors_noise_seed(1, 1) == 3001 and FIGURES.authors_noise_seed(2, 0) == 2002
+
+
+def test_authors_balance_claim_fails_when_the_g2_balance_closes_better(tmp_path):
+    # "G² residual / true residual > 1": a stub CSV whose G² residual is half the true one must fail that check
+    import importlib
+
+    module = importlib.import_module("meanfield.figures.time_dependent_authors_balance")
+    rows = []
+    for experiment, true in (("ou", 0.01), ("oscillating", 0.02), (module.HALF_STEP, 0.01)):
+        row = {"experiment": experiment, "t": 1.0, **{k: 0.0 for k in module.TERMS}}
+        row.update(dissipation=1.0, residual_true=true, residual_G2=(0.5 if experiment == "ou" else 3.0) * true)
+        rows.append(row)
+    path = tmp_path / "stub.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    checks = module.claim(path)
+    ou, osc = checks["G² residual / true residual [ou]"], checks["G² residual / true residual [oscillating]"]
+    np.testing.assert_allclose([ou["value"], osc["value"]], [0.5, 3.0], rtol=1e-12, atol=0)
+    assert not ou["ok"] and osc["ok"]
