@@ -577,3 +577,17 @@ def test_a_smoothed_deposit_of_uniform_atoms_gives_each_unequal_cell_its_area_sh
     assert mesh.areas.max() / mesh.areas.min() > 10
     m = M.deposit_smooth(mesh, sample_uniform(50000, 3, seed=2), width=0.3)
     np.testing.assert_allclose(m, mesh.areas / (4.0 * np.pi), rtol=0.1, atol=0)
+
+
+def test_a_cached_mesh_of_other_generators_under_the_same_name_is_rebuilt(tmp_path, monkeypatch):
+    # a file written for rotated generators (another Fibonacci rule, a foreign file) under the asked name had been
+    # served: the mesh's points were then up to 2 away from the asked generators
+    from meanfield.geometry.sphere import fibonacci_points
+
+    rotation = np.linalg.qr(np.random.default_rng(0).standard_normal((3, 3)))[0]
+    _counted_cache(tmp_path, monkeypatch, points=fibonacci_points(500) @ rotation.T)  # the foreign file
+    cached, builds, fresh, path = _counted_cache(tmp_path, monkeypatch)
+    assert len(builds) == 1  # a miss: built from the asked generators
+    np.testing.assert_allclose(fresh.points, fibonacci_points(500), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(cached().points, fibonacci_points(500), rtol=0, atol=1e-12)
+    assert len(builds) == 1  # and stored in place of the foreign file
