@@ -116,3 +116,25 @@ def test_a_python_built_schedule_records_what_the_config_route_does():
     with pytest.raises(mf.TrackerError, match="returns 'slope2', which the run's own trackers record"):  # a config's
         mf.simulate(DATA / "massucco_ou.toml", t_final=0.01, trackers=lambda t, x: {"slope2": -1.0},  # run keeps its own
                     **{"model.num_heads": H, "init.n": 12})
+
+
+def test_solve_with_weighted_tokens_and_time_dependent_heads_weighs_g2_by_the_masses():
+    # solve() adds a SlopeTracker for time-dependent heads: it must take the token masses (unweighted it had given
+    # authors_G2(0) = 0.401 instead of 0.456 here)
+    import meanfield as mf
+    from meanfield.heads import HeadStack
+    from meanfield.heads.schedules import OscillatingSchedule
+    from meanfield.model import Model
+    from meanfield.solvers.trackers import SlopeTracker
+
+    B = np.stack([np.eye(3), np.diag([1.0, -0.5, 0.3])])
+    heads = OscillatingSchedule(HeadStack(B=B, V=B.copy()), amplitude=2.0, omega=3.0, phases=np.array([0.0, 1.0]))
+    model = Model(d=3, beta=1.0, attention="softmax", heads=heads)
+    x0 = mf.sample_uniform(12, 3, seed=1)
+    w = np.arange(1.0, 13.0)
+    w /= w.sum()
+    run = mf.solve(mf.Problem(model, x0, weights=w), mf.ParticleSolver(dt=0.05), t_final=0.2, save_every=0.1)
+    weighted = SlopeTracker(model, weights=w)(0.0, x0)["authors_G2"]
+    plain = SlopeTracker(model)(0.0, x0)["authors_G2"]
+    assert abs(weighted - plain) > 1e-2 * weighted
+    np.testing.assert_allclose(run.diagnostics["authors_G2"][0], weighted, rtol=1e-10, atol=0)
