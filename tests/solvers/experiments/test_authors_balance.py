@@ -192,3 +192,25 @@ def test_balance_under_combine_sum_weighs_every_head_by_one():
         ref = float(np.exp(beta * s).sum()) / (2.0 * beta * n * n)
         np.testing.assert_allclose(out["energy"][k], ref, rtol=1e-12, atol=0)
     assert abs(out["residual_true"]) < 0.3 * out["dissipation"], (out["residual_true"], out["dissipation"])
+
+
+def test_isotropic_noise_on_non_symmetric_heads_uses_the_entrywise_covariance():
+    # weights.noise = "isotropic" from non-symmetric heads draws every entry on its own: the Itô term is that of
+    # Σ_abcd = σ² δ_ac δ_bd (the mirrored covariance of symmetric heads had been taken for every start)
+    import tomllib
+
+    with open(DATA / "massucco_ou.toml", "rb") as handle:
+        cfg = tomllib.load(handle)
+    del cfg["weights"]["initial"]  # start at the configured (non-symmetric) heads
+    cfg["model"].update(num_heads=2, heads=[{"Q": "random", "K": "random", "V": "aligned", "seed": 3}])
+    cfg["init"]["n"], cfg["solver"]["t_final"], cfg["weights"]["noise"] = 30, 0.5, "isotropic"
+    out = balance_from_config(cfg, [], keep_states=True)
+    D = out["D"]
+    assert not np.allclose(D[0], np.swapaxes(D[0], 1, 2))
+    d, sigma, kappa = D.shape[2], out["sigma"], float(cfg["weights"]["kappa"])
+    eye = np.eye(d)
+    C = sigma**2 * np.einsum("ac,bd->abcd", eye, eye)
+    ref = energy_balance(out["t"], out["x"], D, beta=float(cfg["model"]["beta"]), w=np.full(2, 0.5),
+                         drift=lambda D_, t: kappa * (eye - D_), covariance=C, sign=-1.0)
+    np.testing.assert_allclose(out["ito"], ref["ito"], rtol=1e-10, atol=0)
+    np.testing.assert_allclose(out["residual_true"], ref["residual_true"], rtol=1e-10, atol=1e-14)
