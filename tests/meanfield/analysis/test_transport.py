@@ -314,6 +314,24 @@ def test_duplicates_and_zero_weights_map_back(rng):
     np.testing.assert_allclose(np.sum(P * cost_matrix(x, y)), v1**2, rtol=1e-12)
 
 
+def test_duplicates_on_the_second_side_split_their_merged_mass_in_proportion_to_their_weights(rng):
+    # y, the smaller side, is merged first; the plan maps back to each copy of a repeated atom its own share
+    base = sphere(rng, 3, 3)
+    y = np.vstack([base, base[:2]])                      # atoms 0 and 1 repeated, with other weights
+    b = np.array([0.05, 0.2, 0.25, 0.3, 0.2])
+    x = sphere(rng, 7, 3)
+    a = rng.random(7)
+    a /= a.sum()
+    value, info = w2(x, y, a, b, log=True)
+    assert info["merged_sizes"] == (7, 3)
+    C = np.arccos(np.clip(x @ y.T, -1.0, 1.0)) ** 2      # the geodesic cost, written here
+    np.testing.assert_allclose(value**2, ot.emd2(a, b, C), rtol=1e-10)  # the unmerged LP
+    P = info["plan"]
+    np.testing.assert_allclose(P.sum(axis=0), b, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(P.sum(axis=1), a, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.sum(P * C), value**2, rtol=1e-10)
+
+
 def test_rows_sharing_a_coordinate_are_not_merged_and_repeats_among_them_are(rng):
     # the merge first looks for two rows with the same first coordinate: rows that share it but differ
     # elsewhere stay apart, and a repeat among them (not next to its twin once sorted by x_0) is merged
