@@ -89,3 +89,25 @@ def _concentration() -> dict:
 def test_particle_runs_have_no_core_check():
     cfg = {**_concentration(), "solver": {"kind": "particle", "t_final": 0.2, "save_every": 0.1, "dt": 0.05}}
     assert mf.simulate(cfg).concentration().cores is None
+
+
+def test_cells_on_the_plane_and_negative_masses_take_no_part_in_a_cluster():
+    # a cell on the plane <x, e> = 0 belongs to neither cluster, and a negative mass (second-order rounding) counts as 0:
+    # either one in the + cluster had moved its centre and radius
+    rng = np.random.default_rng(3)
+    plus = rng.normal([1.0, 0.0, 0.0], 0.2, (6, 3))
+    minus = rng.normal([-1.0, 0.0, 0.0], 0.2, (5, 3))
+    plane = np.array([[0.0, 0.6, 0.8]])
+    points = np.vstack([plus, minus, plane])
+    points /= np.linalg.norm(points, axis=1, keepdims=True)
+    areas = np.full(points.shape[0], 0.01)
+    frame = rng.random(points.shape[0]) + 0.1
+    frame[2] = -0.05
+    res = core_resolution(points, areas, [frame], [0.0], E)
+    for j, (sign, rows) in enumerate([(1.0, np.arange(6)), (-1.0, np.arange(6, 11))]):
+        m = np.clip(frame[rows], 0.0, None)
+        centre = m @ points[rows]
+        centre /= np.linalg.norm(centre)
+        radius = math.sqrt(float(m @ _angle(points[rows], centre) ** 2) / m.sum())
+        np.testing.assert_allclose(res.radius[0, j], radius, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(res.offset[0, j], _angle(centre, sign * E), rtol=1e-12, atol=1e-12)
