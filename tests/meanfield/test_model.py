@@ -1,4 +1,5 @@
-"""Model.velocity against a plain NumPy transcription of the softmax law (MODEL.md):
+"""Model.velocity against a plain NumPy transcription of the softmax law of the mean-field
+dynamics:
 v_i = σ P⊥_{x_i} Σ_h Σ_j a_j e^{β⟨x_i, B_h x_j⟩} V_h x_j / Σ_j a_j e^{β⟨x_i, B_h x_j⟩}, σ = +1 ascent, −1 descent;
 combine = 'mean' divides the sum over heads by H."""
 from __future__ import annotations
