@@ -723,6 +723,15 @@ def test_sinkhorn_divergence_keeps_to_the_epsilons_it_can_compute():
     assert w2(cluster, cluster, method="sinkhorn", epsilon=1e-2) == 0.0
 
 
+def test_the_smallest_sinkhorn_epsilon_is_relative_to_the_largest_cost():
+    # two antipodal points give the largest cost π² ≈ 9.87: ε = 5e-13 is above 1e-13 but below 1e-13 of that cost
+    x = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    y = np.array([[0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
+    np.testing.assert_allclose(cost_matrix(x, y).max(), np.pi**2, rtol=1e-14)
+    with pytest.raises(ValueError, match=r"epsilon = 5e-13 is below 1e-13 of the largest cost \(9\.87\)"):
+        w2(x, y, method="sinkhorn", epsilon=5e-13)
+
+
 def _weighted_clouds(rng: np.random.Generator, n: int, m: int, d: int) -> tuple[np.ndarray, ...]:
     x = rng.standard_normal((n, d))
     y = rng.standard_normal((m, d))
