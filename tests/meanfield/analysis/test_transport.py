@@ -288,6 +288,16 @@ def test_geodesic_and_chordal_are_comparable(rng):
 # ----------------------------------------------------------------------------
 # weights, masses, merging
 # ----------------------------------------------------------------------------
+@pytest.mark.parametrize("cost", COSTS)
+def test_points_off_the_sphere_within_the_tolerance_are_renormalised(rng, cost):
+    # norms 1 ± 5e-7 (accepted, |‖x‖ − 1| ≤ 1e-6) give the values of the unit points: taken as given, the Gram matrix had
+    # moved the costs by about 1e-6
+    x, y = sphere(rng, 9, 3), sphere(rng, 7, 3)
+    xs = x * (1.0 + 5e-7 * rng.choice([-1.0, 1.0], size=(9, 1)))
+    np.testing.assert_allclose(cost_matrix(xs, y, cost=cost), cost_matrix(x, y, cost=cost), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(w2(xs, y, cost=cost), w2(x, y, cost=cost), rtol=1e-12)
+
+
 def test_common_total_mass_is_normalised(rng):
     x, y = sphere(rng, 10, 3), sphere(rng, 12, 3)
     a, b = rng.random(10), rng.random(12)
