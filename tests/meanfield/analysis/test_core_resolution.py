@@ -111,3 +111,14 @@ def test_cells_on_the_plane_and_negative_masses_take_no_part_in_a_cluster():
         radius = math.sqrt(float(m @ _angle(points[rows], centre) ** 2) / m.sum())
         np.testing.assert_allclose(res.radius[0, j], radius, rtol=1e-12, atol=0)
         np.testing.assert_allclose(res.offset[0, j], _angle(centre, sign * E), rtol=1e-12, atol=1e-12)
+
+
+def test_the_warning_names_the_cluster_furthest_below_the_spacing_when_both_are():
+    from meanfield.analysis.core_resolution import CoreResolution
+
+    radius, spacing = np.array([[0.01, 0.001]]), np.array([[0.02, 0.05]])
+    cores = CoreResolution(np.array([0.0]), radius, spacing, np.zeros((1, 2)), E)
+    side = int(np.argmax(spacing[0] - radius[0]))  # both below: the larger shortfall, here the cluster at -e
+    assert side == 1
+    text = cores.describe()
+    assert "cluster at (-1, 0, 0) (0.001 rad)" in text and "centre (0.05)" in text, text
