@@ -18,6 +18,9 @@ from meanfield.errors import ConfigError
         {"solver": {"t_final": 0.0}},  # t_final = 0 is a run of one frame (only the concentration family refuses it)
         {"grid": {"family": "graded", "cells": 200, "refine_centres": [[0.0, 0.0, 1.0]], "refine_factor": 1.0}},  # F = 1: fine spacing equal to the coarse one
         {"phase": {"times": [0.0, 0.5, 1.0]}},
+        {"grid": {"cells": 12}},  # "at least 12"
+        {"model": {"tolerance": 1e-2}},  # "from 1e-15 to 1e-2"
+        {"model": {"tolerance": 1e-15}},
     ],
 )
 def test_values_at_the_documented_edges_are_taken(raw):
@@ -34,6 +37,9 @@ def test_values_at_the_documented_edges_are_taken(raw):
         ({"phase": {"times": [0.0, 2.0, 1.0]}}, "phase.times"),
         ({"phase": {"betas": [1.0, -1.0]}}, "phase.betas[1]"),
         ({"phase": {"samples": 0}}, "phase.samples"),
+        ({"grid": {"cells": 11}}, "grid.cells"),
+        ({"model": {"tolerance": 1.0000001e-2}}, "model.tolerance"),
+        ({"model": {"tolerance": 0.9999999e-15}}, "model.tolerance"),
     ],
 )
 def test_values_past_the_documented_edges_name_the_key(raw, key):
@@ -47,3 +53,15 @@ def test_phase_defaults_match_the_readme():
     np.testing.assert_allclose(phase["cluster_angle"], math.acos(0.999), rtol=1e-15, atol=0)  # "default arccos 0.999"
     np.testing.assert_allclose(phase["rank_tol"], 1e-3, rtol=1e-15, atol=0)
     assert phase["samples"] == 256
+
+
+def test_init_min_mass_takes_up_to_its_documented_bound(tmp_path):
+    import meanfield as mf
+
+    source = tmp_path / "source.h5"
+    mf.simulate({"init": {"n": 8}, "solver": {"t_final": 0.1, "save_every": 0.1}}, out=source)
+    run = {"kind": "run", "path": str(source)}
+    assert load_config({"init": {**run, "min_mass": 1e-3}})["init"]["min_mass"] == 1e-3  # "at most 1e-3"
+    with pytest.raises(ConfigError, match=r"must lie in \[0, 0\.001\]") as info:
+        load_config({"init": {**run, "min_mass": 1.0000001e-3}})
+    assert info.value.key == "init.min_mass"
