@@ -11,12 +11,18 @@ from meanfield.heads.head import HeadStack
 from meanfield.model import Model
 
 
-def _reference(x, B, V, beta, a):
+def _ambient_reference(x, B, V, beta, a):
+    """Σ_h Σ_j a_j e^{β⟨x_i, B_h x_j⟩} V_h x_j / Σ_j a_j e^{β⟨x_i, B_h x_j⟩}, before the tangent projection."""
     v = np.zeros_like(x)
     for Bh, Vh in zip(B, V):
         s = beta * x @ Bh @ x.T  # s[i, j] = β⟨x_i, B_h x_j⟩
         e = a[None, :] * np.exp(s - s.max(axis=1, keepdims=True))
         v += (e / e.sum(axis=1, keepdims=True)) @ (x @ Vh.T)
+    return v
+
+
+def _reference(x, B, V, beta, a):
+    v = _ambient_reference(x, B, V, beta, a)
     return v - np.sum(v * x, axis=1, keepdims=True) * x
 
 
@@ -45,12 +51,8 @@ def test_softmax_velocity_matches_the_formula(backend, direction, sign, combine,
 def test_ambient_velocity_is_unprojected_and_unsigned():
     x, B, V, a = _problem()
     model = Model(d=3, beta=0.8, heads=HeadStack(B=B, V=V), direction="descent", combine="mean", backend="numpy")
-    v = np.zeros_like(x)
-    for Bh, Vh in zip(B, V):
-        s = 0.8 * x @ Bh @ x.T
-        e = a[None, :] * np.exp(s - s.max(axis=1, keepdims=True))
-        v += (e / e.sum(axis=1, keepdims=True)) @ (x @ Vh.T)
-    np.testing.assert_allclose(model.ambient_velocity(x, 0.0, weights=a), v / 2, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(model.ambient_velocity(x, 0.0, weights=a), _ambient_reference(x, B, V, 0.8, a) / 2,
+                               rtol=1e-9, atol=1e-12)
     assert model.sign == -1.0 and Model(d=3, beta=1.0).sign == 1.0
 
 
