@@ -123,22 +123,19 @@ class RunSetup:
     info: Callable[[], dict[str, Any]] = dict
 
 
-def _decimal_places(x: float) -> int:
-    """The decimal places of ``repr(x)`` (0.1: 1, 2.0: 1, 1e-05: 5, 1/3: 16; 0 for an integer ``1e+16``)."""
-    return max(0, -int(decimal.Decimal(repr(float(x))).as_tuple().exponent))
-
-
 def _decimal_times(t_start: float, save_every: float, count: int) -> np.ndarray | None:
     """``t_start + k save_every`` (k = 0 … count) as the doubles nearest the decimals, or ``None`` where the two are
     no short decimals (more than 15 places) or the times need more than 53 bits at that many places."""
     if not (math.isfinite(t_start) and math.isfinite(save_every)):
         return None
-    places = max(_decimal_places(t_start), _decimal_places(save_every))
+    start_decimal, step_decimal = (decimal.Decimal(repr(float(v))) for v in (t_start, save_every))
+    # the decimal places of the reprs (0.1: 1, 2.0: 1, 1e-05: 5, 1/3: 16; 0 for an integer 1e+16)
+    places = max(0, -int(start_decimal.as_tuple().exponent), -int(step_decimal.as_tuple().exponent))
     if places > 15:
         return None
     scale = 10**places
-    start = int(decimal.Decimal(repr(float(t_start))).scaleb(places))  # exact: places covers every digit
-    step = int(decimal.Decimal(repr(float(save_every))).scaleb(places))
+    start = int(start_decimal.scaleb(places))  # exact: places covers every digit
+    step = int(step_decimal.scaleb(places))
     if max(abs(start), abs(start + count * step)) >= 2**53:
         return None
     # integers below 2^53 are exact doubles, and an exact double over an exact power of ten rounds once: the nearest
