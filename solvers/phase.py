@@ -430,7 +430,8 @@ def check_phase_config(cfg: Mapping[str, Any]) -> None:
             raise ConfigError("phase.times", f"{len(given_times)} times; the limit is {MAX_FRAMES:.0e}")
     from meanfield.model import score_bound, score_bound_limit
 
-    top, (limit, written) = score_bound(max(float(b) for b in cfg["phase"]["betas"]), _heads(cfg)[0]), score_bound_limit()
+    top = score_bound(max(float(b) for b in cfg["phase"]["betas"]), _heads(cfg)[0])
+    limit, written = score_bound_limit()
     if not top <= limit:  # (a run's model.beta is held to it; β = 1e18 had run a diagram of round-off)
         raise ConfigError("phase.betas", f"the largest β puts the scores β⟨x, B_h y⟩ past float64's resolution: β‖B_h‖_F = "
                                          f"{top:.3g}, at most {written}")
