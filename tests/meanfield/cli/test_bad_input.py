@@ -419,11 +419,9 @@ def test_a_bad_option_value_exits_2_naming_it(argv, option, tmp_path, capsys):
 
     if "{checkpoint}" in argv:
         write_synthetic_checkpoint(tmp_path / "tiny", d=8, num_layers=2, num_heads=2, seed=3)
-    if "{run}" in argv:
-        main(["simulate", str(DEFAULT), "-o", str(tmp_path / "run.h5"), "--quiet", "--set", "init.n=8",
-              "--set", "solver.t_final=0.1", "--set", "solver.save_every=0.1"])
+    run = _run_file(tmp_path, capsys) if "{run}" in argv else None
     before = sorted(tmp_path.rglob("*"))
-    status, err = _run([part.format(checkpoint=tmp_path / "tiny", run=tmp_path / "run.h5") for part in argv], capsys)
+    status, err = _run([part.format(checkpoint=tmp_path / "tiny", run=run) for part in argv], capsys)
     assert status == 2, err
     assert f"error: {option}" in _one_line(err)
     assert sorted(tmp_path.rglob("*")) == before
@@ -497,11 +495,7 @@ def test_output_folders_that_are_files_are_refused(tmp_path, capsys):
 ])
 def test_diagnose_refuses_a_bad_stride_or_stencil_naming_the_option(option, value, says, tmp_path, capsys):
     # each had been left to the library: a ValueError traceback, exit 1, that named no option
-    out = tmp_path / "r.h5"
-    main(["simulate", str(DEFAULT), "-o", str(out), "--quiet", "--set", "init.n=8", "--set", "solver.t_final=0.1",
-          "--set", "solver.save_every=0.1"])
-    capsys.readouterr()
-    status, err = _run(["diagnose", str(out), "--quiet", option, value], capsys)
+    status, err = _run(["diagnose", str(_run_file(tmp_path, capsys)), "--quiet", option, value], capsys)
     assert status == 2 and f"{option}: {says}, got '{value}'" in err, err
 
 
