@@ -22,6 +22,9 @@ from meanfield.errors import ConfigError
 from meanfield import figures as FIGURES
 from meanfield.cli import reproduce
 
+#: the shipped figures' CSVs, which the claim tests read and perturb
+GALLERY = Path(FIGURES.__file__).resolve().parent / "gallery"
+
 REGISTRY = FIGURES.registry()
 
 
@@ -345,7 +348,7 @@ def test_thm1_figures_share_one_beta_family(monkeypatch, quick):
 
 def _perturbed(figure: str, tmp_path: Path, change) -> Path:
     """A copy of the gallery CSV of ``figure`` with ``change(row)`` applied to every row."""
-    rows = _rows(Path(FIGURES.__file__).resolve().parent / "gallery" / f"{figure}.csv")
+    rows = _rows(GALLERY / f"{figure}.csv")
     for row in rows:
         change(row)
     path = tmp_path / f"{figure}.csv"
@@ -416,7 +419,7 @@ def test_a_claim_check_fails_on_a_csv_that_contradicts_the_claim(figure, change,
     import importlib
 
     module = importlib.import_module(f"meanfield.figures.{figure}")
-    assert FIGURES.checks_hold(module.claim(Path(FIGURES.__file__).resolve().parent / "gallery" / f"{figure}.csv"))
+    assert FIGURES.checks_hold(module.claim(GALLERY / f"{figure}.csv"))
     checks = module.claim(_perturbed(figure, tmp_path, change))
     assert not checks[check]["ok"], checks[check]
 
@@ -571,7 +574,7 @@ def test_a_claim_check_fails_on_a_nan_in_any_row_but_the_first(figure, column, c
     import importlib
 
     module = importlib.import_module(f"meanfield.figures.{figure}")
-    gallery = Path(FIGURES.__file__).resolve().parent / "gallery" / f"{figure}.csv"
+    gallery = GALLERY / f"{figure}.csv"
     assert module.claim(gallery)[check]["ok"]
     rows = _rows(gallery)
     for row in rows[1:]:
@@ -604,7 +607,7 @@ def test_energy_balance_checks_residual_shrinks_only_with_three_taus(tmp_path):
     import importlib
 
     module = importlib.import_module("meanfield.figures.time_dependent_energy_balance")
-    full = module.claim(Path(FIGURES.__file__).resolve().parent / "gallery" / "time_dependent_energy_balance.csv")
+    full = module.claim(GALLERY / "time_dependent_energy_balance.csv")
     assert "residual_shrinks" in full and full["residual_shrinks"]["ok"]
     path = _perturbed("time_dependent_energy_balance", tmp_path, lambda r: None)
     rows = [r for r in _rows(path) if r["tau"] != "0.025"]
@@ -622,7 +625,7 @@ def test_superadditivity_no_longer_checks_the_closed_form_against_itself():
     import importlib
 
     module = importlib.import_module("meanfield.figures.multihead_superadditivity")
-    checks = module.claim(Path(FIGURES.__file__).resolve().parent / "gallery" / "multihead_superadditivity.csv")
+    checks = module.claim(GALLERY / "multihead_superadditivity.csv")
     assert "gain(0)=0" not in checks and checks["equal_split=measured_equal_heads"]["ok"]
 
 
@@ -633,7 +636,7 @@ def test_late_rate_title_and_legend_lie_inside_the_picture(tmp_path, monkeypatch
     from matplotlib.figure import Figure
 
     module = REGISTRY["multihead_late_rate"].load()
-    rows = module.read_csv(Path(FIGURES.__file__).resolve().parent / "gallery" / "multihead_late_rate.csv")
+    rows = module.read_csv(GALLERY / "multihead_late_rate.csv")
     labels = list(dict.fromkeys(r["heads"] for r in rows))
     quick_like = [r for r in rows if r["heads"] in labels[:2] and r["t"] <= 6.0]  # the quick form's heads and times
     saved: list[Figure] = []
@@ -667,7 +670,7 @@ def test_the_beta_family_docstrings_quote_the_readme_on_the_coarse_mesh_at_beta_
 def test_w2min_rate_docstring_quotes_the_measured_slopes(made):
     # found in review (figures): the docstring said "the coarse quick grid about 0.85"; it measures 0.94
     module = REGISTRY["concentration_w2min_rate"].load()
-    full = module.fit(module.read_csv(Path(FIGURES.__file__).resolve().parent / "gallery" / "concentration_w2min_rate.csv"))
+    full = module.fit(module.read_csv(GALLERY / "concentration_w2min_rate.csv"))
     quick = module.fit(module.read_csv(made["concentration_w2min_rate"].csv))
     text = " ".join(module.__doc__.split())
     assert f"the full form measures {full['slope']:.2f}, the coarse quick grid {quick['slope']:.2f}" in text
@@ -679,7 +682,7 @@ def test_plateau_claim_fails_a_slope_just_above_the_bound(tmp_path):
     import importlib
 
     module = importlib.import_module("meanfield.figures.time_dependent_plateau")
-    rows = module.read_csv(Path(FIGURES.__file__).resolve().parent / "gallery" / "time_dependent_plateau.csv")
+    rows = module.read_csv(GALLERY / "time_dependent_plateau.csv")
     b0, se, bound = module.fitted_slope(rows, "G2")[1], module.slope_error(rows, "G2"), module.SLOPE_BOUND
     assert bound < 0 and np.isfinite(se) and se > 0
     target = bound + 0.5 * se
@@ -695,7 +698,7 @@ def test_energy_balance_residual_order_is_the_slope_of_log_residual_on_log_tau(t
     import importlib
 
     module = importlib.import_module("meanfield.figures.time_dependent_energy_balance")
-    base = module.claim(Path(FIGURES.__file__).resolve().parent / "gallery" / "time_dependent_energy_balance.csv")
+    base = module.claim(GALLERY / "time_dependent_energy_balance.csv")
     path = _perturbed("time_dependent_energy_balance", tmp_path,
                       lambda r: _scale(r, "residual", (float(r["tau"]) / 0.1) ** -0.3))
     order = module.claim(path)["residual_order"]["value"]
